@@ -1,0 +1,50 @@
+# Top-level entry points. `make demo` and `make test` do everything on a
+# fresh Debian machine (as root they install the packages they need).
+BUILD     ?= build
+JOBS      ?= $(shell nproc)
+CMAKE_OPTS ?=
+
+.PHONY: all build deps test test-asan test-tsan valgrind demo bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_OPTS) >/dev/null
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS)
+
+# The whole suite: unit tests, the transport conformance suite for every
+# transport, integration tests, the Python tests.
+test: deps
+	$(MAKE) build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: deps
+	$(MAKE) test BUILD=build-asan CMAKE_OPTS="-DLC_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug" \
+	  CTEST_ARGS="$(CTEST_ARGS)"
+
+# ThreadSanitizer over the transport and engine tests.
+test-tsan: deps
+	$(MAKE) test BUILD=build-tsan CMAKE_OPTS="-DLC_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug" \
+	  CTEST_ARGS="-L conformance $(CTEST_ARGS)"
+
+# valgrind memcheck over the conformance suite.
+valgrind: deps
+	$(MAKE) build BUILD=build-vg CMAKE_OPTS="-DCMAKE_BUILD_TYPE=Debug"
+	cd build-vg && LC_VALGRIND=1 ctest --output-on-failure -L conformance -j$(JOBS) \
+	  -T memcheck --overwrite MemoryCheckCommandOptions="--error-exitcode=1 --leak-check=full"
+
+demo: deps
+	$(MAKE) build
+	$(BUILD)/layercake demo
+
+bench: build
+	$(BUILD)/layercake bench
+
+clean:
+	rm -rf build build-asan build-tsan build-vg

@@ -1,0 +1,110 @@
+/*
+ * Internal helpers shared by every layer: logging macros, clocks, small
+ * utilities. Internal non-static names use the lc__ prefix and are hidden
+ * from the shared library by the version script.
+ */
+#ifndef LC_CORE_COMMON_H
+#define LC_CORE_COMMON_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "layercake.h"
+
+#define LC__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define LC__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LC__MAX(a, b) ((a) > (b) ? (a) : (b))
+#define LC__UNUSED(x) ((void)(x))
+
+/* Logging: one formatted line per call through the process-wide handler. */
+void lc__log(lc_log_level_t level, const char *file, int line, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+extern _Atomic int lc__log_level;
+
+#define LC__LOG(level, ...)                                                    \
+	do {                                                                   \
+		if ((int)(level) <= atomic_load_explicit(&lc__log_level,        \
+							 memory_order_relaxed)) \
+			lc__log((level), __FILE__, __LINE__, __VA_ARGS__);     \
+	} while (0)
+#define LC_ERROR(...) LC__LOG(LC_LOG_ERROR, __VA_ARGS__)
+#define LC_WARN(...) LC__LOG(LC_LOG_WARN, __VA_ARGS__)
+#define LC_INFO(...) LC__LOG(LC_LOG_INFO, __VA_ARGS__)
+#define LC_DEBUG(...) LC__LOG(LC_LOG_DEBUG, __VA_ARGS__)
+#define LC_TRACE(...) LC__LOG(LC_LOG_TRACE, __VA_ARGS__)
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+static inline uint64_t lc__now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Absolute CLOCK_MONOTONIC timespec for pthread_cond_timedwait (the condvar
+ * must be created with pthread_condattr_setclock(CLOCK_MONOTONIC)). */
+static inline struct timespec lc__abs_ts(uint64_t deadline_ns)
+{
+	struct timespec t = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
+			     .tv_nsec = (long)(deadline_ns % 1000000000ull)};
+	return t;
+}
+
+/* Little-endian load/store helpers for wire formats. */
+static inline void lc__put_u16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline void lc__put_u32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void lc__put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t lc__get_u16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t lc__get_u32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+static inline uint64_t lc__get_u64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+/* 64-bit random value from getrandom (falls back to time and address mixing). */
+uint64_t lc__random_u64(void);
+
+/* FNV-1a 64 over bytes, for fingerprints and checks (not for security). */
+static inline uint64_t lc__fnv1a(uint64_t h, const void *data, size_t n)
+{
+	const uint8_t *p = data;
+	for (size_t i = 0; i < n; i++) {
+		h ^= p[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+#define LC__FNV_INIT 14695981039346656037ull
+
+/* snprintf into a fixed reason buffer, never overflowing. */
+void lc__reason(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

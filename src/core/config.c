@@ -1,0 +1,80 @@
+/* The configuration table and its environment loading. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "core/config.h"
+
+#define LC__STR2(x) #x
+#define LC__STR(x) LC__STR2(x)
+
+static const lc_config_info_t table[] = {
+#define LC__CFG_INFO(field, env, def, lo, hi, help)                            \
+	{#field, env, LC__STR(def), help, (lo), (hi)},
+	LC_CONFIG_TABLE(LC__CFG_INFO)
+#undef LC__CFG_INFO
+};
+
+static const int64_t defaults[] = {
+#define LC__CFG_DEF(field, env, def, lo, hi, help) (def),
+	LC_CONFIG_TABLE(LC__CFG_DEF)
+#undef LC__CFG_DEF
+};
+
+int lc_config_count(void)
+{
+	return (int)LC__ARRAY_SIZE(table);
+}
+
+const lc_config_info_t *lc_config_info(int index)
+{
+	if (index < 0 || index >= lc_config_count())
+		return NULL;
+	return &table[index];
+}
+
+int lc__config_find(const char *name)
+{
+	if (!name)
+		return -EINVAL;
+	for (int i = 0; i < lc_config_count(); i++)
+		if (!strcmp(table[i].name, name))
+			return i;
+	return -ENOENT;
+}
+
+int lc__config_parse(int index, const char *text, int64_t *out)
+{
+	char *end;
+	long long v;
+	if (index < 0 || index >= lc_config_count() || !text || !*text)
+		return -EINVAL;
+	errno = 0;
+	v = strtoll(text, &end, 10);
+	if (errno || *end != '\0')
+		return -EINVAL;
+	if (v < table[index].min || v > table[index].max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+void lc__config_load(lc__config_t *cfg)
+{
+	for (int i = 0; i < LC__CFG_COUNT; i++) {
+		const char *env = getenv(table[i].env);
+		int64_t v;
+		cfg->values[i] = defaults[i];
+		if (!env)
+			continue;
+		int rc = lc__config_parse(i, env, &v);
+		if (rc) {
+			LC_WARN("ignoring %s=%s: %s (allowed %lld..%lld)", table[i].env, env,
+				lc_strerror(rc), (long long)table[i].min, (long long)table[i].max);
+			continue;
+		}
+		cfg->values[i] = v;
+	}
+}

@@ -1,0 +1,70 @@
+/*
+ * The configuration table: every knob in one place. X(field, env, default,
+ * min, max, help). A context copies the defaults, then the environment, at
+ * creation; lc_ctx_config_set() overrides values afterwards.
+ */
+#ifndef LC_CORE_CONFIG_H
+#define LC_CORE_CONFIG_H
+
+#include <stdint.h>
+
+#define LC_CONFIG_TABLE(X)                                                                        \
+	X(tcp_lanes, "LAYERCAKE_TCP_LANES", 4, 1, 64,                                             \
+	  "parallel TCP connections per peer (lanes)")                                            \
+	X(connect_timeout_ms, "LAYERCAKE_CONNECT_TIMEOUT_MS", 5000, 1, 3600000,                   \
+	  "deadline for connecting and handshaking with a peer")                                  \
+	X(progress_timeout_ms, "LAYERCAKE_PROGRESS_TIMEOUT_MS", 10000, 1, 3600000,                \
+	  "a lane with work and no progress for this long fails its batches (stalled)")           \
+	X(batch_timeout_ms, "LAYERCAKE_BATCH_TIMEOUT_MS", 30000, 1, 86400000,                     \
+	  "default deadline of a posted batch")                                                   \
+	X(require_token, "LAYERCAKE_REQUIRE_TOKEN", 1, 0, 1,                                      \
+	  "listeners accept only connections presenting a token they issued")                     \
+	X(socket_buffer_kib, "LAYERCAKE_SOCKET_BUFFER_KIB", 0, 0, 1048576,                        \
+	  "SO_SNDBUF/SO_RCVBUF of data sockets in KiB (0 = kernel autotuning)")                   \
+	X(layerwise_interval, "LAYERCAKE_LAYERWISE_INTERVAL", 1, -1, 4096,                        \
+	  "layers per submission; <= 0 sends everything after the forward")                       \
+	X(session_ttl_ms, "LAYERCAKE_SESSION_TTL_MS", 30000, 0, 86400000,                         \
+	  "a failed session is blocked this long (0 disables blocking)")                          \
+	X(layer_timeout_ms, "LAYERCAKE_LAYER_TIMEOUT_MS", 60000, 1, 86400000,                     \
+	  "deadline for a layer's step to become ready after its batch was added")                \
+	X(metadata_timeout_ms, "LAYERCAKE_METADATA_TIMEOUT_MS", 30000, 1, 86400000,               \
+	  "deadline for a room's metadata after its last layer was ready")                        \
+	X(transfer_timeout_ms, "LAYERCAKE_TRANSFER_TIMEOUT_MS", 60000, 1, 86400000,               \
+	  "deadline for a posted layer group to be acknowledged by D")                            \
+	X(bootstrap_timeout_ms, "LAYERCAKE_BOOTSTRAP_TIMEOUT_MS", 120000, 1, 86400000,            \
+	  "deadline for a room to become Bootstrapped")                                           \
+	X(waiting_timeout_ms, "LAYERCAKE_WAITING_TIMEOUT_MS", 300000, 1, 86400000,                \
+	  "deadline for a Bootstrapped room to reach Success or Failed")                          \
+	X(heartbeat_interval_ms, "LAYERCAKE_HEARTBEAT_INTERVAL_MS", 5000, 100, 3600000,           \
+	  "D's interval between GET /health probes of each P")                                    \
+	X(heartbeat_misses, "LAYERCAKE_HEARTBEAT_MISSES", 2, 1, 1000,                             \
+	  "consecutive failed probes after which a P is declared dead")                           \
+	X(poll_spin_us, "LAYERCAKE_POLL_SPIN_US", 50, 0, 1000000,                                 \
+	  "adaptive polling of a GPU-written step counter: spin this long before sleeping")       \
+	X(poll_sleep_us, "LAYERCAKE_POLL_SLEEP_US", 20, 1, 1000000,                               \
+	  "adaptive polling: longest sleep between reads after spinning")                         \
+	X(bootstrap_port, "LAYERCAKE_BOOTSTRAP_PORT", 8998, 0, 65535,                             \
+	  "port of P's bootstrap HTTP server")
+
+enum lc__config_field {
+#define LC__CFG_ENUM(field, env, def, min, max, help) LC__CFG_##field,
+	LC_CONFIG_TABLE(LC__CFG_ENUM)
+#undef LC__CFG_ENUM
+	LC__CFG_COUNT
+};
+
+typedef struct lc__config {
+	int64_t values[LC__CFG_COUNT];
+} lc__config_t;
+
+/* Defaults, then LAYERCAKE_* variables (malformed or out-of-range values are
+ * logged and ignored). */
+void lc__config_load(lc__config_t *cfg);
+/* Index of a knob by field name, or -ENOENT. */
+int lc__config_find(const char *name);
+/* Parse and check a value for knob `index`. */
+int lc__config_parse(int index, const char *text, int64_t *out);
+
+#define LC__CFG(cfg, field) ((cfg)->values[LC__CFG_##field])
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * The state of a context that every layer shares: configuration, counters,
+ * regions, grants and accepted tokens. The API layer (src/api/ctx.c) creates
+ * and destroys it; transports read it through the helpers in
+ * src/transport/transport.h.
+ *
+ * Threading: cfg is protected by cfg_lock (writers: lc_ctx_config_set;
+ * readers copy values under it with lc__ctx_cfg). counters are atomics.
+ * regions and grants carry their own locks. tokens are under token_lock.
+ * The lists of live objects (conns, listeners) are under objs_lock, taken
+ * before any connection's own lock.
+ */
+#ifndef LC_CORE_CTX_H
+#define LC_CORE_CTX_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/common.h"
+#include "core/config.h"
+#include "core/grant.h"
+#include "core/metrics.h"
+#include "core/region.h"
+
+struct lc__batch_timer; /* src/transport/batch.c */
+
+struct lc_ctx {
+	char name[64];
+	uint64_t uid; /* random; names this context in region descriptors */
+
+	pthread_mutex_t cfg_lock;
+	lc__config_t cfg;
+
+	_Atomic uint64_t counters[LC__CNT_COUNT];
+
+	lc__regions_t regions;
+	lc__grant_table_t *grants;
+
+	pthread_mutex_t token_lock;
+	lc_token_t *tokens;
+	size_t ntokens, token_cap;
+
+	pthread_mutex_t objs_lock;
+	struct lc_conn *conns;         /* doubly linked through conn->ctx_next/prev */
+	struct lc_listener *listeners; /* linked through listener->ctx_next/prev */
+	struct lc__batch_timer *timer;
+};
+
+/* A config value, read under the lock. */
+int64_t lc__ctx_cfg(lc_ctx_t *ctx, enum lc__config_field field);
+/* Whether a listener of this context accepts `token` (always true when
+ * require_token is 0 and no token is presented). */
+bool lc__ctx_token_accepted(lc_ctx_t *ctx, const uint8_t *token, bool has_token);
+
+#endif

@@ -1,0 +1,43 @@
+/* Error table, version. */
+#include <string.h>
+
+#include "core/common.h"
+
+const char *lc_version(void)
+{
+	return "0.1.0";
+}
+
+int lc_version_number(void)
+{
+	return LC_VERSION_MAJOR * 10000 + LC_VERSION_MINOR * 100 + LC_VERSION_PATCH;
+}
+
+const char *lc_strerror(int code)
+{
+	switch (code) {
+#define LC__ERR_TEXT(name, value, text)                                        \
+	case value:                                                            \
+		return text;
+		LC_ERROR_CODES(LC__ERR_TEXT)
+#undef LC__ERR_TEXT
+	default:
+		break;
+	}
+	if (code < 0 && code > -4096)
+		return strerror(-code); /* glibc: static text for known values */
+	return "unknown error";
+}
+
+const char *lc_err_name(int code)
+{
+	switch (code) {
+#define LC__ERR_NAME(name, value, text)                                        \
+	case value:                                                            \
+		return #name;
+		LC_ERROR_CODES(LC__ERR_NAME)
+#undef LC__ERR_NAME
+	default:
+		return "LC_UNKNOWN";
+	}
+}

@@ -1,0 +1,340 @@
+/* Grant table: a hash map from room to sorted, merged byte ranges. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "core/grant.h"
+
+typedef struct range {
+	uint32_t region;
+	uint64_t offset;
+	uint64_t length;
+} range_t;
+
+struct lc__grant_room {
+	uint64_t room;
+	range_t *ranges; /* sorted by (region, offset), merged; under table lock */
+	size_t n, cap;
+	_Atomic int refs;    /* table's ref (while mapped) + receivers' refs */
+	_Atomic int active;  /* copies in progress */
+	_Atomic int revoked; /* set once; entry leaves the map at the same time */
+};
+
+struct lc__grant_table {
+	pthread_mutex_t lock;
+	lc__grant_room_t **slots; /* open addressing, NULL = empty, TOMB = deleted */
+	size_t cap, used, live;
+};
+
+static lc__grant_room_t tomb_entry;
+#define TOMB (&tomb_entry)
+
+static size_t hash_room(uint64_t room, size_t cap)
+{
+	room ^= room >> 33;
+	room *= 0xff51afd7ed558ccdull;
+	room ^= room >> 33;
+	return (size_t)room & (cap - 1);
+}
+
+int lc__grant_table_create(lc__grant_table_t **out)
+{
+	lc__grant_table_t *t = calloc(1, sizeof *t);
+	if (!t)
+		return -ENOMEM;
+	t->cap = 64;
+	t->slots = calloc(t->cap, sizeof *t->slots);
+	if (!t->slots) {
+		free(t);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&t->lock, NULL);
+	*out = t;
+	return 0;
+}
+
+static void room_free(lc__grant_room_t *g)
+{
+	free(g->ranges);
+	free(g);
+}
+
+void lc__grant_put(lc__grant_room_t *g)
+{
+	if (atomic_fetch_sub(&g->refs, 1) == 1)
+		room_free(g);
+}
+
+void lc__grant_table_destroy(lc__grant_table_t *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->cap; i++) {
+		lc__grant_room_t *g = t->slots[i];
+		if (g && g != TOMB) {
+			atomic_store(&g->revoked, 1);
+			lc__grant_put(g);
+		}
+	}
+	free(t->slots);
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+}
+
+/* Under lock. */
+static lc__grant_room_t **find_slot(lc__grant_table_t *t, uint64_t room)
+{
+	size_t i = hash_room(room, t->cap);
+	for (size_t probe = 0; probe < t->cap; probe++, i = (i + 1) & (t->cap - 1)) {
+		lc__grant_room_t *g = t->slots[i];
+		if (!g)
+			return NULL;
+		if (g != TOMB && g->room == room)
+			return &t->slots[i];
+	}
+	return NULL;
+}
+
+static int grow(lc__grant_table_t *t)
+{
+	size_t ncap = t->live * 4 > t->cap ? t->cap * 2 : t->cap; /* else just rehash tombs */
+	lc__grant_room_t **ns = calloc(ncap, sizeof *ns);
+	if (!ns)
+		return -ENOMEM;
+	for (size_t i = 0; i < t->cap; i++) {
+		lc__grant_room_t *g = t->slots[i];
+		if (!g || g == TOMB)
+			continue;
+		size_t j = hash_room(g->room, ncap);
+		while (ns[j])
+			j = (j + 1) & (ncap - 1);
+		ns[j] = g;
+	}
+	free(t->slots);
+	t->slots = ns;
+	t->cap = ncap;
+	t->used = t->live;
+	return 0;
+}
+
+static int insert(lc__grant_table_t *t, lc__grant_room_t *g)
+{
+	if ((t->used + 1) * 4 > t->cap * 3) {
+		int rc = grow(t);
+		if (rc)
+			return rc;
+	}
+	size_t i = hash_room(g->room, t->cap);
+	while (t->slots[i] && t->slots[i] != TOMB)
+		i = (i + 1) & (t->cap - 1);
+	if (!t->slots[i])
+		t->used++;
+	t->slots[i] = g;
+	t->live++;
+	return 0;
+}
+
+static int range_cmp(const range_t *a, uint32_t region, uint64_t offset)
+{
+	if (a->region != region)
+		return a->region < region ? -1 : 1;
+	if (a->offset != offset)
+		return a->offset < offset ? -1 : 1;
+	return 0;
+}
+
+/* Index of the last range <= (region, offset), or -1. */
+static ptrdiff_t floor_range(const lc__grant_room_t *g, uint32_t region, uint64_t offset)
+{
+	ptrdiff_t lo = 0, hi = (ptrdiff_t)g->n - 1, best = -1;
+	while (lo <= hi) {
+		ptrdiff_t mid = lo + (hi - lo) / 2;
+		if (range_cmp(&g->ranges[mid], region, offset) <= 0) {
+			best = mid;
+			lo = mid + 1;
+		} else {
+			hi = mid - 1;
+		}
+	}
+	return best;
+}
+
+static int room_add_range(lc__grant_room_t *g, uint32_t region, uint64_t offset, uint64_t length)
+{
+	uint64_t end = offset + length;
+	ptrdiff_t i = floor_range(g, region, offset);
+	/* Merge with the range before if it touches or overlaps. */
+	if (i >= 0 && g->ranges[i].region == region &&
+	    g->ranges[i].offset + g->ranges[i].length >= offset) {
+		range_t *r = &g->ranges[i];
+		if (r->offset + r->length < end)
+			r->length = end - r->offset;
+	} else {
+		if (g->n == g->cap) {
+			size_t ncap = g->cap ? g->cap * 2 : 4;
+			range_t *nr = realloc(g->ranges, ncap * sizeof *nr);
+			if (!nr)
+				return -ENOMEM;
+			g->ranges = nr;
+			g->cap = ncap;
+		}
+		i++;
+		memmove(&g->ranges[i + 1], &g->ranges[i], (g->n - (size_t)i) * sizeof *g->ranges);
+		g->ranges[i] = (range_t){region, offset, length};
+		g->n++;
+	}
+	/* Absorb following ranges that the grown range now touches. */
+	range_t *r = &g->ranges[i];
+	size_t j = (size_t)i + 1;
+	while (j < g->n && g->ranges[j].region == region &&
+	       g->ranges[j].offset <= r->offset + r->length) {
+		uint64_t jend = g->ranges[j].offset + g->ranges[j].length;
+		if (jend > r->offset + r->length)
+			r->length = jend - r->offset;
+		j++;
+	}
+	size_t absorbed = j - (size_t)i - 1;
+	if (absorbed) {
+		memmove(&g->ranges[i + 1], &g->ranges[j], (g->n - j) * sizeof *g->ranges);
+		g->n -= absorbed;
+	}
+	return 0;
+}
+
+int lc__grant_add(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
+		  uint64_t length)
+{
+	int rc = 0;
+	if (length == 0 || offset + length < offset)
+		return -EINVAL;
+	pthread_mutex_lock(&t->lock);
+	lc__grant_room_t **slot = find_slot(t, room), *g;
+	if (slot) {
+		g = *slot;
+	} else {
+		g = calloc(1, sizeof *g);
+		if (!g) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		g->room = room;
+		atomic_init(&g->refs, 1);
+		rc = insert(t, g);
+		if (rc) {
+			free(g);
+			goto out;
+		}
+	}
+	rc = room_add_range(g, region, offset, length);
+out:
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+/* Under lock: unmap the entry; the caller drains and drops the table ref. */
+static lc__grant_room_t *unmap(lc__grant_table_t *t, lc__grant_room_t **slot)
+{
+	lc__grant_room_t *g = *slot;
+	*slot = TOMB;
+	t->live--;
+	atomic_store(&g->revoked, 1);
+	return g;
+}
+
+static void drain_and_put(lc__grant_room_t *g)
+{
+	/* A copy inside runs at memory speed on a bounded chunk; wait it out. */
+	while (atomic_load(&g->active) > 0)
+		sched_yield();
+	lc__grant_put(g);
+}
+
+int lc__grant_revoke(lc__grant_table_t *t, uint64_t room)
+{
+	pthread_mutex_lock(&t->lock);
+	lc__grant_room_t **slot = find_slot(t, room);
+	if (!slot) {
+		pthread_mutex_unlock(&t->lock);
+		return 0;
+	}
+	lc__grant_room_t *g = unmap(t, slot);
+	int n = (int)g->n;
+	pthread_mutex_unlock(&t->lock);
+	drain_and_put(g);
+	return n;
+}
+
+int lc__grant_revoke_region(lc__grant_table_t *t, uint32_t region)
+{
+	int revoked = 0;
+	for (;;) {
+		lc__grant_room_t *victim = NULL;
+		pthread_mutex_lock(&t->lock);
+		for (size_t i = 0; i < t->cap && !victim; i++) {
+			lc__grant_room_t *g = t->slots[i];
+			if (!g || g == TOMB)
+				continue;
+			for (size_t k = 0; k < g->n; k++) {
+				if (g->ranges[k].region == region) {
+					victim = unmap(t, &t->slots[i]);
+					break;
+				}
+			}
+		}
+		pthread_mutex_unlock(&t->lock);
+		if (!victim)
+			return revoked;
+		drain_and_put(victim);
+		revoked++;
+	}
+}
+
+size_t lc__grant_rooms(lc__grant_table_t *t)
+{
+	pthread_mutex_lock(&t->lock);
+	size_t n = t->live;
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+int lc__grant_lookup(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
+		     uint64_t length, lc__grant_room_t **out)
+{
+	int rc = LC_ERR_GRANT;
+	if (offset + length < offset)
+		return LC_ERR_GRANT;
+	pthread_mutex_lock(&t->lock);
+	lc__grant_room_t **slot = find_slot(t, room);
+	if (slot) {
+		lc__grant_room_t *g = *slot;
+		ptrdiff_t i = floor_range(g, region, offset);
+		if (i >= 0 && g->ranges[i].region == region &&
+		    offset + length <= g->ranges[i].offset + g->ranges[i].length) {
+			atomic_fetch_add(&g->refs, 1);
+			*out = g;
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+bool lc__grant_enter(lc__grant_room_t *g)
+{
+	/* Announce, then check: revoke sets revoked, then waits for active. With
+	 * sequentially consistent atomics one of the two sides sees the other. */
+	atomic_fetch_add(&g->active, 1);
+	if (atomic_load(&g->revoked)) {
+		atomic_fetch_sub(&g->active, 1);
+		return false;
+	}
+	return true;
+}
+
+void lc__grant_exit(lc__grant_room_t *g)
+{
+	atomic_fetch_sub(&g->active, 1);
+}

@@ -1,0 +1,109 @@
+/* The process-wide logger: level from LAYERCAKE_LOG, stderr by default. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/common.h"
+
+_Atomic int lc__log_level = LC_LOG_WARN;
+
+static pthread_mutex_t handler_lock = PTHREAD_MUTEX_INITIALIZER;
+static lc_log_cb handler;
+static void *handler_arg;
+
+static const char *const level_names[] = {"off", "error", "warn", "info", "debug", "trace"};
+
+int lc_log_level_parse(const char *text, lc_log_level_t *out)
+{
+	if (!text || !out)
+		return -EINVAL;
+	for (int i = 0; i < (int)LC__ARRAY_SIZE(level_names); i++) {
+		if (!strcasecmp(text, level_names[i]) ||
+		    (text[0] == '0' + i && text[1] == '\0')) {
+			*out = (lc_log_level_t)i;
+			return 0;
+		}
+	}
+	if (!strcasecmp(text, "warning")) {
+		*out = LC_LOG_WARN;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+__attribute__((constructor)) static void log_init_from_env(void)
+{
+	lc_log_level_t level;
+	const char *env = getenv("LAYERCAKE_LOG");
+	if (env && lc_log_level_parse(env, &level) == 0)
+		atomic_store(&lc__log_level, (int)level);
+}
+
+void lc_log_set_handler(lc_log_cb cb, void *arg)
+{
+	pthread_mutex_lock(&handler_lock);
+	handler = cb;
+	handler_arg = arg;
+	pthread_mutex_unlock(&handler_lock);
+}
+
+void lc_log_set_level(lc_log_level_t level)
+{
+	if ((int)level < LC_LOG_OFF)
+		level = LC_LOG_OFF;
+	if (level > LC_LOG_TRACE)
+		level = LC_LOG_TRACE;
+	atomic_store(&lc__log_level, (int)level);
+}
+
+lc_log_level_t lc_log_get_level(void)
+{
+	return (lc_log_level_t)atomic_load(&lc__log_level);
+}
+
+void lc__log(lc_log_level_t level, const char *file, int line, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	const char *base = strrchr(file, '/');
+	int n = snprintf(msg, sizeof msg, "layercake %s [%d] %s:%d: ",
+			 level_names[level < 6 ? level : 5], (int)getpid(), base ? base + 1 : file,
+			 line);
+	if (n < 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+	va_end(ap);
+
+	pthread_mutex_lock(&handler_lock);
+	lc_log_cb cb = handler;
+	void *arg = handler_arg;
+	pthread_mutex_unlock(&handler_lock);
+	if (cb)
+		cb(level, msg, arg);
+	else
+		fprintf(stderr, "%s\n", msg);
+}
+
+void lc__reason(char *buf, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+	if (!buf || cap == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, cap, fmt, ap);
+	va_end(ap);
+}
+
+uint64_t lc__random_u64(void)
+{
+	uint64_t v;
+	if (getrandom(&v, sizeof v, 0) == (ssize_t)sizeof v)
+		return v;
+	v = lc__now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
+	return v * 6364136223846793005ull + 1442695040888963407ull;
+}

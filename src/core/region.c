@@ -1,0 +1,155 @@
+/* Region table. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "core/region.h"
+
+int lc__regions_init(lc__regions_t *t)
+{
+	memset(t, 0, sizeof *t);
+	t->next_id = 1;
+	return pthread_rwlock_init(&t->lock, NULL) ? -ENOMEM : 0;
+}
+
+void lc__regions_fini(lc__regions_t *t)
+{
+	for (size_t i = 0; i < t->id_cap; i++)
+		free(t->by_id[i]);
+	free(t->by_id);
+	free(t->by_addr);
+	pthread_rwlock_destroy(&t->lock);
+	memset(t, 0, sizeof *t);
+}
+
+static void fill(const struct lc_region *r, lc__region_info_t *out)
+{
+	*out = (lc__region_info_t){r->id, r->addr, r->len, r->memfd, r->memfd_offset};
+}
+
+/* Under lock: index of the first region whose addr > p. */
+static size_t upper_bound(const lc__regions_t *t, const uint8_t *p)
+{
+	size_t lo = 0, hi = t->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (t->by_addr[mid]->addr <= p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int lc__regions_add(lc__regions_t *t, lc_ctx_t *ctx, void *addr, size_t len, int memfd,
+		    uint64_t memfd_offset, struct lc_region **out)
+{
+	uint8_t *p = addr;
+	int rc = 0;
+	if (!addr || len == 0 || (uintptr_t)p + len < (uintptr_t)p)
+		return -EINVAL;
+	struct lc_region *r = calloc(1, sizeof *r);
+	if (!r)
+		return -ENOMEM;
+	pthread_rwlock_wrlock(&t->lock);
+	size_t pos = upper_bound(t, p);
+	if ((pos > 0 && t->by_addr[pos - 1]->addr + t->by_addr[pos - 1]->len > p) ||
+	    (pos < t->n && t->by_addr[pos]->addr < p + len)) {
+		rc = -EEXIST;
+		goto fail;
+	}
+	if (t->next_id > t->id_cap) {
+		size_t ncap = t->id_cap ? t->id_cap * 2 : 16;
+		struct lc_region **nb = realloc(t->by_id, ncap * sizeof *nb);
+		struct lc_region **na = realloc(t->by_addr, ncap * sizeof *na);
+		if (nb)
+			t->by_id = nb;
+		if (na)
+			t->by_addr = na;
+		if (!nb || !na) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		memset(t->by_id + t->id_cap, 0, (ncap - t->id_cap) * sizeof *nb);
+		t->id_cap = ncap;
+	}
+	*r = (struct lc_region){ctx, t->next_id++, p, len, memfd, memfd_offset};
+	t->by_id[r->id - 1] = r;
+	memmove(&t->by_addr[pos + 1], &t->by_addr[pos], (t->n - pos) * sizeof *t->by_addr);
+	t->by_addr[pos] = r;
+	t->n++;
+	pthread_rwlock_unlock(&t->lock);
+	*out = r;
+	return 0;
+fail:
+	pthread_rwlock_unlock(&t->lock);
+	free(r);
+	return rc;
+}
+
+int lc__regions_remove(lc__regions_t *t, struct lc_region *r)
+{
+	pthread_rwlock_wrlock(&t->lock);
+	if (r->id == 0 || r->id > t->id_cap || t->by_id[r->id - 1] != r) {
+		pthread_rwlock_unlock(&t->lock);
+		return -EINVAL;
+	}
+	t->by_id[r->id - 1] = NULL;
+	for (size_t i = 0; i < t->n; i++) {
+		if (t->by_addr[i] == r) {
+			memmove(&t->by_addr[i], &t->by_addr[i + 1], (t->n - i - 1) * sizeof *t->by_addr);
+			t->n--;
+			break;
+		}
+	}
+	pthread_rwlock_unlock(&t->lock);
+	free(r);
+	return 0;
+}
+
+int lc__regions_get(lc__regions_t *t, uint32_t id, lc__region_info_t *out)
+{
+	int rc = LC_ERR_REGION;
+	pthread_rwlock_rdlock(&t->lock);
+	if (id >= 1 && id <= t->id_cap && t->by_id[id - 1]) {
+		fill(t->by_id[id - 1], out);
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&t->lock);
+	return rc;
+}
+
+int lc__regions_find(lc__regions_t *t, const void *addr, size_t len, lc__region_info_t *out)
+{
+	const uint8_t *p = addr;
+	int rc = LC_ERR_REGION;
+	pthread_rwlock_rdlock(&t->lock);
+	size_t pos = upper_bound(t, p);
+	if (pos > 0) {
+		struct lc_region *r = t->by_addr[pos - 1];
+		if (p >= r->addr && (size_t)(p - r->addr) <= r->len &&
+		    len <= r->len - (size_t)(p - r->addr)) {
+			fill(r, out);
+			rc = 0;
+		}
+	}
+	pthread_rwlock_unlock(&t->lock);
+	return rc;
+}
+
+int lc__regions_list(lc__regions_t *t, lc__region_info_t **out, size_t *n)
+{
+	pthread_rwlock_rdlock(&t->lock);
+	lc__region_info_t *v = calloc(t->n ? t->n : 1, sizeof *v);
+	if (!v) {
+		pthread_rwlock_unlock(&t->lock);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < t->n; i++)
+		fill(t->by_addr[i], &v[i]);
+	*n = t->n;
+	pthread_rwlock_unlock(&t->lock);
+	*out = v;
+	return 0;
+}

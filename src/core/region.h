@@ -1,0 +1,56 @@
+/*
+ * Region table of a context: registered memory, by id and by address.
+ *
+ * Threading: `lock` (rwlock) protects both indexes; lookups take it shared.
+ * Region structs are freed on deregistration, so lookups copy what they need
+ * into an lc__region_info_t instead of keeping pointers.
+ */
+#ifndef LC_CORE_REGION_H
+#define LC_CORE_REGION_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layercake.h"
+
+struct lc_region {
+	lc_ctx_t *ctx;
+	uint32_t id;
+	uint8_t *addr;
+	size_t len;
+	int memfd;             /* -1 unless the memory came from lc_mem_alloc(SHAREABLE) */
+	uint64_t memfd_offset; /* offset of addr within the memfd */
+};
+
+typedef struct lc__region_info {
+	uint32_t id;
+	uint8_t *addr;
+	size_t len;
+	int memfd;
+	uint64_t memfd_offset;
+} lc__region_info_t;
+
+typedef struct lc__regions {
+	pthread_rwlock_t lock;
+	struct lc_region **by_id; /* index id-1; NULL once deregistered */
+	size_t id_cap;
+	uint32_t next_id;          /* ids start at 1 and are never reused */
+	struct lc_region **by_addr; /* live regions sorted by addr */
+	size_t n;
+} lc__regions_t;
+
+int lc__regions_init(lc__regions_t *t);
+void lc__regions_fini(lc__regions_t *t); /* frees every region */
+/* Overlapping an existing region is -EEXIST. */
+int lc__regions_add(lc__regions_t *t, lc_ctx_t *ctx, void *addr, size_t len, int memfd,
+		    uint64_t memfd_offset, struct lc_region **out);
+int lc__regions_remove(lc__regions_t *t, struct lc_region *r); /* frees r */
+/* By id: LC_ERR_REGION if unknown. */
+int lc__regions_get(lc__regions_t *t, uint32_t id, lc__region_info_t *out);
+/* The region containing [addr, addr+len): LC_ERR_REGION if none. */
+int lc__regions_find(lc__regions_t *t, const void *addr, size_t len, lc__region_info_t *out);
+/* Snapshot of live regions (caller frees *out). */
+int lc__regions_list(lc__regions_t *t, lc__region_info_t **out, size_t *n);
+
+#endif

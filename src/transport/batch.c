@@ -1,0 +1,265 @@
+/*
+ * Batches: exactly one completion each, whatever races (acknowledgement,
+ * failure, deadline, cancel, close). The deadline timer of a context lives
+ * here too.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/cq.h"
+#include "transport/transport.h"
+
+void lc__batch_ref(lc__batch_t *b)
+{
+	atomic_fetch_add(&b->refs, 1);
+}
+
+void lc__batch_unref(lc__batch_t *b)
+{
+	if (atomic_fetch_sub(&b->refs, 1) == 1) {
+		free(b->writes);
+		free(b);
+	}
+}
+
+bool lc__batch_is_completed(const lc__batch_t *b)
+{
+	return atomic_load(&((lc__batch_t *)b)->completed) != 0;
+}
+
+/* Claim the single completion. */
+static bool claim(lc__batch_t *b)
+{
+	int expected = 0;
+	return atomic_compare_exchange_strong(&b->completed, &expected, 1);
+}
+
+static void count_outcome(lc_ctx_t *ctx, int status)
+{
+	switch (status) {
+	case 0:
+		LC__COUNT(ctx, batches_done);
+		break;
+	case LC_ERR_EXPIRED:
+		LC__COUNT(ctx, batches_expired);
+		break;
+	case LC_ERR_CANCELLED:
+		LC__COUNT(ctx, batches_cancelled);
+		break;
+	default:
+		LC__COUNT(ctx, batches_failed);
+		break;
+	}
+}
+
+/* Deliver a claimed batch's completion and drop the generic reference. */
+static void deliver(lc__batch_t *b, int status, const char *reason)
+{
+	lc_conn_t *c = b->conn;
+	lc_completion_t done = {
+		.batch_id = b->id,
+		.user_data = b->user_data,
+		.room = b->room,
+		.tag = b->tag,
+		.status = status,
+		.bytes = b->bytes,
+		.latency_ns = lc__now_ns() - b->post_ns,
+	};
+	snprintf(done.reason, sizeof done.reason, "%s", reason ? reason : "");
+	pthread_mutex_lock(&c->lock);
+	b->prev->next = b->next;
+	b->next->prev = b->prev;
+	b->next = b->prev = NULL;
+	c->npending--;
+	lc__cq_push(c->cq, &done);
+	pthread_mutex_unlock(&c->lock);
+	count_outcome(c->ctx, status);
+	if (status && status != LC_ERR_CANCELLED)
+		LC_DEBUG("batch %llu room %llu on %s: %s: %s", (unsigned long long)b->id,
+			 (unsigned long long)b->room, c->url, lc_err_name(status), done.reason);
+	lc__batch_unref(b);
+}
+
+void lc__batch_complete(lc__batch_t *b, int status, const char *reason)
+{
+	if (claim(b))
+		deliver(b, status, reason);
+}
+
+void lc__batch_applied(lc__batch_t *b, size_t n)
+{
+	size_t done = atomic_fetch_add(&b->applied, n) + n;
+	if (done >= b->nwrites)
+		lc__batch_complete(b, 0, NULL);
+}
+
+void lc__batch_fail(lc__batch_t *b, int code, const char *fmt, ...)
+{
+	char reason[LC_REASON_MAX];
+	va_list ap;
+	if (lc__batch_is_completed(b))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof reason, fmt, ap);
+	va_end(ap);
+	lc__batch_complete(b, code, reason);
+}
+
+/* Pending batches of a connection matching a predicate, referenced. */
+typedef bool (*batch_pred)(const lc__batch_t *b, const void *arg);
+
+size_t lc__conn_collect(lc_conn_t *c, batch_pred pred, const void *arg, lc__batch_t ***out)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&c->lock);
+	lc__batch_t **v = malloc((c->npending ? c->npending : 1) * sizeof *v);
+	if (v) {
+		for (lc__batch_t *b = c->pending.next; b != &c->pending; b = b->next) {
+			if (!pred || pred(b, arg)) {
+				lc__batch_ref(b);
+				v[n++] = b;
+			}
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	*out = v;
+	return n;
+}
+
+void lc__conn_fail_all(lc_conn_t *c, int code, const char *fmt, ...)
+{
+	char reason[LC_REASON_MAX];
+	lc__batch_t **v;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof reason, fmt, ap);
+	va_end(ap);
+	size_t n = lc__conn_collect(c, NULL, NULL, &v);
+	for (size_t i = 0; i < n; i++) {
+		lc__batch_complete(v[i], code, reason);
+		lc__batch_unref(v[i]);
+	}
+	free(v);
+}
+
+/* ---- deadline timer: one thread per context, started with the first
+ * connection. It scans pending batches under objs_lock (so a connection
+ * cannot be destroyed under it) and sleeps until the earliest deadline. */
+
+struct lc__batch_timer {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop, kicked;
+	uint64_t next_wake;
+};
+
+static uint64_t expire_due(lc_ctx_t *ctx, uint64_t now)
+{
+	uint64_t next = now + 1000000000ull;
+	pthread_mutex_lock(&ctx->objs_lock);
+	for (lc_conn_t *c = ctx->conns; c; c = c->ctx_next) {
+		lc__batch_t *due[64];
+		size_t ndue = 0;
+		pthread_mutex_lock(&c->lock);
+		for (lc__batch_t *b = c->pending.next; b != &c->pending; b = b->next) {
+			if (!b->deadline_ns)
+				continue;
+			if (b->deadline_ns <= now && ndue < LC__ARRAY_SIZE(due)) {
+				lc__batch_ref(b);
+				due[ndue++] = b;
+			} else if (b->deadline_ns < next) {
+				next = b->deadline_ns;
+			}
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (ndue == LC__ARRAY_SIZE(due))
+			next = now; /* more are due: come back at once */
+		for (size_t i = 0; i < ndue; i++) {
+			lc__batch_t *b = due[i];
+			lc__batch_fail(b, LC_ERR_EXPIRED,
+				       "deadline expired %.1f ms after posting (%zu of %zu writes "
+				       "acknowledged) to %s",
+				       (double)(now - b->post_ns) / 1e6, atomic_load(&b->applied),
+				       b->nwrites, c->url);
+			lc__batch_unref(b);
+		}
+	}
+	pthread_mutex_unlock(&ctx->objs_lock);
+	return next;
+}
+
+static void *timer_main(void *arg)
+{
+	lc_ctx_t *ctx = arg;
+	struct lc__batch_timer *t = ctx->timer;
+	for (;;) {
+		uint64_t next = expire_due(ctx, lc__now_ns());
+		pthread_mutex_lock(&t->lock);
+		t->next_wake = next;
+		while (!t->stop && !t->kicked && lc__now_ns() < t->next_wake) {
+			struct timespec ts = lc__abs_ts(t->next_wake);
+			pthread_cond_timedwait(&t->cond, &t->lock, &ts);
+		}
+		bool stop = t->stop;
+		t->kicked = false;
+		pthread_mutex_unlock(&t->lock);
+		if (stop)
+			return NULL;
+	}
+}
+
+int lc__timer_start(lc_ctx_t *ctx)
+{
+	pthread_condattr_t attr;
+	struct lc__batch_timer *t = calloc(1, sizeof *t);
+	if (!t)
+		return -ENOMEM;
+	pthread_mutex_init(&t->lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&t->cond, &attr);
+	pthread_condattr_destroy(&attr);
+	ctx->timer = t;
+	int rc = pthread_create(&t->thread, NULL, timer_main, ctx);
+	if (rc) {
+		ctx->timer = NULL;
+		pthread_cond_destroy(&t->cond);
+		pthread_mutex_destroy(&t->lock);
+		free(t);
+		return -rc;
+	}
+	return 0;
+}
+
+void lc__timer_kick(lc_ctx_t *ctx, uint64_t deadline_ns)
+{
+	struct lc__batch_timer *t = ctx->timer;
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (deadline_ns < t->next_wake) {
+		t->kicked = true;
+		pthread_cond_signal(&t->cond);
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+void lc__timer_stop(lc_ctx_t *ctx)
+{
+	struct lc__batch_timer *t = ctx->timer;
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->lock);
+	t->stop = true;
+	pthread_cond_signal(&t->cond);
+	pthread_mutex_unlock(&t->lock);
+	pthread_join(t->thread, NULL);
+	pthread_cond_destroy(&t->cond);
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+	ctx->timer = NULL;
+}

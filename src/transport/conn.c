@@ -1,0 +1,285 @@
+/* Listeners, connections and batch posting: the generic half of the data
+ * plane, in front of every transport. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/cq.h"
+#include "transport/generic.h"
+
+/* ---- listeners ---- */
+
+int lc_listener_create(lc_ctx_t *ctx, const char *url, lc_listener_t **out)
+{
+	if (!ctx || !url || !out)
+		return -EINVAL;
+	const lc__transport_ops_t *ops = lc__transport_find(url);
+	if (!ops) {
+		LC_WARN("no transport for %s (built in: %s)", url, lc_transports());
+		return LC_ERR_NO_TRANSPORT;
+	}
+	lc_listener_t *l = calloc(1, sizeof *l);
+	if (!l)
+		return -ENOMEM;
+	l->ctx = ctx;
+	l->ops = ops;
+	int rc = ops->listen(l, url);
+	if (rc) {
+		LC_WARN("listen on %s: %s", url, lc_strerror(rc));
+		free(l);
+		return rc;
+	}
+	pthread_mutex_lock(&ctx->objs_lock);
+	l->ctx_next = ctx->listeners;
+	if (ctx->listeners)
+		ctx->listeners->ctx_prev = l;
+	ctx->listeners = l;
+	pthread_mutex_unlock(&ctx->objs_lock);
+	LC_INFO("listening on %s", l->url);
+	*out = l;
+	return 0;
+}
+
+int lc_listener_url(const lc_listener_t *l, char *buf, size_t cap)
+{
+	if (!l || !buf)
+		return -EINVAL;
+	size_t n = strlen(l->url);
+	if (n + 1 > cap)
+		return -ENOSPC;
+	memcpy(buf, l->url, n + 1);
+	return (int)n;
+}
+
+void lc_listener_destroy(lc_listener_t *l)
+{
+	if (!l)
+		return;
+	lc_ctx_t *ctx = l->ctx;
+	pthread_mutex_lock(&ctx->objs_lock);
+	if (l->ctx_prev)
+		l->ctx_prev->ctx_next = l->ctx_next;
+	else
+		ctx->listeners = l->ctx_next;
+	if (l->ctx_next)
+		l->ctx_next->ctx_prev = l->ctx_prev;
+	pthread_mutex_unlock(&ctx->objs_lock);
+	l->ops->listener_close(l);
+	free(l);
+}
+
+/* ---- connections ---- */
+
+int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *params,
+		   lc_conn_t **out)
+{
+	lc_conn_params_t p = {0};
+	if (!ctx || !url || !out || !params)
+		return -EINVAL;
+	memcpy(&p, params, LC__MIN(params->size ? params->size : sizeof p, sizeof p));
+	if (!p.cq || strlen(url) >= LC__URL_MAX || p.lanes < 0)
+		return -EINVAL;
+	const lc__transport_ops_t *ops = lc__transport_find(url);
+	if (!ops) {
+		LC_WARN("no transport for %s (built in: %s)", url, lc_transports());
+		return LC_ERR_NO_TRANSPORT;
+	}
+	lc_conn_t *c = calloc(1, sizeof *c);
+	if (!c)
+		return -ENOMEM;
+	c->ctx = ctx;
+	c->ops = ops;
+	c->cq = p.cq;
+	snprintf(c->url, sizeof c->url, "%s", url);
+	c->token = p.token;
+	c->has_token = p.has_token != 0;
+	c->lanes = p.lanes ? p.lanes : (int)lc__ctx_cfg(ctx, LC__CFG_tcp_lanes);
+	pthread_mutex_init(&c->lock, NULL);
+	c->pending.next = c->pending.prev = &c->pending;
+	int rc = ops->conn_open(c, url);
+	if (rc) {
+		LC_WARN("connection to %s: %s", url, lc_strerror(rc));
+		LC__COUNT(ctx, conns_failed);
+		pthread_mutex_destroy(&c->lock);
+		free(c);
+		return rc;
+	}
+	LC__COUNT(ctx, conns_opened);
+	pthread_mutex_lock(&ctx->objs_lock);
+	c->ctx_next = ctx->conns;
+	if (ctx->conns)
+		ctx->conns->ctx_prev = c;
+	ctx->conns = c;
+	pthread_mutex_unlock(&ctx->objs_lock);
+	*out = c;
+	return 0;
+}
+
+void lc_conn_destroy(lc_conn_t *c)
+{
+	if (!c)
+		return;
+	lc_ctx_t *ctx = c->ctx;
+	atomic_store(&c->closing, 1);
+	/* Unlink first: the deadline timer then no longer sees the connection. */
+	pthread_mutex_lock(&ctx->objs_lock);
+	if (c->ctx_prev)
+		c->ctx_prev->ctx_next = c->ctx_next;
+	else
+		ctx->conns = c->ctx_next;
+	if (c->ctx_next)
+		c->ctx_next->ctx_prev = c->ctx_prev;
+	pthread_mutex_unlock(&ctx->objs_lock);
+	c->ops->conn_close(c);
+	lc__conn_fail_all(c, LC_ERR_CANCELLED, "connection to %s closed", c->url);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+int lc_conn_import_region(lc_conn_t *c, const void *desc, size_t len, uint32_t *region_id_out)
+{
+	lc_region_desc_t d;
+	if (!c || !desc || !region_id_out)
+		return -EINVAL;
+	int rc = lc_region_unpack(desc, len, &d);
+	if (rc)
+		return rc;
+	if (c->ops->import_region) {
+		rc = c->ops->import_region(c, &d, (const uint8_t *)desc, len);
+		if (rc)
+			return rc;
+	}
+	*region_id_out = d.region_id;
+	return 0;
+}
+
+int lc_loop_set_faults(lc_conn_t *c, const lc_loop_faults_t *faults)
+{
+	if (!c || !faults || !c->ops->set_faults)
+		return -EINVAL;
+	return c->ops->set_faults(c, faults);
+}
+
+/* ---- batches ---- */
+
+static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__batch_t *b)
+{
+	size_t keep = 0;
+	for (size_t i = 0; i < n; i++)
+		keep += writes[i].length != 0;
+	b->writes = malloc((keep ? keep : 1) * sizeof *b->writes);
+	if (!b->writes)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		const lc_write_t *w = &writes[i];
+		lc__region_info_t src;
+		if (w->length == 0)
+			continue; /* lands nothing; complete with the rest */
+		if (!w->local || lc__local_find(c->ctx, w->local, w->length, &src)) {
+			LC_WARN("batch to %s: write %zu source %p+%llu is not in a registered region",
+				c->url, i, w->local, (unsigned long long)w->length);
+			return LC_ERR_REGION;
+		}
+		b->writes[b->nwrites++] = *w;
+		b->bytes += w->length;
+	}
+	return 0;
+}
+
+int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n,
+		  const lc_batch_params_t *params, uint64_t *batch_id)
+{
+	lc_batch_params_t p = {0};
+	int rc;
+	if (!c || !batch_id || (n && !writes))
+		return -EINVAL;
+	if (params)
+		memcpy(&p, params, LC__MIN(params->size ? params->size : sizeof p, sizeof p));
+	if (atomic_load(&c->closing))
+		return LC_ERR_CLOSED;
+	lc__batch_t *b = calloc(1, sizeof *b);
+	if (!b)
+		return -ENOMEM;
+	rc = copy_writes(c, writes, n, b);
+	if (rc)
+		goto fail_free;
+	rc = lc__cq_reserve(c->cq);
+	if (rc)
+		goto fail_free;
+
+	int64_t timeout_ms = p.timeout_ms ? p.timeout_ms : lc__ctx_cfg(c->ctx, LC__CFG_batch_timeout_ms);
+	b->conn = c;
+	b->room = p.room;
+	b->tag = p.tag;
+	b->user_data = p.user_data;
+	b->post_ns = lc__now_ns();
+	b->deadline_ns = timeout_ms > 0 ? b->post_ns + (uint64_t)timeout_ms * 1000000ull : 0;
+	atomic_init(&b->refs, 2); /* generic (until completion) + this call */
+
+	pthread_mutex_lock(&c->lock);
+	b->id = ++c->next_batch_id;
+	b->prev = c->pending.prev;
+	b->next = &c->pending;
+	c->pending.prev->next = b;
+	c->pending.prev = b;
+	c->npending++;
+	pthread_mutex_unlock(&c->lock);
+	LC__COUNT(c->ctx, batches_posted);
+	LC__COUNT_ADD(c->ctx, writes_posted, b->nwrites);
+	LC__COUNT_ADD(c->ctx, bytes_posted, b->bytes);
+	uint64_t id = b->id;
+
+	if (b->nwrites == 0) {
+		lc__batch_complete(b, 0, NULL);
+	} else {
+		if (b->deadline_ns)
+			lc__timer_kick(c->ctx, b->deadline_ns);
+		rc = c->ops->post(c, b);
+		if (rc < 0 && atomic_exchange(&b->completed, 1) == 0) {
+			/* Not taken and not completed by anyone: undo, no completion. */
+			pthread_mutex_lock(&c->lock);
+			b->prev->next = b->next;
+			b->next->prev = b->prev;
+			c->npending--;
+			pthread_mutex_unlock(&c->lock);
+			lc__cq_unreserve(c->cq);
+			lc__batch_unref(b);
+			lc__batch_unref(b);
+			return rc;
+		}
+	}
+	lc__batch_unref(b);
+	*batch_id = id;
+	return 0;
+
+fail_free:
+	free(b->writes);
+	free(b);
+	return rc;
+}
+
+static bool same_room(const lc__batch_t *b, const void *arg)
+{
+	return b->room == *(const uint64_t *)arg;
+}
+
+int lc_conn_cancel_room(lc_conn_t *c, uint64_t room)
+{
+	lc__batch_t **v;
+	int cancelled = 0;
+	if (!c)
+		return -EINVAL;
+	size_t n = lc__conn_collect(c, same_room, &room, &v);
+	for (size_t i = 0; i < n; i++) {
+		if (!lc__batch_is_completed(v[i])) {
+			lc__batch_complete(v[i], LC_ERR_CANCELLED, "room cancelled");
+			cancelled++;
+		}
+		lc__batch_unref(v[i]);
+	}
+	free(v);
+	if (c->ops->cancel_room)
+		c->ops->cancel_room(c, room);
+	return cancelled;
+}

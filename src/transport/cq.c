@@ -1,0 +1,124 @@
+/* Completion queues: a ring of completions and an eventfd for poll(). */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/common.h"
+#include "transport/cq.h"
+
+int lc_cq_create(lc_ctx_t *ctx, lc_cq_t **out)
+{
+	if (!ctx || !out)
+		return -EINVAL;
+	lc_cq_t *cq = calloc(1, sizeof *cq);
+	if (!cq)
+		return -ENOMEM;
+	cq->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (cq->efd < 0) {
+		int rc = -errno;
+		free(cq);
+		return rc;
+	}
+	cq->ctx = ctx;
+	pthread_mutex_init(&cq->lock, NULL);
+	*out = cq;
+	return 0;
+}
+
+void lc_cq_destroy(lc_cq_t *cq)
+{
+	if (!cq)
+		return;
+	close(cq->efd);
+	pthread_mutex_destroy(&cq->lock);
+	free(cq->ring);
+	free(cq);
+}
+
+int lc_cq_fd(lc_cq_t *cq)
+{
+	return cq ? cq->efd : -EINVAL;
+}
+
+int lc__cq_reserve(lc_cq_t *cq)
+{
+	int rc = 0;
+	pthread_mutex_lock(&cq->lock);
+	if (cq->count + cq->reserved + 1 > cq->cap) {
+		size_t ncap = cq->cap ? cq->cap * 2 : 64;
+		lc_completion_t *nr = malloc(ncap * sizeof *nr);
+		if (!nr) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		for (size_t i = 0; i < cq->count; i++)
+			nr[i] = cq->ring[(cq->head + i) % cq->cap];
+		free(cq->ring);
+		cq->ring = nr;
+		cq->cap = ncap;
+		cq->head = 0;
+	}
+	cq->reserved++;
+out:
+	pthread_mutex_unlock(&cq->lock);
+	return rc;
+}
+
+void lc__cq_unreserve(lc_cq_t *cq)
+{
+	pthread_mutex_lock(&cq->lock);
+	cq->reserved--;
+	pthread_mutex_unlock(&cq->lock);
+}
+
+void lc__cq_push(lc_cq_t *cq, const lc_completion_t *c)
+{
+	uint64_t one = 1;
+	pthread_mutex_lock(&cq->lock);
+	cq->ring[(cq->head + cq->count) % cq->cap] = *c;
+	cq->reserved--;
+	if (cq->count++ == 0 && write(cq->efd, &one, sizeof one) < 0)
+		LC_ERROR("completion queue eventfd write: %s", strerror(errno));
+	pthread_mutex_unlock(&cq->lock);
+}
+
+int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
+{
+	uint64_t drain;
+	int n = 0;
+	if (!cq || (!out && max > 0) || max < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&cq->lock);
+	while (n < max && cq->count > 0) {
+		out[n++] = cq->ring[cq->head];
+		cq->head = (cq->head + 1) % cq->cap;
+		cq->count--;
+	}
+	if (n > 0 && cq->count == 0 && read(cq->efd, &drain, sizeof drain) < 0 && errno != EAGAIN)
+		LC_ERROR("completion queue eventfd read: %s", strerror(errno));
+	pthread_mutex_unlock(&cq->lock);
+	return n;
+}
+
+int lc_cq_wait(lc_cq_t *cq, lc_completion_t *out, int max, int timeout_ms)
+{
+	uint64_t deadline = timeout_ms >= 0 ? lc__now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
+	for (;;) {
+		int n = lc_cq_poll(cq, out, max);
+		if (n != 0)
+			return n;
+		int wait_ms = -1;
+		if (timeout_ms >= 0) {
+			uint64_t now = lc__now_ns();
+			if (now >= deadline)
+				return 0;
+			wait_ms = (int)((deadline - now + 999999) / 1000000);
+		}
+		struct pollfd p = {.fd = cq->efd, .events = POLLIN};
+		if (poll(&p, 1, wait_ms) < 0 && errno != EINTR)
+			return -errno;
+	}
+}

@@ -1,0 +1,625 @@
+/*
+ * The transport conformance suite, written once and run for every transport:
+ *     conformance <loop|tcp|shm|ucx> <case>
+ * Each case is its own process (ctest runs one per test). A transport not
+ * built into the library, or not usable here, exits 77 (skipped).
+ *
+ * Receiver memory is filled with a canary byte; every case checks that bytes
+ * land exactly where they were written and granted, and nowhere else.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define REGION (16u << 20)
+#define CANARY 0xa5
+#define ROOM 1
+#define SEED 42
+
+typedef struct harness {
+	const char *tp;
+	lc_ctx_t *rx, *tx;
+	lc_listener_t *listener;
+	char url[256];
+	uint8_t *dst, *src;
+	lc_region_t *dst_region, *src_region;
+	uint32_t remote; /* the receiver's region id, as imported */
+	lc_cq_t *cq;
+	lc_conn_t *conn;
+	lc_token_t token;
+	pid_t child; /* receiver process, when the case needs one */
+} harness_t;
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static const char *listen_url(const char *tp)
+{
+	if (!strcmp(tp, "tcp"))
+		return "tcp://127.0.0.1:0";
+	if (!strcmp(tp, "ucx"))
+		return "ucx://127.0.0.1:0";
+	if (!strcmp(tp, "shm"))
+		return "shm://auto";
+	return "loop://auto";
+}
+
+static bool built_in(const char *tp)
+{
+	const char *list = lc_transports();
+	size_t n = strlen(tp);
+	for (const char *p = list; (p = strstr(p, tp)); p += n)
+		if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+/* The receiver side: context, listener, canary-filled region, a token. */
+static void receiver_setup(harness_t *h)
+{
+	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "rx"},
+			    &h->rx));
+	TU_OK(lc_mem_alloc(REGION, LC_MEM_SHAREABLE, (void **)&h->dst));
+	memset(h->dst, CANARY, REGION);
+	TU_OK(lc_region_register(h->rx, h->dst, REGION, &h->dst_region));
+	int rc = lc_listener_create(h->rx, listen_url(h->tp), &h->listener);
+	if (rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) {
+		fprintf(stderr, "skip: %s cannot listen here: %s\n", h->tp, lc_strerror(rc));
+		exit(TU_SKIP);
+	}
+	TU_OK(rc);
+	TU_OK(lc_listener_url(h->listener, h->url, sizeof h->url));
+	TU_OK(lc_token_issue(h->rx, &h->token));
+}
+
+/* The sender side: context, source region, queue, connection. */
+static void sender_setup(harness_t *h, const uint8_t *desc, size_t dlen)
+{
+	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "tx"},
+			    &h->tx));
+	TU_OK(lc_mem_alloc(REGION, LC_MEM_SHAREABLE, (void **)&h->src));
+	tu_fill(h->src, REGION, SEED);
+	TU_OK(lc_region_register(h->tx, h->src, REGION, &h->src_region));
+	TU_OK(lc_cq_create(h->tx, &h->cq));
+	lc_conn_params_t p = {.size = sizeof p, .cq = h->cq, .token = h->token, .has_token = 1};
+	TU_OK(lc_conn_create(h->tx, h->url, &p, &h->conn));
+	TU_OK(lc_conn_import_region(h->conn, desc, dlen, &h->remote));
+}
+
+static void setup(harness_t *h)
+{
+	uint8_t desc[LC_REGION_DESC_MAX];
+	receiver_setup(h);
+	int dlen = lc_region_pack(h->dst_region, desc, sizeof desc);
+	TU_OK(dlen);
+	sender_setup(h, desc, (size_t)dlen);
+}
+
+/* Receiver in a child process (for cases that kill or stop the peer). The
+ * child grants ROOM the whole region and sleeps until killed. */
+static void setup_remote(harness_t *h)
+{
+	int fds[2];
+	TU_CHECK(pipe(fds) == 0, "pipe");
+	h->child = fork();
+	TU_CHECK(h->child >= 0, "fork");
+	if (h->child == 0) {
+		uint8_t desc[LC_REGION_DESC_MAX];
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(fds[0]);
+		receiver_setup(h);
+		TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+		int dlen = lc_region_pack(h->dst_region, desc, sizeof desc);
+		TU_OK(dlen);
+		uint32_t n = (uint32_t)dlen;
+		if (write(fds[1], h->url, sizeof h->url) != (ssize_t)sizeof h->url ||
+		    write(fds[1], &h->token, sizeof h->token) != (ssize_t)sizeof h->token ||
+		    write(fds[1], &n, sizeof n) != (ssize_t)sizeof n ||
+		    write(fds[1], desc, n) != (ssize_t)n)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(fds[1]);
+	uint8_t desc[LC_REGION_DESC_MAX];
+	uint32_t n = 0;
+	TU_CHECK(read(fds[0], h->url, sizeof h->url) == (ssize_t)sizeof h->url &&
+			 read(fds[0], &h->token, sizeof h->token) == (ssize_t)sizeof h->token &&
+			 read(fds[0], &n, sizeof n) == (ssize_t)sizeof n && n <= sizeof desc &&
+			 read(fds[0], desc, n) == (ssize_t)n,
+		 "receiver child did not start");
+	close(fds[0]);
+	sender_setup(h, desc, n);
+}
+
+static void teardown(harness_t *h)
+{
+	if (h->child > 0) {
+		kill(h->child, SIGKILL);
+		waitpid(h->child, NULL, 0);
+	}
+	lc_ctx_destroy(h->tx);
+	lc_ctx_destroy(h->rx);
+	lc_cq_destroy(h->cq);
+	if (h->src)
+		lc_mem_free(h->src);
+	if (h->dst)
+		lc_mem_free(h->dst);
+}
+
+static lc_write_t wr(harness_t *h, uint64_t src_off, uint64_t dst_off, uint64_t len)
+{
+	return (lc_write_t){.local = h->src + src_off, .remote_offset = dst_off, .length = len,
+			    .remote_region = h->remote};
+}
+
+static lc_completion_t post_wait(harness_t *h, const lc_write_t *w, size_t n, uint64_t room,
+				 int64_t timeout_ms)
+{
+	lc_batch_params_t p = {.size = sizeof p, .room = room, .timeout_ms = timeout_ms};
+	uint64_t id;
+	TU_OK(lc_batch_post(h->conn, w, n, &p, &id));
+	lc_completion_t c = tu_wait_one(h->cq, 30000);
+	TU_CHECK(c.batch_id == id, "completion for batch %llu, expected %llu",
+		 (unsigned long long)c.batch_id, (unsigned long long)id);
+	return c;
+}
+
+static void expect_status(const lc_completion_t *c, int status)
+{
+	TU_CHECK(c->status == status, "status %s (%s), expected %s", lc_err_name(c->status),
+		 c->reason, lc_err_name(status));
+	TU_CHECK(status == 0 || c->reason[0], "a failed batch must carry a reason");
+}
+
+/* Every byte outside [lo, hi) still holds the canary. */
+static void expect_canary_outside(harness_t *h, size_t lo, size_t hi)
+{
+	for (size_t i = 0; i < REGION; i++) {
+		if (i == lo)
+			i = hi;
+		if (i >= REGION)
+			break;
+		TU_CHECK(h->dst[i] == CANARY, "byte %zu changed outside [%zu, %zu)", i, lo, hi);
+	}
+}
+
+static void expect_same(harness_t *h, uint64_t src_off, uint64_t dst_off, uint64_t len)
+{
+	TU_CHECK(!memcmp(h->src + src_off, h->dst + dst_off, len),
+		 "bytes at dst %llu differ from src %llu (+%llu)", (unsigned long long)dst_off,
+		 (unsigned long long)src_off, (unsigned long long)len);
+}
+
+/* ---- cases ---- */
+
+static void case_single_write(harness_t *h)
+{
+	setup(h);
+	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 4096, 65536));
+	lc_write_t w = wr(h, 0, 4096, 65536);
+	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
+	expect_status(&c, 0);
+	TU_CHECK(c.bytes == 65536 && c.room == ROOM, "bytes %llu room %llu",
+		 (unsigned long long)c.bytes, (unsigned long long)c.room);
+	expect_same(h, 0, 4096, 65536);
+	expect_canary_outside(h, 4096, 4096 + 65536);
+}
+
+static void case_batch_10000(harness_t *h)
+{
+	enum { N = 10000, LEN = 512 };
+	static lc_write_t w[N];
+	setup(h);
+	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, (uint64_t)N * LEN * 2));
+	/* Scattered destinations: every other slot, in a shuffled order. */
+	for (size_t i = 0; i < N; i++)
+		w[i] = wr(h, i * LEN, ((i * 7919) % N) * 2 * LEN, LEN);
+	lc_completion_t c = post_wait(h, w, N, ROOM, 0);
+	expect_status(&c, 0);
+	for (size_t i = 0; i < N; i++) {
+		expect_same(h, i * LEN, ((i * 7919) % N) * 2 * LEN, LEN);
+		TU_CHECK(h->dst[((i * 7919) % N) * 2 * LEN + LEN] == CANARY, "gap %zu written", i);
+	}
+}
+
+static void case_zero_length(harness_t *h)
+{
+	setup(h);
+	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, 8192));
+	lc_write_t only_empty = wr(h, 0, 0, 0);
+	lc_completion_t c = post_wait(h, &only_empty, 1, ROOM, 0);
+	expect_status(&c, 0);
+	lc_write_t mixed[3] = {wr(h, 0, 100, 0), wr(h, 0, 0, 4096), wr(h, 0, 5000, 0)};
+	c = post_wait(h, mixed, 3, ROOM, 0);
+	expect_status(&c, 0);
+	c = post_wait(h, NULL, 0, ROOM, 0);
+	expect_status(&c, 0);
+	expect_same(h, 0, 0, 4096);
+	expect_canary_outside(h, 0, 4096);
+}
+
+static void case_outside_region(harness_t *h)
+{
+	setup(h);
+	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+	lc_write_t w = wr(h, 0, REGION - 100, 4096);
+	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
+	expect_status(&c, LC_ERR_RANGE);
+	lc_write_t w2 = wr(h, 0, UINT64_MAX - 10, 4096); /* offset + length wraps */
+	c = post_wait(h, &w2, 1, ROOM, 0);
+	expect_status(&c, LC_ERR_RANGE);
+	expect_canary_outside(h, 0, 0);
+}
+
+static void case_outside_grant(harness_t *h)
+{
+	setup(h);
+	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, 65536));
+	lc_write_t straddle = wr(h, 0, 65536 - 512, 1024);
+	lc_completion_t c = post_wait(h, &straddle, 1, ROOM, 0);
+	expect_status(&c, LC_ERR_GRANT);
+	lc_write_t beyond = wr(h, 0, 65536, 4096);
+	c = post_wait(h, &beyond, 1, ROOM, 0);
+	expect_status(&c, LC_ERR_GRANT);
+	lc_write_t other_room = wr(h, 0, 0, 4096);
+	c = post_wait(h, &other_room, 1, ROOM + 1, 0);
+	expect_status(&c, LC_ERR_GRANT);
+	expect_canary_outside(h, 0, 0);
+	uint64_t rejected = 0;
+	TU_OK(lc_ctx_counter_by_name(h->rx, "writes_rejected_grant", &rejected));
+	TU_CHECK(rejected >= 3, "receiver counted %llu grant rejections",
+		 (unsigned long long)rejected);
+}
+
+static void case_revoked_grant(harness_t *h)
+{
+	setup(h);
+	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, 65536));
+	lc_write_t w = wr(h, 0, 0, 65536);
+	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
+	expect_status(&c, 0);
+	TU_CHECK(lc_grant_revoke(h->rx, ROOM) == 1, "revoke should report one range");
+	lc_write_t late = wr(h, 65536, 0, 65536); /* other bytes, same place */
+	c = post_wait(h, &late, 1, ROOM, 0);
+	expect_status(&c, LC_ERR_GRANT);
+	expect_same(h, 0, 0, 65536); /* still the first write's bytes */
+	expect_canary_outside(h, 0, 65536);
+}
+
+static void case_unknown_region(harness_t *h)
+{
+	setup(h);
+	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+	lc_write_t w = wr(h, 0, 0, 4096);
+	w.remote_region = h->remote + 1000;
+	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
+	expect_status(&c, LC_ERR_REGION);
+	expect_canary_outside(h, 0, 0);
+	/* A source outside the sender's registered memory is refused at post. */
+	uint8_t stack[64];
+	lc_write_t bad = {.local = stack, .length = sizeof stack, .remote_region = h->remote};
+	uint64_t id;
+	TU_CHECK(lc_batch_post(h->conn, &bad, 1, NULL, &id) == LC_ERR_REGION,
+		 "unregistered source accepted");
+	TU_CHECK(lc_cq_poll(h->cq, &(lc_completion_t){0}, 1) == 0,
+		 "a refused post must produce no completion");
+}
+
+typedef struct closer {
+	harness_t *h;
+	unsigned delay_ms;
+} closer_t;
+
+static void *close_listener_later(void *arg)
+{
+	closer_t *c = arg;
+	usleep(c->delay_ms * 1000);
+	lc_listener_destroy(c->h->listener);
+	c->h->listener = NULL;
+	return NULL;
+}
+
+static void case_peer_closes_mid_batch(harness_t *h)
+{
+	enum { N = 4096, LEN = 65536 };
+	static lc_write_t w[N];
+	lc_completion_t c;
+	if (!strcmp(h->tp, "loop")) {
+		/* In-process peer: slow the writes down, close the listener. */
+		setup(h);
+		TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+		lc_loop_faults_t f = {.size = sizeof f, .mask = LC_FAULT_DELAY, .delay_us = 1000};
+		TU_OK(lc_loop_set_faults(h->conn, &f));
+		for (size_t i = 0; i < 200; i++)
+			w[i] = wr(h, i * LEN, i * LEN, LEN);
+		pthread_t t;
+		closer_t cl = {h, 20};
+		lc_batch_params_t p = {.size = sizeof p, .room = ROOM, .timeout_ms = 20000};
+		uint64_t id, t0 = now_ms();
+		TU_OK(lc_batch_post(h->conn, w, 200, &p, &id));
+		pthread_create(&t, NULL, close_listener_later, &cl);
+		c = tu_wait_one(h->cq, 30000);
+		pthread_join(t, NULL);
+		TU_CHECK(now_ms() - t0 < 10000, "failure took %llu ms",
+			 (unsigned long long)(now_ms() - t0));
+	} else {
+		/* A real peer process, killed while a 256 MiB batch is under way. */
+		setup_remote(h);
+		lc_write_t first = wr(h, 0, 0, 4096);
+		c = post_wait(h, &first, 1, ROOM, 0);
+		expect_status(&c, 0);
+		for (size_t i = 0; i < N; i++)
+			w[i] = wr(h, (i * LEN) % REGION, (i * LEN) % REGION, LEN);
+		lc_batch_params_t p = {.size = sizeof p, .room = ROOM, .timeout_ms = 20000};
+		uint64_t id, t0 = now_ms();
+		TU_OK(lc_batch_post(h->conn, w, N, &p, &id));
+		kill(h->child, SIGKILL);
+		waitpid(h->child, NULL, 0);
+		h->child = 0;
+		c = tu_wait_one(h->cq, 30000);
+		TU_CHECK(now_ms() - t0 < 10000, "failure took %llu ms, deadline was 20000",
+			 (unsigned long long)(now_ms() - t0));
+	}
+	TU_CHECK(c.status == LC_ERR_PEER_CLOSED || c.status == LC_ERR_IO,
+		 "status %s (%s), expected the peer's close", lc_err_name(c.status), c.reason);
+	TU_CHECK(c.reason[0], "no reason");
+	fprintf(stderr, "peer closed: %s\n", c.reason);
+}
+
+/* A peer that accepts but never answers: a stopped process (or a dropped
+ * write on loop). */
+static void stalled_peer(harness_t *h)
+{
+	if (!strcmp(h->tp, "loop")) {
+		setup(h);
+		TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+		lc_write_t w = wr(h, 0, 0, 4096);
+		lc_completion_t c = post_wait(h, &w, 1, ROOM, 0); /* connected and working */
+		expect_status(&c, 0);
+		lc_loop_faults_t f = {.size = sizeof f, .mask = LC_FAULT_DROP_WRITE, .drop_write = 1};
+		TU_OK(lc_loop_set_faults(h->conn, &f));
+	} else {
+		setup_remote(h);
+		lc_write_t w = wr(h, 0, 0, 4096);
+		lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
+		expect_status(&c, 0);
+		kill(h->child, SIGSTOP);
+	}
+}
+
+static void case_deadline_expiry(harness_t *h)
+{
+	stalled_peer(h);
+	lc_write_t w = wr(h, 0, 8192, 4096);
+	uint64_t t0 = now_ms();
+	lc_completion_t c = post_wait(h, &w, 1, ROOM, 300);
+	uint64_t took = now_ms() - t0;
+	expect_status(&c, LC_ERR_EXPIRED);
+	TU_CHECK(took >= 250 && took < 5000, "expired after %llu ms, deadline 300 ms",
+		 (unsigned long long)took);
+}
+
+static void case_cancel_room(harness_t *h)
+{
+	stalled_peer(h);
+	lc_write_t w = wr(h, 0, 8192, 4096);
+	lc_batch_params_t p = {.size = sizeof p, .room = ROOM, .timeout_ms = 20000};
+	lc_batch_params_t other = {.size = sizeof p, .room = ROOM + 1, .timeout_ms = 20000};
+	uint64_t id, id_other;
+	TU_OK(lc_batch_post(h->conn, &w, 1, &p, &id));
+	TU_OK(lc_batch_post(h->conn, &w, 1, &other, &id_other));
+	TU_CHECK(lc_conn_cancel_room(h->conn, ROOM) == 1, "one batch should be cancelled");
+	lc_completion_t c = tu_wait_one(h->cq, 2000);
+	TU_CHECK(c.batch_id == id, "cancelled the wrong batch");
+	expect_status(&c, LC_ERR_CANCELLED);
+	TU_CHECK(lc_cq_poll(h->cq, &c, 1) == 0, "the other room's batch must stay pending");
+	TU_CHECK(lc_conn_cancel_room(h->conn, ROOM) == 0, "nothing left to cancel");
+}
+
+typedef struct submitter {
+	harness_t *h;
+	size_t base;
+	int rc;
+} submitter_t;
+
+static void *submit_many(void *arg)
+{
+	submitter_t *s = arg;
+	enum { BATCHES = 200, PER = 16, LEN = 1024 };
+	for (size_t b = 0; b < BATCHES && !s->rc; b++) {
+		lc_write_t w[PER];
+		for (size_t i = 0; i < PER; i++) {
+			size_t off = s->base + (b * PER + i) * LEN;
+			w[i] = wr(s->h, off, off, LEN);
+		}
+		lc_batch_params_t p = {.size = sizeof p, .room = ROOM, .user_data = s->base};
+		uint64_t id;
+		s->rc = lc_batch_post(s->h->conn, w, PER, &p, &id);
+	}
+	return NULL;
+}
+
+static void case_two_threads(harness_t *h)
+{
+	setup(h);
+	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+	submitter_t s[2] = {{h, 0, 0}, {h, 8u << 20, 0}};
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, submit_many, &s[i]);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	TU_OK(s[0].rc);
+	TU_OK(s[1].rc);
+	size_t per_thread[2] = {0, 0};
+	for (int got = 0; got < 400; got++) {
+		lc_completion_t c = tu_wait_one(h->cq, 30000);
+		expect_status(&c, 0);
+		per_thread[c.user_data ? 1 : 0]++;
+	}
+	TU_CHECK(per_thread[0] == 200 && per_thread[1] == 200, "completions %zu + %zu",
+		 per_thread[0], per_thread[1]);
+	TU_CHECK(lc_cq_poll(h->cq, &(lc_completion_t){0}, 1) == 0, "extra completion");
+	expect_same(h, 0, 0, 200 * 16 * 1024);
+	expect_same(h, 8u << 20, 8u << 20, 200 * 16 * 1024);
+}
+
+static void case_checksum_all(harness_t *h)
+{
+	enum { MAXW = 512 };
+	static lc_write_t w[MAXW];
+	size_t n = 0, off = 0;
+	setup(h);
+	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+	/* Sizes from 1 byte to 1 MiB at odd offsets, a canary gap after each. */
+	for (size_t len = 1; n < MAXW && off + len + 3 < REGION; len = len * 3 + 1) {
+		if (len > (1u << 20))
+			len = 1;
+		w[n] = wr(h, (n * 4099) % (REGION - len), off, len);
+		n++;
+		off += len + 3;
+	}
+	lc_completion_t c = post_wait(h, w, n, ROOM, 0);
+	expect_status(&c, 0);
+	uint64_t written = 0;
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *s = w[i].local;
+		TU_CHECK(tu_checksum(s, w[i].length) ==
+				 tu_checksum(h->dst + w[i].remote_offset, w[i].length),
+			 "checksum of write %zu (%llu bytes) differs", i,
+			 (unsigned long long)w[i].length);
+		for (int g = 0; g < 3; g++)
+			TU_CHECK(h->dst[w[i].remote_offset + w[i].length + g] == CANARY,
+				 "gap after write %zu", i);
+		written += w[i].length;
+	}
+	TU_CHECK(c.bytes == written, "completion bytes %llu, wrote %llu",
+		 (unsigned long long)c.bytes, (unsigned long long)written);
+	uint64_t applied;
+	TU_OK(lc_ctx_counter_by_name(h->rx, "bytes_applied", &applied));
+	TU_CHECK(applied == written, "receiver applied %llu bytes of %llu",
+		 (unsigned long long)applied, (unsigned long long)written);
+}
+
+static void case_bad_token(harness_t *h)
+{
+	setup(h);
+	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+	lc_conn_t *good = h->conn;
+	uint8_t desc[LC_REGION_DESC_MAX];
+	int dlen = lc_region_pack(h->dst_region, desc, sizeof desc);
+	for (int variant = 0; variant < 2; variant++) {
+		lc_conn_params_t p = {.size = sizeof p, .cq = h->cq, .token = h->token,
+				      .has_token = variant == 0};
+		p.token.bytes[3] ^= 0x40;
+		lc_conn_t *bad;
+		TU_OK(lc_conn_create(h->tx, h->url, &p, &bad));
+		TU_OK(lc_conn_import_region(bad, desc, (size_t)dlen, &h->remote));
+		h->conn = bad;
+		lc_write_t w = wr(h, 0, 0, 4096);
+		lc_completion_t c = post_wait(h, &w, 1, ROOM, 10000);
+		expect_status(&c, LC_ERR_AUTH);
+		lc_conn_destroy(bad);
+	}
+	h->conn = good;
+	expect_canary_outside(h, 0, 0);
+	uint64_t rejected;
+	TU_OK(lc_ctx_counter_by_name(h->rx, "conns_rejected_auth", &rejected));
+	TU_CHECK(rejected >= 2, "listener counted %llu rejections", (unsigned long long)rejected);
+	lc_write_t w = wr(h, 0, 0, 4096); /* the good connection still works */
+	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
+	expect_status(&c, 0);
+}
+
+static void case_unreachable_peer(harness_t *h)
+{
+	setup(h);
+	char url[256];
+	if (!strcmp(h->tp, "tcp") || !strcmp(h->tp, "ucx")) {
+		/* A port that was just free: bind, read it, close. */
+		lc_listener_t *tmp;
+		TU_OK(lc_listener_create(h->rx, listen_url(h->tp), &tmp));
+		TU_OK(lc_listener_url(tmp, url, sizeof url));
+		lc_listener_destroy(tmp);
+	} else {
+		snprintf(url, sizeof url, "%s://layercake-nobody-%d", h->tp, (int)getpid());
+	}
+	lc_conn_params_t p = {.size = sizeof p, .cq = h->cq, .token = h->token, .has_token = 1};
+	lc_conn_t *c;
+	uint64_t t0 = now_ms();
+	TU_OK(lc_conn_create(h->tx, url, &p, &c));
+	TU_CHECK(now_ms() - t0 < 1000, "lc_conn_create blocked for %llu ms",
+		 (unsigned long long)(now_ms() - t0));
+	uint8_t desc[LC_REGION_DESC_MAX];
+	uint32_t rid;
+	int dlen = lc_region_pack(h->dst_region, desc, sizeof desc);
+	TU_OK(lc_conn_import_region(c, desc, (size_t)dlen, &rid));
+	lc_write_t w = {.local = h->src, .length = 4096, .remote_region = rid};
+	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 20000};
+	uint64_t id;
+	TU_OK(lc_batch_post(c, &w, 1, &bp, &id));
+	lc_completion_t done = tu_wait_one(h->cq, 30000);
+	expect_status(&done, LC_ERR_UNREACHABLE);
+	TU_CHECK(now_ms() - t0 < 6000, "failing took %llu ms", (unsigned long long)(now_ms() - t0));
+	fprintf(stderr, "unreachable: %s\n", done.reason);
+	lc_conn_destroy(c);
+}
+
+static const struct {
+	const char *name;
+	void (*run)(harness_t *);
+} cases[] = {
+	{"single_write", case_single_write},
+	{"batch_10000", case_batch_10000},
+	{"zero_length", case_zero_length},
+	{"outside_region", case_outside_region},
+	{"outside_grant", case_outside_grant},
+	{"revoked_grant", case_revoked_grant},
+	{"unknown_region", case_unknown_region},
+	{"peer_closes_mid_batch", case_peer_closes_mid_batch},
+	{"deadline_expiry", case_deadline_expiry},
+	{"cancel_room", case_cancel_room},
+	{"two_threads", case_two_threads},
+	{"checksum_all", case_checksum_all},
+	{"bad_token", case_bad_token},
+	{"unreachable_peer", case_unreachable_peer},
+};
+
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: conformance <transport> <case>\n");
+		return 2;
+	}
+	tu_watchdog(55);
+	signal(SIGPIPE, SIG_IGN);
+	harness_t h = {.tp = argv[1]};
+	if (!built_in(h.tp)) {
+		fprintf(stderr, "skip: transport %s is not built in (have: %s)\n", h.tp,
+			lc_transports());
+		return TU_SKIP;
+	}
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		if (strcmp(argv[2], cases[i].name))
+			continue;
+		cases[i].run(&h);
+		teardown(&h);
+		printf("conformance %s %s: ok\n", h.tp, cases[i].name);
+		return 0;
+	}
+	fprintf(stderr, "unknown case %s\n", argv[2]);
+	return 2;
+}

@@ -1,0 +1,41 @@
+/* Helpers shared by the tests. */
+#ifndef LC_TESTUTIL_H
+#define LC_TESTUTIL_H
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "layercake.h"
+
+#define TU_SKIP 77
+
+/* Fail the test process with a message (for non-cmocka harnesses). */
+#define TU_CHECK(cond, ...)                                                     \
+	do {                                                                    \
+		if (!(cond)) {                                                  \
+			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                           \
+			fprintf(stderr, "\n");                                  \
+			exit(1);                                                \
+		}                                                               \
+	} while (0)
+#define TU_OK(expr)                                                             \
+	do {                                                                    \
+		int tu_rc_ = (expr);                                            \
+		TU_CHECK(tu_rc_ >= 0, "%s returned %d (%s: %s)", #expr, tu_rc_, \
+			 lc_err_name(tu_rc_), lc_strerror(tu_rc_));             \
+	} while (0)
+
+/* Deterministic bytes: fill/verify a buffer from a seed. */
+void tu_fill(void *buf, size_t n, uint64_t seed);
+/* Index of the first byte that differs from tu_fill's, or -1. */
+long tu_verify(const void *buf, size_t n, uint64_t seed);
+/* FNV-1a 64. */
+uint64_t tu_checksum(const void *buf, size_t n);
+/* Wait for exactly one completion (fails the test after timeout_ms). */
+lc_completion_t tu_wait_one(lc_cq_t *cq, int timeout_ms);
+/* Arm an alarm that kills the test process after `seconds` (belt and braces
+ * under ctest's own timeout). */
+void tu_watchdog(unsigned seconds);
+
+#endif

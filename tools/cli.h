@@ -1,0 +1,19 @@
+/* Subcommands of the CLI. Each takes argv starting at its own name. */
+#ifndef LC_CLI_H
+#define LC_CLI_H
+#include <stdbool.h>
+
+typedef struct lc_cli_command {
+	const char *name;
+	const char *summary;
+	int (*run)(int argc, char **argv);
+} lc_cli_command_t;
+
+int lc__cmd_info(int argc, char **argv);
+int lc__cmd_demo(int argc, char **argv);
+int lc__cmd_bench(int argc, char **argv);
+
+/* True if argv has --help or -h. */
+bool lc__cli_wants_help(int argc, char **argv);
+
+#endif

@@ -1,0 +1,79 @@
+/* `layercake info`: version, transports, configuration with current values. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "layercake.h"
+
+bool lc__cli_wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			return true;
+	return false;
+}
+
+static const char info_help[] =
+	"NAME\n"
+	"    layercake info - version, transports and configuration\n\n"
+	"SYNOPSIS\n"
+	"    layercake info [--config] [--json]\n\n"
+	"DESCRIPTION\n"
+	"    Prints the library version, the transports built in, and the configuration\n"
+	"    table: every knob with its LAYERCAKE_* environment variable, default,\n"
+	"    current value (after the environment) and help line.\n\n"
+	"OPTIONS\n"
+	"    --config   only the configuration table\n"
+	"    --json     one JSON object on stdout\n";
+
+int lc__cmd_info(int argc, char **argv)
+{
+	bool json = false, config_only = false;
+	lc_ctx_t *ctx;
+	if (lc__cli_wants_help(argc, argv)) {
+		fputs(info_help, stdout);
+		return 0;
+	}
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			json = true;
+		else if (!strcmp(argv[i], "--config"))
+			config_only = true;
+		else {
+			fprintf(stderr, "layercake info: unknown option %s\n", argv[i]);
+			return 2;
+		}
+	}
+	int rc = lc_ctx_create(NULL, &ctx);
+	if (rc) {
+		fprintf(stderr, "layercake info: %s\n", lc_strerror(rc));
+		return 1;
+	}
+	if (json) {
+		printf("{\"version\":\"%s\",\"transports\":\"%s\",\"config\":[", lc_version(),
+		       lc_transports());
+		for (int i = 0; i < lc_config_count(); i++) {
+			const lc_config_info_t *c = lc_config_info(i);
+			char v[32];
+			lc_ctx_config_get(ctx, c->name, v, sizeof v);
+			printf("%s{\"name\":\"%s\",\"env\":\"%s\",\"default\":%s,\"value\":%s,"
+			       "\"help\":\"%s\"}",
+			       i ? "," : "", c->name, c->env, c->default_str, v, c->help);
+		}
+		printf("]}\n");
+	} else {
+		if (!config_only)
+			printf("layercake %s\ntransports: %s\n\n", lc_version(), lc_transports());
+		printf("%-22s %-34s %9s %9s  %s\n", "knob", "environment", "default", "value",
+		       "help");
+		for (int i = 0; i < lc_config_count(); i++) {
+			const lc_config_info_t *c = lc_config_info(i);
+			char v[32];
+			lc_ctx_config_get(ctx, c->name, v, sizeof v);
+			printf("%-22s %-34s %9s %9s  %s\n", c->name, c->env, c->default_str, v,
+			       c->help);
+		}
+	}
+	lc_ctx_destroy(ctx);
+	return 0;
+}
