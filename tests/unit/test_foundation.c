@@ -1,0 +1,303 @@
+/* Unit tests of the foundation: errors, config, grants, regions, completion
+ * queues, descriptors, URL parsing. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core/config.h"
+#include "core/grant.h"
+#include "core/region.h"
+#include "layercake.h"
+#include "transport/cq.h"
+#include "transport/transport.h"
+
+static void error_names_and_texts_cover_library_and_errno_codes(void **state)
+{
+	(void)state;
+	assert_string_equal(lc_err_name(LC_ERR_GRANT), "LC_ERR_GRANT");
+	assert_string_equal(lc_err_name(-EINVAL), "LC_EINVAL");
+	assert_string_equal(lc_err_name(0), "LC_OK");
+	assert_string_equal(lc_err_name(-99999), "LC_UNKNOWN");
+	assert_string_equal(lc_strerror(LC_ERR_EXPIRED), "deadline expired");
+	/* errno values outside the table still get the C library's text */
+	assert_string_equal(lc_strerror(-ECONNREFUSED), strerror(ECONNREFUSED));
+	assert_non_null(lc_strerror(123456));
+	assert_int_equal(lc_version_number(), 100);
+	assert_string_equal(lc_version(), "0.1.0");
+}
+
+static void config_reads_environment_and_rejects_bad_values(void **state)
+{
+	(void)state;
+	lc__config_t cfg;
+	setenv("LAYERCAKE_TCP_LANES", "7", 1);
+	setenv("LAYERCAKE_BATCH_TIMEOUT_MS", "abc", 1);   /* malformed: ignored */
+	setenv("LAYERCAKE_HEARTBEAT_MISSES", "0", 1);     /* below the minimum: ignored */
+	lc__config_load(&cfg);
+	assert_int_equal(LC__CFG(&cfg, tcp_lanes), 7);
+	assert_int_equal(LC__CFG(&cfg, batch_timeout_ms), 30000);
+	assert_int_equal(LC__CFG(&cfg, heartbeat_misses), 2);
+	unsetenv("LAYERCAKE_TCP_LANES");
+	unsetenv("LAYERCAKE_BATCH_TIMEOUT_MS");
+	unsetenv("LAYERCAKE_HEARTBEAT_MISSES");
+
+	lc_ctx_t *ctx;
+	char buf[32];
+	int64_t v;
+	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
+	assert_int_equal(lc_ctx_config_set(ctx, "tcp_lanes", "3"), 0);
+	assert_int_equal(lc_ctx_config_get_int(ctx, "tcp_lanes", &v), 0);
+	assert_int_equal(v, 3);
+	assert_int_equal(lc_ctx_config_set(ctx, "tcp_lanes", "65"), -ERANGE);
+	assert_int_equal(lc_ctx_config_set(ctx, "tcp_lanes", "3x"), -EINVAL);
+	assert_int_equal(lc_ctx_config_set(ctx, "no_such_knob", "1"), -ENOENT);
+	assert_int_equal(lc_ctx_config_get(ctx, "tcp_lanes", buf, sizeof buf), 1);
+	assert_string_equal(buf, "3");
+	assert_int_equal(lc_ctx_config_get(ctx, "tcp_lanes", buf, 1), -ENOSPC);
+	for (int i = 0; i < lc_config_count(); i++) {
+		const lc_config_info_t *c = lc_config_info(i);
+		assert_non_null(c);
+		assert_true(strncmp(c->env, "LAYERCAKE_", 10) == 0);
+		assert_true(c->help[0] != '\0');
+	}
+	assert_null(lc_config_info(lc_config_count()));
+	lc_ctx_destroy(ctx);
+}
+
+static void grant_ranges_merge_and_lookup_needs_full_containment(void **state)
+{
+	(void)state;
+	lc__grant_table_t *t;
+	lc__grant_room_t *g;
+	assert_int_equal(lc__grant_table_create(&t), 0);
+	assert_int_equal(lc__grant_add(t, 5, 1, 0, 100), 0);
+	assert_int_equal(lc__grant_add(t, 5, 1, 200, 100), 0);
+	/* inside one range */
+	assert_int_equal(lc__grant_lookup(t, 5, 1, 10, 90, &g), 0);
+	lc__grant_put(g);
+	/* spans the hole [100, 200) */
+	assert_int_equal(lc__grant_lookup(t, 5, 1, 50, 200, &g), LC_ERR_GRANT);
+	/* filling the hole merges the three ranges into one */
+	assert_int_equal(lc__grant_add(t, 5, 1, 100, 100), 0);
+	assert_int_equal(lc__grant_lookup(t, 5, 1, 0, 300, &g), 0);
+	lc__grant_put(g);
+	assert_int_equal(lc__grant_lookup(t, 5, 1, 0, 301, &g), LC_ERR_GRANT);
+	/* another region, another room, wrapping offsets */
+	assert_int_equal(lc__grant_lookup(t, 5, 2, 0, 10, &g), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_lookup(t, 6, 1, 0, 10, &g), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_lookup(t, 5, 1, UINT64_MAX - 5, 10, &g), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_add(t, 5, 1, UINT64_MAX - 5, 10), -EINVAL);
+	assert_int_equal(lc__grant_add(t, 5, 1, 0, 0), -EINVAL);
+	assert_int_equal(lc__grant_revoke(t, 5), 1); /* one merged range */
+	assert_int_equal(lc__grant_lookup(t, 5, 1, 0, 10, &g), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_revoke(t, 5), 0);
+	lc__grant_table_destroy(t);
+}
+
+static void grant_table_grows_and_revokes_by_region(void **state)
+{
+	(void)state;
+	lc__grant_table_t *t;
+	lc__grant_room_t *g;
+	assert_int_equal(lc__grant_table_create(&t), 0);
+	for (uint64_t room = 1; room <= 5000; room++)
+		assert_int_equal(lc__grant_add(t, room, (uint32_t)(room % 3 + 1), room * 10, 10), 0);
+	assert_int_equal(lc__grant_rooms(t), 5000);
+	for (uint64_t room = 1; room <= 5000; room += 2)
+		assert_int_equal(lc__grant_revoke(t, room), 1);
+	assert_int_equal(lc__grant_rooms(t), 2500);
+	/* region 1 holds rooms with room % 3 == 0 */
+	int n = lc__grant_revoke_region(t, 1);
+	assert_true(n > 0);
+	for (uint64_t room = 2; room <= 5000; room += 2) {
+		int rc = lc__grant_lookup(t, room, (uint32_t)(room % 3 + 1), room * 10, 10, &g);
+		if (room % 3 == 0) {
+			assert_int_equal(rc, LC_ERR_GRANT);
+		} else {
+			assert_int_equal(rc, 0);
+			lc__grant_put(g);
+		}
+	}
+	lc__grant_table_destroy(t);
+}
+
+typedef struct copier {
+	lc__grant_room_t *g;
+	_Atomic int inside;
+	_Atomic int release;
+} copier_t;
+
+static void *hold_copy(void *arg)
+{
+	copier_t *c = arg;
+	assert_true(lc__grant_enter(c->g));
+	atomic_store(&c->inside, 1);
+	while (!atomic_load(&c->release))
+		usleep(100);
+	lc__grant_exit(c->g);
+	return NULL;
+}
+
+static void *revoke_room(void *arg)
+{
+	lc__grant_table_t *t = arg;
+	lc__grant_revoke(t, 9);
+	return NULL;
+}
+
+static void revoke_waits_for_a_copy_in_progress_and_blocks_new_ones(void **state)
+{
+	(void)state;
+	lc__grant_table_t *t;
+	copier_t c = {0};
+	pthread_t copier, revoker;
+	assert_int_equal(lc__grant_table_create(&t), 0);
+	assert_int_equal(lc__grant_add(t, 9, 1, 0, 4096), 0);
+	assert_int_equal(lc__grant_lookup(t, 9, 1, 0, 4096, &c.g), 0);
+	pthread_create(&copier, NULL, hold_copy, &c);
+	while (!atomic_load(&c.inside))
+		usleep(100);
+	pthread_create(&revoker, NULL, revoke_room, t);
+	usleep(20000);
+	/* the revoke cannot have returned: a copy is inside */
+	assert_int_equal(pthread_tryjoin_np(revoker, NULL), EBUSY);
+	atomic_store(&c.release, 1);
+	pthread_join(copier, NULL);
+	pthread_join(revoker, NULL);
+	/* the entry we still reference is revoked: no new copy may start */
+	assert_false(lc__grant_enter(c.g));
+	lc__grant_put(c.g);
+	lc__grant_table_destroy(t);
+}
+
+static void regions_reject_overlap_and_never_reuse_ids(void **state)
+{
+	(void)state;
+	lc__regions_t t;
+	struct lc_region *a, *b, *c;
+	lc__region_info_t info;
+	static uint8_t mem[3 * 4096];
+	assert_int_equal(lc__regions_init(&t), 0);
+	assert_int_equal(lc__regions_add(&t, NULL, mem, 4096, -1, 0, &a), 0);
+	assert_int_equal(lc__regions_add(&t, NULL, mem + 4096, 4096, -1, 0, &b), 0);
+	assert_int_equal(lc__regions_add(&t, NULL, mem + 100, 10, -1, 0, &c), -EEXIST);
+	assert_int_equal(lc__regions_add(&t, NULL, mem + 4000, 200, -1, 0, &c), -EEXIST);
+	assert_int_equal(lc__regions_find(&t, mem + 4090, 6, &info), 0);
+	assert_int_equal(info.id, a->id);
+	/* a range straddling two regions belongs to neither */
+	assert_int_equal(lc__regions_find(&t, mem + 4090, 10, &info), LC_ERR_REGION);
+	assert_int_equal(lc__regions_find(&t, mem + 2 * 4096, 1, &info), LC_ERR_REGION);
+	uint32_t old = a->id;
+	assert_int_equal(lc__regions_remove(&t, a), 0);
+	assert_int_equal(lc__regions_get(&t, old, &info), LC_ERR_REGION);
+	assert_int_equal(lc__regions_add(&t, NULL, mem, 4096, -1, 0, &a), 0);
+	assert_true(a->id != old);
+	assert_int_equal(lc__regions_get(&t, b->id, &info), 0);
+	assert_ptr_equal(info.addr, mem + 4096);
+	lc__regions_fini(&t);
+}
+
+static void completion_queue_fd_is_readable_exactly_while_nonempty(void **state)
+{
+	(void)state;
+	lc_ctx_t *ctx;
+	lc_cq_t *cq;
+	lc_completion_t out[4];
+	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
+	assert_int_equal(lc_cq_create(ctx, &cq), 0);
+	struct pollfd p = {.fd = lc_cq_fd(cq), .events = POLLIN};
+	assert_int_equal(poll(&p, 1, 0), 0);
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(lc__cq_reserve(cq), 0);
+	for (uint64_t i = 0; i < 100; i++)
+		lc__cq_push(cq, &(lc_completion_t){.batch_id = i});
+	assert_int_equal(poll(&p, 1, 0), 1);
+	uint64_t expect = 0;
+	int n;
+	while ((n = lc_cq_poll(cq, out, 4)) > 0) {
+		for (int i = 0; i < n; i++)
+			assert_int_equal(out[i].batch_id, expect++);
+		if (expect < 100)
+			assert_int_equal(poll(&p, 1, 0), 1);
+	}
+	assert_int_equal(expect, 100);
+	assert_int_equal(poll(&p, 1, 0), 0);
+	assert_int_equal(lc_cq_wait(cq, out, 4, 10), 0); /* times out */
+	lc_cq_destroy(cq);
+	lc_ctx_destroy(ctx);
+}
+
+static void region_descriptors_round_trip_and_reject_damage(void **state)
+{
+	(void)state;
+	lc_ctx_t *ctx;
+	lc_region_t *r;
+	lc_region_desc_t d;
+	uint8_t buf[LC_REGION_DESC_MAX];
+	void *mem;
+	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
+	assert_int_equal(lc_mem_alloc(1 << 20, LC_MEM_SHAREABLE, &mem), 0);
+	assert_int_equal((uintptr_t)mem % (2u << 20), 0);
+	assert_int_equal(lc_region_register(ctx, mem, 1 << 20, &r), 0);
+	int n = lc_region_pack(r, buf, sizeof buf);
+	assert_true(n >= 32);
+	assert_int_equal(lc_region_unpack(buf, (size_t)n, &d), 0);
+	assert_int_equal(d.region_id, lc_region_id(r));
+	assert_int_equal(d.length, 1 << 20);
+	for (int cut = 0; cut < n; cut++)
+		assert_int_equal(lc_region_unpack(buf, (size_t)cut, &d), LC_ERR_PROTO);
+	buf[4] = 99; /* version */
+	assert_int_equal(lc_region_unpack(buf, (size_t)n, &d), LC_ERR_PROTO);
+	assert_int_equal(lc_region_pack(r, buf, 8), -ENOSPC);
+	assert_int_equal(lc_grant_add(ctx, 1, r, (1 << 20) - 10, 11), LC_ERR_RANGE);
+	assert_int_equal(lc_region_deregister(r), 0);
+	assert_int_equal(lc_mem_free(mem), 0);
+	assert_int_equal(lc_mem_free(mem), -EINVAL);
+	lc_ctx_destroy(ctx);
+}
+
+static void urls_parse_hosts_ports_and_queries(void **state)
+{
+	(void)state;
+	char host[64];
+	int port;
+	uint64_t v;
+	assert_int_equal(lc__url_host_port("tcp://127.0.0.1:8998", "tcp", host, sizeof host, &port), 0);
+	assert_string_equal(host, "127.0.0.1");
+	assert_int_equal(port, 8998);
+	assert_int_equal(lc__url_host_port("tcp://[::1]:0", "tcp", host, sizeof host, &port), 0);
+	assert_string_equal(host, "::1");
+	assert_int_equal(port, 0);
+	assert_int_equal(lc__url_host_port("tcp://host", "tcp", host, sizeof host, &port), -EINVAL);
+	assert_int_equal(lc__url_host_port("tcp://h:70000", "tcp", host, sizeof host, &port), -EINVAL);
+	assert_int_equal(lc__url_host_port("shm://h:1", "tcp", host, sizeof host, &port), -EINVAL);
+	assert_int_equal(lc__url_query_u64("loop://x?a=1&fail_write=3", "fail_write", &v), 1);
+	assert_int_equal(v, 3);
+	assert_int_equal(lc__url_query_u64("loop://x?a=1", "fail_write", &v), 0);
+	assert_int_equal(lc__url_query_u64("loop://x?fail_write=3z", "fail_write", &v), -EINVAL);
+	assert_non_null(strstr(lc_transports(), "loop"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(error_names_and_texts_cover_library_and_errno_codes),
+		cmocka_unit_test(config_reads_environment_and_rejects_bad_values),
+		cmocka_unit_test(grant_ranges_merge_and_lookup_needs_full_containment),
+		cmocka_unit_test(grant_table_grows_and_revokes_by_region),
+		cmocka_unit_test(revoke_waits_for_a_copy_in_progress_and_blocks_new_ones),
+		cmocka_unit_test(regions_reject_overlap_and_never_reuse_ids),
+		cmocka_unit_test(completion_queue_fd_is_readable_exactly_while_nonempty),
+		cmocka_unit_test(region_descriptors_round_trip_and_reject_damage),
+		cmocka_unit_test(urls_parse_hosts_ports_and_queries),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
