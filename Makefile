@@ -24,13 +24,17 @@ test: deps
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+# UCX's memory hooks (libucm patches mmap/madvise) crash the sanitizers'
+# own interceptors; sanitizer runs turn them off.
+SAN_ENV = UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
+
 test-asan: deps
-	$(MAKE) test BUILD=build-asan CMAKE_OPTS="-DLC_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug" \
+	$(SAN_ENV) $(MAKE) test BUILD=build-asan CMAKE_OPTS="-DLC_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug" \
 	  CTEST_ARGS="$(CTEST_ARGS)"
 
 # ThreadSanitizer over the transport and engine tests.
 test-tsan: deps
-	$(MAKE) test BUILD=build-tsan CMAKE_OPTS="-DLC_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug" \
+	$(SAN_ENV) TSAN_OPTIONS="halt_on_error=1" $(MAKE) test BUILD=build-tsan CMAKE_OPTS="-DLC_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug" \
 	  CTEST_ARGS="-L conformance $(CTEST_ARGS)"
 
 # valgrind memcheck over the conformance suite.

@@ -379,8 +379,8 @@ static void case_peer_closes_mid_batch(harness_t *h)
 	fprintf(stderr, "peer closed: %s\n", c.reason);
 }
 
-/* A peer that accepts but never answers: a stopped process (or a dropped
- * write on loop). */
+/* A peer that accepts but never answers: a stopped process (or, on loop,
+ * writes delayed far past every deadline). */
 static void stalled_peer(harness_t *h)
 {
 	if (!strcmp(h->tp, "loop")) {
@@ -389,7 +389,8 @@ static void stalled_peer(harness_t *h)
 		lc_write_t w = wr(h, 0, 0, 4096);
 		lc_completion_t c = post_wait(h, &w, 1, ROOM, 0); /* connected and working */
 		expect_status(&c, 0);
-		lc_loop_faults_t f = {.size = sizeof f, .mask = LC_FAULT_DROP_WRITE, .drop_write = 1};
+		/* Every further write waits 60 s: the peer looks stopped. */
+		lc_loop_faults_t f = {.size = sizeof f, .mask = LC_FAULT_DELAY, .delay_us = 60000000};
 		TU_OK(lc_loop_set_faults(h->conn, &f));
 	} else {
 		setup_remote(h);
