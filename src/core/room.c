@@ -1,0 +1,258 @@
+/* Room table (chained hash) and the status machine. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/histogram.h"
+#include "core/room.h"
+
+static const char *const status_names[] = {"Failed", "Bootstrapping", "Bootstrapped",
+					   "WaitingForInput", "Transferring", "Success"};
+
+const char *lc_room_status_name(int status)
+{
+	if (status < 0 || status > LC_ROOM_SUCCESS)
+		return "Unknown";
+	return status_names[status];
+}
+
+const char *lc_fail_reason_name(int reason)
+{
+	switch (reason) {
+#define LC__FAIL_NAME(name, value, text)                                       \
+	case value:                                                            \
+		return text;
+		LC_ROOM_FAIL_REASONS(LC__FAIL_NAME)
+#undef LC__FAIL_NAME
+	default:
+		return "unknown";
+	}
+}
+
+/* legal[from][to]: the only place that decides which changes may happen.
+ * Statuses only grow; any unfinished status may fail; final ones stay. */
+static const bool legal[6][6] = {
+	/* to:              F  Bing Bed  WFI  Tr   S */
+	[LC_ROOM_FAILED] = {0, 0, 0, 0, 0, 0},
+	[LC_ROOM_BOOTSTRAPPING] = {1, 0, 1, 1, 1, 1},
+	[LC_ROOM_BOOTSTRAPPED] = {1, 0, 0, 1, 1, 1},
+	[LC_ROOM_WAITING_FOR_INPUT] = {1, 0, 0, 0, 1, 1},
+	[LC_ROOM_TRANSFERRING] = {1, 0, 0, 0, 0, 1},
+	[LC_ROOM_SUCCESS] = {0, 0, 0, 0, 0, 0},
+};
+
+bool lc__room_transition_legal(int from, int to)
+{
+	if (from < 0 || from > LC_ROOM_SUCCESS || to < 0 || to > LC_ROOM_SUCCESS)
+		return false;
+	return legal[from][to];
+}
+
+static uint64_t hash64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	return x;
+}
+
+int lc__room_table_init(lc__room_table_t *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->nbuckets = 64;
+	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
+	return t->buckets ? 0 : -ENOMEM;
+}
+
+static void room_free(lc__room_t *r)
+{
+	for (uint32_t i = 0; i < r->ndst; i++) {
+		lc__room_dst_t *d = &r->dst[i];
+		free(d->session_name);
+		free(d->pages);
+		free(d->state_slots);
+		free(d->dst_mask);
+		free(d->dst_local);
+	}
+	free(r->dst);
+	free(r->metadata);
+	free(r);
+}
+
+void lc__room_table_fini(lc__room_table_t *t)
+{
+	for (size_t i = 0; i < t->nbuckets; i++)
+		while (t->buckets[i]) {
+			lc__room_t *r = t->buckets[i];
+			t->buckets[i] = r->next;
+			room_free(r);
+		}
+	free(t->buckets);
+	t->buckets = NULL;
+	t->count = 0;
+}
+
+lc__room_t *lc__room_find(const lc__room_table_t *t, uint64_t id)
+{
+	for (lc__room_t *r = t->buckets[hash64(id) & (t->nbuckets - 1)]; r; r = r->next)
+		if (r->id == id)
+			return r;
+	return NULL;
+}
+
+static void grow(lc__room_table_t *t)
+{
+	size_t n = t->nbuckets * 2;
+	lc__room_t **b = calloc(n, sizeof(*b));
+	if (!b)
+		return; /* longer chains, still correct */
+	for (size_t i = 0; i < t->nbuckets; i++)
+		while (t->buckets[i]) {
+			lc__room_t *r = t->buckets[i];
+			t->buckets[i] = r->next;
+			r->next = b[hash64(r->id) & (n - 1)];
+			b[hash64(r->id) & (n - 1)] = r;
+		}
+	free(t->buckets);
+	t->buckets = b;
+	t->nbuckets = n;
+}
+
+int lc__room_open(lc__room_table_t *t, uint64_t id, uint64_t now_ns, lc__room_t **out)
+{
+	lc__room_t *r;
+	if (lc__room_find(t, id))
+		return -EEXIST;
+	if (t->count >= t->nbuckets)
+		grow(t);
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->id = id;
+	r->status = LC_ROOM_BOOTSTRAPPING;
+	r->opened_ns = now_ns;
+	r->next = t->buckets[hash64(id) & (t->nbuckets - 1)];
+	t->buckets[hash64(id) & (t->nbuckets - 1)] = r;
+	t->count++;
+	t->metrics.opened++;
+	LC_DEBUG("room %llu: opened (Bootstrapping)", (unsigned long long)id);
+	*out = r;
+	return 0;
+}
+
+void lc__room_remove(lc__room_table_t *t, lc__room_t *r)
+{
+	lc__room_t **pp = &t->buckets[hash64(r->id) & (t->nbuckets - 1)];
+	while (*pp && *pp != r)
+		pp = &(*pp)->next;
+	if (*pp) {
+		*pp = r->next;
+		t->count--;
+	}
+	room_free(r);
+}
+
+static void *dup_array(const void *src, size_t n, size_t elem, int *err)
+{
+	void *p;
+	if (!n || !src)
+		return NULL;
+	p = malloc(n * elem);
+	if (!p)
+		*err = -ENOMEM;
+	else
+		memcpy(p, src, n * elem);
+	return p;
+}
+
+int lc__room_add_dst(lc__room_t *r, const lc_dst_params_t *p, void *session)
+{
+	lc__room_dst_t *d;
+	int err = 0;
+	if (lc__room_final(r))
+		return LC_ERR_STATE;
+	if (!p->required_dst_count || (r->required && p->required_dst_count != r->required))
+		return -EINVAL;
+	if (r->required && r->ndst >= r->required)
+		return LC_ERR_STATE;
+	for (uint32_t i = 0; i < r->ndst; i++)
+		if (r->dst[i].session_name && p->session &&
+		    !strcmp(r->dst[i].session_name, p->session))
+			return -EEXIST;
+	if (!r->dst) {
+		r->dst = calloc(p->required_dst_count, sizeof(*r->dst));
+		if (!r->dst)
+			return -ENOMEM;
+		r->required = p->required_dst_count;
+	}
+	d = &r->dst[r->ndst];
+	memset(d, 0, sizeof(*d));
+	d->dummy = p->is_dummy != 0;
+	d->session = session;
+	d->prefix_len = p->prefix_len;
+	d->aux_index = p->aux_index;
+	if (p->session && !(d->session_name = strdup(p->session)))
+		err = -ENOMEM;
+	d->pages = dup_array(p->pages, p->page_count, sizeof(int64_t), &err);
+	d->page_count = d->pages ? p->page_count : 0;
+	d->state_slots = dup_array(p->state_slots, p->state_slot_count, sizeof(int64_t), &err);
+	d->state_slot_count = d->state_slots ? p->state_slot_count : 0;
+	if (p->dst_mask) {
+		d->dst_mask = dup_array(p->dst_mask, p->page_count, 1, &err);
+		d->dst_local = dup_array(p->dst_local, p->dst_local_count, sizeof(int64_t), &err);
+		d->dst_local_count = d->dst_local ? p->dst_local_count : 0;
+	}
+	if (err) {
+		free(d->session_name);
+		free(d->pages);
+		free(d->state_slots);
+		free(d->dst_mask);
+		free(d->dst_local);
+		memset(d, 0, sizeof(*d));
+		return err;
+	}
+	r->ndst++;
+	return 0;
+}
+
+int lc__room_set_state(lc__room_table_t *t, lc__room_t *r, int status, int fail_reason,
+		       const char *reason, uint64_t now_ns)
+{
+	int old = r->status;
+	if (lc__room_final(r)) {
+		if (status == old)
+			return 0;
+		LC_DEBUG("room %llu: %s -> %s refused (final)", (unsigned long long)r->id,
+			 lc_room_status_name(old), lc_room_status_name(status));
+		return LC_ERR_STATE;
+	}
+	if (status == old || (status != LC_ROOM_FAILED && status < old))
+		return 0; /* monotonic: an older update arriving late is absorbed */
+	if (!lc__room_transition_legal(old, status))
+		return LC_ERR_STATE;
+	r->status = status;
+	if (status == LC_ROOM_BOOTSTRAPPED)
+		r->bootstrapped_ns = now_ns;
+	if (lc__room_final(r)) {
+		r->final_ns = now_ns;
+		r->notify_pending = true;
+		lc__hist_add(&t->metrics.latency, now_ns - r->opened_ns);
+	}
+	if (status == LC_ROOM_FAILED) {
+		if (fail_reason <= LC_FAIL_NONE || fail_reason >= LC_FAIL_REASON_COUNT)
+			fail_reason = LC_FAIL_TRANSFER;
+		r->fail_reason = fail_reason;
+		lc__reason(r->reason, sizeof(r->reason), "%s",
+			   reason ? reason : lc_fail_reason_name(fail_reason));
+		t->metrics.failed++;
+		t->metrics.failed_by_reason[fail_reason]++;
+		LC_WARN("room %llu: %s -> Failed (%s): %s", (unsigned long long)r->id,
+			lc_room_status_name(old), lc_fail_reason_name(fail_reason), r->reason);
+	} else {
+		if (status == LC_ROOM_SUCCESS)
+			t->metrics.succeeded++;
+		LC_DEBUG("room %llu: %s -> %s", (unsigned long long)r->id,
+			 lc_room_status_name(old), lc_room_status_name(status));
+	}
+	return 1;
+}

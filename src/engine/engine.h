@@ -1,0 +1,20 @@
+/*
+ * The transfer engine (DESIGN.md section 3): internal declarations shared
+ * with the benchmarks and tests. The public API is in include/layercake.h.
+ */
+#ifndef LC_ENGINE_ENGINE_H
+#define LC_ENGINE_ENGINE_H
+
+#include "core/common.h"
+
+/* Called on the engine thread, with the engine lock held, right after a
+ * layer group was posted to every destination of a task: ready_ns is when
+ * the step that made the group ready was recorded (CPU producer) or first
+ * seen (outside producer); post_ns is after the last lc_batch_post;
+ * iteration numbers the loop iterations. Must not call into the engine.
+ * For benchmarks and tests. */
+typedef void (*lc__post_hook_fn)(void *arg, uint64_t room, uint32_t group, uint64_t ready_ns,
+				 uint64_t post_ns, uint64_t iteration);
+void lc__engine_set_post_hook(lc_engine_t *e, lc__post_hook_fn fn, void *arg);
+
+#endif

@@ -1,0 +1,778 @@
+/*
+ * The engine over loop:// in one process: a receiver context (D) with a
+ * listener, one region and grants; a sender context (P) with the engine; a
+ * producer that records layers; faults injected through loop URLs. No
+ * timing is asserted: every wait is for an event, bounded by a watchdog.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "engine/engine.h"
+#include "layercake.h"
+#include "testutil.h"
+
+#define L 4        /* layers */
+#define PAGES 32   /* pages per buffer */
+#define ITEM 256   /* bytes per page */
+#define NBUF (2 * L)
+#define BUF_BYTES (PAGES * ITEM)
+#define MAXD 3
+
+typedef struct event {
+	uint64_t room;
+	char session[64];
+	int status, reason;
+	char meta[64];
+	size_t meta_len;
+	int bytes_ok; /* every byte of the room in place when Success came */
+} event_t;
+
+typedef struct fx {
+	lc_ctx_t *p, *d;
+	lc_listener_t *listener;
+	lc_region_t *dreg, *preg;
+	uint8_t *pmem, *dmem[MAXD];
+	lc_region_t *dregs[MAXD];
+	char url[128];
+	lc_token_t token;
+	lc_layout_t *layout;
+	lc_engine_t *e;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	event_t ev[64];
+	int nev;
+	uint32_t landed[MAXD];
+	uint64_t landed_room[MAXD];
+	int landed_calls, landed_regressed;
+	uint64_t posts, first_iter, last_iter;
+	/* what a successful room must have delivered, for the in-callback check */
+	int64_t expect_src[PAGES], expect_dst[PAGES];
+	size_t expect_n;
+} fx_t;
+
+static int fx_id;
+
+static int session_index(const char *s)
+{
+	return s[0] == 'd' ? s[1] - '0' : 0;
+}
+
+static bool pages_landed(fx_t *f, int di)
+{
+	for (int b = 0; b < NBUF; b++)
+		for (size_t i = 0; i < f->expect_n; i++)
+			if (memcmp(f->pmem + b * BUF_BYTES + f->expect_src[i] * ITEM,
+				   f->dmem[di] + b * BUF_BYTES + f->expect_dst[i] * ITEM, ITEM))
+				return false;
+	return true;
+}
+
+static void on_status(void *arg, uint64_t room, const char *session, int status, int reason,
+		      const char *text, const void *meta, size_t meta_len)
+{
+	fx_t *f = arg;
+	pthread_mutex_lock(&f->lock);
+	event_t *e = &f->ev[f->nev++ % 64];
+	e->room = room;
+	snprintf(e->session, sizeof(e->session), "%s", session);
+	e->status = status;
+	e->reason = reason;
+	e->meta_len = meta_len;
+	if (meta_len && meta_len <= sizeof(e->meta))
+		memcpy(e->meta, meta, meta_len);
+	e->bytes_ok = status == LC_ROOM_SUCCESS ? pages_landed(f, session_index(session)) : 0;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void on_landed(void *arg, uint64_t room, const char *session, uint32_t layers)
+{
+	fx_t *f = arg;
+	pthread_mutex_lock(&f->lock);
+	int i = session_index(session);
+	if (room != f->landed_room[i])
+		f->landed[i] = 0;
+	if (layers <= f->landed[i])
+		f->landed_regressed = 1; /* must only ever grow */
+	f->landed_room[i] = room;
+	f->landed[i] = layers;
+	f->landed_calls++;
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void on_post(void *arg, uint64_t room, uint32_t group, uint64_t ready_ns, uint64_t post_ns,
+		    uint64_t iteration)
+{
+	fx_t *f = arg; /* engine thread, engine lock held: no engine calls */
+	pthread_mutex_lock(&f->lock);
+	if (!f->posts++)
+		f->first_iter = iteration;
+	f->last_iter = iteration;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* Knobs for the sender context, "name=value" pairs ending with NULL. */
+static fx_t *fx_new(const char *const *knobs, int external_counter)
+{
+	fx_t *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->cond, NULL);
+	lc_ctx_params_t cp = {.size = sizeof(cp), .name = "D"};
+	assert_int_equal(lc_ctx_create(&cp, &f->d), 0);
+	cp.name = "P";
+	assert_int_equal(lc_ctx_create(&cp, &f->p), 0);
+	for (int i = 0; knobs && knobs[i]; i += 2)
+		assert_int_equal(lc_ctx_config_set(f->p, knobs[i], knobs[i + 1]), 0);
+	snprintf(f->url, sizeof(f->url), "loop://engine-%d-%d", (int)getpid(), ++fx_id);
+	assert_int_equal(lc_listener_create(f->d, f->url, &f->listener), 0);
+	assert_int_equal(lc_token_issue(f->d, &f->token), 0);
+	for (int i = 0; i < MAXD; i++) {
+		f->dmem[i] = calloc(1, NBUF * BUF_BYTES);
+		assert_int_equal(lc_region_register(f->d, f->dmem[i], NBUF * BUF_BYTES, &f->dregs[i]),
+				 0);
+	}
+	f->pmem = malloc(NBUF * BUF_BYTES);
+	tu_fill(f->pmem, NBUF * BUF_BYTES, 42);
+	assert_int_equal(lc_region_register(f->p, f->pmem, NBUF * BUF_BYTES, &f->preg), 0);
+	void *bases[NBUF];
+	for (int b = 0; b < NBUF; b++)
+		bases[b] = f->pmem + b * BUF_BYTES;
+	lc_layout_params_t lp = {.size = sizeof(lp), .model = LC_LAYOUT_MHA, .layers = L,
+				 .pages = PAGES, .item_len = {ITEM}, .bases = bases};
+	assert_int_equal(lc_layout_build(&lp, &f->layout), 0);
+	lc_engine_params_t ep = {.size = sizeof(ep), .layout = f->layout, .name = "test",
+				 .status_cb = on_status, .status_arg = f, .landed_cb = on_landed,
+				 .landed_arg = f, .external_counter = external_counter};
+	assert_int_equal(lc_engine_create(f->p, &ep, &f->e), 0);
+	lc__engine_set_post_hook(f->e, on_post, f);
+	return f;
+}
+
+/* Register D session "d<i>" (its own region) with an optional URL query. */
+static void fx_session(fx_t *f, int i, const char *query)
+{
+	char name[16], url[192];
+	uint8_t desc[LC_REGION_DESC_MAX];
+	int n = lc_region_pack(f->dregs[i], desc, sizeof(desc));
+	assert_true(n > 0);
+	const void *descs[] = {desc};
+	size_t lens[] = {(size_t)n};
+	uint32_t region[NBUF] = {0};
+	uint64_t offset[NBUF];
+	for (int b = 0; b < NBUF; b++)
+		offset[b] = (uint64_t)b * BUF_BYTES;
+	snprintf(name, sizeof(name), "d%d", i);
+	snprintf(url, sizeof(url), "%s%s", f->url, query ? query : "");
+	lc_session_params_t sp = {.size = sizeof(sp), .name = name, .url = url, .token = f->token,
+				  .has_token = 1, .region_descs = descs, .region_desc_lens = lens,
+				  .region_count = 1, .buffer_region = region,
+				  .buffer_offset = offset};
+	assert_int_equal(lc_engine_session_add(f->e, &sp), 0);
+}
+
+static void fx_free(fx_t *f)
+{
+	lc_engine_destroy(f->e);
+	assert_false(f->landed_regressed);
+	lc_layout_destroy(f->layout);
+	lc_ctx_destroy(f->p);
+	lc_ctx_destroy(f->d);
+	for (int i = 0; i < MAXD; i++)
+		free(f->dmem[i]);
+	free(f->pmem);
+	pthread_mutex_destroy(&f->lock);
+	pthread_cond_destroy(&f->cond);
+	free(f);
+}
+
+/* Destination for session i: D pages dst[0..n) (granted for the room). */
+static void fx_dst(fx_t *f, uint64_t room, int i, uint32_t required, const int64_t *dst,
+		   size_t n, int dummy)
+{
+	char name[16];
+	snprintf(name, sizeof(name), "d%d", i);
+	if (!dummy)
+		assert_int_equal(lc_grant_add(f->d, room, f->dregs[i], 0, NBUF * BUF_BYTES), 0);
+	lc_dst_params_t dp = {.size = sizeof(dp), .session = dummy ? NULL : name, .pages = dst,
+			      .page_count = n, .required_dst_count = required, .is_dummy = dummy};
+	assert_int_equal(lc_engine_room_dst_add(f->e, room, &dp), 0);
+}
+
+static int fx_chunk(fx_t *f, uint64_t room, const int64_t *src, size_t n, uint64_t dst_index,
+		    int last)
+{
+	lc_chunk_t c = {.size = sizeof(c), .room = room, .pages = src, .page_count = n,
+			.dst_index = dst_index, .is_last = last};
+	return lc_engine_chunk_add(f->e, &c);
+}
+
+static void record_layers(fx_t *f, int n)
+{
+	for (int i = 0; i < n; i++)
+		assert_int_equal(lc_engine_record_cache(f->e), 0);
+}
+
+/* Wait (bounded) for the n-th status event. */
+static void wait_events(fx_t *f, int n)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 20;
+	pthread_mutex_lock(&f->lock);
+	while (f->nev < n)
+		if (pthread_cond_timedwait(&f->cond, &f->lock, &ts)) {
+			pthread_mutex_unlock(&f->lock);
+			fail_msg("timed out waiting for %d status events (have %d)", n, f->nev);
+		}
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void wait_posts(fx_t *f, uint64_t n)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 20;
+	pthread_mutex_lock(&f->lock);
+	while (f->posts < n)
+		if (pthread_cond_timedwait(&f->cond, &f->lock, &ts)) {
+			pthread_mutex_unlock(&f->lock);
+			fail_msg("timed out waiting for %llu posts", (unsigned long long)n);
+		}
+	pthread_mutex_unlock(&f->lock);
+}
+
+static int room_status(fx_t *f, uint64_t room, lc_room_info_t *info)
+{
+	memset(info, 0, sizeof(*info));
+	info->size = sizeof(*info);
+	return lc_engine_room_status(f->e, room, info);
+}
+
+static lc_engine_metrics_t metrics(fx_t *f)
+{
+	lc_engine_metrics_t m = {.size = sizeof(m)};
+	assert_int_equal(lc_engine_metrics(f->e, &m), 0);
+	return m;
+}
+
+static void expect(fx_t *f, const int64_t *src, const int64_t *dst, size_t n)
+{
+	pthread_mutex_lock(&f->lock);
+	memcpy(f->expect_src, src, n * sizeof(int64_t));
+	memcpy(f->expect_dst, dst, n * sizeof(int64_t));
+	f->expect_n = n;
+	pthread_mutex_unlock(&f->lock);
+}
+
+static const int64_t SRC[] = {3, 4, 5, 9, 10, 20};
+static const int64_t DST[] = {0, 1, 2, 7, 8, 30};
+
+/* A producer that records the layers of one forward at a set pace, then the
+ * batch's aux step. */
+typedef struct producer {
+	fx_t *f;
+	int layers;
+	int pace_us;
+	int aux;
+} producer_t;
+
+static void *produce(void *arg)
+{
+	producer_t *p = arg;
+	for (int i = 0; i < p->layers; i++) {
+		usleep((useconds_t)p->pace_us);
+		lc_engine_record_cache(p->f->e);
+	}
+	if (p->aux)
+		lc_engine_record_aux(p->f->e);
+	return NULL;
+}
+
+static void layers_stream_while_the_producer_records_them(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 7, 0, 1, DST, 6, 0);
+	expect(f, SRC, DST, 6);
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+	assert_int_equal(fx_chunk(f, 7, SRC, 6, 0, 1), 0);
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	producer_t p = {f, L, 2000, 1};
+	pthread_t th;
+	pthread_create(&th, NULL, produce, &p);
+	pthread_join(th, NULL);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 7, "tok=42", 6), 0);
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].status, LC_ROOM_SUCCESS);
+	assert_int_equal(f->ev[0].meta_len, 6);
+	assert_memory_equal(f->ev[0].meta, "tok=42", 6);
+	assert_true(f->ev[0].bytes_ok);
+	assert_int_equal(f->landed[0], L);
+	lc_room_info_t info;
+	assert_int_equal(room_status(f, 7, &info), 0);
+	assert_int_equal(info.status, LC_ROOM_SUCCESS);
+	lc_engine_metrics_t m = metrics(f);
+	/* One batch per (task, destination, group); runs coalesced: 3 per buffer. */
+	assert_int_equal(m.batches_posted, L);
+	assert_int_equal(m.writes_posted, L * 2 * 3);
+	assert_int_equal(m.bytes_acked, (uint64_t)NBUF * 6 * ITEM);
+	assert_int_equal(m.rooms_succeeded, 1);
+	fx_free(f);
+}
+
+static void every_ready_group_goes_out_in_one_iteration(void **state)
+{
+	fx_t *f = fx_new(NULL, 1);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 8, 0, 1, DST, 6, 0);
+	/* The forward already ran: the outside producer's word says L. */
+	uint64_t *word;
+	assert_int_equal(lc_engine_counter(f->e, LC_STEP_CACHE, &word), 0);
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+	assert_int_equal(fx_chunk(f, 8, SRC, 6, 0, 0), 0);
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	__atomic_store_n(word, L, __ATOMIC_RELEASE);
+	wait_posts(f, L);
+	pthread_mutex_lock(&f->lock);
+	assert_int_equal(f->first_iter, f->last_iter); /* not one layer per iteration */
+	pthread_mutex_unlock(&f->lock);
+	fx_free(f);
+}
+
+static void batches_are_stamped_and_empty_batches_still_reserve(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 9, 0, 1, DST, 6, 0);
+	/* An empty non-idle batch reserves L steps; an idle one reserves none. */
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	assert_int_equal(lc_engine_batch_begin(f->e, 1), 0);
+	assert_int_equal(fx_chunk(f, 9, SRC, 6, 0, 1), LC_ERR_STATE); /* not dropped silently */
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+	assert_int_equal(fx_chunk(f, 9, SRC, 6, 0, 1), 0);
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	/* The empty batch's forward: these steps are not the chunk's. */
+	record_layers(f, L);
+	assert_int_equal(lc_engine_record_aux(f->e), 0);
+	usleep(20000);
+	pthread_mutex_lock(&f->lock);
+	assert_int_equal(f->posts, 0); /* stamped at step L, not 0 */
+	pthread_mutex_unlock(&f->lock);
+	/* The chunk's forward: the first layer group is step L. */
+	record_layers(f, 1);
+	wait_posts(f, 1);
+	record_layers(f, L - 1);
+	assert_int_equal(lc_engine_record_aux(f->e), 0);
+	wait_posts(f, L);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 9, NULL, 0), 0);
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].status, LC_ROOM_SUCCESS);
+	lc_engine_metrics_t m = metrics(f);
+	assert_true(m.bad_input >= 1);
+	fx_free(f);
+}
+
+static void batch_calls_out_of_order_are_refused(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	assert_int_equal(lc_engine_batch_end(f->e), LC_ERR_STATE);
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), LC_ERR_STATE);
+	assert_int_equal(fx_chunk(f, 12345, SRC, 6, 0, 1), -ENOENT);
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	fx_free(f);
+}
+
+static void dummy_destinations_succeed_without_writes(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	fx_dst(f, 10, 0, 1, NULL, 0, 1);
+	lc_room_info_t info;
+	assert_int_equal(room_status(f, 10, &info), 0);
+	assert_int_equal(info.status, LC_ROOM_BOOTSTRAPPED);
+	assert_int_equal(fx_chunk(f, 10, SRC, 6, 0, 1), 0);
+	for (int i = 0; i < 2000; i++) {
+		assert_int_equal(room_status(f, 10, &info), 0);
+		if (info.status == LC_ROOM_SUCCESS)
+			break;
+		usleep(1000);
+	}
+	assert_int_equal(info.status, LC_ROOM_SUCCESS);
+	lc_engine_metrics_t m = metrics(f);
+	assert_int_equal(m.batches_posted, 0);
+	assert_int_equal(f->nev, 0); /* a dummy is told nothing */
+	fx_free(f);
+}
+
+static void fan_in(fx_t *f, uint64_t room, int n)
+{
+	lc_room_info_t info;
+	for (int i = 0; i < n; i++) {
+		fx_session(f, i, NULL);
+		fx_dst(f, room, i, (uint32_t)n, DST, 6, 0);
+		assert_int_equal(room_status(f, room, &info), 0);
+		assert_int_equal(info.dst_count, i + 1);
+		if (i < n - 1) {
+			assert_int_equal(info.status, LC_ROOM_BOOTSTRAPPING);
+			assert_int_equal(fx_chunk(f, room, SRC, 6, 0, 1), LC_ERR_STATE);
+		}
+	}
+	assert_int_equal(info.status, LC_ROOM_BOOTSTRAPPED);
+	expect(f, SRC, DST, 6);
+	assert_int_equal(fx_chunk(f, room, SRC, 6, 0, 1), 0);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, room, "m", 1), 0);
+	wait_events(f, n);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(f->ev[i].status, LC_ROOM_SUCCESS);
+		assert_true(f->ev[i].bytes_ok);
+	}
+	usleep(20000);
+	assert_int_equal(f->nev, n); /* once per destination */
+}
+
+static void fan_in_of_two_destinations(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	fan_in(f, 11, 2);
+	fx_free(f);
+}
+
+static void fan_in_of_three_destinations(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	fan_in(f, 12, 3);
+	fx_free(f);
+}
+
+static void second_destination_finishing_first_does_not_succeed_early(void **state)
+{
+	/* d0's writes are slow, d1's fast: d1's acknowledgements all arrive
+	 * first. The seed's index-aligned polls (9.1.5) would declare the task
+	 * done; here Success must wait for every byte at d0. */
+	fx_t *f = fx_new(NULL, 0);
+	fx_session(f, 0, "?delay_us=20000");
+	fx_session(f, 1, NULL);
+	fx_dst(f, 13, 0, 2, DST, 6, 0);
+	fx_dst(f, 13, 1, 2, DST, 6, 0);
+	expect(f, SRC, DST, 6);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 13, "m", 1), 0);
+	assert_int_equal(fx_chunk(f, 13, SRC, 6, 0, 1), 0);
+	wait_events(f, 2);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(f->ev[i].status, LC_ROOM_SUCCESS);
+		assert_true(f->ev[i].bytes_ok); /* d0's bytes in place at Success */
+	}
+	fx_free(f);
+}
+
+static void failure_in_layer_k_fails_the_room_once_and_tells_every_destination(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	fx_session(f, 0, "?fail_tag=2"); /* layer group 2 fails at d0 */
+	fx_session(f, 1, NULL);
+	fx_dst(f, 14, 0, 2, DST, 6, 0);
+	fx_dst(f, 14, 1, 2, DST, 6, 0);
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+	assert_int_equal(fx_chunk(f, 14, SRC, 6, 0, 1), 0);
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	producer_t p = {f, L, 1000, 1};
+	pthread_t th;
+	pthread_create(&th, NULL, produce, &p);
+	pthread_join(th, NULL);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 14, "m", 1), 0);
+	wait_events(f, 2);
+	usleep(50000); /* give a duplicate a chance to show up */
+	assert_int_equal(f->nev, 2);
+	assert_int_equal(f->ev[0].status, LC_ROOM_FAILED);
+	assert_int_equal(f->ev[1].status, LC_ROOM_FAILED);
+	assert_int_equal(f->ev[0].reason, LC_FAIL_TRANSFER);
+	assert_true(strcmp(f->ev[0].session, f->ev[1].session) != 0);
+	lc_room_info_t info;
+	assert_int_equal(room_status(f, 14, &info), 0);
+	assert_int_equal(info.status, LC_ROOM_FAILED);
+	assert_int_equal(info.fail_reason, LC_FAIL_TRANSFER);
+	/* Reported: the room is gone, its id may start fresh. */
+	assert_int_equal(room_status(f, 14, &info), -ENOENT);
+	uint64_t failures = 0;
+	assert_int_equal(lc_engine_session_blocked(f->e, "d0", &failures), 1);
+	assert_int_equal(failures, 1);
+	assert_int_equal(lc_engine_session_blocked(f->e, "d1", NULL), 0);
+	lc_engine_metrics_t m = metrics(f);
+	assert_int_equal(m.rooms_failed, 1);
+	assert_int_equal(m.rooms_failed_by_reason[LC_FAIL_TRANSFER], 1);
+	fx_free(f);
+}
+
+static void blocked_session_fails_new_rooms_until_it_registers_again(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	fx_session(f, 0, "?fail_write=1");
+	fx_dst(f, 15, 0, 1, DST, 6, 0);
+	assert_int_equal(fx_chunk(f, 15, SRC, 6, 0, 1), 0);
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].status, LC_ROOM_FAILED);
+	/* Within the TTL: a new room fails at once, with no write. */
+	uint64_t posted = metrics(f).batches_posted;
+	fx_dst(f, 16, 0, 1, DST, 6, 0);
+	wait_events(f, 2);
+	assert_int_equal(f->ev[1].status, LC_ROOM_FAILED);
+	assert_int_equal(f->ev[1].reason, LC_FAIL_SESSION_BLOCKED);
+	assert_int_equal(metrics(f).batches_posted, posted);
+	/* Registering again clears the block. */
+	fx_session(f, 0, NULL);
+	assert_int_equal(lc_engine_session_blocked(f->e, "d0", NULL), 0);
+	fx_dst(f, 17, 0, 1, DST, 6, 0);
+	expect(f, SRC, DST, 6);
+	assert_int_equal(fx_chunk(f, 17, SRC, 6, 0, 1), 0);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 17, "m", 1), 0);
+	wait_events(f, 3);
+	assert_int_equal(f->ev[2].status, LC_ROOM_SUCCESS);
+	fx_free(f);
+}
+
+static void session_ttl_expiry_unblocks(void **state)
+{
+	const char *knobs[] = {"session_ttl_ms", "1", NULL};
+	fx_t *f = fx_new(knobs, 0);
+	fx_session(f, 0, "?fail_write=1");
+	fx_dst(f, 18, 0, 1, DST, 6, 0);
+	assert_int_equal(fx_chunk(f, 18, SRC, 6, 0, 1), 0);
+	wait_events(f, 1);
+	usleep(5000);
+	assert_int_equal(lc_engine_session_blocked(f->e, "d0", NULL), 0);
+	fx_free(f);
+}
+
+static void layer_that_never_becomes_ready_expires(void **state)
+{
+	const char *knobs[] = {"layer_timeout_ms", "100", NULL};
+	fx_t *f = fx_new(knobs, 0);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 19, 0, 1, DST, 6, 0);
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+	assert_int_equal(fx_chunk(f, 19, SRC, 6, 0, 1), 0);
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	record_layers(f, L - 1); /* the last layer never comes */
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].status, LC_ROOM_FAILED);
+	assert_int_equal(f->ev[0].reason, LC_FAIL_LAYER_TIMEOUT);
+	fx_free(f);
+}
+
+static void destination_that_never_acknowledges_expires(void **state)
+{
+	const char *knobs[] = {"transfer_timeout_ms", "100", NULL};
+	fx_t *f = fx_new(knobs, 0);
+	fx_session(f, 0, "?drop_write=1");
+	fx_dst(f, 20, 0, 1, DST, 6, 0);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 20, "m", 1), 0);
+	assert_int_equal(fx_chunk(f, 20, SRC, 6, 0, 1), 0);
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].status, LC_ROOM_FAILED);
+	assert_int_equal(f->ev[0].reason, LC_FAIL_TRANSFER_TIMEOUT);
+	fx_free(f);
+}
+
+static void metadata_that_never_arrives_expires(void **state)
+{
+	const char *knobs[] = {"metadata_timeout_ms", "100", NULL};
+	fx_t *f = fx_new(knobs, 0);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 21, 0, 1, DST, 6, 0);
+	assert_int_equal(fx_chunk(f, 21, SRC, 6, 0, 1), 0);
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].status, LC_ROOM_FAILED);
+	assert_int_equal(f->ev[0].reason, LC_FAIL_METADATA_TIMEOUT);
+	assert_true(metrics(f).bytes_acked > 0); /* the KV itself had landed */
+	fx_free(f);
+}
+
+static void aux_step_that_is_never_recorded_expires(void **state)
+{
+	const char *knobs[] = {"metadata_timeout_ms", "100", NULL};
+	fx_t *f = fx_new(knobs, 0);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 22, 0, 1, DST, 6, 0);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 22, "m", 1), 0);
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+	assert_int_equal(fx_chunk(f, 22, SRC, 6, 0, 1), 0);
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	record_layers(f, L); /* no record_aux */
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].status, LC_ROOM_FAILED);
+	assert_int_equal(f->ev[0].reason, LC_FAIL_METADATA_TIMEOUT);
+	fx_free(f);
+}
+
+static void room_without_all_destinations_expires(void **state)
+{
+	const char *knobs[] = {"bootstrap_timeout_ms", "100", NULL};
+	fx_t *f = fx_new(knobs, 0);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 23, 0, 2, DST, 6, 0); /* the second never comes */
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].reason, LC_FAIL_BOOTSTRAP_TIMEOUT);
+	fx_free(f);
+}
+
+static void cancel_stops_submitting_and_tells_destinations_once(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 24, 0, 1, DST, 6, 0);
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+	assert_int_equal(fx_chunk(f, 24, SRC, 6, 0, 1), 0);
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	record_layers(f, 1);
+	wait_posts(f, 1);
+	assert_int_equal(lc_engine_room_cancel(f->e, 24, "D aborted"), 0);
+	assert_int_equal(lc_engine_room_cancel(f->e, 24, "again"), LC_ERR_STATE);
+	uint64_t posted = metrics(f).batches_posted;
+	record_layers(f, L - 1);
+	lc_engine_record_aux(f->e);
+	wait_events(f, 1);
+	usleep(20000);
+	assert_int_equal(f->nev, 1);
+	assert_int_equal(f->ev[0].reason, LC_FAIL_CANCELLED);
+	assert_int_equal(metrics(f).batches_posted, posted);
+	fx_free(f);
+}
+
+static void short_destination_page_list_fails_instead_of_truncating(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 25, 0, 1, DST, 4, 0); /* D allocated 4 pages, the chunk has 6 */
+	assert_int_equal(fx_chunk(f, 25, SRC, 6, 0, 1), 0);
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].reason, LC_FAIL_BAD_INPUT);
+	assert_int_equal(metrics(f).batches_posted, 0);
+	fx_free(f);
+}
+
+static void chunked_room_succeeds_after_its_last_chunk(void **state)
+{
+	/* Two chunks, two batches: pages [0, 3) then [3, 6) of D's list. */
+	fx_t *f = fx_new(NULL, 0);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 26, 0, 1, DST, 6, 0);
+	expect(f, SRC, DST, 6);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+		assert_int_equal(fx_chunk(f, 26, SRC + 3 * k, 3, (uint64_t)(3 * k), k == 1), 0);
+		assert_int_equal(lc_engine_batch_end(f->e), 0);
+		record_layers(f, L);
+		lc_engine_record_aux(f->e);
+	}
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 26, "m", 1), 0);
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].status, LC_ROOM_SUCCESS);
+	assert_true(f->ev[0].bytes_ok);
+	fx_free(f);
+}
+
+static void finished_rooms_do_not_accumulate(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	fx_session(f, 0, NULL);
+	for (uint64_t room = 100; room < 140; room++) {
+		fx_dst(f, room, 0, 1, DST, 6, 0);
+		assert_int_equal(fx_chunk(f, room, SRC, 6, 0, 1), 0);
+		assert_int_equal(lc_engine_room_metadata_set(f->e, room, "m", 1), 0);
+	}
+	wait_events(f, 40);
+	lc_room_info_t info;
+	for (uint64_t room = 100; room < 140; room++) {
+		assert_int_equal(room_status(f, room, &info), 0);
+		assert_int_equal(info.status, LC_ROOM_SUCCESS);
+		assert_int_equal(room_status(f, room, &info), -ENOENT);
+	}
+	/* The same id again starts fresh. */
+	assert_int_equal(lc_engine_room_open(f->e, 100), 0);
+	assert_int_equal(room_status(f, 100, &info), 0);
+	assert_int_equal(info.status, LC_ROOM_BOOTSTRAPPING);
+	lc_engine_metrics_t m = metrics(f);
+	assert_int_equal(m.rooms_succeeded, 40);
+	assert_int_equal(m.rooms_active, 1);
+	fx_free(f);
+}
+
+static void destroy_fails_unfinished_rooms_once(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 27, 0, 1, DST, 6, 0);
+	lc_engine_destroy(f->e);
+	f->e = NULL;
+	assert_int_equal(f->nev, 1);
+	assert_int_equal(f->ev[0].reason, LC_FAIL_STOPPED);
+	fx_free(f);
+}
+
+static void stalled_destination_does_not_block_other_rooms(void **state)
+{
+	/* d0 never acknowledges room 28's first write. The seed's blocking
+	 * batch_transfer_sync would hold its only thread there; here room 29
+	 * on d1 completes meanwhile. */
+	fx_t *f = fx_new(NULL, 0);
+	fx_session(f, 0, "?drop_write=1");
+	fx_session(f, 1, NULL);
+	fx_dst(f, 28, 0, 1, DST, 6, 0);
+	fx_dst(f, 29, 1, 1, DST, 6, 0);
+	expect(f, SRC, DST, 6);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 28, "m", 1), 0);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 29, "m", 1), 0);
+	assert_int_equal(fx_chunk(f, 28, SRC, 6, 0, 1), 0);
+	wait_posts(f, L);
+	assert_int_equal(fx_chunk(f, 29, SRC, 6, 0, 1), 0);
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].room, 29);
+	assert_int_equal(f->ev[0].status, LC_ROOM_SUCCESS);
+	assert_true(f->ev[0].bytes_ok);
+	lc_room_info_t info;
+	assert_int_equal(room_status(f, 28, &info), 0);
+	assert_int_equal(info.status, LC_ROOM_TRANSFERRING);
+	fx_free(f);
+}
+
+int main(void)
+{
+	tu_watchdog(100);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(layers_stream_while_the_producer_records_them),
+		cmocka_unit_test(every_ready_group_goes_out_in_one_iteration),
+		cmocka_unit_test(batches_are_stamped_and_empty_batches_still_reserve),
+		cmocka_unit_test(batch_calls_out_of_order_are_refused),
+		cmocka_unit_test(dummy_destinations_succeed_without_writes),
+		cmocka_unit_test(fan_in_of_two_destinations),
+		cmocka_unit_test(fan_in_of_three_destinations),
+		cmocka_unit_test(second_destination_finishing_first_does_not_succeed_early),
+		cmocka_unit_test(failure_in_layer_k_fails_the_room_once_and_tells_every_destination),
+		cmocka_unit_test(blocked_session_fails_new_rooms_until_it_registers_again),
+		cmocka_unit_test(session_ttl_expiry_unblocks),
+		cmocka_unit_test(layer_that_never_becomes_ready_expires),
+		cmocka_unit_test(destination_that_never_acknowledges_expires),
+		cmocka_unit_test(metadata_that_never_arrives_expires),
+		cmocka_unit_test(aux_step_that_is_never_recorded_expires),
+		cmocka_unit_test(room_without_all_destinations_expires),
+		cmocka_unit_test(cancel_stops_submitting_and_tells_destinations_once),
+		cmocka_unit_test(short_destination_page_list_fails_instead_of_truncating),
+		cmocka_unit_test(chunked_room_succeeds_after_its_last_chunk),
+		cmocka_unit_test(finished_rooms_do_not_accumulate),
+		cmocka_unit_test(destroy_fails_unfinished_rooms_once),
+		cmocka_unit_test(stalled_destination_does_not_block_other_rooms),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

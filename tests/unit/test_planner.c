@@ -1,0 +1,309 @@
+/* Planner: run coalescing, layer groups, descriptor emission (whole pages
+ * and per-rank fragments, state slots) and the four index-resolution cases
+ * of spec 6.5. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "core/planner.h"
+
+static void coalesce_empty_gives_no_run(void **state)
+{
+	lc__run_t runs[1];
+	assert_int_equal(lc__coalesce(NULL, NULL, 0, runs), 0);
+}
+
+static void coalesce_single_page_is_one_run(void **state)
+{
+	int64_t s[] = {7}, d[] = {3};
+	lc__run_t r[1];
+	assert_int_equal(lc__coalesce(s, d, 1, r), 1);
+	assert_int_equal(r[0].src, 7);
+	assert_int_equal(r[0].dst, 3);
+	assert_int_equal(r[0].n, 1);
+}
+
+static void coalesce_all_contiguous_is_one_run(void **state)
+{
+	int64_t s[] = {10, 11, 12, 13}, d[] = {0, 1, 2, 3};
+	lc__run_t r[4];
+	assert_int_equal(lc__coalesce(s, d, 4, r), 1);
+	assert_int_equal(r[0].n, 4);
+}
+
+static void coalesce_none_contiguous_is_one_run_per_page(void **state)
+{
+	int64_t s[] = {5, 3, 9, 10}, d[] = {0, 1, 2, 4}; /* 9->10 but dst 2->4 */
+	lc__run_t r[4];
+	assert_int_equal(lc__coalesce(s, d, 4, r), 4);
+	assert_int_equal(r[3].src, 10);
+	assert_int_equal(r[3].dst, 4);
+}
+
+static void coalesce_splits_where_either_side_jumps(void **state)
+{
+	int64_t s[] = {1, 2, 3, 8, 9, 4}, d[] = {5, 6, 7, 8, 9, 10};
+	lc__run_t r[6];
+	assert_int_equal(lc__coalesce(s, d, 6, r), 3);
+	assert_int_equal(r[0].n, 3);
+	assert_int_equal(r[1].src, 8);
+	assert_int_equal(r[1].n, 2);
+	assert_int_equal(r[2].src, 4);
+}
+
+static void check_groups(uint32_t L, int64_t I, const uint32_t *bounds, uint32_t n)
+{
+	assert_int_equal(lc__group_count(L, I), n);
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t b, e;
+		lc__group_range(L, I, k, &b, &e);
+		assert_int_equal(b, bounds[2 * k]);
+		assert_int_equal(e, bounds[2 * k + 1]);
+	}
+}
+
+static void groups_of_one_layer(void **state)
+{
+	check_groups(4, 1, (uint32_t[]){0, 1, 1, 2, 2, 3, 3, 4}, 4);
+}
+
+static void groups_of_three_layers_end_short(void **state)
+{
+	check_groups(8, 3, (uint32_t[]){0, 3, 3, 6, 6, 8}, 3);
+	assert_int_equal(lc__group_count(61, 3), 21);
+	uint32_t b, e;
+	lc__group_range(61, 3, 20, &b, &e);
+	assert_int_equal(b, 60);
+	assert_int_equal(e, 61);
+}
+
+static void groups_of_l_layers_is_one_group(void **state)
+{
+	check_groups(8, 8, (uint32_t[]){0, 8}, 1);
+	check_groups(8, 100, (uint32_t[]){0, 8}, 1);
+}
+
+static void interval_zero_or_less_sends_all_layers_at_once(void **state)
+{
+	check_groups(8, 0, (uint32_t[]){0, 8}, 1);
+	check_groups(8, -1, (uint32_t[]){0, 8}, 1);
+}
+
+/* A 3-layer MHA layout with distinct item lengths for K and V. */
+static lc_layout_t *mha3(void)
+{
+	lc_layout_params_t p = {.size = sizeof(p), .model = LC_LAYOUT_MHA, .layers = 3,
+				.pages = 100, .item_len = {100, 10}};
+	void *bases[6];
+	for (int i = 0; i < 6; i++)
+		bases[i] = (void *)(uintptr_t)((i + 1) << 20);
+	p.bases = bases;
+	lc_layout_t *l;
+	assert_int_equal(lc_layout_build(&p, &l), 0);
+	return l;
+}
+
+static void one_descriptor_per_buffer_and_run_per_layer(void **state)
+{
+	lc_layout_t *l = mha3();
+	lc__xfer_t x[6];
+	for (int b = 0; b < 6; b++)
+		lc__xfer_whole_page(&x[b], &l->bufs[b], 100 + b, 1000 * b);
+	int64_t s[] = {4, 5, 6, 20}, d[] = {0, 1, 2, 9};
+	lc__run_t runs[4];
+	lc__plan_t p = {.layout = l, .xfer = x, .runs = runs, .pages = 4};
+	p.nruns = lc__coalesce(s, d, 4, runs);
+	assert_int_equal(p.nruns, 2);
+	assert_int_equal(lc__plan_count(&p, 1, 3), 8); /* 2 layers x 2 buffers x 2 runs */
+	lc_write_t w[8];
+	uint64_t bytes;
+	assert_int_equal(lc__plan_emit(&p, 1, 3, w, &bytes), 8);
+	/* Layer 1: K_1 = buffer 1, then V_1 = buffer 4. */
+	assert_ptr_equal(w[0].local, (uint8_t *)l->bufs[1].base + 4 * 100);
+	assert_int_equal(w[0].remote_offset, 1000 + 0 * 100);
+	assert_int_equal(w[0].length, 300);
+	assert_int_equal(w[0].remote_region, 101);
+	assert_ptr_equal(w[1].local, (uint8_t *)l->bufs[1].base + 20 * 100);
+	assert_int_equal(w[1].remote_offset, 1000 + 9 * 100);
+	assert_int_equal(w[1].length, 100);
+	assert_ptr_equal(w[2].local, (uint8_t *)l->bufs[4].base + 4 * 10);
+	assert_int_equal(w[2].remote_offset, 4000);
+	assert_int_equal(w[2].length, 30);
+	assert_int_equal(w[4].remote_region, 102); /* layer 2, K_2 */
+	assert_int_equal(bytes, 2 * (400 + 40));
+	lc_layout_destroy(l);
+}
+
+static void fragments_move_a_byte_range_of_each_page(void **state)
+{
+	/* Heterogeneous TP: this P rank holds half of D's page. */
+	lc_layout_t *l = mha3();
+	lc__xfer_t x[6];
+	for (int b = 0; b < 6; b++) {
+		lc__xfer_whole_page(&x[b], &l->bufs[b], 7, 0);
+		x[b].skip = 1;
+	}
+	x[0] = (lc__xfer_t){.src_base = (uint8_t *)l->bufs[0].base + 0, .src_stride = 100,
+			    .dst_base = 50, .dst_stride = 200, .bytes = 50, .dst_region = 7};
+	int64_t s[] = {1, 2}, d[] = {3, 4};
+	lc__run_t runs[2];
+	lc__plan_t p = {.layout = l, .xfer = x, .runs = runs, .pages = 2};
+	p.nruns = lc__coalesce(s, d, 2, runs);
+	assert_int_equal(lc__plan_count(&p, 0, 3), 2);
+	lc_write_t w[2];
+	uint64_t bytes;
+	assert_int_equal(lc__plan_emit(&p, 0, 3, w, &bytes), 2);
+	assert_ptr_equal(w[0].local, (uint8_t *)l->bufs[0].base + 100);
+	assert_int_equal(w[0].remote_offset, 50 + 3 * 200);
+	assert_int_equal(w[1].remote_offset, 50 + 4 * 200);
+	assert_int_equal(w[1].length, 50);
+	assert_int_equal(bytes, 100);
+	lc_layout_destroy(l);
+}
+
+static void state_buffers_use_slot_runs_within_their_layer_group(void **state)
+{
+	int32_t st[] = {1};
+	lc_layout_params_t lp = {.size = sizeof(lp), .model = LC_LAYOUT_MLA, .layers = 1,
+				 .pages = 4, .item_len = {8}, .state_components = 1,
+				 .state_layers = 1, .state_layer_ids = st, .state_slots = 4,
+				 .state_item_len = 1000};
+	void *sb[] = {(void *)0x100000};
+	void *kb[] = {(void *)0x200000};
+	lp.bases = kb;
+	lp.state_bases = sb;
+	lc_layout_t *l;
+	assert_int_equal(lc_layout_build(&lp, &l), 0);
+	lc__xfer_t x[2];
+	lc__xfer_whole_page(&x[0], &l->bufs[0], 1, 0);
+	lc__xfer_whole_page(&x[1], &l->bufs[1], 2, 0);
+	int64_t ps[] = {3}, ds[] = {0, 2}, os[2], od[2];
+	assert_int_equal(lc__pair_slots(ps, 1, ds, 2, os, od), 2); /* broadcast */
+	lc__run_t sr[2];
+	lc__plan_t p = {.layout = l, .xfer = x, .state_runs = sr, .slots = 2};
+	p.nstate_runs = lc__coalesce(os, od, 2, sr);
+	assert_int_equal(lc__plan_count(&p, 0, 1), 0); /* layer 0: no KV pages here */
+	lc_write_t w[2];
+	uint64_t bytes;
+	assert_int_equal(lc__plan_emit(&p, 1, 2, w, &bytes), 2);
+	assert_ptr_equal(w[0].local, (uint8_t *)0x100000 + 3000);
+	assert_int_equal(w[0].remote_offset, 0);
+	assert_int_equal(w[1].remote_offset, 2000);
+	assert_int_equal(w[1].remote_region, 2);
+	lc_layout_destroy(l);
+}
+
+static void slot_pairing_rules(void **state)
+{
+	int64_t os[3], od[3];
+	assert_int_equal(lc__pair_slots((int64_t[]){1, 2}, 2, (int64_t[]){5, 6}, 2, os, od), 2);
+	assert_int_equal(os[1], 2);
+	assert_int_equal(od[1], 6);
+	assert_int_equal(lc__pair_slots((int64_t[]){1, -1}, 2, (int64_t[]){5, 6}, 2, os, od), 1);
+	assert_int_equal(lc__pair_slots((int64_t[]){1, 2}, 2, (int64_t[]){5, 6, 7}, 3, os, od),
+			 -EINVAL);
+}
+
+/* Spec 6.5: the four (src, dst) partial-cache cases. */
+static void resolve_off_off_pairs_positions(void **state)
+{
+	int64_t src[] = {10, 11, 12}, dst[] = {90, 91, 92, 93, 94}, os[3], od[3];
+	lc__resolve_in_t in = {.src = src, .positions = 3, .dst = dst, .dst_count = 5,
+			       .dst_begin = 2};
+	assert_int_equal(lc__resolve(&in, os, od), 3);
+	assert_int_equal(os[0], 10);
+	assert_int_equal(od[0], 92);
+	assert_int_equal(od[2], 94);
+}
+
+static void resolve_on_off_takes_local_pages_and_masked_dst(void **state)
+{
+	uint8_t mask[] = {1, 0, 1, 1};
+	int64_t local[] = {70, 71, 72}, dst[] = {90, 91, 92, 93}, os[4], od[4];
+	lc__resolve_in_t in = {.src_mask = mask, .src_local = local, .src_local_count = 3,
+			       .positions = 4, .dst = dst, .dst_count = 4};
+	assert_int_equal(lc__resolve(&in, os, od), 3);
+	assert_int_equal(os[1], 71);
+	assert_int_equal(od[1], 92);
+	assert_int_equal(os[2], 72);
+	assert_int_equal(od[2], 93);
+}
+
+static void resolve_off_on_takes_masked_src_and_dst_local_pages(void **state)
+{
+	/* D owns positions 1 and 3 of its list; local ids via cumsum(mask)-1. */
+	uint8_t dmask[] = {1, 0, 1, 0, 1};
+	int64_t dlocal[] = {50, 51, 52}, src[] = {10, 11, 12}, dst[] = {0, 0, 0, 0, 0};
+	int64_t os[3], od[3];
+	lc__resolve_in_t in = {.src = src, .positions = 3, .dst = dst, .dst_count = 5,
+			       .dst_begin = 2, .dst_mask = dmask, .dst_local = dlocal,
+			       .dst_local_count = 3};
+	assert_int_equal(lc__resolve(&in, os, od), 2);
+	assert_int_equal(os[0], 10);
+	assert_int_equal(od[0], 51);
+	assert_int_equal(os[1], 12);
+	assert_int_equal(od[1], 52);
+}
+
+static void resolve_on_on_keeps_positions_both_sides_own(void **state)
+{
+	uint8_t smask[] = {1, 1, 0, 1}, dmask[] = {0, 1, 1, 1};
+	int64_t slocal[] = {70, 71, 72}, dlocal[] = {50, 51, 52}, dst[4] = {0};
+	int64_t os[4], od[4];
+	lc__resolve_in_t in = {.src_mask = smask, .src_local = slocal, .src_local_count = 3,
+			       .positions = 4, .dst = dst, .dst_count = 4, .dst_mask = dmask,
+			       .dst_local = dlocal, .dst_local_count = 3};
+	/* common = {1, 3}: src ranks 1 and 2, dst ranks 0 and 2 */
+	assert_int_equal(lc__resolve(&in, os, od), 2);
+	assert_int_equal(os[0], 71);
+	assert_int_equal(od[0], 50);
+	assert_int_equal(os[1], 72);
+	assert_int_equal(od[1], 52);
+}
+
+static void resolve_refuses_a_short_destination_list(void **state)
+{
+	int64_t src[] = {1, 2, 3}, dst[] = {9, 9}, os[3], od[3];
+	lc__resolve_in_t in = {.src = src, .positions = 3, .dst = dst, .dst_count = 2};
+	assert_int_equal(lc__resolve(&in, os, od), -ERANGE);
+	in.positions = 2;
+	in.dst_begin = 1;
+	assert_int_equal(lc__resolve(&in, os, od), -ERANGE);
+}
+
+static void resolve_refuses_local_indices_out_of_range(void **state)
+{
+	uint8_t mask[] = {1, 1};
+	int64_t local[] = {70}, dst[] = {1, 2}, os[2], od[2];
+	lc__resolve_in_t in = {.src_mask = mask, .src_local = local, .src_local_count = 1,
+			       .positions = 2, .dst = dst, .dst_count = 2};
+	assert_int_equal(lc__resolve(&in, os, od), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(coalesce_empty_gives_no_run),
+		cmocka_unit_test(coalesce_single_page_is_one_run),
+		cmocka_unit_test(coalesce_all_contiguous_is_one_run),
+		cmocka_unit_test(coalesce_none_contiguous_is_one_run_per_page),
+		cmocka_unit_test(coalesce_splits_where_either_side_jumps),
+		cmocka_unit_test(groups_of_one_layer),
+		cmocka_unit_test(groups_of_three_layers_end_short),
+		cmocka_unit_test(groups_of_l_layers_is_one_group),
+		cmocka_unit_test(interval_zero_or_less_sends_all_layers_at_once),
+		cmocka_unit_test(one_descriptor_per_buffer_and_run_per_layer),
+		cmocka_unit_test(fragments_move_a_byte_range_of_each_page),
+		cmocka_unit_test(state_buffers_use_slot_runs_within_their_layer_group),
+		cmocka_unit_test(slot_pairing_rules),
+		cmocka_unit_test(resolve_off_off_pairs_positions),
+		cmocka_unit_test(resolve_on_off_takes_local_pages_and_masked_dst),
+		cmocka_unit_test(resolve_off_on_takes_masked_src_and_dst_local_pages),
+		cmocka_unit_test(resolve_on_on_keeps_positions_both_sides_own),
+		cmocka_unit_test(resolve_refuses_a_short_destination_list),
+		cmocka_unit_test(resolve_refuses_local_indices_out_of_range),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
