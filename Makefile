@@ -32,10 +32,10 @@ test-asan: deps
 	$(SAN_ENV) $(MAKE) test BUILD=build-asan CMAKE_OPTS="-DLC_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug" \
 	  CTEST_ARGS="$(CTEST_ARGS)"
 
-# ThreadSanitizer over the transport and engine tests.
+# ThreadSanitizer over the transport conformance suite and the engine tests.
 test-tsan: deps
 	$(SAN_ENV) TSAN_OPTIONS="halt_on_error=1" $(MAKE) test BUILD=build-tsan CMAKE_OPTS="-DLC_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug" \
-	  CTEST_ARGS="-L conformance $(CTEST_ARGS)"
+	  CTEST_ARGS="-R 'conformance|unit.test_engine|unit.test_foundation' $(CTEST_ARGS)"
 
 # valgrind memcheck over the conformance suite.
 valgrind: deps
