@@ -5,6 +5,7 @@
  * copies several times slower, so neither may happen inside a timed path.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,8 +59,11 @@ int lc_mem_alloc(size_t len, unsigned flags, void **out)
 	if (!a)
 		return -ENOMEM;
 	if (flags & LC_MEM_SHAREABLE) {
-		fd = memfd_create("layercake", MFD_CLOEXEC);
-		if (fd < 0 || ftruncate(fd, (off_t)n) < 0) {
+		/* Sealed against shrinking: a peer that maps it (shm://) can then
+		 * never take SIGBUS because we truncated it under them. */
+		fd = memfd_create("layercake", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		if (fd < 0 || ftruncate(fd, (off_t)n) < 0 ||
+		    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
 			rc = -errno;
 			goto fail;
 		}

@@ -1,13 +1,19 @@
-/* Transports by URL scheme. Transports not built into this library (ucx
- * without UCX) are weak references that resolve to NULL. */
+/* Transports by URL scheme. The references are strong so that static links
+ * pull every transport out of the archive; ucx exists only where the build
+ * found UCX (LC_HAVE_UCX). */
 #include <string.h>
 
 #include "transport/transport.h"
 
 extern const lc__transport_ops_t lc__loop_ops;
-extern const lc__transport_ops_t lc__tcp_ops __attribute__((weak));
-extern const lc__transport_ops_t lc__shm_ops __attribute__((weak));
-extern const lc__transport_ops_t lc__ucx_ops __attribute__((weak));
+extern const lc__transport_ops_t lc__tcp_ops __attribute__((weak)); /* until tcp.c lands */
+extern const lc__transport_ops_t lc__shm_ops;
+#ifdef LC_HAVE_UCX
+extern const lc__transport_ops_t lc__ucx_ops;
+#define UCX_OPS (&lc__ucx_ops)
+#else
+#define UCX_OPS NULL
+#endif
 
 static const lc__transport_ops_t *candidates(int i)
 {
@@ -19,7 +25,7 @@ static const lc__transport_ops_t *candidates(int i)
 	case 2:
 		return &lc__shm_ops;
 	case 3:
-		return &lc__ucx_ops;
+		return UCX_OPS;
 	default:
 		return NULL;
 	}
