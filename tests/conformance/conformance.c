@@ -397,7 +397,12 @@ static void stalled_peer(harness_t *h)
 		lc_write_t w = wr(h, 0, 0, 4096);
 		lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
 		expect_status(&c, 0);
+		/* Wait until it has really stopped: fast transports could
+		 * otherwise finish the next batch before the signal lands. */
+		int st;
 		kill(h->child, SIGSTOP);
+		TU_CHECK(waitpid(h->child, &st, WUNTRACED) == h->child && WIFSTOPPED(st),
+			 "receiver child did not stop");
 	}
 }
 
