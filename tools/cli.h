@@ -12,6 +12,7 @@ typedef struct lc_cli_command {
 int lc__cmd_info(int argc, char **argv);
 int lc__cmd_demo(int argc, char **argv);
 int lc__cmd_bench(int argc, char **argv);
+int lc__cmd_bootstrap(int argc, char **argv);
 
 /* True if argv has --help or -h. */
 bool lc__cli_wants_help(int argc, char **argv);

@@ -6,7 +6,7 @@
 #include "transport/transport.h"
 
 extern const lc__transport_ops_t lc__loop_ops;
-extern const lc__transport_ops_t lc__tcp_ops __attribute__((weak)); /* until tcp.c lands */
+extern const lc__transport_ops_t lc__tcp_ops;
 extern const lc__transport_ops_t lc__shm_ops;
 #ifdef LC_HAVE_UCX
 extern const lc__transport_ops_t lc__ucx_ops;

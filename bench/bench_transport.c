@@ -1,0 +1,497 @@
+/*
+ * `layercake bench transport`: bandwidth and batch latency of one transport,
+ * sender and receiver in two processes (loop: one process, it is in-process
+ * by design), between regions from the library's allocator, measured the
+ * way ../shared/tools/baseline.c measures loopback TCP so that the two can
+ * be compared as a ratio in the same run.
+ *
+ * The receiver (child) creates the listener, its region, a grant for the
+ * room and a token, and hands URL + token + packed descriptor to the sender
+ * (parent) through a pipe. The sender posts batches of `batch` writes of
+ * `block` bytes, wrapping around both regions like the baseline, keeping a
+ * bounded number of batches in flight, until `total` bytes are acknowledged.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "layercake.h"
+
+#define ROOM 1
+
+typedef struct opts {
+	const char *transport;
+	size_t region, block, batch, total;
+	int lanes, inflight;
+	bool json;
+} opts_t;
+
+typedef struct result {
+	double seconds;
+	size_t batches, bytes;
+	double p50_us, p99_us;
+	int inflight;
+	uint64_t rx_bytes; /* what the receiver counted as applied */
+} result_t;
+
+/* What the receiver hands the sender. */
+typedef struct rx_info {
+	char url[256];
+	lc_token_t token;
+	uint32_t desc_len;
+	uint8_t desc[LC_REGION_DESC_MAX];
+} rx_info_t;
+
+/* The receiver's objects (child process, or the same process for loop). */
+typedef struct receiver {
+	lc_ctx_t *ctx;
+	void *mem;
+	lc_region_t *region;
+	lc_listener_t *listener;
+} receiver_t;
+
+static const char help[] =
+	"usage: layercake bench transport [--transport tcp|shm|loop] [--region-mib M]\n"
+	"           [--block-kib K] [--batch B] [--total-mib T] [--lanes N]\n"
+	"           [--inflight N] [--json]\n\n"
+	"    Streams T MiB (default 2048) from a sender region to a receiver region\n"
+	"    of M MiB (default 1024) each, as batches of B (default 1) writes of K KiB\n"
+	"    (default 4096), wrapping around the regions, with at most N batches in\n"
+	"    flight (default: about 64 MiB worth, 2..256). Sender and receiver are two\n"
+	"    processes (loop: one). Regions come from lc_mem_alloc (2 MiB aligned,\n"
+	"    huge pages, touched before timing). Prints GB/s (10^9 bytes/s) and the\n"
+	"    post-to-completion latency of batches (p50, p99); with --json exactly one\n"
+	"    JSON object on stdout. Compare with `baseline tcp T M K` run beside it.\n"
+	"    --lanes sets tcp lanes (default: config tcp_lanes).\n";
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int parse_size(const char *s, size_t unit, size_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end || v == 0 || v > (1ull << 40) / unit)
+		return -EINVAL;
+	*out = (size_t)v * unit;
+	return 0;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+	size_t v;
+	if (parse_size(s, 1, &v) || v < (size_t)lo || v > (size_t)hi)
+		return -EINVAL;
+	*out = (int)v;
+	return 0;
+}
+
+static int parse_opts(int argc, char **argv, opts_t *o)
+{
+	static const struct option longs[] = {
+		{"transport", 1, 0, 't'}, {"region-mib", 1, 0, 'r'}, {"block-kib", 1, 0, 'k'},
+		{"batch", 1, 0, 'b'},     {"total-mib", 1, 0, 'T'},  {"lanes", 1, 0, 'l'},
+		{"inflight", 1, 0, 'i'},  {"json", 0, 0, 'j'},       {"help", 0, 0, 'h'},
+		{0, 0, 0, 0}};
+	*o = (opts_t){"tcp", 1024u << 20, 4096u << 10, 1, 2048u << 20, 0, 0, false};
+	optind = 1;
+	for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
+		int rc = 0;
+		switch (c) {
+		case 't': o->transport = optarg; break;
+		case 'r': rc = parse_size(optarg, 1u << 20, &o->region); break;
+		case 'k': rc = parse_size(optarg, 1u << 10, &o->block); break;
+		case 'b': rc = parse_size(optarg, 1, &o->batch); break;
+		case 'T': rc = parse_size(optarg, 1u << 20, &o->total); break;
+		case 'l': rc = parse_int(optarg, 1, 64, &o->lanes); break;
+		case 'i': rc = parse_int(optarg, 1, 4096, &o->inflight); break;
+		case 'j': o->json = true; break;
+		case 'h': fputs(help, stdout); return 1;
+		default: return -EINVAL;
+		}
+		if (rc) {
+			fprintf(stderr, "bench transport: bad value '%s'\n", optarg);
+			return rc;
+		}
+	}
+	if (o->block > o->region) {
+		fprintf(stderr, "bench transport: a block must fit in the region\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static const char *listen_url(const char *tp)
+{
+	if (!strcmp(tp, "tcp"))
+		return "tcp://127.0.0.1:0";
+	if (!strcmp(tp, "shm"))
+		return "shm://auto";
+	if (!strcmp(tp, "ucx"))
+		return "ucx://127.0.0.1:0";
+	return "loop://auto";
+}
+
+/* Huge pages matter ~6x for loopback TCP here, and memfd (shmem) memory
+ * gets none where shmem THP is off (/sys/kernel/mm/transparent_hugepage/
+ * shmem_enabled = never on these VMs): only the shm sender, whose memfd the
+ * receiver maps and copies from, allocates shareable memory; receivers
+ * always get anonymous huge pages. */
+static unsigned mem_flags(const char *tp)
+{
+	return !strcmp(tp, "shm") ? LC_MEM_SHAREABLE : 0;
+}
+
+static void receiver_destroy(receiver_t *r)
+{
+	lc_ctx_destroy(r->ctx); /* closes the listener, forgets the region */
+	if (r->mem)
+		lc_mem_free(r->mem);
+}
+
+static int receiver_create(const opts_t *o, receiver_t *r, rx_info_t *info)
+{
+	int rc;
+	memset(r, 0, sizeof *r);
+	memset(info, 0, sizeof *info);
+	lc_ctx_params_t cp = {.size = sizeof cp, .name = "bench-rx"};
+	if ((rc = lc_ctx_create(&cp, &r->ctx)) ||
+	    (rc = lc_mem_alloc(o->region, 0, &r->mem)) ||
+	    (rc = lc_region_register(r->ctx, r->mem, o->region, &r->region)) ||
+	    (rc = lc_listener_create(r->ctx, listen_url(o->transport), &r->listener)) ||
+	    (rc = lc_grant_add(r->ctx, ROOM, r->region, 0, o->region)) ||
+	    (rc = lc_token_issue(r->ctx, &info->token)))
+		goto fail;
+	if ((rc = lc_listener_url(r->listener, info->url, sizeof info->url)) < 0 ||
+	    (rc = lc_region_pack(r->region, info->desc, sizeof info->desc)) < 0)
+		goto fail;
+	info->desc_len = (uint32_t)rc;
+	return 0;
+fail:
+	fprintf(stderr, "bench transport: receiver: %s\n", lc_strerror(rc));
+	receiver_destroy(r);
+	return rc;
+}
+
+static int full_write(int fd, const void *p, size_t n)
+{
+	for (size_t done = 0; done < n;) {
+		ssize_t w = write(fd, (const char *)p + done, n - done);
+		if (w <= 0 && errno != EINTR)
+			return -1;
+		done += w > 0 ? (size_t)w : 0;
+	}
+	return 0;
+}
+
+static int full_read(int fd, void *p, size_t n)
+{
+	for (size_t done = 0; done < n;) {
+		ssize_t r = read(fd, (char *)p + done, n - done);
+		if (r == 0 || (r < 0 && errno != EINTR))
+			return -1;
+		done += r > 0 ? (size_t)r : 0;
+	}
+	return 0;
+}
+
+/* Child: serve until the parent closes `done`, then report bytes applied. */
+static void receiver_child(const opts_t *o, int to_parent, int from_parent)
+{
+	receiver_t r;
+	rx_info_t info;
+	uint64_t applied = 0;
+	char c;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (receiver_create(o, &r, &info) || full_write(to_parent, &info, sizeof info))
+		_exit(1);
+	while (read(from_parent, &c, 1) < 0 && errno == EINTR)
+		;
+	lc_ctx_counter_by_name(r.ctx, "bytes_applied", &applied);
+	if (full_write(to_parent, &applied, sizeof applied))
+		_exit(1);
+	receiver_destroy(&r);
+	_exit(0);
+}
+
+/* ---- the sender ---- */
+
+typedef struct sender {
+	const opts_t *o;
+	lc_ctx_t *ctx;
+	uint8_t *mem;
+	lc_region_t *region;
+	lc_cq_t *cq;
+	lc_conn_t *conn;
+	uint32_t remote;
+	lc_write_t *writes;
+	size_t next_off; /* wraps around like the baseline */
+	uint64_t *lat_ns;
+	size_t nlat;
+} sender_t;
+
+static int sender_open(sender_t *s, const opts_t *o, const rx_info_t *info)
+{
+	int rc;
+	lc_ctx_params_t cp = {.size = sizeof cp, .name = "bench-tx"};
+	s->o = o;
+	if ((rc = lc_ctx_create(&cp, &s->ctx)) ||
+	    (rc = lc_mem_alloc(o->region, mem_flags(o->transport), (void **)&s->mem)))
+		return rc;
+	memset(s->mem, 0x3c, o->region); /* touched and non-zero, like the baseline */
+	lc_conn_params_t p = {.size = sizeof p, .token = info->token, .has_token = 1,
+			      .lanes = o->lanes};
+	if ((rc = lc_region_register(s->ctx, s->mem, o->region, &s->region)) ||
+	    (rc = lc_cq_create(s->ctx, &s->cq)))
+		return rc;
+	p.cq = s->cq;
+	if ((rc = lc_conn_create(s->ctx, info->url, &p, &s->conn)) ||
+	    (rc = lc_conn_import_region(s->conn, info->desc, info->desc_len, &s->remote)))
+		return rc;
+	s->writes = calloc(o->batch, sizeof *s->writes);
+	return s->writes ? 0 : -ENOMEM;
+}
+
+static void sender_close(sender_t *s)
+{
+	lc_ctx_destroy(s->ctx);
+	lc_cq_destroy(s->cq);
+	if (s->mem)
+		lc_mem_free(s->mem);
+	free(s->writes);
+	free(s->lat_ns);
+}
+
+/* Post one batch of up to o->batch blocks, at most `left` bytes. */
+static int post_batch(sender_t *s, size_t left, size_t *bytes)
+{
+	const opts_t *o = s->o;
+	size_t n = 0, sum = 0;
+	while (n < o->batch && sum < left) {
+		size_t len = o->block < left - sum ? o->block : left - sum;
+		if (s->next_off + len > o->region)
+			s->next_off = 0;
+		s->writes[n++] = (lc_write_t){.local = s->mem + s->next_off,
+					      .remote_offset = s->next_off,
+					      .length = len,
+					      .remote_region = s->remote};
+		s->next_off += len;
+		sum += len;
+	}
+	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 60000};
+	uint64_t id;
+	int rc = lc_batch_post(s->conn, s->writes, n, &bp, &id);
+	*bytes = sum;
+	return rc;
+}
+
+/* Wait for completions; returns how many, or a negative failure. */
+static int reap(sender_t *s, int timeout_ms)
+{
+	lc_completion_t c[64];
+	int n = lc_cq_wait(s->cq, c, 64, timeout_ms);
+	for (int i = 0; i < n; i++) {
+		if (c[i].status) {
+			fprintf(stderr, "bench transport: batch failed: %s: %s\n",
+				lc_err_name(c[i].status), c[i].reason);
+			return c[i].status;
+		}
+		if (s->lat_ns)
+			s->lat_ns[s->nlat++] = c[i].latency_ns;
+	}
+	return n == 0 ? -ETIMEDOUT : n;
+}
+
+static int auto_inflight(const opts_t *o)
+{
+	size_t per = o->block * o->batch, n = (64u << 20) / (per ? per : 1);
+	return (int)(n < 2 ? 2 : n > 256 ? 256 : n);
+}
+
+/* The timed loop: keep `inflight` batches posted until total is done. */
+static int stream(sender_t *s, size_t total, int inflight, size_t *batches)
+{
+	size_t posted = 0;
+	int outstanding = 0, rc = 0;
+	*batches = 0;
+	while (posted < total || outstanding > 0) {
+		while (outstanding < inflight && posted < total) {
+			size_t b;
+			if ((rc = post_batch(s, total - posted, &b)))
+				return rc;
+			posted += b;
+			outstanding++;
+			(*batches)++;
+		}
+		rc = reap(s, 30000);
+		if (rc < 0)
+			return rc;
+		outstanding -= rc;
+	}
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double percentile_us(uint64_t *v, size_t n, double q)
+{
+	if (!n)
+		return 0;
+	size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+	return (double)v[i] / 1e3;
+}
+
+static int sender_run(const opts_t *o, const rx_info_t *info, result_t *res)
+{
+	sender_t s = {0};
+	size_t batches, warm;
+	int rc = sender_open(&s, o, info);
+	if (rc)
+		goto out;
+	/* Warm-up, untimed: connections up and handshaken; for shm also one
+	 * pass over the whole region, so that the receiver's mapping of our
+	 * memfd is touched before the clock starts (tcp and loop need no more:
+	 * like the baseline, they start with a fresh connection). */
+	size_t warm_bytes = !strcmp(o->transport, "shm") ? o->region : o->block;
+	if ((rc = stream(&s, warm_bytes, auto_inflight(o), &warm)))
+		goto out;
+	size_t max_batches = o->total / o->block / o->batch + 2;
+	s.lat_ns = calloc(max_batches, sizeof *s.lat_ns);
+	if (!s.lat_ns) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	res->inflight = o->inflight ? o->inflight : auto_inflight(o);
+	double t0 = now_s();
+	rc = stream(&s, o->total, res->inflight, &batches);
+	res->seconds = now_s() - t0;
+	if (rc)
+		goto out;
+	qsort(s.lat_ns, s.nlat, sizeof *s.lat_ns, cmp_u64);
+	res->batches = batches;
+	res->bytes = o->total;
+	res->p50_us = percentile_us(s.lat_ns, s.nlat, 0.50);
+	res->p99_us = percentile_us(s.lat_ns, s.nlat, 0.99);
+out:
+	if (rc)
+		fprintf(stderr, "bench transport: sender: %s\n", lc_strerror(rc));
+	sender_close(&s);
+	return rc;
+}
+
+/* ---- the two ways to run ---- */
+
+static int run_two_processes(const opts_t *o, result_t *res)
+{
+	int up[2], down[2];
+	rx_info_t info;
+	if (pipe(up) || pipe(down))
+		return -errno;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		close(up[0]);
+		close(down[1]);
+		receiver_child(o, up[1], down[0]);
+	}
+	close(up[1]);
+	close(down[0]);
+	int rc = full_read(up[0], &info, sizeof info) ? -EPIPE : sender_run(o, &info, res);
+	close(down[1]); /* tells the receiver to report and exit */
+	if (!rc && full_read(up[0], &res->rx_bytes, sizeof res->rx_bytes))
+		rc = -EPIPE;
+	close(up[0]);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	if (!rc && (!WIFEXITED(status) || WEXITSTATUS(status)))
+		rc = -ECHILD;
+	return rc;
+}
+
+static int run_one_process(const opts_t *o, result_t *res)
+{
+	receiver_t r;
+	rx_info_t info;
+	int rc = receiver_create(o, &r, &info);
+	if (rc)
+		return rc;
+	rc = sender_run(o, &info, res);
+	lc_ctx_counter_by_name(r.ctx, "bytes_applied", &res->rx_bytes);
+	receiver_destroy(&r);
+	return rc;
+}
+
+static void print_result(const opts_t *o, const result_t *r, int lanes)
+{
+	double gbps = (double)r->bytes / r->seconds / 1e9;
+	if (o->json) {
+		printf("{\"transport\":\"%s\",\"block_kib\":%zu,\"batch\":%zu,\"total_mib\":%zu,"
+		       "\"region_mib\":%zu,\"lanes\":%d,\"inflight\":%d,\"seconds\":%.6f,"
+		       "\"batches\":%zu,\"gbps\":%.3f,\"p50_batch_us\":%.1f,\"p99_batch_us\":%.1f}\n",
+		       o->transport, o->block >> 10, o->batch, o->total >> 20, o->region >> 20, lanes,
+		       r->inflight, r->seconds, r->batches, gbps, r->p50_us, r->p99_us);
+		return;
+	}
+	printf("bench transport %s: %zu MiB in %zu KiB blocks, batch %zu, lanes %d, %d in flight: "
+	       "%.3f GB/s, batch p50 %.0f us, p99 %.0f us (%zu batches, %.3f s)\n",
+	       o->transport, o->total >> 20, o->block >> 10, o->batch, lanes, r->inflight, gbps,
+	       r->p50_us, r->p99_us, r->batches, r->seconds);
+}
+
+/* Lanes as the connection will use them, for the report. */
+static int effective_lanes(const opts_t *o)
+{
+	lc_ctx_t *ctx;
+	int64_t v = 1;
+	if (o->lanes || strcmp(o->transport, "tcp"))
+		return o->lanes ? o->lanes : 1;
+	if (!lc_ctx_create(NULL, &ctx)) {
+		lc_ctx_config_get_int(ctx, "tcp_lanes", &v);
+		lc_ctx_destroy(ctx);
+	}
+	return (int)v;
+}
+
+int lc__bench_transport(int argc, char **argv)
+{
+	opts_t o;
+	result_t res = {0};
+	int rc = parse_opts(argc, argv, &o);
+	if (rc)
+		return rc > 0 ? 0 : 2;
+	if (strcmp(o.transport, "tcp") && strcmp(o.transport, "shm") && strcmp(o.transport, "loop")) {
+		fprintf(stderr, "bench transport: unknown transport '%s'\n%s", o.transport, help);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	rc = !strcmp(o.transport, "loop") ? run_one_process(&o, &res) : run_two_processes(&o, &res);
+	if (rc) {
+		fprintf(stderr, "bench transport %s failed: %s\n", o.transport, lc_strerror(rc));
+		return 1;
+	}
+	if (res.rx_bytes < o.total)
+		fprintf(stderr, "bench transport: receiver counted %llu bytes applied of %zu\n",
+			(unsigned long long)res.rx_bytes, o.total);
+	print_result(&o, &res, effective_lanes(&o));
+	return 0;
+}

@@ -1,0 +1,420 @@
+/* ZeroMQ inboxes (PULL), peer sockets (PUSH) and the CURVE/ZAP setup. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "control/channel.h"
+#include "control/codec.h"
+
+#ifdef LC_HAVE_ZMQ
+#include <zmq.h>
+
+#define MAX_KEYS 256
+
+struct lc__zctx {
+	void *zmq;
+	bool curve;
+	char public_key[LC__CHAN_KEY_LEN + 1];
+	char secret_key[LC__CHAN_KEY_LEN + 1];
+	/* Authorized client keys (binary). Immutable once the ZAP thread runs. */
+	uint8_t keys[MAX_KEYS][32];
+	int nkeys;
+	pthread_t zap_thread;
+	bool zap_running;
+	_Atomic bool zap_stop;
+	_Atomic uint64_t auth_refused;
+};
+
+struct lc__pull {
+	void *sock;
+};
+
+struct lc__push {
+	pthread_mutex_t lock; /* serialises every use of sock */
+	void *sock;
+};
+
+/* Read the first line of dir/name into out[cap]; 1 ok, 0 absent, < 0. */
+static int read_line(const char *dir, const char *name, char *out, size_t cap)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return errno == ENOENT ? 0 : -errno;
+	int rc = fgets(out, (int)cap, f) ? 1 : -EINVAL;
+	fclose(f);
+	if (rc == 1)
+		out[strcspn(out, "\r\n")] = '\0';
+	return rc;
+}
+
+static int add_key(lc__zctx_t *z, const char *z85)
+{
+	if (strlen(z85) != LC__CHAN_KEY_LEN || z->nkeys >= MAX_KEYS ||
+	    !zmq_z85_decode(z->keys[z->nkeys], z85))
+		return -EINVAL;
+	z->nkeys++;
+	return 0;
+}
+
+static int load_curve(lc__zctx_t *z)
+{
+	const char *dir = getenv("LAYERCAKE_SECRET_DIR");
+	if (!dir || !*dir)
+		return 0;
+	char line[128], pub[128], sec[128];
+	int a = read_line(dir, "curve.public", pub, sizeof pub);
+	int b = read_line(dir, "curve.secret", sec, sizeof sec);
+	if (a < 0 || b < 0)
+		return a < 0 ? a : b;
+	if (!a || !b) {
+		LC_INFO("channel: no CURVE keypair in %s, control plane unauthenticated", dir);
+		return 0;
+	}
+	if (strlen(pub) != LC__CHAN_KEY_LEN || strlen(sec) != LC__CHAN_KEY_LEN) {
+		LC_ERROR("channel: malformed CURVE key files in %s", dir);
+		return -EINVAL;
+	}
+	memcpy(z->public_key, pub, LC__CHAN_KEY_LEN + 1);
+	memcpy(z->secret_key, sec, LC__CHAN_KEY_LEN + 1);
+	memset(sec, 0, sizeof sec);
+	if (!zmq_has("curve")) {
+		LC_ERROR("channel: CURVE keys configured but libzmq lacks CURVE");
+		return LC_ENOTSUP;
+	}
+	if (add_key(z, z->public_key) || strlen(z->secret_key) != LC__CHAN_KEY_LEN) {
+		LC_ERROR("channel: malformed CURVE key files in %s", dir);
+		return -EINVAL;
+	}
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/authorized_keys", dir);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		while (fgets(line, sizeof line, f)) {
+			line[strcspn(line, "\r\n")] = '\0';
+			if (line[0] && line[0] != '#' && add_key(z, line))
+				LC_WARN("channel: ignoring malformed key in %s", path);
+		}
+		fclose(f);
+	}
+	z->curve = true;
+	return 0;
+}
+
+/* ZAP (RFC 27): accept CURVE clients whose key is authorized. */
+static void *zap_main(void *arg)
+{
+	lc__zctx_t *z = arg;
+	void *rep = zmq_socket(z->zmq, ZMQ_REP);
+	int linger = 0;
+	zmq_setsockopt(rep, ZMQ_LINGER, &linger, sizeof linger);
+	if (zmq_bind(rep, "inproc://zeromq.zap.01")) {
+		LC_ERROR("channel: ZAP bind failed: %s", zmq_strerror(zmq_errno()));
+		zmq_close(rep);
+		return NULL;
+	}
+	while (!atomic_load(&z->zap_stop)) {
+		zmq_pollitem_t it = {.socket = rep, .events = ZMQ_POLLIN};
+		if (zmq_poll(&it, 1, 100) <= 0)
+			continue;
+		zmq_msg_t part[8];
+		int n = 0, more = 1;
+		while (more && n < 8) {
+			zmq_msg_init(&part[n]);
+			if (zmq_msg_recv(&part[n], rep, 0) < 0) {
+				zmq_msg_close(&part[n]);
+				break;
+			}
+			more = zmq_msg_more(&part[n]);
+			n++;
+		}
+		while (more) { /* drain an over-long request */
+			zmq_msg_t x;
+			zmq_msg_init(&x);
+			if (zmq_msg_recv(&x, rep, 0) < 0)
+				more = 0;
+			else
+				more = zmq_msg_more(&x);
+			zmq_msg_close(&x);
+		}
+		bool ok = false;
+		if (n >= 7 && zmq_msg_size(&part[5]) == 5 &&
+		    !memcmp(zmq_msg_data(&part[5]), "CURVE", 5) && zmq_msg_size(&part[6]) == 32) {
+			for (int k = 0; k < z->nkeys && !ok; k++)
+				ok = !memcmp(z->keys[k], zmq_msg_data(&part[6]), 32);
+		}
+		if (!ok) {
+			atomic_fetch_add(&z->auth_refused, 1);
+			LC_WARN("channel: refused a control-plane peer with an unknown key");
+		}
+		const char *code = ok ? "200" : "400";
+		zmq_send(rep, "1.0", 3, ZMQ_SNDMORE);
+		if (n >= 2)
+			zmq_send(rep, zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), ZMQ_SNDMORE);
+		else
+			zmq_send(rep, "", 0, ZMQ_SNDMORE);
+		zmq_send(rep, code, 3, ZMQ_SNDMORE);
+		zmq_send(rep, ok ? "OK" : "unknown key", ok ? 2 : 11, ZMQ_SNDMORE);
+		zmq_send(rep, "", 0, ZMQ_SNDMORE);
+		zmq_send(rep, "", 0, 0);
+		for (int i = 0; i < n; i++)
+			zmq_msg_close(&part[i]);
+	}
+	zmq_close(rep);
+	return NULL;
+}
+
+int lc__zctx_create(lc__zctx_t **out)
+{
+	lc__zctx_t *z = calloc(1, sizeof *z);
+	if (!z)
+		return -ENOMEM;
+	int rc = load_curve(z);
+	if (rc)
+		goto fail;
+	z->zmq = zmq_ctx_new();
+	if (!z->zmq) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	zmq_ctx_set(z->zmq, ZMQ_IO_THREADS, 1);
+	zmq_ctx_set(z->zmq, ZMQ_BLOCKY, 0);
+	if (z->curve) {
+		if (pthread_create(&z->zap_thread, NULL, zap_main, z)) {
+			rc = -EAGAIN;
+			goto fail_ctx;
+		}
+		z->zap_running = true;
+	}
+	*out = z;
+	return 0;
+fail_ctx:
+	zmq_ctx_term(z->zmq);
+fail:
+	free(z);
+	return rc;
+}
+
+void lc__zctx_destroy(lc__zctx_t *z)
+{
+	if (!z)
+		return;
+	if (z->zap_running) {
+		atomic_store(&z->zap_stop, true);
+		pthread_join(z->zap_thread, NULL);
+	}
+	zmq_ctx_term(z->zmq);
+	memset(z->secret_key, 0, sizeof z->secret_key);
+	free(z);
+}
+
+const char *lc__zctx_public_key(const lc__zctx_t *z)
+{
+	return z->curve ? z->public_key : "";
+}
+
+uint64_t lc__zctx_auth_refused(const lc__zctx_t *z)
+{
+	return atomic_load(&((lc__zctx_t *)z)->auth_refused);
+}
+
+static void common_opts(void *s)
+{
+	int linger = LC__CHAN_LINGER_MS, one = 1;
+	zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+	zmq_setsockopt(s, ZMQ_TCP_KEEPALIVE, &one, sizeof one);
+}
+
+int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpoint, size_t cap)
+{
+	lc__pull_t *p = calloc(1, sizeof *p);
+	if (!p)
+		return -ENOMEM;
+	p->sock = zmq_socket(z->zmq, ZMQ_PULL);
+	if (!p->sock) {
+		free(p);
+		return -zmq_errno();
+	}
+	common_opts(p->sock);
+	int hwm = LC__CHAN_RCVHWM;
+	int64_t maxsize = LC__MSG_MAX;
+	zmq_setsockopt(p->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+	zmq_setsockopt(p->sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+	if (z->curve) {
+		int one = 1;
+		zmq_setsockopt(p->sock, ZMQ_CURVE_SERVER, &one, sizeof one);
+		zmq_setsockopt(p->sock, ZMQ_CURVE_SECRETKEY, z->secret_key, LC__CHAN_KEY_LEN);
+		zmq_setsockopt(p->sock, ZMQ_ZAP_DOMAIN, "layercake", 9);
+	}
+	char ep[300];
+	snprintf(ep, sizeof ep, "tcp://%s:*", host);
+	if (zmq_bind(p->sock, ep)) {
+		int e = zmq_errno();
+		LC_ERROR("channel: cannot bind %s: %s", ep, zmq_strerror(e));
+		zmq_close(p->sock);
+		free(p);
+		return -e;
+	}
+	char last[300];
+	size_t n = sizeof last;
+	zmq_getsockopt(p->sock, ZMQ_LAST_ENDPOINT, last, &n);
+	if (strlen(last) >= cap) {
+		zmq_close(p->sock);
+		free(p);
+		return -ENOSPC;
+	}
+	strcpy(endpoint, last);
+	*out = p;
+	return 0;
+}
+
+void *lc__pull_socket(lc__pull_t *p)
+{
+	return p->sock;
+}
+
+int lc__pull_recv(lc__pull_t *p, void **buf, size_t *len)
+{
+	zmq_msg_t m;
+	zmq_msg_init(&m);
+	int rc = zmq_msg_recv(&m, p->sock, ZMQ_DONTWAIT);
+	if (rc < 0) {
+		int e = zmq_errno();
+		zmq_msg_close(&m);
+		return e == EAGAIN ? 0 : -e;
+	}
+	/* Multi-part messages are not ours: drain and report an empty one. */
+	bool multi = zmq_msg_more(&m);
+	while (zmq_msg_more(&m)) {
+		zmq_msg_close(&m);
+		zmq_msg_init(&m);
+		if (zmq_msg_recv(&m, p->sock, ZMQ_DONTWAIT) < 0)
+			break;
+	}
+	size_t n = multi ? 0 : zmq_msg_size(&m);
+	void *copy = malloc(n ? n : 1);
+	if (!copy) {
+		zmq_msg_close(&m);
+		return -ENOMEM;
+	}
+	if (n)
+		memcpy(copy, zmq_msg_data(&m), n);
+	zmq_msg_close(&m);
+	*buf = copy;
+	*len = n;
+	return 1;
+}
+
+void lc__pull_close(lc__pull_t *p)
+{
+	if (!p)
+		return;
+	zmq_close(p->sock);
+	free(p);
+}
+
+int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key,
+		     lc__push_t **out)
+{
+	lc__push_t *p = calloc(1, sizeof *p);
+	if (!p)
+		return -ENOMEM;
+	p->sock = zmq_socket(z->zmq, ZMQ_PUSH);
+	if (!p->sock) {
+		free(p);
+		return -zmq_errno();
+	}
+	common_opts(p->sock);
+	int hwm = LC__CHAN_SNDHWM;
+	zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+	if (z->curve) {
+		const char *sk = server_key && *server_key ? server_key : z->public_key;
+		if (strlen(sk) != LC__CHAN_KEY_LEN) {
+			zmq_close(p->sock);
+			free(p);
+			return -EINVAL;
+		}
+		zmq_setsockopt(p->sock, ZMQ_CURVE_SERVERKEY, sk, LC__CHAN_KEY_LEN);
+		zmq_setsockopt(p->sock, ZMQ_CURVE_PUBLICKEY, z->public_key, LC__CHAN_KEY_LEN);
+		zmq_setsockopt(p->sock, ZMQ_CURVE_SECRETKEY, z->secret_key, LC__CHAN_KEY_LEN);
+	}
+	if (zmq_connect(p->sock, endpoint)) {
+		int e = zmq_errno();
+		LC_WARN("channel: cannot connect to %s: %s", endpoint, zmq_strerror(e));
+		zmq_close(p->sock);
+		free(p);
+		return e == EINVAL ? -EINVAL : -e;
+	}
+	pthread_mutex_init(&p->lock, NULL);
+	*out = p;
+	return 0;
+}
+
+int lc__push_send(lc__push_t *p, const void *buf, size_t len, int timeout_ms)
+{
+	pthread_mutex_lock(&p->lock);
+	zmq_setsockopt(p->sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
+	int rc = zmq_send(p->sock, buf, len, 0);
+	int e = rc < 0 ? zmq_errno() : 0;
+	pthread_mutex_unlock(&p->lock);
+	return rc < 0 ? -e : 0;
+}
+
+void lc__push_close(lc__push_t *p)
+{
+	if (!p)
+		return;
+	zmq_close(p->sock);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+#else /* no ZeroMQ */
+
+int lc__zctx_create(lc__zctx_t **out)
+{
+	return LC_ENOTSUP;
+}
+void lc__zctx_destroy(lc__zctx_t *z)
+{
+}
+const char *lc__zctx_public_key(const lc__zctx_t *z)
+{
+	return "";
+}
+uint64_t lc__zctx_auth_refused(const lc__zctx_t *z)
+{
+	return 0;
+}
+int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpoint, size_t cap)
+{
+	return LC_ENOTSUP;
+}
+void *lc__pull_socket(lc__pull_t *p)
+{
+	return NULL;
+}
+int lc__pull_recv(lc__pull_t *p, void **buf, size_t *len)
+{
+	return LC_ENOTSUP;
+}
+void lc__pull_close(lc__pull_t *p)
+{
+}
+int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key,
+		     lc__push_t **out)
+{
+	return LC_ENOTSUP;
+}
+int lc__push_send(lc__push_t *p, const void *buf, size_t len, int timeout_ms)
+{
+	return LC_ENOTSUP;
+}
+void lc__push_close(lc__push_t *p)
+{
+}
+#endif

@@ -1,0 +1,60 @@
+/*
+ * ZeroMQ channels between ranks: one bound PULL socket per rank (its
+ * inbox) and PUSH sockets to peers' inboxes, with bounded queues (HWM),
+ * a short LINGER, send timeouts and a maximum message size. Optional CURVE
+ * (docs/control-plane.md, "Security"): when $LAYERCAKE_SECRET_DIR holds
+ * curve.public and curve.secret (z85), every inbox is a CURVE server with
+ * that keypair, every PUSH a CURVE client with it, and a ZAP handler
+ * accepts only client keys listed in curve.public or authorized_keys.
+ *
+ * Threading: a lc__zctx_t is shared (zmq contexts are thread-safe). A PULL
+ * is used by its owner thread only. A PUSH carries its own lock, so any
+ * thread may send on it.
+ */
+#ifndef LC_CONTROL_CHANNEL_H
+#define LC_CONTROL_CHANNEL_H
+
+#include "core/common.h"
+
+#define LC__CHAN_SNDHWM 4096
+#define LC__CHAN_RCVHWM 65536
+#define LC__CHAN_LINGER_MS 200
+#define LC__CHAN_KEY_LEN 40 /* z85 of a 32-byte key */
+
+typedef struct lc__zctx lc__zctx_t;
+typedef struct lc__pull lc__pull_t;
+typedef struct lc__push lc__push_t;
+
+/* A zmq context, with CURVE set up from $LAYERCAKE_SECRET_DIR when both key
+ * files are present (then a ZAP thread runs). Errors: -ENOMEM, -EINVAL
+ * (malformed key files), LC_ENOTSUP (built without ZeroMQ, or CURVE keys
+ * present but the libzmq lacks CURVE). */
+int lc__zctx_create(lc__zctx_t **out);
+void lc__zctx_destroy(lc__zctx_t *z);
+/* The z85 public key when CURVE is on, else "". */
+const char *lc__zctx_public_key(const lc__zctx_t *z);
+/* Client keys refused by the ZAP handler so far. */
+uint64_t lc__zctx_auth_refused(const lc__zctx_t *z);
+
+/* Bind an inbox on tcp://host:* ; the endpoint ("tcp://host:port") goes to
+ * endpoint[cap]. */
+int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpoint,
+		  size_t cap);
+/* The zmq socket, for zmq_poll in the owner thread. */
+void *lc__pull_socket(lc__pull_t *p);
+/* Receive one message without blocking: 1 and a malloc'd copy in *buf
+ * (caller frees), 0 if none, < 0 on error. Oversize messages never arrive
+ * (ZMQ_MAXMSGSIZE disconnects the sender). */
+int lc__pull_recv(lc__pull_t *p, void **buf, size_t *len);
+void lc__pull_close(lc__pull_t *p);
+
+/* Connect to a peer inbox. server_key: the peer's z85 key ("" or NULL: our
+ * own, for a deployment sharing one keypair). Never blocks on the network. */
+int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key,
+		     lc__push_t **out);
+/* Send one message, waiting at most timeout_ms for queue space. Any thread.
+ * -EAGAIN on timeout (peer slow or gone), other -errno on failure. */
+int lc__push_send(lc__push_t *p, const void *buf, size_t len, int timeout_ms);
+void lc__push_close(lc__push_t *p);
+
+#endif

@@ -1,0 +1,641 @@
+/* The control-plane codec: one writer and one bounded reader. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "control/codec.h"
+
+/* ---- writer ---- */
+
+typedef struct writer {
+	uint8_t *p;
+	size_t len, cap;
+	int err;
+} writer_t;
+
+static uint8_t *w_take(writer_t *w, size_t n)
+{
+	if (w->err)
+		return NULL;
+	if (n > LC__MSG_MAX || w->len + n > LC__MSG_MAX) {
+		w->err = -EMSGSIZE;
+		return NULL;
+	}
+	if (w->len + n > w->cap) {
+		size_t cap = w->cap ? w->cap : 256;
+		while (cap < w->len + n)
+			cap *= 2;
+		uint8_t *np = realloc(w->p, cap);
+		if (!np) {
+			w->err = -ENOMEM;
+			return NULL;
+		}
+		w->p = np;
+		w->cap = cap;
+	}
+	uint8_t *at = w->p + w->len;
+	w->len += n;
+	return at;
+}
+
+static void w_u8(writer_t *w, uint8_t v)
+{
+	uint8_t *p = w_take(w, 1);
+	if (p)
+		*p = v;
+}
+static void w_u16(writer_t *w, uint16_t v)
+{
+	uint8_t *p = w_take(w, 2);
+	if (p)
+		lc__put_u16(p, v);
+}
+static void w_u32(writer_t *w, uint32_t v)
+{
+	uint8_t *p = w_take(w, 4);
+	if (p)
+		lc__put_u32(p, v);
+}
+static void w_u64(writer_t *w, uint64_t v)
+{
+	uint8_t *p = w_take(w, 8);
+	if (p)
+		lc__put_u64(p, v);
+}
+static void w_bytes(writer_t *w, const void *src, size_t n)
+{
+	uint8_t *p = w_take(w, n);
+	if (p && n)
+		memcpy(p, src, n);
+}
+static void w_str(writer_t *w, const char *s, size_t cap)
+{
+	size_t n = strnlen(s, cap);
+	if (n >= cap || n >= LC__MSG_STR_MAX) {
+		if (!w->err)
+			w->err = -EINVAL;
+		return;
+	}
+	w_u16(w, (uint16_t)n);
+	w_bytes(w, s, n);
+}
+static void w_i64s(writer_t *w, const int64_t *v, uint32_t n)
+{
+	w_u32(w, n);
+	uint8_t *p = w_take(w, (size_t)n * 8);
+	if (p)
+		for (uint32_t i = 0; i < n; i++)
+			lc__put_u64(p + 8 * (size_t)i, (uint64_t)v[i]);
+}
+
+/* ---- reader ---- */
+
+typedef struct reader {
+	const uint8_t *p;
+	size_t len, off;
+	char *why;
+	size_t why_cap;
+	int err;
+} reader_t;
+
+static void r_fail(reader_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void r_fail(reader_t *r, const char *fmt, ...)
+{
+	if (r->err)
+		return;
+	r->err = LC_ERR_PROTO;
+	if (r->why && r->why_cap) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(r->why, r->why_cap, fmt, ap);
+		va_end(ap);
+	}
+}
+
+static const uint8_t *r_take(reader_t *r, size_t n, const char *field)
+{
+	if (r->err)
+		return NULL;
+	if (n > r->len - r->off) {
+		r_fail(r, "truncated at %s (offset %zu, need %zu, have %zu)", field, r->off, n,
+		       r->len - r->off);
+		return NULL;
+	}
+	const uint8_t *at = r->p + r->off;
+	r->off += n;
+	return at;
+}
+static uint8_t r_u8(reader_t *r, const char *f)
+{
+	const uint8_t *p = r_take(r, 1, f);
+	return p ? *p : 0;
+}
+static uint16_t r_u16(reader_t *r, const char *f)
+{
+	const uint8_t *p = r_take(r, 2, f);
+	return p ? lc__get_u16(p) : 0;
+}
+static uint32_t r_u32(reader_t *r, const char *f)
+{
+	const uint8_t *p = r_take(r, 4, f);
+	return p ? lc__get_u32(p) : 0;
+}
+static uint64_t r_u64(reader_t *r, const char *f)
+{
+	const uint8_t *p = r_take(r, 8, f);
+	return p ? lc__get_u64(p) : 0;
+}
+/* A string into dst[cap]; empty allowed only if allow_empty. */
+static void r_str(reader_t *r, char *dst, size_t cap, bool allow_empty, const char *f)
+{
+	dst[0] = '\0';
+	uint16_t n = r_u16(r, f);
+	if (r->err)
+		return;
+	if (n >= cap) {
+		r_fail(r, "%s too long (%u bytes, max %zu)", f, n, cap - 1);
+		return;
+	}
+	if (!n && !allow_empty) {
+		r_fail(r, "%s empty", f);
+		return;
+	}
+	const uint8_t *p = r_take(r, n, f);
+	if (!p)
+		return;
+	if (memchr(p, '\0', n)) {
+		r_fail(r, "%s contains a NUL byte", f);
+		return;
+	}
+	memcpy(dst, p, n);
+	dst[n] = '\0';
+}
+/* An int64 array of at most max entries, each >= 0; *out NULL when empty. */
+static int64_t *r_i64s(reader_t *r, uint32_t *count, uint32_t max, const char *f)
+{
+	uint32_t n = r_u32(r, f);
+	*count = 0;
+	if (r->err)
+		return NULL;
+	if (n > max) {
+		r_fail(r, "%s count %u over %u", f, n, max);
+		return NULL;
+	}
+	const uint8_t *p = r_take(r, (size_t)n * 8, f);
+	if (!p || !n)
+		return NULL;
+	int64_t *v = malloc((size_t)n * sizeof *v);
+	if (!v) {
+		r_fail(r, "%s: out of memory", f);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		v[i] = (int64_t)lc__get_u64(p + 8 * (size_t)i);
+		if (v[i] < 0) {
+			r_fail(r, "%s[%u] negative (%lld)", f, i, (long long)v[i]);
+			free(v);
+			return NULL;
+		}
+	}
+	*count = n;
+	return v;
+}
+
+/* ---- shared validation (the encoder refuses what the decoder would) ---- */
+
+static const char *check_buffer(const lc__msg_buffer_t *b, uint32_t nregions)
+{
+	if (b->layer < 0)
+		return "negative layer";
+	if (b->kind > LC_BUFFER_OTHER)
+		return "buffer kind out of range";
+	if (b->flags & ~(uint32_t)LC_BUFFER_DRAFT)
+		return "unknown buffer flags";
+	if (!b->item_len)
+		return "zero item_len";
+	if (b->region >= nregions)
+		return "buffer region index out of range";
+	return NULL;
+}
+
+static const char *check_status(const lc__msg_status_t *s)
+{
+	if (s->status != LC_ROOM_SUCCESS && s->status != LC_ROOM_FAILED)
+		return "status neither Success nor Failed";
+	if (s->fail_reason >= LC_FAIL_REASON_COUNT)
+		return "fail reason out of range";
+	if (s->status == LC_ROOM_SUCCESS && s->fail_reason)
+		return "Success with a fail reason";
+	if (s->status == LC_ROOM_FAILED && s->metadata_len)
+		return "Failed with metadata";
+	if (s->metadata_len > LC_METADATA_MAX)
+		return "metadata too long";
+	return NULL;
+}
+
+static const char *check_info(const lc__msg_transfer_info_t *t)
+{
+	if (!t->required_dst || t->required_dst > LC__MSG_MAX_FANIN)
+		return "required_dst_info_num out of range";
+	if (t->flags & ~(uint32_t)LC__INFO_DUMMY)
+		return "unknown transfer-info flags";
+	if ((t->flags & LC__INFO_DUMMY) && (t->page_count || t->slot_count))
+		return "dummy transfer info with pages";
+	if (t->page_count > LC__MSG_MAX_PAGES)
+		return "too many pages";
+	if (t->slot_count > LC__MSG_MAX_SLOTS)
+		return "too many state slots";
+	if (t->aux_index < -1)
+		return "aux index below -1";
+	return NULL;
+}
+
+/* ---- encode ---- */
+
+int lc__msg_encode(const lc__msg_t *m, uint8_t **out, size_t *out_len)
+{
+	writer_t w = {0};
+	const char *bad = NULL;
+	if (!m || !out || !out_len)
+		return -EINVAL;
+	w_u32(&w, LC__MSG_MAGIC);
+	w_u16(&w, LC__MSG_VERSION);
+	w_u16(&w, (uint16_t)m->type);
+	w_u32(&w, 0); /* length, patched below */
+	switch (m->type) {
+	case LC__MSG_REGISTER: {
+		const lc__msg_register_t *g = &m->reg;
+		if (!g->session[0] || !g->status_ep[0] || !g->data_url[0])
+			bad = "empty string";
+		else if (!g->nbuffers || g->nbuffers > LC__MSG_MAX_BUFFERS)
+			bad = "buffer count";
+		else if (!g->nregions || g->nregions > LC__MSG_MAX_REGIONS)
+			bad = "region count";
+		else if (g->flags & ~(uint32_t)LC__REG_HAS_TOKEN)
+			bad = "flags";
+		for (uint32_t i = 0; !bad && i < g->nbuffers; i++)
+			bad = check_buffer(&g->buffers[i], g->nregions);
+		for (uint32_t i = 0; !bad && i < g->nregions; i++)
+			if (!g->region_desc_lens[i] || g->region_desc_lens[i] > LC_REGION_DESC_MAX)
+				bad = "region descriptor length";
+		if (bad)
+			break;
+		w_str(&w, g->session, sizeof g->session);
+		w_str(&w, g->status_ep, sizeof g->status_ep);
+		w_str(&w, g->data_url, sizeof g->data_url);
+		w_u32(&w, g->d_rank);
+		w_u32(&w, g->flags);
+		w_bytes(&w, g->token, LC_TOKEN_LEN);
+		w_u64(&w, g->fingerprint);
+		w_u32(&w, g->nbuffers);
+		for (uint32_t i = 0; i < g->nbuffers; i++) {
+			const lc__msg_buffer_t *b = &g->buffers[i];
+			w_u32(&w, (uint32_t)b->layer);
+			w_u32(&w, b->kind);
+			w_u32(&w, b->flags);
+			w_u32(&w, b->region);
+			w_u64(&w, b->item_len);
+			w_u64(&w, b->offset);
+		}
+		w_u32(&w, g->nregions);
+		for (uint32_t i = 0; i < g->nregions; i++) {
+			w_u16(&w, (uint16_t)g->region_desc_lens[i]);
+			w_bytes(&w, g->region_descs[i], g->region_desc_lens[i]);
+		}
+		break;
+	}
+	case LC__MSG_REGISTER_REPLY:
+		if (!m->reply.session[0])
+			bad = "empty session";
+		else if (m->reply.result > 0)
+			bad = "positive result";
+		if (bad)
+			break;
+		w_str(&w, m->reply.session, sizeof m->reply.session);
+		w_u32(&w, m->reply.p_rank);
+		w_u32(&w, (uint32_t)m->reply.result);
+		w_str(&w, m->reply.reason, sizeof m->reply.reason);
+		break;
+	case LC__MSG_TRANSFER_INFO: {
+		const lc__msg_transfer_info_t *t = &m->info;
+		if (!t->session[0] || !t->status_ep[0])
+			bad = "empty string";
+		else
+			bad = check_info(t);
+		for (uint32_t i = 0; !bad && i < t->page_count; i++)
+			if (t->pages[i] < 0)
+				bad = "negative page";
+		for (uint32_t i = 0; !bad && i < t->slot_count; i++)
+			if (t->slots[i] < 0)
+				bad = "negative slot";
+		if (bad)
+			break;
+		w_u64(&w, t->room);
+		w_str(&w, t->session, sizeof t->session);
+		w_str(&w, t->status_ep, sizeof t->status_ep);
+		w_u32(&w, t->required_dst);
+		w_u32(&w, t->flags);
+		w_u64(&w, t->prefix_len);
+		w_u64(&w, (uint64_t)t->aux_index);
+		w_i64s(&w, t->pages, t->page_count);
+		w_i64s(&w, t->slots, t->slot_count);
+		break;
+	}
+	case LC__MSG_CANCEL:
+		if (!m->cancel.session[0]) {
+			bad = "empty session";
+			break;
+		}
+		w_u64(&w, m->cancel.room);
+		w_str(&w, m->cancel.session, sizeof m->cancel.session);
+		w_str(&w, m->cancel.reason, sizeof m->cancel.reason);
+		break;
+	case LC__MSG_STATUS:
+		if ((bad = check_status(&m->status)))
+			break;
+		w_u64(&w, m->status.room);
+		w_u32(&w, m->status.p_rank);
+		w_u8(&w, m->status.status);
+		w_u32(&w, m->status.fail_reason);
+		w_str(&w, m->status.reason, sizeof m->status.reason);
+		w_u32(&w, m->status.metadata_len);
+		w_bytes(&w, m->status.metadata, m->status.metadata_len);
+		break;
+	case LC__MSG_LAYERS:
+		if (!m->layers.layers || m->layers.layers > LC__MSG_MAX_LAYERS) {
+			bad = "layers out of range";
+			break;
+		}
+		w_u64(&w, m->layers.room);
+		w_u32(&w, m->layers.p_rank);
+		w_u32(&w, m->layers.layers);
+		break;
+	default:
+		bad = "unknown type";
+	}
+	if (bad && !w.err)
+		w.err = -EINVAL;
+	if (w.err) {
+		LC_DEBUG("encode %s refused: %s (%d)", lc__msg_type_name(m->type),
+			 bad ? bad : "size", w.err);
+		free(w.p);
+		return w.err;
+	}
+	lc__put_u32(w.p + 8, (uint32_t)w.len);
+	*out = w.p;
+	*out_len = w.len;
+	return 0;
+}
+
+/* ---- decode ---- */
+
+static void decode_register(reader_t *r, lc__msg_register_t *g)
+{
+	r_str(r, g->session, sizeof g->session, false, "session");
+	r_str(r, g->status_ep, sizeof g->status_ep, false, "status endpoint");
+	r_str(r, g->data_url, sizeof g->data_url, false, "data-plane url");
+	g->d_rank = r_u32(r, "d_rank");
+	g->flags = r_u32(r, "flags");
+	const uint8_t *tok = r_take(r, LC_TOKEN_LEN, "token");
+	if (tok)
+		memcpy(g->token, tok, LC_TOKEN_LEN);
+	g->fingerprint = r_u64(r, "fingerprint");
+	if (!r->err && (g->flags & ~(uint32_t)LC__REG_HAS_TOKEN))
+		r_fail(r, "unknown registration flags 0x%x", g->flags);
+	uint32_t nb = r_u32(r, "buffer count");
+	if (r->err)
+		return;
+	if (!nb || nb > LC__MSG_MAX_BUFFERS) {
+		r_fail(r, "buffer count %u out of range 1..%u", nb, LC__MSG_MAX_BUFFERS);
+		return;
+	}
+	/* Check the size before allocating: 32 bytes per buffer. */
+	if ((size_t)nb * 32 > r->len - r->off) {
+		r_fail(r, "truncated in buffers (%u buffers)", nb);
+		return;
+	}
+	g->buffers = calloc(nb, sizeof *g->buffers);
+	if (!g->buffers) {
+		r_fail(r, "out of memory");
+		return;
+	}
+	g->nbuffers = nb;
+	for (uint32_t i = 0; i < nb; i++) {
+		lc__msg_buffer_t *b = &g->buffers[i];
+		b->layer = (int32_t)r_u32(r, "buffer layer");
+		b->kind = r_u32(r, "buffer kind");
+		b->flags = r_u32(r, "buffer flags");
+		b->region = r_u32(r, "buffer region");
+		b->item_len = r_u64(r, "buffer item_len");
+		b->offset = r_u64(r, "buffer offset");
+	}
+	uint32_t nr = r_u32(r, "region count");
+	if (r->err)
+		return;
+	if (!nr || nr > LC__MSG_MAX_REGIONS) {
+		r_fail(r, "region count %u out of range 1..%u", nr, LC__MSG_MAX_REGIONS);
+		return;
+	}
+	for (uint32_t i = 0; i < nb; i++) {
+		const char *bad = check_buffer(&g->buffers[i], nr);
+		if (bad) {
+			r_fail(r, "buffer %u: %s", i, bad);
+			return;
+		}
+	}
+	if ((size_t)nr * 2 > r->len - r->off) {
+		r_fail(r, "truncated in regions (%u regions)", nr);
+		return;
+	}
+	g->region_descs = calloc(nr, sizeof *g->region_descs);
+	g->region_desc_lens = calloc(nr, sizeof *g->region_desc_lens);
+	g->region_blob = malloc(r->len - r->off ? r->len - r->off : 1);
+	if (!g->region_descs || !g->region_desc_lens || !g->region_blob) {
+		r_fail(r, "out of memory");
+		return;
+	}
+	g->nregions = nr;
+	size_t used = 0;
+	for (uint32_t i = 0; i < nr; i++) {
+		uint16_t n = r_u16(r, "region descriptor length");
+		if (r->err)
+			return;
+		if (!n || n > LC_REGION_DESC_MAX) {
+			r_fail(r, "region %u descriptor length %u out of range", i, n);
+			return;
+		}
+		const uint8_t *d = r_take(r, n, "region descriptor");
+		if (!d)
+			return;
+		memcpy(g->region_blob + used, d, n);
+		g->region_descs[i] = g->region_blob + used;
+		g->region_desc_lens[i] = n;
+		used += n;
+	}
+}
+
+static void decode_info(reader_t *r, lc__msg_transfer_info_t *t)
+{
+	t->room = r_u64(r, "room");
+	r_str(r, t->session, sizeof t->session, false, "session");
+	r_str(r, t->status_ep, sizeof t->status_ep, false, "status endpoint");
+	t->required_dst = r_u32(r, "required_dst_info_num");
+	t->flags = r_u32(r, "flags");
+	t->prefix_len = r_u64(r, "decode prefix length");
+	t->aux_index = (int64_t)r_u64(r, "aux index");
+	t->pages = r_i64s(r, &t->page_count, LC__MSG_MAX_PAGES, "pages");
+	t->slots = r_i64s(r, &t->slot_count, LC__MSG_MAX_SLOTS, "state slots");
+	if (!r->err) {
+		const char *bad = check_info(t);
+		if (bad)
+			r_fail(r, "%s", bad);
+	}
+}
+
+static void decode_status(reader_t *r, lc__msg_status_t *s)
+{
+	s->room = r_u64(r, "room");
+	s->p_rank = r_u32(r, "p_rank");
+	s->status = r_u8(r, "status");
+	s->fail_reason = r_u32(r, "fail reason");
+	r_str(r, s->reason, sizeof s->reason, true, "reason");
+	s->metadata_len = r_u32(r, "metadata length");
+	if (r->err)
+		return;
+	const char *bad = check_status(s);
+	if (bad) {
+		r_fail(r, "%s (status %u, reason %u, metadata %u bytes)", bad, s->status,
+		       s->fail_reason, s->metadata_len);
+		return;
+	}
+	if (!s->metadata_len)
+		return;
+	const uint8_t *p = r_take(r, s->metadata_len, "metadata");
+	if (!p)
+		return;
+	s->metadata = malloc(s->metadata_len);
+	if (!s->metadata) {
+		r_fail(r, "out of memory");
+		return;
+	}
+	memcpy(s->metadata, p, s->metadata_len);
+}
+
+int lc__msg_decode(const void *buf, size_t len, lc__msg_t *msg, char *why, size_t why_cap)
+{
+	reader_t r = {.p = buf, .len = len, .why = why, .why_cap = why_cap};
+	lc__msg_t m;
+	memset(&m, 0, sizeof m);
+	if (why && why_cap)
+		why[0] = '\0';
+	if (!buf && len) {
+		r_fail(&r, "no buffer");
+		return r.err;
+	}
+	if (len > LC__MSG_MAX) {
+		r_fail(&r, "message of %zu bytes over the %u limit", len, LC__MSG_MAX);
+		return r.err;
+	}
+	uint32_t magic = r_u32(&r, "magic");
+	uint16_t version = r_u16(&r, "version");
+	uint16_t type = r_u16(&r, "type");
+	uint32_t total = r_u32(&r, "length");
+	if (r.err)
+		return r.err;
+	if (magic != LC__MSG_MAGIC) {
+		r_fail(&r, "bad magic 0x%08x", magic);
+		return r.err;
+	}
+	if (version != LC__MSG_VERSION) {
+		r_fail(&r, "unsupported message version %u (this side speaks %u)", version,
+		       LC__MSG_VERSION);
+		return r.err;
+	}
+	if (total != len) {
+		r_fail(&r, "header length %u but message has %zu bytes", total, len);
+		return r.err;
+	}
+	m.type = type;
+	switch (type) {
+	case LC__MSG_REGISTER:
+		decode_register(&r, &m.reg);
+		break;
+	case LC__MSG_REGISTER_REPLY:
+		r_str(&r, m.reply.session, sizeof m.reply.session, false, "session");
+		m.reply.p_rank = r_u32(&r, "p_rank");
+		m.reply.result = (int32_t)r_u32(&r, "result");
+		r_str(&r, m.reply.reason, sizeof m.reply.reason, true, "reason");
+		if (!r.err && m.reply.result > 0)
+			r_fail(&r, "positive result %d", m.reply.result);
+		break;
+	case LC__MSG_TRANSFER_INFO:
+		decode_info(&r, &m.info);
+		break;
+	case LC__MSG_CANCEL:
+		m.cancel.room = r_u64(&r, "room");
+		r_str(&r, m.cancel.session, sizeof m.cancel.session, false, "session");
+		r_str(&r, m.cancel.reason, sizeof m.cancel.reason, true, "reason");
+		break;
+	case LC__MSG_STATUS:
+		decode_status(&r, &m.status);
+		break;
+	case LC__MSG_LAYERS:
+		m.layers.room = r_u64(&r, "room");
+		m.layers.p_rank = r_u32(&r, "p_rank");
+		m.layers.layers = r_u32(&r, "layers");
+		if (!r.err && (!m.layers.layers || m.layers.layers > LC__MSG_MAX_LAYERS))
+			r_fail(&r, "layers %u out of range", m.layers.layers);
+		break;
+	default:
+		r_fail(&r, "unknown message type %u", type);
+	}
+	if (!r.err && r.off != len)
+		r_fail(&r, "%zu trailing bytes after %s", len - r.off, lc__msg_type_name(type));
+	if (r.err) {
+		lc__msg_free(&m);
+		return r.err;
+	}
+	*msg = m;
+	return 0;
+}
+
+void lc__msg_free(lc__msg_t *m)
+{
+	if (!m)
+		return;
+	/* Only decoder-owned arrays: an encoder's input is the caller's. */
+	free(m->reg.buffers);
+	free(m->reg.region_descs);
+	free(m->reg.region_desc_lens);
+	free(m->reg.region_blob);
+	free(m->info.pages);
+	free(m->info.slots);
+	free(m->status.metadata);
+	m->reg.buffers = NULL;
+	m->reg.region_descs = NULL;
+	m->reg.region_desc_lens = NULL;
+	m->reg.region_blob = NULL;
+	m->info.pages = m->info.slots = NULL;
+	m->status.metadata = NULL;
+}
+
+const char *lc__msg_type_name(int type)
+{
+	switch (type) {
+	case LC__MSG_REGISTER:
+		return "register";
+	case LC__MSG_REGISTER_REPLY:
+		return "register_reply";
+	case LC__MSG_TRANSFER_INFO:
+		return "transfer_info";
+	case LC__MSG_CANCEL:
+		return "cancel";
+	case LC__MSG_STATUS:
+		return "status";
+	case LC__MSG_LAYERS:
+		return "layers";
+	default:
+		return "unknown";
+	}
+}

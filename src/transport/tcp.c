@@ -1,0 +1,1521 @@
+/*
+ * tcp://HOST:PORT: the default data plane between any two hosts.
+ *
+ * Sender: a connection is `lanes` persistent TCP sockets to one listener,
+ * served by one I/O thread per connection (epoll, non-blocking sockets,
+ * non-blocking connect). post() splits a batch into at most one segment per
+ * lane, queues the segments and wakes the thread; it never touches a socket.
+ * The thread sends runs of up to 128 writes as WRITES frames (a header, a
+ * table of the run's descriptors, then the payloads straight from the
+ * caller's registered memory), up to 1024 iovecs per sendmsg, and completes
+ * writes from the receiver's cumulative ACK frames.
+ *
+ * Receiver: one I/O thread per listener (epoll over the listening socket and
+ * every accepted lane). It checks every write of a run (region, range, room
+ * grant) as soon as the table has arrived, then reads the payloads straight
+ * into registered memory with one readv for the whole run, inside a grant
+ * bracket; the next frame's header and table come in with the same readv
+ * through a small staging buffer. So a batch of 64 writes of 64 KiB costs
+ * about as many syscalls as one write of 4 MiB. Writes are acknowledged
+ * only once their bytes are in place.
+ *
+ * Wire format: tcp_wire.h and docs/transport-tcp.md.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "transport/tcp_wire.h"
+#include "transport/transport.h"
+
+/* iovecs per sendmsg (IOV_MAX) and room for the headers and tables of the
+ * frames they carry (at most one 24-byte header and one descriptor per
+ * payload iovec). */
+#define MAX_IOV 1024
+#define HBUF_LEN (2 * MAX_IOV * LC__TCP_DESC_LEN)
+/* A batch is split across lanes only in pieces of at least this much. */
+#define SEG_MIN_BYTES (256u << 10)
+/* Receiver: how much one read may put in the staging buffer (which also
+ * holds a partial header and table): small, so that payload bytes that land
+ * there and are copied again cost little; large enough to carry a frame's
+ * table and dozens of tiny writes per syscall. */
+#define STAGE_READ (4u << 10)
+#define STAGE_CAP (STAGE_READ + LC__TCP_HDR_LEN + LC__TCP_MAX_RUN * LC__TCP_DESC_LEN)
+#define SCRATCH_LEN (64u << 10)
+/* Receiver: acknowledge at least every ACK_BYTES applied, and whenever the
+ * socket runs dry; bytes one lane may read before others get a turn. */
+#define ACK_BYTES (1u << 20)
+#define PUMP_BUDGET (16u << 20)
+#define OUT_FRAMES (LC__TCP_MAX_RUN + 16u)
+#define OUT_CAP (OUT_FRAMES * LC__TCP_CTRL_LEN)
+#define IN_CAP (128u * LC__TCP_CTRL_LEN)
+#define MAX_ACCEPTED 1024
+
+/* ====================================================================
+ * Sender state.
+ *
+ * Threading: post() (any caller thread) fills `subq` under tcp_conn.lock
+ * and wakes the I/O thread through `wakefd`; everything else in tcp_conn,
+ * lane and seg belongs to the I/O thread alone (no locks on the hot path).
+ * conn_close() stops and joins the thread before it touches that state.
+ * Batches are shared with the generic layer: each segblock holds one
+ * reference and only reads b->writes, b->room and the atomic fields.
+ * ==================================================================== */
+
+typedef struct segblock segblock_t;
+
+/* Writes [first, end) of a batch, carried by one lane. end shrinks when the
+ * batch completes (deadline, cancel) before those frames went out. */
+typedef struct seg {
+	lc__batch_t *b;
+	segblock_t *blk;
+	struct seg *next; /* lane FIFO */
+	size_t first, end;
+	size_t acked; /* writes of this segment acknowledged */
+	uint64_t bytes;
+} seg_t;
+
+/* One allocation per posted batch: its segments. */
+struct segblock {
+	lc__batch_t *b; /* referenced until every segment is released */
+	segblock_t *next; /* submission queue */
+	size_t n, live;
+	seg_t segs[];
+};
+
+enum lane_state { LANE_DOWN, LANE_CONNECTING, LANE_HELLO, LANE_READY };
+
+/* One WRITES frame described in a sendmsg. */
+typedef struct built {
+	seg_t *s;
+	size_t idx, n; /* writes [idx, idx+n) of s */
+	size_t off0;   /* bytes of the frame sent before this sendmsg */
+	size_t left;   /* bytes of the frame this sendmsg carries */
+} built_t;
+
+struct tcp_conn;
+
+/* One TCP socket. FIFO head..tail: segments not yet fully acknowledged.
+ * The send cursor (cur, cur_idx, cur_off) is the next byte to send: cur_off
+ * bytes of the WRITES frame carrying writes [cur_idx, cur_idx+run_n) of cur
+ * went out already (run_n is fixed once a frame has started). */
+typedef struct lane {
+	struct tcp_conn *tc;
+	int idx, fd;
+	enum lane_state state;
+	bool writable;
+	uint64_t deadline_ns; /* connect + handshake, while not READY */
+	uint64_t progress_ns; /* last byte sent or ack received, or work arrived */
+	seg_t *head, *tail, *cur;
+	size_t cur_idx, cur_off, run_n;
+	uint64_t seq_next;  /* seq of the write at the cursor */
+	uint64_t seq_acked; /* writes acknowledged */
+	uint64_t queued;    /* payload bytes queued and unacknowledged */
+	uint8_t in[IN_CAP];
+	size_t in_len;
+} lane_t;
+
+typedef struct tcp_conn {
+	lc_conn_t *conn;
+	lc_ctx_t *ctx;
+	char host[256];
+	int port;
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	int epfd, wakefd;
+	pthread_t thread;
+	int nlanes;
+	lane_t *lanes;
+	uint64_t connect_ns, progress_ns;
+	int sockbuf;
+
+	pthread_mutex_t lock;
+	segblock_t *subq, *subq_tail; /* under lock */
+	bool closing;                 /* under lock */
+	_Atomic int stop;
+	_Atomic int wake_pending;
+
+	/* I/O thread scratch for one sendmsg. */
+	struct iovec iov[MAX_IOV];
+	uint8_t hbuf[HBUF_LEN];
+	built_t built[MAX_IOV / 2];
+} tcp_conn_t;
+
+/* ---- small socket helpers shared by both sides ---- */
+
+static void set_sockopts(int fd, int sockbuf)
+{
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (sockbuf > 0) {
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sockbuf, sizeof sockbuf);
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof sockbuf);
+	}
+}
+
+static int sockbuf_bytes(lc_ctx_t *ctx)
+{
+	int64_t kib = lc__ctx_cfg(ctx, LC__CFG_socket_buffer_kib);
+	return (int)LC__MIN(kib * 1024, (int64_t)1 << 30);
+}
+
+static int epoll_add(int epfd, int fd, uint32_t events, uint64_t data)
+{
+	struct epoll_event ev = {.events = events, .data.u64 = data};
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
+}
+
+static int ms_until(uint64_t deadline_ns, uint64_t now)
+{
+	if (deadline_ns <= now)
+		return 0;
+	return (int)LC__MIN((deadline_ns - now + 999999) / 1000000, (uint64_t)60000);
+}
+
+/* ====================================================================
+ * Sender: segments and the send cursor.
+ * ==================================================================== */
+
+static void seg_release(lane_t *ln, seg_t *s)
+{
+	segblock_t *blk = s->blk;
+	ln->queued -= s->bytes;
+	if (--blk->live == 0) {
+		lc__batch_unref(blk->b);
+		free(blk);
+	}
+}
+
+/* Writes of s whose frame has started (those the receiver may apply). */
+static size_t seg_sent(const lane_t *ln, const seg_t *s)
+{
+	if (s != ln->cur)
+		return s->end - s->first;
+	return ln->cur_idx + (ln->cur_off ? ln->run_n : 0) - s->first;
+}
+
+/* Pop fully acknowledged segments that the cursor has left behind. */
+static void lane_pop_done(lane_t *ln)
+{
+	while (ln->head && ln->head != ln->cur && ln->head->acked == ln->head->end - ln->head->first) {
+		seg_t *s = ln->head;
+		ln->head = s->next;
+		if (!ln->head)
+			ln->tail = NULL;
+		seg_release(ln, s);
+	}
+}
+
+/* Whether writes from (s, idx), not started, should be skipped. */
+static bool skip_frame(const seg_t *s, size_t idx)
+{
+	return idx == s->end || lc__batch_is_completed(s->b);
+}
+
+/* Move the cursor past finished segments and unsent writes of completed
+ * batches (only at frame boundaries: a started frame is always finished). */
+static void cursor_normalize(lane_t *ln)
+{
+	while (ln->cur && ln->cur_off == 0 && skip_frame(ln->cur, ln->cur_idx)) {
+		ln->cur->end = ln->cur_idx;
+		ln->cur = ln->cur->next;
+		ln->cur_idx = ln->cur ? ln->cur->first : 0;
+	}
+	lane_pop_done(ln);
+}
+
+static void lane_append(lane_t *ln, seg_t *s, uint64_t now)
+{
+	if (!ln->head)
+		ln->progress_ns = now; /* the stall clock starts with the work */
+	s->next = NULL;
+	if (ln->tail)
+		ln->tail->next = s;
+	else
+		ln->head = s;
+	ln->tail = s;
+	if (!ln->cur) {
+		ln->cur = s;
+		ln->cur_idx = s->first;
+		ln->cur_off = 0;
+	}
+	ln->queued += s->bytes;
+}
+
+/* ---- lane failure ---- */
+
+static void lane_close_fd(lane_t *ln)
+{
+	if (ln->fd >= 0)
+		close(ln->fd); /* also leaves the epoll set */
+	ln->fd = -1;
+	ln->state = LANE_DOWN;
+	ln->writable = false;
+	ln->in_len = 0;
+	ln->seq_next = ln->seq_acked = 0;
+}
+
+/* Fail every batch the lane holds with `code`, close the socket. The lane
+ * reconnects when new work arrives. */
+static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
+{
+	char why[LC_REASON_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	tcp_conn_t *tc = ln->tc;
+	size_t nseg = 0;
+	for (seg_t *s = ln->head, *next; s; s = next, nseg++) {
+		next = s->next;
+		lc__batch_fail(s->b, code, "tcp://%s:%d lane %d: %s", tc->host, tc->port, ln->idx,
+			       why);
+		seg_release(ln, s);
+	}
+	if (nseg && code != LC_ERR_CANCELLED)
+		LC_WARN("tcp://%s:%d lane %d: %s (%s; %zu segments failed)", tc->host, tc->port,
+			ln->idx, why, lc_err_name(code), nseg);
+	else
+		LC_DEBUG("tcp://%s:%d lane %d: %s", tc->host, tc->port, ln->idx, why);
+	ln->head = ln->tail = ln->cur = NULL;
+	ln->cur_idx = ln->cur_off = 0;
+	ln->queued = 0;
+	lane_close_fd(ln);
+}
+
+static void lane_malformed(lane_t *ln, const char *what)
+{
+	LC__COUNT(ln->tc->ctx, frames_malformed);
+	LC_WARN("tcp://%s:%d lane %d: malformed frame from the receiver: %s", ln->tc->host,
+		ln->tc->port, ln->idx, what);
+	lane_fail(ln, LC_ERR_PROTO, "malformed frame from the receiver: %s", what);
+}
+
+/* ---- connecting ---- */
+
+static int resolve(tcp_conn_t *tc, char *err, size_t cap)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+	struct addrinfo *res = NULL;
+	char port[16];
+	if (tc->addrlen)
+		return 0;
+	snprintf(port, sizeof port, "%d", tc->port);
+	int rc = getaddrinfo(tc->host, port, &hints, &res);
+	if (rc || !res) {
+		snprintf(err, cap, "cannot resolve %.64s: %.64s", tc->host, gai_strerror(rc));
+		return LC_ERR_UNREACHABLE;
+	}
+	memcpy(&tc->addr, res->ai_addr, res->ai_addrlen);
+	tc->addrlen = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+static void lane_connect(lane_t *ln, uint64_t now)
+{
+	tcp_conn_t *tc = ln->tc;
+	char err[160];
+	if (resolve(tc, err, sizeof err)) {
+		lane_fail(ln, LC_ERR_UNREACHABLE, "%s", err);
+		return;
+	}
+	ln->fd = socket(tc->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (ln->fd < 0) {
+		lane_fail(ln, LC_ERR_IO, "socket: %s", strerror(errno));
+		return;
+	}
+	set_sockopts(ln->fd, tc->sockbuf);
+	if (connect(ln->fd, (struct sockaddr *)&tc->addr, tc->addrlen) && errno != EINPROGRESS) {
+		LC__COUNT(tc->ctx, conns_failed);
+		lane_fail(ln, LC_ERR_UNREACHABLE, "connect: %s", strerror(errno));
+		return;
+	}
+	int rc = epoll_add(tc->epfd, ln->fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+			   (uint64_t)ln->idx + 1);
+	if (rc) {
+		lane_fail(ln, LC_ERR_IO, "epoll: %s", strerror(-rc));
+		return;
+	}
+	ln->state = LANE_CONNECTING;
+	ln->deadline_ns = now + tc->connect_ns;
+	ln->progress_ns = now;
+}
+
+/* The non-blocking connect finished (or failed): send HELLO. */
+static void lane_connected(lane_t *ln)
+{
+	tcp_conn_t *tc = ln->tc;
+	int err = 0;
+	socklen_t len = sizeof err;
+	uint8_t hello[LC__TCP_CTRL_LEN];
+	if (getsockopt(ln->fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
+		LC__COUNT(tc->ctx, conns_failed);
+		lane_fail(ln, LC_ERR_UNREACHABLE, "connect: %s", strerror(err ? err : errno));
+		return;
+	}
+	lc__tcp_ctrl_t h = {.type = LC__TCP_HELLO};
+	if (tc->conn->has_token) {
+		h.status = LC__TCP_HELLO_TOKEN;
+		h.a = lc__get_u64(tc->conn->token.bytes);
+		h.b = lc__get_u64(tc->conn->token.bytes + 8);
+	}
+	lc__tcp_encode_ctrl(hello, &h);
+	/* 24 bytes into a fresh socket's empty buffer: all or an error. */
+	if (send(ln->fd, hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof hello) {
+		LC__COUNT(tc->ctx, conns_failed);
+		lane_fail(ln, LC_ERR_UNREACHABLE, "sending the handshake: %s", strerror(errno));
+		return;
+	}
+	ln->state = LANE_HELLO;
+}
+
+static void on_hello_reply(lane_t *ln, const lc__tcp_ctrl_t *f, uint64_t now)
+{
+	tcp_conn_t *tc = ln->tc;
+	if (f->status == LC_ERR_AUTH) {
+		LC__COUNT(tc->ctx, conns_failed);
+		lane_fail(ln, LC_ERR_AUTH, "the receiver rejected the session token (%s)",
+			  tc->conn->has_token ? "token not issued by it or revoked"
+					      : "it requires a token and none was given");
+		return;
+	}
+	if (f->status != 0 || f->a || f->b) {
+		lane_malformed(ln, "bad HELLO_REPLY");
+		return;
+	}
+	ln->state = LANE_READY;
+	ln->writable = true;
+	ln->deadline_ns = 0;
+	ln->progress_ns = now;
+	LC_DEBUG("tcp://%s:%d lane %d ready", tc->host, tc->port, ln->idx);
+}
+
+/* ---- acknowledgements ---- */
+
+/* n more frames are in place at the receiver: complete them in order. */
+static void lane_consume(lane_t *ln, uint64_t n)
+{
+	for (seg_t *s = ln->head; n && s; s = s->next) {
+		size_t k = LC__MIN((uint64_t)(seg_sent(ln, s) - s->acked), n);
+		if (!k)
+			continue;
+		s->acked += k;
+		ln->seq_acked += k;
+		n -= k;
+		lc__batch_applied(s->b, k);
+	}
+	cursor_normalize(ln);
+}
+
+static void on_reject(lane_t *ln, const lc__tcp_ctrl_t *f)
+{
+	lane_consume(ln, f->a - ln->seq_acked);
+	seg_t *s = ln->head;
+	while (s && seg_sent(ln, s) == s->acked)
+		s = s->next;
+	if (!s) { /* checked by the caller: seq < seq_next */
+		lane_malformed(ln, "REJECT for a write not sent");
+		return;
+	}
+	size_t i = s->first + s->acked;
+	const lc_write_t *w = &s->b->writes[i];
+	lc__batch_fail(s->b, f->status,
+		       "tcp://%s:%d: write %zu (region %u, offset %llu, %llu bytes, room %llu) "
+		       "rejected: %s%s",
+		       ln->tc->host, ln->tc->port, i, w->remote_region,
+		       (unsigned long long)w->remote_offset, (unsigned long long)w->length,
+		       (unsigned long long)s->b->room, lc_err_name(f->status),
+		       f->b == LC__TCP_REJECT_REVOKED ? ", grant revoked mid-write" : "");
+	s->acked++;
+	ln->seq_acked++;
+	lane_pop_done(ln);
+}
+
+/* One control frame from the receiver; false if the lane was failed. */
+static bool on_ctrl(lane_t *ln, const uint8_t *p, uint64_t now)
+{
+	lc__tcp_ctrl_t f;
+	lc__tcp_decode_ctrl(p, &f);
+	if (ln->state == LANE_HELLO) {
+		if (f.type != LC__TCP_HELLO_REPLY) {
+			lane_malformed(ln, "expected HELLO_REPLY");
+			return false;
+		}
+		on_hello_reply(ln, &f, now);
+		return ln->state == LANE_READY;
+	}
+	bool ack = f.type == LC__TCP_ACK && f.status == 0 && f.b == 0;
+	bool rej = f.type == LC__TCP_REJECT && f.status < 0 && f.b <= LC__TCP_REJECT_REVOKED;
+	uint64_t started = ln->seq_next + (ln->cur_off ? ln->run_n : 0);
+	if ((!ack && !rej) || f.a < ln->seq_acked || f.a > started || (rej && f.a == started)) {
+		lane_malformed(ln, "unexpected or out-of-range acknowledgement");
+		return false;
+	}
+	ln->progress_ns = now;
+	if (ack)
+		lane_consume(ln, f.a - ln->seq_acked);
+	else
+		on_reject(ln, &f);
+	return true;
+}
+
+/* Read and handle everything the receiver sent (edge-triggered). */
+static void lane_read(lane_t *ln, uint64_t now)
+{
+	for (;;) {
+		ssize_t n = recv(ln->fd, ln->in + ln->in_len, IN_CAP - ln->in_len, MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+			lane_fail(ln, LC_ERR_PEER_CLOSED, "peer closed the connection%s%s",
+				  n ? ": " : "", n ? strerror(errno) : "");
+			return;
+		}
+		if (n < 0)
+			return;
+		ln->in_len += (size_t)n;
+		size_t pos = 0;
+		while (ln->in_len - pos >= LC__TCP_CTRL_LEN) {
+			if (!lc__tcp_prefix_ok(ln->in + pos) || ln->in[pos + 2] == LC__TCP_WRITES) {
+				lane_malformed(ln, "bad frame prefix");
+				return;
+			}
+			if (!on_ctrl(ln, ln->in + pos, now))
+				return;
+			pos += LC__TCP_CTRL_LEN;
+		}
+		memmove(ln->in, ln->in + pos, ln->in_len - pos);
+		ln->in_len -= pos;
+	}
+}
+
+/* ---- sending ---- */
+
+/* Header and descriptor table of a frame carrying writes [idx, idx+n). */
+static size_t encode_frame(uint8_t *p, const seg_t *s, size_t idx, size_t n, uint64_t seq)
+{
+	lc__tcp_encode_run(p, &(lc__tcp_run_hdr_t){(uint32_t)n, s->b->room, seq});
+	for (size_t i = 0; i < n; i++) {
+		const lc_write_t *w = &s->b->writes[idx + i];
+		lc__tcp_desc_t d = {w->remote_region, 0, w->remote_offset, w->length};
+		lc__tcp_encode_desc(p + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN, &d);
+	}
+	return LC__TCP_HDR_LEN + n * LC__TCP_DESC_LEN;
+}
+
+/* Drop the first `off` bytes of iov[first..*niov). */
+static void iov_skip(struct iovec *iov, int first, int *niov, size_t off)
+{
+	int i = first;
+	while (off && off >= iov[i].iov_len)
+		off -= iov[i++].iov_len;
+	iov[i].iov_base = (uint8_t *)iov[i].iov_base + off;
+	iov[i].iov_len -= off;
+	memmove(&iov[first], &iov[i], (size_t)(*niov - i) * sizeof *iov);
+	*niov -= i - first;
+}
+
+typedef struct build_state {
+	int niov;
+	size_t hused, total, nf;
+} build_state_t;
+
+/* Describe one frame (writes [idx, idx+n) of s, `off` bytes already sent)
+ * in tc->iov; false if it does not fit in this sendmsg. */
+static bool build_frame(lane_t *ln, build_state_t *st, seg_t *s, size_t idx, size_t n,
+			size_t off, uint64_t seq)
+{
+	tcp_conn_t *tc = ln->tc;
+	size_t tlen = LC__TCP_HDR_LEN + n * LC__TCP_DESC_LEN, bytes = tlen;
+	if (st->niov + (int)n + 1 > MAX_IOV || st->hused + tlen > HBUF_LEN ||
+	    st->nf == LC__ARRAY_SIZE(tc->built))
+		return false;
+	uint8_t *h = tc->hbuf + st->hused;
+	encode_frame(h, s, idx, n, seq);
+	int first = st->niov;
+	tc->iov[st->niov++] = (struct iovec){h, tlen};
+	for (size_t i = 0; i < n; i++) {
+		const lc_write_t *w = &s->b->writes[idx + i];
+		tc->iov[st->niov++] = (struct iovec){(void *)(uintptr_t)w->local, w->length};
+		bytes += w->length;
+	}
+	if (off)
+		iov_skip(tc->iov, first, &st->niov, off);
+	st->hused += tlen;
+	st->total += bytes - off;
+	tc->built[st->nf++] = (built_t){s, idx, n, off, bytes - off};
+	return true;
+}
+
+/* Describe the frames at the cursor in tc->iov; returns the frame count. */
+static size_t lane_build(lane_t *ln, build_state_t *st)
+{
+	seg_t *s = ln->cur;
+	size_t idx = ln->cur_idx, off = ln->cur_off;
+	uint64_t seq = ln->seq_next;
+	*st = (build_state_t){0};
+	while (s) {
+		if (off == 0 && skip_frame(s, idx)) {
+			s->end = idx; /* drop unsent writes of a completed batch */
+			s = s->next;
+			idx = s ? s->first : 0;
+			continue;
+		}
+		size_t n = off ? ln->run_n : LC__MIN(s->end - idx, (size_t)LC__TCP_MAX_RUN);
+		if (!build_frame(ln, st, s, idx, n, off, seq))
+			break;
+		seq += n;
+		idx += n;
+		off = 0;
+	}
+	return st->nf;
+}
+
+/* w bytes of the built frames went out: move the cursor. */
+static void lane_advance(lane_t *ln, size_t nf, size_t w)
+{
+	for (size_t i = 0; i < nf; i++) {
+		built_t *f = &ln->tc->built[i];
+		ln->cur = f->s;
+		if (w < f->left) {
+			ln->cur_idx = f->idx;
+			ln->cur_off = f->off0 + w;
+			ln->run_n = f->n;
+			return;
+		}
+		w -= f->left;
+		ln->cur_idx = f->idx + f->n;
+		ln->cur_off = 0;
+		ln->seq_next += f->n;
+	}
+}
+
+static void lane_flush(lane_t *ln, uint64_t now)
+{
+	cursor_normalize(ln);
+	while (ln->writable && ln->cur) {
+		build_state_t st;
+		size_t nf = lane_build(ln, &st);
+		if (!nf) {
+			ln->cur = NULL; /* everything left belonged to completed batches */
+			break;
+		}
+		struct msghdr msg = {.msg_iov = ln->tc->iov, .msg_iovlen = (size_t)st.niov};
+		ssize_t w = sendmsg(ln->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN) {
+			ln->writable = false;
+			break;
+		}
+		if (w < 0) {
+			lane_fail(ln, LC_ERR_PEER_CLOSED, "send: %s", strerror(errno));
+			return;
+		}
+		ln->progress_ns = now;
+		lane_advance(ln, nf, (size_t)w);
+		cursor_normalize(ln);
+		if ((size_t)w < st.total)
+			ln->writable = false; /* buffer full: EPOLLOUT will say when */
+	}
+}
+
+/* ---- the I/O thread ---- */
+
+static void on_lane_event(lane_t *ln, uint32_t events, uint64_t now)
+{
+	if (ln->fd < 0)
+		return;
+	if (ln->state == LANE_CONNECTING) {
+		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+			return;
+		lane_connected(ln);
+		if (ln->state != LANE_HELLO)
+			return;
+	}
+	if (events & EPOLLOUT)
+		ln->writable = ln->state == LANE_READY;
+	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+		lane_read(ln, now);
+}
+
+/* Hand queued segments to lanes: the live lane with the least queued. */
+static lane_t *pick_lane(tcp_conn_t *tc)
+{
+	lane_t *best = &tc->lanes[0];
+	for (int i = 1; i < tc->nlanes; i++) {
+		lane_t *ln = &tc->lanes[i];
+		bool up = ln->state != LANE_DOWN, best_up = best->state != LANE_DOWN;
+		if ((up && !best_up) || (up == best_up && ln->queued < best->queued))
+			best = ln;
+	}
+	return best;
+}
+
+static void take_submissions(tcp_conn_t *tc, uint64_t now)
+{
+	uint64_t v;
+	if (read(tc->wakefd, &v, sizeof v) < 0 && errno != EAGAIN)
+		LC_DEBUG("eventfd read: %s", strerror(errno));
+	atomic_store(&tc->wake_pending, 0);
+	pthread_mutex_lock(&tc->lock);
+	segblock_t *blk = tc->subq;
+	tc->subq = tc->subq_tail = NULL;
+	pthread_mutex_unlock(&tc->lock);
+	while (blk) {
+		segblock_t *next = blk->next;
+		for (size_t i = 0; i < blk->n; i++)
+			lane_append(pick_lane(tc), &blk->segs[i], now);
+		blk = next;
+	}
+}
+
+static void lane_check_deadlines(lane_t *ln, uint64_t now)
+{
+	tcp_conn_t *tc = ln->tc;
+	if (ln->state == LANE_CONNECTING || ln->state == LANE_HELLO) {
+		if (now < ln->deadline_ns)
+			return;
+		LC__COUNT(tc->ctx, conns_failed);
+		lane_fail(ln, LC_ERR_UNREACHABLE, "no %s within connect_timeout_ms=%llu",
+			  ln->state == LANE_CONNECTING ? "connection" : "handshake reply",
+			  (unsigned long long)(tc->connect_ns / 1000000));
+		return;
+	}
+	if (ln->state == LANE_READY && ln->head && now - ln->progress_ns >= tc->progress_ns) {
+		LC__COUNT(tc->ctx, lanes_stalled);
+		lane_fail(ln, LC_ERR_STALLED,
+			  "no progress for %llu ms (%llu writes sent, %llu acknowledged)",
+			  (unsigned long long)((now - ln->progress_ns) / 1000000),
+			  (unsigned long long)ln->seq_next, (unsigned long long)ln->seq_acked);
+	}
+}
+
+static int sender_timeout(tcp_conn_t *tc, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	for (int i = 0; i < tc->nlanes; i++) {
+		lane_t *ln = &tc->lanes[i];
+		if (ln->state == LANE_CONNECTING || ln->state == LANE_HELLO)
+			next = LC__MIN(next, ln->deadline_ns);
+		else if (ln->state == LANE_READY && ln->head)
+			next = LC__MIN(next, ln->progress_ns + tc->progress_ns);
+	}
+	return next == UINT64_MAX ? -1 : ms_until(next, now);
+}
+
+static void sender_service(tcp_conn_t *tc, uint64_t now)
+{
+	for (int i = 0; i < tc->nlanes; i++) {
+		lane_t *ln = &tc->lanes[i];
+		if (ln->state == LANE_DOWN && ln->head)
+			lane_connect(ln, now);
+		if (ln->state == LANE_READY)
+			lane_flush(ln, now);
+		if (ln->state != LANE_DOWN)
+			lane_check_deadlines(ln, now);
+	}
+}
+
+static void *sender_main(void *arg)
+{
+	tcp_conn_t *tc = arg;
+	struct epoll_event ev[64];
+	uint64_t now = lc__now_ns();
+	for (int i = 0; i < tc->nlanes; i++)
+		lane_connect(&tc->lanes[i], now); /* warm: the first batch finds lanes ready */
+	while (!atomic_load(&tc->stop)) {
+		int n = epoll_wait(tc->epfd, ev, LC__ARRAY_SIZE(ev),
+				   sender_timeout(tc, lc__now_ns()));
+		now = lc__now_ns();
+		for (int i = 0; i < n; i++) {
+			if (ev[i].data.u64 == 0)
+				take_submissions(tc, now);
+			else
+				on_lane_event(&tc->lanes[ev[i].data.u64 - 1], ev[i].events, now);
+		}
+		sender_service(tc, now);
+	}
+	return NULL;
+}
+
+/* ---- ops: sender ---- */
+
+static void wake(tcp_conn_t *tc)
+{
+	uint64_t one = 1;
+	if (!atomic_exchange(&tc->wake_pending, 1) && write(tc->wakefd, &one, sizeof one) < 0)
+		LC_WARN("eventfd write: %s", strerror(errno));
+}
+
+/* Split a batch into at most `lanes` runs of writes of similar byte counts,
+ * each worth splitting (SEG_MIN_BYTES). */
+static segblock_t *split(lc__batch_t *b, int lanes)
+{
+	size_t want = LC__MIN((size_t)lanes, b->nwrites);
+	want = LC__MIN(want, (size_t)(b->bytes / SEG_MIN_BYTES) + 1);
+	segblock_t *blk = calloc(1, sizeof *blk + want * sizeof(seg_t));
+	if (!blk)
+		return NULL;
+	blk->b = b;
+	uint64_t acc = 0;
+	size_t i = 0;
+	for (size_t k = 0; k < want && i < b->nwrites; k++) {
+		seg_t *s = &blk->segs[blk->n++];
+		*s = (seg_t){.b = b, .blk = blk, .first = i};
+		uint64_t goal = b->bytes / want * (k + 1);
+		do {
+			acc += b->writes[i].length;
+			s->bytes += b->writes[i++].length;
+		} while (i < b->nwrites && (acc < goal || k + 1 == want));
+		s->end = i;
+	}
+	blk->live = blk->n;
+	return blk;
+}
+
+static int tcp_post(lc_conn_t *c, lc__batch_t *b)
+{
+	tcp_conn_t *tc = c->tp;
+	segblock_t *blk = split(b, tc->nlanes);
+	if (!blk)
+		return -ENOMEM;
+	pthread_mutex_lock(&tc->lock);
+	if (tc->closing) {
+		pthread_mutex_unlock(&tc->lock);
+		free(blk);
+		return LC_ERR_CLOSED;
+	}
+	lc__batch_ref(b);
+	if (tc->subq_tail)
+		tc->subq_tail->next = blk;
+	else
+		tc->subq = blk;
+	tc->subq_tail = blk;
+	pthread_mutex_unlock(&tc->lock);
+	wake(tc);
+	return 0;
+}
+
+static void tcp_conn_free(tcp_conn_t *tc)
+{
+	if (tc->epfd >= 0)
+		close(tc->epfd);
+	if (tc->wakefd >= 0)
+		close(tc->wakefd);
+	pthread_mutex_destroy(&tc->lock);
+	free(tc->lanes);
+	free(tc);
+}
+
+static int tcp_conn_setup(tcp_conn_t *tc, lc_conn_t *c)
+{
+	lc_ctx_t *ctx = c->ctx;
+	tc->conn = c;
+	tc->ctx = ctx;
+	tc->nlanes = c->lanes > 0 ? LC__MIN(c->lanes, 64) : 1;
+	tc->connect_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
+	tc->progress_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_progress_timeout_ms) * 1000000ull;
+	tc->sockbuf = sockbuf_bytes(ctx);
+	tc->lanes = calloc((size_t)tc->nlanes, sizeof *tc->lanes);
+	if (!tc->lanes)
+		return -ENOMEM;
+	for (int i = 0; i < tc->nlanes; i++)
+		tc->lanes[i] = (lane_t){.tc = tc, .idx = i, .fd = -1};
+	tc->epfd = epoll_create1(EPOLL_CLOEXEC);
+	tc->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (tc->epfd < 0 || tc->wakefd < 0)
+		return -errno;
+	return epoll_add(tc->epfd, tc->wakefd, EPOLLIN, 0);
+}
+
+static int tcp_conn_open(lc_conn_t *c, const char *url)
+{
+	tcp_conn_t *tc = calloc(1, sizeof *tc);
+	int rc;
+	if (!tc)
+		return -ENOMEM;
+	tc->epfd = tc->wakefd = -1;
+	pthread_mutex_init(&tc->lock, NULL);
+	rc = lc__url_host_port(url, "tcp", tc->host, sizeof tc->host, &tc->port);
+	if (rc || tc->port == 0) {
+		rc = -EINVAL;
+		goto fail;
+	}
+	rc = tcp_conn_setup(tc, c);
+	if (rc)
+		goto fail;
+	rc = -pthread_create(&tc->thread, NULL, sender_main, tc);
+	if (rc)
+		goto fail;
+	c->tp = tc;
+	return 0;
+fail:
+	tcp_conn_free(tc);
+	return rc;
+}
+
+static void release_all(tcp_conn_t *tc)
+{
+	for (int i = 0; i < tc->nlanes; i++)
+		lane_fail(&tc->lanes[i], LC_ERR_CANCELLED, "connection closed");
+	for (segblock_t *blk = tc->subq, *next; blk; blk = next) {
+		next = blk->next;
+		lc__batch_fail(blk->b, LC_ERR_CANCELLED, "connection closed");
+		lc__batch_unref(blk->b);
+		free(blk);
+	}
+	tc->subq = tc->subq_tail = NULL;
+}
+
+static void tcp_conn_close(lc_conn_t *c)
+{
+	tcp_conn_t *tc = c->tp;
+	pthread_mutex_lock(&tc->lock);
+	tc->closing = true;
+	pthread_mutex_unlock(&tc->lock);
+	atomic_store(&tc->stop, 1);
+	atomic_store(&tc->wake_pending, 0);
+	wake(tc);
+	pthread_join(tc->thread, NULL);
+	release_all(tc);
+	tcp_conn_free(tc);
+	c->tp = NULL;
+}
+
+/* ====================================================================
+ * Receiver state.
+ *
+ * Threading: the listener's I/O thread owns every rlane and the scratch
+ * buffer; listen() and listener_close() touch them only before the thread
+ * starts and after it is joined. Shared state is reached only through the
+ * context's thread-safe helpers (lc__recv_check, grants, counters, tokens).
+ * ==================================================================== */
+
+enum rphase { R_HELLO, R_HDR, R_RUN };
+
+/* One write of the run being received. */
+typedef struct rwrite {
+	uint8_t *dst;        /* NULL: rejected, the payload is discarded */
+	lc__grant_room_t *g; /* referenced until the payload is in place */
+	uint32_t region;
+	uint64_t offset, len;
+	int code, detail; /* the rejection, when dst is NULL */
+} rwrite_t;
+
+typedef struct rlane {
+	struct tcp_listener *tl;
+	int fd;
+	struct rlane *next, *prev;
+	enum rphase phase;
+	bool readable, writable, paused, dead;
+	uint64_t hello_deadline_ns;
+	/* the WRITES frame being received: write run_i has `done` bytes */
+	uint64_t room;
+	uint32_t run_n, run_i;
+	uint64_t done;
+	rwrite_t run[LC__TCP_MAX_RUN];
+	/* acknowledgement state */
+	uint64_t seq;   /* writes processed */
+	uint64_t acked; /* writes acknowledged (queued in out) */
+	uint64_t unacked_bytes, count_writes, count_bytes;
+	uint8_t stage[STAGE_CAP];
+	size_t st_pos, st_len;
+	uint8_t out[OUT_CAP];
+	size_t out_len;
+} rlane_t;
+
+typedef struct tcp_listener {
+	lc_listener_t *l;
+	lc_ctx_t *ctx;
+	int fd, epfd, wakefd;
+	pthread_t thread;
+	_Atomic int stop;
+	rlane_t *lanes; /* doubly linked */
+	size_t nlanes;
+	uint64_t hello_ns;
+	int sockbuf;
+	uint8_t scratch[SCRATCH_LEN];
+} tcp_listener_t;
+
+/* ---- receiver: output (acks, rejects, hello replies) ---- */
+
+static size_t out_free(const rlane_t *r)
+{
+	return (OUT_CAP - r->out_len) / LC__TCP_CTRL_LEN;
+}
+
+static void out_push(rlane_t *r, const lc__tcp_ctrl_t *f)
+{
+	lc__tcp_encode_ctrl(r->out + r->out_len, f);
+	r->out_len += LC__TCP_CTRL_LEN;
+}
+
+static void rlane_flush(rlane_t *r)
+{
+	while (r->out_len && r->writable) {
+		ssize_t n = send(r->fd, r->out, r->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r->writable = false;
+			if (errno != EAGAIN)
+				r->dead = true;
+			return;
+		}
+		memmove(r->out, r->out + n, r->out_len - (size_t)n);
+		r->out_len -= (size_t)n;
+	}
+	if (r->paused && out_free(r) >= LC__TCP_MAX_RUN + 2)
+		r->paused = false;
+}
+
+/* Queue a cumulative ACK if anything is unacknowledged. Counters first, so
+ * that a sender seeing its completion also sees them. The out buffer always
+ * keeps a slot for a REJECT of every write of the run still to come. */
+static void rlane_ack(rlane_t *r)
+{
+	size_t reserve = r->phase == R_RUN ? r->run_n - r->run_i : 0;
+	if (r->count_writes || r->count_bytes)
+		lc__recv_count(r->tl->ctx, r->count_writes, r->count_bytes);
+	r->count_writes = r->count_bytes = 0;
+	r->unacked_bytes = 0;
+	if (r->seq == r->acked || out_free(r) < reserve + 1)
+		return;
+	out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_ACK, .a = r->seq});
+	r->acked = r->seq;
+}
+
+/* ---- receiver: writes ---- */
+
+/* Write run_i is complete (in place, or discarded). */
+static void write_done(rlane_t *r)
+{
+	rwrite_t *w = &r->run[r->run_i];
+	if (w->dst) {
+		if (w->g)
+			lc__grant_put(w->g);
+		r->count_writes++;
+		r->count_bytes += w->len;
+		r->unacked_bytes += w->len;
+	} else {
+		out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_REJECT,
+					      .status = w->code,
+					      .a = r->seq,
+					      .b = (uint64_t)w->detail});
+		r->acked = r->seq + 1; /* a REJECT acknowledges everything before it */
+	}
+	w->g = NULL;
+	r->seq++;
+	r->run_i++;
+	r->done = 0;
+	if (r->unacked_bytes >= ACK_BYTES) {
+		rlane_ack(r);
+		rlane_flush(r);
+	}
+}
+
+/* Complete every finished write at the head of the run. */
+static void run_advance(rlane_t *r)
+{
+	while (r->phase == R_RUN && r->run_i < r->run_n && r->done == r->run[r->run_i].len)
+		write_done(r);
+	if (r->phase == R_RUN && r->run_i == r->run_n)
+		r->phase = R_HDR;
+}
+
+/* The grant was revoked while the payload arrived: land nothing more. */
+static void revoked_midway(rlane_t *r, rwrite_t *w)
+{
+	LC__COUNT(r->tl->ctx, writes_rejected_grant);
+	lc__grant_put(w->g);
+	w->g = NULL;
+	w->dst = NULL;
+	w->code = LC_ERR_GRANT;
+	w->detail = LC__TCP_REJECT_REVOKED;
+}
+
+/* Every write of the run still to land under grant entry g is revoked. */
+static void revoked_run(rlane_t *r, lc__grant_room_t *g)
+{
+	const rwrite_t *first = &r->run[r->run_i];
+	uint32_t n = 0;
+	LC_WARN("tcp: grant of room %llu revoked during a write to region %u [%llu, +%llu); "
+		"discarding the rest of the run",
+		(unsigned long long)r->room, first->region, (unsigned long long)first->offset,
+		(unsigned long long)first->len);
+	for (uint32_t i = r->run_i; i < r->run_n; i++, n++)
+		if (r->run[i].dst && r->run[i].g == g)
+			revoked_midway(r, &r->run[i]);
+	LC_DEBUG("tcp: %u writes of the run discarded", n);
+}
+
+/* A WRITES header and its table, complete in the stage: validate it all,
+ * then check every write against regions and grants. */
+static int on_run(rlane_t *r, const uint8_t *p)
+{
+	lc__tcp_run_hdr_t h;
+	lc__tcp_decode_run(p, &h);
+	if (h.seq != r->seq)
+		return LC_ERR_PROTO;
+	for (uint32_t i = 0; i < h.n; i++) {
+		lc__tcp_desc_t d;
+		lc__tcp_decode_desc(p + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN, &d);
+		if (d.reserved || d.length > LC__TCP_MAX_WRITE)
+			return LC_ERR_PROTO;
+		r->run[i] = (rwrite_t){.region = d.region, .offset = d.offset, .len = d.length};
+	}
+	for (uint32_t i = 0; i < h.n; i++) {
+		rwrite_t *w = &r->run[i];
+		if (w->len == 0) { /* lands nothing; the generic layer never sends one */
+			w->dst = (uint8_t *)r->stage;
+			continue;
+		}
+		w->code = lc__recv_check(r->tl->ctx, h.room, w->region, w->offset, w->len, &w->dst,
+					 &w->g);
+		w->detail = LC__TCP_REJECT_CHECK;
+		if (w->code)
+			w->dst = NULL;
+	}
+	r->room = h.room;
+	r->run_n = h.n;
+	r->run_i = 0;
+	r->done = 0;
+	r->phase = R_RUN;
+	run_advance(r);
+	return 0;
+}
+
+static int on_hello(rlane_t *r, const uint8_t *p)
+{
+	lc__tcp_ctrl_t f;
+	lc__tcp_decode_ctrl(p, &f);
+	if (f.type != LC__TCP_HELLO || (f.status & ~LC__TCP_HELLO_TOKEN))
+		return LC_ERR_PROTO;
+	bool has = f.status & LC__TCP_HELLO_TOKEN;
+	uint8_t token[LC_TOKEN_LEN];
+	lc__put_u64(token, f.a);
+	lc__put_u64(token + 8, f.b);
+	bool ok = lc__ctx_token_accepted(r->tl->ctx, has ? token : NULL, has);
+	out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_HELLO_REPLY, .status = ok ? 0 : LC_ERR_AUTH});
+	rlane_flush(r);
+	if (!ok) {
+		LC__COUNT(r->tl->ctx, conns_rejected_auth);
+		LC_WARN("tcp: rejected a connection: %s", has ? "unknown or revoked session token"
+							      : "no session token");
+		return LC_ERR_AUTH;
+	}
+	r->phase = R_HDR;
+	return 0;
+}
+
+/* ---- receiver: reading ---- */
+
+/* Payload bytes of write run_i that arrived in the staging buffer. */
+static void payload_from_stage(rlane_t *r, size_t n)
+{
+	rwrite_t *w = &r->run[r->run_i];
+	if (w->dst && !lc__grant_enter(w->g))
+		revoked_run(r, w->g);
+	if (w->dst) {
+		memcpy(w->dst + r->done, r->stage + r->st_pos, n);
+		lc__grant_exit(w->g);
+	}
+	r->done += n;
+	r->st_pos += n;
+	run_advance(r);
+}
+
+/* Handle one frame at st_pos if it is complete. Returns 1 if consumed,
+ * 0 if more bytes are needed (or the lane must wait for its output), <0 to
+ * close the lane. */
+static int frame_from_stage(rlane_t *r)
+{
+	size_t avail = r->st_len - r->st_pos, need = LC__TCP_HDR_LEN;
+	const uint8_t *p = r->stage + r->st_pos;
+	if (avail >= 4 && !lc__tcp_prefix_ok(p))
+		return LC_ERR_PROTO;
+	if (avail < LC__TCP_HDR_LEN)
+		return 0;
+	bool hello = r->phase == R_HELLO;
+	if (hello != (p[2] == LC__TCP_HELLO) || (!hello && p[2] != LC__TCP_WRITES))
+		return LC_ERR_PROTO;
+	uint32_t n = hello ? 0 : lc__get_u32(p + 4);
+	if (!hello && (n == 0 || n > LC__TCP_MAX_RUN))
+		return LC_ERR_PROTO;
+	need += (size_t)n * LC__TCP_DESC_LEN;
+	if (avail < need)
+		return 0;
+	if (out_free(r) < n + 2)
+		rlane_flush(r);
+	if (out_free(r) < n + 2) {
+		r->paused = true; /* the sender is not reading: stop reading too */
+		return 0;
+	}
+	int rc = hello ? on_hello(r, p) : on_run(r, p);
+	r->st_pos += need;
+	return rc < 0 ? rc : 1;
+}
+
+/* Consume the staging buffer. <0: close the lane. */
+static int consume_stage(rlane_t *r)
+{
+	int rc = 1;
+	while (rc > 0) {
+		size_t avail = r->st_len - r->st_pos;
+		if (r->phase == R_RUN) {
+			if (!avail)
+				break;
+			payload_from_stage(r, LC__MIN(avail, r->run[r->run_i].len - r->done));
+		} else {
+			rc = frame_from_stage(r);
+		}
+	}
+	memmove(r->stage, r->stage + r->st_pos, r->st_len - r->st_pos);
+	r->st_len -= r->st_pos;
+	r->st_pos = 0;
+	return rc < 0 ? rc : 0;
+}
+
+/* iovecs for the rest of the run: payloads straight into place under one
+ * grant entry, rejected ones into scratch, then (if the run ends within
+ * them) the staging buffer for the next frames. Returns the count; *g is
+ * the grant entry to enter, or NULL. */
+static int run_iov(rlane_t *r, struct iovec *iov, lc__grant_room_t **g)
+{
+	int n = 0;
+	bool whole = true;
+	*g = NULL;
+	for (uint32_t i = r->run_i; i < r->run_n && whole; i++) {
+		rwrite_t *w = &r->run[i];
+		uint64_t skip = i == r->run_i ? r->done : 0, left = w->len - skip;
+		if (!left)
+			continue;
+		if (w->dst && *g && w->g != *g) {
+			whole = false; /* another grant entry: next readv */
+			break;
+		}
+		if (w->dst) {
+			*g = w->g;
+			iov[n++] = (struct iovec){w->dst + skip, left};
+			continue;
+		}
+		iov[n++] = (struct iovec){r->tl->scratch, LC__MIN(left, (uint64_t)SCRATCH_LEN)};
+		whole = left <= SCRATCH_LEN;
+	}
+	if (whole)
+		iov[n++] = (struct iovec){r->stage + r->st_len, STAGE_READ};
+	return n;
+}
+
+/* Account `got` bytes read into iov[0..n) in run order. */
+static void run_distribute(rlane_t *r, const struct iovec *iov, int n, size_t got)
+{
+	for (int k = 0; k < n && got; k++) {
+		if (iov[k].iov_base == r->stage + r->st_len) {
+			r->st_len += got; /* the next frames, past the run's end */
+			return;
+		}
+		size_t t = LC__MIN(got, iov[k].iov_len);
+		r->done += t;
+		got -= t;
+		run_advance(r);
+	}
+}
+
+/* One readv: the rest of the run straight into place, plus the next
+ * frame(s) into staging. Outside a run: staging only. */
+static ssize_t rlane_read(rlane_t *r)
+{
+	struct iovec iov[LC__TCP_MAX_RUN + 1];
+	lc__grant_room_t *g = NULL;
+	int n = 1;
+	iov[0] = (struct iovec){r->stage + r->st_len, STAGE_READ};
+	if (r->phase == R_RUN) {
+		n = run_iov(r, iov, &g);
+		while (g && !lc__grant_enter(g)) {
+			revoked_run(r, g);
+			n = run_iov(r, iov, &g);
+		}
+	}
+	ssize_t got = readv(r->fd, iov, n);
+	if (g)
+		lc__grant_exit(g);
+	if (got > 0)
+		run_distribute(r, iov, n, (size_t)got);
+	return got;
+}
+
+/* A lane breaking the protocol is counted, logged and closed. */
+static void rlane_bad(rlane_t *r, int rc)
+{
+	r->dead = true;
+	if (rc != LC_ERR_PROTO)
+		return; /* LC_ERR_AUTH: counted and logged by on_hello */
+	LC__COUNT(r->tl->ctx, frames_malformed);
+	LC_WARN("tcp: malformed frame after %llu writes on a lane; closing it",
+		(unsigned long long)r->seq);
+}
+
+static void rlane_pump(rlane_t *r)
+{
+	size_t budget = PUMP_BUDGET;
+	int rc = 0;
+	while (r->readable && !r->paused && budget) {
+		rc = consume_stage(r);
+		if (rc < 0 || r->paused)
+			break;
+		ssize_t got = rlane_read(r);
+		if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+			r->dead = true;
+			break;
+		}
+		if (got < 0)
+			r->readable = errno == EINTR;
+		else
+			budget -= LC__MIN(budget, (size_t)got);
+	}
+	if (!r->dead && rc >= 0)
+		rc = consume_stage(r);
+	if (rc < 0)
+		rlane_bad(r, rc);
+	rlane_ack(r);
+	rlane_flush(r);
+}
+
+/* ---- receiver: lanes ---- */
+
+static void rlane_close(tcp_listener_t *tl, rlane_t *r)
+{
+	for (uint32_t i = r->run_i; r->phase == R_RUN && i < r->run_n; i++)
+		if (r->run[i].g)
+			lc__grant_put(r->run[i].g);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		tl->lanes = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	tl->nlanes--;
+	close(r->fd);
+	free(r);
+}
+
+static void rlane_add(tcp_listener_t *tl, int fd)
+{
+	rlane_t *r = NULL;
+	if (tl->nlanes >= MAX_ACCEPTED || !(r = calloc(1, sizeof *r))) {
+		LC_WARN("tcp: refusing a connection (%zu open)", tl->nlanes);
+		close(fd);
+		return;
+	}
+	*r = (rlane_t){.tl = tl, .fd = fd, .phase = R_HELLO, .writable = true};
+	r->hello_deadline_ns = lc__now_ns() + tl->hello_ns;
+	set_sockopts(fd, 0); /* buffers are inherited from the listening socket */
+	if (epoll_add(tl->epfd, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, (uintptr_t)r)) {
+		close(fd);
+		free(r);
+		return;
+	}
+	r->next = tl->lanes;
+	if (tl->lanes)
+		tl->lanes->prev = r;
+	tl->lanes = r;
+	tl->nlanes++;
+}
+
+static void accept_all(tcp_listener_t *tl)
+{
+	for (;;) {
+		int fd = accept4(tl->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+				LC_WARN("tcp: accept: %s", strerror(errno));
+			if (errno != EINTR && errno != ECONNABORTED)
+				return;
+			continue;
+		}
+		rlane_add(tl, fd);
+	}
+}
+
+/* Pump ready lanes, close dead ones, expire handshakes. Returns the epoll
+ * timeout for the next wait. */
+static int listener_service(tcp_listener_t *tl)
+{
+	uint64_t now = lc__now_ns(), next = UINT64_MAX;
+	bool again = false;
+	for (rlane_t *r = tl->lanes, *nx; r; r = nx) {
+		nx = r->next;
+		rlane_flush(r);
+		if (r->readable && !r->paused)
+			rlane_pump(r);
+		if (r->phase == R_HELLO && !r->dead && now >= r->hello_deadline_ns) {
+			LC_WARN("tcp: no handshake within %llu ms; closing",
+				(unsigned long long)(tl->hello_ns / 1000000));
+			r->dead = true;
+		}
+		if (r->dead) {
+			rlane_close(tl, r);
+			continue;
+		}
+		if (r->phase == R_HELLO)
+			next = LC__MIN(next, r->hello_deadline_ns);
+		again |= r->readable && !r->paused;
+	}
+	return again ? 0 : next == UINT64_MAX ? -1 : ms_until(next, now);
+}
+
+static void *listener_main(void *arg)
+{
+	tcp_listener_t *tl = arg;
+	struct epoll_event ev[64];
+	int timeout = -1;
+	while (!atomic_load(&tl->stop)) {
+		int n = epoll_wait(tl->epfd, ev, LC__ARRAY_SIZE(ev), timeout);
+		for (int i = 0; i < n; i++) {
+			void *p = ev[i].data.ptr;
+			if (p == tl)
+				accept_all(tl);
+			else if (p) {
+				rlane_t *r = p;
+				r->readable |= (ev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP |
+								EPOLLERR)) != 0;
+				r->writable |= (ev[i].events & EPOLLOUT) != 0;
+			}
+		}
+		timeout = listener_service(tl);
+	}
+	return NULL;
+}
+
+/* ---- ops: receiver ---- */
+
+static int listen_socket(tcp_listener_t *tl, const char *host, int port)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct addrinfo *res = NULL;
+	char ports[16];
+	int one = 1;
+	snprintf(ports, sizeof ports, "%d", port);
+	int rc = getaddrinfo(host[0] ? host : NULL, ports, &hints, &res);
+	if (rc || !res) {
+		LC_WARN("tcp: cannot resolve %s: %s", host, gai_strerror(rc));
+		return -EINVAL;
+	}
+	tl->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (tl->fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	setsockopt(tl->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	set_sockopts(tl->fd, tl->sockbuf); /* accepted sockets inherit the buffers */
+	if (bind(tl->fd, res->ai_addr, res->ai_addrlen) || listen(tl->fd, 128))
+		rc = -errno;
+out:
+	freeaddrinfo(res);
+	return rc;
+}
+
+/* The URL peers should use: the bound address and the actual port. */
+static int resolved_url(tcp_listener_t *tl, char *url, size_t cap)
+{
+	struct sockaddr_storage a;
+	socklen_t alen = sizeof a;
+	char host[NI_MAXHOST], port[NI_MAXSERV];
+	if (getsockname(tl->fd, (struct sockaddr *)&a, &alen) ||
+	    getnameinfo((struct sockaddr *)&a, alen, host, sizeof host, port, sizeof port,
+			NI_NUMERICHOST | NI_NUMERICSERV))
+		return -errno ? -errno : -EINVAL;
+	bool v6 = a.ss_family == AF_INET6;
+	snprintf(url, cap, "tcp://%s%.200s%s:%.8s", v6 ? "[" : "", host, v6 ? "]" : "", port);
+	return 0;
+}
+
+static void tcp_listener_free(tcp_listener_t *tl)
+{
+	while (tl->lanes)
+		rlane_close(tl, tl->lanes);
+	if (tl->fd >= 0)
+		close(tl->fd);
+	if (tl->epfd >= 0)
+		close(tl->epfd);
+	if (tl->wakefd >= 0)
+		close(tl->wakefd);
+	free(tl);
+}
+
+static int tcp_listen(lc_listener_t *l, const char *url)
+{
+	char host[256];
+	int port, rc;
+	rc = lc__url_host_port(url, "tcp", host, sizeof host, &port);
+	if (rc)
+		return -EINVAL;
+	tcp_listener_t *tl = calloc(1, sizeof *tl);
+	if (!tl)
+		return -ENOMEM;
+	tl->fd = tl->epfd = tl->wakefd = -1;
+	tl->l = l;
+	tl->ctx = l->ctx;
+	tl->hello_ns = (uint64_t)lc__ctx_cfg(l->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
+	tl->sockbuf = sockbuf_bytes(l->ctx);
+	rc = listen_socket(tl, host, port);
+	if (rc)
+		goto fail;
+	rc = resolved_url(tl, l->url, sizeof l->url);
+	if (rc)
+		goto fail;
+	tl->epfd = epoll_create1(EPOLL_CLOEXEC);
+	tl->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (tl->epfd < 0 || tl->wakefd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	rc = epoll_add(tl->epfd, tl->fd, EPOLLIN, (uintptr_t)tl);
+	if (!rc)
+		rc = epoll_add(tl->epfd, tl->wakefd, EPOLLIN, 0);
+	if (!rc)
+		rc = -pthread_create(&tl->thread, NULL, listener_main, tl);
+	if (rc)
+		goto fail;
+	l->tp = tl;
+	return 0;
+fail:
+	tcp_listener_free(tl);
+	return rc;
+}
+
+static void tcp_listener_close(lc_listener_t *l)
+{
+	tcp_listener_t *tl = l->tp;
+	uint64_t one = 1;
+	atomic_store(&tl->stop, 1);
+	if (write(tl->wakefd, &one, sizeof one) < 0)
+		LC_WARN("eventfd write: %s", strerror(errno));
+	pthread_join(tl->thread, NULL);
+	tcp_listener_free(tl);
+	l->tp = NULL;
+}
+
+const lc__transport_ops_t lc__tcp_ops = {
+	.scheme = "tcp",
+	.listen = tcp_listen,
+	.listener_close = tcp_listener_close,
+	.conn_open = tcp_conn_open,
+	.conn_close = tcp_conn_close,
+	.post = tcp_post,
+};

@@ -1,0 +1,891 @@
+/*
+ * End-to-end tests of the control plane: P and D as separate processes
+ * (fork), real ZeroMQ and HTTP sockets and a real data-plane transport on
+ * loopback. Usage: control_e2e <case>. Each case exits 0 on success, 77
+ * when a facility is missing here.
+ *
+ * The synthetic model: an MHA layout of LAYERS layers (2 buffers each) over
+ * PAGES pages. P page p of buffer b holds tu_fill(seed(b, p)). Global page
+ * g of a prompt lives in P page g + 1; D's destination page for index j
+ * (after its prefix) of room i is PAGES - 1 - (i * n + j). D fills its
+ * memory with a canary and checks every page afterwards: exactly the
+ * granted pages changed, with exactly P's bytes.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "control/bootstrap.h"
+#include "control/codec.h"
+#include "testutil.h"
+
+#define LAYERS 4
+#define NBUF (2 * LAYERS)
+#define PAGES 64
+#define ITEM 4096
+#define CANARY 0x5a
+#define ROOM0 100
+#define META_LEN 2048
+
+typedef struct cfg {
+	const char *url;   /* D's data-plane listener */
+	int p_world, p_dp; /* P ranks (all in the P process) */
+	int d_procs;       /* D ranks (one process each), D tp size */
+	int rooms;
+	int chunks;
+	int prefix_pages;
+	int total_pages;
+	int layer_sleep_us;
+	uint64_t d_item; /* D's item_len (ITEM unless testing a mismatch) */
+	/* Expectations. */
+	int p_expect, d_expect; /* LC_ROOM_SUCCESS or LC_ROOM_FAILED */
+	int p_reason, d_reason; /* fail reason expected when Failed */
+	const char *d_reason_text;
+	const char *p_knobs; /* "name=value,..." */
+	const char *d_knobs;
+	const char *d_session;
+	int room_base;
+} cfg_t;
+
+static cfg_t C;
+static int status_fd = -1; /* child -> parent progress lines */
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static uint64_t seed_of(int b, int p)
+{
+	return 1000 + (uint64_t)b * PAGES + (uint64_t)p;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+	char line[256];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+	va_end(ap);
+	line[n++] = '\n';
+	if (status_fd >= 0 && write(status_fd, line, (size_t)n) < 0)
+		exit(3);
+}
+
+static void knobs(lc_ctx_t *ctx, const char *spec)
+{
+	if (!spec)
+		return;
+	char buf[512];
+	snprintf(buf, sizeof buf, "%s", spec);
+	for (char *save, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(kv, '=');
+		*eq = '\0';
+		TU_OK(lc_ctx_config_set(ctx, kv, eq + 1));
+	}
+}
+
+typedef struct side {
+	lc_ctx_t *ctx;
+	uint8_t *mem;
+	size_t len;
+	lc_region_t *region;
+	lc_layout_t *layout;
+	uint64_t item;
+} side_t;
+
+static void side_init(side_t *s, const char *name, uint64_t item, bool is_p, const char *kn)
+{
+	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = name},
+			    &s->ctx));
+	knobs(s->ctx, kn);
+	s->item = item;
+	s->len = (size_t)NBUF * PAGES * item;
+	TU_OK(lc_mem_alloc(s->len, LC_MEM_SHAREABLE, (void **)&s->mem));
+	void *bases[NBUF];
+	for (int b = 0; b < NBUF; b++)
+		bases[b] = s->mem + (size_t)b * PAGES * item;
+	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA, .layers = LAYERS,
+				 .pages = PAGES, .item_len = {item, item}, .bases = bases};
+	TU_OK(lc_layout_build(&lp, &s->layout));
+	if (is_p) {
+		for (int b = 0; b < NBUF; b++)
+			for (int p = 0; p < PAGES; p++)
+				tu_fill((uint8_t *)bases[b] + (size_t)p * item, item, seed_of(b, p));
+	} else {
+		memset(s->mem, CANARY, s->len);
+	}
+	TU_OK(lc_region_register(s->ctx, s->mem, s->len, &s->region));
+}
+
+static void side_fini(side_t *s)
+{
+	lc_region_deregister(s->region);
+	lc_layout_destroy(s->layout);
+	lc_ctx_destroy(s->ctx);
+	lc_mem_free(s->mem);
+}
+
+static int room_pages(void)
+{
+	return C.total_pages - C.prefix_pages;
+}
+
+static int64_t d_page(int room_index, int j)
+{
+	return PAGES - 1 - (room_index * room_pages() + j);
+}
+
+static void metadata_of(uint64_t room, uint8_t *out)
+{
+	tu_fill(out, META_LEN, room * 31 + 7);
+}
+
+/* ==== P process ==== */
+
+static bool rank_serves(int rank, uint64_t room)
+{
+	int ptp = C.p_world / C.p_dp;
+	int group = (int)(room % (uint64_t)C.p_dp);
+	return rank / ptp == group;
+}
+
+/* One wave of rooms (room_base .. room_base + rooms - 1) on every rank. */
+static int p_wave(lc_prefill_t **pf, lc_engine_t **eng, lc_sender_t *snd[8][8], int expect,
+		  int expect_reason)
+{
+	int failures = 0;
+	for (int i = 0; i < C.rooms; i++) {
+		uint64_t room = (uint64_t)(C.room_base + i);
+		for (int r = 0; r < C.p_world; r++)
+			if (rank_serves(r, room))
+				TU_OK(lc_sender_create(pf[r], room, &snd[r][i]));
+	}
+	/* Wait for every room to be Bootstrapped (or final). */
+	uint64_t deadline = now_ms() + 20000;
+	for (bool all = false; !all && now_ms() < deadline; usleep(2000)) {
+		all = true;
+		for (int r = 0; r < C.p_world; r++)
+			for (int i = 0; i < C.rooms; i++)
+				if (snd[r][i] && lc_sender_poll(snd[r][i], NULL) == LC_ROOM_BOOTSTRAPPING)
+					all = false;
+	}
+	/* Chunked prefill: every rank runs the same forwards. */
+	int per = room_pages() / C.chunks;
+	for (int k = 0; k < C.chunks; k++) {
+		for (int r = 0; r < C.p_world; r++) {
+			TU_OK(lc_engine_batch_begin(eng[r], 0));
+			for (int i = 0; i < C.rooms; i++) {
+				if (!snd[r][i] || lc_sender_poll(snd[r][i], NULL) == LC_ROOM_FAILED)
+					continue;
+				uint64_t prefix = 0;
+				if (lc_sender_prefix_len(snd[r][i], &prefix) == 0)
+					TU_CHECK(prefix == (uint64_t)C.prefix_pages * 16,
+						 "prefix %llu", (unsigned long long)prefix);
+				int n = k == C.chunks - 1 ? room_pages() - k * per : per;
+				int64_t pages[PAGES];
+				for (int j = 0; j < n; j++)
+					pages[j] = C.prefix_pages + k * per + j + 1;
+				lc_chunk_t ch = {.size = sizeof ch, .room = (uint64_t)(C.room_base + i),
+						 .pages = pages, .page_count = (size_t)n,
+						 .dst_index = (uint64_t)(k * per),
+						 .is_last = k == C.chunks - 1};
+				int rc = lc_engine_chunk_add(eng[r], &ch);
+				if (rc)
+					fprintf(stderr, "P rank %d room %d chunk %d: %s\n", r, i, k,
+						lc_strerror(rc));
+			}
+			TU_OK(lc_engine_batch_end(eng[r]));
+		}
+		say("chunk %d", k);
+		for (int l = 0; l < LAYERS; l++) {
+			usleep((useconds_t)C.layer_sleep_us);
+			for (int r = 0; r < C.p_world; r++)
+				TU_OK(lc_engine_record_cache(eng[r]));
+		}
+		for (int r = 0; r < C.p_world; r++)
+			TU_OK(lc_engine_record_aux(eng[r]));
+	}
+	for (int r = 0; r < C.p_world; r++)
+		for (int i = 0; i < C.rooms; i++)
+			if (snd[r][i]) {
+				uint8_t meta[META_LEN];
+				metadata_of((uint64_t)(C.room_base + i), meta);
+				lc_sender_metadata_set(snd[r][i], meta, sizeof meta);
+			}
+	deadline = now_ms() + 20000;
+	for (int r = 0; r < C.p_world; r++)
+		for (int i = 0; i < C.rooms; i++) {
+			if (!snd[r][i])
+				continue;
+			lc_room_info_t info = {.size = sizeof info};
+			int st;
+			while ((st = lc_sender_poll(snd[r][i], &info)) != LC_ROOM_SUCCESS &&
+			       st != LC_ROOM_FAILED && now_ms() < deadline)
+				usleep(2000);
+			fprintf(stderr, "P rank %d room %d: %s (%s) %s\n", r, C.room_base + i,
+				lc_room_status_name(st), lc_fail_reason_name(info.fail_reason),
+				info.reason);
+			if (st != expect || (st == LC_ROOM_FAILED && expect_reason &&
+						 info.fail_reason != expect_reason))
+				failures++;
+			say("p-final %d %d", st, info.fail_reason);
+		}
+	return failures;
+}
+
+static int p_main(int addr_fd, int quit_fd)
+{
+	side_t side[8];
+	lc_prefill_t *pf[8];
+	lc_engine_t *eng[8];
+	lc_sender_t *snd[8][8];
+	lc_bootstrap_t *b;
+	char addr[64];
+	memset(snd, 0, sizeof snd);
+	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+	TU_OK(lc_bootstrap_start(&bp, &b));
+	lc_bootstrap_addr(b, addr, sizeof addr);
+	for (int r = 0; r < C.p_world; r++) {
+		char name[16];
+		snprintf(name, sizeof name, "p%d", r);
+		side_init(&side[r], name, ITEM, true, C.p_knobs);
+		lc_prefill_params_t pp = {.size = sizeof pp, .layout = side[r].layout,
+					  .bootstrap = addr, .name = name, .world_size = C.p_world,
+					  .dp_size = C.p_dp, .engine_rank = r, .metrics_server = b};
+		TU_OK(lc_prefill_create(side[r].ctx, &pp, &pf[r]));
+		TU_OK(lc_prefill_engine(pf[r], &eng[r]));
+	}
+	if (write(addr_fd, addr, sizeof addr) != (ssize_t)sizeof addr)
+		return 3;
+	close(addr_fd);
+
+	int failures = p_wave(pf, eng, snd, C.p_expect, C.p_reason);
+	if (C.d_session && C.p_expect == LC_ROOM_FAILED) {
+		/* kill_d_recover: the dead D's session is blocked (TTL) ... */
+		uint64_t nfail = 0;
+		int blocked = lc_engine_session_blocked(eng[0], C.d_session, &nfail);
+		fprintf(stderr, "P: session %s blocked=%d failures=%llu\n", C.d_session, blocked,
+			(unsigned long long)nfail);
+		say("blocked %d", blocked);
+		if (blocked != 1)
+			failures++;
+		/* ... until the restarted D registers again: room_base + rooms. */
+		for (int r = 0; r < C.p_world; r++)
+			for (int i = 0; i < C.rooms; i++) {
+				lc_sender_destroy(snd[r][i]);
+				snd[r][i] = NULL;
+			}
+		C.room_base += C.rooms;
+		failures += p_wave(pf, eng, snd, LC_ROOM_SUCCESS, 0);
+	}
+	/* Wait until the parent says the D side is done. */
+	char c;
+	if (read(quit_fd, &c, 1) < 0)
+		failures++;
+	uint64_t malformed = 0, refused = 0;
+	lc_prefill_counter(pf[0], "msgs_malformed", &malformed);
+	lc_prefill_counter(pf[0], "registrations_refused", &refused);
+	fprintf(stderr, "P: malformed %llu refused %llu\n", (unsigned long long)malformed,
+		(unsigned long long)refused);
+	say("p-counters %llu %llu", (unsigned long long)malformed, (unsigned long long)refused);
+	for (int r = 0; r < C.p_world; r++) {
+		for (int i = 0; i < C.rooms; i++)
+			lc_sender_destroy(snd[r][i]);
+		lc_prefill_destroy(pf[r]);
+		side_fini(&side[r]);
+	}
+	lc_bootstrap_stop(b);
+	return failures ? 1 : 0;
+}
+
+/* ==== D process ==== */
+
+static int d_verify(const side_t *s, int tp_rank)
+{
+	int bad = 0;
+	for (int b = 0; b < NBUF; b++) {
+		const uint8_t *base = s->mem + (size_t)b * PAGES * s->item;
+		for (int q = 0; q < PAGES; q++) {
+			const uint8_t *pg = base + (size_t)q * s->item;
+			int room_index = -1, j = -1;
+			for (int i = 0; i < C.rooms && room_index < 0; i++)
+				for (int k = 0; k < room_pages(); k++)
+					if (d_page(i, k) == q) {
+						room_index = i;
+						j = k;
+					}
+			if (room_index >= 0) {
+				long at = tu_verify(pg, s->item,
+						    seed_of(b, C.prefix_pages + j + 1));
+				if (at >= 0) {
+					fprintf(stderr, "D%d: buffer %d page %d (room %d idx %d) "
+							"differs at %ld\n",
+						tp_rank, b, q, room_index, j, at);
+					bad++;
+				}
+			} else {
+				for (size_t x = 0; x < s->item; x++)
+					if (pg[x] != CANARY) {
+						fprintf(stderr, "D%d: canary page %d of buffer %d "
+								"written\n",
+							tp_rank, q, b);
+						bad++;
+						break;
+					}
+			}
+		}
+	}
+	return bad;
+}
+
+typedef enum d_mode { D_NORMAL, D_CANCEL, D_MALFORMED } d_mode_t;
+
+/* Raw messages at P's control socket and D's own, plus HTTP garbage. */
+static void send_garbage(const char *bs_addr, lc_decode_t *d)
+{
+	lc__rank_info_t ri;
+	char why[256], dep[300], pep[300];
+	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 3};
+	TU_OK(lc__bootstrap_get_rank(bs_addr, 0, 0, &o, &ri, why, sizeof why));
+	snprintf(pep, sizeof pep, "tcp://%s:%d", ri.rank_ip, ri.rank_port);
+	TU_OK(lc_decode_endpoint(d, dep, sizeof dep));
+	void *zc = zmq_ctx_new();
+	void *rx = zmq_socket(zc, ZMQ_PULL);
+	TU_CHECK(zmq_bind(rx, "tcp://127.0.0.1:*") == 0, "bind");
+	char my_ep[256];
+	size_t n = sizeof my_ep;
+	zmq_getsockopt(rx, ZMQ_LAST_ENDPOINT, my_ep, &n);
+	const char *targets[2] = {pep, dep};
+	for (int t = 0; t < 2; t++) {
+		void *tx = zmq_socket(zc, ZMQ_PUSH);
+		int linger = 1000;
+		zmq_setsockopt(tx, ZMQ_LINGER, &linger, sizeof linger);
+		TU_CHECK(zmq_connect(tx, targets[t]) == 0, "connect");
+		zmq_send(tx, "garbage", 7, 0);
+		zmq_send(tx, "", 0, 0);
+		uint8_t hdr[12] = {0x4c, 0x43, 0x43, 0x50, 1, 0, 5, 0, 200, 0, 0, 0};
+		zmq_send(tx, hdr, sizeof hdr, 0); /* status claiming 200 bytes */
+		zmq_send(tx, "a", 1, ZMQ_SNDMORE); /* multi-part */
+		zmq_send(tx, "b", 1, 0);
+		if (t == 0) {
+			/* A registration with another geometry: refused by P. */
+			lc__msg_buffer_t bufs[NBUF];
+			uint8_t desc[16] = {1};
+			const void *descs[1] = {desc};
+			size_t lens[1] = {sizeof desc};
+			lc__msg_t m;
+			memset(&m, 0, sizeof m);
+			m.type = LC__MSG_REGISTER;
+			snprintf(m.reg.session, sizeof m.reg.session, "intruder");
+			snprintf(m.reg.status_ep, sizeof m.reg.status_ep, "%s", my_ep);
+			snprintf(m.reg.data_url, sizeof m.reg.data_url, "tcp://127.0.0.1:1");
+			for (int b = 0; b < NBUF; b++)
+				bufs[b] = (lc__msg_buffer_t){.layer = b % LAYERS,
+							     .kind = b < LAYERS ? 0 : 1,
+							     .item_len = b == 3 ? 512 : ITEM};
+			m.reg.nbuffers = NBUF;
+			m.reg.buffers = bufs;
+			m.reg.nregions = 1;
+			m.reg.region_descs = descs;
+			m.reg.region_desc_lens = lens;
+			uint8_t *buf;
+			size_t len;
+			TU_OK(lc__msg_encode(&m, &buf, &len));
+			zmq_send(tx, buf, len, 0);
+			free(buf);
+		}
+		zmq_close(tx);
+	}
+	/* P's refusal names the difference. */
+	int timeout = 5000;
+	zmq_setsockopt(rx, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+	uint8_t reply[2048];
+	int got = zmq_recv(rx, reply, sizeof reply, 0);
+	TU_CHECK(got > 0, "no registration reply");
+	lc__msg_t m;
+	TU_OK(lc__msg_decode(reply, (size_t)got, &m, NULL, 0));
+	TU_CHECK(m.type == LC__MSG_REGISTER_REPLY && m.reply.result == LC_ERR_GEOMETRY,
+		 "reply %d result %d", m.type, m.reply.result);
+	TU_CHECK(strstr(m.reply.reason, "buffer 3") && strstr(m.reply.reason, "item_len"),
+		 "reason: %s", m.reply.reason);
+	fprintf(stderr, "D: P refused the intruder: %s\n", m.reply.reason);
+	lc__msg_free(&m);
+	zmq_close(rx);
+	zmq_ctx_term(zc);
+	/* HTTP garbage at the bootstrap server. */
+	char url[128], *resp = NULL;
+	size_t rl;
+	snprintf(url, sizeof url, "http://%s/route", bs_addr);
+	TU_CHECK(lc__http_request("PUT", url, "{{{", 3, NULL, 2000, &resp, &rl) == 400, "put");
+	free(resp);
+	snprintf(url, sizeof url, "http://%s/route?engine_rank=7&target_dp_group=0", bs_addr);
+	TU_CHECK(lc__http_request("GET", url, NULL, 0, NULL, 2000, &resp, &rl) == 404, "get");
+	free(resp);
+}
+
+static int d_main(const char *bs_addr, int tp_rank, d_mode_t mode)
+{
+	side_t s;
+	lc_decode_t *d;
+	lc_receiver_t *rcv[8];
+	char name[16];
+	snprintf(name, sizeof name, "d%d", tp_rank);
+	side_init(&s, name, C.d_item, false, C.d_knobs);
+	lc_decode_params_t dp = {.size = sizeof dp, .layout = s.layout, .regions = &s.region,
+				 .region_count = 1, .listen_url = C.url, .session = C.d_session,
+				 .tp_size = C.d_procs, .tp_rank = tp_rank};
+	int rc = lc_decode_create(s.ctx, &dp, &d);
+	if (rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) {
+		fprintf(stderr, "skip: %s\n", lc_strerror(rc));
+		return TU_SKIP;
+	}
+	TU_OK(rc);
+	if (mode == D_MALFORMED)
+		send_garbage(bs_addr, d);
+	for (int i = 0; i < C.rooms; i++)
+		TU_OK(lc_receiver_create(d, bs_addr, (uint64_t)(C.room_base + i), &rcv[i]));
+	/* Bootstrapped, then send the pages. */
+	uint64_t deadline = now_ms() + 20000;
+	bool sent[8] = {0};
+	for (int left = C.rooms; left && now_ms() < deadline; usleep(1000)) {
+		for (int i = 0; i < C.rooms; i++) {
+			if (sent[i])
+				continue;
+			int st = lc_receiver_poll(rcv[i], NULL);
+			if (st == LC_ROOM_FAILED) {
+				sent[i] = true;
+				left--;
+				continue;
+			}
+			if (st != LC_ROOM_BOOTSTRAPPED)
+				continue;
+			int64_t pages[PAGES];
+			for (int j = 0; j < room_pages(); j++)
+				pages[j] = d_page(i, j);
+			lc_receiver_pages_t pg = {.size = sizeof pg, .pages = pages,
+						  .page_count = (size_t)room_pages(),
+						  .prefix_len = (uint64_t)C.prefix_pages * 16,
+						  .aux_index = i};
+			TU_OK(lc_receiver_send(rcv[i], &pg));
+			sent[i] = true;
+			left--;
+		}
+	}
+	say("sent");
+	uint8_t *snapshot = NULL;
+	if (mode == D_CANCEL) {
+		/* Cancel once the first layers have landed. */
+		for (uint64_t dl = now_ms() + 10000;
+		     lc_receiver_layers_ready(rcv[0]) < 1 && now_ms() < dl;)
+			usleep(500);
+		fprintf(stderr, "D: cancelling at %d layers\n", lc_receiver_layers_ready(rcv[0]));
+		TU_OK(lc_receiver_cancel(rcv[0], "test cancel"));
+		snapshot = malloc(s.len);
+		memcpy(snapshot, s.mem, s.len);
+	}
+	int failures = 0;
+	deadline = now_ms() + 20000;
+	for (int i = 0; i < C.rooms; i++) {
+		lc_room_info_t info = {.size = sizeof info};
+		int st;
+		while ((st = lc_receiver_poll(rcv[i], &info)) != LC_ROOM_SUCCESS &&
+		       st != LC_ROOM_FAILED && now_ms() < deadline)
+			usleep(1000);
+		fprintf(stderr, "D%d room %d: %s (%s) %s, layers %u\n", tp_rank, C.room_base + i,
+			lc_room_status_name(st), lc_fail_reason_name(info.fail_reason), info.reason,
+			info.layers_landed);
+		say("d-final %d %d", st, info.fail_reason);
+		if (st != C.d_expect)
+			failures++;
+		if (st == LC_ROOM_FAILED && C.d_reason && info.fail_reason != C.d_reason)
+			failures++;
+		if (st == LC_ROOM_FAILED && C.d_reason_text && !strstr(info.reason, C.d_reason_text))
+			failures++;
+		if (st == LC_ROOM_SUCCESS) {
+			uint8_t meta[LC_METADATA_MAX], want[META_LEN];
+			int n = lc_receiver_metadata(rcv[i], meta, sizeof meta);
+			metadata_of((uint64_t)(C.room_base + i), want);
+			if (n != META_LEN || memcmp(meta, want, META_LEN)) {
+				fprintf(stderr, "D: metadata of room %d wrong (%d bytes)\n",
+					C.room_base + i, n);
+				failures++;
+			}
+			if (lc_receiver_layers_ready(rcv[i]) != LAYERS)
+				failures++;
+		}
+	}
+	if (mode == D_CANCEL) {
+		/* P keeps computing; nothing may land after the cancel. */
+		usleep(1500 * 1000);
+		if (memcmp(snapshot, s.mem, s.len)) {
+			fprintf(stderr, "D: memory changed after cancel\n");
+			failures++;
+		}
+		for (size_t x = 0; x < s.len; x += s.item) {
+			size_t page = (x / s.item) % PAGES;
+			bool granted = page + (size_t)room_pages() >= PAGES;
+			if (!granted && s.mem[x] != CANARY) {
+				fprintf(stderr, "D: canary at page %zu written\n", page);
+				failures++;
+			}
+		}
+		free(snapshot);
+	} else if (C.d_expect == LC_ROOM_SUCCESS) {
+		failures += d_verify(&s, tp_rank);
+	}
+	if (mode == D_MALFORMED) {
+		uint64_t m = 0;
+		lc_decode_counter(d, "msgs_malformed", &m);
+		fprintf(stderr, "D: malformed %llu\n", (unsigned long long)m);
+		if (m < 3)
+			failures++;
+	}
+	for (int i = 0; i < C.rooms; i++)
+		lc_receiver_destroy(rcv[i]);
+	lc_decode_destroy(d);
+	side_fini(&s);
+	return failures ? 1 : 0;
+}
+
+/* ==== the parent ==== */
+
+typedef struct proc {
+	pid_t pid;
+	int status_fd;
+} proc_t;
+
+static proc_t spawn_p(int *addr_read, int *quit_write)
+{
+	int a[2], q[2], st[2];
+	TU_CHECK(pipe(a) == 0 && pipe(q) == 0 && pipe(st) == 0, "pipe");
+	proc_t pr = {0};
+	pr.pid = fork();
+	TU_CHECK(pr.pid >= 0, "fork");
+	if (pr.pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(a[0]);
+		close(q[1]);
+		close(st[0]);
+		status_fd = st[1];
+		_exit(p_main(a[1], q[0]));
+	}
+	close(a[1]);
+	close(q[0]);
+	close(st[1]);
+	*addr_read = a[0];
+	*quit_write = q[1];
+	pr.status_fd = st[0];
+	return pr;
+}
+
+static proc_t spawn_d(const char *addr, int tp_rank, d_mode_t mode)
+{
+	int st[2];
+	TU_CHECK(pipe(st) == 0, "pipe");
+	proc_t pr = {0};
+	pr.pid = fork();
+	TU_CHECK(pr.pid >= 0, "fork");
+	if (pr.pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(st[0]);
+		status_fd = st[1];
+		_exit(d_main(addr, tp_rank, mode));
+	}
+	close(st[1]);
+	pr.status_fd = st[0];
+	return pr;
+}
+
+/* Read progress lines until one starts with `prefix` (or EOF/timeout). */
+static bool wait_line(proc_t *p, const char *prefix, int timeout_ms, char *out, size_t cap)
+{
+	static char buf[8][4096];
+	static size_t len[8];
+	int slot = p->status_fd % 8;
+	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
+	for (;;) {
+		char *nl;
+		while ((nl = memchr(buf[slot], '\n', len[slot]))) {
+			*nl = '\0';
+			bool hit = !strncmp(buf[slot], prefix, strlen(prefix));
+			if (hit && out)
+				snprintf(out, cap, "%s", buf[slot]);
+			size_t used = (size_t)(nl - buf[slot]) + 1;
+			memmove(buf[slot], nl + 1, len[slot] - used);
+			len[slot] -= used;
+			if (hit)
+				return true;
+		}
+		if (now_ms() >= dl)
+			return false;
+		struct timeval tv = {0, 50000};
+		fd_set fds;
+		FD_ZERO(&fds);
+		FD_SET(p->status_fd, &fds);
+		if (select(p->status_fd + 1, &fds, NULL, NULL, &tv) > 0) {
+			ssize_t n = read(p->status_fd, buf[slot] + len[slot],
+					 sizeof buf[slot] - 1 - len[slot]);
+			if (n <= 0)
+				return false;
+			len[slot] += (size_t)n;
+		}
+	}
+}
+
+static int reap(proc_t *p, int timeout_ms)
+{
+	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
+	int st;
+	while (now_ms() < dl) {
+		pid_t r = waitpid(p->pid, &st, WNOHANG);
+		if (r == p->pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		usleep(10000);
+	}
+	kill(p->pid, SIGKILL);
+	waitpid(p->pid, &st, 0);
+	return 124;
+}
+
+static bool built_in(const char *tp)
+{
+	const char *list = lc_transports();
+	size_t n = strlen(tp);
+	for (const char *p = list; (p = strstr(p, tp)); p += n)
+		if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+/* P, then the D ranks, then collect everything. */
+static int run_plain(d_mode_t mode)
+{
+	int addr_fd, quit_fd;
+	char addr[64];
+	proc_t p = spawn_p(&addr_fd, &quit_fd);
+	TU_CHECK(read(addr_fd, addr, sizeof addr) == (ssize_t)sizeof addr, "P did not start");
+	proc_t d[4];
+	for (int i = 0; i < C.d_procs; i++)
+		d[i] = spawn_d(addr, i, i == 0 ? mode : D_NORMAL);
+	int rc = 0;
+	for (int i = 0; i < C.d_procs; i++) {
+		int x = reap(&d[i], 40000);
+		if (x == TU_SKIP) {
+			kill(p.pid, SIGKILL);
+			reap(&p, 1000);
+			return TU_SKIP;
+		}
+		if (x) {
+			fprintf(stderr, "D%d exited %d\n", i, x);
+			rc = 1;
+		}
+	}
+	char line[128];
+	if (mode == D_MALFORMED) {
+		if (write(quit_fd, "q", 1) != 1)
+			rc = 1;
+		unsigned long long mal = 0, refused = 0;
+		if (!wait_line(&p, "p-counters", 10000, line, sizeof line) ||
+		    sscanf(line, "p-counters %llu %llu", &mal, &refused) != 2 || mal < 3 ||
+		    refused < 1) {
+			fprintf(stderr, "P counters wrong: %s\n", line);
+			rc = 1;
+		}
+	}
+	close(quit_fd);
+	int x = reap(&p, 30000);
+	if (x) {
+		fprintf(stderr, "P exited %d\n", x);
+		rc = 1;
+	}
+	return rc;
+}
+
+static void base_cfg(void)
+{
+	C = (cfg_t){.url = "tcp://127.0.0.1:0", .p_world = 1, .p_dp = 1, .d_procs = 1,
+		    .rooms = 1, .chunks = 1, .total_pages = 8, .layer_sleep_us = 2000,
+		    .d_item = ITEM, .p_expect = LC_ROOM_SUCCESS, .d_expect = LC_ROOM_SUCCESS,
+		    .room_base = ROOM0};
+}
+
+static int case_kill_d(void)
+{
+	/* Room 100 to a D that is killed mid-transfer: P's room fails within
+	 * the deadline and the session is blocked; then a D with the same
+	 * session id registers again and room 101 succeeds. */
+	C.layer_sleep_us = 200000;
+	C.p_knobs = "transfer_timeout_ms=3000,progress_timeout_ms=2000,connect_timeout_ms=2000";
+	C.p_expect = LC_ROOM_FAILED;
+	int addr_fd, quit_fd;
+	char addr[64], line[128];
+	proc_t p = spawn_p(&addr_fd, &quit_fd);
+	TU_CHECK(read(addr_fd, addr, sizeof addr) == (ssize_t)sizeof addr, "P did not start");
+	proc_t d = spawn_d(addr, 0, D_NORMAL);
+	TU_CHECK(wait_line(&d, "sent", 20000, NULL, 0), "D never sent");
+	TU_CHECK(wait_line(&p, "chunk 0", 20000, NULL, 0), "P never started");
+	usleep(250000);
+	kill(d.pid, SIGKILL);
+	uint64_t t0 = now_ms();
+	reap(&d, 5000);
+	TU_CHECK(wait_line(&p, "p-final", 15000, line, sizeof line), "P room never final");
+	int st = -1, reason = -1;
+	sscanf(line, "p-final %d %d", &st, &reason);
+	fprintf(stderr, "P room final after %llu ms: %s\n", (unsigned long long)(now_ms() - t0),
+		line);
+	TU_CHECK(st == LC_ROOM_FAILED, "P room %d", st);
+	TU_CHECK(now_ms() - t0 < 12000, "too slow");
+	if (write(quit_fd, "q", 1) != 1)
+		return 1;
+	close(quit_fd);
+	TU_CHECK(reap(&p, 20000) == 0, "P exit");
+	return 0;
+}
+
+static int case_kill_d_recover(void)
+{
+	/* Room 100 to a D killed mid-transfer fails on P and blocks the session
+	 * (TTL); a restarted D with the same session id registers again, which
+	 * clears the block, and room 101 succeeds byte-exact. */
+	C.layer_sleep_us = 200000;
+	C.d_session = "decode-a";
+	C.p_knobs = "session_ttl_ms=60000,connect_timeout_ms=2000";
+	C.p_expect = LC_ROOM_FAILED;
+	int addr_fd, quit_fd;
+	char addr[64], line[128];
+	proc_t p = spawn_p(&addr_fd, &quit_fd);
+	TU_CHECK(read(addr_fd, addr, sizeof addr) == (ssize_t)sizeof addr, "P did not start");
+	proc_t d = spawn_d(addr, 0, D_NORMAL);
+	TU_CHECK(wait_line(&d, "sent", 20000, NULL, 0), "D never sent");
+	TU_CHECK(wait_line(&p, "chunk 0", 20000, NULL, 0), "P never started");
+	usleep(250000);
+	kill(d.pid, SIGKILL);
+	reap(&d, 5000);
+	TU_CHECK(wait_line(&p, "blocked", 15000, line, sizeof line), "P never checked");
+	TU_CHECK(!strcmp(line, "blocked 1"), "%s", line);
+	C.room_base = ROOM0 + C.rooms;
+	C.layer_sleep_us = 2000;
+	proc_t d2 = spawn_d(addr, 0, D_NORMAL);
+	int rc = reap(&d2, 40000);
+	TU_CHECK(rc == 0, "restarted D exited %d", rc);
+	TU_CHECK(wait_line(&p, "p-final", 15000, line, sizeof line), "P second room");
+	TU_CHECK(!strncmp(line, "p-final 5", 9), "%s", line);
+	if (write(quit_fd, "q", 1) != 1)
+		return 1;
+	close(quit_fd);
+	TU_CHECK(reap(&p, 20000) == 0, "P exit");
+	return 0;
+}
+
+static int case_kill_p(void)
+{
+	C.layer_sleep_us = 300000;
+	C.chunks = 1;
+	C.d_knobs = "heartbeat_interval_ms=200,heartbeat_misses=2";
+	C.d_expect = LC_ROOM_FAILED;
+	C.d_reason = LC_FAIL_SESSION_GONE;
+	C.d_reason_text = "heartbeat";
+	int addr_fd, quit_fd;
+	char addr[64], line[128];
+	proc_t p = spawn_p(&addr_fd, &quit_fd);
+	TU_CHECK(read(addr_fd, addr, sizeof addr) == (ssize_t)sizeof addr, "P did not start");
+	proc_t d = spawn_d(addr, 0, D_NORMAL);
+	TU_CHECK(wait_line(&d, "sent", 20000, NULL, 0), "D never sent");
+	usleep(100000);
+	kill(p.pid, SIGKILL);
+	uint64_t t0 = now_ms();
+	reap(&p, 5000);
+	TU_CHECK(wait_line(&d, "d-final", 10000, line, sizeof line), "D room never final");
+	fprintf(stderr, "D room final %llu ms after P died: %s\n",
+		(unsigned long long)(now_ms() - t0), line);
+	TU_CHECK(now_ms() - t0 < 5000, "heartbeat too slow");
+	close(quit_fd);
+	return reap(&d, 10000);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: control_e2e <case>\n");
+		return 2;
+	}
+	tu_watchdog(110);
+	signal(SIGPIPE, SIG_IGN);
+	const char *c = argv[1];
+	base_cfg();
+	if (!strcmp(c, "tcp_1p1d")) {
+		C.rooms = 3;
+		return run_plain(D_NORMAL);
+	}
+	if (!strcmp(c, "shm_1p1d")) {
+		if (!built_in("shm"))
+			return TU_SKIP;
+		C.url = "shm://auto";
+		C.rooms = 2;
+		return run_plain(D_NORMAL);
+	}
+	if (!strcmp(c, "two_p_dp")) { /* 2 P ranks (dp 2) -> 1 D: rooms by room % dp */
+		C.p_world = 2;
+		C.p_dp = 2;
+		C.rooms = 4;
+		return run_plain(D_NORMAL);
+	}
+	if (!strcmp(c, "two_p_dummy")) { /* 2 P ranks (tp 2) -> 1 D: one real, one dummy */
+		C.p_world = 2;
+		C.rooms = 2;
+		return run_plain(D_NORMAL);
+	}
+	if (!strcmp(c, "one_p_two_d")) { /* fan-in: required_dst_info_num 2 */
+		C.d_procs = 2;
+		C.rooms = 2;
+		return run_plain(D_NORMAL);
+	}
+	if (!strcmp(c, "chunked_prefix")) { /* 3 chunks, 3 prefix pages skipped */
+		C.total_pages = 12;
+		C.prefix_pages = 3;
+		C.chunks = 3;
+		C.rooms = 2;
+		return run_plain(D_NORMAL);
+	}
+	if (!strcmp(c, "geometry_mismatch")) {
+		C.d_item = ITEM / 2;
+		C.d_expect = LC_ROOM_FAILED;
+		C.d_reason_text = "item_len";
+		C.p_expect = LC_ROOM_FAILED;
+		C.p_reason = LC_FAIL_BOOTSTRAP_TIMEOUT;
+		C.p_knobs = "bootstrap_timeout_ms=1500";
+		return run_plain(D_NORMAL);
+	}
+	if (!strcmp(c, "cancel")) {
+		C.layer_sleep_us = 150000;
+		C.chunks = 2;
+		C.d_expect = LC_ROOM_FAILED;
+		C.d_reason = LC_FAIL_CANCELLED;
+		C.p_expect = LC_ROOM_FAILED;
+		C.p_reason = LC_FAIL_CANCELLED;
+		return run_plain(D_CANCEL);
+	}
+	if (!strcmp(c, "malformed"))
+		return run_plain(D_MALFORMED);
+	if (!strcmp(c, "kill_d"))
+		return case_kill_d();
+	if (!strcmp(c, "kill_d_recover"))
+		return case_kill_d_recover();
+	if (!strcmp(c, "kill_p"))
+		return case_kill_p();
+	fprintf(stderr, "unknown case %s\n", c);
+	return 2;
+}
