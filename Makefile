@@ -4,7 +4,7 @@ BUILD     ?= build
 JOBS      ?= $(shell nproc)
 CMAKE_OPTS ?=
 
-.PHONY: all build deps test test-asan test-tsan valgrind demo bench clean
+.PHONY: all build deps test test-asan test-tsan valgrind demo bench example-python bench-python clean
 
 all: build
 
@@ -49,6 +49,15 @@ demo: deps
 
 bench: build
 	$(BUILD)/layercake bench
+
+# P and D in two Python processes, moving a request's KV layer by layer.
+PYENV = LAYERCAKE_LIB=$(BUILD)/liblayercake.so PYTHONPATH=python
+example-python: build
+	$(PYENV) /usr/bin/python3 examples/python_prefill_decode.py
+
+# Per-request Python overhead of the TokenSpeed adapter against the seed's.
+bench-python: build
+	$(PYENV) /usr/bin/python3 bench/python_overhead.py
 
 clean:
 	rm -rf build build-asan build-tsan build-vg

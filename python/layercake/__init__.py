@@ -1,7 +1,8 @@
 """layercake: layer-wise KV-cache streaming from prefill to decode.
 
 A ctypes binding over liblayercake.so (no compiled extension). See
-docs/python.md for the API and the mapping from TokenSpeed's KV manager.
+docs/python.md for the API and the mapping from TokenSpeed's KV manager
+(layercake.tokenspeed).
 """
 from .core import (  # noqa: F401
     MEM_NO_HUGEPAGE,
@@ -12,12 +13,30 @@ from .core import (  # noqa: F401
     Context,
     Listener,
     Memory,
+    RawMemory,
     Region,
     config_table,
+    log_to,
+    set_log_level,
     transports,
     unpack_region,
     version,
 )
+from .engine import (  # noqa: F401
+    STEP_MOD,
+    Buffer,
+    BufferKind,
+    Engine,
+    FailReason,
+    Layout,
+    Model,
+    RoomInfo,
+    RoomStatus,
+    Steps,
+    status_name,
+    step_ready,
+)
+from .control import BootstrapServer, Decode, Prefill, Receiver, Sender  # noqa: F401
 from .errors import LayercakeError, err_name, strerror  # noqa: F401
 
 __version__ = "0.1.0"

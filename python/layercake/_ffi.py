@@ -1,8 +1,13 @@
 """Low-level ctypes declarations of include/layercake.h.
 
-Every struct here mirrors the C header field for field; tests check sizes
-against the library (lc_*_sizeof is not exported, so the checks are made on
-offsets that a mismatch would break: see tests/python/test_ffi.py).
+Every struct here mirrors the C header field for field. Each carries its C
+name in `_c_name_`; tests/python/test_ffi.py compiles a tiny C program that
+prints sizeof/offsetof of every one of them from include/layercake.h and
+compares, and also round-trips structs through the library (layout buffers,
+room info and metrics sizes).
+
+Nothing here is Pythonic on purpose: the classes in core.py, engine.py and
+control.py own the handles and turn codes into exceptions.
 """
 import ctypes
 import ctypes.util
@@ -10,10 +15,15 @@ import os
 
 c_u8, c_u32, c_i32, c_u64, c_i64 = ctypes.c_uint8, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64, ctypes.c_int64
 c_size, c_int, c_char_p, c_void_p = ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p
+c_double = ctypes.c_double
 
 REASON_MAX = 160
 TOKEN_LEN = 16
 REGION_DESC_MAX = 512
+METADATA_MAX = 4096
+HIST_BUCKETS = 96
+FAIL_REASON_COUNT = 12
+STEP_MOD = 1 << 62
 
 
 def _find_library():
@@ -36,90 +46,156 @@ def _find_library():
     )
 
 
-lib = ctypes.CDLL(_find_library())
-
-
-class CtxParams(ctypes.Structure):
-    _fields_ = [("size", c_size), ("name", c_char_p)]
-
-
-class Completion(ctypes.Structure):
-    _fields_ = [
-        ("batch_id", c_u64),
-        ("user_data", c_u64),
-        ("room", c_u64),
-        ("tag", c_u32),
-        ("status", c_i32),
-        ("bytes", c_u64),
-        ("latency_ns", c_u64),
-        ("reason", ctypes.c_char * REASON_MAX),
-    ]
-
-
-class Write(ctypes.Structure):
-    _fields_ = [
-        ("local", c_void_p),
-        ("remote_offset", c_u64),
-        ("length", c_u64),
-        ("remote_region", c_u32),
-        ("reserved", c_u32),
-    ]
-
-
-class BatchParams(ctypes.Structure):
-    _fields_ = [
-        ("size", c_size),
-        ("room", c_u64),
-        ("tag", c_u32),
-        ("reserved", c_u32),
-        ("timeout_ms", c_i64),
-        ("user_data", c_u64),
-    ]
-
-
-class Token(ctypes.Structure):
-    _fields_ = [("bytes", c_u8 * TOKEN_LEN)]
-
-
-class ConnParams(ctypes.Structure):
-    _fields_ = [
-        ("size", c_size),
-        ("cq", c_void_p),
-        ("token", Token),
-        ("has_token", c_int),
-        ("lanes", c_int),
-    ]
-
-
-class LoopFaults(ctypes.Structure):
-    _fields_ = [
-        ("size", c_size),
-        ("mask", c_u32),
-        ("fail_tag", c_u32),
-        ("fail_write", c_u64),
-        ("drop_write", c_u64),
-        ("delay_us", c_u64),
-        ("fail_after_bytes", c_u64),
-        ("fail_room", c_u64),
-    ]
-
-
-class ConfigInfo(ctypes.Structure):
-    _fields_ = [
-        ("name", c_char_p),
-        ("env", c_char_p),
-        ("default_str", c_char_p),
-        ("help", c_char_p),
-        ("min", c_i64),
-        ("max", c_i64),
-    ]
-
-
-class RegionDesc(ctypes.Structure):
-    _fields_ = [("owner", c_u64), ("region_id", c_u32), ("flags", c_u32), ("length", c_u64)]
-
-
+LIBRARY_PATH = _find_library()
+lib = ctypes.CDLL(LIBRARY_PATH)
 P = ctypes.POINTER
+
+
+def _struct(c_name, fields):
+    """A ctypes.Structure mirroring the C struct `c_name`."""
+    return type(c_name, (ctypes.Structure,), {"_fields_": fields, "_c_name_": c_name})
+
+
+# ---- data plane ------------------------------------------------------------
+
+CtxParams = _struct("lc_ctx_params_t", [("size", c_size), ("name", c_char_p)])
+
+ConfigInfo = _struct("lc_config_info_t", [
+    ("name", c_char_p), ("env", c_char_p), ("default_str", c_char_p), ("help", c_char_p),
+    ("min", c_i64), ("max", c_i64),
+])
+
+RegionDesc = _struct("lc_region_desc_t", [
+    ("owner", c_u64), ("region_id", c_u32), ("flags", c_u32), ("length", c_u64),
+])
+
+Token = _struct("lc_token_t", [("bytes", c_u8 * TOKEN_LEN)])
+
+Completion = _struct("lc_completion_t", [
+    ("batch_id", c_u64), ("user_data", c_u64), ("room", c_u64), ("tag", c_u32),
+    ("status", c_i32), ("bytes", c_u64), ("latency_ns", c_u64),
+    ("reason", ctypes.c_char * REASON_MAX),
+])
+
+ConnParams = _struct("lc_conn_params_t", [
+    ("size", c_size), ("cq", c_void_p), ("token", Token), ("has_token", c_int), ("lanes", c_int),
+])
+
+Write = _struct("lc_write_t", [
+    ("local", c_void_p), ("remote_offset", c_u64), ("length", c_u64),
+    ("remote_region", c_u32), ("reserved", c_u32),
+])
+
+BatchParams = _struct("lc_batch_params_t", [
+    ("size", c_size), ("room", c_u64), ("tag", c_u32), ("reserved", c_u32),
+    ("timeout_ms", c_i64), ("user_data", c_u64),
+])
+
+LoopFaults = _struct("lc_loop_faults_t", [
+    ("size", c_size), ("mask", c_u32), ("fail_tag", c_u32), ("fail_write", c_u64),
+    ("drop_write", c_u64), ("delay_us", c_u64), ("fail_after_bytes", c_u64),
+    ("fail_room", c_u64),
+])
+
+# ---- engine ------------------------------------------------------------------
+
+Buffer = _struct("lc_buffer_t", [
+    ("base", c_void_p), ("length", c_u64), ("item_len", c_u64), ("layer", c_i32),
+    ("kind", c_u32), ("flags", c_u32), ("reserved", c_u32),
+])
+
+LayoutParams = _struct("lc_layout_params_t", [
+    ("size", c_size), ("model", c_u32), ("layers", c_u32), ("draft_layers", c_u32),
+    ("reserved", c_u32), ("pages", c_u64), ("item_len", c_u64 * 3),
+    ("bases", P(c_void_p)), ("kv_layer_ids", P(c_i32)),
+    ("state_components", c_u32), ("state_layers", c_u32), ("state_layer_ids", P(c_i32)),
+    ("state_slots", c_u64), ("state_item_len", c_u64), ("state_bases", P(c_void_p)),
+])
+
+RoomInfo = _struct("lc_room_info_t", [
+    ("size", c_size), ("status", c_int), ("fail_reason", c_int),
+    ("reason", ctypes.c_char * REASON_MAX), ("dst_count", c_u32),
+    ("required_dst_count", c_u32), ("layers_landed", c_u32), ("reserved", c_u32),
+])
+
+Histogram = _struct("lc_histogram_t", [
+    ("count", c_u64), ("sum_ns", c_u64), ("buckets", c_u64 * HIST_BUCKETS),
+])
+
+EngineMetrics = _struct("lc_engine_metrics_t", [
+    ("size", c_size), ("rooms_opened", c_u64), ("rooms_succeeded", c_u64),
+    ("rooms_failed", c_u64), ("rooms_failed_by_reason", c_u64 * FAIL_REASON_COUNT),
+    ("rooms_expired_unread", c_u64), ("rooms_active", c_u64), ("chunks_added", c_u64),
+    ("batches_posted", c_u64), ("batches_failed", c_u64), ("writes_posted", c_u64),
+    ("bytes_posted", c_u64), ("bytes_acked", c_u64), ("bad_input", c_u64),
+    ("session_failures", c_u64), ("tasks_pending", c_u64), ("tasks_inflight", c_u64),
+    ("tasks_pending_max", c_u64), ("loop_iterations", c_u64),
+    ("room_latency", Histogram), ("group_ack_latency", Histogram), ("step_to_post", Histogram),
+])
+
+ROOM_STATUS_CB = ctypes.CFUNCTYPE(None, c_void_p, c_u64, c_char_p, c_int, c_int, c_char_p,
+                                  c_void_p, c_size)
+LAYERS_LANDED_CB = ctypes.CFUNCTYPE(None, c_void_p, c_u64, c_char_p, c_u32)
+LOG_CB = ctypes.CFUNCTYPE(None, c_int, c_char_p, c_void_p)
+
+EngineParams = _struct("lc_engine_params_t", [
+    ("size", c_size), ("layout", c_void_p), ("name", c_char_p),
+    ("status_cb", ROOM_STATUS_CB), ("status_arg", c_void_p),
+    ("landed_cb", LAYERS_LANDED_CB), ("landed_arg", c_void_p),
+    ("external_counter", c_int), ("reserved", c_int),
+    ("cache_word", P(c_u64)), ("aux_word", P(c_u64)),
+])
+
+Chunk = _struct("lc_chunk_t", [
+    ("size", c_size), ("room", c_u64), ("pages", c_void_p), ("page_count", c_size),
+    ("dst_index", c_u64), ("is_last", c_int), ("reserved", c_int),
+    ("state_slots", c_void_p), ("state_slot_count", c_size),
+    ("src_mask", c_void_p), ("src_local", c_void_p), ("src_local_count", c_size),
+])
+
+SessionParams = _struct("lc_session_params_t", [
+    ("size", c_size), ("name", c_char_p), ("url", c_char_p), ("token", Token),
+    ("has_token", c_int), ("reserved", c_int),
+    ("region_descs", P(c_void_p)), ("region_desc_lens", P(c_size)), ("region_count", c_size),
+    ("buffer_region", P(c_u32)), ("buffer_offset", P(c_u64)),
+])
+
+DstParams = _struct("lc_dst_params_t", [
+    ("size", c_size), ("session", c_char_p), ("pages", c_void_p), ("page_count", c_size),
+    ("prefix_len", c_u64), ("aux_index", c_i64), ("required_dst_count", c_u32),
+    ("is_dummy", c_int), ("state_slots", c_void_p), ("state_slot_count", c_size),
+    ("dst_mask", c_void_p), ("dst_local", c_void_p), ("dst_local_count", c_size),
+])
+
+# ---- control plane -----------------------------------------------------------
+
+BootstrapParams = _struct("lc_bootstrap_params_t", [
+    ("size", c_size), ("host", c_char_p), ("port", c_int), ("reserved", c_int),
+    ("secret", c_char_p), ("ctx", c_void_p),
+])
+
+PrefillParams = _struct("lc_prefill_params_t", [
+    ("size", c_size), ("layout", c_void_p), ("bootstrap", c_char_p), ("host", c_char_p),
+    ("name", c_char_p), ("world_size", c_int), ("dp_size", c_int), ("engine_rank", c_int),
+    ("reserved", c_int), ("metrics_server", c_void_p), ("bootstrap_secret", c_char_p),
+])
+
+DecodeParams = _struct("lc_decode_params_t", [
+    ("size", c_size), ("layout", c_void_p), ("regions", P(c_void_p)), ("region_count", c_size),
+    ("listen_url", c_char_p), ("host", c_char_p), ("session", c_char_p),
+    ("tp_size", c_int), ("tp_rank", c_int),
+])
+
+ReceiverPages = _struct("lc_receiver_pages_t", [
+    ("size", c_size), ("pages", c_void_p), ("page_count", c_size), ("prefix_len", c_u64),
+    ("aux_index", c_i64), ("state_slots", c_void_p), ("state_slot_count", c_size),
+])
+
+STRUCTS = [
+    CtxParams, ConfigInfo, RegionDesc, Token, Completion, ConnParams, Write, BatchParams,
+    LoopFaults, Buffer, LayoutParams, RoomInfo, Histogram, EngineMetrics, EngineParams, Chunk,
+    SessionParams, DstParams, BootstrapParams, PrefillParams, DecodeParams, ReceiverPages,
+]
 
 
 def _fn(name, restype, *argtypes):
@@ -131,10 +207,13 @@ def _fn(name, restype, *argtypes):
 
 # Errors, version, logging, config
 lc_version = _fn("lc_version", c_char_p)
+lc_version_number = _fn("lc_version_number", c_int)
 lc_strerror = _fn("lc_strerror", c_char_p, c_int)
 lc_err_name = _fn("lc_err_name", c_char_p, c_int)
+lc_log_set_handler = _fn("lc_log_set_handler", None, LOG_CB, c_void_p)
 lc_log_set_level = _fn("lc_log_set_level", None, c_int)
 lc_log_get_level = _fn("lc_log_get_level", c_int)
+lc_log_level_parse = _fn("lc_log_level_parse", c_int, c_char_p, P(c_int))
 lc_config_count = _fn("lc_config_count", c_int)
 lc_config_info = _fn("lc_config_info", P(ConfigInfo), c_int)
 lc_transports = _fn("lc_transports", c_char_p)
@@ -142,11 +221,13 @@ lc_transports = _fn("lc_transports", c_char_p)
 # Context
 lc_ctx_create = _fn("lc_ctx_create", c_int, P(CtxParams), P(c_void_p))
 lc_ctx_destroy = _fn("lc_ctx_destroy", None, c_void_p)
+lc_ctx_config_get = _fn("lc_ctx_config_get", c_int, c_void_p, c_char_p, c_char_p, c_size)
 lc_ctx_config_get_int = _fn("lc_ctx_config_get_int", c_int, c_void_p, c_char_p, P(c_i64))
 lc_ctx_config_set = _fn("lc_ctx_config_set", c_int, c_void_p, c_char_p, c_char_p)
 lc_counter_count = _fn("lc_counter_count", c_int)
 lc_counter_name = _fn("lc_counter_name", c_char_p, c_int)
 lc_ctx_counter = _fn("lc_ctx_counter", c_u64, c_void_p, c_int)
+lc_ctx_counter_by_name = _fn("lc_ctx_counter_by_name", c_int, c_void_p, c_char_p, P(c_u64))
 
 # Memory, regions, grants, tokens
 lc_mem_alloc = _fn("lc_mem_alloc", c_int, c_size, ctypes.c_uint, P(c_void_p))
@@ -154,11 +235,14 @@ lc_mem_free = _fn("lc_mem_free", c_int, c_void_p)
 lc_region_register = _fn("lc_region_register", c_int, c_void_p, c_void_p, c_size, P(c_void_p))
 lc_region_deregister = _fn("lc_region_deregister", c_int, c_void_p)
 lc_region_id = _fn("lc_region_id", c_u32, c_void_p)
+lc_region_addr = _fn("lc_region_addr", c_void_p, c_void_p)
+lc_region_length = _fn("lc_region_length", c_size, c_void_p)
 lc_region_pack = _fn("lc_region_pack", c_int, c_void_p, c_void_p, c_size)
 lc_region_unpack = _fn("lc_region_unpack", c_int, c_void_p, c_size, P(RegionDesc))
 lc_grant_add = _fn("lc_grant_add", c_int, c_void_p, c_u64, c_void_p, c_u64, c_u64)
 lc_grant_revoke = _fn("lc_grant_revoke", c_int, c_void_p, c_u64)
 lc_token_issue = _fn("lc_token_issue", c_int, c_void_p, P(Token))
+lc_token_revoke = _fn("lc_token_revoke", c_int, c_void_p, P(Token))
 
 # Completion queues, listeners, connections, batches
 lc_cq_create = _fn("lc_cq_create", c_int, c_void_p, P(c_void_p))
@@ -175,3 +259,66 @@ lc_conn_import_region = _fn("lc_conn_import_region", c_int, c_void_p, c_void_p, 
 lc_batch_post = _fn("lc_batch_post", c_int, c_void_p, c_void_p, c_size, P(BatchParams), P(c_u64))
 lc_conn_cancel_room = _fn("lc_conn_cancel_room", c_int, c_void_p, c_u64)
 lc_loop_set_faults = _fn("lc_loop_set_faults", c_int, c_void_p, P(LoopFaults))
+
+# Layouts, steps, statuses, histograms
+lc_layout_create = _fn("lc_layout_create", c_int, P(Buffer), c_size, P(c_void_p))
+lc_layout_build = _fn("lc_layout_build", c_int, P(LayoutParams), P(c_void_p))
+lc_layout_destroy = _fn("lc_layout_destroy", None, c_void_p)
+lc_layout_buffer_count = _fn("lc_layout_buffer_count", c_int, c_void_p)
+lc_layout_buffer = _fn("lc_layout_buffer", c_int, c_void_p, c_int, P(Buffer))
+lc_layout_layer_count = _fn("lc_layout_layer_count", c_int, c_void_p)
+lc_layout_layer_buffers = _fn("lc_layout_layer_buffers", c_int, c_void_p, c_int, P(c_u32), c_size)
+lc_layout_fingerprint = _fn("lc_layout_fingerprint", c_u64, c_void_p)
+lc_step_ready = _fn("lc_step_ready", c_int, c_u64, c_u64)
+lc_room_status_name = _fn("lc_room_status_name", c_char_p, c_int)
+lc_fail_reason_name = _fn("lc_fail_reason_name", c_char_p, c_int)
+lc_histogram_bucket_le_us = _fn("lc_histogram_bucket_le_us", c_double, c_int)
+lc_histogram_quantile_us = _fn("lc_histogram_quantile_us", c_double, P(Histogram), c_double)
+
+# Engine
+lc_engine_create = _fn("lc_engine_create", c_int, c_void_p, P(EngineParams), P(c_void_p))
+lc_engine_destroy = _fn("lc_engine_destroy", None, c_void_p)
+lc_engine_record_cache = _fn("lc_engine_record_cache", c_int, c_void_p)
+lc_engine_record_aux = _fn("lc_engine_record_aux", c_int, c_void_p)
+lc_engine_counter = _fn("lc_engine_counter", c_int, c_void_p, c_int, P(P(c_u64)))
+lc_engine_batch_begin = _fn("lc_engine_batch_begin", c_int, c_void_p, c_int)
+lc_engine_chunk_add = _fn("lc_engine_chunk_add", c_int, c_void_p, P(Chunk))
+lc_engine_batch_end = _fn("lc_engine_batch_end", c_int, c_void_p)
+lc_engine_session_add = _fn("lc_engine_session_add", c_int, c_void_p, P(SessionParams))
+lc_engine_session_remove = _fn("lc_engine_session_remove", c_int, c_void_p, c_char_p)
+lc_engine_session_blocked = _fn("lc_engine_session_blocked", c_int, c_void_p, c_char_p, P(c_u64))
+lc_engine_room_open = _fn("lc_engine_room_open", c_int, c_void_p, c_u64)
+lc_engine_room_dst_add = _fn("lc_engine_room_dst_add", c_int, c_void_p, c_u64, P(DstParams))
+lc_engine_room_metadata_set = _fn("lc_engine_room_metadata_set", c_int, c_void_p, c_u64, c_void_p, c_size)
+lc_engine_room_cancel = _fn("lc_engine_room_cancel", c_int, c_void_p, c_u64, c_char_p)
+lc_engine_room_status = _fn("lc_engine_room_status", c_int, c_void_p, c_u64, P(RoomInfo))
+lc_engine_room_release = _fn("lc_engine_room_release", c_int, c_void_p, c_u64)
+lc_engine_metrics = _fn("lc_engine_metrics", c_int, c_void_p, P(EngineMetrics))
+
+# Bootstrap server, prefill, senders, decode, receivers
+lc_bootstrap_start = _fn("lc_bootstrap_start", c_int, P(BootstrapParams), P(c_void_p))
+lc_bootstrap_stop = _fn("lc_bootstrap_stop", None, c_void_p)
+lc_bootstrap_port = _fn("lc_bootstrap_port", c_int, c_void_p)
+lc_bootstrap_addr = _fn("lc_bootstrap_addr", c_int, c_void_p, c_char_p, c_size)
+lc_prefill_create = _fn("lc_prefill_create", c_int, c_void_p, P(PrefillParams), P(c_void_p))
+lc_prefill_destroy = _fn("lc_prefill_destroy", None, c_void_p)
+lc_prefill_engine = _fn("lc_prefill_engine", c_int, c_void_p, P(c_void_p))
+lc_prefill_endpoint = _fn("lc_prefill_endpoint", c_int, c_void_p, c_char_p, c_size)
+lc_prefill_counter = _fn("lc_prefill_counter", c_int, c_void_p, c_char_p, P(c_u64))
+lc_sender_create = _fn("lc_sender_create", c_int, c_void_p, c_u64, P(c_void_p))
+lc_sender_metadata_set = _fn("lc_sender_metadata_set", c_int, c_void_p, c_void_p, c_size)
+lc_sender_poll = _fn("lc_sender_poll", c_int, c_void_p, P(RoomInfo))
+lc_sender_prefix_len = _fn("lc_sender_prefix_len", c_int, c_void_p, P(c_u64))
+lc_sender_abort = _fn("lc_sender_abort", c_int, c_void_p, c_char_p)
+lc_sender_destroy = _fn("lc_sender_destroy", None, c_void_p)
+lc_decode_create = _fn("lc_decode_create", c_int, c_void_p, P(DecodeParams), P(c_void_p))
+lc_decode_destroy = _fn("lc_decode_destroy", None, c_void_p)
+lc_decode_endpoint = _fn("lc_decode_endpoint", c_int, c_void_p, c_char_p, c_size)
+lc_decode_counter = _fn("lc_decode_counter", c_int, c_void_p, c_char_p, P(c_u64))
+lc_receiver_create = _fn("lc_receiver_create", c_int, c_void_p, c_char_p, c_u64, P(c_void_p))
+lc_receiver_send = _fn("lc_receiver_send", c_int, c_void_p, P(ReceiverPages))
+lc_receiver_poll = _fn("lc_receiver_poll", c_int, c_void_p, P(RoomInfo))
+lc_receiver_layers_ready = _fn("lc_receiver_layers_ready", c_int, c_void_p)
+lc_receiver_metadata = _fn("lc_receiver_metadata", c_int, c_void_p, c_void_p, c_size)
+lc_receiver_cancel = _fn("lc_receiver_cancel", c_int, c_void_p, c_char_p)
+lc_receiver_destroy = _fn("lc_receiver_destroy", None, c_void_p)

@@ -5,7 +5,9 @@ Ownership follows the C library: a Context owns everything created from it.
 Python objects keep their parent alive, and closing a parent closes its
 children first, so objects may be dropped or closed in any order.
 """
+import atexit
 import ctypes
+import sys
 import weakref
 
 from . import _ffi
@@ -44,34 +46,131 @@ def config_table():
     return out
 
 
+# Root handles still open; closed in order at interpreter exit, so that no
+# library thread outlives the interpreter state it may call back into.
+_roots = weakref.WeakSet()
+
+
+@atexit.register
+def _close_roots():
+    for h in list(_roots):
+        try:
+            h.close()
+        except Exception:  # pragma: no cover - best effort at exit
+            pass
+    if _log_cb is not None:  # no library thread is left to call it
+        _ffi.lc_log_set_handler(_ffi.LOG_CB(), None)
+
+
+_log_cb = None
+_LOG_LEVELS = {1: 40, 2: 30, 3: 20, 4: 10, 5: 5}  # lc level -> logging level
+
+
+def set_log_level(level):
+    """The library's process-wide log level: "off".."trace" or 0..5."""
+    if isinstance(level, str):
+        v = ctypes.c_int()
+        check(_ffi.lc_log_level_parse(level.encode(), ctypes.byref(v)), f"log level {level!r}")
+        level = v.value
+    _ffi.lc_log_set_level(int(level))
+
+
+def log_to(logger=None):
+    """Send the library's log lines to a logging.Logger ("layercake" by
+    default) instead of stderr; log_to(False) restores stderr. The handler
+    runs on library threads."""
+    global _log_cb
+    if logger is False:
+        _ffi.lc_log_set_handler(_ffi.LOG_CB(), None)
+        _log_cb = None
+        return
+    import logging
+
+    lg = logger or logging.getLogger("layercake")
+
+    def cb(level, line, arg):
+        try:
+            lg.log(_LOG_LEVELS.get(level, 20), "%s", line.decode(errors="replace"))
+        except Exception:  # pragma: no cover - never raise into C
+            pass
+
+    new = _ffi.LOG_CB(cb)
+    _ffi.lc_log_set_handler(new, None)
+    _log_cb = new  # kept alive while installed
+
+
+class _Node:
+    """The native side of a handle: the C pointer, its destroy function and
+    the nodes that must close before it. Nodes never refer to the Python
+    objects, so the order of closing does not depend on the order in which
+    the garbage collector finalizes objects (it clears weak references
+    before running finalizers: a WeakSet of children is empty by then)."""
+
+    __slots__ = ("h", "free", "children", "parents")
+
+    def __init__(self, free):
+        self.h, self.free, self.children, self.parents = None, free, set(), []
+
+    def close(self):
+        for c in list(self.children):
+            c.close()
+        if self.h is not None:
+            h, self.h = self.h, None
+            if self.free is not None:
+                self.free(h)
+        for p in self.parents:
+            p.children.discard(self)
+        self.parents = []
+
+
 class _Handle:
-    """An owned C handle with idempotent close and parent/child tracking."""
+    """An owned C handle with idempotent close and parent/child ordering.
+
+    A child keeps its parents' Python objects alive (strong references);
+    closing a parent closes its children first, whether by close(), a with
+    block or the garbage collector. A handle may have several parents (a
+    Decode depends on its Context and on every Region it writes into):
+    closing any of them closes it. Subclasses name their C destroy function
+    in `_free` and set `self._h` once created."""
+
+    _free = None
 
     def __init__(self, parent=None):
-        self._h = None
+        self._node = _Node(self._free)
         self._parent = parent
-        self._children = weakref.WeakSet()
+        self._parents = []
         if parent is not None:
-            parent._children.add(self)
+            self._depend_on(parent)
+        else:
+            _roots.add(self)
+
+    @property
+    def _h(self):
+        return self._node.h
+
+    @_h.setter
+    def _h(self, value):
+        self._node.h = value
+
+    def _depend_on(self, other):
+        """Close this handle before `other`, whenever `other` closes."""
+        other_node = other._node if isinstance(other, (_Handle, Memory)) else other
+        other_node.children.add(self._node)
+        self._node.parents.append(other_node)
+        if other is not self._parent:
+            self._parents.append(other)
 
     def _need(self):
-        if self._h is None:
+        if self._node.h is None:
             raise LayercakeError(-1015, type(self).__name__)  # LC_ERR_CLOSED
-        return self._h
+        return self._node.h
 
     @property
     def closed(self):
-        return self._h is None
+        return self._node.h is None
 
     def close(self):
-        for child in list(self._children):
-            child.close()
-        if self._h is not None:
-            h, self._h = self._h, None
-            self._destroy(h)
-
-    def _destroy(self, h):  # pragma: no cover - overridden
-        raise NotImplementedError
+        self._node.close()
 
     def __enter__(self):
         return self
@@ -89,20 +188,25 @@ class _Handle:
 class Memory:
     """Host memory from the library's allocator: 2 MiB aligned, huge pages,
     touched; memfd-backed when shareable (needed by shm://). Supports the
-    buffer protocol through .view (a memoryview) and .numpy()."""
+    buffer protocol through .view (a memoryview) and .numpy(). Regions of
+    it are deregistered before it is freed."""
 
     def __init__(self, length, shareable=True, hugepages=True):
-        self._ptr = ctypes.c_void_p()
+        ptr = ctypes.c_void_p()
         flags = (MEM_SHAREABLE if shareable else 0) | (0 if hugepages else MEM_NO_HUGEPAGE)
-        check(_ffi.lc_mem_alloc(int(length), flags, ctypes.byref(self._ptr)), "lc_mem_alloc")
+        check(_ffi.lc_mem_alloc(int(length), flags, ctypes.byref(ptr)), "lc_mem_alloc")
+        self._node = _Node(_ffi.lc_mem_free)
+        self._node.h = ptr.value
         self.length = int(length)
-        self._array = (ctypes.c_uint8 * self.length).from_address(self._ptr.value)
+        self._array = (ctypes.c_uint8 * self.length).from_address(ptr.value)
+        # numpy arrays and memoryviews of it hold _array: it holds the memory.
+        self._array._memory = self
 
     @property
     def address(self):
-        if self._ptr is None:
+        if self._node.h is None:
             raise LayercakeError(-1015, "Memory")
-        return self._ptr.value
+        return self._node.h
 
     @property
     def view(self):
@@ -114,22 +218,38 @@ class Memory:
         return _np.frombuffer(self._array, dtype=dtype)
 
     def free(self):
-        if self._ptr is not None:
-            p, self._ptr = self._ptr, None
+        """Free the memory now. Refused (LayercakeError EBUSY) while a live
+        Region registers it or a numpy array / memoryview of it exists.
+        (Dropping every reference frees it too.)"""
+        if self._node.h is not None:
+            if self._node.children:
+                raise LayercakeError(-16, "Memory.free while a Region registers it")  # -EBUSY
+            if sys.getrefcount(self._array) > 2:  # ours and getrefcount's
+                raise LayercakeError(-16, "Memory.free while an array or view of it exists")
+            self._array._memory = None
             self._array = None
-            _ffi.lc_mem_free(p)
+            self._node.close()
 
     def __del__(self):
         try:
-            self.free()
+            self._node.close()  # unreachable: its regions close first
         except Exception:
             pass
+
+
+class RawMemory:
+    """Memory the caller owns and addresses by number (a GPU pool's host
+    mirror, a pointer from another library): RawMemory(address, length).
+    Nothing keeps it alive; the caller must."""
+
+    def __init__(self, address, length):
+        self.address, self.length = int(address), int(length)
 
 
 def _address_of(buf):
     """Address and length of a writable or readable buffer-protocol object,
     without copying."""
-    if isinstance(buf, Memory):
+    if isinstance(buf, (Memory, RawMemory)):
         return buf.address, buf.length
     if _np is not None and isinstance(buf, _np.ndarray):
         if not buf.flags["C_CONTIGUOUS"]:
@@ -148,8 +268,11 @@ def _address_of(buf):
 class Context(_Handle):
     """The root object (lc_ctx_t)."""
 
+    _free = _ffi.lc_ctx_destroy
+
     def __init__(self, name="py", **config):
         super().__init__()
+        self._regions = set()  # a context owns its regions (strongly), as in C
         h = ctypes.c_void_p()
         self._name = name.encode()
         p = _ffi.CtxParams(ctypes.sizeof(_ffi.CtxParams), self._name)
@@ -158,8 +281,6 @@ class Context(_Handle):
         for k, v in config.items():
             self.config_set(k, v)
 
-    def _destroy(self, h):
-        _ffi.lc_ctx_destroy(h)
 
     def config_set(self, name, value):
         check(_ffi.lc_ctx_config_set(self._need(), name.encode(), str(int(value)).encode()),
@@ -178,7 +299,10 @@ class Context(_Handle):
         }
 
     def register(self, buf):
-        """Register memory (a Memory, numpy array or writable buffer)."""
+        """Register memory: a Memory, RawMemory(address, length), numpy
+        array or writable buffer. The Region keeps `buf` alive; the context
+        keeps the Region registered until region.close() or its own close,
+        whether or not the caller keeps the returned object."""
         return Region(self, buf)
 
     def grant(self, room, region, offset, length):
@@ -204,6 +328,8 @@ class Context(_Handle):
 
 
 class Region(_Handle):
+    _free = _ffi.lc_region_deregister
+
     def __init__(self, ctx, buf):
         super().__init__(ctx)
         self._keep = buf  # the memory must outlive the registration
@@ -213,10 +339,16 @@ class Region(_Handle):
         self._h = h.value
         self.address, self.length = addr, n
         self.id = _ffi.lc_region_id(self._h)
+        if isinstance(buf, Memory):
+            self._depend_on(buf)
+        ctx._regions.add(self)
 
-    def _destroy(self, h):
-        if not self._parent.closed:
-            _ffi.lc_region_deregister(h)
+    def close(self):
+        super().close()
+        self._parent._regions.discard(self)
+
+    def contains(self, address, length=1):
+        return self.address <= address and address + length <= self.address + self.length
 
     def pack(self):
         """The packed remote descriptor (bytes) to send to a peer."""
@@ -232,6 +364,8 @@ def unpack_region(desc):
 
 
 class Listener(_Handle):
+    _free = _ffi.lc_listener_destroy
+
     def __init__(self, ctx, url):
         super().__init__(ctx)
         h = ctypes.c_void_p()
@@ -241,14 +375,14 @@ class Listener(_Handle):
         check(_ffi.lc_listener_url(self._h, buf, len(buf)))
         self.url = buf.value.decode()
 
-    def _destroy(self, h):
-        if not self._parent.closed:
-            _ffi.lc_listener_destroy(h)
 
 
 class CompletionQueue(_Handle):
     """One completion per posted batch; `fd` is readable while any is queued
-    (use it with asyncio: see wait_async)."""
+    (use it with asyncio: see wait_async). Connections using it close
+    first."""
+
+    _free = _ffi.lc_cq_destroy
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -257,9 +391,6 @@ class CompletionQueue(_Handle):
         self._h = h.value
         self._buf = (_ffi.Completion * 64)()
 
-    def _destroy(self, h):
-        # Connections using this queue are its children: closed first.
-        _ffi.lc_cq_destroy(h)
 
     @property
     def fd(self):
@@ -309,9 +440,11 @@ class CompletionQueue(_Handle):
 
 
 class Connection(_Handle):
+    _free = _ffi.lc_conn_destroy
+
     def __init__(self, ctx, url, cq, token=None, lanes=0):
         super().__init__(ctx)
-        cq._children.add(self)
+        self._depend_on(cq)
         self._cq = cq
         p = _ffi.ConnParams(ctypes.sizeof(_ffi.ConnParams), cq._need())
         if token is not None:
@@ -324,9 +457,6 @@ class Connection(_Handle):
         check(_ffi.lc_conn_create(ctx._need(), url.encode(), ctypes.byref(p), ctypes.byref(h)), f"connect {url}")
         self._h = h.value
 
-    def _destroy(self, h):
-        if not self._parent.closed:
-            _ffi.lc_conn_destroy(h)
 
     def import_region(self, desc):
         rid = ctypes.c_uint32()

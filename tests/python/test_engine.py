@@ -1,0 +1,159 @@
+"""Layouts, page arrays without copies, exceptions on bad input, the engine's
+batch and room rules through the Python API (no network)."""
+import array
+
+import numpy as np
+import pytest
+
+import layercake as lc
+from layercake.engine import int64_pointer
+
+
+def engine_with_dummy_room(room=1, layers=2):
+    ctx = lc.Context("eng")
+    mem = lc.Memory(1 << 21)
+    ctx.register(mem)
+    layout = lc.Layout.mla(layers, 8, 4096, bases=[mem.address + i * 8 * 4096 for i in range(layers)])
+    e = lc.Engine(ctx, layout)
+    e.room_open(room)
+    e.room_dst_add(room, dummy=True)
+    return ctx, mem, e
+
+
+def test_model_builders():
+    mha = lc.Layout.mha(4, 16, 1024, draft_layers=1)
+    kinds = [b.kind for b in mha.buffers]
+    # Target [K_0..K_3, V_0..V_3], then the draft layer's K and V (global id 4).
+    assert len(mha) == 10 and kinds[:4] == [lc.BufferKind.K] * 4 and kinds[4:8] == [lc.BufferKind.V] * 4
+    assert mha.layer_count == 5 and mha.layer_buffers(4) == [8, 9]
+    assert [b.flags for b in mha.buffers] == [0] * 8 + [1, 1]
+    assert len(lc.Layout.mla(4, 16, 576)) == 4
+    pth = lc.Layout.mla_per_token_head(3, 16, (512, 64, 32))
+    assert [b.item_len for b in pth.buffers] == [512] * 3 + [64] * 3 + [32] * 3
+    dsa = lc.Layout.dsa(2, 16, 656, 128)
+    assert [b.kind for b in dsa.buffers] == [lc.BufferKind.LATENT] * 2 + [lc.BufferKind.INDEX] * 2
+    hybrid = lc.Layout.mha(2, 16, 1024, kv_layer_ids=[1, 3], state_components=2, state_layer_ids=[0, 2],
+                           state_slots=4, state_item_len=4096)
+    assert hybrid.layer_count == 4
+    assert sum(b.kind == lc.BufferKind.STATE for b in hybrid.buffers) == 4
+
+
+def test_fingerprint_is_geometry_only():
+    a = lc.Layout.mha(4, 16, 1024, bases=[0x100000 * (i + 1) for i in range(8)])
+    b = lc.Layout.mha(4, 32, 1024)  # other bases and lengths, same geometry
+    c = lc.Layout.mha(4, 16, 2048)
+    assert a.fingerprint == b.fingerprint != c.fingerprint
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda: lc.Layout([]), "LC_EINVAL"),
+    (lambda: lc.Layout([lc.Buffer(0, 100, 0, 0)]), "LC_EINVAL"),  # item_len 0
+    (lambda: lc.Layout([lc.Buffer(0, 100, 64, -1)]), "LC_EINVAL"),  # negative layer
+    (lambda: lc.Layout.build(9, 2, 16, 64), "LC_EINVAL"),  # unknown model
+    (lambda: lc.Layout.mha(2, 16, 64).buffer(99), "LC_ERANGE"),
+])
+def test_bad_input_raises_with_code_and_text(make, name):
+    with pytest.raises(lc.LayercakeError) as e:
+        make()
+    assert e.value.name == name and e.value.code < 0
+    assert e.value.text == lc.strerror(e.value.code) and e.value.text in str(e.value)
+
+
+def test_page_arrays_are_passed_without_copies():
+    a = np.arange(10, dtype=np.int64)
+    ptr, n, _ = int64_pointer(a)
+    assert (ptr, n) == (a.ctypes.data, 10)
+    view = a[2:7]  # a contiguous slice: still no copy
+    assert int64_pointer(view)[:2] == (a.ctypes.data + 16, 5)
+    q = array.array("q", range(5))
+    assert int64_pointer(q)[:2] == (q.buffer_info()[0], 5)
+    ro = a.copy()
+    ro.flags.writeable = False
+    assert int64_pointer(ro)[0] == ro.ctypes.data
+    raw = a.tobytes()
+    ptr, n, keep = int64_pointer(raw)
+    assert n == 10 and keep[0].ctypes.data == ptr and keep[0].base is not None
+    assert int64_pointer([3, 4, 5])[1] == 3  # sequences are converted (the one copy)
+    with pytest.raises(TypeError):
+        int64_pointer(np.arange(4, dtype=np.int32))
+    with pytest.raises(ValueError):
+        int64_pointer(np.arange(8, dtype=np.int64)[::2])
+    with pytest.raises(TypeError):
+        int64_pointer(array.array("i", [1, 2]))
+
+
+def test_engine_batch_and_room_rules():
+    ctx, mem, e = engine_with_dummy_room(room=1)
+    pages = np.arange(3, dtype=np.int64)
+    with pytest.raises(lc.LayercakeError) as x:
+        e.add_chunk(99, pages)
+    assert x.value.name == "LC_ENOENT"
+    e.room_open(2)  # no destination yet: Bootstrapping
+    with pytest.raises(lc.LayercakeError) as x:
+        e.add_chunk(2, pages)
+    assert x.value.name == "LC_ERR_STATE"
+    with pytest.raises(lc.LayercakeError) as x:
+        with e.batch(is_idle=True):
+            e.add_chunk(1, pages)
+    assert x.value.name == "LC_ERR_STATE" and "not allowed" in x.value.text
+    with pytest.raises(lc.LayercakeError) as x:
+        e.batch_end()  # the idle batch above was ended
+    assert x.value.name == "LC_ERR_STATE"
+    with pytest.raises(RuntimeError):
+        with e.batch():
+            raise RuntimeError("the scheduler failed")
+    with e.batch():  # ended despite the exception: a new one opens
+        e.add_chunk(1, pages, is_last=True)
+    with pytest.raises(lc.LayercakeError) as x:
+        e.room_metadata_set(1, b"x" * 5000)
+    assert x.value.name == "LC_EMSGSIZE"
+    assert e.metrics()["bad_input"] >= 3
+    ctx.close()
+
+
+def test_steps_move_the_counter_words():
+    ctx, mem, e = engine_with_dummy_room()
+    s = e.steps
+    assert s.value(s.CACHE) == 0 and s.layer_count == 2
+    s.record_cache()
+    s.record_batch()
+    assert s.value(s.CACHE) == 3 and s.value(s.AUX) == 1
+    assert s.cache_address % 8 == 0 and s.aux_address != s.cache_address
+    ctx.close()
+    with pytest.raises(lc.LayercakeError) as x:
+        s.record_cache()
+    assert x.value.name == "LC_ERR_CLOSED"
+
+
+def test_engine_callbacks_run_for_dummy_free_rooms_only():
+    seen = []
+    ctx = lc.Context("cb")
+    mem = lc.Memory(1 << 21)
+    ctx.register(mem)
+    layout = lc.Layout.mla(1, 8, 4096, bases=[mem.address])
+    e = lc.Engine(ctx, layout, on_status=lambda *a: seen.append(a))
+    e.room_open(3)
+    e.room_cancel(3, "test")
+    info = e.room_status(3)
+    assert info.status == lc.RoomStatus.FAILED and info.fail_reason == lc.FailReason.CANCELLED
+    assert "test" in info.reason
+    ctx.close()
+    assert seen == []  # no destination, nobody to tell
+
+
+def test_library_logs_reach_python_logging(caplog):
+    import logging
+
+    lc.log_to(logging.getLogger("layercake.test"))
+    try:
+        with caplog.at_level(logging.DEBUG, logger="layercake.test"):
+            ctx, mem, e = engine_with_dummy_room()
+            with pytest.raises(lc.LayercakeError):
+                e.add_chunk(12345, [1])  # logged as bad input
+            ctx.close()
+        assert any("unknown room" in r.getMessage() for r in caplog.records), caplog.records
+        with pytest.raises(lc.LayercakeError):
+            lc.set_log_level("loud")
+        lc.set_log_level("warn")
+    finally:
+        lc.log_to(False)
