@@ -907,6 +907,13 @@ typedef struct lc_prefill_params {
 	 * that server's /metrics; it must outlive the lc_prefill_t. */
 	lc_bootstrap_t *metrics_server;
 	const char *bootstrap_secret; /* NULL: as lc_bootstrap_params_t.secret */
+	/* Step counters written by an outside producer (a GPU): passed to the
+	 * engine as lc_engine_params_t.external_counter / cache_word /
+	 * aux_word (see there). 0 / NULL: lc_engine_record_* only. */
+	int external_counter;
+	int reserved2;
+	uint64_t *cache_word;
+	uint64_t *aux_word;
 } lc_prefill_params_t;
 
 /* Create the engine (lc_engine_create; knobs from ctx), bind the control

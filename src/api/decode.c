@@ -158,7 +158,10 @@ static void fail_room(lc_decode_t *d, lc_receiver_t *r, int reason, bool tell_p,
 		lc_room_status_name(r->status), lc_fail_reason_name(reason), r->reason);
 	r->status = LC_ROOM_FAILED;
 	r->fail_reason = reason;
-	if (tell_p && r->sent)
+	/* Also before the transfer info went out: P may already hold the room
+	 * open (its sender exists) and would otherwise wait for its bootstrap
+	 * deadline. Targets not yet discovered cannot be told. */
+	if (tell_p)
 		send_cancel(d, r, r->reason);
 }
 

@@ -560,7 +560,8 @@ int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefi
 	}
 	lc_engine_params_t ep = {.size = sizeof ep, .layout = pp.layout, .name = p->name,
 				 .status_cb = on_status, .status_arg = p, .landed_cb = on_landed,
-				 .landed_arg = p};
+				 .landed_arg = p, .external_counter = pp.external_counter,
+				 .cache_word = pp.cache_word, .aux_word = pp.aux_word};
 	if ((rc = lc_engine_create(ctx, &ep, &p->engine)))
 		goto fail;
 	if ((rc = lc__zctx_create(&p->z)))
