@@ -4,7 +4,7 @@ BUILD     ?= build
 JOBS      ?= $(shell nproc)
 CMAKE_OPTS ?=
 
-.PHONY: all build deps test test-asan test-tsan valgrind demo bench example-python bench-python clean
+.PHONY: all build deps test test-asan test-tsan valgrind demo bench example-python bench-python fuzz soak clean
 
 all: build
 
@@ -34,14 +34,24 @@ test-asan: deps
 
 # ThreadSanitizer over the transport conformance suite and the engine tests.
 test-tsan: deps
-	$(SAN_ENV) TSAN_OPTIONS="halt_on_error=1" $(MAKE) test BUILD=build-tsan CMAKE_OPTS="-DLC_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug" \
+	$(SAN_ENV) TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/soak/tsan.supp" $(MAKE) test BUILD=build-tsan CMAKE_OPTS="-DLC_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug" \
 	  CTEST_ARGS="-R 'conformance|unit.test_engine|unit.test_foundation' $(CTEST_ARGS)"
 
 # valgrind memcheck over the conformance suite.
 valgrind: deps
 	$(MAKE) build BUILD=build-vg CMAKE_OPTS="-DCMAKE_BUILD_TYPE=Debug"
-	cd build-vg && LC_VALGRIND=1 ctest --output-on-failure -L conformance -j$(JOBS) \
-	  -T memcheck --overwrite MemoryCheckCommandOptions="--error-exitcode=1 --leak-check=full"
+	cd build-vg && $(SAN_ENV) ctest --output-on-failure -L conformance -j$(JOBS) -T memcheck \
+	  --overwrite MemoryCheckCommand=$$(command -v valgrind) \
+	  --overwrite MemoryCheckCommandOptions="--error-exitcode=1 --leak-check=full"
+
+# Every libFuzzer target (clang, ASan+UBSan) for FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
+
+# 10,000 rooms over tcp, every page checksummed; then 2,000 under ASan+UBSan.
+soak: deps
+	BUILD=$(BUILD) JOBS=$(JOBS) scripts/soak.sh
 
 demo: deps
 	$(MAKE) build
@@ -60,4 +70,4 @@ bench-python: build
 	$(PYENV) /usr/bin/python3 bench/python_overhead.py
 
 clean:
-	rm -rf build build-asan build-tsan build-vg
+	rm -rf build build-asan build-tsan build-vg build-fuzz

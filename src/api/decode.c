@@ -409,6 +409,10 @@ static void heartbeat(lc_decode_t *d, uint64_t now)
 		if (now < pe->next_probe_ns)
 			continue;
 		pe->next_probe_ns = now + d->hb_interval_ns;
+		/* A P never discovered is not "dead": its rooms wait for it until
+		 * their bootstrap deadline (a D may start before its P). */
+		if (!pe->info)
+			continue;
 		bool active = false;
 		for (lc_receiver_t *r = d->receivers; r && !active; r = r->next)
 			active = r->peer == pe && !final(r->status);

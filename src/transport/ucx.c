@@ -219,6 +219,11 @@ struct ustate {
 	uconn_t *conns;
 	sconn_t *sconns;
 	umap_t *maps;
+
+	/* Closed connections, kept until the worker is destroyed: UCX 1.13 may
+	 * still call a force-closed endpoint's error handler, whose argument is
+	 * the connection. Under `lock`. */
+	uconn_t *graveyard;
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1114,6 +1119,8 @@ AM_HANDLER(am_write, AM_WRITE)
 static void uc_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
 	uconn_t *uc = arg;
+	if (uc->state == UC_DEAD)
+		return; /* closed (maybe in the graveyard: uc->conn is gone) */
 	bool connected = uc->state == UC_READY;
 	int code = map_status(status, connected);
 	if (connected)
@@ -1307,9 +1314,15 @@ static bool run_cmds(ustate_t *st)
 
 static bool uc_busy(ustate_t *st)
 {
-	for (uconn_t *uc = st->conns; uc; uc = uc->next)
-		if (uc->ops.next != &uc->ops || uc->in_head)
+	for (uconn_t *uc = st->conns; uc; uc = uc->next) {
+		if (uc->ops.next != &uc->ops)
 			return true;
+		pthread_mutex_lock(&uc->lock); /* in_head is written by posters */
+		bool queued = uc->in_head != NULL;
+		pthread_mutex_unlock(&uc->lock);
+		if (queued)
+			return true;
+	}
 	for (sconn_t *sc = st->sconns; sc; sc = sc->next)
 		if (sc->leases)
 			return true;
@@ -1414,6 +1427,12 @@ static void state_free(ustate_t *st)
 {
 	if (st->worker)
 		ucp_worker_destroy(st->worker);
+	while (st->graveyard) { /* no callback can come any more */
+		uconn_t *uc = st->graveyard;
+		st->graveyard = uc->next;
+		pthread_mutex_destroy(&uc->lock);
+		free(uc);
+	}
 	if (st->uctx)
 		ucp_cleanup(st->uctx);
 	if (st->epfd >= 0)
@@ -1826,8 +1845,13 @@ static void ucx_conn_close(lc_conn_t *c)
 		free(uc->regions[i]);
 	}
 	free(uc->regions);
-	pthread_mutex_destroy(&uc->lock);
-	free(uc);
+	uc->regions = NULL;
+	uc->nregions = 0;
+	uc->conn = NULL; /* dead: callbacks that still come return early */
+	pthread_mutex_lock(&st->lock);
+	uc->next = st->graveyard;
+	st->graveyard = uc;
+	pthread_mutex_unlock(&st->lock);
 	c->tp = NULL;
 	state_put(st, false);
 }
