@@ -224,6 +224,7 @@ struct ustate {
 	 * still call a force-closed endpoint's error handler, whose argument is
 	 * the connection. Under `lock`. */
 	uconn_t *graveyard;
+	sconn_t *sc_graveyard; /* the same for D's accepted connections */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1132,6 +1133,14 @@ static void uc_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 	uc->need_close = true; /* not from inside the callback */
 }
 
+/* A closed connection's memory stays until the worker is destroyed: UCX may
+ * still call the closed endpoint's error handler (sc_err sees `closed`). */
+static void sc_bury(ustate_t *st, sconn_t *sc)
+{
+	sc->next = st->sc_graveyard;
+	st->sc_graveyard = sc;
+}
+
 static void sc_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
 	sconn_t *sc = arg;
@@ -1219,7 +1228,7 @@ static void sc_service(ustate_t *st, uint64_t now)
 		}
 		if (sc->closed) {
 			*pp = sc->next;
-			free(sc);
+			sc_bury(st, sc);
 		} else {
 			pp = &sc->next;
 		}
@@ -1427,6 +1436,11 @@ static void state_free(ustate_t *st)
 {
 	if (st->worker)
 		ucp_worker_destroy(st->worker);
+	while (st->sc_graveyard) {
+		sconn_t *sc = st->sc_graveyard;
+		st->sc_graveyard = sc->next;
+		free(sc);
+	}
 	while (st->graveyard) { /* no callback can come any more */
 		uconn_t *uc = st->graveyard;
 		st->graveyard = uc->next;
@@ -1538,7 +1552,7 @@ static void state_teardown(ustate_t *st)
 	for (sconn_t *sc = st->sconns, *n; sc; sc = n) {
 		n = sc->next;
 		sc_close(st, sc);
-		free(sc);
+		sc_bury(st, sc);
 	}
 	st->sconns = NULL;
 	uint64_t until = lc__now_ns() + CLOSE_WAIT_NS;
@@ -1716,7 +1730,7 @@ static void do_listener_close(ustate_t *st, void *arg)
 		if (sc->ul == ul) {
 			sc_close(st, sc);
 			*pp = sc->next;
-			free(sc);
+			sc_bury(st, sc);
 		} else {
 			pp = &sc->next;
 		}
