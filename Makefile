@@ -32,15 +32,16 @@ test-asan: deps
 	$(SAN_ENV) $(MAKE) test BUILD=build-asan CMAKE_OPTS="-DLC_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug" \
 	  CTEST_ARGS="$(CTEST_ARGS)"
 
-# ThreadSanitizer over the transport conformance suite and the engine tests.
+# ThreadSanitizer over the conformance suite of our own transports, the engine
+# tests and the short soak (UCX's libraries are not instrumented).
 test-tsan: deps
 	$(SAN_ENV) TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/soak/tsan.supp" $(MAKE) test BUILD=build-tsan CMAKE_OPTS="-DLC_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug" \
-	  CTEST_ARGS="-R 'conformance|unit.test_engine|unit.test_foundation' $(CTEST_ARGS)"
+	  CTEST_ARGS="-R 'conformance\.(loop|tcp|shm)\.|unit\.test_(engine|foundation)|soak' $(CTEST_ARGS)"
 
-# valgrind memcheck over the conformance suite.
+# valgrind memcheck over the conformance suite of loop, tcp and shm.
 valgrind: deps
 	$(MAKE) build BUILD=build-vg CMAKE_OPTS="-DCMAKE_BUILD_TYPE=Debug"
-	cd build-vg && $(SAN_ENV) ctest --output-on-failure -L conformance -j$(JOBS) -T memcheck \
+	cd build-vg && $(SAN_ENV) ctest --output-on-failure -R 'conformance\.(loop|tcp|shm)\.' -j$(JOBS) -T memcheck \
 	  --overwrite MemoryCheckCommand=$$(command -v valgrind) \
 	  --overwrite MemoryCheckCommandOptions="--error-exitcode=1 --leak-check=full"
 
