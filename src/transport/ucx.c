@@ -1833,9 +1833,18 @@ static int ucx_conn_open(lc_conn_t *c, const char *url)
 	return 0;
 }
 
+/* Closing an endpoint while UCX is still wiring it up makes UCX 1.13's tcp
+ * transport assert (tcp_ep.c: "!(ep->flags & UCT_TCP_EP_FLAG_CTX_TYPE_TX)")
+ * when the peer's half of the wireup is then refused. Let a handshake under
+ * way finish (or fail) first, for at most this long. */
+#define CLOSE_HANDSHAKE_WAIT_NS 2000000000ull
+
 static void do_conn_close(ustate_t *st, void *arg)
 {
 	uconn_t *uc = arg;
+	uint64_t until = lc__now_ns() + CLOSE_HANDSHAKE_WAIT_NS;
+	while (uc->started && uc->ep && uc->state == UC_CONNECTING && lc__now_ns() < until)
+		ucp_worker_progress(st->worker);
 	for (uconn_t **pp = &st->conns; *pp; pp = &(*pp)->next) {
 		if (*pp == uc) {
 			*pp = uc->next;
