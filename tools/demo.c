@@ -78,7 +78,7 @@ static const char demo_help[] =
 	"                        (default) first measures the link (whole-request, no\n"
 	"                        compute) and sets the roofline so that P produces KV\n"
 	"                        at --balance times the link rate\n"
-	"    --balance F         for auto: KV production / link rate (1.0)\n"
+	"    --balance F         for auto: KV production / link rate (0.75)\n"
 	"    --layer-ms X        fixed compute time per layer instead of the roofline\n"
 	"    --intervals LIST    layerwise_interval of each mode; <= 0 = whole-request\n"
 	"                        (1,8,0)\n"
@@ -183,7 +183,7 @@ static int parse_opts(int argc, char **argv, demo_opts_t *o, char *svg_buf, size
 {
 	*o = (demo_opts_t){.model = lc__demo_model_find("llama-3-8b"), .page_tokens = 64,
 			   .prompts = {1024, 4096, 16384}, .nprompts = 3, .requests = 6,
-			   .concurrency = 1, .transport = "tcp", .balance = 1.0,
+			   .concurrency = 1, .transport = "tcp", .balance = 0.75,
 			   .intervals = {1, 8, 0}, .nmodes = 3, .svg_request = -1};
 	default_svg_path(svg_buf, svg_cap);
 	o->svg = svg_buf;
