@@ -21,10 +21,13 @@
  *   not released the lease within fence_ms.
  * - Completion: put every write, ucp_ep_flush_nbx (remote completion), DONE;
  *   D counts the bytes and answers ACK; the batch completes at ACK.
- * - Data mode "am" (LAYERCAKE_UCX_DATA=am): writes travel as active
- *   messages that D receives into the destinations it checked (rendezvous:
- *   D pulls), for UCX builds whose shared-memory puts to user memory are
- *   emulated with two copies.
+ * - Data mode "am" (the default; LAYERCAKE_UCX_DATA=put selects puts):
+ *   writes travel as active messages that D receives into the destinations
+ *   it checked (rendezvous: D pulls). It keeps revoke a hard stop on every
+ *   UCX transport, and is single-copy where UCX 1.13 emulates
+ *   shared-memory puts to user memory with two copies. In put mode over
+ *   same-host shared memory a put is a copy by P's own process: the fence
+ *   cannot stop it (docs/transport-ucx.md).
  *
  * Threading: every UCX call runs on the state's progress thread (the worker
  * is UCS_THREAD_MODE_SINGLE). Callers hand work to it through `cmds`
@@ -584,8 +587,13 @@ static bool data_mode_am(void)
 	static _Atomic int mode = -1;
 	int m = atomic_load(&mode);
 	if (m < 0) {
+		/* "am" by default: D applies every write itself, so a revoke on D
+		 * is a hard stop whatever UCX transport carries the bytes. "put"
+		 * (one-sided) is for RDMA NICs, where the fence (closing P's
+		 * endpoint) stops the NIC; over same-host shared memory a put is a
+		 * copy made by P's own process, which no fence on D can stop. */
 		const char *e = getenv("LAYERCAKE_UCX_DATA");
-		m = e && !strcmp(e, "am");
+		m = !(e && !strcmp(e, "put"));
 		atomic_store(&mode, m);
 	}
 	return m == 1;
