@@ -4,7 +4,6 @@ $LAYERCAKE_SEED) with the tokenspeed modules it imports stubbed, as
 of spec 5.1 (manager.py: insert if absent, Failed sticky, else max).
 Used by tests/python/test_tokenspeed.py and bench/python_overhead.py."""
 import collections
-import enum
 import importlib.util
 import logging
 import os
@@ -21,19 +20,8 @@ def seed_path():
     return p if os.path.exists(p) else None
 
 
-class TransferPoll(enum.IntEnum):
-    Failed = 0
-    Bootstrapping = 1
-    Bootstrapped = 2
-    WaitingForInput = 3
-    Transferring = 4
-    Success = 5
-
-
-class DisaggregationMode(enum.Enum):
-    NULL = "null"
-    PREFILL = "prefill"
-    DECODE = "decode"
+# The enums the seed imports are TokenSpeed's; the adapter defines the same.
+from layercake.tokenspeed import DisaggregationMode, TransferPoll  # noqa: E402
 
 
 class FastQueue:
