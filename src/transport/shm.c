@@ -219,20 +219,6 @@ static void malformed(shm_listener_t *sl, dconn_t *dc, const char *what)
 		sl->name, (long)dc->pid, what);
 }
 
-static void close_fds(struct msghdr *mh)
-{
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < n; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-			close(fd);
-		}
-	}
-}
-
 /* The one fd of a REGION message, or -1; any other fd is closed. */
 static int take_fd(struct msghdr *mh)
 {
@@ -251,6 +237,35 @@ static int take_fd(struct msghdr *mh)
 		}
 	}
 	return got;
+}
+
+/* Receive one message without blocking. *fd gets the first fd passed with
+ * it (any further fd is closed), or -1; a message or control data that did
+ * not fit sets *truncated and passes no fd. Returns recvmsg's result. */
+static ssize_t recv_msg(int sock, void *buf, size_t cap, int *fd, bool *truncated)
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {buf, cap};
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = ctl.buf,
+			    .msg_controllen = sizeof ctl.buf};
+	ssize_t n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	*fd = -1;
+	*truncated = false;
+	if (n <= 0)
+		return n;
+	*fd = take_fd(&mh);
+	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		*truncated = true;
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
+	}
+	return n;
 }
 
 static int send_msg(int fd, const void *buf, size_t len, int pass_fd)
@@ -662,32 +677,20 @@ static void dconn_serve(shm_listener_t *sl, dconn_t *dc)
 			dc->want_out = false;
 		}
 
-		union {
-			char buf[CMSG_SPACE(4 * sizeof(int))];
-			struct cmsghdr align;
-		} ctl;
-		struct iovec iov = {dc->in, MSG_MAX};
-		struct msghdr mh = {.msg_iov = &iov,
-				    .msg_iovlen = 1,
-				    .msg_control = ctl.buf,
-				    .msg_controllen = sizeof ctl.buf};
-		ssize_t n = recvmsg(dc->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		int fd;
+		bool truncated;
+		ssize_t n = recv_msg(dc->fd, dc->in, MSG_MAX, &fd, &truncated);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 			return;
 		if (n <= 0) {
 			dconn_close(sl, dc, n ? strerror(errno) : "peer closed");
 			return;
 		}
-		int fd = -1;
-		const char *bad = NULL;
+		const char *bad = truncated ? "truncated" : NULL;
 		uint32_t type = n >= HDR ? lc__get_u32(dc->in) : 0;
-		if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-			close_fds(&mh);
-			bad = "truncated";
-		} else if (type == MSG_REGION && dc->ready) {
-			fd = take_fd(&mh);
-		} else {
-			close_fds(&mh);
+		if (fd >= 0 && !(type == MSG_REGION && dc->ready)) {
+			close(fd); /* only a REGION message after the handshake passes one */
+			fd = -1;
 		}
 		if (!bad && n < HDR)
 			bad = "short";
@@ -1184,16 +1187,9 @@ static void p_receive(shm_conn_t *sc)
 {
 	char why[128];
 	while (sc->fd >= 0) {
-		union {
-			char buf[CMSG_SPACE(4 * sizeof(int))];
-			struct cmsghdr align;
-		} ctl;
-		struct iovec iov = {sc->in, ACKS_MAX};
-		struct msghdr mh = {.msg_iov = &iov,
-				    .msg_iovlen = 1,
-				    .msg_control = ctl.buf,
-				    .msg_controllen = sizeof ctl.buf};
-		ssize_t n = recvmsg(sc->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		int fd;
+		bool truncated;
+		ssize_t n = recv_msg(sc->fd, sc->in, ACKS_MAX, &fd, &truncated);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 			return;
 		if (n <= 0) {
@@ -1203,9 +1199,10 @@ static void p_receive(shm_conn_t *sc)
 			       why);
 			return;
 		}
-		close_fds(&mh);
+		if (fd >= 0)
+			close(fd); /* the receiver never passes fds */
 		uint32_t type = n >= HDR ? lc__get_u32(sc->in) : 0;
-		bool ok = !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && n >= HDR;
+		bool ok = !truncated && n >= HDR;
 		if (ok && sc->state == P_HELLO) {
 			ok = type == MSG_WELCOME && n == WELCOME_LEN &&
 			     lc__get_u32(sc->in + HDR) == SHM_MAGIC;
