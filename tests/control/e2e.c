@@ -71,71 +71,25 @@ static uint64_t seed_of(int b, int p)
 	return 1000 + (uint64_t)b * PAGES + (uint64_t)p;
 }
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
-{
-	char line[256];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-	va_end(ap);
-	line[n++] = '\n';
-	if (status_fd >= 0 && write(status_fd, line, (size_t)n) < 0)
-		exit(3);
-}
+#define say(...) tu_say(status_fd, __VA_ARGS__)
 
-static void knobs(lc_ctx_t *ctx, const char *spec)
-{
-	if (!spec)
-		return;
-	char buf[512];
-	snprintf(buf, sizeof buf, "%s", spec);
-	for (char *save, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-		char *eq = strchr(kv, '=');
-		*eq = '\0';
-		TU_OK(lc_ctx_config_set(ctx, kv, eq + 1));
-	}
-}
-
-typedef struct side {
-	lc_ctx_t *ctx;
-	uint8_t *mem;
-	size_t len;
-	lc_region_t *region;
-	lc_layout_t *layout;
-	uint64_t item;
-} side_t;
+typedef tu_pool_t side_t;
 
 static void side_init(side_t *s, const char *name, uint64_t item, bool is_p, const char *kn)
 {
-	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = name},
-			    &s->ctx));
-	knobs(s->ctx, kn);
-	s->item = item;
-	s->len = (size_t)NBUF * PAGES * item;
-	TU_OK(lc_mem_alloc(s->len, LC_MEM_SHAREABLE, (void **)&s->mem));
-	void *bases[NBUF];
-	for (int b = 0; b < NBUF; b++)
-		bases[b] = s->mem + (size_t)b * PAGES * item;
-	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA, .layers = LAYERS,
-				 .pages = PAGES, .item_len = {item, item}, .bases = bases};
-	TU_OK(lc_layout_build(&lp, &s->layout));
+	tu_pool_init(s, name, kn, LAYERS, PAGES, item);
 	if (is_p) {
 		for (int b = 0; b < NBUF; b++)
 			for (int p = 0; p < PAGES; p++)
-				tu_fill((uint8_t *)bases[b] + (size_t)p * item, item, seed_of(b, p));
+				tu_fill((uint8_t *)s->bases[b] + (size_t)p * item, item, seed_of(b, p));
 	} else {
 		memset(s->mem, CANARY, s->len);
 	}
-	TU_OK(lc_region_register(s->ctx, s->mem, s->len, &s->region));
 }
 
 static void side_fini(side_t *s)
 {
-	lc_region_deregister(s->region);
-	lc_layout_destroy(s->layout);
-	lc_ctx_destroy(s->ctx);
-	lc_mem_free(s->mem);
+	tu_pool_fini(s);
 }
 
 static int room_pages(void)

@@ -153,20 +153,7 @@ typedef struct chan {
 static int out_fd = -1; /* child -> parent */
 static chan_t cmd_in;   /* parent -> child */
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
-{
-	char line[512];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-	va_end(ap);
-	if (n < 0 || n >= (int)sizeof line - 1)
-		n = (int)sizeof line - 2;
-	line[n++] = '\n';
-	if (out_fd >= 0 && write(out_fd, line, (size_t)n) < 0)
-		_exit(3);
-}
+#define say(...) tu_say(out_fd, __VA_ARGS__)
 
 /* Next complete line of c, waiting up to timeout_ms (0: do not wait). */
 static bool chan_line(chan_t *c, char *out, size_t cap, int timeout_ms)
@@ -326,26 +313,11 @@ static void enter_ns(const char *name)
 
 /* ==== the model, on both sides ==== */
 
-typedef struct side {
-	lc_ctx_t *ctx;
-	uint8_t *mem;
-	size_t len;
-	lc_region_t *region;
-	lc_layout_t *layout;
-	void *bases[NBUF];
-} side_t;
+typedef tu_pool_t side_t;
 
 static void side_init(side_t *s, const char *name, int p_index)
 {
-	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = name},
-			    &s->ctx));
-	s->len = (size_t)NBUF * PAGES * ITEM;
-	TU_OK(lc_mem_alloc(s->len, LC_MEM_SHAREABLE, (void **)&s->mem));
-	for (int b = 0; b < NBUF; b++)
-		s->bases[b] = s->mem + (size_t)b * PAGES * ITEM;
-	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA, .layers = LAYERS,
-				 .pages = PAGES, .item_len = {ITEM, ITEM}, .bases = s->bases};
-	TU_OK(lc_layout_build(&lp, &s->layout));
+	tu_pool_init(s, name, NULL, LAYERS, PAGES, ITEM);
 	if (p_index >= 0) {
 		for (int b = 0; b < NBUF; b++)
 			for (int q = 0; q < PAGES; q++)
@@ -354,15 +326,11 @@ static void side_init(side_t *s, const char *name, int p_index)
 	} else {
 		memset(s->mem, CANARY, s->len);
 	}
-	TU_OK(lc_region_register(s->ctx, s->mem, s->len, &s->region));
 }
 
 static void side_fini(side_t *s)
 {
-	lc_region_deregister(s->region);
-	lc_layout_destroy(s->layout);
-	lc_ctx_destroy(s->ctx);
-	lc_mem_free(s->mem);
+	tu_pool_fini(s);
 }
 
 static void metadata_of(uint64_t room, uint8_t *out)

@@ -114,59 +114,24 @@ static void metadata_of(uint64_t room, uint8_t *out)
 }
 
 static int out_fd = -1;
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
-{
-	char line[512];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-	va_end(ap);
-	line[n++] = '\n';
-	if (write(out_fd, line, (size_t)n) < 0)
-		_exit(3);
-}
+#define say(...) tu_say(out_fd, __VA_ARGS__)
 
-typedef struct side {
-	lc_ctx_t *ctx;
-	uint8_t *mem;
-	size_t len;
-	lc_region_t *region;
-	lc_layout_t *layout;
-	void *bases[NBUF];
-	int pages;
-} side_t;
+typedef tu_pool_t side_t;
 
 static void side_init(side_t *s, const char *name, int pages, bool fill, int interval)
 {
-	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = name},
-			    &s->ctx));
-	if (interval) {
-		char v[16];
-		snprintf(v, sizeof v, "%d", interval);
-		TU_OK(lc_ctx_config_set(s->ctx, "layerwise_interval", v));
-	}
-	s->pages = pages;
-	s->len = (size_t)NBUF * (size_t)pages * ITEM;
-	TU_OK(lc_mem_alloc(s->len, LC_MEM_SHAREABLE, (void **)&s->mem));
-	for (int b = 0; b < NBUF; b++) {
-		s->bases[b] = s->mem + (size_t)b * (size_t)pages * ITEM;
-		for (int p = 0; fill && p < pages; p++)
+	char knobs[64] = "";
+	if (interval)
+		snprintf(knobs, sizeof knobs, "layerwise_interval=%d", interval);
+	tu_pool_init(s, name, knobs, LAYERS, (uint64_t)pages, ITEM);
+	for (int b = 0; fill && b < NBUF; b++)
+		for (int p = 0; p < pages; p++)
 			tu_fill((uint8_t *)s->bases[b] + (size_t)p * ITEM, ITEM, page_seed(b, p));
-	}
-	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA, .layers = LAYERS,
-				 .pages = (uint64_t)pages, .item_len = {ITEM, ITEM},
-				 .bases = s->bases};
-	TU_OK(lc_layout_build(&lp, &s->layout));
-	TU_OK(lc_region_register(s->ctx, s->mem, s->len, &s->region));
 }
 
 static void side_fini(side_t *s)
 {
-	lc_region_deregister(s->region);
-	lc_layout_destroy(s->layout);
-	lc_ctx_destroy(s->ctx);
-	lc_mem_free(s->mem);
+	tu_pool_fini(s);
 }
 
 /* ==== P: one process, bootstrap server and two ranks ==== */

@@ -1,4 +1,5 @@
 #include <signal.h>
+#include <stdarg.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -67,4 +68,62 @@ void tu_watchdog(unsigned seconds)
 {
 	signal(SIGALRM, SIG_DFL);
 	alarm(seconds);
+}
+
+void tu_say(int fd, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0 || n >= (int)sizeof line - 1)
+		n = (int)sizeof line - 2;
+	line[n++] = '\n';
+	if (fd >= 0 && write(fd, line, (size_t)n) < 0)
+		_exit(3);
+}
+
+void tu_knobs(lc_ctx_t *ctx, const char *spec)
+{
+	char buf[512];
+	if (!spec)
+		return;
+	snprintf(buf, sizeof buf, "%s", spec);
+	for (char *save, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(kv, '=');
+		TU_CHECK(eq, "knob without a value: %s", kv);
+		*eq = '\0';
+		TU_OK(lc_ctx_config_set(ctx, kv, eq + 1));
+	}
+}
+
+void tu_pool_init(tu_pool_t *p, const char *name, const char *knobs, int layers,
+		  uint64_t pages, uint64_t item)
+{
+	int nbuf = 2 * layers;
+	TU_CHECK(nbuf <= TU_POOL_MAX_BUFS, "%d buffers", nbuf);
+	memset(p, 0, sizeof *p);
+	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = name},
+			    &p->ctx));
+	tu_knobs(p->ctx, knobs);
+	p->pages = pages;
+	p->item = item;
+	p->len = (size_t)nbuf * pages * item;
+	TU_OK(lc_mem_alloc(p->len, LC_MEM_SHAREABLE, (void **)&p->mem));
+	for (int b = 0; b < nbuf; b++)
+		p->bases[b] = p->mem + (size_t)b * pages * item;
+	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA,
+				 .layers = (uint32_t)layers, .pages = pages,
+				 .item_len = {item, item}, .bases = p->bases};
+	TU_OK(lc_layout_build(&lp, &p->layout));
+	TU_OK(lc_region_register(p->ctx, p->mem, p->len, &p->region));
+}
+
+void tu_pool_fini(tu_pool_t *p)
+{
+	lc_region_deregister(p->region);
+	lc_layout_destroy(p->layout);
+	lc_ctx_destroy(p->ctx);
+	lc_mem_free(p->mem);
 }

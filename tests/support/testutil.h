@@ -38,4 +38,31 @@ lc_completion_t tu_wait_one(lc_cq_t *cq, int timeout_ms);
  * under ctest's own timeout). */
 void tu_watchdog(unsigned seconds);
 
+
+/* One line (a newline is added) to a status pipe, as a child process reports
+ * to its parent; a broken pipe ends the child (exit 3). */
+void tu_say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Set knobs from "name=value,name=value" (NULL: none); fails the test on a
+ * bad knob. */
+void tu_knobs(lc_ctx_t *ctx, const char *spec);
+
+/* An MHA KV pool in a context of its own: 2 * layers buffers (K_0..K_{L-1},
+ * V_0..V_{L-1}) of `pages` pages of `item` bytes, back to back in one
+ * registered, memfd-backed allocation (zeroed; callers fill it). */
+#define TU_POOL_MAX_BUFS 256
+typedef struct tu_pool {
+	lc_ctx_t *ctx;
+	uint8_t *mem;
+	size_t len;
+	lc_region_t *region;
+	lc_layout_t *layout;
+	uint64_t pages, item;
+	void *bases[TU_POOL_MAX_BUFS];
+} tu_pool_t;
+
+void tu_pool_init(tu_pool_t *p, const char *name, const char *knobs, int layers,
+		  uint64_t pages, uint64_t item);
+void tu_pool_fini(tu_pool_t *p);
+
 #endif
