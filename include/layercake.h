@@ -367,10 +367,20 @@ typedef struct lc_batch_params {
 	size_t size;        /* sizeof(lc_batch_params_t) */
 	uint64_t room;      /* the room the writes belong to (grant key) */
 	uint32_t tag;       /* free for the caller, e.g. a layer group */
-	uint32_t reserved;
+	uint32_t flags;     /* LC_BATCH_* */
 	int64_t timeout_ms; /* 0 = config batch_timeout_ms; < 0 = no deadline */
 	uint64_t user_data; /* echoed in the completion */
 } lc_batch_params_t;
+
+/* Flags of lc_batch_params_t. */
+enum lc_batch_flags {
+	/* Queue the batch without waking the transport: it starts at the
+	 * latest at the next lc_conn_flush() or post without this flag on the
+	 * connection (earlier if the transport's thread is awake anyway): a
+	 * doorbell, so that posting many batches costs one wake-up. Its
+	 * deadline runs from the post either way. */
+	LC_BATCH_DEFER = 1u << 0,
+};
 
 /* Post a batch of writes. Non-blocking; copies the descriptor array. Exactly
  * one completion follows on the connection's queue: status 0 once every
@@ -380,6 +390,9 @@ typedef struct lc_batch_params {
  * completion follows at once). Returns 0 and the batch id in *batch_id. */
 LC_API int lc_batch_post(lc_conn_t *conn, const lc_write_t *writes, size_t n,
 			 const lc_batch_params_t *params, uint64_t *batch_id);
+
+/* Start every batch posted with LC_BATCH_DEFER on this connection. */
+LC_API int lc_conn_flush(lc_conn_t *conn);
 
 /* Complete every pending batch of `room` on this connection with
  * LC_ERR_CANCELLED and drop its writes not yet sent. Returns how many

@@ -24,6 +24,7 @@ METADATA_MAX = 4096
 HIST_BUCKETS = 96
 FAIL_REASON_COUNT = 12
 STEP_MOD = 1 << 62
+BATCH_DEFER = 1  # LC_BATCH_DEFER
 
 
 def _find_library():
@@ -87,7 +88,7 @@ Write = _struct("lc_write_t", [
 ])
 
 BatchParams = _struct("lc_batch_params_t", [
-    ("size", c_size), ("room", c_u64), ("tag", c_u32), ("reserved", c_u32),
+    ("size", c_size), ("room", c_u64), ("tag", c_u32), ("flags", c_u32),
     ("timeout_ms", c_i64), ("user_data", c_u64),
 ])
 
@@ -260,6 +261,7 @@ lc_conn_destroy = _fn("lc_conn_destroy", None, c_void_p)
 lc_conn_import_region = _fn("lc_conn_import_region", c_int, c_void_p, c_void_p, c_size, P(c_u32))
 lc_batch_post = _fn("lc_batch_post", c_int, c_void_p, c_void_p, c_size, P(BatchParams), P(c_u64))
 lc_conn_cancel_room = _fn("lc_conn_cancel_room", c_int, c_void_p, c_u64)
+lc_conn_flush = _fn("lc_conn_flush", c_int, c_void_p)
 lc_loop_set_faults = _fn("lc_loop_set_faults", c_int, c_void_p, P(LoopFaults))
 
 # Layouts, steps, statuses, histograms

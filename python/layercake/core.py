@@ -463,10 +463,11 @@ class Connection(_Handle):
         check(_ffi.lc_conn_import_region(self._need(), desc, len(desc), ctypes.byref(rid)), "import")
         return rid.value
 
-    def post(self, writes, room, tag=0, timeout_ms=0, user_data=0):
+    def post(self, writes, room, tag=0, timeout_ms=0, user_data=0, defer=False):
         """Post a batch. `writes` is a numpy array of WRITE_DTYPE (used in
         place, no copy) or a sequence of (local_address, remote_region,
-        remote_offset, length). Returns the batch id."""
+        remote_offset, length). defer=True queues it until flush() (one
+        transport wake-up for many posts). Returns the batch id."""
         if _np is not None and isinstance(writes, _np.ndarray):
             if writes.dtype != WRITE_DTYPE or not writes.flags["C_CONTIGUOUS"]:
                 raise ValueError("writes must be a contiguous array of layercake.WRITE_DTYPE")
@@ -478,11 +479,16 @@ class Connection(_Handle):
             for i, (local, region, off, length) in enumerate(writes):
                 keep[i] = _ffi.Write(local, off, length, region, 0)
             ptr = ctypes.addressof(keep)
-        p = _ffi.BatchParams(ctypes.sizeof(_ffi.BatchParams), int(room), int(tag), 0, int(timeout_ms), int(user_data))
+        flags = _ffi.BATCH_DEFER if defer else 0
+        p = _ffi.BatchParams(ctypes.sizeof(_ffi.BatchParams), int(room), int(tag), flags, int(timeout_ms), int(user_data))
         bid = ctypes.c_uint64()
         check(_ffi.lc_batch_post(self._need(), ptr, n, ctypes.byref(p), ctypes.byref(bid)), "lc_batch_post")
         del keep
         return bid.value
+
+    def flush(self):
+        """Start every batch posted with defer=True."""
+        check(_ffi.lc_conn_flush(self._need()), "lc_conn_flush")
 
     def cancel_room(self, room):
         return check(_ffi.lc_conn_cancel_room(self._need(), int(room)), "cancel_room")

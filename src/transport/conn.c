@@ -196,6 +196,8 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n,
 		return -EINVAL;
 	if (params)
 		memcpy(&p, params, LC__MIN(params->size ? params->size : sizeof p, sizeof p));
+	if (p.flags & ~(uint32_t)LC_BATCH_DEFER)
+		return -EINVAL;
 	if (atomic_load(&c->closing))
 		return LC_ERR_CLOSED;
 	lc__batch_t *b = calloc(1, sizeof *b);
@@ -213,6 +215,7 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n,
 	b->room = p.room;
 	b->tag = p.tag;
 	b->user_data = p.user_data;
+	b->defer = (p.flags & LC_BATCH_DEFER) && c->ops->flush;
 	b->post_ns = lc__now_ns();
 	b->deadline_ns = timeout_ms > 0 ? b->post_ns + (uint64_t)timeout_ms * 1000000ull : 0;
 	atomic_init(&b->refs, 2); /* generic (until completion) + this call */
@@ -257,6 +260,15 @@ fail_free:
 	free(b->writes);
 	free(b);
 	return rc;
+}
+
+int lc_conn_flush(lc_conn_t *c)
+{
+	if (!c)
+		return -EINVAL;
+	if (c->ops->flush && !atomic_load(&c->closing))
+		c->ops->flush(c);
+	return 0;
 }
 
 static bool same_room(const lc__batch_t *b, const void *arg)

@@ -359,10 +359,20 @@ static int loop_post(lc_conn_t *c, lc__batch_t *b)
 	}
 	lc__batch_ref(b);
 	lc->queue[(lc->head + lc->count++) % lc->cap] = b;
-	pthread_cond_signal(&lc->cond);
+	if (!b->defer)
+		pthread_cond_signal(&lc->cond);
 out:
 	pthread_mutex_unlock(&lc->lock);
 	return rc;
+}
+
+static void loop_flush(lc_conn_t *c)
+{
+	loop_conn_t *lc = c->tp;
+	pthread_mutex_lock(&lc->lock);
+	if (lc->count)
+		pthread_cond_signal(&lc->cond);
+	pthread_mutex_unlock(&lc->lock);
 }
 
 static int loop_set_faults(lc_conn_t *c, const lc_loop_faults_t *faults)
@@ -386,5 +396,6 @@ const lc__transport_ops_t lc__loop_ops = {
 	.conn_open = loop_conn_open,
 	.conn_close = loop_conn_close,
 	.post = loop_post,
+	.flush = loop_flush,
 	.set_faults = loop_set_faults,
 };

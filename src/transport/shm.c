@@ -1366,8 +1366,15 @@ static int shm_post(lc_conn_t *c, lc__batch_t *b)
 		sc->cursor = pb;
 	sc->nlist++;
 	pthread_mutex_unlock(&sc->lock);
-	wake(sc->evfd);
+	if (!b->defer)
+		wake(sc->evfd);
 	return 0;
+}
+
+static void shm_flush(lc_conn_t *c)
+{
+	shm_conn_t *sc = c->tp;
+	wake(sc->evfd);
 }
 
 static void shm_cancel_room(lc_conn_t *c, uint64_t room)
@@ -1384,5 +1391,6 @@ const lc__transport_ops_t lc__shm_ops = {
 	.conn_open = shm_conn_open,
 	.conn_close = shm_conn_close,
 	.post = shm_post,
+	.flush = shm_flush,
 	.cancel_room = shm_cancel_room,
 };

@@ -805,8 +805,14 @@ static int tcp_post(lc_conn_t *c, lc__batch_t *b)
 		tc->subq = blk;
 	tc->subq_tail = blk;
 	pthread_mutex_unlock(&tc->lock);
-	wake(tc);
+	if (!b->defer)
+		wake(tc);
 	return 0;
+}
+
+static void tcp_flush(lc_conn_t *c)
+{
+	wake(c->tp);
 }
 
 static void tcp_conn_free(tcp_conn_t *tc)
@@ -1518,4 +1524,5 @@ const lc__transport_ops_t lc__tcp_ops = {
 	.conn_open = tcp_conn_open,
 	.conn_close = tcp_conn_close,
 	.post = tcp_post,
+	.flush = tcp_flush,
 };

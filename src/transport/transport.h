@@ -39,6 +39,7 @@ typedef struct lc__batch {
 	uint64_t user_data;
 	uint64_t post_ns;
 	uint64_t deadline_ns; /* 0: none */
+	bool defer;           /* LC_BATCH_DEFER: post() queues without waking */
 	lc_write_t *writes;   /* zero-length writes removed; owned */
 	size_t nwrites;
 	uint64_t bytes;
@@ -90,6 +91,9 @@ typedef struct lc__transport_ops {
 	/* Queue a batch (nwrites >= 1); non-blocking. A negative return means
 	 * the batch was not taken (and no reference is held). */
 	int (*post)(lc_conn_t *c, lc__batch_t *b);
+	/* Optional: start batches queued with b->defer (ring the doorbell). A
+	 * transport without it starts every batch at post(). */
+	void (*flush)(lc_conn_t *c);
 	/* Optional: drop unsent writes of a room (its batches are completed). */
 	void (*cancel_room)(lc_conn_t *c, uint64_t room);
 	/* Optional: a packed descriptor of the peer is being imported. */

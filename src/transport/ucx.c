@@ -1953,8 +1953,15 @@ static int ucx_post(lc_conn_t *c, lc__batch_t *b)
 		uc->in_head = op;
 	uc->in_tail = op;
 	pthread_mutex_unlock(&uc->lock);
-	wake(uc->st);
+	if (!b->defer)
+		wake(uc->st);
 	return 0;
+}
+
+static void ucx_flush(lc_conn_t *c)
+{
+	uconn_t *uc = c->tp;
+	wake(uc->st);
 }
 
 static void ucx_cancel_room(lc_conn_t *c, uint64_t room)
@@ -2115,6 +2122,7 @@ const lc__transport_ops_t lc__ucx_ops = {
 	.conn_open = ucx_conn_open,
 	.conn_close = ucx_conn_close,
 	.post = ucx_post,
+	.flush = ucx_flush,
 	.cancel_room = ucx_cancel_room,
 	.import_region = ucx_import_region,
 	.pack_region = ucx_pack_region,

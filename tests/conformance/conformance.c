@@ -235,6 +235,37 @@ static void case_batch_10000(harness_t *h)
 	}
 }
 
+/* LC_BATCH_DEFER: batches queued without waking the transport all start at
+ * lc_conn_flush and land in place, each with its own completion; a post
+ * with an unknown flag is refused. */
+static void case_deferred_flush(harness_t *h)
+{
+	enum { N = 16, LEN = 8192 };
+	bool seen[N] = {false};
+	uint64_t id;
+	setup(h);
+	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, (uint64_t)N * LEN));
+	lc_batch_params_t p = {.size = sizeof p, .room = ROOM, .flags = LC_BATCH_DEFER};
+	lc_write_t w = wr(h, 0, 0, LEN);
+	p.flags = 1u << 7;
+	TU_CHECK(lc_batch_post(h->conn, &w, 1, &p, &id) == -EINVAL, "unknown flag accepted");
+	p.flags = LC_BATCH_DEFER;
+	for (uint32_t i = 0; i < N; i++) {
+		w = wr(h, (uint64_t)i * LEN, (uint64_t)i * LEN, LEN);
+		p.tag = i;
+		TU_OK(lc_batch_post(h->conn, &w, 1, &p, &id));
+	}
+	TU_OK(lc_conn_flush(h->conn));
+	for (int i = 0; i < N; i++) {
+		lc_completion_t c = tu_wait_one(h->cq, 30000);
+		expect_status(&c, 0);
+		TU_CHECK(c.tag < N && !seen[c.tag], "completion for tag %u", c.tag);
+		seen[c.tag] = true;
+	}
+	expect_same(h, 0, 0, (uint64_t)N * LEN);
+	expect_canary_outside(h, 0, (size_t)N * LEN);
+}
+
 static void case_zero_length(harness_t *h)
 {
 	setup(h);
@@ -602,6 +633,7 @@ static const struct {
 	{"checksum_all", case_checksum_all},
 	{"bad_token", case_bad_token},
 	{"unreachable_peer", case_unreachable_peer},
+	{"deferred_flush", case_deferred_flush},
 };
 
 int main(int argc, char **argv)

@@ -28,6 +28,7 @@ def _c_program():
     lines.append('printf("LC_HIST_BUCKETS %d\\n", (int)LC_HIST_BUCKETS);')
     lines.append('printf("LC_METADATA_MAX %d\\n", (int)LC_METADATA_MAX);')
     lines.append('printf("LC_REASON_MAX %d\\n", (int)LC_REASON_MAX);')
+    lines.append('printf("LC_BATCH_DEFER %d\\n", (int)LC_BATCH_DEFER);')
     lines.append("return 0; }")
     return "\n".join(lines)
 
@@ -59,6 +60,7 @@ def test_every_struct_matches_the_header(tmp_path):
     assert c["LC_HIST_BUCKETS"] == _ffi.HIST_BUCKETS
     assert c["LC_METADATA_MAX"] == _ffi.METADATA_MAX
     assert c["LC_REASON_MAX"] == _ffi.REASON_MAX
+    assert c["LC_BATCH_DEFER"] == _ffi.BATCH_DEFER
 
 
 def test_buffers_round_trip_through_a_layout():
