@@ -81,7 +81,7 @@ static double pct(uint64_t *v, size_t n, double q)
 
 int lc__bench_wake(int argc, char **argv)
 {
-	int json = 0, rounds = 20, pace_us = 200;
+	int json = 0, rounds = 50, pace_us = 200;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
 			json = 1;
@@ -218,9 +218,11 @@ int lc__bench_wake(int argc, char **argv)
 	if (json)
 		printf("{\"bench\":\"wake\",\"rooms\":%d,\"layers\":%d,\"samples\":%zu,"
 		       "\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,"
-		       "\"all_rooms_p50_us\":%.1f,\"all_rooms_p99_us\":%.1f,\"rooms_failed\":%llu}\n",
+		       "\"all_rooms_p50_us\":%.1f,\"all_rooms_p99_us\":%.1f,\"rooms_failed\":%llu,"
+		       "\"inline_submits\":%llu,\"records\":%d}\n",
 		       ROOMS, LAYERS, w.n, p50, p99, pct(w.samples, w.n, 1.0), a50, a99,
-		       (unsigned long long)m.rooms_failed);
+		       (unsigned long long)m.rooms_failed, (unsigned long long)m.inline_submits,
+		       rounds * (LAYERS + 1));
 	else
 		printf("wake: %zu samples (%d rooms x %d layers x %d rounds)\n"
 		       "  record -> room's writes posted: p50 %.1f us  p99 %.1f us  max %.1f us\n"

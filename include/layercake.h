@@ -841,6 +841,7 @@ typedef struct lc_engine_metrics {
 	lc_histogram_t room_latency;      /* open -> final */
 	lc_histogram_t group_ack_latency; /* layer group posted -> acknowledged */
 	lc_histogram_t step_to_post;      /* step recorded (or first seen) -> posted */
+	uint64_t inline_submits; /* step records that posted on the recording thread */
 } lc_engine_metrics_t;
 
 /* Copy a consistent snapshot of the metrics (fields up to out->size). */

@@ -53,6 +53,9 @@ typedef struct fx {
 	uint64_t landed_room[MAXD];
 	int landed_calls, landed_regressed;
 	uint64_t posts, first_iter, last_iter;
+	bool watch_thread; /* count posts made on `watched` (inline submission) */
+	pthread_t watched;
+	uint64_t posts_on_watched;
 	/* what a successful room must have delivered, for the in-callback check */
 	int64_t expect_src[PAGES], expect_dst[PAGES];
 	size_t expect_n;
@@ -111,8 +114,10 @@ static void on_landed(void *arg, uint64_t room, const char *session, uint32_t la
 static void on_post(void *arg, uint64_t room, uint32_t group, uint64_t ready_ns, uint64_t post_ns,
 		    uint64_t iteration)
 {
-	fx_t *f = arg; /* engine thread, engine lock held: no engine calls */
+	fx_t *f = arg; /* engine lock held: no engine calls */
 	pthread_mutex_lock(&f->lock);
+	if (f->watch_thread && pthread_equal(pthread_self(), f->watched))
+		f->posts_on_watched++;
 	if (!f->posts++)
 		f->first_iter = iteration;
 	f->last_iter = iteration;
@@ -327,6 +332,61 @@ static void layers_stream_while_the_producer_records_them(void **state)
 	assert_int_equal(m.writes_posted, L * 2 * 3);
 	assert_int_equal(m.bytes_acked, (uint64_t)NBUF * 6 * ITEM);
 	assert_int_equal(m.rooms_succeeded, 1);
+	fx_free(f);
+}
+
+static void *produce_watched(void *arg)
+{
+	producer_t *p = arg;
+	pthread_mutex_lock(&p->f->lock);
+	p->f->watched = pthread_self();
+	p->f->watch_thread = true;
+	pthread_mutex_unlock(&p->f->lock);
+	return produce(arg);
+}
+
+/* Rule 6 without a wake-up on the critical path: a record that finds the
+ * engine thread asleep posts the ready groups on the recording thread; with
+ * inline_submit=0 every post is the engine thread's. Data lands either way. */
+static void run_paced_room(fx_t *f, uint64_t room)
+{
+	fx_session(f, 0, NULL);
+	fx_dst(f, room, 0, 1, DST, 6, 0);
+	expect(f, SRC, DST, 6);
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+	assert_int_equal(fx_chunk(f, room, SRC, 6, 0, 1), 0);
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	producer_t p = {f, L, 2000, 1};
+	pthread_t th;
+	pthread_create(&th, NULL, produce_watched, &p);
+	pthread_join(th, NULL);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, room, "t", 1), 0);
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].status, LC_ROOM_SUCCESS);
+	assert_true(f->ev[0].bytes_ok);
+}
+
+static void a_record_posts_on_the_recording_thread_when_the_engine_sleeps(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	run_paced_room(f, 11);
+	lc_engine_metrics_t m = metrics(f);
+	pthread_mutex_lock(&f->lock);
+	/* 4 records 2 ms apart: the engine thread sleeps through at least one. */
+	assert_true(m.inline_submits >= 1);
+	assert_true(f->posts_on_watched >= 1);
+	pthread_mutex_unlock(&f->lock);
+	fx_free(f);
+
+	static const char *const off[] = {"inline_submit", "0", NULL};
+	f = fx_new(off, 0);
+	run_paced_room(f, 12);
+	m = metrics(f);
+	pthread_mutex_lock(&f->lock);
+	assert_int_equal(m.inline_submits, 0);
+	assert_int_equal(f->posts_on_watched, 0);
+	assert_int_equal(f->posts, L);
+	pthread_mutex_unlock(&f->lock);
 	fx_free(f);
 }
 
@@ -753,6 +813,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(layers_stream_while_the_producer_records_them),
 		cmocka_unit_test(every_ready_group_goes_out_in_one_iteration),
+		cmocka_unit_test(a_record_posts_on_the_recording_thread_when_the_engine_sleeps),
 		cmocka_unit_test(batches_are_stamped_and_empty_batches_still_reserve),
 		cmocka_unit_test(batch_calls_out_of_order_are_refused),
 		cmocka_unit_test(dummy_destinations_succeed_without_writes),
