@@ -714,6 +714,13 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 	if ((rc = lc__layout_clone(pp.layout, &d->layout)))
 		goto fail;
 
+	/* The data-plane listener before the regions are packed: a ucx
+	 * listener must exist when a region is packed for its descriptor to
+	 * carry the ucx keys (docs/transport-ucx.md). */
+	if ((rc = lc_listener_create(ctx, pp.listen_url, &d->listener)) ||
+	    (rc = lc_listener_url(d->listener, d->data_url, sizeof d->data_url)) < 0)
+		goto fail;
+
 	/* Map every buffer to the region holding it; pack the regions. */
 	d->nregions = pp.region_count;
 	d->regions = calloc(d->nregions, sizeof *d->regions);
@@ -755,9 +762,7 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 			goto fail;
 		}
 	}
-	if ((rc = lc_listener_create(ctx, pp.listen_url, &d->listener)) ||
-	    (rc = lc_listener_url(d->listener, d->data_url, sizeof d->data_url)) < 0 ||
-	    (rc = lc_token_issue(ctx, &d->token)))
+	if ((rc = lc_token_issue(ctx, &d->token)))
 		goto fail;
 	if ((rc = lc__zctx_create(&d->z)) ||
 	    (rc = lc__pull_bind(d->z, d->host, &d->pull, d->endpoint, sizeof d->endpoint)))
