@@ -6,6 +6,7 @@
  * requests arrive, and writes the report and the timeline. See demo.h for
  * the processes and docs/demo.md for what each number means.
  */
+#include <arpa/inet.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -30,9 +31,10 @@ static const char demo_help[] =
 	"SYNOPSIS\n"
 	"    layercake demo [--model NAME] [--draft-layers N] [--page-tokens N]\n"
 	"                   [--prompts LIST] [--requests N] [--concurrency N]\n"
-	"                   [--transport tcp|shm|loop] [--tflops X|auto] [--balance F]\n"
+	"                   [--transport tcp|shm|loop|ucx] [--tflops X|auto] [--balance F]\n"
 	"                   [--layer-ms X] [--intervals LIST] [--svg FILE | --no-svg]\n"
 	"                   [--svg-request N] [--quick] [--json]\n"
+	"                   [--p-host IP] [--d-host IP] [--d-netns NAME]\n"
 	"\n"
 	"DESCRIPTION\n"
 	"    Starts one bootstrap server per mode, a prefill process P and a decode\n"
@@ -73,7 +75,8 @@ static const char demo_help[] =
 	"    --requests N        measured requests per mode (6)\n"
 	"    --concurrency N     requests in flight per mode (1); P still runs one\n"
 	"                        forward at a time, like one GPU\n"
-	"    --transport T       tcp (default, loopback), shm, loop\n"
+	"    --transport T       tcp (default, loopback), shm, loop, ucx (where built:\n"
+	"                        ucx://, UCX picks its transports from UCX_TLS)\n"
 	"    --tflops X|auto     throughput of the simulated GPU in TFLOP/s. auto\n"
 	"                        (default) first measures the link (whole-request, no\n"
 	"                        compute) and sets the roofline so that P produces KV\n"
@@ -90,6 +93,20 @@ static const char demo_help[] =
 	"    --quick             a short run (tests): --prompts 256,1k --requests 2\n"
 	"    --json              exactly one JSON object on stdout; the table and\n"
 	"                        progress go to stderr\n"
+	"\n"
+	"MULTI-HOST (tcp, ucx)\n"
+	"    --p-host IP         IPv4 address of the orchestrator's side: the bootstrap\n"
+	"                        servers listen on it and P's control socket binds to it\n"
+	"                        (127.0.0.1)\n"
+	"    --d-host IP         IPv4 address D's data-plane listener and control socket\n"
+	"                        bind to and announce (127.0.0.1)\n"
+	"    --d-netns NAME      D enters network namespace NAME (/var/run/netns/NAME,\n"
+	"                        or a path with a /) right after it is forked, before it\n"
+	"                        opens any socket; needs root, --p-host and --d-host.\n"
+	"                        The orchestrator and P stay in the namespace the demo\n"
+	"                        was started in, e.g.\n"
+	"                          ip netns exec NS_P layercake demo --d-netns NS_D \\\n"
+	"                              --p-host 10.0.0.1 --d-host 10.0.0.2\n"
 	"\n"
 	"EXIT STATUS\n"
 	"    0 when every room succeeded and every page verified; 1 otherwise; 2 for\n"
@@ -183,7 +200,8 @@ static int parse_opts(int argc, char **argv, demo_opts_t *o, char *svg_buf, size
 {
 	*o = (demo_opts_t){.model = lc__demo_model_find("llama-3-8b"), .page_tokens = 64,
 			   .prompts = {1024, 4096, 16384}, .nprompts = 3, .requests = 6,
-			   .concurrency = 1, .transport = "tcp", .balance = 0.75,
+			   .concurrency = 1, .transport = "tcp", .p_host = "127.0.0.1",
+			   .d_host = "127.0.0.1", .balance = 0.75,
 			   .intervals = {1, 8, 0}, .nmodes = 3, .svg_request = -1};
 	default_svg_path(svg_buf, svg_cap);
 	o->svg = svg_buf;
@@ -242,6 +260,17 @@ static int parse_opts(int argc, char **argv, demo_opts_t *o, char *svg_buf, size
 		} else if (!strcmp(a, "--transport")) {
 			NEED_ARG;
 			o->transport = v;
+		} else if (!strcmp(a, "--p-host") || !strcmp(a, "--d-host")) {
+			NEED_ARG;
+			struct in_addr in;
+			if (inet_pton(AF_INET, v, &in) != 1) {
+				fprintf(stderr, "layercake demo: %s %s: not an IPv4 address\n", a, v);
+				return 2;
+			}
+			*(a[2] == 'p' ? &o->p_host : &o->d_host) = v;
+		} else if (!strcmp(a, "--d-netns")) {
+			NEED_ARG;
+			o->d_netns = v;
 		} else if (!strcmp(a, "--tflops")) {
 			NEED_ARG;
 			o->tflops = strcmp(v, "auto") ? strtod(v, NULL) : 0;
@@ -267,10 +296,45 @@ static int parse_opts(int argc, char **argv, demo_opts_t *o, char *svg_buf, size
 		}
 #undef NEED_ARG
 	}
+	bool is_ucx = !strcmp(o->transport, "ucx");
 	if (strcmp(o->transport, "tcp") && strcmp(o->transport, "shm") &&
-	    strcmp(o->transport, "loop")) {
-		fprintf(stderr, "layercake demo: --transport must be tcp, shm or loop\n");
+	    strcmp(o->transport, "loop") && !is_ucx) {
+		fprintf(stderr, "layercake demo: --transport must be tcp, shm, loop or ucx\n");
 		return 2;
+	}
+	if (is_ucx && !lc__transport_find("ucx://")) {
+		fprintf(stderr, "layercake demo: this build has no ucx transport (transports: %s)\n",
+			lc_transports());
+		return 2;
+	}
+	bool networked = !strcmp(o->transport, "tcp") || is_ucx;
+	if (!networked && (strcmp(o->p_host, "127.0.0.1") || strcmp(o->d_host, "127.0.0.1") ||
+			   o->d_netns)) {
+		fprintf(stderr, "layercake demo: --p-host, --d-host and --d-netns need a network "
+				"transport (tcp or ucx); %s is same-host only\n",
+			o->transport);
+		return 2;
+	}
+	if (o->d_netns) {
+		char path[512];
+		if (!*o->d_netns) {
+			fprintf(stderr, "layercake demo: --d-netns needs a name\n");
+			return 2;
+		}
+		if (!strcmp(o->p_host, "127.0.0.1") || !strcmp(o->d_host, "127.0.0.1")) {
+			fprintf(stderr, "layercake demo: with --d-netns, give --p-host and --d-host: "
+					"the addresses of P's and D's ends of the link between the "
+					"namespaces (127.0.0.1 is a different host in each)\n");
+			return 2;
+		}
+		snprintf(path, sizeof path, "%s%s", strchr(o->d_netns, '/') ? "" : "/var/run/netns/",
+			 o->d_netns);
+		if (access(path, R_OK)) {
+			fprintf(stderr, "layercake demo: --d-netns %s: %s: %s%s\n", o->d_netns, path,
+				strerror(errno),
+				errno == ENOENT ? " (create it with `ip netns add`)" : "");
+			return 2;
+		}
 	}
 	if (o->balance <= 0 || o->layer_ms < 0) {
 		fprintf(stderr, "layercake demo: --balance must be > 0, --layer-ms >= 0\n");
@@ -390,6 +454,15 @@ static int spawn(orch_t *O)
 			dup2(2, 1);
 			close(sp[0]);
 			close(sd[0]);
+			if (O->o->d_netns) { /* before any context or socket */
+				demo_msg_t f = {.type = DEMO_FAIL};
+				char err[sizeof f.text - 4];
+				if ((f.rc = lc__demo_enter_netns(O->o->d_netns, err, sizeof err))) {
+					snprintf(f.text, sizeof f.text, "D: %s", err);
+					send_to(sd[1], &f); /* the orchestrator prints it */
+					_exit(1);
+				}
+			}
 			_exit(lc__demo_decode(O->o, sd[1]));
 		}
 	}
@@ -633,7 +706,9 @@ static void print_json(orch_t *O, mode_stats_t *st, double link_gbps, double tfl
 	jnum(f, "kv_bytes_per_token_per_layer",
 	     (double)o->model->comp_bytes_per_token * o->model->components, true);
 	jnum(f, "linear_flops_per_token_per_layer", o->model->linear_flops, false);
-	fprintf(f, "},\"transport\":\"%s\",\"prompts\":[", o->transport);
+	fprintf(f, "},\"transport\":\"%s\",\"p_host\":\"%s\",\"d_host\":\"%s\","
+		   "\"d_netns\":%s,\"prompts\":[",
+		o->transport, o->p_host, o->d_host, o->d_netns ? "true" : "false");
 	for (int i = 0; i < o->nprompts; i++)
 		fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)o->prompts[i]);
 	fprintf(f, "],\"requests\":%d,\"concurrency\":%d,\"tflops_auto\":%s,", o->requests,
@@ -820,13 +895,16 @@ int lc__cmd_demo(int argc, char **argv)
 		"concurrency %d, %s\n",
 		lc_version(), o->model->name, o->model->about, o->draft_layers ? " + draft" : "",
 		o->page_tokens, N, M, o->concurrency, o->transport);
+	if (o->d_netns || strcmp(o->p_host, "127.0.0.1") || strcmp(o->d_host, "127.0.0.1"))
+		fprintf(O.out, "bootstrap and P at %s; D at %s%s%s\n", o->p_host, o->d_host,
+			o->d_netns ? " in network namespace " : "", o->d_netns ? o->d_netns : "");
 	if ((rc = spawn(&O))) {
 		fprintf(stderr, "layercake demo: fork: %s\n", lc_strerror(rc));
 		goto free_all;
 	}
 	demo_msg_t setup = {.type = DEMO_SETUP};
 	for (int m = 0; m < M; m++) {
-		lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+		lc_bootstrap_params_t bp = {.size = sizeof bp, .host = o->p_host, .port = 0};
 		if ((rc = lc_bootstrap_start(&bp, &O.boot[m])) ||
 		    (rc = lc_bootstrap_addr(O.boot[m], setup.boot[m], sizeof setup.boot[m])) < 0) {
 			snprintf(O.error, sizeof O.error, "bootstrap server: %s", lc_strerror(rc));

@@ -1,6 +1,7 @@
 /*
- * `layercake demo`: three processes on one host. The orchestrator (the
- * `layercake demo` process) runs one bootstrap server per mode and drives
+ * `layercake demo`: three processes on one host (D optionally in another
+ * network namespace: --d-netns). The orchestrator (the `layercake demo`
+ * process) runs one bootstrap server per mode and drives
  * the workload; P (prefill) "computes" layers and streams them through
  * lc_prefill_t engines; D (decode) receives through lc_decode_t, verifies
  * every page and reports. They talk to the orchestrator over SOCK_SEQPACKET
@@ -52,6 +53,11 @@ typedef struct demo_opts {
 	int requests;    /* measured requests per mode */
 	int concurrency; /* requests in flight per mode */
 	const char *transport;
+	/* Multi-host runs (docs/demo.md): P's and D's addresses (default
+	 * 127.0.0.1), and the network namespace D enters (NULL: this one). */
+	const char *p_host; /* bootstrap servers and P's control socket */
+	const char *d_host; /* D's data-plane listener and control socket */
+	const char *d_netns; /* a name under /var/run/netns, or a path */
 	double tflops;   /* 0: calibrate ("auto") */
 	double balance;  /* auto: KV production = balance x measured link rate */
 	double layer_ms; /* > 0: fixed compute time per layer instead of the roofline */
@@ -175,6 +181,11 @@ bool lc__demo_check(const void *page, size_t len, uint64_t seed);
 /* The fake first token of a room, as metadata text. */
 int lc__demo_first_token(uint64_t room, char *buf, size_t cap);
 
+/* demo_roles.c: enter network namespace `name` (a name under
+ * /var/run/netns or a path) with a fresh mount namespace and /sys, as `ip
+ * netns exec` does, so that UCX's device list matches the namespace. 0, or
+ * -errno with `err` saying what failed. */
+int lc__demo_enter_netns(const char *name, char *err, size_t cap);
 /* demo_roles.c: each returns the process exit code. */
 int lc__demo_prefill(const demo_opts_t *o, int fd);
 int lc__demo_decode(const demo_opts_t *o, int fd);

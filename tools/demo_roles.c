@@ -15,12 +15,15 @@
  * of lc_receiver_layers_ready, and on Success hands the pages to a verifier
  * thread that checks every word of every page.
  */
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -66,6 +69,40 @@ static int wait_msg(int fd, int extra_fd, uint64_t timeout_ns, demo_msg_t *m, in
 	if (got != (ssize_t)sizeof *m)
 		return -EIO;
 	return 1;
+}
+
+int lc__demo_enter_netns(const char *name, char *err, size_t cap)
+{
+	char path[512];
+	if (strchr(name, '/'))
+		snprintf(path, sizeof path, "%s", name);
+	else
+		snprintf(path, sizeof path, "/var/run/netns/%s", name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		snprintf(err, cap, "network namespace %s: cannot open %s: %s", name, path,
+			 strerror(e));
+		return -e;
+	}
+	if (setns(fd, CLONE_NEWNET)) {
+		int e = errno;
+		snprintf(err, cap, "network namespace %s: setns: %s%s", name, strerror(e),
+			 e == EPERM ? " (needs CAP_SYS_ADMIN: run as root)" : "");
+		close(fd);
+		return -e;
+	}
+	close(fd);
+	/* /sys/class/net still lists the old namespace's interfaces until sysfs
+	 * is mounted again from inside the new one; UCX picks its devices from
+	 * there. As `ip netns exec`: a private mount namespace, a fresh /sys. */
+	if (unshare(CLONE_NEWNS) || mount("", "/", NULL, MS_SLAVE | MS_REC, NULL) ||
+	    umount2("/sys", MNT_DETACH) || mount(name, "/sys", "sysfs", 0, NULL))
+		fprintf(stderr,
+			"layercake demo: D: network namespace %s entered, but /sys could not be "
+			"remounted (%s): UCX may see the wrong interfaces\n",
+			name, strerror(errno));
+	return 0;
 }
 
 static int make_ctx(const char *name, lc_ctx_t **out)
@@ -136,7 +173,7 @@ static int p_setup(p_role_t *p, const demo_msg_t *m)
 			return rc;
 		snprintf(name, sizeof name, "P-%s", lc__demo_mode_name(p->o->intervals[i], v, sizeof v));
 		lc_prefill_params_t pp = {.size = sizeof pp, .layout = p->pool.layout,
-					  .bootstrap = m->boot[i], .host = "127.0.0.1", .name = name,
+					  .bootstrap = m->boot[i], .host = p->o->p_host, .name = name,
 					  .world_size = 1, .dp_size = 1, .engine_rank = 0};
 		rc = lc_prefill_create(p->ctx, &pp, &p->pf[i]);
 		if (rc)
@@ -622,17 +659,17 @@ int lc__demo_decode(const demo_opts_t *o, int fd)
 			continue;
 		switch (m.type) {
 		case DEMO_SETUP: {
-			char url[64];
+			char url[96];
 			memcpy(d->boot, m.boot, sizeof d->boot);
-			if (!strcmp(o->transport, "tcp"))
-				snprintf(url, sizeof url, "tcp://127.0.0.1:0");
+			if (!strcmp(o->transport, "tcp") || !strcmp(o->transport, "ucx"))
+				snprintf(url, sizeof url, "%s://%s:0", o->transport, o->d_host);
 			else if (!strcmp(o->transport, "shm"))
 				snprintf(url, sizeof url, "shm://auto");
 			else
 				snprintf(url, sizeof url, "%s://demo-d-%d", o->transport, (int)getpid());
 			lc_decode_params_t dp = {.size = sizeof dp, .layout = d->pool.layout,
 						 .regions = &d->pool.region, .region_count = 1,
-						 .listen_url = url, .host = "127.0.0.1", .tp_size = 1};
+						 .listen_url = url, .host = o->d_host, .tp_size = 1};
 			if ((rc = lc_decode_create(d->ctx, &dp, &d->decode))) {
 				send_fail(fd, "D", "lc_decode_create", rc);
 				goto destroy;

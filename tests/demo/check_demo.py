@@ -16,6 +16,7 @@ CASES = {
     "tcp": ["--quick", "--transport", "tcp"],
     "shm": ["--quick", "--transport", "shm"],
     "loop": ["--quick", "--transport", "loop"],
+    "ucx": ["--quick", "--transport", "ucx"],  # ctest sets UCX_TLS=tcp
     "mla_draft": ["--quick", "--model", "deepseek-v3", "--draft-layers", "1",
                   "--concurrency", "2", "--requests", "4"],
 }
