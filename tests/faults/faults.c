@@ -22,11 +22,12 @@
  * fault to the terminal state of every room, and the verdict, for
  * docs/reliability.md.
  *
- * Exit: 0 pass, 1 fail, 77 skipped (not root, no network namespaces or no
- * netem here, for the cases that need them).
+ * Exit: 0 pass, 1 fail, 77 skipped (not root, no network namespaces, or
+ * neither tc netem nor lc_netdelay here, for the cases that need them).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -210,6 +211,10 @@ static bool wait_cmd(const char *what, int timeout_ms, char *out, size_t cap)
 
 static char ns_p[32], ns_d[32], veth_p[16], veth_d[16];
 static bool ns_made;
+/* Where tc netem is missing: lc_netdelay (tests/support/netdelay.c, path in
+ * $LC_NETDELAY) holds or drops the packets between two TUN devices that
+ * replace the veth pair, under the same names. */
+static pid_t netdelay_pid;
 #define IP_P "10.77.0.1"
 #define IP_D "10.77.0.2"
 
@@ -230,6 +235,11 @@ static void ns_cleanup(void)
 	if (!ns_made)
 		return;
 	ns_made = false;
+	if (netdelay_pid > 0) { /* its TUN devices go with it */
+		kill(netdelay_pid, SIGKILL);
+		waitpid(netdelay_pid, NULL, 0);
+		netdelay_pid = 0;
+	}
 	/* Deleting a namespace deletes the veth end inside it, and so the pair. */
 	sh("ip netns del %s 2>/dev/null", ns_p);
 	sh("ip netns del %s 2>/dev/null", ns_d);
@@ -290,15 +300,60 @@ static int ns_setup(void)
 	return 0;
 }
 
-static int netem(const char *spec)
+/* Replace the veth pair by two TUN devices of the same names joined by
+ * lc_netdelay with `args` (its options). 0, or 77 with a message. */
+static int netdelay_link(const char *args)
+{
+	const char *exe = getenv("LC_NETDELAY");
+	if (!exe || access(exe, X_OK)) {
+		fprintf(stderr, "skip: tc netem is not available in this kernel (sch_netem), and "
+				"no lc_netdelay ($LC_NETDELAY) to stand in for it\n");
+		return TU_SKIP;
+	}
+	sh("ip -n %s link del %s 2>/dev/null", ns_p, veth_p); /* and its peer */
+	int out[2];
+	if (pipe2(out, O_CLOEXEC))
+		return TU_SKIP;
+	char cmd[512];
+	snprintf(cmd, sizeof cmd, "exec '%s' %s %s %s", exe, args, veth_p, veth_d);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(out[1], 1);
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	netdelay_pid = pid;
+	char line[128] = "";
+	struct pollfd pf = {.fd = out[0], .events = POLLIN};
+	ssize_t n = pid > 0 && poll(&pf, 1, 5000) == 1 ? read(out[0], line, sizeof line - 1) : -1;
+	close(out[0]); /* its later output (statistics) is not needed */
+	if (n <= 0 || strncmp(line, "ready", 5) ||
+	    sh("ip link set %s netns %s", veth_p, ns_p) || sh("ip link set %s netns %s", veth_d, ns_d) ||
+	    sh("ip -n %s addr add %s/24 dev %s", ns_p, IP_P, veth_p) ||
+	    sh("ip -n %s addr add %s/24 dev %s", ns_d, IP_D, veth_d) ||
+	    sh("ip -n %s link set %s mtu 65000 up", ns_p, veth_p) ||
+	    sh("ip -n %s link set %s mtu 65000 up", ns_d, veth_d)) {
+		fprintf(stderr, "skip: tc netem is not available (sch_netem) and lc_netdelay could "
+				"not set up its TUN devices\n");
+		return TU_SKIP;
+	}
+	fprintf(stderr, "link: no tc netem here; lc_netdelay %s between TUN devices %s, %s\n",
+		args, veth_p, veth_d);
+	return 0;
+}
+
+/* netem `spec` on both ends, else lc_netdelay with `nd_args` (the same
+ * fault: the options hold or drop each direction alike). */
+static int netem(const char *spec, const char *nd_args)
 {
 	if (sh("ip netns exec %s tc qdisc add dev %s root netem %s 2>/dev/null", ns_p, veth_p,
 	       spec) ||
 	    sh("ip netns exec %s tc qdisc add dev %s root netem %s 2>/dev/null", ns_d, veth_d,
-	       spec)) {
-		fprintf(stderr, "skip: tc netem is not available in this kernel (sch_netem)\n");
-		return TU_SKIP;
-	}
+	       spec))
+		return netdelay_link(nd_args);
 	return 0;
 }
 
@@ -1163,9 +1218,9 @@ static int run_case(void)
 		int rc = ns_setup();
 		if (rc)
 			return rc;
-		if (F == F_LOSS && (rc = netem("loss 10%")))
+		if (F == F_LOSS && (rc = netem("loss 10%", "--delay-us 0 --loss 10")))
 			return rc;
-		if (F == F_DELAY && (rc = netem("delay 50ms")))
+		if (F == F_DELAY && (rc = netem("delay 50ms", "--delay-us 50000")))
 			return rc;
 	}
 	set_knobs();
