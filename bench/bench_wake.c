@@ -219,10 +219,13 @@ int lc__bench_wake(int argc, char **argv)
 		printf("{\"bench\":\"wake\",\"rooms\":%d,\"layers\":%d,\"samples\":%zu,"
 		       "\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,"
 		       "\"all_rooms_p50_us\":%.1f,\"all_rooms_p99_us\":%.1f,\"rooms_failed\":%llu,"
-		       "\"inline_submits\":%llu,\"records\":%d}\n",
+		       "\"inline_submits\":%llu,\"records\":%d,\"group_ack_p50_us\":%.1f,"
+		       "\"group_ack_p99_us\":%.1f,\"loop_iterations\":%llu}\n",
 		       ROOMS, LAYERS, w.n, p50, p99, pct(w.samples, w.n, 1.0), a50, a99,
 		       (unsigned long long)m.rooms_failed, (unsigned long long)m.inline_submits,
-		       rounds * (LAYERS + 1));
+		       rounds * (LAYERS + 1), lc_histogram_quantile_us(&m.group_ack_latency, 0.5),
+		       lc_histogram_quantile_us(&m.group_ack_latency, 0.99),
+		       (unsigned long long)m.loop_iterations);
 	else
 		printf("wake: %zu samples (%d rooms x %d layers x %d rounds)\n"
 		       "  record -> room's writes posted: p50 %.1f us  p99 %.1f us  max %.1f us\n"

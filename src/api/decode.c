@@ -447,6 +447,7 @@ static void heartbeat(lc_decode_t *d, uint64_t now)
 
 static void *disc_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-decode-disc");
 	lc_decode_t *d = arg;
 	pthread_mutex_lock(&d->lock);
 	while (!atomic_load(&d->stop)) {
@@ -650,6 +651,7 @@ static int check_deadlines(lc_decode_t *d, uint64_t now)
 #ifdef LC_HAVE_ZMQ
 static void *ctl_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-decode-ctl");
 	lc_decode_t *d = arg;
 	while (!atomic_load(&d->stop)) {
 		int wait_ms = check_deadlines(d, lc__now_ns());

@@ -483,6 +483,7 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len)
 #ifdef LC_HAVE_ZMQ
 static void *control_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-prefill-ctl");
 	lc_prefill_t *p = arg;
 	while (!atomic_load(&p->stop)) {
 		zmq_pollitem_t it[2] = {

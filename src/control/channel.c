@@ -108,6 +108,7 @@ static int load_curve(lc__zctx_t *z)
 /* ZAP (RFC 27): accept CURVE clients whose key is authorized. */
 static void *zap_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-zap");
 	lc__zctx_t *z = arg;
 	void *rep = zmq_socket(z->zmq, ZMQ_REP);
 	int linger = 0;

@@ -888,6 +888,7 @@ static uint64_t scan_rooms(lc_engine_t *e, uint64_t now)
 
 static void *engine_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-engine");
 	lc_engine_t *e = arg;
 	lc__backoff_t bo;
 	sigset_t all;

@@ -194,6 +194,7 @@ static uint64_t expire_due(lc_ctx_t *ctx, uint64_t now)
 
 static void *timer_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-timer");
 	lc_ctx_t *ctx = arg;
 	struct lc__batch_timer *t = ctx->timer;
 	for (;;) {

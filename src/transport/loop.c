@@ -233,6 +233,7 @@ static void run_batch(loop_conn_t *lc, lc__batch_t *b)
 
 static void *loop_worker(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-loop");
 	loop_conn_t *lc = arg;
 	for (;;) {
 		pthread_mutex_lock(&lc->lock);

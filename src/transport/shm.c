@@ -441,6 +441,7 @@ static bool copy_bracketed(lc__grant_room_t *g, uint8_t *dst, const uint8_t *src
 
 static void *helper_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-shm-helper");
 	copy_helper_t *h = arg;
 	pthread_mutex_lock(&h->lock);
 	for (;;) {
@@ -784,6 +785,7 @@ static void sweep_handshakes(shm_listener_t *sl)
 
 static void *listener_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-shm-listen");
 	shm_listener_t *sl = arg;
 	struct epoll_event evs[32];
 	while (!atomic_load(&sl->stop)) {
@@ -1241,6 +1243,7 @@ static bool awaiting_acks(shm_conn_t *sc)
 
 static void *conn_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-shm-send");
 	shm_conn_t *sc = arg;
 	bool out_blocked = false;
 	while (!atomic_load(&sc->stop)) {

@@ -731,6 +731,7 @@ static void sender_service(tcp_conn_t *tc, uint64_t now)
 
 static void *sender_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-tcp-send");
 	tcp_conn_t *tc = arg;
 	struct epoll_event ev[64];
 	uint64_t now = lc__now_ns();
@@ -1386,6 +1387,7 @@ static int listener_service(tcp_listener_t *tl)
 
 static void *listener_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-tcp-listen");
 	tcp_listener_t *tl = arg;
 	struct epoll_event ev[64];
 	int timeout = -1;

@@ -1387,6 +1387,7 @@ static void service(ustate_t *st, uint64_t now)
 
 static void *progress_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "lc-ucx");
 	ustate_t *st = arg;
 	struct epoll_event ev[4];
 	for (;;) {
