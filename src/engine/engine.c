@@ -37,6 +37,7 @@
 #include "core/session.h"
 #include "core/steps.h"
 #include "engine/engine.h"
+#include "transport/cq.h"
 
 /* A D session as the engine sees it: its connection and where each layout
  * buffer's page 0 is in D's imported regions. */
@@ -631,10 +632,13 @@ static void log_post(lc_engine_t *e, uint64_t room, uint32_t g, uint64_t ready_n
 	e->postlog[e->npostlog++] = (postlog_t){room, g, ready_ns};
 }
 
-/* Ring each connection that got deferred posts in this pass, once; the
- * groups count as posted from here. */
+/* Ring each connection that got deferred posts in this pass, once. The
+ * groups count as posted when the doorbells ring: the time is taken just
+ * before, since the wake-up itself may hand this CPU to the transport's
+ * thread, which is then already moving the bytes. */
 static void flush_posts(lc_engine_t *e, uint64_t now)
 {
+	uint64_t post_ns = lc__now_ns();
 	while (e->to_flush) {
 		esession_t *s = e->to_flush;
 		e->to_flush = s->flush_next;
@@ -642,16 +646,13 @@ static void flush_posts(lc_engine_t *e, uint64_t now)
 		s->to_flush = false;
 		lc_conn_flush(s->conn);
 	}
-	if (!e->npostlog)
-		return;
-	uint64_t post_ns = lc__now_ns();
 	for (size_t i = 0; i < e->npostlog; i++) {
 		postlog_t *p = &e->postlog[i];
 		uint64_t ready_ns = p->ready_ns && p->ready_ns <= post_ns ? p->ready_ns : now;
 		lc__hist_add(&e->m.step_to_post, post_ns - ready_ns);
 		if (e->post_hook)
 			e->post_hook(e->post_hook_arg, p->room, p->group, ready_ns, post_ns,
-				     e->m.loop_iterations);
+				     e->m.loop_iterations, !on_engine_thread(e));
 	}
 	e->npostlog = 0;
 }
@@ -938,6 +939,12 @@ static void *engine_main(void *arg)
 		}
 		if (wait_ns < 0)
 			wait_ns = 0;
+		/* The completion queue writes its eventfd only while armed: the
+		 * transports' pushes wake nobody while this thread works. */
+		if (!lc__cq_arm(e->cq)) {
+			atomic_store(&e->want_wake, 0);
+			continue;
+		}
 		struct pollfd fds[2] = {{.fd = e->evfd, .events = POLLIN},
 					{.fd = lc_cq_fd(e->cq), .events = POLLIN}};
 		struct timespec ts = {.tv_sec = wait_ns / 1000000000, .tv_nsec = wait_ns % 1000000000};
@@ -945,6 +952,7 @@ static void *engine_main(void *arg)
 		int rc = ppoll(fds, 2, &ts, NULL);
 		pthread_mutex_lock(&e->lock);
 		atomic_store(&e->want_wake, 0);
+		lc__cq_disarm(e->cq, rc > 0 && (fds[1].revents & POLLIN));
 		if (rc > 0 && (fds[0].revents & POLLIN)) {
 			uint64_t v;
 			ssize_t r = read(e->evfd, &v, sizeof(v));
@@ -1024,6 +1032,7 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 	}
 	if ((rc = lc_cq_create(ctx, &e->cq)))
 		goto fail_idmap;
+	lc__cq_set_arm_mode(e->cq);
 	e->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (e->evfd < 0) {
 		rc = -errno;
@@ -1105,15 +1114,16 @@ void lc__engine_set_post_hook(lc_engine_t *e, lc__post_hook_fn fn, void *arg)
 
 /* ---- steps ----------------------------------------------------------------- */
 
-/* Rule 6 with the wake-up taken off the critical path: if the engine
- * thread is asleep (the lock is free), the recording thread posts the
- * groups this step made ready itself. Waking a sleeping thread costs 50 us
- * and more on a virtual machine; posting 64 rooms' groups about 30 us.
- * trylock never waits: a busy engine thread sees the step on its next
- * iteration. Returns whether the engine thread still has to be woken: it
- * has when the pass could not run, or left it work (a room scan for new
- * metadata deadlines, callbacks to deliver). The deadlines of the groups
- * just posted lie beyond the one the engine thread sleeps towards. */
+/* Rule 6 with the wake-up taken off the critical path: if the engine lock
+ * is free (the engine thread sleeps, or runs callbacks), the recording
+ * thread posts the groups this step made ready itself. Waking a sleeping
+ * thread costs 50 us and more on a virtual machine; posting 64 rooms'
+ * groups about 25 us. trylock never waits: an engine thread holding the
+ * lock is awake and compares the steps with those its pass read before it
+ * sleeps. Returns whether the engine thread still has to be woken (if it
+ * sleeps): when the pass could not run, or left it work (a room scan for
+ * new metadata deadlines, callbacks to deliver). The deadlines of the
+ * groups just posted lie beyond the one the engine thread sleeps towards. */
 static bool submit_inline(lc_engine_t *e)
 {
 	if (!e->inline_submit || on_engine_thread(e) || pthread_mutex_trylock(&e->lock))
@@ -1134,7 +1144,7 @@ static int record(lc_engine_t *e, int which)
 	if (!e)
 		return -EINVAL;
 	lc__steps_record(&e->steps, which);
-	if (atomic_load(&e->want_wake) && submit_inline(e))
+	if (submit_inline(e) && atomic_load(&e->want_wake))
 		wake(e);
 	return 0;
 }

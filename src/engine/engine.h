@@ -7,14 +7,15 @@
 
 #include "core/common.h"
 
-/* Called on the engine thread, with the engine lock held, right after a
- * layer group was posted to every destination of a task: ready_ns is when
- * the step that made the group ready was recorded (CPU producer) or first
- * seen (outside producer); post_ns is after the last lc_batch_post;
- * iteration numbers the loop iterations. Must not call into the engine.
- * For benchmarks and tests. */
+/* Called with the engine lock held once a posting pass has flushed its
+ * connections, for each layer group it posted to every destination of a
+ * task: ready_ns is when the step that made the group ready was recorded
+ * (CPU producer) or first seen (outside producer); post_ns is when the
+ * doorbells rang (every batch of the pass queued at its transport); iteration numbers the engine thread's loop iterations; inline_pass
+ * says the pass ran on a recording thread (inline submission). Must not
+ * call into the engine. For benchmarks and tests. */
 typedef void (*lc__post_hook_fn)(void *arg, uint64_t room, uint32_t group, uint64_t ready_ns,
-				 uint64_t post_ns, uint64_t iteration);
+				 uint64_t post_ns, uint64_t iteration, bool inline_pass);
 void lc__engine_set_post_hook(lc_engine_t *e, lc__post_hook_fn fn, void *arg);
 
 #endif

@@ -68,14 +68,19 @@ static void deliver(lc__batch_t *b, int status, const char *reason)
 		.bytes = b->bytes,
 		.latency_ns = lc__now_ns() - b->post_ns,
 	};
-	snprintf(done.reason, sizeof done.reason, "%s", reason ? reason : "");
+	if (reason)
+		snprintf(done.reason, sizeof done.reason, "%s", reason);
 	pthread_mutex_lock(&c->lock);
 	b->prev->next = b->next;
 	b->next->prev = b->prev;
 	b->next = b->prev = NULL;
 	c->npending--;
-	lc__cq_push(c->cq, &done);
 	pthread_mutex_unlock(&c->lock);
+	/* Outside the connection's lock: posting threads take it too, and the
+	 * push may write the queue's eventfd. The connection outlives this
+	 * call: its transport threads are joined and the timer unlinked before
+	 * lc_conn_destroy completes the rest itself. */
+	lc__cq_push(c->cq, &done);
 	count_outcome(c->ctx, status);
 	if (status && status != LC_ERR_CANCELLED)
 		LC_DEBUG("batch %llu room %llu on %s: %s: %s", (unsigned long long)b->id,

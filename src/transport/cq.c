@@ -77,12 +77,46 @@ void lc__cq_unreserve(lc_cq_t *cq)
 void lc__cq_push(lc_cq_t *cq, const lc_completion_t *c)
 {
 	uint64_t one = 1;
+	bool signal = false;
 	pthread_mutex_lock(&cq->lock);
 	cq->ring[(cq->head + cq->count) % cq->cap] = *c;
 	cq->reserved--;
-	if (cq->count++ == 0 && write(cq->efd, &one, sizeof one) < 0)
+	if (cq->arm_mode) {
+		signal = cq->armed;
+		cq->armed = false;
+		cq->count++;
+	} else if (cq->count++ == 0 && write(cq->efd, &one, sizeof one) < 0) {
 		LC_ERROR("completion queue eventfd write: %s", strerror(errno));
+	}
 	pthread_mutex_unlock(&cq->lock);
+	if (signal && write(cq->efd, &one, sizeof one) < 0)
+		LC_ERROR("completion queue eventfd write: %s", strerror(errno));
+}
+
+void lc__cq_set_arm_mode(lc_cq_t *cq)
+{
+	cq->arm_mode = true;
+}
+
+bool lc__cq_arm(lc_cq_t *cq)
+{
+	pthread_mutex_lock(&cq->lock);
+	bool empty = cq->count == 0;
+	cq->armed = empty;
+	pthread_mutex_unlock(&cq->lock);
+	return empty;
+}
+
+void lc__cq_disarm(lc_cq_t *cq, bool readable)
+{
+	uint64_t drain;
+	pthread_mutex_lock(&cq->lock);
+	cq->armed = false;
+	pthread_mutex_unlock(&cq->lock);
+	/* A push that armed-fired may write after we woke for another reason:
+	 * the next wake is then spurious, and cleared here. */
+	if (readable && read(cq->efd, &drain, sizeof drain) < 0 && errno != EAGAIN)
+		LC_ERROR("completion queue eventfd read: %s", strerror(errno));
 }
 
 int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
@@ -97,7 +131,8 @@ int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
 		cq->head = (cq->head + 1) % cq->cap;
 		cq->count--;
 	}
-	if (n > 0 && cq->count == 0 && read(cq->efd, &drain, sizeof drain) < 0 && errno != EAGAIN)
+	if (!cq->arm_mode && n > 0 && cq->count == 0 &&
+	    read(cq->efd, &drain, sizeof drain) < 0 && errno != EAGAIN)
 		LC_ERROR("completion queue eventfd read: %s", strerror(errno));
 	pthread_mutex_unlock(&cq->lock);
 	return n;

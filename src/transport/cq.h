@@ -5,11 +5,17 @@
  * Threading: `lock` protects the ring and the counters; any thread may push
  * (transport threads, the deadline timer, callers cancelling); any thread
  * may poll. The eventfd is readable exactly while count > 0.
+ *
+ * Armed mode (the engine's own queue, never handed to users): the eventfd
+ * is written only when the consumer has armed the queue before sleeping,
+ * and outside the lock; the consumer clears it after waking. Pushes while
+ * the consumer works cost no system call and wake nobody.
  */
 #ifndef LC_TRANSPORT_CQ_H
 #define LC_TRANSPORT_CQ_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "layercake.h"
 
@@ -19,11 +25,20 @@ struct lc_cq {
 	lc_completion_t *ring;
 	size_t cap, head, count, reserved;
 	int efd;
+	bool arm_mode, armed;
 };
 
 int lc__cq_reserve(lc_cq_t *cq);
 void lc__cq_unreserve(lc_cq_t *cq);
 /* Consumes one reservation. */
 void lc__cq_push(lc_cq_t *cq, const lc_completion_t *c);
+
+/* Armed mode, set once before the queue is used. */
+void lc__cq_set_arm_mode(lc_cq_t *cq);
+/* Before sleeping on the eventfd: false if completions are queued (do not
+ * sleep), else armed so that the next push writes the eventfd. */
+bool lc__cq_arm(lc_cq_t *cq);
+/* After waking: disarm, and clear the eventfd if it was written. */
+void lc__cq_disarm(lc_cq_t *cq, bool readable);
 
 #endif

@@ -112,7 +112,7 @@ static void on_landed(void *arg, uint64_t room, const char *session, uint32_t la
 }
 
 static void on_post(void *arg, uint64_t room, uint32_t group, uint64_t ready_ns, uint64_t post_ns,
-		    uint64_t iteration)
+		    uint64_t iteration, bool inline_pass)
 {
 	fx_t *f = arg; /* engine lock held: no engine calls */
 	pthread_mutex_lock(&f->lock);

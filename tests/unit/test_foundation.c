@@ -235,6 +235,38 @@ static void completion_queue_fd_is_readable_exactly_while_nonempty(void **state)
 	lc_ctx_destroy(ctx);
 }
 
+/* The engine's queue: the eventfd is written only while the consumer has
+ * armed it (about to sleep); pushes while it works leave it quiet. */
+static void armed_completion_queue_signals_only_a_sleeping_consumer(void **state)
+{
+	(void)state;
+	lc_ctx_t *ctx;
+	lc_cq_t *cq;
+	lc_completion_t out[4];
+	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
+	assert_int_equal(lc_cq_create(ctx, &cq), 0);
+	lc__cq_set_arm_mode(cq);
+	struct pollfd p = {.fd = lc_cq_fd(cq), .events = POLLIN};
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(lc__cq_reserve(cq), 0);
+	lc__cq_push(cq, &(lc_completion_t){.batch_id = 1}); /* consumer awake */
+	assert_int_equal(poll(&p, 1, 0), 0);
+	assert_false(lc__cq_arm(cq)); /* queued: do not sleep */
+	assert_int_equal(lc_cq_poll(cq, out, 4), 1);
+	assert_true(lc__cq_arm(cq)); /* empty: armed */
+	lc__cq_push(cq, &(lc_completion_t){.batch_id = 2});
+	assert_int_equal(poll(&p, 1, 0), 1); /* the sleeper is woken */
+	lc__cq_disarm(cq, true);
+	assert_int_equal(poll(&p, 1, 0), 0); /* cleared */
+	lc__cq_push(cq, &(lc_completion_t){.batch_id = 3}); /* disarmed: quiet */
+	assert_int_equal(poll(&p, 1, 0), 0);
+	assert_int_equal(lc_cq_poll(cq, out, 4), 2);
+	assert_int_equal(out[0].batch_id, 2);
+	assert_int_equal(out[1].batch_id, 3);
+	lc_cq_destroy(cq);
+	lc_ctx_destroy(ctx);
+}
+
 static void region_descriptors_round_trip_and_reject_damage(void **state)
 {
 	(void)state;
@@ -296,6 +328,7 @@ int main(void)
 		cmocka_unit_test(revoke_waits_for_a_copy_in_progress_and_blocks_new_ones),
 		cmocka_unit_test(regions_reject_overlap_and_never_reuse_ids),
 		cmocka_unit_test(completion_queue_fd_is_readable_exactly_while_nonempty),
+		cmocka_unit_test(armed_completion_queue_signals_only_a_sleeping_consumer),
 		cmocka_unit_test(region_descriptors_round_trip_and_reject_damage),
 		cmocka_unit_test(urls_parse_hosts_ports_and_queries),
 	};
