@@ -25,6 +25,7 @@
 
 #include "bench.h"
 #include "layercake.h"
+#include "transport/transport.h"
 
 #define ROOM 1
 
@@ -60,7 +61,7 @@ typedef struct receiver {
 } receiver_t;
 
 static const char help[] =
-	"usage: layercake bench transport [--transport tcp|shm|loop] [--region-mib M]\n"
+	"usage: layercake bench transport [--transport tcp|shm|loop|ucx] [--region-mib M]\n"
 	"           [--block-kib K] [--batch B] [--total-mib T] [--lanes N]\n"
 	"           [--inflight N] [--json]\n\n"
 	"    Streams T MiB (default 2048) from a sender region to a receiver region\n"
@@ -479,8 +480,14 @@ int lc__bench_transport(int argc, char **argv)
 	int rc = parse_opts(argc, argv, &o);
 	if (rc)
 		return rc > 0 ? 0 : 2;
-	if (strcmp(o.transport, "tcp") && strcmp(o.transport, "shm") && strcmp(o.transport, "loop")) {
+	if (strcmp(o.transport, "tcp") && strcmp(o.transport, "shm") && strcmp(o.transport, "loop") &&
+	    strcmp(o.transport, "ucx")) {
 		fprintf(stderr, "bench transport: unknown transport '%s'\n%s", o.transport, help);
+		return 2;
+	}
+	if (!strcmp(o.transport, "ucx") && !lc__transport_find("ucx://")) {
+		fprintf(stderr, "bench transport: this build has no ucx transport (%s)\n",
+			lc_transports());
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);

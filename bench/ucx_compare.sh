@@ -6,11 +6,11 @@
 #
 #   bench/ucx_compare.sh [BUILD_DIR] [RUNS]      (defaults: build, 3)
 #
-# Our side is `layercake bench transport --transport T --block-kib 4096` when
-# that benchmark can run ucx; otherwise tests/ucx/ucx_xfer, the same
-# measurement (two processes, 4 MiB writes, batches in flight, library
-# allocator), and the output says which one ran. Loopback only; every
-# process it starts is stopped on exit.
+# Our side is `layercake bench transport --transport T --block-kib 4096`
+# (the command the issue names); a build whose CLI cannot run ucx falls
+# back to tests/ucx/ucx_xfer, the same measurement (two processes, 4 MiB
+# writes, batches in flight), and the output says which one ran. Loopback
+# only; every process it starts is stopped on exit.
 set -u
 BUILD=${1:-build}
 RUNS=${2:-3}

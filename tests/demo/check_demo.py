@@ -86,6 +86,17 @@ def check_bench_control(exe, work):
     print("ok: bench control, %.0f rooms/s" % doc["rooms_per_s"])
 
 
+def check_bench_transport(exe, tp):
+    """The command issue 7 quotes, small: every byte acknowledged, in order."""
+    rc, doc = run([exe, "bench", "transport", "--transport", tp, "--block-kib", "4096",
+                   "--region-mib", "64", "--total-mib", "256", "--json"])
+    if rc != 0 or doc.get("transport") != tp:
+        fail("bench transport %s: rc %d, %r" % (tp, rc, doc))
+    if doc.get("batches") != 64 or not doc.get("gbps", 0) > 0:
+        fail("bench transport %s: %r" % (tp, doc))
+    print("ok: bench transport %s, %.2f GB/s" % (tp, doc["gbps"]))
+
+
 def main():
     if len(sys.argv) != 4:
         print(__doc__)
@@ -97,6 +108,8 @@ def main():
         return 77
     if case == "bench_control":
         check_bench_control(exe, work)
+    elif case.startswith("bench_transport_"):
+        check_bench_transport(exe, case[len("bench_transport_"):])
     else:
         check_demo(exe, case, work)
     return 0
