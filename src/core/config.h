@@ -43,6 +43,9 @@
 	  "adaptive polling of a GPU-written step counter: spin this long before sleeping")       \
 	X(poll_sleep_us, "LAYERCAKE_POLL_SLEEP_US", 20, 1, 1000000,                               \
 	  "adaptive polling: longest sleep between reads after spinning")                         \
+	X(ack_coalesce_us, "LAYERCAKE_ACK_COALESCE_US", 50, 0, 100000,                            \
+	  "engine woken by acknowledgements alone waits this long for the rest of the burst "      \
+	  "(0: none)")                                                                             \
 	X(inline_submit, "LAYERCAKE_INLINE_SUBMIT", 1, 0, 1,                                      \
 	  "a CPU step record posts ready layer groups on the recording thread when the engine "   \
 	  "thread is idle (1), or only wakes the engine thread (0)")                              \
