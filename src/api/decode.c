@@ -251,6 +251,11 @@ static int encode_register(lc_decode_t *d, uint8_t **buf, size_t *len)
 		m->reg.d_rank = (uint32_t)d->tp_rank;
 		m->reg.flags = LC__REG_HAS_TOKEN;
 		memcpy(m->reg.token, d->token.bytes, LC_TOKEN_LEN);
+		const char *key = lc__zctx_public_key(d->z);
+		if (strlen(key) == LC__MSG_CURVE_KEY_LEN) { /* P answers with it */
+			m->reg.flags |= LC__REG_HAS_CURVE_KEY;
+			memcpy(m->reg.curve_key, key, LC__MSG_CURVE_KEY_LEN + 1);
+		}
 		m->reg.fingerprint = d->layout->fingerprint;
 		for (uint32_t i = 0; i < d->layout->nbuf; i++) {
 			const lc_buffer_t *b = &d->layout->bufs[i];

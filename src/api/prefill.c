@@ -33,6 +33,7 @@
 typedef struct dsess {
 	char name[LC__MSG_STR_MAX];
 	char status_ep[LC__MSG_STR_MAX];
+	char key[LC__MSG_CURVE_KEY_LEN + 1]; /* D's CURVE key; "": this P's own */
 	lc__push_t *push; /* used by the control thread only */
 } dsess_t;
 
@@ -198,11 +199,12 @@ static int send_msg(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
 	return rc;
 }
 
-/* To an endpoint that has no session (a refused or unknown D). */
-static void send_oneshot(lc_prefill_t *p, const char *ep, const lc__msg_t *m)
+/* To an endpoint that has no session (a refused or unknown D); key: D's
+ * CURVE key if it sent one, else NULL (this P's own). */
+static void send_oneshot(lc_prefill_t *p, const char *ep, const char *key, const lc__msg_t *m)
 {
 	lc__push_t *push;
-	if (lc__push_connect(p->z, ep, NULL, &push))
+	if (lc__push_connect(p->z, ep, key, &push))
 		return;
 	send_msg(p, push, m);
 	lc__push_close(push);
@@ -350,14 +352,16 @@ static void handle_register(lc_prefill_t *p, const lc__msg_register_t *g)
 		LC_ERROR("prefill %s: refused D session %s: %s", p->name, g->session, why);
 		reply->reply.result = rc;
 		snprintf(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
-		send_oneshot(p, g->status_ep, reply);
+		send_oneshot(p, g->status_ep,
+			     g->flags & LC__REG_HAS_CURVE_KEY ? g->curve_key : NULL, reply);
 		free(reply);
 		return;
 	}
 	/* Accepted: remember where its statuses go. */
 	pthread_mutex_lock(&p->lock);
 	dsess_t *s = session_find(p, g->session);
-	bool reconnect = !s || strcmp(s->status_ep, g->status_ep);
+	const char *key = g->flags & LC__REG_HAS_CURVE_KEY ? g->curve_key : "";
+	bool reconnect = !s || strcmp(s->status_ep, g->status_ep) || strcmp(s->key, key);
 	if (!s && (s = calloc(1, sizeof *s))) {
 		snprintf(s->name, sizeof s->name, "%s", g->session);
 		p->sessions[p->nsessions++] = s;
@@ -367,7 +371,8 @@ static void handle_register(lc_prefill_t *p, const lc__msg_register_t *g)
 		lc__push_close(s->push);
 		s->push = NULL;
 		snprintf(s->status_ep, sizeof s->status_ep, "%s", g->status_ep);
-		lc__push_connect(p->z, s->status_ep, NULL, &s->push);
+		snprintf(s->key, sizeof s->key, "%s", key);
+		lc__push_connect(p->z, s->status_ep, s->key, &s->push);
 	}
 	LC_INFO("prefill %s: D session %s registered (data %s, status %s)", p->name, g->session,
 		g->data_url, g->status_ep);
@@ -439,7 +444,7 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	if (s && s->push)
 		send_msg(p, s->push, m);
 	else
-		send_oneshot(p, t->status_ep, m);
+		send_oneshot(p, t->status_ep, s && s->key[0] ? s->key : NULL, m);
 	free(m);
 }
 

@@ -204,6 +204,18 @@ static int64_t *r_i64s(reader_t *r, uint32_t *count, uint32_t max, const char *f
 
 /* ---- shared validation (the encoder refuses what the decoder would) ---- */
 
+/* A CURVE key in ZeroMQ's z85 text: exactly 40 characters of its alphabet. */
+static bool z85_key(const char *k)
+{
+	static const char alphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz"
+				       "ABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+	size_t n = 0;
+	for (; k[n]; n++)
+		if (n >= LC__MSG_CURVE_KEY_LEN || !strchr(alphabet, k[n]))
+			return false;
+	return n == LC__MSG_CURVE_KEY_LEN;
+}
+
 static const char *check_buffer(const lc__msg_buffer_t *b, uint32_t nregions)
 {
 	if (b->layer < 0)
@@ -272,8 +284,10 @@ int lc__msg_encode(const lc__msg_t *m, uint8_t **out, size_t *out_len)
 			bad = "buffer count";
 		else if (!g->nregions || g->nregions > LC__MSG_MAX_REGIONS)
 			bad = "region count";
-		else if (g->flags & ~(uint32_t)LC__REG_HAS_TOKEN)
+		else if (g->flags & ~(uint32_t)LC__REG_FLAGS)
 			bad = "flags";
+		else if ((g->flags & LC__REG_HAS_CURVE_KEY) && !z85_key(g->curve_key))
+			bad = "curve key";
 		for (uint32_t i = 0; !bad && i < g->nbuffers; i++)
 			bad = check_buffer(&g->buffers[i], g->nregions);
 		for (uint32_t i = 0; !bad && i < g->nregions; i++)
@@ -288,6 +302,8 @@ int lc__msg_encode(const lc__msg_t *m, uint8_t **out, size_t *out_len)
 		w_u32(&w, g->flags);
 		w_bytes(&w, g->token, LC_TOKEN_LEN);
 		w_u64(&w, g->fingerprint);
+		if (g->flags & LC__REG_HAS_CURVE_KEY)
+			w_bytes(&w, g->curve_key, LC__MSG_CURVE_KEY_LEN);
 		w_u32(&w, g->nbuffers);
 		for (uint32_t i = 0; i < g->nbuffers; i++) {
 			const lc__msg_buffer_t *b = &g->buffers[i];
@@ -401,8 +417,17 @@ static void decode_register(reader_t *r, lc__msg_register_t *g)
 	if (tok)
 		memcpy(g->token, tok, LC_TOKEN_LEN);
 	g->fingerprint = r_u64(r, "fingerprint");
-	if (!r->err && (g->flags & ~(uint32_t)LC__REG_HAS_TOKEN))
+	if (!r->err && (g->flags & ~(uint32_t)LC__REG_FLAGS))
 		r_fail(r, "unknown registration flags 0x%x", g->flags);
+	if (!r->err && (g->flags & LC__REG_HAS_CURVE_KEY)) {
+		const uint8_t *key = r_take(r, LC__MSG_CURVE_KEY_LEN, "curve key");
+		if (key) {
+			memcpy(g->curve_key, key, LC__MSG_CURVE_KEY_LEN);
+			g->curve_key[LC__MSG_CURVE_KEY_LEN] = '\0';
+			if (!z85_key(g->curve_key))
+				r_fail(r, "curve key is not 40 z85 characters");
+		}
+	}
 	uint32_t nb = r_u32(r, "buffer count");
 	if (r->err)
 		return;

@@ -52,7 +52,15 @@ typedef struct lc__msg_buffer {
 	uint64_t offset; /* byte offset of page 0 within that region */
 } lc__msg_buffer_t;
 
-enum lc__msg_register_flags { LC__REG_HAS_TOKEN = 1u << 0 };
+enum lc__msg_register_flags {
+	LC__REG_HAS_TOKEN = 1u << 0,
+	/* D's CURVE public key (z85, 40 characters) follows the fingerprint:
+	 * P connects to D's status endpoint with it as the server key, so that
+	 * every rank may have its own keypair. */
+	LC__REG_HAS_CURVE_KEY = 1u << 1,
+};
+#define LC__REG_FLAGS (LC__REG_HAS_TOKEN | LC__REG_HAS_CURVE_KEY)
+#define LC__MSG_CURVE_KEY_LEN 40
 
 typedef struct lc__msg_register {
 	char session[LC__MSG_STR_MAX];   /* D's session id, e.g. "d0@10.0.0.2:7001" */
@@ -62,6 +70,7 @@ typedef struct lc__msg_register {
 	uint32_t flags; /* enum lc__msg_register_flags */
 	uint8_t token[LC_TOKEN_LEN];
 	uint64_t fingerprint; /* lc_layout_fingerprint of D's layout */
+	char curve_key[LC__MSG_CURVE_KEY_LEN + 1]; /* with LC__REG_HAS_CURVE_KEY */
 	uint32_t nbuffers;
 	lc__msg_buffer_t *buffers;
 	uint32_t nregions;

@@ -521,6 +521,15 @@ typedef struct proc {
 	int status_fd;
 } proc_t;
 
+/* LAYERCAKE_SECRET_DIR of each side (CURVE), set in the child. */
+static char p_secret[64], d_secret[64];
+
+static void use_secret(const char *dir)
+{
+	if (dir[0])
+		setenv("LAYERCAKE_SECRET_DIR", dir, 1);
+}
+
 static proc_t spawn_p(int *addr_read, int *quit_write)
 {
 	int a[2], q[2], st[2];
@@ -534,6 +543,7 @@ static proc_t spawn_p(int *addr_read, int *quit_write)
 		close(q[1]);
 		close(st[0]);
 		status_fd = st[1];
+		use_secret(p_secret);
 		_exit(p_main(a[1], q[0]));
 	}
 	close(a[1]);
@@ -556,6 +566,7 @@ static proc_t spawn_d(const char *addr, int tp_rank, d_mode_t mode)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		close(st[0]);
 		status_fd = st[1];
+		use_secret(d_secret);
 		_exit(d_main(addr, tp_rank, mode));
 	}
 	close(st[1]);
@@ -665,6 +676,52 @@ static int run_plain(d_mode_t mode)
 		fprintf(stderr, "P exited %d\n", x);
 		rc = 1;
 	}
+	return rc;
+}
+
+/* A key directory: curve.public, curve.secret, authorized_keys. */
+static void key_dir(char *dir, size_t cap, const char *pub, const char *sec, const char *peer)
+{
+	snprintf(dir, cap, "/tmp/lc-e2e-curve-XXXXXX");
+	TU_CHECK(mkdtemp(dir), "mkdtemp");
+	const char *names[3] = {"curve.public", "curve.secret", "authorized_keys"};
+	const char *vals[3] = {pub, sec, peer};
+	for (int i = 0; i < 3; i++) {
+		char path[128];
+		snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+		FILE *f = fopen(path, "w");
+		TU_CHECK(f, "fopen %s", path);
+		fprintf(f, "%s\n", vals[i]);
+		fclose(f);
+	}
+}
+
+static void rm_key_dir(const char *dir)
+{
+	const char *names[3] = {"curve.public", "curve.secret", "authorized_keys"};
+	for (int i = 0; i < 3; i++) {
+		char path[128];
+		snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+/* CURVE with one keypair per rank, each authorizing the other's: D's
+ * REGISTER carries D's key, so P's statuses reach D's inbox and the rooms
+ * succeed, byte-exact, through the public API. */
+static int case_curve_distinct_keypairs(void)
+{
+	char ppub[41], psec[41], dpub[41], dsec[41];
+	if (!zmq_has("curve"))
+		return TU_SKIP;
+	TU_CHECK(!zmq_curve_keypair(ppub, psec) && !zmq_curve_keypair(dpub, dsec), "keypair");
+	key_dir(p_secret, sizeof p_secret, ppub, psec, dpub);
+	key_dir(d_secret, sizeof d_secret, dpub, dsec, ppub);
+	C.rooms = 2;
+	int rc = run_plain(D_NORMAL);
+	rm_key_dir(p_secret);
+	rm_key_dir(d_secret);
 	return rc;
 }
 
@@ -834,6 +891,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(c, "malformed"))
 		return run_plain(D_MALFORMED);
+	if (!strcmp(c, "curve_distinct_keypairs"))
+		return case_curve_distinct_keypairs();
 	if (!strcmp(c, "kill_d"))
 		return case_kill_d();
 	if (!strcmp(c, "kill_d_recover"))

@@ -98,6 +98,42 @@ static void test_register_round_trip(void **state)
 	free(buf);
 }
 
+/* D's CURVE key travels with REGISTER (one keypair per rank); anything
+ * but 40 z85 characters is refused by the encoder and by the decoder. */
+static void test_register_carries_a_curve_key(void **state)
+{
+	static const char key[] = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+	lc__msg_buffer_t bufs[3];
+	const void *descs[2];
+	size_t lens[2], len, len_plain;
+	lc__msg_t m = make_register(bufs, descs, lens), out;
+	uint8_t *plain = enc(&m, &len_plain);
+	m.reg.flags |= LC__REG_HAS_CURVE_KEY;
+	strcpy(m.reg.curve_key, key);
+	uint8_t *buf = enc(&m, &len);
+	assert_int_equal(len, len_plain + 40);
+	assert_int_equal(lc__msg_decode(buf, len, &out, NULL, 0), 0);
+	assert_int_equal(out.reg.flags, LC__REG_HAS_TOKEN | LC__REG_HAS_CURVE_KEY);
+	assert_string_equal(out.reg.curve_key, key);
+	assert_int_equal(out.reg.nbuffers, 3);
+	lc__msg_free(&out);
+	truncations_fail(buf, len);
+	/* A key byte outside z85 (a space) on the wire is refused. */
+	size_t off = (size_t)((uint8_t *)memmem(buf, len, key, 40) - buf);
+	buf[off + 7] = ' ';
+	decode_fails(buf, len);
+	free(buf);
+	free(plain);
+	/* The encoder refuses short or non-z85 keys. */
+	uint8_t *none = NULL;
+	strcpy(m.reg.curve_key, "short");
+	assert_int_equal(lc__msg_encode(&m, &none, &len), -EINVAL);
+	strcpy(m.reg.curve_key, key);
+	m.reg.curve_key[3] = ' ';
+	assert_int_equal(lc__msg_encode(&m, &none, &len), -EINVAL);
+	assert_null(none);
+}
+
 static void test_info_round_trip(void **state)
 {
 	int64_t pages[5] = {0, 1, 2, 100, 7}, slots[2] = {4, 5};
@@ -394,6 +430,7 @@ int main(void)
 	lc_log_set_level(LC_LOG_OFF);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_register_round_trip),
+		cmocka_unit_test(test_register_carries_a_curve_key),
 		cmocka_unit_test(test_info_round_trip),
 		cmocka_unit_test(test_small_round_trips),
 		cmocka_unit_test(test_encode_refuses),
