@@ -47,6 +47,27 @@ def test_numpy_writes_land_exactly_where_granted(url):
     p["tx"].close()
 
 
+@pytest.mark.parametrize("url", ["loop://auto", "tcp://127.0.0.1:0"])
+def test_deferred_posts_start_at_flush(url):
+    if url.split(":")[0] not in lc.transports():
+        pytest.skip(f"{url} not built in")
+    p = make_pair(url)
+    p["rx"].grant(5, p["rreg"], 0, 1 << 20)
+    ids = [p["conn"].post([(p["src"].address + i * 4096, p["rid"], i * 4096, 4096)], room=5,
+                          tag=i, defer=True) for i in range(8)]
+    p["conn"].flush()
+    got = []
+    while len(got) < 8:
+        c = p["cq"].wait(10000)
+        assert c, "deferred batches did not complete after flush"
+        got += c
+    assert sorted(c["batch_id"] for c in got) == sorted(ids)
+    assert all(c["status"] == 0 for c in got)
+    assert np.array_equal(p["src"].numpy()[:8 * 4096], p["dst"].numpy()[:8 * 4096])
+    p["rx"].close()
+    p["tx"].close()
+
+
 def test_rejections_raise_or_complete_with_the_library_code():
     p = make_pair("loop://auto")
     with pytest.raises(lc.LayercakeError) as e:
