@@ -302,7 +302,8 @@ static int geometry_diff(const lc_prefill_t *p, const lc__msg_register_t *g, cha
 	return 0;
 }
 
-static void handle_register(lc_prefill_t *p, const lc__msg_register_t *g)
+/* peer: the CURVE key the sender authenticated with ("" without CURVE). */
+static void handle_register(lc_prefill_t *p, const lc__msg_register_t *g, const char *peer)
 {
 	char why[LC__MSG_STR_MAX] = "";
 	lc__msg_t *reply = calloc(1, sizeof *reply);
@@ -312,7 +313,18 @@ static void handle_register(lc_prefill_t *p, const lc__msg_register_t *g)
 	snprintf(reply->reply.session, sizeof reply->reply.session, "%s", g->session);
 	reply->reply.p_rank = (uint32_t)p->rank;
 	CTL_ADD(p, registrations);
-	int rc = geometry_diff(p, g, why, sizeof why);
+	/* The key P will answer to must be the one D authenticated with: an
+	 * authorized peer cannot have P talk to a key it does not hold. */
+	bool has_key = g->flags & LC__REG_HAS_CURVE_KEY;
+	bool key_lie = has_key && peer[0] && strcmp(peer, g->curve_key);
+	int rc = 0;
+	if (key_lie) {
+		rc = LC_ERR_AUTH;
+		snprintf(why, sizeof why, "declared CURVE key %.8s... is not the key %.8s... "
+					  "the session authenticated with", g->curve_key, peer);
+	} else {
+		rc = geometry_diff(p, g, why, sizeof why);
+	}
 	uint32_t *bregion = NULL;
 	uint64_t *boffset = NULL;
 	if (!rc) {
@@ -352,8 +364,8 @@ static void handle_register(lc_prefill_t *p, const lc__msg_register_t *g)
 		LC_ERROR("prefill %s: refused D session %s: %s", p->name, g->session, why);
 		reply->reply.result = rc;
 		snprintf(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
-		send_oneshot(p, g->status_ep,
-			     g->flags & LC__REG_HAS_CURVE_KEY ? g->curve_key : NULL, reply);
+		send_oneshot(p, g->status_ep, key_lie ? peer : has_key ? g->curve_key : NULL,
+			     reply);
 		free(reply);
 		return;
 	}
@@ -448,7 +460,7 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	free(m);
 }
 
-static void handle_message(lc_prefill_t *p, const void *buf, size_t len)
+static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const char *peer)
 {
 	lc__msg_t *m = calloc(1, sizeof *m);
 	char why[200];
@@ -464,7 +476,7 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len)
 	}
 	switch (m->type) {
 	case LC__MSG_REGISTER:
-		handle_register(p, &m->reg);
+		handle_register(p, &m->reg, peer);
 		break;
 	case LC__MSG_TRANSFER_INFO:
 		handle_info(p, &m->info);
@@ -507,9 +519,10 @@ static void *control_main(void *arg)
 		for (int k = 0; k < 256; k++) {
 			void *buf;
 			size_t len;
-			if (lc__pull_recv(p->pull, &buf, &len) <= 0)
+			char peer[LC__MSG_CURVE_KEY_LEN + 1];
+			if (lc__pull_recv_from(p->pull, &buf, &len, peer, sizeof peer) <= 0)
 				break;
-			handle_message(p, buf, len);
+			handle_message(p, buf, len, peer);
 			free(buf);
 		}
 		flush_outq(p);

@@ -152,6 +152,12 @@ static void *zap_main(void *arg)
 			atomic_fetch_add(&z->auth_refused, 1);
 			LC_WARN("channel: refused a control-plane peer with an unknown key");
 		}
+		/* The user id is the client's key in z85: every message from it
+		 * carries it ("User-Id"), so that what a peer declares about its
+		 * key can be checked against what it authenticated with. */
+		char user[LC__CHAN_KEY_LEN + 1] = "";
+		if (ok && !zmq_z85_encode(user, zmq_msg_data(&part[6]), 32))
+			user[0] = '\0';
 		const char *code = ok ? "200" : "400";
 		zmq_send(rep, "1.0", 3, ZMQ_SNDMORE);
 		if (n >= 2)
@@ -160,7 +166,7 @@ static void *zap_main(void *arg)
 			zmq_send(rep, "", 0, ZMQ_SNDMORE);
 		zmq_send(rep, code, 3, ZMQ_SNDMORE);
 		zmq_send(rep, ok ? "OK" : "unknown key", ok ? 2 : 11, ZMQ_SNDMORE);
-		zmq_send(rep, "", 0, ZMQ_SNDMORE);
+		zmq_send(rep, user, strlen(user), ZMQ_SNDMORE);
 		zmq_send(rep, "", 0, 0);
 		for (int i = 0; i < n; i++)
 			zmq_msg_close(&part[i]);
@@ -280,6 +286,11 @@ void *lc__pull_socket(lc__pull_t *p)
 
 int lc__pull_recv(lc__pull_t *p, void **buf, size_t *len)
 {
+	return lc__pull_recv_from(p, buf, len, NULL, 0);
+}
+
+int lc__pull_recv_from(lc__pull_t *p, void **buf, size_t *len, char *peer_key, size_t cap)
+{
 	zmq_msg_t m;
 	zmq_msg_init(&m);
 	int rc = zmq_msg_recv(&m, p->sock, ZMQ_DONTWAIT);
@@ -287,6 +298,10 @@ int lc__pull_recv(lc__pull_t *p, void **buf, size_t *len)
 		int e = zmq_errno();
 		zmq_msg_close(&m);
 		return e == EAGAIN ? 0 : -e;
+	}
+	if (peer_key && cap) {
+		const char *user = zmq_msg_gets(&m, "User-Id");
+		snprintf(peer_key, cap, "%s", user ? user : "");
 	}
 	/* Multi-part messages are not ours: drain and report an empty one. */
 	bool multi = zmq_msg_more(&m);
@@ -400,6 +415,10 @@ void *lc__pull_socket(lc__pull_t *p)
 	return NULL;
 }
 int lc__pull_recv(lc__pull_t *p, void **buf, size_t *len)
+{
+	return LC_ENOTSUP;
+}
+int lc__pull_recv_from(lc__pull_t *p, void **buf, size_t *len, char *peer_key, size_t cap)
 {
 	return LC_ENOTSUP;
 }

@@ -46,6 +46,9 @@ void *lc__pull_socket(lc__pull_t *p);
  * (caller frees), 0 if none, < 0 on error. Oversize messages never arrive
  * (ZMQ_MAXMSGSIZE disconnects the sender). */
 int lc__pull_recv(lc__pull_t *p, void **buf, size_t *len);
+/* The same, and the sender's CURVE public key (z85, as the ZAP handler
+ * authenticated it) in peer_key[cap >= 41]; "" without CURVE. */
+int lc__pull_recv_from(lc__pull_t *p, void **buf, size_t *len, char *peer_key, size_t cap);
 void lc__pull_close(lc__pull_t *p);
 
 /* Connect to a peer inbox. server_key: the peer's z85 key ("" or NULL: our

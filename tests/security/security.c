@@ -27,6 +27,7 @@
 
 #include "control/bootstrap.h"
 #include "control/channel.h"
+#include "control/codec.h"
 #include "transport/tcp_wire.h"
 #include "testutil.h"
 
@@ -747,10 +748,9 @@ static int case_curve_prefill(void)
 
 /* Distinct keypairs per rank, each authorizing the other's public key (the
  * deployment the header's "accepts only peers presenting a public key
- * listed in the directory" invites). D -> P works: D learns P's key from
- * the bootstrap server. P -> D does not: prefill.c connects to D's inbox
- * with server_key NULL, i.e. P's own public key, and REGISTER does not
- * carry D's key. Registered with WILL_FAIL until that is fixed. */
+ * listed in the directory" invites). D learns P's key from the bootstrap
+ * server, P learns D's from REGISTER and connects with it; with its own
+ * key instead (what prefill.c did before) nothing arrives. */
 static int case_curve_distinct_keypairs(void)
 {
 	if (!zmq_has("curve"))
@@ -803,6 +803,115 @@ static int case_curve_distinct_keypairs(void)
 	return 0;
 }
 
+/* A REGISTER whose declared CURVE key is not the key its sender
+ * authenticated with is refused with LC_ERR_AUTH (answered to the real
+ * key); declaring the real key gets past that check (and is refused here
+ * only for its made-up geometry). */
+static int case_curve_declared_key(void)
+{
+	if (!zmq_has("curve"))
+		return TU_SKIP;
+	snprintf(keydir, sizeof keydir, "/tmp/lc-curve-XXXXXX");
+	TU_CHECK(mkdtemp(keydir), "mkdtemp");
+	atexit(cleanup_keydir);
+	char spub[41], ssec[41], apub[41], asec[41], bpub[41], bsec[41];
+	TU_CHECK(!zmq_curve_keypair(spub, ssec) && !zmq_curve_keypair(apub, asec) &&
+			 !zmq_curve_keypair(bpub, bsec),
+		 "keypair");
+	/* P: keypair S, authorizes A. */
+	write_line("curve.public", spub);
+	write_line("curve.secret", ssec);
+	write_line("authorized_keys", apub);
+	setenv("LAYERCAKE_SECRET_DIR", keydir, 1);
+	lc_bootstrap_t *b;
+	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+	int rc = lc_bootstrap_start(&bp, &b);
+	if (rc == LC_ENOTSUP)
+		return TU_SKIP;
+	TU_OK(rc);
+	char addr[64], p_ep[128], d_ep[128];
+	lc_bootstrap_addr(b, addr, sizeof addr);
+	lc_ctx_t *ctx;
+	TU_OK(lc_ctx_create(NULL, &ctx));
+	uint8_t *mem;
+	TU_OK(lc_mem_alloc(1 << 21, 0, (void **)&mem));
+	void *bases[2] = {mem, mem + (1 << 20)};
+	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA, .layers = 1,
+				 .pages = 256, .item_len = {4096, 4096}, .bases = bases};
+	lc_layout_t *layout;
+	TU_OK(lc_layout_build(&lp, &layout));
+	lc_prefill_t *pf;
+	lc_prefill_params_t pp = {.size = sizeof pp, .layout = layout, .bootstrap = addr,
+				  .world_size = 1, .dp_size = 1};
+	TU_OK(lc_prefill_create(ctx, &pp, &pf));
+	TU_OK(lc_prefill_endpoint(pf, p_ep, sizeof p_ep));
+	/* "D": keypair A, authorizes S; its inbox takes P's answers. */
+	write_line("curve.public", apub);
+	write_line("curve.secret", asec);
+	write_line("authorized_keys", spub);
+	lc__zctx_t *zd;
+	TU_OK(lc__zctx_create(&zd));
+	lc__pull_t *inbox;
+	TU_OK(lc__pull_bind(zd, "127.0.0.1", &inbox, d_ep, sizeof d_ep));
+	lc__push_t *tx;
+	TU_OK(lc__push_connect(zd, p_ep, spub, &tx));
+	static const uint8_t desc[40] = {1};
+	const void *descs[1] = {desc};
+	size_t lens[1] = {sizeof desc};
+	lc__msg_buffer_t buf0 = {.layer = 0, .kind = LC_BUFFER_K, .item_len = 512};
+	const char *declared[2] = {bpub, apub};
+	for (int k = 0; k < 2; k++) {
+		lc__msg_t m;
+		memset(&m, 0, sizeof m);
+		m.type = LC__MSG_REGISTER;
+		snprintf(m.reg.session, sizeof m.reg.session, "d%d", k);
+		snprintf(m.reg.status_ep, sizeof m.reg.status_ep, "%s", d_ep);
+		snprintf(m.reg.data_url, sizeof m.reg.data_url, "tcp://127.0.0.1:9");
+		m.reg.flags = LC__REG_HAS_CURVE_KEY;
+		snprintf(m.reg.curve_key, sizeof m.reg.curve_key, "%s", declared[k]);
+		m.reg.nbuffers = 1;
+		m.reg.buffers = &buf0;
+		m.reg.nregions = 1;
+		m.reg.region_descs = descs;
+		m.reg.region_desc_lens = lens;
+		uint8_t *wire;
+		size_t wlen;
+		TU_OK(lc__msg_encode(&m, &wire, &wlen));
+		TU_OK(lc__push_send(tx, wire, wlen, 1000));
+		free(wire);
+		bool got = false;
+		for (uint64_t dl = now_ms() + 3000; now_ms() < dl && !got; usleep(10000)) {
+			void *rbuf;
+			size_t rlen;
+			if (lc__pull_recv(inbox, &rbuf, &rlen) <= 0)
+				continue;
+			lc__msg_t r;
+			TU_OK(lc__msg_decode(rbuf, rlen, &r, NULL, 0));
+			free(rbuf);
+			TU_CHECK(r.type == LC__MSG_REGISTER_REPLY, "reply type %d", r.type);
+			bool auth = r.reply.result == LC_ERR_AUTH;
+			fprintf(stderr, "ok: declared %s key: refused %s (%s)\n",
+				k ? "its own" : "another", lc_err_name(r.reply.result),
+				r.reply.reason);
+			TU_CHECK(r.reply.result < 0, "made-up geometry accepted");
+			TU_CHECK(auth == (k == 0), "declared %s key: result %s",
+				 k ? "its own" : "another", lc_err_name(r.reply.result));
+			lc__msg_free(&r);
+			got = true;
+		}
+		TU_CHECK(got, "no REGISTER_REPLY for declaration %d", k);
+	}
+	lc__push_close(tx);
+	lc__pull_close(inbox);
+	lc__zctx_destroy(zd);
+	lc_prefill_destroy(pf);
+	lc_layout_destroy(layout);
+	lc_ctx_destroy(ctx);
+	lc_mem_free(mem);
+	lc_bootstrap_stop(b);
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
@@ -818,6 +927,8 @@ static const struct {
 	{"curve_prefill", case_curve_prefill, "control plane: CURVE on P's inbox (public API)"},
 	{"curve_distinct_keypairs", case_curve_distinct_keypairs,
 	 "control plane: one keypair per rank: D's key is the server key"},
+	{"curve_declared_key", case_curve_declared_key,
+	 "control plane: a REGISTER declaring a key other than its sender's is refused"},
 };
 
 int main(int argc, char **argv)
