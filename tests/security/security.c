@@ -579,6 +579,66 @@ static void cleanup_keydir(void)
 	}
 }
 
+/* The key directory of this process (removed at exit). */
+static void make_keydir(void)
+{
+	snprintf(keydir, sizeof keydir, "/tmp/lc-curve-XXXXXX");
+	TU_CHECK(mkdtemp(keydir), "mkdtemp");
+	atexit(cleanup_keydir);
+}
+
+/* A P rank through the public API with CURVE on: keypair pub/sec, one
+ * authorized client key, its own bootstrap server (secret bs_secret or
+ * none). */
+typedef struct curve_p {
+	lc_bootstrap_t *b;
+	lc_ctx_t *ctx;
+	uint8_t *mem;
+	lc_region_t *reg;
+	lc_layout_t *layout;
+	lc_prefill_t *pf;
+	char addr[64], ep[128];
+} curve_p_t;
+
+static int curve_p_start(curve_p_t *P, const char *pub, const char *sec, const char *authorized,
+			 const char *bs_secret)
+{
+	memset(P, 0, sizeof *P);
+	write_line("curve.public", pub);
+	write_line("curve.secret", sec);
+	write_line("authorized_keys", authorized);
+	setenv("LAYERCAKE_SECRET_DIR", keydir, 1);
+	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0,
+				    .secret = bs_secret};
+	int rc = lc_bootstrap_start(&bp, &P->b);
+	if (rc == LC_ENOTSUP)
+		return TU_SKIP;
+	TU_OK(rc);
+	lc_bootstrap_addr(P->b, P->addr, sizeof P->addr);
+	TU_OK(lc_ctx_create(NULL, &P->ctx));
+	TU_OK(lc_mem_alloc(1 << 21, 0, (void **)&P->mem));
+	TU_OK(lc_region_register(P->ctx, P->mem, 1 << 21, &P->reg));
+	void *bases[2] = {P->mem, P->mem + (1 << 20)};
+	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA, .layers = 1,
+				 .pages = 256, .item_len = {4096, 4096}, .bases = bases};
+	TU_OK(lc_layout_build(&lp, &P->layout));
+	lc_prefill_params_t pp = {.size = sizeof pp, .layout = P->layout, .bootstrap = P->addr,
+				  .world_size = 1, .dp_size = 1, .bootstrap_secret = bs_secret};
+	TU_OK(lc_prefill_create(P->ctx, &pp, &P->pf));
+	TU_OK(lc_prefill_endpoint(P->pf, P->ep, sizeof P->ep));
+	return 0;
+}
+
+static void curve_p_stop(curve_p_t *P)
+{
+	lc_prefill_destroy(P->pf);
+	lc_layout_destroy(P->layout);
+	lc_region_deregister(P->reg);
+	lc_ctx_destroy(P->ctx);
+	lc_mem_free(P->mem);
+	lc_bootstrap_stop(P->b);
+}
+
 /* Send one message from a raw PUSH with the given CURVE client keys (NULL:
  * plain, no CURVE) to `ep`; returns whether the inbox received it. */
 static bool deliver(lc__pull_t *in, const char *ep, const char *server_pub, const char *cpub,
@@ -617,9 +677,7 @@ static int case_curve(void)
 		fprintf(stderr, "skip: this libzmq has no CURVE\n");
 		return TU_SKIP;
 	}
-	snprintf(keydir, sizeof keydir, "/tmp/lc-curve-XXXXXX");
-	TU_CHECK(mkdtemp(keydir), "mkdtemp");
-	atexit(cleanup_keydir);
+	make_keydir();
 	char spub[41], ssec[41], apub[41], asec[41], upub[41], usec[41];
 	TU_CHECK(!zmq_curve_keypair(spub, ssec) && !zmq_curve_keypair(apub, asec) &&
 			 !zmq_curve_keypair(upub, usec),
@@ -666,42 +724,17 @@ static int case_curve_prefill(void)
 {
 	if (!zmq_has("curve"))
 		return TU_SKIP;
-	snprintf(keydir, sizeof keydir, "/tmp/lc-curve-XXXXXX");
-	TU_CHECK(mkdtemp(keydir), "mkdtemp");
-	atexit(cleanup_keydir);
+	make_keydir();
 	char spub[41], ssec[41], apub[41], asec[41], upub[41], usec[41];
 	TU_CHECK(!zmq_curve_keypair(spub, ssec) && !zmq_curve_keypair(apub, asec) &&
 			 !zmq_curve_keypair(upub, usec),
 		 "keypair");
-	write_line("curve.public", spub);
-	write_line("curve.secret", ssec);
-	write_line("authorized_keys", apub);
-	setenv("LAYERCAKE_SECRET_DIR", keydir, 1);
-	lc_bootstrap_t *b;
-	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0,
-				    .secret = "bs"};
-	int rc = lc_bootstrap_start(&bp, &b);
-	if (rc == LC_ENOTSUP)
-		return TU_SKIP;
-	TU_OK(rc);
-	char addr[64], ep[128];
-	lc_bootstrap_addr(b, addr, sizeof addr);
-	lc_ctx_t *ctx;
-	TU_OK(lc_ctx_create(NULL, &ctx));
-	uint8_t *mem;
-	TU_OK(lc_mem_alloc(1 << 21, 0, (void **)&mem));
-	lc_region_t *reg;
-	TU_OK(lc_region_register(ctx, mem, 1 << 21, &reg));
-	void *bases[2] = {mem, mem + (1 << 20)};
-	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA, .layers = 1,
-				 .pages = 256, .item_len = {4096, 4096}, .bases = bases};
-	lc_layout_t *layout;
-	TU_OK(lc_layout_build(&lp, &layout));
-	lc_prefill_t *pf;
-	lc_prefill_params_t pp = {.size = sizeof pp, .layout = layout, .bootstrap = addr,
-				  .world_size = 1, .dp_size = 1, .bootstrap_secret = "bs"};
-	TU_OK(lc_prefill_create(ctx, &pp, &pf));
-	TU_OK(lc_prefill_endpoint(pf, ep, sizeof ep));
+	curve_p_t P;
+	int rc = curve_p_start(&P, spub, ssec, apub, "bs");
+	if (rc)
+		return rc;
+	lc_prefill_t *pf = P.pf;
+	const char *addr = P.addr, *ep = P.ep;
 	/* The key D learns from the bootstrap server is P's. */
 	lc__rank_info_t ri;
 	char why[256];
@@ -737,12 +770,7 @@ static int case_curve_prefill(void)
 		fprintf(stderr, "ok: P's inbox, %s: %s\n", c[k].who,
 			c[k].in ? "delivered" : "refused");
 	}
-	lc_prefill_destroy(pf);
-	lc_layout_destroy(layout);
-	lc_region_deregister(reg);
-	lc_ctx_destroy(ctx);
-	lc_mem_free(mem);
-	lc_bootstrap_stop(b);
+	curve_p_stop(&P);
 	return 0;
 }
 
@@ -755,9 +783,7 @@ static int case_curve_distinct_keypairs(void)
 {
 	if (!zmq_has("curve"))
 		return TU_SKIP;
-	snprintf(keydir, sizeof keydir, "/tmp/lc-curve-XXXXXX");
-	TU_CHECK(mkdtemp(keydir), "mkdtemp");
-	atexit(cleanup_keydir);
+	make_keydir();
 	char ppub[41], psec[41], dpub[41], dsec[41];
 	TU_CHECK(!zmq_curve_keypair(ppub, psec) && !zmq_curve_keypair(dpub, dsec), "keypair");
 	lc__zctx_t *zp, *zd;
@@ -811,40 +837,17 @@ static int case_curve_declared_key(void)
 {
 	if (!zmq_has("curve"))
 		return TU_SKIP;
-	snprintf(keydir, sizeof keydir, "/tmp/lc-curve-XXXXXX");
-	TU_CHECK(mkdtemp(keydir), "mkdtemp");
-	atexit(cleanup_keydir);
+	make_keydir();
 	char spub[41], ssec[41], apub[41], asec[41], bpub[41], bsec[41];
 	TU_CHECK(!zmq_curve_keypair(spub, ssec) && !zmq_curve_keypair(apub, asec) &&
 			 !zmq_curve_keypair(bpub, bsec),
 		 "keypair");
 	/* P: keypair S, authorizes A. */
-	write_line("curve.public", spub);
-	write_line("curve.secret", ssec);
-	write_line("authorized_keys", apub);
-	setenv("LAYERCAKE_SECRET_DIR", keydir, 1);
-	lc_bootstrap_t *b;
-	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
-	int rc = lc_bootstrap_start(&bp, &b);
-	if (rc == LC_ENOTSUP)
-		return TU_SKIP;
-	TU_OK(rc);
-	char addr[64], p_ep[128], d_ep[128];
-	lc_bootstrap_addr(b, addr, sizeof addr);
-	lc_ctx_t *ctx;
-	TU_OK(lc_ctx_create(NULL, &ctx));
-	uint8_t *mem;
-	TU_OK(lc_mem_alloc(1 << 21, 0, (void **)&mem));
-	void *bases[2] = {mem, mem + (1 << 20)};
-	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA, .layers = 1,
-				 .pages = 256, .item_len = {4096, 4096}, .bases = bases};
-	lc_layout_t *layout;
-	TU_OK(lc_layout_build(&lp, &layout));
-	lc_prefill_t *pf;
-	lc_prefill_params_t pp = {.size = sizeof pp, .layout = layout, .bootstrap = addr,
-				  .world_size = 1, .dp_size = 1};
-	TU_OK(lc_prefill_create(ctx, &pp, &pf));
-	TU_OK(lc_prefill_endpoint(pf, p_ep, sizeof p_ep));
+	curve_p_t P;
+	int rc = curve_p_start(&P, spub, ssec, apub, NULL);
+	if (rc)
+		return rc;
+	char d_ep[128];
 	/* "D": keypair A, authorizes S; its inbox takes P's answers. */
 	write_line("curve.public", apub);
 	write_line("curve.secret", asec);
@@ -854,7 +857,7 @@ static int case_curve_declared_key(void)
 	lc__pull_t *inbox;
 	TU_OK(lc__pull_bind(zd, "127.0.0.1", &inbox, d_ep, sizeof d_ep));
 	lc__push_t *tx;
-	TU_OK(lc__push_connect(zd, p_ep, spub, &tx));
+	TU_OK(lc__push_connect(zd, P.ep, spub, &tx));
 	static const uint8_t desc[40] = {1};
 	const void *descs[1] = {desc};
 	size_t lens[1] = {sizeof desc};
@@ -904,11 +907,7 @@ static int case_curve_declared_key(void)
 	lc__push_close(tx);
 	lc__pull_close(inbox);
 	lc__zctx_destroy(zd);
-	lc_prefill_destroy(pf);
-	lc_layout_destroy(layout);
-	lc_ctx_destroy(ctx);
-	lc_mem_free(mem);
-	lc_bootstrap_stop(b);
+	curve_p_stop(&P);
 	return 0;
 }
 
