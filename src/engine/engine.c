@@ -639,7 +639,10 @@ static void log_post(lc_engine_t *e, uint64_t room, uint32_t g, uint64_t ready_n
  * thread, which is then already moving the bytes. */
 static void flush_posts(lc_engine_t *e, uint64_t now)
 {
+	if (!e->to_flush && !e->npostlog)
+		return; /* most passes post nothing: no clock read */
 	uint64_t post_ns = lc__now_ns();
+	bool inline_pass = !on_engine_thread(e);
 	while (e->to_flush) {
 		esession_t *s = e->to_flush;
 		e->to_flush = s->flush_next;
@@ -653,7 +656,7 @@ static void flush_posts(lc_engine_t *e, uint64_t now)
 		lc__hist_add(&e->m.step_to_post, post_ns - ready_ns);
 		if (e->post_hook)
 			e->post_hook(e->post_hook_arg, p->room, p->group, ready_ns, post_ns,
-				     e->m.loop_iterations, !on_engine_thread(e));
+				     e->m.loop_iterations, inline_pass);
 	}
 	e->npostlog = 0;
 }
@@ -1145,7 +1148,7 @@ static bool submit_inline(lc_engine_t *e)
 		bool waiting;
 		progress(e, lc__now_ns(), &waiting);
 		e->m.inline_submits++;
-		wake_it = e->room_scan_at == 0 || e->nnotes || e->inbox;
+		wake_it = e->room_scan_at == 0 || e->nnotes;
 	}
 	pthread_mutex_unlock(&e->lock);
 	return wake_it;

@@ -679,16 +679,17 @@ static int run_plain(d_mode_t mode)
 	return rc;
 }
 
-/* A key directory: curve.public, curve.secret, authorized_keys. */
+static const char *const key_files[3] = {"curve.public", "curve.secret", "authorized_keys"};
+
+/* A key directory: our keypair, and the peer's key authorized. */
 static void key_dir(char *dir, size_t cap, const char *pub, const char *sec, const char *peer)
 {
 	snprintf(dir, cap, "/tmp/lc-e2e-curve-XXXXXX");
 	TU_CHECK(mkdtemp(dir), "mkdtemp");
-	const char *names[3] = {"curve.public", "curve.secret", "authorized_keys"};
 	const char *vals[3] = {pub, sec, peer};
 	for (int i = 0; i < 3; i++) {
 		char path[128];
-		snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+		snprintf(path, sizeof path, "%s/%s", dir, key_files[i]);
 		FILE *f = fopen(path, "w");
 		TU_CHECK(f, "fopen %s", path);
 		fprintf(f, "%s\n", vals[i]);
@@ -698,10 +699,9 @@ static void key_dir(char *dir, size_t cap, const char *pub, const char *sec, con
 
 static void rm_key_dir(const char *dir)
 {
-	const char *names[3] = {"curve.public", "curve.secret", "authorized_keys"};
 	for (int i = 0; i < 3; i++) {
 		char path[128];
-		snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+		snprintf(path, sizeof path, "%s/%s", dir, key_files[i]);
 		unlink(path);
 	}
 	rmdir(dir);
