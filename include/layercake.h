@@ -970,7 +970,8 @@ LC_API int lc_sender_poll(lc_sender_t *sender, lc_room_info_t *out);
 /* D's decode prefix length (tokens) from its transfer info: P skips that
  * many tokens' pages (prefix / page size) when it builds the room's chunks
  * (lc_chunk_t.dst_index counts from there). -EAGAIN until a non-dummy
- * transfer info has arrived. */
+ * transfer info has arrived; known by the time lc_sender_poll() first
+ * returns a status past Bootstrapping because of that info. */
 LC_API int lc_sender_prefix_len(lc_sender_t *sender, uint64_t *tokens);
 /* Abort the room: stop sending, fail it (LC_FAIL_CANCELLED) and tell every
  * D rank once. LC_ERR_STATE if it already ended. */

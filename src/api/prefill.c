@@ -429,9 +429,11 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 				     .prefix_len = t->prefix_len, .aux_index = t->aux_index,
 				     .required_dst_count = t->required_dst, .is_dummy = dummy,
 				     .state_slots = t->slots, .state_slot_count = t->slot_count};
-		rc = lc_engine_room_dst_add(p->engine, t->room, &d);
-		if (!rc && !dummy)
+		/* The prefix first: a sender that sees the room leave
+		 * Bootstrapping can read it at once. */
+		if (!dummy)
 			note_prefix(p, t->room, t->prefix_len);
+		rc = lc_engine_room_dst_add(p->engine, t->room, &d);
 		if (rc) {
 			snprintf(why, sizeof why, "transfer info refused by P rank %d: %s", p->rank,
 				 lc_strerror(rc));
