@@ -826,13 +826,16 @@ static void on_completion(lc_engine_t *e, const lc_completion_t *c, uint64_t now
 		  c->reason[0] ? ": " : "", c->reason);
 }
 
+/* At most one poll's worth per pass: a transport that keeps delivering
+ * acknowledgements must not keep the pass from posting the groups a step
+ * record made ready meanwhile. What is left makes lc__cq_arm() refuse, so
+ * the engine runs another pass instead of sleeping. */
 static void drain_cq(lc_engine_t *e, uint64_t now)
 {
 	lc_completion_t c[64];
-	int n;
-	while ((n = lc_cq_poll(e->cq, c, (int)LC__ARRAY_SIZE(c))) > 0)
-		for (int i = 0; i < n; i++)
-			on_completion(e, &c[i], now);
+	int n = lc_cq_poll(e->cq, c, (int)LC__ARRAY_SIZE(c));
+	for (int i = 0; i < n; i++)
+		on_completion(e, &c[i], now);
 }
 
 /* ---- room deadlines and retention --------------------------------------- */
