@@ -671,17 +671,32 @@ static bool deliver(lc__pull_t *in, const char *ep, const char *server_pub, cons
 	return got;
 }
 
-static int case_curve(void)
+/* The CURVE cases' start: a fresh key directory and up to three
+ * keypairs; false (the case skips) when this libzmq has no CURVE. */
+typedef struct keypair {
+	char pub[41], sec[41];
+} keypair_t;
+
+static bool curve_keys(keypair_t *a, keypair_t *b, keypair_t *c)
 {
 	if (!zmq_has("curve")) {
 		fprintf(stderr, "skip: this libzmq has no CURVE\n");
-		return TU_SKIP;
+		return false;
 	}
 	make_keydir();
-	char spub[41], ssec[41], apub[41], asec[41], upub[41], usec[41];
-	TU_CHECK(!zmq_curve_keypair(spub, ssec) && !zmq_curve_keypair(apub, asec) &&
-			 !zmq_curve_keypair(upub, usec),
-		 "keypair");
+	keypair_t *k[3] = {a, b, c};
+	for (int i = 0; i < 3; i++)
+		TU_CHECK(!k[i] || !zmq_curve_keypair(k[i]->pub, k[i]->sec), "keypair %d", i);
+	return true;
+}
+
+static int case_curve(void)
+{
+	keypair_t S, A, U;
+	if (!curve_keys(&S, &A, &U))
+		return TU_SKIP;
+	const char *spub = S.pub, *ssec = S.sec, *apub = A.pub, *asec = A.sec, *upub = U.pub,
+		   *usec = U.sec;
 	write_line("curve.public", spub);
 	write_line("curve.secret", ssec);
 	char auth[128];
@@ -722,15 +737,12 @@ static int case_curve(void)
  * move); one from an authorized key does (counted as malformed). */
 static int case_curve_prefill(void)
 {
-	if (!zmq_has("curve"))
+	keypair_t S, A, U;
+	if (!curve_keys(&S, &A, &U))
 		return TU_SKIP;
-	make_keydir();
-	char spub[41], ssec[41], apub[41], asec[41], upub[41], usec[41];
-	TU_CHECK(!zmq_curve_keypair(spub, ssec) && !zmq_curve_keypair(apub, asec) &&
-			 !zmq_curve_keypair(upub, usec),
-		 "keypair");
+	const char *spub = S.pub, *apub = A.pub, *asec = A.sec, *upub = U.pub, *usec = U.sec;
 	curve_p_t P;
-	int rc = curve_p_start(&P, spub, ssec, apub, "bs");
+	int rc = curve_p_start(&P, spub, S.sec, apub, "bs");
 	if (rc)
 		return rc;
 	lc_prefill_t *pf = P.pf;
@@ -781,11 +793,10 @@ static int case_curve_prefill(void)
  * key instead (what prefill.c did before) nothing arrives. */
 static int case_curve_distinct_keypairs(void)
 {
-	if (!zmq_has("curve"))
+	keypair_t Pk, Dk;
+	if (!curve_keys(&Pk, &Dk, NULL))
 		return TU_SKIP;
-	make_keydir();
-	char ppub[41], psec[41], dpub[41], dsec[41];
-	TU_CHECK(!zmq_curve_keypair(ppub, psec) && !zmq_curve_keypair(dpub, dsec), "keypair");
+	const char *ppub = Pk.pub, *psec = Pk.sec, *dpub = Dk.pub, *dsec = Dk.sec;
 	lc__zctx_t *zp, *zd;
 	/* D's side: its keypair, P's key authorized. */
 	write_line("curve.public", dpub);
@@ -835,16 +846,13 @@ static int case_curve_distinct_keypairs(void)
  * only for its made-up geometry). */
 static int case_curve_declared_key(void)
 {
-	if (!zmq_has("curve"))
+	keypair_t S, A, B;
+	if (!curve_keys(&S, &A, &B))
 		return TU_SKIP;
-	make_keydir();
-	char spub[41], ssec[41], apub[41], asec[41], bpub[41], bsec[41];
-	TU_CHECK(!zmq_curve_keypair(spub, ssec) && !zmq_curve_keypair(apub, asec) &&
-			 !zmq_curve_keypair(bpub, bsec),
-		 "keypair");
+	const char *spub = S.pub, *apub = A.pub, *asec = A.sec, *bpub = B.pub;
 	/* P: keypair S, authorizes A. */
 	curve_p_t P;
-	int rc = curve_p_start(&P, spub, ssec, apub, NULL);
+	int rc = curve_p_start(&P, spub, S.sec, apub, NULL);
 	if (rc)
 		return rc;
 	char d_ep[128];
