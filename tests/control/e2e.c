@@ -733,6 +733,36 @@ static void base_cfg(void)
 		    .room_base = ROOM0};
 }
 
+/* The kill cases' start: P up (its bootstrap address in addr) and one D
+ * that has sent its transfer info; then, mid-transfer, the victim (P, or
+ * D once P's first chunk is under way) is killed and reaped. Returns the
+ * time of the kill. */
+static uint64_t kill_mid_transfer(proc_t *p, int *quit_fd, char addr[64], proc_t *d, bool kill_p)
+{
+	int addr_fd;
+	*p = spawn_p(&addr_fd, quit_fd);
+	TU_CHECK(read(addr_fd, addr, 64) == 64, "P did not start");
+	close(addr_fd);
+	*d = spawn_d(addr, 0, D_NORMAL);
+	TU_CHECK(wait_line(d, "sent", 20000, NULL, 0), "D never sent");
+	if (!kill_p)
+		TU_CHECK(wait_line(p, "chunk 0", 20000, NULL, 0), "P never started");
+	usleep(kill_p ? 100000 : 250000);
+	proc_t *victim = kill_p ? p : d;
+	kill(victim->pid, SIGKILL);
+	uint64_t t0 = now_ms();
+	reap(victim, 5000);
+	return t0;
+}
+
+/* Tell P to quit and check it exits cleanly. */
+static void quit_p(proc_t *p, int quit_fd)
+{
+	TU_CHECK(write(quit_fd, "q", 1) == 1, "P quit pipe");
+	close(quit_fd);
+	TU_CHECK(reap(p, 20000) == 0, "P exit");
+}
+
 static int case_kill_d(void)
 {
 	/* Room 100 to a D that is killed mid-transfer: P's room fails within
@@ -741,17 +771,10 @@ static int case_kill_d(void)
 	C.layer_sleep_us = 200000;
 	C.p_knobs = "transfer_timeout_ms=3000,progress_timeout_ms=2000,connect_timeout_ms=2000";
 	C.p_expect = LC_ROOM_FAILED;
-	int addr_fd, quit_fd;
+	int quit_fd;
 	char addr[64], line[128];
-	proc_t p = spawn_p(&addr_fd, &quit_fd);
-	TU_CHECK(read(addr_fd, addr, sizeof addr) == (ssize_t)sizeof addr, "P did not start");
-	proc_t d = spawn_d(addr, 0, D_NORMAL);
-	TU_CHECK(wait_line(&d, "sent", 20000, NULL, 0), "D never sent");
-	TU_CHECK(wait_line(&p, "chunk 0", 20000, NULL, 0), "P never started");
-	usleep(250000);
-	kill(d.pid, SIGKILL);
-	uint64_t t0 = now_ms();
-	reap(&d, 5000);
+	proc_t p, d;
+	uint64_t t0 = kill_mid_transfer(&p, &quit_fd, addr, &d, false);
 	TU_CHECK(wait_line(&p, "p-final", 15000, line, sizeof line), "P room never final");
 	int st = -1, reason = -1;
 	sscanf(line, "p-final %d %d", &st, &reason);
@@ -759,10 +782,7 @@ static int case_kill_d(void)
 		line);
 	TU_CHECK(st == LC_ROOM_FAILED, "P room %d", st);
 	TU_CHECK(now_ms() - t0 < 12000, "too slow");
-	if (write(quit_fd, "q", 1) != 1)
-		return 1;
-	close(quit_fd);
-	TU_CHECK(reap(&p, 20000) == 0, "P exit");
+	quit_p(&p, quit_fd);
 	return 0;
 }
 
@@ -775,16 +795,10 @@ static int case_kill_d_recover(void)
 	C.d_session = "decode-a";
 	C.p_knobs = "session_ttl_ms=60000,connect_timeout_ms=2000";
 	C.p_expect = LC_ROOM_FAILED;
-	int addr_fd, quit_fd;
+	int quit_fd;
 	char addr[64], line[128];
-	proc_t p = spawn_p(&addr_fd, &quit_fd);
-	TU_CHECK(read(addr_fd, addr, sizeof addr) == (ssize_t)sizeof addr, "P did not start");
-	proc_t d = spawn_d(addr, 0, D_NORMAL);
-	TU_CHECK(wait_line(&d, "sent", 20000, NULL, 0), "D never sent");
-	TU_CHECK(wait_line(&p, "chunk 0", 20000, NULL, 0), "P never started");
-	usleep(250000);
-	kill(d.pid, SIGKILL);
-	reap(&d, 5000);
+	proc_t p, d;
+	kill_mid_transfer(&p, &quit_fd, addr, &d, false);
 	TU_CHECK(wait_line(&p, "blocked", 15000, line, sizeof line), "P never checked");
 	TU_CHECK(!strcmp(line, "blocked 1"), "%s", line);
 	C.room_base = ROOM0 + C.rooms;
@@ -794,10 +808,7 @@ static int case_kill_d_recover(void)
 	TU_CHECK(rc == 0, "restarted D exited %d", rc);
 	TU_CHECK(wait_line(&p, "p-final", 15000, line, sizeof line), "P second room");
 	TU_CHECK(!strncmp(line, "p-final 5", 9), "%s", line);
-	if (write(quit_fd, "q", 1) != 1)
-		return 1;
-	close(quit_fd);
-	TU_CHECK(reap(&p, 20000) == 0, "P exit");
+	quit_p(&p, quit_fd);
 	return 0;
 }
 
@@ -809,16 +820,10 @@ static int case_kill_p(void)
 	C.d_expect = LC_ROOM_FAILED;
 	C.d_reason = LC_FAIL_SESSION_GONE;
 	C.d_reason_text = "heartbeat";
-	int addr_fd, quit_fd;
+	int quit_fd;
 	char addr[64], line[128];
-	proc_t p = spawn_p(&addr_fd, &quit_fd);
-	TU_CHECK(read(addr_fd, addr, sizeof addr) == (ssize_t)sizeof addr, "P did not start");
-	proc_t d = spawn_d(addr, 0, D_NORMAL);
-	TU_CHECK(wait_line(&d, "sent", 20000, NULL, 0), "D never sent");
-	usleep(100000);
-	kill(p.pid, SIGKILL);
-	uint64_t t0 = now_ms();
-	reap(&p, 5000);
+	proc_t p, d;
+	uint64_t t0 = kill_mid_transfer(&p, &quit_fd, addr, &d, true);
 	TU_CHECK(wait_line(&d, "d-final", 10000, line, sizeof line), "D room never final");
 	fprintf(stderr, "D room final %llu ms after P died: %s\n",
 		(unsigned long long)(now_ms() - t0), line);
