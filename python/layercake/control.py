@@ -134,11 +134,36 @@ class Prefill(_Handle):
         return Sender(self, room)
 
 
-class Sender(_Handle):
+class _Room(_Handle):
+    """What P's and D's room handles share: poll, status and wait, through
+    the C poll function named by _poll."""
+
+    _poll = None
+
+    def poll(self):
+        """RoomInfo (non-blocking); a final status stays readable."""
+        self._info.size = ctypes.sizeof(self._info)
+        check(type(self)._poll(self._need(), ctypes.byref(self._info)), self._poll.__name__)
+        return room_info(self._info)
+
+    @property
+    def status(self):
+        return RoomStatus(check(type(self)._poll(self._need(), None), self._poll.__name__))
+
+    def wait(self, timeout=None, until=None):
+        """Block until final (or status >= until); TimeoutError past timeout."""
+        return _until_final(self.poll, timeout, until)
+
+    async def wait_async(self, timeout=None, until=None):
+        return await _until_final_async(self.poll, timeout, until)
+
+
+class Sender(_Room):
     """P's handle on one room (lc_sender_t). Closing it forgets the room (an
     unfinished room is aborted first)."""
 
     _free = _ffi.lc_sender_destroy
+    _poll = _ffi.lc_sender_poll
 
     def __init__(self, prefill, room):
         super().__init__(prefill)
@@ -147,16 +172,6 @@ class Sender(_Handle):
         check(_ffi.lc_sender_create(prefill._need(), self.room, ctypes.byref(h)), f"sender {room}")
         self._h = h.value
         self._info = _ffi.RoomInfo()
-
-    def poll(self):
-        """RoomInfo (non-blocking); a final status stays readable."""
-        self._info.size = ctypes.sizeof(self._info)
-        check(_ffi.lc_sender_poll(self._need(), ctypes.byref(self._info)), "lc_sender_poll")
-        return room_info(self._info)
-
-    @property
-    def status(self):
-        return RoomStatus(check(_ffi.lc_sender_poll(self._need(), None), "lc_sender_poll"))
 
     def set_metadata(self, data):
         """The room's metadata (first token...), delivered to D with Success."""
@@ -175,13 +190,6 @@ class Sender(_Handle):
 
     def abort(self, reason="aborted by P"):
         check(_ffi.lc_sender_abort(self._need(), reason.encode()), f"abort room {self.room}")
-
-    def wait(self, timeout=None, until=None):
-        """Block until final (or status >= until); TimeoutError past timeout."""
-        return _until_final(self.poll, timeout, until)
-
-    async def wait_async(self, timeout=None, until=None):
-        return await _until_final_async(self.poll, timeout, until)
 
 
 class Decode(_Handle):
@@ -221,11 +229,12 @@ class Decode(_Handle):
         return Receiver(self, bootstrap, room)
 
 
-class Receiver(_Handle):
+class Receiver(_Room):
     """D's handle on one room (lc_receiver_t). Closing it cancels an
     unfinished room (grants revoked: the pages may be reused at once)."""
 
     _free = _ffi.lc_receiver_destroy
+    _poll = _ffi.lc_receiver_poll
 
     def __init__(self, decode, bootstrap, room):
         super().__init__(decode)
@@ -237,15 +246,6 @@ class Receiver(_Handle):
                                       self.room, ctypes.byref(h)), f"receiver {room}")
         self._h = h.value
         self._info = _ffi.RoomInfo()
-
-    def poll(self):
-        self._info.size = ctypes.sizeof(self._info)
-        check(_ffi.lc_receiver_poll(self._need(), ctypes.byref(self._info)), "lc_receiver_poll")
-        return room_info(self._info)
-
-    @property
-    def status(self):
-        return RoomStatus(check(_ffi.lc_receiver_poll(self._need(), None), "lc_receiver_poll"))
 
     def send(self, pages, prefix_len=0, aux_index=-1, state_slots=None):
         """Grant P the room's pages (D page ids after the prefix; no copy in
@@ -274,8 +274,3 @@ class Receiver(_Handle):
     def cancel(self, reason="cancelled by D"):
         check(_ffi.lc_receiver_cancel(self._need(), reason.encode()), f"cancel room {self.room}")
 
-    def wait(self, timeout=None, until=None):
-        return _until_final(self.poll, timeout, until)
-
-    async def wait_async(self, timeout=None, until=None):
-        return await _until_final_async(self.poll, timeout, until)
