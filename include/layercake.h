@@ -717,6 +717,47 @@ LC_API int lc_engine_chunk_add(lc_engine_t *engine, const lc_chunk_t *chunk);
  * record. */
 LC_API int lc_engine_batch_end(lc_engine_t *engine);
 
+/* --- heterogeneous tensor parallelism (spec 6.7) --- */
+
+/* What one P rank sends of each page of one buffer to one D rank: bytes
+ * [src_offset, src_offset + bytes) of each P page land at dst_offset of the
+ * D page, D pages being dst_item_len bytes apart. */
+typedef struct lc_fragment {
+	uint32_t buffer;       /* P layout buffer index */
+	uint32_t reserved;     /* zero */
+	uint64_t src_offset;   /* bytes into each P page */
+	uint64_t dst_offset;   /* bytes into each D page */
+	uint64_t bytes;        /* bytes moved per page, > 0 */
+	uint64_t dst_item_len; /* D's bytes per page of this buffer */
+} lc_fragment_t;
+
+/* One side's view of one buffer: its TP size, this rank, bytes per page,
+ * and bytes per unit (a KV head's slice of a page; unit_len == item_len
+ * for a buffer every rank holds whole, such as an MLA latent). */
+typedef struct lc_tp_side {
+	int tp_size;
+	int tp_rank;
+	uint64_t item_len;
+	uint64_t unit_len;
+} lc_tp_side_t;
+
+/* The fragment P rank p->tp_rank sends to D rank d->tp_rank. A side with T
+ * ranks of L = item_len / unit_len units each holds G = L * T units; with
+ * H = min(Gp, Gd) distinct units, each side's ranks form replica groups
+ * of G / H ranks holding the same L units (GQA with more ranks than KV
+ * heads; a whole-page buffer at unequal TP). Rank r holds distinct units
+ * [(r / rep) * L, (r / rep + 1) * L); the first rank of each P replica group
+ * sends the units it shares with D rank d. Equal geometry gives rank p ->
+ * rank p, whole pages; an MLA latent at P TP 2, D TP 1 gives rank 0 -> 0
+ * and nothing from rank 1 (a dummy); at P TP 1, D TP 2, rank 0 -> both.
+ * Returns 1 and fills out's offsets, bytes and dst_item_len (buffer left
+ * as it was), 0 if p sends d nothing of this buffer, LC_ERR_GEOMETRY if the
+ * two sides cannot be paired (unit lengths differ, a unit count that does
+ * not divide), -EINVAL for bad arguments. Pure; any thread. A D rank's P
+ * ranks are those with a fragment for it, and a P rank's required
+ * destination count those D ranks with a fragment from it. */
+LC_API int lc_tp_fragment(const lc_tp_side_t *p, const lc_tp_side_t *d, lc_fragment_t *out);
+
 /* --- sessions (one per D rank) --- */
 
 typedef struct lc_session_params {
@@ -735,13 +776,20 @@ typedef struct lc_session_params {
 	 * is descriptor i at offset 0 (region_count == buffer count). */
 	const uint32_t *buffer_region;
 	const uint64_t *buffer_offset; /* NULL = all 0 */
+	/* Heterogeneous TP: with fragment_count > 0 only the buffers named
+	 * here go to this session, each as its fragment's byte range of every
+	 * page (one fragment per buffer, from lc_tp_fragment); NULL/0 means
+	 * whole pages of every buffer (equal geometry). Copied. */
+	const lc_fragment_t *fragments;
+	size_t fragment_count;
 } lc_session_params_t;
 
 /* Register (or register again) a D session: connect to its listener (in the
  * background) and import its regions. Registering an existing name clears
  * its failure state (TTL) and replaces its connection; rooms in flight on
  * the old connection fail with LC_FAIL_SESSION_GONE. Errors: -EINVAL,
- * -ENOMEM, or the error of lc_conn_create / lc_conn_import_region. */
+ * LC_ERR_GEOMETRY (a fragment outside its P or D page, or a buffer named
+ * twice), -ENOMEM, or the error of lc_conn_create / lc_conn_import_region. */
 LC_API int lc_engine_session_add(lc_engine_t *engine, const lc_session_params_t *params);
 /* Forget a session; its unfinished rooms fail (LC_FAIL_SESSION_GONE).
  * -ENOENT if unknown. */

@@ -35,6 +35,7 @@ from .engine import (  # noqa: F401
     Steps,
     status_name,
     step_ready,
+    tp_fragment,
 )
 from .control import BootstrapServer, Decode, Prefill, Receiver, Sender  # noqa: F401
 from .errors import LayercakeError, err_name, strerror  # noqa: F401

@@ -155,11 +155,21 @@ Chunk = _struct("lc_chunk_t", [
     ("src_mask", c_void_p), ("src_local", c_void_p), ("src_local_count", c_size),
 ])
 
+Fragment = _struct("lc_fragment_t", [
+    ("buffer", c_u32), ("reserved", c_u32), ("src_offset", c_u64), ("dst_offset", c_u64),
+    ("bytes", c_u64), ("dst_item_len", c_u64),
+])
+
+TpSide = _struct("lc_tp_side_t", [
+    ("tp_size", c_int), ("tp_rank", c_int), ("item_len", c_u64), ("unit_len", c_u64),
+])
+
 SessionParams = _struct("lc_session_params_t", [
     ("size", c_size), ("name", c_char_p), ("url", c_char_p), ("token", Token),
     ("has_token", c_int), ("reserved", c_int),
     ("region_descs", P(c_void_p)), ("region_desc_lens", P(c_size)), ("region_count", c_size),
     ("buffer_region", P(c_u32)), ("buffer_offset", P(c_u64)),
+    ("fragments", P(Fragment)), ("fragment_count", c_size),
 ])
 
 DstParams = _struct("lc_dst_params_t", [
@@ -198,7 +208,7 @@ ReceiverPages = _struct("lc_receiver_pages_t", [
 STRUCTS = [
     CtxParams, ConfigInfo, RegionDesc, Token, Completion, ConnParams, Write, BatchParams,
     LoopFaults, Buffer, LayoutParams, RoomInfo, Histogram, EngineMetrics, EngineParams, Chunk,
-    SessionParams, DstParams, BootstrapParams, PrefillParams, DecodeParams, ReceiverPages,
+    Fragment, TpSide, SessionParams, DstParams, BootstrapParams, PrefillParams, DecodeParams, ReceiverPages,
 ]
 
 
@@ -289,6 +299,7 @@ lc_engine_counter = _fn("lc_engine_counter", c_int, c_void_p, c_int, P(P(c_u64))
 lc_engine_batch_begin = _fn("lc_engine_batch_begin", c_int, c_void_p, c_int)
 lc_engine_chunk_add = _fn("lc_engine_chunk_add", c_int, c_void_p, P(Chunk))
 lc_engine_batch_end = _fn("lc_engine_batch_end", c_int, c_void_p)
+lc_tp_fragment = _fn("lc_tp_fragment", c_int, P(TpSide), P(TpSide), P(Fragment))
 lc_engine_session_add = _fn("lc_engine_session_add", c_int, c_void_p, P(SessionParams))
 lc_engine_session_remove = _fn("lc_engine_session_remove", c_int, c_void_p, c_char_p)
 lc_engine_session_blocked = _fn("lc_engine_session_blocked", c_int, c_void_p, c_char_p, P(c_u64))

@@ -107,6 +107,21 @@ def step_ready(current, target):
     return bool(_ffi.lc_step_ready(int(current) % STEP_MOD, int(target) % STEP_MOD))
 
 
+def tp_fragment(p_tp, p_rank, p_item_len, d_tp, d_rank, d_item_len, unit_len):
+    """Heterogeneous TP (lc_tp_fragment): what P rank p_rank sends of each
+    page of one buffer to D rank d_rank, as a dict (src_offset, dst_offset,
+    bytes, dst_item_len), or None if nothing. LayercakeError if the two
+    geometries cannot be paired."""
+    ps = _ffi.TpSide(int(p_tp), int(p_rank), int(p_item_len), int(unit_len))
+    ds = _ffi.TpSide(int(d_tp), int(d_rank), int(d_item_len), int(unit_len))
+    f = _ffi.Fragment()
+    if not check(_ffi.lc_tp_fragment(ctypes.byref(ps), ctypes.byref(ds), ctypes.byref(f)),
+                 "tp_fragment"):
+        return None
+    return {"src_offset": f.src_offset, "dst_offset": f.dst_offset, "bytes": f.bytes,
+            "dst_item_len": f.dst_item_len}
+
+
 # ---- arrays without copies ---------------------------------------------------
 
 _INT64_FORMATS = ("q", "<q", "=q", "l", "<l", "=l")
@@ -467,7 +482,11 @@ class Engine(_Handle):
 
     # --- sessions ---
 
-    def session_add(self, name, url, region_descs, token=None, buffer_region=None, buffer_offset=None):
+    def session_add(self, name, url, region_descs, token=None, buffer_region=None, buffer_offset=None,
+                    fragments=None):
+        """Register D session `name`. fragments (heterogeneous TP): a dict
+        {buffer index: tp_fragment(...) result}; only those buffers go to
+        this session, each as that byte range of every page."""
         descs = [bytes(d) for d in region_descs]
         n = len(descs)
         p = _ffi.SessionParams()
@@ -488,6 +507,13 @@ class Engine(_Handle):
         if buffer_offset is not None:
             bo = (ctypes.c_uint64 * len(buffer_offset))(*buffer_offset)
             p.buffer_offset = ctypes.cast(bo, ctypes.POINTER(ctypes.c_uint64))
+        if fragments:
+            fr = (_ffi.Fragment * len(fragments))()
+            for i, (b, f) in enumerate(sorted(fragments.items())):
+                fr[i] = _ffi.Fragment(int(b), 0, f["src_offset"], f["dst_offset"], f["bytes"],
+                                      f["dst_item_len"])
+            p.fragments = ctypes.cast(fr, ctypes.POINTER(_ffi.Fragment))
+            p.fragment_count = len(fragments)
         check(_ffi.lc_engine_session_add(self._need(), ctypes.byref(p)), f"session {name}")
 
     def session_remove(self, name):

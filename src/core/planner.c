@@ -179,3 +179,43 @@ ssize_t lc__pair_slots(const int64_t *p, size_t np, const int64_t *d, size_t nd,
 	}
 	return (ssize_t)n;
 }
+
+/* ---- heterogeneous TP (spec 6.7) ---- */
+
+/* Units per rank, and the replica group size, of one side given the
+ * distinct unit count h. */
+static int tp_side(const lc_tp_side_t *s, uint64_t h, uint64_t *local, uint64_t *rep)
+{
+	*local = s->item_len / s->unit_len;
+	uint64_t global = *local * (uint64_t)s->tp_size;
+	if (global % h || h % *local)
+		return LC_ERR_GEOMETRY;
+	*rep = global / h;
+	return 0;
+}
+
+int lc_tp_fragment(const lc_tp_side_t *p, const lc_tp_side_t *d, lc_fragment_t *out)
+{
+	if (!p || !d || !out || p->tp_size < 1 || d->tp_size < 1 || p->tp_rank < 0 ||
+	    d->tp_rank < 0 || p->tp_rank >= p->tp_size || d->tp_rank >= d->tp_size ||
+	    !p->unit_len || !d->unit_len || !p->item_len || !d->item_len)
+		return -EINVAL;
+	if (p->unit_len != d->unit_len || p->item_len % p->unit_len || d->item_len % d->unit_len)
+		return LC_ERR_GEOMETRY;
+	uint64_t gp = p->item_len / p->unit_len * (uint64_t)p->tp_size;
+	uint64_t gd = d->item_len / d->unit_len * (uint64_t)d->tp_size;
+	uint64_t h = LC__MIN(gp, gd), lp, ld, rp, rd;
+	if (tp_side(p, h, &lp, &rp) || tp_side(d, h, &ld, &rd))
+		return LC_ERR_GEOMETRY;
+	if ((uint64_t)p->tp_rank % rp)
+		return 0; /* another rank of its replica group sends */
+	uint64_t p0 = (uint64_t)p->tp_rank / rp * lp, d0 = (uint64_t)d->tp_rank / rd * ld;
+	uint64_t i0 = LC__MAX(p0, d0), i1 = LC__MIN(p0 + lp, d0 + ld);
+	if (i0 >= i1)
+		return 0;
+	out->src_offset = (i0 - p0) * p->unit_len;
+	out->dst_offset = (i0 - d0) * d->unit_len;
+	out->bytes = (i1 - i0) * p->unit_len;
+	out->dst_item_len = d->item_len;
+	return 1;
+}

@@ -1345,6 +1345,42 @@ static void fail_rooms_of(lc_engine_t *e, esession_t *s, const char *why)
 		}
 }
 
+/* Heterogeneous TP: only the buffers with a fragment go to this session,
+ * each as a byte range of every page. The bounds are checked here, once:
+ * the planner trusts its transfer table. */
+static int apply_fragments(lc_engine_t *e, esession_t *s, const lc_session_params_t *p)
+{
+	if (!p->fragments)
+		return -EINVAL;
+	for (uint32_t b = 0; b < e->layout->nbuf; b++)
+		s->xfer[b].skip = 1;
+	for (size_t i = 0; i < p->fragment_count; i++) {
+		const lc_fragment_t *f = &p->fragments[i];
+		const lc_buffer_t *buf = f->buffer < e->layout->nbuf ? &e->layout->bufs[f->buffer] : NULL;
+		lc__xfer_t *x = buf ? &s->xfer[f->buffer] : NULL;
+		if (!buf || !x->skip || !f->bytes || f->src_offset > buf->item_len ||
+		    f->bytes > buf->item_len - f->src_offset || f->dst_offset > f->dst_item_len ||
+		    f->bytes > f->dst_item_len - f->dst_offset) {
+			LC_WARN("session %s: fragment %zu (buffer %u, %llu bytes at %llu -> %llu of "
+				"%llu) does not fit%s",
+				p->name, i, f->buffer, (unsigned long long)f->bytes,
+				(unsigned long long)f->src_offset, (unsigned long long)f->dst_offset,
+				(unsigned long long)f->dst_item_len,
+				buf && !x->skip ? " (buffer named twice)" : "");
+			pthread_mutex_lock(&e->lock);
+			e->m.bad_input++;
+			pthread_mutex_unlock(&e->lock);
+			return LC_ERR_GEOMETRY;
+		}
+		x->src_base = (const uint8_t *)buf->base + f->src_offset;
+		x->dst_base += f->dst_offset;
+		x->dst_stride = f->dst_item_len;
+		x->bytes = f->bytes;
+		x->skip = 0;
+	}
+	return 0;
+}
+
 int lc_engine_session_add(lc_engine_t *e, const lc_session_params_t *p)
 {
 	esession_t *s;
@@ -1394,6 +1430,9 @@ int lc_engine_session_add(lc_engine_t *e, const lc_session_params_t *p)
 	for (uint32_t b = 0; b < e->layout->nbuf; b++)
 		lc__xfer_whole_page(&s->xfer[b], &e->layout->bufs[b],
 				    ids[buf_region ? buf_region[b] : b], buf_offset ? buf_offset[b] : 0);
+	if (p->size >= offsetof(lc_session_params_t, fragment_count) + sizeof(size_t) &&
+	    p->fragment_count && (rc = apply_fragments(e, s, p)))
+		goto fail;
 	free(ids);
 	ids = NULL;
 

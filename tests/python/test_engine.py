@@ -1,6 +1,7 @@
 """Layouts, page arrays without copies, exceptions on bad input, the engine's
 batch and room rules through the Python API (no network)."""
 import array
+import time
 
 import numpy as np
 import pytest
@@ -157,3 +158,62 @@ def test_library_logs_reach_python_logging(caplog):
         lc.set_log_level("warn")
     finally:
         lc.log_to(False)
+
+
+def test_tp_fragment_pairs_heads_across_unequal_tp():
+    # P TP 1 holds 4 heads of 64 bytes per page; D TP 2 ranks hold 2 each.
+    f = lc.tp_fragment(1, 0, 256, 2, 1, 128, 64)
+    assert f == {"src_offset": 128, "dst_offset": 0, "bytes": 128, "dst_item_len": 128}
+    # GQA: 2 KV heads over P TP 4; ranks 1 and 3 replicate 0 and 2.
+    assert lc.tp_fragment(4, 1, 64, 1, 0, 128, 64) is None
+    assert lc.tp_fragment(4, 2, 64, 1, 0, 128, 64)["dst_offset"] == 64
+    with pytest.raises(lc.LayercakeError) as e:
+        lc.tp_fragment(2, 0, 192, 4, 0, 128, 64)  # 6 heads against 8
+    assert e.value.name == "LC_ERR_GEOMETRY"
+
+
+def test_one_p_rank_feeds_two_d_ranks_their_heads_over_loop():
+    """Heterogeneous TP through the engine over loop:// (a real transfer):
+    each D rank's pages hold its half of P's heads, byte-exact."""
+    layers, pages, item, room = 2, 8, 256, 31
+    d = lc.Context("tp-d")
+    p = lc.Context("tp-p")
+    listener = d.listen("loop://tp-py-%d" % id(d))
+    token = d.issue_token()
+    pmem = lc.Memory(1 << 21)
+    p.register(pmem)
+    pv = np.frombuffer(pmem.view, dtype=np.uint8)
+    pv[: 2 * layers * pages * item] = np.arange(2 * layers * pages * item) % 251
+    layout = lc.Layout.mha(layers, pages, item,
+                           bases=[pmem.address + b * pages * item for b in range(2 * layers)])
+    e = lc.Engine(p, layout)
+    dmem, dreg = [], []
+    for r in range(2):
+        dmem.append(lc.Memory(1 << 21))
+        dreg.append(d.register(dmem[r]))
+        frag = lc.tp_fragment(1, 0, item, 2, r, item // 2, item // 4)
+        e.session_add(f"d{r}", listener.url, [dreg[r].pack()], token=token,
+                      buffer_region=[0] * (2 * layers),
+                      buffer_offset=[b * pages * item // 2 for b in range(2 * layers)],
+                      fragments={b: frag for b in range(2 * layers)})
+        d.grant(room, dreg[r], 0, dreg[r].length)
+        e.room_dst_add(room, session=f"d{r}", pages=[5, 6, 7], required_dst_count=2)
+    e.room_metadata_set(room, b"m")
+    e.add_chunk(room, [0, 1, 2], is_last=True)
+    for _ in range(5000):
+        st = e.room_status(room).status
+        if st in (lc.RoomStatus.SUCCESS, lc.RoomStatus.FAILED):
+            break
+        time.sleep(0.002)
+    assert st == lc.RoomStatus.SUCCESS
+    half = item // 2
+    for r in range(2):
+        dv = np.frombuffer(dmem[r].view, dtype=np.uint8)
+        for b in range(2 * layers):
+            for s, t in zip([0, 1, 2], [5, 6, 7]):
+                got = dv[(b * pages + t) * half:(b * pages + t + 1) * half]
+                want = pv[(b * pages + s) * item + r * half:(b * pages + s) * item + (r + 1) * half]
+                assert np.array_equal(got, want), (r, b, s)
+    e.close()
+    p.close()
+    d.close()

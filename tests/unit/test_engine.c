@@ -163,8 +163,11 @@ static fx_t *fx_new(const char *const *knobs, int external_counter)
 	return f;
 }
 
-/* Register D session "d<i>" (its own region) with an optional URL query. */
-static void fx_session(fx_t *f, int i, const char *query)
+/* Register D session "d<i>" (its own region, buffers of d_item bytes per
+ * page back to back) on engine e, with an optional URL query and optional
+ * heterogeneous-TP fragments. Returns lc_engine_session_add's result. */
+static int fx_session_on(fx_t *f, lc_engine_t *e, int i, const char *query, uint64_t d_item,
+			 const lc_fragment_t *frags, size_t nfrags)
 {
 	char name[16], url[192];
 	uint8_t desc[LC_REGION_DESC_MAX];
@@ -175,14 +178,20 @@ static void fx_session(fx_t *f, int i, const char *query)
 	uint32_t region[NBUF] = {0};
 	uint64_t offset[NBUF];
 	for (int b = 0; b < NBUF; b++)
-		offset[b] = (uint64_t)b * BUF_BYTES;
+		offset[b] = (uint64_t)b * PAGES * d_item;
 	snprintf(name, sizeof(name), "d%d", i);
 	snprintf(url, sizeof(url), "%s%s", f->url, query ? query : "");
 	lc_session_params_t sp = {.size = sizeof(sp), .name = name, .url = url, .token = f->token,
 				  .has_token = 1, .region_descs = descs, .region_desc_lens = lens,
 				  .region_count = 1, .buffer_region = region,
-				  .buffer_offset = offset};
-	assert_int_equal(lc_engine_session_add(f->e, &sp), 0);
+				  .buffer_offset = offset, .fragments = frags,
+				  .fragment_count = nfrags};
+	return lc_engine_session_add(e, &sp);
+}
+
+static void fx_session(fx_t *f, int i, const char *query)
+{
+	assert_int_equal(fx_session_on(f, f->e, i, query, ITEM, NULL, 0), 0);
 }
 
 static void fx_free(fx_t *f)
@@ -814,6 +823,136 @@ static void stalled_destination_does_not_block_other_rooms(void **state)
 	fx_free(f);
 }
 
+/* ---- heterogeneous tensor parallelism (spec 6.7) ---- */
+
+#define UNIT (ITEM / 4) /* a KV head's bytes per page: P TP 1 holds 4 heads */
+
+/* The fragments of every buffer from P rank (pt, pr) to D rank (dt, dr). */
+static void tp_fragments(int pt, int pr, uint64_t p_item, int dt, int dr, uint64_t d_item,
+			 lc_fragment_t *fr)
+{
+	lc_tp_side_t ps = {.tp_size = pt, .tp_rank = pr, .item_len = p_item, .unit_len = UNIT};
+	lc_tp_side_t ds = {.tp_size = dt, .tp_rank = dr, .item_len = d_item, .unit_len = UNIT};
+	for (int b = 0; b < NBUF; b++) {
+		assert_int_equal(lc_tp_fragment(&ps, &ds, &fr[b]), 1);
+		fr[b].buffer = (uint32_t)b;
+	}
+}
+
+static void wait_final(lc_engine_t *e, uint64_t room, int want)
+{
+	lc_room_info_t info = {.size = sizeof(info)};
+	for (int i = 0; i < 20000; i++) {
+		assert_int_equal(lc_engine_room_status(e, room, &info), 0);
+		if (info.status == LC_ROOM_SUCCESS || info.status == LC_ROOM_FAILED)
+			break;
+		usleep(1000);
+	}
+	assert_int_equal(info.status, want);
+}
+
+static void one_p_rank_splits_its_heads_between_two_d_ranks(void **state)
+{
+	/* P TP 1 (4 heads per page), D TP 2 (2 heads each): each D rank gets
+	 * its half of every page, byte-exact, and nothing else. */
+	fx_t *f = fx_new(NULL, 0);
+	for (int r = 0; r < 2; r++) {
+		lc_fragment_t fr[NBUF];
+		tp_fragments(1, 0, ITEM, 2, r, ITEM / 2, fr);
+		assert_int_equal(fr[0].src_offset, (uint64_t)r * ITEM / 2);
+		assert_int_equal(fx_session_on(f, f->e, r, NULL, ITEM / 2, fr, NBUF), 0);
+		fx_dst(f, 21, r, 2, DST, 6, 0);
+	}
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 21, "m", 1), 0);
+	assert_int_equal(fx_chunk(f, 21, SRC, 6, 0, 1), 0);
+	wait_events(f, 2);
+	for (int r = 0; r < 2; r++) {
+		assert_int_equal(f->ev[r].status, LC_ROOM_SUCCESS);
+		for (int b = 0; b < NBUF; b++)
+			for (int i = 0; i < 6; i++)
+				assert_memory_equal(f->dmem[r] + (b * PAGES + DST[i]) * (ITEM / 2),
+						    f->pmem + b * BUF_BYTES + SRC[i] * ITEM +
+							    r * (ITEM / 2),
+						    ITEM / 2);
+		/* The rest of D's buffers stayed untouched (zero). */
+		size_t used = (size_t)NBUF * PAGES * (ITEM / 2), zero = 0;
+		for (size_t k = used; k < (size_t)NBUF * BUF_BYTES; k++)
+			zero += f->dmem[r][k] == 0;
+		assert_int_equal(zero, NBUF * BUF_BYTES - used);
+	}
+	fx_free(f);
+}
+
+static void two_p_ranks_fill_one_d_page(void **state)
+{
+	/* P TP 2 (2 heads each), D TP 1 (4 heads): two engines write their
+	 * halves of the same D pages; each room succeeds on its own rank. */
+	fx_t *f = fx_new(NULL, 0);
+	size_t bytes = (size_t)NBUF * PAGES * (ITEM / 2);
+	uint8_t *mem[2];
+	lc_region_t *reg[2];
+	lc_layout_t *lay[2];
+	lc_engine_t *e[2];
+	assert_int_equal(lc_grant_add(f->d, 22, f->dregs[0], 0, NBUF * BUF_BYTES), 0);
+	for (int r = 0; r < 2; r++) {
+		mem[r] = malloc(bytes);
+		assert_non_null(mem[r]);
+		tu_fill(mem[r], bytes, 70 + r);
+		assert_int_equal(lc_region_register(f->p, mem[r], bytes, &reg[r]), 0);
+		void *bases[NBUF];
+		for (int b = 0; b < NBUF; b++)
+			bases[b] = mem[r] + (size_t)b * PAGES * (ITEM / 2);
+		lc_layout_params_t lp = {.size = sizeof(lp), .model = LC_LAYOUT_MHA, .layers = L,
+					 .pages = PAGES, .item_len = {ITEM / 2}, .bases = bases};
+		assert_int_equal(lc_layout_build(&lp, &lay[r]), 0);
+		lc_engine_params_t ep = {.size = sizeof(ep), .layout = lay[r], .name = "tp"};
+		assert_int_equal(lc_engine_create(f->p, &ep, &e[r]), 0);
+		lc_fragment_t fr[NBUF];
+		tp_fragments(2, r, ITEM / 2, 1, 0, ITEM, fr);
+		assert_int_equal(fr[0].dst_offset, (uint64_t)r * ITEM / 2);
+		assert_int_equal(fx_session_on(f, e[r], 0, NULL, ITEM, fr, NBUF), 0);
+		lc_dst_params_t dp = {.size = sizeof(dp), .session = "d0", .pages = DST,
+				      .page_count = 6, .required_dst_count = 1};
+		assert_int_equal(lc_engine_room_dst_add(e[r], 22, &dp), 0);
+		assert_int_equal(lc_engine_room_metadata_set(e[r], 22, "m", 1), 0);
+		lc_chunk_t c = {.size = sizeof(c), .room = 22, .pages = SRC, .page_count = 6,
+				.is_last = 1};
+		assert_int_equal(lc_engine_chunk_add(e[r], &c), 0);
+	}
+	for (int r = 0; r < 2; r++)
+		wait_final(e[r], 22, LC_ROOM_SUCCESS);
+	for (int b = 0; b < NBUF; b++)
+		for (int i = 0; i < 6; i++)
+			for (int r = 0; r < 2; r++)
+				assert_memory_equal(f->dmem[0] + b * BUF_BYTES + DST[i] * ITEM +
+							    r * (ITEM / 2),
+						    mem[r] + ((size_t)b * PAGES + SRC[i]) * (ITEM / 2),
+						    ITEM / 2);
+	for (int r = 0; r < 2; r++) {
+		lc_engine_destroy(e[r]);
+		lc_layout_destroy(lay[r]);
+		lc_region_deregister(reg[r]);
+		free(mem[r]);
+	}
+	fx_free(f);
+}
+
+static void fragments_outside_a_page_are_refused(void **state)
+{
+	fx_t *f = fx_new(NULL, 0);
+	lc_fragment_t fr[NBUF];
+	tp_fragments(1, 0, ITEM, 2, 1, ITEM / 2, fr);
+	uint64_t bad0 = metrics(f).bad_input;
+	fr[3].bytes = ITEM; /* past the end of the P page and of the D page */
+	assert_int_equal(fx_session_on(f, f->e, 0, NULL, ITEM / 2, fr, NBUF), LC_ERR_GEOMETRY);
+	fr[3] = fr[2]; /* buffer 2 named twice */
+	assert_int_equal(fx_session_on(f, f->e, 0, NULL, ITEM / 2, fr, NBUF), LC_ERR_GEOMETRY);
+	fr[3].buffer = NBUF; /* no such buffer */
+	assert_int_equal(fx_session_on(f, f->e, 0, NULL, ITEM / 2, fr, NBUF), LC_ERR_GEOMETRY);
+	assert_int_equal(metrics(f).bad_input, bad0 + 3);
+	fx_free(f);
+}
+
 int main(void)
 {
 	tu_watchdog(100);
@@ -841,6 +980,9 @@ int main(void)
 		cmocka_unit_test(finished_rooms_do_not_accumulate),
 		cmocka_unit_test(destroy_fails_unfinished_rooms_once),
 		cmocka_unit_test(stalled_destination_does_not_block_other_rooms),
+		cmocka_unit_test(one_p_rank_splits_its_heads_between_two_d_ranks),
+		cmocka_unit_test(two_p_ranks_fill_one_d_page),
+		cmocka_unit_test(fragments_outside_a_page_are_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

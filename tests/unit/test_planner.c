@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "core/planner.h"
@@ -282,6 +283,81 @@ static void resolve_refuses_local_indices_out_of_range(void **state)
 	assert_int_equal(lc__resolve(&in, os, od), -EINVAL);
 }
 
+/* lc_tp_fragment over the cases of spec 6.7 and 5.5. */
+static int tpf(int pt, int pr, uint64_t pi, int dt, int dr, uint64_t di, uint64_t unit,
+	       lc_fragment_t *f)
+{
+	lc_tp_side_t p = {.tp_size = pt, .tp_rank = pr, .item_len = pi, .unit_len = unit};
+	lc_tp_side_t d = {.tp_size = dt, .tp_rank = dr, .item_len = di, .unit_len = unit};
+	memset(f, 0, sizeof(*f));
+	return lc_tp_fragment(&p, &d, f);
+}
+
+static void tp_fragments_cover_every_unit_once(void **state)
+{
+	lc_fragment_t f;
+	/* Equal geometry: rank p -> rank p, whole pages. */
+	assert_int_equal(tpf(2, 1, 512, 2, 1, 512, 128, &f), 1);
+	assert_int_equal(f.bytes, 512);
+	assert_int_equal(f.src_offset + f.dst_offset, 0);
+	assert_int_equal(tpf(2, 1, 512, 2, 0, 512, 128, &f), 0);
+	/* MHA, P TP 1 (8 heads), D TP 4 (2 heads): D rank 3 takes heads 6-7. */
+	assert_int_equal(tpf(1, 0, 1024, 4, 3, 256, 128, &f), 1);
+	assert_int_equal(f.src_offset, 768);
+	assert_int_equal(f.dst_offset, 0);
+	assert_int_equal(f.bytes, 256);
+	assert_int_equal(f.dst_item_len, 256);
+	/* MHA, P TP 4 (2 heads), D TP 2 (4 heads): P rank 3 fills the back
+	 * half of D rank 1's page and sends D rank 0 nothing. */
+	assert_int_equal(tpf(4, 3, 256, 2, 1, 512, 128, &f), 1);
+	assert_int_equal(f.src_offset, 0);
+	assert_int_equal(f.dst_offset, 256);
+	assert_int_equal(f.bytes, 256);
+	assert_int_equal(tpf(4, 3, 256, 2, 0, 512, 128, &f), 0);
+	/* Uneven split, P TP 2 (3 heads), D TP 3 (2 heads): D rank 1 holds
+	 * heads 2-3, one from each P rank. */
+	assert_int_equal(tpf(2, 0, 384, 3, 1, 256, 128, &f), 1);
+	assert_int_equal(f.src_offset, 256);
+	assert_int_equal(f.dst_offset, 0);
+	assert_int_equal(f.bytes, 128);
+	assert_int_equal(tpf(2, 1, 384, 3, 1, 256, 128, &f), 1);
+	assert_int_equal(f.src_offset, 0);
+	assert_int_equal(f.dst_offset, 128);
+	/* GQA, 2 KV heads, P TP 4 (1 head each, pairs replicate), D TP 1:
+	 * ranks 0 and 2 send, 1 and 3 do not. */
+	assert_int_equal(tpf(4, 0, 128, 1, 0, 256, 128, &f), 1);
+	assert_int_equal(f.dst_offset, 0);
+	assert_int_equal(tpf(4, 1, 128, 1, 0, 256, 128, &f), 0);
+	assert_int_equal(tpf(4, 2, 128, 1, 0, 256, 128, &f), 1);
+	assert_int_equal(f.dst_offset, 128);
+	assert_int_equal(tpf(4, 3, 128, 1, 0, 256, 128, &f), 0);
+	/* An MLA latent (one unit per page): P TP 2 -> D TP 1 is rank 0 real,
+	 * rank 1 nothing (the seed's dummy); P TP 1 -> D TP 2 feeds both. */
+	assert_int_equal(tpf(2, 0, 576, 1, 0, 576, 576, &f), 1);
+	assert_int_equal(f.bytes, 576);
+	assert_int_equal(tpf(2, 1, 576, 1, 0, 576, 576, &f), 0);
+	assert_int_equal(tpf(1, 0, 576, 2, 1, 576, 576, &f), 1);
+	/* Every D rank's page is covered exactly once over all P ranks. */
+	for (int pt = 1; pt <= 8; pt *= 2)
+		for (int dt = 1; dt <= 8; dt *= 2)
+			for (int dr = 0; dr < dt; dr++) {
+				uint64_t di = 8 * 64 / (uint64_t)dt, covered = 0;
+				for (int pr = 0; pr < pt; pr++)
+					if (tpf(pt, pr, 8 * 64 / (uint64_t)pt, dt, dr, di, 64, &f) == 1) {
+						assert_true(f.dst_offset + f.bytes <= di);
+						covered += f.bytes;
+					}
+				assert_int_equal(covered, di);
+			}
+	/* What cannot pair. */
+	assert_int_equal(tpf(1, 0, 512, 2, 0, 256, 100, &f), LC_ERR_GEOMETRY); /* not whole units */
+	lc_tp_side_t p = {1, 0, 512, 128}, d = {2, 0, 256, 64};
+	assert_int_equal(lc_tp_fragment(&p, &d, &f), LC_ERR_GEOMETRY); /* unit lengths differ */
+	assert_int_equal(tpf(2, 0, 384, 4, 0, 256, 128, &f), LC_ERR_GEOMETRY); /* 6 vs 8 heads */
+	assert_int_equal(tpf(2, 2, 512, 2, 0, 512, 128, &f), -EINVAL); /* rank out of range */
+	assert_int_equal(lc_tp_fragment(NULL, &d, &f), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -296,6 +372,7 @@ int main(void)
 		cmocka_unit_test(interval_zero_or_less_sends_all_layers_at_once),
 		cmocka_unit_test(one_descriptor_per_buffer_and_run_per_layer),
 		cmocka_unit_test(fragments_move_a_byte_range_of_each_page),
+		cmocka_unit_test(tp_fragments_cover_every_unit_once),
 		cmocka_unit_test(state_buffers_use_slot_runs_within_their_layer_group),
 		cmocka_unit_test(slot_pairing_rules),
 		cmocka_unit_test(resolve_off_off_pairs_positions),
