@@ -296,65 +296,73 @@ static int tpf(int pt, int pr, uint64_t pi, int dt, int dr, uint64_t di, uint64_
 static void tp_fragments_cover_every_unit_once(void **state)
 {
 	lc_fragment_t f;
-	/* Equal geometry: rank p -> rank p, whole pages. */
-	assert_int_equal(tpf(2, 1, 512, 2, 1, 512, 128, &f), 1);
-	assert_int_equal(f.bytes, 512);
-	assert_int_equal(f.src_offset + f.dst_offset, 0);
-	assert_int_equal(tpf(2, 1, 512, 2, 0, 512, 128, &f), 0);
-	/* MHA, P TP 1 (8 heads), D TP 4 (2 heads): D rank 3 takes heads 6-7. */
-	assert_int_equal(tpf(1, 0, 1024, 4, 3, 256, 128, &f), 1);
-	assert_int_equal(f.src_offset, 768);
-	assert_int_equal(f.dst_offset, 0);
-	assert_int_equal(f.bytes, 256);
-	assert_int_equal(f.dst_item_len, 256);
-	/* MHA, P TP 4 (2 heads), D TP 2 (4 heads): P rank 3 fills the back
-	 * half of D rank 1's page and sends D rank 0 nothing. */
-	assert_int_equal(tpf(4, 3, 256, 2, 1, 512, 128, &f), 1);
-	assert_int_equal(f.src_offset, 0);
-	assert_int_equal(f.dst_offset, 256);
-	assert_int_equal(f.bytes, 256);
-	assert_int_equal(tpf(4, 3, 256, 2, 0, 512, 128, &f), 0);
-	/* Uneven split, P TP 2 (3 heads), D TP 3 (2 heads): D rank 1 holds
-	 * heads 2-3, one from each P rank. */
-	assert_int_equal(tpf(2, 0, 384, 3, 1, 256, 128, &f), 1);
-	assert_int_equal(f.src_offset, 256);
-	assert_int_equal(f.dst_offset, 0);
-	assert_int_equal(f.bytes, 128);
-	assert_int_equal(tpf(2, 1, 384, 3, 1, 256, 128, &f), 1);
-	assert_int_equal(f.src_offset, 0);
-	assert_int_equal(f.dst_offset, 128);
-	/* GQA, 2 KV heads, P TP 4 (1 head each, pairs replicate), D TP 1:
-	 * ranks 0 and 2 send, 1 and 3 do not. */
-	assert_int_equal(tpf(4, 0, 128, 1, 0, 256, 128, &f), 1);
-	assert_int_equal(f.dst_offset, 0);
-	assert_int_equal(tpf(4, 1, 128, 1, 0, 256, 128, &f), 0);
-	assert_int_equal(tpf(4, 2, 128, 1, 0, 256, 128, &f), 1);
-	assert_int_equal(f.dst_offset, 128);
-	assert_int_equal(tpf(4, 3, 128, 1, 0, 256, 128, &f), 0);
-	/* An MLA latent (one unit per page): P TP 2 -> D TP 1 is rank 0 real,
-	 * rank 1 nothing (the seed's dummy); P TP 1 -> D TP 2 feeds both. */
-	assert_int_equal(tpf(2, 0, 576, 1, 0, 576, 576, &f), 1);
-	assert_int_equal(f.bytes, 576);
-	assert_int_equal(tpf(2, 1, 576, 1, 0, 576, 576, &f), 0);
-	assert_int_equal(tpf(1, 0, 576, 2, 1, 576, 576, &f), 1);
+	static const struct {
+		int pt, pr;
+		uint64_t pi;
+		int dt, dr;
+		uint64_t di, unit;
+		int rc;
+		uint64_t src, dst, bytes;
+	} c[] = {
+		/* Equal geometry: rank p -> rank p, whole pages. */
+		{2, 1, 512, 2, 1, 512, 128, 1, 0, 0, 512},
+		{2, 1, 512, 2, 0, 512, 128, 0, 0, 0, 0},
+		/* MHA, P TP 1 (8 heads), D TP 4 (2 heads): D rank 3 takes 6-7. */
+		{1, 0, 1024, 4, 3, 256, 128, 1, 768, 0, 256},
+		/* P TP 4 (2 heads), D TP 2 (4 heads): P rank 3 fills the back
+		 * half of D rank 1's page and sends D rank 0 nothing. */
+		{4, 3, 256, 2, 1, 512, 128, 1, 0, 256, 256},
+		{4, 3, 256, 2, 0, 512, 128, 0, 0, 0, 0},
+		/* P TP 2 (3 heads), D TP 3 (2 heads): D rank 1 holds heads 2-3,
+		 * one from each P rank. */
+		{2, 0, 384, 3, 1, 256, 128, 1, 256, 0, 128},
+		{2, 1, 384, 3, 1, 256, 128, 1, 0, 128, 128},
+		/* GQA, 2 KV heads over P TP 4 (pairs replicate), D TP 1: ranks 0
+		 * and 2 send, 1 and 3 do not. */
+		{4, 0, 128, 1, 0, 256, 128, 1, 0, 0, 128},
+		{4, 1, 128, 1, 0, 256, 128, 0, 0, 0, 0},
+		{4, 2, 128, 1, 0, 256, 128, 1, 0, 128, 128},
+		{4, 3, 128, 1, 0, 256, 128, 0, 0, 0, 0},
+		/* An MLA latent (one unit per page): P TP 2 -> D TP 1 is rank 0
+		 * real, rank 1 nothing (the seed's dummy); P TP 1 -> D TP 2
+		 * feeds both D ranks. */
+		{2, 0, 576, 1, 0, 576, 576, 1, 0, 0, 576},
+		{2, 1, 576, 1, 0, 576, 576, 0, 0, 0, 0},
+		{1, 0, 576, 2, 1, 576, 576, 1, 0, 0, 576},
+		/* What cannot pair: not whole units; 6 heads against 8; a rank
+		 * out of range. */
+		{1, 0, 512, 2, 0, 256, 100, LC_ERR_GEOMETRY, 0, 0, 0},
+		{2, 0, 384, 4, 0, 256, 128, LC_ERR_GEOMETRY, 0, 0, 0},
+		{2, 2, 512, 2, 0, 512, 128, -EINVAL, 0, 0, 0},
+	};
+	for (size_t k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+		int rc = tpf(c[k].pt, c[k].pr, c[k].pi, c[k].dt, c[k].dr, c[k].di, c[k].unit, &f);
+		if (rc != c[k].rc)
+			fail_msg("case %zu: rc %d, want %d", k, rc, c[k].rc);
+		if (rc == 1 && (f.src_offset != c[k].src || f.dst_offset != c[k].dst ||
+				f.bytes != c[k].bytes || f.dst_item_len != c[k].di))
+			fail_msg("case %zu: %llu -> %llu, %llu bytes", k,
+				 (unsigned long long)f.src_offset, (unsigned long long)f.dst_offset,
+				 (unsigned long long)f.bytes);
+	}
 	/* Every D rank's page is covered exactly once over all P ranks. */
 	for (int pt = 1; pt <= 8; pt *= 2)
 		for (int dt = 1; dt <= 8; dt *= 2)
 			for (int dr = 0; dr < dt; dr++) {
-				uint64_t di = 8 * 64 / (uint64_t)dt, covered = 0;
+				uint64_t di = 8 * 64 / (uint64_t)dt;
+				uint8_t hits[512] = {0};
 				for (int pr = 0; pr < pt; pr++)
 					if (tpf(pt, pr, 8 * 64 / (uint64_t)pt, dt, dr, di, 64, &f) == 1) {
 						assert_true(f.dst_offset + f.bytes <= di);
-						covered += f.bytes;
+						for (uint64_t k = 0; k < f.bytes; k++)
+							hits[f.dst_offset + k]++;
 					}
-				assert_int_equal(covered, di);
+				for (uint64_t k = 0; k < di; k++)
+					assert_int_equal(hits[k], 1);
 			}
-	/* What cannot pair. */
-	assert_int_equal(tpf(1, 0, 512, 2, 0, 256, 100, &f), LC_ERR_GEOMETRY); /* not whole units */
+	/* Unit lengths differ; no arguments. */
 	lc_tp_side_t p = {1, 0, 512, 128}, d = {2, 0, 256, 64};
-	assert_int_equal(lc_tp_fragment(&p, &d, &f), LC_ERR_GEOMETRY); /* unit lengths differ */
-	assert_int_equal(tpf(2, 0, 384, 4, 0, 256, 128, &f), LC_ERR_GEOMETRY); /* 6 vs 8 heads */
-	assert_int_equal(tpf(2, 2, 512, 2, 0, 512, 128, &f), -EINVAL); /* rank out of range */
+	assert_int_equal(lc_tp_fragment(&p, &d, &f), LC_ERR_GEOMETRY);
 	assert_int_equal(lc_tp_fragment(NULL, &d, &f), -EINVAL);
 }
 
