@@ -55,6 +55,7 @@ typedef struct ppeer {
 
 typedef struct target {
 	int rank; /* global P rank */
+	uint32_t required_dst; /* D ranks this P rank serves for the room */
 	bool dummy;
 	bool responded;
 	uint32_t layers;
@@ -167,6 +168,84 @@ static void fail_room(lc_decode_t *d, lc_receiver_t *r, int reason, bool tell_p,
 
 /* ---- targets (spec 5.5 / receiver route plans) ---- */
 
+/* Whether D's page geometry differs from P's (heterogeneous TP): then P
+ * sends each buffer's lc_tp_fragment, not whole pages. */
+static bool tp_split(const lc_decode_t *d, const lc__parallel_info_t *pi)
+{
+	for (uint32_t i = 0; i < pi->nlens && i < d->layout->nbuf; i++)
+		if (pi->kv_item_lens[i] != d->layout->bufs[i].item_len)
+			return true;
+	return false;
+}
+
+/* Whether P rank p (within its TP group of ptp) has a fragment of any
+ * buffer for D rank dr of dtp: 1, 0, or LC_ERR_GEOMETRY. The unit is a
+ * byte, as the bootstrap's kv_unit_lens say (spec 4.6): a page holds its
+ * heads one after another. */
+static int tp_serves(const lc_decode_t *d, const lc__parallel_info_t *pi, int ptp, int p, int dtp,
+		     int dr, char *why, size_t cap)
+{
+	int any = 0;
+	for (uint32_t i = 0; i < d->layout->nbuf; i++) {
+		lc_tp_side_t ps = {ptp, p, pi->kv_item_lens[i], 1};
+		lc_tp_side_t ds = {dtp, dr, d->layout->bufs[i].item_len, 1};
+		lc_fragment_t f;
+		int rc = lc_tp_fragment(&ps, &ds, &f);
+		if (rc < 0) {
+			snprintf(why, cap, "buffer %u item_len differs and does not split across "
+					   "TP (spec 6.7): P TP %d x %llu bytes, D TP %d x %llu bytes",
+				 i, ptp, (unsigned long long)ps.item_len, dtp,
+				 (unsigned long long)ds.item_len);
+			return LC_ERR_GEOMETRY;
+		}
+		any |= rc;
+	}
+	return any;
+}
+
+/* Heterogeneous TP: the P ranks with a fragment for this D rank are real
+ * targets, each with its own fan-out; a P rank with none for any D rank
+ * (a replica) is a dummy of D rank p * dtp / ptp, so its room ends too. */
+static int plan_tp_targets(lc_decode_t *d, lc_receiver_t *r, const lc__parallel_info_t *pi,
+			   int ptp, int base, char *why, size_t cap)
+{
+	int dtp = d->tp_size;
+	r->required_responses = 0;
+	r->required_dst = 0;
+	for (int p = 0; p < ptp; p++) {
+		uint32_t fan_out = 0;
+		int mine = 0;
+		for (int dr = 0; dr < dtp; dr++) {
+			int rc = tp_serves(d, pi, ptp, p, dtp, dr, why, cap);
+			if (rc < 0)
+				return rc;
+			fan_out += (uint32_t)rc;
+			if (dr == d->tp_rank)
+				mine = rc;
+		}
+		bool dummy = !fan_out && p * dtp / ptp == d->tp_rank;
+		if (!mine && !dummy)
+			continue;
+		if (r->ntargets == MAX_TARGETS) {
+			snprintf(why, cap, "more than %d P ranks for one D rank", MAX_TARGETS);
+			return LC_ERR_GEOMETRY;
+		}
+		/* A dummy's P rank hears from this D rank alone. */
+		r->targets[r->ntargets++] = (target_t){
+			.rank = base + p, .required_dst = dummy ? 1 : fan_out, .dummy = dummy};
+		if (!dummy) {
+			r->required_responses++;
+			r->required_dst = LC__MAX(r->required_dst, fan_out);
+		}
+	}
+	if (!r->required_responses) {
+		snprintf(why, cap, "no P rank of TP %d holds anything of D rank %d", ptp,
+			 d->tp_rank);
+		return LC_ERR_GEOMETRY;
+	}
+	return 0;
+}
+
 static int plan_targets(lc_decode_t *d, lc_receiver_t *r, const lc__parallel_info_t *pi,
 			char *why, size_t cap)
 {
@@ -175,6 +254,8 @@ static int plan_targets(lc_decode_t *d, lc_receiver_t *r, const lc__parallel_inf
 	int base = group * ptp;
 	r->ntargets = 0;
 	r->required_responses = 1;
+	if (tp_split(d, pi))
+		return plan_tp_targets(d, r, pi, ptp, base, why, cap);
 	if (ptp == dtp) {
 		r->targets[r->ntargets++] = (target_t){.rank = base + d->tp_rank};
 		r->required_dst = 1;
@@ -209,6 +290,8 @@ static int geometry_check(lc_decode_t *d, const lc__parallel_info_t *pi, char *w
 			 l->nbuf);
 		return LC_ERR_GEOMETRY;
 	}
+	if (tp_split(d, pi))
+		return 0; /* plan_tp_targets pairs the pages */
 	for (uint32_t i = 0; i < pi->nlens; i++)
 		if (pi->kv_item_lens[i] != l->bufs[i].item_len) {
 			snprintf(why, cap, "buffer %u item_len differs: P %llu bytes, D %llu bytes", i,
@@ -238,7 +321,9 @@ static void reset_peer(lc_decode_t *d, ppeer_t *pe)
 
 /* ---- discovery thread ---- */
 
-static int encode_register(lc_decode_t *d, uint8_t **buf, size_t *len)
+/* split: D's geometry differs from P's (heterogeneous TP): D's TP size
+ * goes along, for P's lc_tp_fragment. */
+static int encode_register(lc_decode_t *d, bool split, uint8_t **buf, size_t *len)
 {
 	lc__msg_t *m = calloc(1, sizeof *m);
 	lc__msg_buffer_t *bufs = calloc(d->layout->nbuf, sizeof *bufs);
@@ -255,6 +340,10 @@ static int encode_register(lc_decode_t *d, uint8_t **buf, size_t *len)
 		if (strlen(key) == LC__MSG_CURVE_KEY_LEN) { /* P answers with it */
 			m->reg.flags |= LC__REG_HAS_CURVE_KEY;
 			memcpy(m->reg.curve_key, key, LC__MSG_CURVE_KEY_LEN + 1);
+		}
+		if (split) {
+			m->reg.flags |= LC__REG_HAS_TP;
+			m->reg.d_tp = (uint32_t)d->tp_size;
 		}
 		m->reg.fingerprint = d->layout->fingerprint;
 		for (uint32_t i = 0; i < d->layout->nbuf; i++) {
@@ -382,7 +471,7 @@ static void discover_one(lc_decode_t *d, uint64_t room)
 					  rank);
 				return;
 			}
-			if (encode_register(d, &buf, &len)) {
+			if (encode_register(d, tp_split(d, pe->info), &buf, &len)) {
 				fail_room(d, r, LC_FAIL_BAD_INPUT, false, "cannot encode the registration");
 				return;
 			}
@@ -964,7 +1053,8 @@ int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 		t->room = r->room;
 		snprintf(t->session, sizeof t->session, "%s", d->session);
 		snprintf(t->status_ep, sizeof t->status_ep, "%s", d->endpoint);
-		t->required_dst = r->required_dst;
+		t->required_dst = r->targets[i].required_dst ? r->targets[i].required_dst
+							      : r->required_dst;
 		t->prefix_len = pg.prefix_len;
 		t->aux_index = -1;
 		if (r->targets[i].dummy) {

@@ -266,11 +266,14 @@ static const char *kind_name(uint32_t k)
 	return k < LC__ARRAY_SIZE(names) ? names[k] : "?";
 }
 
-/* The first difference between P's layout and D's registration, or 0. */
+/* The first difference between P's layout and D's registration, or 0.
+ * With D's TP size (heterogeneous TP) page sizes may differ: tp_fragments
+ * pairs them instead. */
 static int geometry_diff(const lc_prefill_t *p, const lc__msg_register_t *g, char *why,
 			 size_t cap)
 {
 	const lc_layout_t *l = p->layout;
+	bool split = g->flags & LC__REG_HAS_TP;
 	if (g->nbuffers != l->nbuf) {
 		snprintf(why, cap, "buffer count differs: P has %u buffers, D has %u", l->nbuf,
 			 g->nbuffers);
@@ -279,7 +282,7 @@ static int geometry_diff(const lc_prefill_t *p, const lc__msg_register_t *g, cha
 	for (uint32_t i = 0; i < l->nbuf; i++) {
 		const lc_buffer_t *a = &l->bufs[i];
 		const lc__msg_buffer_t *b = &g->buffers[i];
-		if (a->item_len != b->item_len) {
+		if (a->item_len != b->item_len && !split) {
 			snprintf(why, cap, "buffer %u (layer %d %s) item_len differs: P %llu bytes, "
 					   "D %llu bytes",
 				 i, a->layer, kind_name(a->kind), (unsigned long long)a->item_len,
@@ -294,12 +297,37 @@ static int geometry_diff(const lc_prefill_t *p, const lc__msg_register_t *g, cha
 			return LC_ERR_GEOMETRY;
 		}
 	}
-	if (g->fingerprint != l->fingerprint) {
+	if (g->fingerprint != l->fingerprint && !split) {
 		snprintf(why, cap, "layout fingerprint differs: P %016llx, D %016llx",
 			 (unsigned long long)l->fingerprint, (unsigned long long)g->fingerprint);
 		return LC_ERR_GEOMETRY;
 	}
 	return 0;
+}
+
+/* Heterogeneous TP: what this rank sends of each buffer to D rank
+ * g->d_rank of g->d_tp (unit: a byte, as published in kv_unit_lens).
+ * Returns the fragment count (0: nothing, this rank is a replica), or
+ * LC_ERR_GEOMETRY. */
+static int tp_fragments(const lc_prefill_t *p, const lc__msg_register_t *g, lc_fragment_t *out,
+			char *why, size_t cap)
+{
+	int ptp = p->world / p->dp, n = 0;
+	for (uint32_t i = 0; i < p->layout->nbuf; i++) {
+		lc_tp_side_t ps = {ptp, p->rank % ptp, p->layout->bufs[i].item_len, 1};
+		lc_tp_side_t ds = {(int)g->d_tp, (int)g->d_rank, g->buffers[i].item_len, 1};
+		int rc = lc_tp_fragment(&ps, &ds, &out[n]);
+		if (rc < 0) {
+			snprintf(why, cap, "buffer %u: P TP %d with %llu bytes per page and D TP %u "
+					   "with %llu cannot be paired (spec 6.7)",
+				 i, ptp, (unsigned long long)ps.item_len, g->d_tp,
+				 (unsigned long long)ds.item_len);
+			return LC_ERR_GEOMETRY;
+		}
+		if (rc)
+			out[n++].buffer = i;
+	}
+	return n;
 }
 
 /* peer: the CURVE key the sender authenticated with ("" without CURVE). */
@@ -327,13 +355,22 @@ static void handle_register(lc_prefill_t *p, const lc__msg_register_t *g, const 
 	}
 	uint32_t *bregion = NULL;
 	uint64_t *boffset = NULL;
+	lc_fragment_t *frags = NULL;
+	int nfrags = 0;
+	bool split = g->flags & LC__REG_HAS_TP;
 	if (!rc) {
 		bregion = malloc(g->nbuffers * sizeof *bregion);
 		boffset = malloc(g->nbuffers * sizeof *boffset);
-		if (!bregion || !boffset)
+		frags = split ? calloc(g->nbuffers, sizeof *frags) : NULL;
+		if (!bregion || !boffset || (split && !frags))
 			rc = -ENOMEM;
 	}
-	if (!rc) {
+	if (!rc && split && (nfrags = tp_fragments(p, g, frags, why, sizeof why)) < 0)
+		rc = nfrags;
+	/* A replica rank sends this D nothing: no session (only dummy infos,
+	 * which name none, come from it). */
+	bool replica = split && !nfrags;
+	if (!rc && !replica) {
 		for (uint32_t i = 0; i < g->nbuffers; i++) {
 			bregion[i] = g->buffers[i].region;
 			boffset[i] = g->buffers[i].offset;
@@ -343,7 +380,8 @@ static void handle_register(lc_prefill_t *p, const lc__msg_register_t *g, const 
 					  .region_descs = g->region_descs,
 					  .region_desc_lens = g->region_desc_lens,
 					  .region_count = g->nregions, .buffer_region = bregion,
-					  .buffer_offset = boffset};
+					  .buffer_offset = boffset, .fragments = frags,
+					  .fragment_count = (size_t)nfrags};
 		memcpy(sp.token.bytes, g->token, LC_TOKEN_LEN);
 		pthread_mutex_lock(&p->lock);
 		bool full = !session_find(p, g->session) && p->nsessions >= MAX_SESSIONS;
@@ -359,6 +397,7 @@ static void handle_register(lc_prefill_t *p, const lc__msg_register_t *g, const 
 	}
 	free(bregion);
 	free(boffset);
+	free(frags);
 	if (rc) {
 		CTL_ADD(p, registrations_refused);
 		LC_ERROR("prefill %s: refused D session %s: %s", p->name, g->session, why);

@@ -288,6 +288,9 @@ int lc__msg_encode(const lc__msg_t *m, uint8_t **out, size_t *out_len)
 			bad = "flags";
 		else if ((g->flags & LC__REG_HAS_CURVE_KEY) && !z85_key(g->curve_key))
 			bad = "curve key";
+		else if ((g->flags & LC__REG_HAS_TP) &&
+			 (!g->d_tp || g->d_tp > LC__MSG_MAX_TP || g->d_rank >= g->d_tp))
+			bad = "tp size";
 		for (uint32_t i = 0; !bad && i < g->nbuffers; i++)
 			bad = check_buffer(&g->buffers[i], g->nregions);
 		for (uint32_t i = 0; !bad && i < g->nregions; i++)
@@ -304,6 +307,8 @@ int lc__msg_encode(const lc__msg_t *m, uint8_t **out, size_t *out_len)
 		w_u64(&w, g->fingerprint);
 		if (g->flags & LC__REG_HAS_CURVE_KEY)
 			w_bytes(&w, g->curve_key, LC__MSG_CURVE_KEY_LEN);
+		if (g->flags & LC__REG_HAS_TP)
+			w_u32(&w, g->d_tp);
 		w_u32(&w, g->nbuffers);
 		for (uint32_t i = 0; i < g->nbuffers; i++) {
 			const lc__msg_buffer_t *b = &g->buffers[i];
@@ -427,6 +432,11 @@ static void decode_register(reader_t *r, lc__msg_register_t *g)
 			if (!z85_key(g->curve_key))
 				r_fail(r, "curve key is not 40 z85 characters");
 		}
+	}
+	if (!r->err && (g->flags & LC__REG_HAS_TP)) {
+		g->d_tp = r_u32(r, "tp size");
+		if (!r->err && (!g->d_tp || g->d_tp > LC__MSG_MAX_TP || g->d_rank >= g->d_tp))
+			r_fail(r, "D rank %u of TP size %u", g->d_rank, g->d_tp);
 	}
 	uint32_t nb = r_u32(r, "buffer count");
 	if (r->err)

@@ -58,8 +58,13 @@ enum lc__msg_register_flags {
 	 * P connects to D's status endpoint with it as the server key, so that
 	 * every rank may have its own keypair. */
 	LC__REG_HAS_CURVE_KEY = 1u << 1,
+	/* D's TP size (u32) follows: D's page geometry differs from P's
+	 * (heterogeneous TP) and P sends each buffer's lc_tp_fragment for
+	 * (its rank, d_rank). */
+	LC__REG_HAS_TP = 1u << 2,
 };
-#define LC__REG_FLAGS (LC__REG_HAS_TOKEN | LC__REG_HAS_CURVE_KEY)
+#define LC__REG_FLAGS (LC__REG_HAS_TOKEN | LC__REG_HAS_CURVE_KEY | LC__REG_HAS_TP)
+#define LC__MSG_MAX_TP 4096
 #define LC__MSG_CURVE_KEY_LEN 40
 
 typedef struct lc__msg_register {
@@ -67,6 +72,7 @@ typedef struct lc__msg_register {
 	char status_ep[LC__MSG_STR_MAX]; /* D's ZMQ PULL endpoint "tcp://host:port" */
 	char data_url[LC__MSG_STR_MAX];  /* D's data-plane listener URL */
 	uint32_t d_rank;
+	uint32_t d_tp; /* with LC__REG_HAS_TP: D's TP size, > d_rank */
 	uint32_t flags; /* enum lc__msg_register_flags */
 	uint8_t token[LC_TOKEN_LEN];
 	uint64_t fingerprint; /* lc_layout_fingerprint of D's layout */

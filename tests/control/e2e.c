@@ -46,6 +46,7 @@ typedef struct cfg {
 	int total_pages;
 	int layer_sleep_us;
 	uint64_t d_item; /* D's item_len (ITEM unless testing a mismatch) */
+	uint64_t p_item; /* P's item_len; below ITEM: heads split over P's TP */
 	/* Expectations. */
 	int p_expect, d_expect; /* LC_ROOM_SUCCESS or LC_ROOM_FAILED */
 	int p_reason, d_reason; /* fail reason expected when Failed */
@@ -75,13 +76,30 @@ static uint64_t seed_of(int b, int p)
 
 typedef tu_pool_t side_t;
 
-static void side_init(side_t *s, const char *name, uint64_t item, bool is_p, const char *kn)
+/* A page of the model as a whole (all heads): ITEM bytes. A rank whose
+ * item is smaller (heterogeneous TP) holds the slice at its rank's share. */
+static void global_page(int b, int p, uint8_t *out)
+{
+	tu_fill(out, ITEM, seed_of(b, p));
+}
+
+static size_t slice_of(uint64_t item, int tp_rank)
+{
+	return item < ITEM ? (size_t)tp_rank * item : 0;
+}
+
+static void side_init(side_t *s, const char *name, uint64_t item, bool is_p, int tp_rank,
+		      const char *kn)
 {
 	tu_pool_init(s, name, kn, LAYERS, PAGES, item);
 	if (is_p) {
+		uint8_t g[ITEM];
 		for (int b = 0; b < NBUF; b++)
-			for (int p = 0; p < PAGES; p++)
-				tu_fill((uint8_t *)s->bases[b] + (size_t)p * item, item, seed_of(b, p));
+			for (int p = 0; p < PAGES; p++) {
+				global_page(b, p, g);
+				memcpy((uint8_t *)s->bases[b] + (size_t)p * item,
+				       g + slice_of(item, tp_rank), item);
+			}
 	} else {
 		memset(s->mem, CANARY, s->len);
 	}
@@ -215,7 +233,8 @@ static int p_main(int addr_fd, int quit_fd)
 	for (int r = 0; r < C.p_world; r++) {
 		char name[16];
 		snprintf(name, sizeof name, "p%d", r);
-		side_init(&side[r], name, ITEM, true, C.p_knobs);
+		uint64_t item = C.p_item ? C.p_item : ITEM;
+		side_init(&side[r], name, item, true, r % (C.p_world / C.p_dp), C.p_knobs);
 		lc_prefill_params_t pp = {.size = sizeof pp, .layout = side[r].layout,
 					  .bootstrap = addr, .name = name, .world_size = C.p_world,
 					  .dp_size = C.p_dp, .engine_rank = r, .metrics_server = b};
@@ -282,8 +301,13 @@ static int d_verify(const side_t *s, int tp_rank)
 						j = k;
 					}
 			if (room_index >= 0) {
-				long at = tu_verify(pg, s->item,
-						    seed_of(b, C.prefix_pages + j + 1));
+				uint8_t g[ITEM];
+				global_page(b, C.prefix_pages + j + 1, g);
+				const uint8_t *want = g + slice_of(s->item, tp_rank);
+				long at = -1;
+				for (size_t x = 0; x < s->item && at < 0; x++)
+					if (pg[x] != want[x])
+						at = (long)x;
 				if (at >= 0) {
 					fprintf(stderr, "D%d: buffer %d page %d (room %d idx %d) "
 							"differs at %ld\n",
@@ -397,7 +421,7 @@ static int d_main(const char *bs_addr, int tp_rank, d_mode_t mode)
 	lc_receiver_t *rcv[8];
 	char name[16];
 	snprintf(name, sizeof name, "d%d", tp_rank);
-	side_init(&s, name, C.d_item, false, C.d_knobs);
+	side_init(&s, name, C.d_item, false, tp_rank, C.d_knobs);
 	lc_decode_params_t dp = {.size = sizeof dp, .layout = s.layout, .regions = &s.region,
 				 .region_count = 1, .listen_url = C.url, .session = C.d_session,
 				 .tp_size = C.d_procs, .tp_rank = tp_rank};
@@ -873,6 +897,18 @@ int main(int argc, char **argv)
 		C.total_pages = 12;
 		C.prefix_pages = 3;
 		C.chunks = 3;
+		C.rooms = 2;
+		return run_plain(D_NORMAL);
+	}
+	if (!strcmp(c, "tp_two_p_one_d")) { /* heads split: P TP 2 halves -> D TP 1 */
+		C.p_world = 2;
+		C.p_item = ITEM / 2;
+		C.rooms = 2;
+		return run_plain(D_NORMAL);
+	}
+	if (!strcmp(c, "tp_one_p_two_d")) { /* heads split: P TP 1 -> D TP 2 halves */
+		C.d_procs = 2;
+		C.d_item = ITEM / 2;
 		C.rooms = 2;
 		return run_plain(D_NORMAL);
 	}

@@ -134,6 +134,40 @@ static void test_register_carries_a_curve_key(void **state)
 	assert_null(none);
 }
 
+/* Heterogeneous TP: D's TP size travels with REGISTER when its geometry
+ * differs from P's; a rank outside it is refused both ways. */
+static void test_register_carries_a_tp_size(void **state)
+{
+	lc__msg_buffer_t bufs[3];
+	const void *descs[2];
+	size_t lens[2], len, len_plain;
+	lc__msg_t m = make_register(bufs, descs, lens), out;
+	uint8_t *plain = enc(&m, &len_plain);
+	m.reg.flags |= LC__REG_HAS_TP;
+	m.reg.d_rank = 3;
+	m.reg.d_tp = 4;
+	uint8_t *buf = enc(&m, &len);
+	assert_int_equal(len, len_plain + 4);
+	assert_int_equal(lc__msg_decode(buf, len, &out, NULL, 0), 0);
+	assert_int_equal(out.reg.flags, LC__REG_HAS_TOKEN | LC__REG_HAS_TP);
+	assert_int_equal(out.reg.d_rank, 3);
+	assert_int_equal(out.reg.d_tp, 4);
+	lc__msg_free(&out);
+	truncations_fail(buf, len);
+	/* D rank 3 of a TP size of 3 on the wire is refused. */
+	uint32_t tp_then_nbuf[2] = {4, 3}, three = 3; /* the TP size precedes the buffer count */
+	uint8_t *at = memmem(buf, len, tp_then_nbuf, 8);
+	assert_non_null(at);
+	memcpy(at, &three, 4);
+	decode_fails(buf, len);
+	free(buf);
+	free(plain);
+	uint8_t *none = NULL;
+	m.reg.d_tp = 0;
+	assert_int_equal(lc__msg_encode(&m, &none, &len), -EINVAL);
+	assert_null(none);
+}
+
 static void test_info_round_trip(void **state)
 {
 	int64_t pages[5] = {0, 1, 2, 100, 7}, slots[2] = {4, 5};
@@ -431,6 +465,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_register_round_trip),
 		cmocka_unit_test(test_register_carries_a_curve_key),
+		cmocka_unit_test(test_register_carries_a_tp_size),
 		cmocka_unit_test(test_info_round_trip),
 		cmocka_unit_test(test_small_round_trips),
 		cmocka_unit_test(test_encode_refuses),
