@@ -47,8 +47,10 @@ perftest() {
 	out=$(UCX_TLS=tcp timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t ucp_put_bw \
 		-s 4194304 -n 500 -w 20 2>&1)
 	wait "$spid" 2>/dev/null
-	# "overall" of the Final line, and the median of the per-interval
-	# averages (the steady rate; the ratios use the higher of the two).
+	# "overall" of the Final line (perftest's own figure: every byte
+	# delivered, its last flush included; about 0.3 GB/s here, as the issue
+	# says) and the median of the per-interval averages (the rate puts were
+	# posted at; higher, because the flush at the end waits for the rest).
 	ov=$(echo "$out" | awk '/Final:/ { printf "%.4f", $7 * 1048576 / 1e9 }')
 	md=$(echo "$out" | awk '/^\[thread 0\] *[0-9]/ { print $7 }' | sort -n |
 		awk '{ v[NR] = $1 } END { if (NR) printf "%.4f", v[int((NR + 1) / 2)] * 1048576 / 1e9 }')
@@ -79,7 +81,7 @@ ours() {
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
-echo "run  perftest_tcp  ucx_tcp  tcp  memcpy  ucx_sm  | ucx_tcp/perftest  tcp/perftest  ucx_sm/memcpy"
+echo "run pt_final pt_interval ucx_tcp tcp     memcpy  ucx_sm  | ucx_tcp/pt final;interval | tcp/pt final;interval | ucx_sm/memcpy"
 i=1
 while [ "$i" -le "$RUNS" ]; do
 	set -- $(perftest "$i"); pt_overall=$1; pt_median=$2
@@ -88,9 +90,12 @@ while [ "$i" -le "$RUNS" ]; do
 	set -- $(ours tcp); tt=$1
 	mc=$("$BASELINE" memcpy 1024 2>/dev/null | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
 	set -- $(ours ucx UCX_TLS="$SM_TLS" LAYERCAKE_UCX_ERR_MODE=none LAYERCAKE_UCX_DATA=am); us=$1
-	printf "%-4s %-13s %-8s %-4s %-7s %-7s | %-17s %-13s %s\n" "$i" "$pt" "$ut" "$tt" "$mc" "$us" \
-		"$(ratio "$ut" "$pt")" "$(ratio "$tt" "$pt")" "$(ratio "$us" "$mc")"
+	printf "%-3s %-8s %-11s %-7s %-7s %-7s %-7s | %-6s; %-17s | %-6s; %-13s | %s\n" "$i" \
+		"$pt_overall" "$pt_median" "$ut" "$tt" "$mc" "$us" \
+		"$(ratio "$ut" "$pt_overall")" "$(ratio "$ut" "$pt")" \
+		"$(ratio "$tt" "$pt_overall")" "$(ratio "$tt" "$pt")" "$(ratio "$us" "$mc")"
 	i=$((i + 1))
 done
-echo "(perftest_tcp: the higher of its Final overall and its median interval bandwidth)"
+echo "(pt = ucx_perftest: its Final overall bandwidth (its own figure, the issue's 0.3 GB/s);"
+echo " after ';' the stricter ratio against the higher of that and its median interval rate)"
 echo "(GB/s; ours measured with $tool; shared memory: UCX_TLS=$SM_TLS LAYERCAKE_UCX_ERR_MODE=none LAYERCAKE_UCX_DATA=am; targets 0.8, 5, 0.5)"
