@@ -98,6 +98,23 @@ static void test_register_round_trip(void **state)
 	free(buf);
 }
 
+/* REGISTER with an optional field: m (as make_register left it) encoded
+ * with and without `flag` must differ by exactly `extra` bytes, and decode
+ * into *out with the flag kept. The caller fills the field first. */
+static uint8_t *enc_register_with(lc__msg_t *m, uint32_t flag, size_t extra, lc__msg_t *out,
+				  size_t *len)
+{
+	size_t len_plain;
+	uint8_t *plain = enc(m, &len_plain);
+	free(plain);
+	m->reg.flags |= flag;
+	uint8_t *buf = enc(m, len);
+	assert_int_equal(*len, len_plain + extra);
+	assert_int_equal(lc__msg_decode(buf, *len, out, NULL, 0), 0);
+	assert_int_equal(out->reg.flags, LC__REG_HAS_TOKEN | flag);
+	return buf;
+}
+
 /* D's CURVE key travels with REGISTER (one keypair per rank); anything
  * but 40 z85 characters is refused by the encoder and by the decoder. */
 static void test_register_carries_a_curve_key(void **state)
@@ -105,15 +122,10 @@ static void test_register_carries_a_curve_key(void **state)
 	static const char key[] = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
 	lc__msg_buffer_t bufs[3];
 	const void *descs[2];
-	size_t lens[2], len, len_plain;
+	size_t lens[2], len;
 	lc__msg_t m = make_register(bufs, descs, lens), out;
-	uint8_t *plain = enc(&m, &len_plain);
-	m.reg.flags |= LC__REG_HAS_CURVE_KEY;
 	strcpy(m.reg.curve_key, key);
-	uint8_t *buf = enc(&m, &len);
-	assert_int_equal(len, len_plain + 40);
-	assert_int_equal(lc__msg_decode(buf, len, &out, NULL, 0), 0);
-	assert_int_equal(out.reg.flags, LC__REG_HAS_TOKEN | LC__REG_HAS_CURVE_KEY);
+	uint8_t *buf = enc_register_with(&m, LC__REG_HAS_CURVE_KEY, 40, &out, &len);
 	assert_string_equal(out.reg.curve_key, key);
 	assert_int_equal(out.reg.nbuffers, 3);
 	lc__msg_free(&out);
@@ -123,7 +135,6 @@ static void test_register_carries_a_curve_key(void **state)
 	buf[off + 7] = ' ';
 	decode_fails(buf, len);
 	free(buf);
-	free(plain);
 	/* The encoder refuses short or non-z85 keys. */
 	uint8_t *none = NULL;
 	strcpy(m.reg.curve_key, "short");
@@ -140,16 +151,11 @@ static void test_register_carries_a_tp_size(void **state)
 {
 	lc__msg_buffer_t bufs[3];
 	const void *descs[2];
-	size_t lens[2], len, len_plain;
+	size_t lens[2], len;
 	lc__msg_t m = make_register(bufs, descs, lens), out;
-	uint8_t *plain = enc(&m, &len_plain);
-	m.reg.flags |= LC__REG_HAS_TP;
 	m.reg.d_rank = 3;
 	m.reg.d_tp = 4;
-	uint8_t *buf = enc(&m, &len);
-	assert_int_equal(len, len_plain + 4);
-	assert_int_equal(lc__msg_decode(buf, len, &out, NULL, 0), 0);
-	assert_int_equal(out.reg.flags, LC__REG_HAS_TOKEN | LC__REG_HAS_TP);
+	uint8_t *buf = enc_register_with(&m, LC__REG_HAS_TP, 4, &out, &len);
 	assert_int_equal(out.reg.d_rank, 3);
 	assert_int_equal(out.reg.d_tp, 4);
 	lc__msg_free(&out);
@@ -161,7 +167,6 @@ static void test_register_carries_a_tp_size(void **state)
 	memcpy(at, &three, 4);
 	decode_fails(buf, len);
 	free(buf);
-	free(plain);
 	uint8_t *none = NULL;
 	m.reg.d_tp = 0;
 	assert_int_equal(lc__msg_encode(&m, &none, &len), -EINVAL);
