@@ -117,8 +117,9 @@ static size_t landed_bytes(const uint8_t *m)
 	return n * 4096;
 }
 
-/* Returns 0, or 1 when MODE_CANCEL's batch was over before P could cancel
- * it (nothing was tested: run it again). */
+/* Returns 0, or 1 when the case tested nothing (MODE_CANCEL: the batch was
+ * over before P could cancel it; MODE_FENCE: P held no lease when
+ * stopped): run it again. */
 static int run(enum mode mode)
 {
 	int to_child[2], from_child[2];
@@ -189,10 +190,17 @@ static int run(enum mode mode)
 	fprintf(stderr, "revoke took %llu ms; %zu MiB landed before it returned (%zu MiB when "
 			"it was called)\n",
 		(unsigned long long)took, at_revoke >> 20, before >> 20);
+	/* A batch goes out in rounds of 64 MiB, each under its own lease: a
+	 * sender stopped between two rounds holds none, and the revoke rightly
+	 * returns at once. Nothing was fenced then: run the case again (the
+	 * checks below still apply). */
+	bool fenced = true;
 	if (mode == MODE_FENCE) {
-		TU_CHECK(took >= FENCE_MS - 50, "revoke of a stopped sender returned after %llu ms, "
-						 "before the fence",
-			 (unsigned long long)took);
+		fenced = took >= FENCE_MS - 50;
+		if (!fenced)
+			fprintf(stderr, "the sender held no lease when stopped (revoke took %llu ms): "
+					"nothing to fence\n",
+				(unsigned long long)took);
 		TU_CHECK(kill(pid, SIGCONT) == 0, "cont");
 	}
 	TU_CHECK(took < 10000, "revoke took %llu ms", (unsigned long long)took);
@@ -218,7 +226,7 @@ static int run(enum mode mode)
 	lc_ctx_destroy(ctx);
 	lc_mem_free(dst);
 	free(snap);
-	return cancelled ? 0 : 1;
+	return cancelled && fenced ? 0 : 1;
 }
 
 static bool same_host_single_copy(void)
@@ -232,7 +240,7 @@ static bool same_host_single_copy(void)
 
 int main(int argc, char **argv)
 {
-	tu_watchdog(55);
+	tu_watchdog(140); /* room for cases run again on a loaded host */
 	signal(SIGPIPE, SIG_IGN);
 	const char *only = argc > 1 ? argv[1] : NULL;
 	if (!only || !strcmp(only, "revoke_in_flight")) {
@@ -252,8 +260,11 @@ int main(int argc, char **argv)
 			       "copies that closing an endpoint cannot fence\n",
 			       getenv("UCX_TLS"));
 		} else {
-			run(MODE_FENCE);
-			printf("ucx fence_stalled_sender: ok\n");
+			int tries = 1;
+			while (run(MODE_FENCE) && tries < 5)
+				tries++;
+			TU_CHECK(tries < 5, "the sender held no lease when stopped in 5 runs");
+			printf("ucx fence_stalled_sender: ok (run %d)\n", tries);
 		}
 	}
 	return 0;
