@@ -228,6 +228,11 @@ struct ustate {
 	 * the connection. Under `lock`. */
 	uconn_t *graveyard;
 	sconn_t *sc_graveyard; /* the same for D's accepted connections */
+	/* Ops released while UCX requests still point at them (thread only):
+	 * their last request frees them, or state_free does once the worker,
+	 * and so every callback, is gone (a peer that vanished mid-batch can
+	 * leave requests that never complete). */
+	uop_t orphans;
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -415,7 +420,12 @@ static void op_release(uop_t *op)
 		op->b = NULL;
 	}
 	if (op->pending) {
+		ustate_t *st = op->st;
 		op->orphan = true;
+		op->next = st->orphans.next;
+		op->prev = &st->orphans;
+		st->orphans.next->prev = op;
+		st->orphans.next = op;
 		return;
 	}
 	op_free(op);
@@ -564,6 +574,7 @@ static void op_request_done(uop_t *op, ucs_status_t status)
 	if (--op->pending > 0)
 		return;
 	if (op->orphan) {
+		op_unlink(op);
 		op_free(op);
 		return;
 	}
@@ -1450,6 +1461,11 @@ static void state_free(ustate_t *st)
 		st->sc_graveyard = sc->next;
 		free(sc);
 	}
+	while (st->orphans.next && st->orphans.next != &st->orphans) {
+		uop_t *op = st->orphans.next; /* no callback can come any more */
+		op_unlink(op);
+		op_free(op);
+	}
 	while (st->graveyard) { /* no callback can come any more */
 		uconn_t *uc = st->graveyard;
 		st->graveyard = uc->next;
@@ -1478,6 +1494,7 @@ static int state_create(lc_ctx_t *ctx, ustate_t **out)
 	st->ctx = ctx;
 	st->uid = ctx->uid;
 	st->efd = st->epfd = -1;
+	st->orphans.next = st->orphans.prev = &st->orphans;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_cond_init(&st->cond, NULL);
 
