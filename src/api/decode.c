@@ -55,7 +55,7 @@ typedef struct ppeer {
 
 typedef struct target {
 	int rank; /* global P rank */
-	uint32_t required_dst; /* D ranks this P rank serves for the room */
+	uint32_t required_dst; /* D ranks this P rank serves for the room, >= 1 */
 	bool dummy;
 	bool responded;
 	uint32_t layers;
@@ -257,15 +257,16 @@ static int plan_targets(lc_decode_t *d, lc_receiver_t *r, const lc__parallel_inf
 	if (tp_split(d, pi))
 		return plan_tp_targets(d, r, pi, ptp, base, why, cap);
 	if (ptp == dtp) {
-		r->targets[r->ntargets++] = (target_t){.rank = base + d->tp_rank};
 		r->required_dst = 1;
+		r->targets[r->ntargets++] = (target_t){.rank = base + d->tp_rank, .required_dst = 1};
 	} else if (dtp > ptp) {
 		if (dtp % ptp) {
 			snprintf(why, cap, "D tp %d is not a multiple of P tp %d", dtp, ptp);
 			return LC_ERR_GEOMETRY;
 		}
-		r->targets[r->ntargets++] = (target_t){.rank = base + d->tp_rank * ptp / dtp};
 		r->required_dst = (uint32_t)(dtp / ptp);
+		r->targets[r->ntargets++] = (target_t){.rank = base + d->tp_rank * ptp / dtp,
+						       .required_dst = r->required_dst};
 	} else {
 		if (ptp % dtp || ptp / dtp > MAX_TARGETS) {
 			snprintf(why, cap, "P tp %d is not a multiple of D tp %d (or too many)", ptp,
@@ -274,8 +275,8 @@ static int plan_targets(lc_decode_t *d, lc_receiver_t *r, const lc__parallel_inf
 		}
 		int k = ptp / dtp;
 		for (int i = 0; i < k; i++)
-			r->targets[r->ntargets++] =
-				(target_t){.rank = base + d->tp_rank * k + i, .dummy = i > 0};
+			r->targets[r->ntargets++] = (target_t){
+				.rank = base + d->tp_rank * k + i, .required_dst = 1, .dummy = i > 0};
 		r->required_dst = 1;
 	}
 	return 0;
@@ -1053,8 +1054,7 @@ int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 		t->room = r->room;
 		snprintf(t->session, sizeof t->session, "%s", d->session);
 		snprintf(t->status_ep, sizeof t->status_ep, "%s", d->endpoint);
-		t->required_dst = r->targets[i].required_dst ? r->targets[i].required_dst
-							      : r->required_dst;
+		t->required_dst = r->targets[i].required_dst;
 		t->prefix_len = pg.prefix_len;
 		t->aux_index = -1;
 		if (r->targets[i].dummy) {

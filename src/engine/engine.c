@@ -1154,9 +1154,7 @@ static bool submit_inline(lc_engine_t *e)
 	if (!e->stopping) {
 		bool waiting;
 		uint64_t now = lc__now_ns();
-		/* The engine thread has not taken in the batch yet (its wake-up
-		 * is late): its layers are being recorded, so take it in here. */
-		if (e->inbox)
+		if (e->inbox) /* the engine thread's wake-up is late */
 			intake(e, now);
 		progress(e, now, &waiting);
 		e->m.inline_submits++;
@@ -1370,16 +1368,19 @@ static int apply_fragments(lc_engine_t *e, esession_t *s, const lc_session_param
 		if (!buf || !x->skip || !f->bytes || f->src_offset > buf->item_len ||
 		    f->bytes > buf->item_len - f->src_offset || f->dst_offset > f->dst_item_len ||
 		    f->bytes > f->dst_item_len - f->dst_offset) {
-			LC_WARN("session %s: fragment %zu (buffer %u, %llu bytes at %llu -> %llu of "
-				"%llu) does not fit%s",
-				p->name, i, f->buffer, (unsigned long long)f->bytes,
-				(unsigned long long)f->src_offset, (unsigned long long)f->dst_offset,
-				(unsigned long long)f->dst_item_len,
-				buf && !x->skip ? " (buffer named twice)" : "");
+			char what[256];
+			snprintf(what, sizeof what,
+				 "session %s: fragment %zu (buffer %u, %llu bytes at %llu -> %llu of "
+				 "%llu)%s",
+				 p->name, i, f->buffer, (unsigned long long)f->bytes,
+				 (unsigned long long)f->src_offset, (unsigned long long)f->dst_offset,
+				 (unsigned long long)f->dst_item_len,
+				 !buf ? " names no buffer" : !x->skip ? ": buffer named twice"
+								    : " does not fit its pages");
 			pthread_mutex_lock(&e->lock);
-			e->m.bad_input++;
+			int rc = bad_input(e, LC_ERR_GEOMETRY, what);
 			pthread_mutex_unlock(&e->lock);
-			return LC_ERR_GEOMETRY;
+			return rc;
 		}
 		x->src_base = (const uint8_t *)buf->base + f->src_offset;
 		x->dst_base += f->dst_offset;
