@@ -1,18 +1,10 @@
-/* Regions, their packed descriptors, and grants. */
+/* Public entry points for regions, their packed descriptors (the format
+ * is src/core/region.c's) and grants. */
 #include <errno.h>
 #include <string.h>
 
 #include "api/mem.h"
 #include "transport/transport.h"
-
-/* Descriptor layout (little-endian), version 1:
- *   0 u32 magic "LCRD"   4 u16 version   6 u16 key bytes that follow
- *   8 u64 owner         16 u32 region id 20 u32 flags   24 u64 length
- *  32 transport keys (opaque, e.g. UCX rkeys) */
-#define DESC_MAGIC 0x4452434cu
-#define DESC_VERSION 1
-#define DESC_HEADER 32
-#define DESC_FLAG_MEMFD 1u
 
 int lc_region_register(lc_ctx_t *ctx, void *addr, size_t len, lc_region_t **out)
 {
@@ -60,42 +52,16 @@ int lc_region_pack(const lc_region_t *r, void *buf, size_t cap)
 	int keys = 0;
 	if (!r || !buf)
 		return -EINVAL;
-	if (cap < DESC_HEADER)
+	if (cap < LC__DESC_HEADER)
 		return -ENOSPC;
-	/* Transport keys: only transports with one-sided writes need any. */
-	const lc__transport_ops_t *ucx = lc__transport_find("ucx://");
-	if (ucx && ucx->pack_region) {
-		keys = ucx->pack_region(r->ctx, r, p + DESC_HEADER, cap - DESC_HEADER);
-		if (keys < 0)
-			return keys;
-	}
+	/* Transport keys: only transports with one-sided writes add any. */
+	keys = lc__transports_pack_region(r->ctx, r, p + LC__DESC_HEADER, cap - LC__DESC_HEADER);
+	if (keys < 0)
+		return keys;
 	if (keys > 0xffff)
 		return -EMSGSIZE;
-	lc__put_u32(p, DESC_MAGIC);
-	lc__put_u16(p + 4, DESC_VERSION);
-	lc__put_u16(p + 6, (uint16_t)keys);
-	lc__put_u64(p + 8, r->ctx->uid);
-	lc__put_u32(p + 16, r->id);
-	lc__put_u32(p + 20, r->memfd >= 0 ? DESC_FLAG_MEMFD : 0);
-	lc__put_u64(p + 24, r->len);
-	return DESC_HEADER + keys;
-}
-
-int lc_region_unpack(const void *buf, size_t len, lc_region_desc_t *out)
-{
-	const uint8_t *p = buf;
-	if (!buf || !out)
-		return -EINVAL;
-	if (len < DESC_HEADER || lc__get_u32(p) != DESC_MAGIC ||
-	    lc__get_u16(p + 4) != DESC_VERSION || DESC_HEADER + (size_t)lc__get_u16(p + 6) != len)
-		return LC_ERR_PROTO;
-	out->owner = lc__get_u64(p + 8);
-	out->region_id = lc__get_u32(p + 16);
-	out->flags = lc__get_u32(p + 20);
-	out->length = lc__get_u64(p + 24);
-	if (out->region_id == 0)
-		return LC_ERR_PROTO;
-	return 0;
+	lc__region_desc_header(r, (uint16_t)keys, p);
+	return LC__DESC_HEADER + keys;
 }
 
 int lc_grant_add(lc_ctx_t *ctx, uint64_t room, const lc_region_t *r, uint64_t offset,

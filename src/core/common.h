@@ -17,6 +17,8 @@
 
 #define LC__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define LC__MIN(a, b) ((a) < (b) ? (a) : (b))
+/* The struct of type `type` whose member `member` is at ptr. */
+#define LC__CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 #define LC__MAX(a, b) ((a) > (b) ? (a) : (b))
 #define LC__UNUSED(x) ((void)(x))
 

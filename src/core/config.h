@@ -11,6 +11,8 @@
 #define LC_CONFIG_TABLE(X)                                                                        \
 	X(tcp_lanes, "LAYERCAKE_TCP_LANES", 4, 1, 64,                                             \
 	  "parallel TCP connections per peer (lanes)")                                            \
+	X(io_threads, "LAYERCAKE_IO_THREADS", 2, 1, 64,                                           \
+	  "event-loop threads per context that run the tcp and shm transports")                   \
 	X(connect_timeout_ms, "LAYERCAKE_CONNECT_TIMEOUT_MS", 5000, 1, 3600000,                   \
 	  "deadline for connecting and handshaking with a peer")                                  \
 	X(progress_timeout_ms, "LAYERCAKE_PROGRESS_TIMEOUT_MS", 10000, 1, 3600000,                \

@@ -1,8 +1,8 @@
 /*
  * The state of a context that every layer shares: configuration, counters,
- * regions, grants and accepted tokens. The API layer (src/api/ctx.c) creates
- * and destroys it; transports read it through the helpers in
- * src/transport/transport.h.
+ * regions, grants, accepted tokens, and a slot per transport for its
+ * per-context state. src/core/ctx.c keeps it; src/api/ctx.c creates and
+ * destroys contexts (it alone reaches the transports' teardown).
  *
  * Threading: cfg is protected by cfg_lock (writers: lc_ctx_config_set;
  * readers copy values under it with lc__ctx_cfg). counters are atomics.
@@ -23,6 +23,10 @@
 #include "core/region.h"
 
 struct lc__batch_timer; /* src/transport/batch.c */
+struct lc__io;          /* src/transport/io/ */
+
+/* Transports with per-context state (src/transport/registry.c). */
+#define LC__TRANSPORT_SLOTS 8
 
 struct lc_ctx {
 	char name[64];
@@ -44,7 +48,13 @@ struct lc_ctx {
 	struct lc_conn *conns;         /* doubly linked through conn->ctx_next/prev */
 	struct lc_listener *listeners; /* linked through listener->ctx_next/prev */
 	struct lc__batch_timer *timer;
+	struct lc__io *io;                      /* created at first use, under objs_lock */
+	void *tp_state[LC__TRANSPORT_SLOTS];    /* by registry index, under objs_lock */
 };
+
+/* Fill a zeroed context's own state; undo with lc__ctx_fini. */
+int lc__ctx_init(lc_ctx_t *ctx, const char *name);
+void lc__ctx_fini(lc_ctx_t *ctx);
 
 /* A config value, read under the lock. */
 int64_t lc__ctx_cfg(lc_ctx_t *ctx, enum lc__config_field field);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/common.h"
+#include "core/ctx.h"
 #include "core/region.h"
 
 int lc__regions_init(lc__regions_t *t)
@@ -151,5 +152,40 @@ int lc__regions_list(lc__regions_t *t, lc__region_info_t **out, size_t *n)
 	*n = t->n;
 	pthread_rwlock_unlock(&t->lock);
 	*out = v;
+	return 0;
+}
+
+/* Descriptor layout (little-endian), version 1:
+ *   0 u32 magic "LCRD"   4 u16 version   6 u16 key bytes that follow
+ *   8 u64 owner         16 u32 region id 20 u32 flags   24 u64 length
+ *  32 transport keys (opaque, e.g. UCX rkeys) */
+#define LC__DESC_MAGIC 0x4452434cu
+#define LC__DESC_VERSION 1
+
+void lc__region_desc_header(const struct lc_region *r, uint16_t keys, uint8_t *p)
+{
+	lc__put_u32(p, LC__DESC_MAGIC);
+	lc__put_u16(p + 4, LC__DESC_VERSION);
+	lc__put_u16(p + 6, keys);
+	lc__put_u64(p + 8, r->ctx->uid);
+	lc__put_u32(p + 16, r->id);
+	lc__put_u32(p + 20, r->memfd >= 0 ? LC__DESC_FLAG_MEMFD : 0);
+	lc__put_u64(p + 24, r->len);
+}
+
+int lc_region_unpack(const void *buf, size_t len, lc_region_desc_t *out)
+{
+	const uint8_t *p = buf;
+	if (!buf || !out)
+		return -EINVAL;
+	if (len < LC__DESC_HEADER || lc__get_u32(p) != LC__DESC_MAGIC ||
+	    lc__get_u16(p + 4) != LC__DESC_VERSION || LC__DESC_HEADER + (size_t)lc__get_u16(p + 6) != len)
+		return LC_ERR_PROTO;
+	out->owner = lc__get_u64(p + 8);
+	out->region_id = lc__get_u32(p + 16);
+	out->flags = lc__get_u32(p + 20);
+	out->length = lc__get_u64(p + 24);
+	if (out->region_id == 0)
+		return LC_ERR_PROTO;
 	return 0;
 }

@@ -53,4 +53,10 @@ int lc__regions_find(lc__regions_t *t, const void *addr, size_t len, lc__region_
 /* Snapshot of live regions (caller frees *out). */
 int lc__regions_list(lc__regions_t *t, lc__region_info_t **out, size_t *n);
 
+/* Packed region descriptors: a 32-byte header, then transport keys. */
+#define LC__DESC_HEADER 32
+#define LC__DESC_FLAG_MEMFD 1u
+/* Write the header of r's descriptor, announcing `keys` key bytes. */
+void lc__region_desc_header(const struct lc_region *r, uint16_t keys, uint8_t *p);
+
 #endif

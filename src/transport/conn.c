@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/params.h"
 #include "transport/cq.h"
 #include "transport/generic.h"
 
@@ -74,10 +75,11 @@ void lc_listener_destroy(lc_listener_t *l)
 int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *params,
 		   lc_conn_t **out)
 {
-	lc_conn_params_t p = {0};
+	lc_conn_params_t p;
+	/* params are required: a connection needs a completion queue. */
 	if (!ctx || !url || !out || !params)
 		return -EINVAL;
-	memcpy(&p, params, LC__MIN(params->size ? params->size : sizeof p, sizeof p));
+	LC__PARAMS_COPY(&p, params);
 	if (!p.cq || strlen(url) >= LC__URL_MAX || p.lanes < 0)
 		return -EINVAL;
 	const lc__transport_ops_t *ops = lc__transport_find(url);
@@ -94,10 +96,9 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 	snprintf(c->url, sizeof c->url, "%s", url);
 	c->token = p.token;
 	c->has_token = p.has_token != 0;
-	c->lanes = p.lanes ? p.lanes : (int)lc__ctx_cfg(ctx, LC__CFG_tcp_lanes);
 	pthread_mutex_init(&c->lock, NULL);
 	c->pending.next = c->pending.prev = &c->pending;
-	int rc = ops->conn_open(c, url);
+	int rc = ops->conn_open(c, url, &p);
 	if (rc) {
 		LC_WARN("connection to %s: %s", url, lc_strerror(rc));
 		LC__COUNT(ctx, conns_failed);
@@ -154,13 +155,6 @@ int lc_conn_import_region(lc_conn_t *c, const void *desc, size_t len, uint32_t *
 	return 0;
 }
 
-int lc_loop_set_faults(lc_conn_t *c, const lc_loop_faults_t *faults)
-{
-	if (!c || !faults || !c->ops->set_faults)
-		return -EINVAL;
-	return c->ops->set_faults(c, faults);
-}
-
 /* ---- batches ---- */
 
 static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__batch_t *b)
@@ -176,7 +170,7 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 		lc__region_info_t src;
 		if (w->length == 0)
 			continue; /* lands nothing; complete with the rest */
-		if (!w->local || lc__local_find(c->ctx, w->local, w->length, &src)) {
+		if (!w->local || lc__source_find(c->ctx, w->local, w->length, &src)) {
 			LC_WARN("batch to %s: write %zu source %p+%llu is not in a registered region",
 				c->url, i, w->local, (unsigned long long)w->length);
 			return LC_ERR_REGION;

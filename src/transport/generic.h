@@ -11,5 +11,8 @@ size_t lc__conn_collect(lc_conn_t *c, bool (*pred)(const lc__batch_t *, const vo
 int lc__timer_start(lc_ctx_t *ctx);
 void lc__timer_kick(lc_ctx_t *ctx, uint64_t deadline_ns);
 void lc__timer_stop(lc_ctx_t *ctx);
+/* Free every transport's per-context state (registry.c); the context has no
+ * connection or listener left. */
+void lc__transports_fini(lc_ctx_t *ctx);
 
 #endif

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/params.h"
 #include "transport/transport.h"
 
 typedef struct loop_listener {
@@ -185,7 +186,7 @@ static enum write_outcome apply_write(loop_conn_t *lc, loop_listener_t *ll, lc__
 		}
 	}
 	lc_ctx_t *rctx = ll->owner->ctx;
-	int rc = len ? lc__recv_copy(rctx, b->room, w->remote_region, w->remote_offset, w->local,
+	int rc = len ? lc__land_write(rctx, b->room, w->remote_region, w->remote_offset, w->local,
 				     len)
 		     : 0;
 	if (rc) {
@@ -289,7 +290,7 @@ static int parse_faults(const char *url, lc_loop_faults_t *f)
 	return 0;
 }
 
-static int loop_conn_open(lc_conn_t *c, const char *url)
+static int loop_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 {
 	loop_conn_t *lc = calloc(1, sizeof *lc);
 	int rc;
@@ -376,11 +377,17 @@ static void loop_flush(lc_conn_t *c)
 	pthread_mutex_unlock(&lc->lock);
 }
 
-static int loop_set_faults(lc_conn_t *c, const lc_loop_faults_t *faults)
+extern const lc__transport_ops_t lc__loop_ops;
+
+/* Fault injection belongs to loop:// alone, so it is not in the generic ops
+ * table: the public entry point checks the connection is a loop one. */
+int lc_loop_set_faults(lc_conn_t *c, const lc_loop_faults_t *faults)
 {
+	if (!c || !faults || c->ops != &lc__loop_ops)
+		return -EINVAL;
 	loop_conn_t *lc = c->tp;
-	lc_loop_faults_t f = {0};
-	memcpy(&f, faults, LC__MIN(faults->size ? faults->size : sizeof f, sizeof f));
+	lc_loop_faults_t f;
+	LC__PARAMS_COPY(&f, faults);
 	f.size = sizeof f;
 	pthread_mutex_lock(&lc->lock);
 	lc->faults = f;
@@ -398,5 +405,4 @@ const lc__transport_ops_t lc__loop_ops = {
 	.conn_close = loop_conn_close,
 	.post = loop_post,
 	.flush = loop_flush,
-	.set_faults = loop_set_faults,
 };

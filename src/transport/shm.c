@@ -419,25 +419,11 @@ typedef struct copy_helper {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	bool stop, busy; /* busy: a job is posted and not finished */
-	uint8_t *dst;
+	const lc__land_t *land; /* the job: land len bytes of src at byte at */
 	const uint8_t *src;
-	uint64_t len;
-	lc__grant_room_t *g;
+	uint64_t at, len;
 	bool revoked; /* the helper saw the revoke */
 } copy_helper_t;
-
-static bool copy_bracketed(lc__grant_room_t *g, uint8_t *dst, const uint8_t *src, uint64_t len)
-{
-	for (uint64_t done = 0; done < len;) {
-		size_t n = (size_t)LC__MIN(len - done, (uint64_t)COPY_SLICE);
-		if (!lc__grant_enter(g))
-			return false;
-		memcpy(dst + done, src + done, n);
-		lc__grant_exit(g);
-		done += n;
-	}
-	return true;
-}
 
 static void *helper_main(void *arg)
 {
@@ -445,15 +431,15 @@ static void *helper_main(void *arg)
 	copy_helper_t *h = arg;
 	pthread_mutex_lock(&h->lock);
 	for (;;) {
-		while (!h->stop && (!h->busy || !h->g))
+		while (!h->stop && (!h->busy || !h->land))
 			pthread_cond_wait(&h->cond, &h->lock);
 		if (h->stop)
 			break;
 		pthread_mutex_unlock(&h->lock);
-		bool ok = copy_bracketed(h->g, h->dst, h->src, h->len);
+		bool ok = lc__land_copy(h->land, h->at, h->src, h->len) == 0;
 		pthread_mutex_lock(&h->lock);
 		h->revoked = !ok;
-		h->g = NULL;
+		h->land = NULL;
 		h->busy = false;
 		pthread_cond_broadcast(&h->cond);
 	}
@@ -491,69 +477,63 @@ static void helper_stop(copy_helper_t *h)
 	free(h);
 }
 
-/* lc__recv_copy, with the copy split between this thread and the helper. */
+/* lc__land_write, with the copy split between this thread and the helper. */
 static int copy_split(shm_listener_t *sl, uint64_t room, uint32_t region, uint64_t offset,
 		      const uint8_t *src, uint64_t length)
 {
 	copy_helper_t *h = sl->helper;
-	lc__grant_room_t *g;
-	uint8_t *dst;
-	int rc = lc__recv_check(sl->ctx, room, region, offset, length, &dst, &g);
+	lc__land_t l;
+	int rc = lc__land_open(sl->ctx, room, region, offset, length, &l);
 	if (rc)
 		return rc;
 	uint64_t half = (length / 2 + 63) & ~(uint64_t)63; /* cache-line split */
 	pthread_mutex_lock(&h->lock);
-	h->dst = dst + half;
+	h->land = &l;
 	h->src = src + half;
+	h->at = half;
 	h->len = length - half;
-	h->g = g;
 	h->busy = true;
 	h->revoked = false;
 	pthread_cond_signal(&h->cond);
 	pthread_mutex_unlock(&h->lock);
-	bool ok = copy_bracketed(g, dst, src, half);
+	bool ok = lc__land_copy(&l, 0, src, half) == 0;
 	pthread_mutex_lock(&h->lock);
 	while (h->busy)
 		pthread_cond_wait(&h->cond, &h->lock);
 	ok = ok && !h->revoked;
 	pthread_mutex_unlock(&h->lock);
-	lc__grant_put(g);
-	if (!ok) {
-		LC__COUNT(sl->ctx, writes_rejected_grant);
-		return LC_ERR_GRANT;
-	}
-	lc__recv_count(sl->ctx, 1, length);
-	return 0;
+	if (!ok)
+		lc__land_revoked(&l);
+	lc__land_done(&l, ok);
+	return ok ? 0 : LC_ERR_GRANT;
 }
 
-/* CMA copy with the same bracket discipline as lc__recv_copy. */
+/* CMA: the kernel copies from P's memory straight into place, inside the
+ * seam's bracket, slice by slice. */
 static int copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region, uint64_t offset,
 		    uint64_t p_addr, uint64_t length)
 {
-	lc__grant_room_t *g;
-	uint8_t *dst;
-	int rc = lc__recv_check(ctx, room, region, offset, length, &dst, &g);
+	lc__land_t l;
+	int rc = lc__land_open(ctx, room, region, offset, length, &l);
 	if (rc)
 		return rc;
 	for (uint64_t done = 0; done < length && !rc;) {
 		size_t n = (size_t)LC__MIN(length - done, (uint64_t)COPY_SLICE);
-		if (!lc__grant_enter(g)) {
-			LC__COUNT(ctx, writes_rejected_grant);
+		if (!lc__land_enter(&l)) {
+			lc__land_revoked(&l);
 			rc = LC_ERR_GRANT;
 			break;
 		}
-		struct iovec lv = {dst + done, n}, rv = {(void *)(uintptr_t)(p_addr + done), n};
+		struct iovec lv = {l.dst + done, n}, rv = {(void *)(uintptr_t)(p_addr + done), n};
 		ssize_t got = process_vm_readv(pid, &lv, 1, &rv, 1, 0);
-		lc__grant_exit(g);
+		lc__land_exit(&l);
 		if (got <= 0) {
 			rc = got < 0 && errno == EPERM ? -ENOTSUP : LC_ERR_IO;
 			break;
 		}
 		done += (uint64_t)got;
 	}
-	lc__grant_put(g);
-	if (!rc)
-		lc__recv_count(ctx, 1, length);
+	lc__land_done(&l, rc == 0);
 	return rc;
 }
 
@@ -611,7 +591,7 @@ static int on_writes(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t l
 		else if (s->mode == SRC_MAP && sl->helper && length >= SPLIT_MIN)
 			rc = copy_split(sl, room, dst, doff, s->base + soff, length);
 		else if (s->mode == SRC_MAP)
-			rc = lc__recv_copy(sl->ctx, room, dst, doff, s->base + soff, length);
+			rc = lc__land_write(sl->ctx, room, dst, doff, s->base + soff, length);
 		else
 			rc = copy_cma(sl->ctx, dc->pid, room, dst, doff, s->p_addr + soff, length);
 		ack_add(dc, batch, rc);
@@ -1056,7 +1036,7 @@ static void build_next(shm_conn_t *sc)
 		const uint8_t *local = w->local;
 		if (!have_ri || local < ri.addr || w->length > ri.len ||
 		    (size_t)(local - ri.addr) > ri.len - w->length) {
-			if (lc__local_find(ctx, local, w->length, &ri)) {
+			if (lc__source_find(ctx, local, w->length, &ri)) {
 				lc__batch_fail(b, LC_ERR_REGION,
 					       "%s: write %zu: source %p+%llu is no longer registered",
 					       sc->c->url, pb->sent, (const void *)local,
@@ -1288,7 +1268,7 @@ static void *conn_main(void *arg)
 	return NULL;
 }
 
-static int shm_conn_open(lc_conn_t *c, const char *url)
+static int shm_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 {
 	int rc;
 	shm_conn_t *sc = calloc(1, sizeof *sc);

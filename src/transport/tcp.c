@@ -36,6 +36,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "transport/io/io.h"
 #include "transport/tcp_wire.h"
 #include "transport/transport.h"
 
@@ -61,6 +62,9 @@
 #define OUT_CAP (OUT_FRAMES * LC__TCP_CTRL_LEN)
 #define IN_CAP (128u * LC__TCP_CTRL_LEN)
 #define MAX_ACCEPTED 1024
+/* What an fd of a listener task is. */
+#define LISTEN_TAG 0
+#define LANE_TAG 1
 
 /* ====================================================================
  * Sender state.
@@ -124,6 +128,7 @@ typedef struct lane {
 	uint64_t queued;    /* payload bytes queued and unacknowledged */
 	uint8_t in[IN_CAP];
 	size_t in_len;
+	lc__io_fd_t iofd;
 } lane_t;
 
 typedef struct tcp_conn {
@@ -133,8 +138,8 @@ typedef struct tcp_conn {
 	int port;
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
-	int epfd, wakefd;
-	pthread_t thread;
+	lc__io_task_t task; /* on the context's I/O core */
+	bool warm;          /* lanes were connected ahead of the first batch */
 	int nlanes;
 	lane_t *lanes;
 	uint64_t connect_ns, progress_ns;
@@ -143,8 +148,6 @@ typedef struct tcp_conn {
 	pthread_mutex_t lock;
 	segblock_t *subq, *subq_tail; /* under lock */
 	bool closing;                 /* under lock */
-	_Atomic int stop;
-	_Atomic int wake_pending;
 
 	/* I/O thread scratch for one sendmsg. */
 	struct iovec iov[MAX_IOV];
@@ -168,19 +171,6 @@ static int sockbuf_bytes(lc_ctx_t *ctx)
 {
 	int64_t kib = lc__ctx_cfg(ctx, LC__CFG_socket_buffer_kib);
 	return (int)LC__MIN(kib * 1024, (int64_t)1 << 30);
-}
-
-static int epoll_add(int epfd, int fd, uint32_t events, uint64_t data)
-{
-	struct epoll_event ev = {.events = events, .data.u64 = data};
-	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
-}
-
-static int ms_until(uint64_t deadline_ns, uint64_t now)
-{
-	if (deadline_ns <= now)
-		return 0;
-	return (int)LC__MIN((deadline_ns - now + 999999) / 1000000, (uint64_t)60000);
 }
 
 /* ====================================================================
@@ -257,8 +247,10 @@ static void lane_append(lane_t *ln, seg_t *s, uint64_t now)
 
 static void lane_close_fd(lane_t *ln)
 {
-	if (ln->fd >= 0)
-		close(ln->fd); /* also leaves the epoll set */
+	if (ln->fd >= 0) {
+		lc__io_fd_del(&ln->tc->task, &ln->iofd);
+		close(ln->fd);
+	}
 	ln->fd = -1;
 	ln->state = LANE_DOWN;
 	ln->writable = false;
@@ -344,8 +336,8 @@ static void lane_connect(lane_t *ln, uint64_t now)
 		lane_fail(ln, LC_ERR_UNREACHABLE, "connect: %s", strerror(errno));
 		return;
 	}
-	int rc = epoll_add(tc->epfd, ln->fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-			   (uint64_t)ln->idx + 1);
+	int rc = lc__io_fd_add(&tc->task, &ln->iofd, ln->fd,
+			       EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, (uint32_t)ln->idx);
 	if (rc) {
 		lane_fail(ln, LC_ERR_IO, "epoll: %s", strerror(-rc));
 		return;
@@ -666,10 +658,6 @@ static lane_t *pick_lane(tcp_conn_t *tc)
 
 static void take_submissions(tcp_conn_t *tc, uint64_t now)
 {
-	uint64_t v;
-	if (read(tc->wakefd, &v, sizeof v) < 0 && errno != EAGAIN)
-		LC_DEBUG("eventfd read: %s", strerror(errno));
-	atomic_store(&tc->wake_pending, 0);
 	pthread_mutex_lock(&tc->lock);
 	segblock_t *blk = tc->subq;
 	tc->subq = tc->subq_tail = NULL;
@@ -703,7 +691,8 @@ static void lane_check_deadlines(lane_t *ln, uint64_t now)
 	}
 }
 
-static int sender_timeout(tcp_conn_t *tc, uint64_t now)
+/* The next lane deadline, 0 if none. */
+static uint64_t sender_deadline(const tcp_conn_t *tc)
 {
 	uint64_t next = UINT64_MAX;
 	for (int i = 0; i < tc->nlanes; i++) {
@@ -713,7 +702,7 @@ static int sender_timeout(tcp_conn_t *tc, uint64_t now)
 		else if (ln->state == LANE_READY && ln->head)
 			next = LC__MIN(next, ln->progress_ns + tc->progress_ns);
 	}
-	return next == UINT64_MAX ? -1 : ms_until(next, now);
+	return next == UINT64_MAX ? 0 : next;
 }
 
 static void sender_service(tcp_conn_t *tc, uint64_t now)
@@ -729,36 +718,37 @@ static void sender_service(tcp_conn_t *tc, uint64_t now)
 	}
 }
 
-static void *sender_main(void *arg)
+/* The connection as a task of the I/O core. */
+static void sender_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uint64_t now)
 {
-	pthread_setname_np(pthread_self(), "lc-tcp-send");
-	tcp_conn_t *tc = arg;
-	struct epoll_event ev[64];
-	uint64_t now = lc__now_ns();
-	for (int i = 0; i < tc->nlanes; i++)
-		lane_connect(&tc->lanes[i], now); /* warm: the first batch finds lanes ready */
-	while (!atomic_load(&tc->stop)) {
-		int n = epoll_wait(tc->epfd, ev, LC__ARRAY_SIZE(ev),
-				   sender_timeout(tc, lc__now_ns()));
-		now = lc__now_ns();
-		for (int i = 0; i < n; i++) {
-			if (ev[i].data.u64 == 0)
-				take_submissions(tc, now);
-			else
-				on_lane_event(&tc->lanes[ev[i].data.u64 - 1], ev[i].events, now);
-		}
-		sender_service(tc, now);
-	}
-	return NULL;
+	tcp_conn_t *tc = LC__CONTAINER_OF(t, tcp_conn_t, task);
+	on_lane_event(&tc->lanes[f->tag], events, now);
 }
+
+static uint64_t sender_task_service(lc__io_task_t *t, uint64_t now)
+{
+	tcp_conn_t *tc = LC__CONTAINER_OF(t, tcp_conn_t, task);
+	if (!tc->warm) { /* the first batch finds lanes ready */
+		tc->warm = true;
+		for (int i = 0; i < tc->nlanes; i++)
+			lane_connect(&tc->lanes[i], now);
+	}
+	take_submissions(tc, now);
+	sender_service(tc, now);
+	return sender_deadline(tc);
+}
+
+static const lc__io_task_ops_t sender_task_ops = {
+	.name = "tcp-send",
+	.on_event = sender_on_event,
+	.service = sender_task_service,
+};
 
 /* ---- ops: sender ---- */
 
 static void wake(tcp_conn_t *tc)
 {
-	uint64_t one = 1;
-	if (!atomic_exchange(&tc->wake_pending, 1) && write(tc->wakefd, &one, sizeof one) < 0)
-		LC_WARN("eventfd write: %s", strerror(errno));
+	lc__io_kick(&tc->task);
 }
 
 /* Split a batch into at most `lanes` runs of writes of similar byte counts,
@@ -818,21 +808,18 @@ static void tcp_flush(lc_conn_t *c)
 
 static void tcp_conn_free(tcp_conn_t *tc)
 {
-	if (tc->epfd >= 0)
-		close(tc->epfd);
-	if (tc->wakefd >= 0)
-		close(tc->wakefd);
 	pthread_mutex_destroy(&tc->lock);
 	free(tc->lanes);
 	free(tc);
 }
 
-static int tcp_conn_setup(tcp_conn_t *tc, lc_conn_t *c)
+static int tcp_conn_setup(tcp_conn_t *tc, lc_conn_t *c, const lc_conn_params_t *p)
 {
 	lc_ctx_t *ctx = c->ctx;
 	tc->conn = c;
 	tc->ctx = ctx;
-	tc->nlanes = c->lanes > 0 ? LC__MIN(c->lanes, 64) : 1;
+	int lanes = p->lanes ? p->lanes : (int)lc__ctx_cfg(ctx, LC__CFG_tcp_lanes);
+	tc->nlanes = lanes > 0 ? LC__MIN(lanes, 64) : 1;
 	tc->connect_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
 	tc->progress_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_progress_timeout_ms) * 1000000ull;
 	tc->sockbuf = sockbuf_bytes(ctx);
@@ -841,41 +828,41 @@ static int tcp_conn_setup(tcp_conn_t *tc, lc_conn_t *c)
 		return -ENOMEM;
 	for (int i = 0; i < tc->nlanes; i++)
 		tc->lanes[i] = (lane_t){.tc = tc, .idx = i, .fd = -1};
-	tc->epfd = epoll_create1(EPOLL_CLOEXEC);
-	tc->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (tc->epfd < 0 || tc->wakefd < 0)
-		return -errno;
-	return epoll_add(tc->epfd, tc->wakefd, EPOLLIN, 0);
+	return 0;
 }
 
-static int tcp_conn_open(lc_conn_t *c, const char *url)
+static int tcp_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 {
 	tcp_conn_t *tc = calloc(1, sizeof *tc);
 	int rc;
 	if (!tc)
 		return -ENOMEM;
-	tc->epfd = tc->wakefd = -1;
 	pthread_mutex_init(&tc->lock, NULL);
 	rc = lc__url_host_port(url, "tcp", tc->host, sizeof tc->host, &tc->port);
 	if (rc || tc->port == 0) {
 		rc = -EINVAL;
 		goto fail;
 	}
-	rc = tcp_conn_setup(tc, c);
-	if (rc)
-		goto fail;
-	rc = -pthread_create(&tc->thread, NULL, sender_main, tc);
+	rc = tcp_conn_setup(tc, c, p);
 	if (rc)
 		goto fail;
 	c->tp = tc;
+	rc = lc__io_attach(c->ctx, &tc->task, &sender_task_ops);
+	if (rc)
+		goto fail;
 	return 0;
 fail:
+	c->tp = NULL;
 	tcp_conn_free(tc);
 	return rc;
 }
 
-static void release_all(tcp_conn_t *tc)
+/* On the loop thread, as the task detaches: close every lane, fail what is
+ * left. */
+static void release_all(lc__io_task_t *t, void *arg)
 {
+	tcp_conn_t *tc = arg;
+	(void)t;
 	for (int i = 0; i < tc->nlanes; i++)
 		lane_fail(&tc->lanes[i], LC_ERR_CANCELLED, "connection closed");
 	for (segblock_t *blk = tc->subq, *next; blk; blk = next) {
@@ -893,11 +880,7 @@ static void tcp_conn_close(lc_conn_t *c)
 	pthread_mutex_lock(&tc->lock);
 	tc->closing = true;
 	pthread_mutex_unlock(&tc->lock);
-	atomic_store(&tc->stop, 1);
-	atomic_store(&tc->wake_pending, 0);
-	wake(tc);
-	pthread_join(tc->thread, NULL);
-	release_all(tc);
+	lc__io_detach(&tc->task, release_all, tc);
 	tcp_conn_free(tc);
 	c->tp = NULL;
 }
@@ -908,15 +891,15 @@ static void tcp_conn_close(lc_conn_t *c)
  * Threading: the listener's I/O thread owns every rlane and the scratch
  * buffer; listen() and listener_close() touch them only before the thread
  * starts and after it is joined. Shared state is reached only through the
- * context's thread-safe helpers (lc__recv_check, grants, counters, tokens).
+ * context's thread-safe helpers (the memory seam, counters, tokens).
  * ==================================================================== */
 
 enum rphase { R_HELLO, R_HDR, R_RUN };
 
 /* One write of the run being received. */
 typedef struct rwrite {
-	uint8_t *dst;        /* NULL: rejected, the payload is discarded */
-	lc__grant_room_t *g; /* referenced until the payload is in place */
+	uint8_t *dst;     /* NULL: rejected, the payload is discarded */
+	lc__land_t land;  /* the seam's landing, until the payload is in place */
 	uint32_t region;
 	uint64_t offset, len;
 	int code, detail; /* the rejection, when dst is NULL */
@@ -937,20 +920,21 @@ typedef struct rlane {
 	/* acknowledgement state */
 	uint64_t seq;   /* writes processed */
 	uint64_t acked; /* writes acknowledged (queued in out) */
-	uint64_t unacked_bytes, count_writes, count_bytes;
+	uint64_t unacked_bytes;
 	uint8_t stage[STAGE_CAP];
 	size_t st_pos, st_len;
 	uint8_t out[OUT_CAP];
 	size_t out_len;
+	lc__io_fd_t iofd;
 } rlane_t;
 
 typedef struct tcp_listener {
 	lc_listener_t *l;
 	lc_ctx_t *ctx;
-	int fd, epfd, wakefd;
-	pthread_t thread;
-	_Atomic int stop;
-	rlane_t *lanes; /* doubly linked */
+	int fd;
+	lc__io_task_t task; /* on the context's I/O core */
+	lc__io_fd_t lfd;    /* the listening socket (tag LISTEN_TAG) */
+	rlane_t *lanes;     /* doubly linked */
 	size_t nlanes;
 	uint64_t hello_ns;
 	int sockbuf;
@@ -989,15 +973,13 @@ static void rlane_flush(rlane_t *r)
 		r->paused = false;
 }
 
-/* Queue a cumulative ACK if anything is unacknowledged. Counters first, so
- * that a sender seeing its completion also sees them. The out buffer always
+/* Queue a cumulative ACK if anything is unacknowledged. The seam counted
+ * each write as it landed, so a sender seeing its completion also sees the
+ * counters. The out buffer always
  * keeps a slot for a REJECT of every write of the run still to come. */
 static void rlane_ack(rlane_t *r)
 {
 	size_t reserve = r->phase == R_RUN ? r->run_n - r->run_i : 0;
-	if (r->count_writes || r->count_bytes)
-		lc__recv_count(r->tl->ctx, r->count_writes, r->count_bytes);
-	r->count_writes = r->count_bytes = 0;
 	r->unacked_bytes = 0;
 	if (r->seq == r->acked || out_free(r) < reserve + 1)
 		return;
@@ -1012,10 +994,7 @@ static void write_done(rlane_t *r)
 {
 	rwrite_t *w = &r->run[r->run_i];
 	if (w->dst) {
-		if (w->g)
-			lc__grant_put(w->g);
-		r->count_writes++;
-		r->count_bytes += w->len;
+		lc__land_done(&w->land, true);
 		r->unacked_bytes += w->len;
 	} else {
 		out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_REJECT,
@@ -1024,7 +1003,6 @@ static void write_done(rlane_t *r)
 					      .b = (uint64_t)w->detail});
 		r->acked = r->seq + 1; /* a REJECT acknowledges everything before it */
 	}
-	w->g = NULL;
 	r->seq++;
 	r->run_i++;
 	r->done = 0;
@@ -1046,9 +1024,8 @@ static void run_advance(rlane_t *r)
 /* The grant was revoked while the payload arrived: land nothing more. */
 static void revoked_midway(rlane_t *r, rwrite_t *w)
 {
-	LC__COUNT(r->tl->ctx, writes_rejected_grant);
-	lc__grant_put(w->g);
-	w->g = NULL;
+	lc__land_revoked(&w->land);
+	lc__land_done(&w->land, false);
 	w->dst = NULL;
 	w->code = LC_ERR_GRANT;
 	w->detail = LC__TCP_REJECT_REVOKED;
@@ -1064,7 +1041,7 @@ static void revoked_run(rlane_t *r, lc__grant_room_t *g)
 		(unsigned long long)r->room, first->region, (unsigned long long)first->offset,
 		(unsigned long long)first->len);
 	for (uint32_t i = r->run_i; i < r->run_n; i++, n++)
-		if (r->run[i].dst && r->run[i].g == g)
+		if (r->run[i].dst && r->run[i].land.g == g)
 			revoked_midway(r, &r->run[i]);
 	LC_DEBUG("tcp: %u writes of the run discarded", n);
 }
@@ -1088,13 +1065,12 @@ static int on_run(rlane_t *r, const uint8_t *p)
 		rwrite_t *w = &r->run[i];
 		if (w->len == 0) { /* lands nothing; the generic layer never sends one */
 			w->dst = (uint8_t *)r->stage;
+			w->land = (lc__land_t){.ctx = r->tl->ctx};
 			continue;
 		}
-		w->code = lc__recv_check(r->tl->ctx, h.room, w->region, w->offset, w->len, &w->dst,
-					 &w->g);
+		w->code = lc__land_open(r->tl->ctx, h.room, w->region, w->offset, w->len, &w->land);
 		w->detail = LC__TCP_REJECT_CHECK;
-		if (w->code)
-			w->dst = NULL;
+		w->dst = w->code ? NULL : w->land.dst;
 	}
 	r->room = h.room;
 	r->run_n = h.n;
@@ -1134,12 +1110,8 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 static void payload_from_stage(rlane_t *r, size_t n)
 {
 	rwrite_t *w = &r->run[r->run_i];
-	if (w->dst && !lc__grant_enter(w->g))
-		revoked_run(r, w->g);
-	if (w->dst) {
-		memcpy(w->dst + r->done, r->stage + r->st_pos, n);
-		lc__grant_exit(w->g);
-	}
+	if (w->dst && lc__land_copy(&w->land, r->done, r->stage + r->st_pos, n))
+		revoked_run(r, w->land.g);
 	r->done += n;
 	r->st_pos += n;
 	run_advance(r);
@@ -1196,11 +1168,12 @@ static int consume_stage(rlane_t *r)
 	return rc < 0 ? rc : 0;
 }
 
-/* iovecs for the rest of the run: payloads straight into place under one
- * grant entry, rejected ones into scratch, then (if the run ends within
- * them) the staging buffer for the next frames. Returns the count; *g is
- * the grant entry to enter, or NULL. */
-static int run_iov(rlane_t *r, struct iovec *iov, lc__grant_room_t **g)
+/* iovecs for the rest of the run: payloads straight into place (the seam's
+ * direct destinations) under one grant bracket, rejected ones into scratch,
+ * then (if the run ends within them) the staging buffer for the next
+ * frames. Returns the count; *g is the landing whose bracket covers them
+ * all, or NULL. */
+static int run_iov(rlane_t *r, struct iovec *iov, const lc__land_t **g)
 {
 	int n = 0;
 	bool whole = true;
@@ -1210,12 +1183,12 @@ static int run_iov(rlane_t *r, struct iovec *iov, lc__grant_room_t **g)
 		uint64_t skip = i == r->run_i ? r->done : 0, left = w->len - skip;
 		if (!left)
 			continue;
-		if (w->dst && *g && w->g != *g) {
+		if (w->dst && *g && w->land.g != (*g)->g) {
 			whole = false; /* another grant entry: next readv */
 			break;
 		}
 		if (w->dst) {
-			*g = w->g;
+			*g = &w->land;
 			iov[n++] = (struct iovec){w->dst + skip, left};
 			continue;
 		}
@@ -1247,19 +1220,19 @@ static void run_distribute(rlane_t *r, const struct iovec *iov, int n, size_t go
 static ssize_t rlane_read(rlane_t *r)
 {
 	struct iovec iov[LC__TCP_MAX_RUN + 1];
-	lc__grant_room_t *g = NULL;
+	const lc__land_t *g = NULL;
 	int n = 1;
 	iov[0] = (struct iovec){r->stage + r->st_len, STAGE_READ};
 	if (r->phase == R_RUN) {
 		n = run_iov(r, iov, &g);
-		while (g && !lc__grant_enter(g)) {
-			revoked_run(r, g);
+		while (g && !lc__land_enter(g)) {
+			revoked_run(r, g->g);
 			n = run_iov(r, iov, &g);
 		}
 	}
 	ssize_t got = readv(r->fd, iov, n);
 	if (g)
-		lc__grant_exit(g);
+		lc__land_exit(g);
 	if (got > 0)
 		run_distribute(r, iov, n, (size_t)got);
 	return got;
@@ -1307,8 +1280,8 @@ static void rlane_pump(rlane_t *r)
 static void rlane_close(tcp_listener_t *tl, rlane_t *r)
 {
 	for (uint32_t i = r->run_i; r->phase == R_RUN && i < r->run_n; i++)
-		if (r->run[i].g)
-			lc__grant_put(r->run[i].g);
+		if (r->run[i].dst)
+			lc__land_done(&r->run[i].land, false);
 	if (r->prev)
 		r->prev->next = r->next;
 	else
@@ -1316,6 +1289,7 @@ static void rlane_close(tcp_listener_t *tl, rlane_t *r)
 	if (r->next)
 		r->next->prev = r->prev;
 	tl->nlanes--;
+	lc__io_fd_del(&tl->task, &r->iofd);
 	close(r->fd);
 	free(r);
 }
@@ -1331,7 +1305,8 @@ static void rlane_add(tcp_listener_t *tl, int fd)
 	*r = (rlane_t){.tl = tl, .fd = fd, .phase = R_HELLO, .writable = true};
 	r->hello_deadline_ns = lc__now_ns() + tl->hello_ns;
 	set_sockopts(fd, 0); /* buffers are inherited from the listening socket */
-	if (epoll_add(tl->epfd, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, (uintptr_t)r)) {
+	if (lc__io_fd_add(&tl->task, &r->iofd, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+			  LANE_TAG)) {
 		close(fd);
 		free(r);
 		return;
@@ -1358,11 +1333,13 @@ static void accept_all(tcp_listener_t *tl)
 	}
 }
 
-/* Pump ready lanes, close dead ones, expire handshakes. Returns the epoll
- * timeout for the next wait. */
-static int listener_service(tcp_listener_t *tl)
+/* Pump ready lanes, close dead ones, expire handshakes. Returns the next
+ * deadline: now when a lane still has bytes (its budget ran out), 0 for
+ * none. */
+static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
 {
-	uint64_t now = lc__now_ns(), next = UINT64_MAX;
+	tcp_listener_t *tl = LC__CONTAINER_OF(t, tcp_listener_t, task);
+	uint64_t next = UINT64_MAX;
 	bool again = false;
 	for (rlane_t *r = tl->lanes, *nx; r; r = nx) {
 		nx = r->next;
@@ -1382,32 +1359,26 @@ static int listener_service(tcp_listener_t *tl)
 			next = LC__MIN(next, r->hello_deadline_ns);
 		again |= r->readable && !r->paused;
 	}
-	return again ? 0 : next == UINT64_MAX ? -1 : ms_until(next, now);
+	return again ? now : next == UINT64_MAX ? 0 : next;
 }
 
-static void *listener_main(void *arg)
+static void listener_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uint64_t now)
 {
-	pthread_setname_np(pthread_self(), "lc-tcp-listen");
-	tcp_listener_t *tl = arg;
-	struct epoll_event ev[64];
-	int timeout = -1;
-	while (!atomic_load(&tl->stop)) {
-		int n = epoll_wait(tl->epfd, ev, LC__ARRAY_SIZE(ev), timeout);
-		for (int i = 0; i < n; i++) {
-			void *p = ev[i].data.ptr;
-			if (p == tl)
-				accept_all(tl);
-			else if (p) {
-				rlane_t *r = p;
-				r->readable |= (ev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP |
-								EPOLLERR)) != 0;
-				r->writable |= (ev[i].events & EPOLLOUT) != 0;
-			}
-		}
-		timeout = listener_service(tl);
+	tcp_listener_t *tl = LC__CONTAINER_OF(t, tcp_listener_t, task);
+	if (f->tag == LISTEN_TAG) {
+		accept_all(tl);
+		return;
 	}
-	return NULL;
+	rlane_t *r = LC__CONTAINER_OF(f, rlane_t, iofd);
+	r->readable |= (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
+	r->writable |= (events & EPOLLOUT) != 0;
 }
+
+static const lc__io_task_ops_t listener_task_ops = {
+	.name = "tcp-listen",
+	.on_event = listener_on_event,
+	.service = listener_service,
+};
 
 /* ---- ops: receiver ---- */
 
@@ -1453,16 +1424,19 @@ static int resolved_url(tcp_listener_t *tl, char *url, size_t cap)
 	return 0;
 }
 
-static void tcp_listener_free(tcp_listener_t *tl)
+/* On the loop thread, as the task detaches: close every lane. */
+static void listener_release(lc__io_task_t *t, void *arg)
 {
+	tcp_listener_t *tl = arg;
 	while (tl->lanes)
 		rlane_close(tl, tl->lanes);
+	lc__io_fd_del(t, &tl->lfd);
+}
+
+static void tcp_listener_free(tcp_listener_t *tl)
+{
 	if (tl->fd >= 0)
 		close(tl->fd);
-	if (tl->epfd >= 0)
-		close(tl->epfd);
-	if (tl->wakefd >= 0)
-		close(tl->wakefd);
 	free(tl);
 }
 
@@ -1476,7 +1450,7 @@ static int tcp_listen(lc_listener_t *l, const char *url)
 	tcp_listener_t *tl = calloc(1, sizeof *tl);
 	if (!tl)
 		return -ENOMEM;
-	tl->fd = tl->epfd = tl->wakefd = -1;
+	tl->fd = -1;
 	tl->l = l;
 	tl->ctx = l->ctx;
 	tl->hello_ns = (uint64_t)lc__ctx_cfg(l->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
@@ -1487,19 +1461,14 @@ static int tcp_listen(lc_listener_t *l, const char *url)
 	rc = resolved_url(tl, l->url, sizeof l->url);
 	if (rc)
 		goto fail;
-	tl->epfd = epoll_create1(EPOLL_CLOEXEC);
-	tl->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (tl->epfd < 0 || tl->wakefd < 0) {
-		rc = -errno;
-		goto fail;
-	}
-	rc = epoll_add(tl->epfd, tl->fd, EPOLLIN, (uintptr_t)tl);
-	if (!rc)
-		rc = epoll_add(tl->epfd, tl->wakefd, EPOLLIN, 0);
-	if (!rc)
-		rc = -pthread_create(&tl->thread, NULL, listener_main, tl);
+	rc = lc__io_attach(l->ctx, &tl->task, &listener_task_ops);
 	if (rc)
 		goto fail;
+	rc = lc__io_fd_add(&tl->task, &tl->lfd, tl->fd, EPOLLIN, LISTEN_TAG);
+	if (rc) {
+		lc__io_detach(&tl->task, NULL, NULL);
+		goto fail;
+	}
 	l->tp = tl;
 	return 0;
 fail:
@@ -1510,11 +1479,7 @@ fail:
 static void tcp_listener_close(lc_listener_t *l)
 {
 	tcp_listener_t *tl = l->tp;
-	uint64_t one = 1;
-	atomic_store(&tl->stop, 1);
-	if (write(tl->wakefd, &one, sizeof one) < 0)
-		LC_WARN("eventfd write: %s", strerror(errno));
-	pthread_join(tl->thread, NULL);
+	lc__io_detach(&tl->task, listener_release, tl);
 	tcp_listener_free(tl);
 	l->tp = NULL;
 }

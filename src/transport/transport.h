@@ -28,6 +28,7 @@
 #include <stdbool.h>
 
 #include "core/ctx.h"
+#include "transport/seam.h"
 
 #define LC__URL_MAX 256
 
@@ -58,7 +59,6 @@ struct lc_conn {
 	char url[LC__URL_MAX];
 	lc_token_t token;
 	bool has_token;
-	int lanes;
 
 	pthread_mutex_t lock;
 	lc__batch_t pending; /* sentinel of a circular list */
@@ -79,13 +79,19 @@ struct lc_listener {
 
 typedef struct lc__transport_ops {
 	const char *scheme;
+	/* Optional: per-context state, made at the context's first use of the
+	 * transport (lc__transport_state) and freed by fini() when the context
+	 * is destroyed, after every connection and listener of it closed. */
+	int (*init)(lc_ctx_t *ctx, void **state);
+	void (*fini)(lc_ctx_t *ctx, void *state);
 	/* Receiver side. listen() parses url, starts serving, and writes the
 	 * resolved URL into l->url. */
 	int (*listen)(lc_listener_t *l, const char *url);
 	/* Stop serving; close accepted connections; join threads. */
 	void (*listener_close)(lc_listener_t *l);
-	/* Sender side. Must not block on the network. */
-	int (*conn_open)(lc_conn_t *c, const char *url);
+	/* Sender side. Must not block on the network. p is the caller's
+	 * parameters (transport-specific fields such as tcp's lanes). */
+	int (*conn_open)(lc_conn_t *c, const char *url, const lc_conn_params_t *p);
 	/* After return the transport touches no batch and holds no reference. */
 	void (*conn_close)(lc_conn_t *c);
 	/* Queue a batch (nwrites >= 1); non-blocking. A negative return means
@@ -101,12 +107,14 @@ typedef struct lc__transport_ops {
 			     size_t blob_len);
 	/* Optional: append transport keys to a packed region descriptor. */
 	int (*pack_region)(lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf, size_t cap);
-	/* Optional: set loop faults (loop only). */
-	int (*set_faults)(lc_conn_t *c, const lc_loop_faults_t *faults);
 } lc__transport_ops_t;
 
 /* Registry (registry.c). */
 const lc__transport_ops_t *lc__transport_find(const char *url);
+/* The transport's state for ctx, made by its init() at first use. */
+int lc__transport_state(lc_ctx_t *ctx, const lc__transport_ops_t *ops, void **out);
+/* Append every transport's keys for r to a packed descriptor. */
+int lc__transports_pack_region(lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf, size_t cap);
 
 /* Batches (batch.c). */
 void lc__batch_ref(lc__batch_t *b);
@@ -120,22 +128,6 @@ void lc__batch_fail(lc__batch_t *b, int code, const char *fmt, ...)
 /* Fail every pending batch of the connection (peer gone, stalled). */
 void lc__conn_fail_all(lc_conn_t *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-
-/* Receiver helpers (recv.c): validate a write against the context's regions
- * and the room's grants, counting and logging rejections. On success *dst
- * is where the bytes go and *g is a referenced grant entry: bracket every
- * copy with lc__grant_enter/exit and release with lc__grant_put. */
-int lc__recv_check(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
-		   uint64_t length, uint8_t **dst, lc__grant_room_t **g);
-/* Check, copy `length` bytes from src, count. For transports whose payload
- * is already addressable (loop, shm). */
-int lc__recv_copy(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
-		  const void *src, uint64_t length);
-/* Count applied bytes (transports that copy themselves, e.g. tcp). */
-void lc__recv_count(lc_ctx_t *ctx, uint64_t writes, uint64_t bytes);
-
-/* Sender helper: the registered local region holding [addr, addr+len). */
-int lc__local_find(lc_ctx_t *ctx, const void *addr, size_t len, lc__region_info_t *out);
 
 /* URL helpers: split "scheme://host:port[?query]". */
 int lc__url_host_port(const char *url, const char *scheme, char *host, size_t host_cap,

@@ -942,13 +942,13 @@ static void on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 	}
 	for (i = 0; i < n; i++) {
 		const uint8_t *e = d + LEASE_HDR + (size_t)i * LEASE_ENTRY;
-		uint8_t *dst;
-		lc__grant_room_t *g;
+		lc__land_t l;
 		uint64_t wlen = lc__get_u64(e + 16);
-		rc = lc__recv_check(st->ctx, room, lc__get_u32(e), lc__get_u64(e + 8), wlen, &dst, &g);
+		rc = lc__land_open(st->ctx, room, lc__get_u32(e), lc__get_u64(e + 8), wlen, &l);
 		if (rc)
 			break;
-		dsts[i] = dst;
+		lc__grant_room_t *g = l.g;
+		dsts[i] = l.dst;
 		lens[i] = wlen;
 		bytes += wlen;
 		if (!g0) {
@@ -1012,7 +1012,8 @@ static void on_done(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 		if (writes > ls->writes || bytes > ls->bytes) {
 			LC__COUNT(st->ctx, frames_malformed);
 		} else if (writes) {
-			lc__recv_count(st->ctx, writes, bytes);
+			LC__COUNT_ADD(st->ctx, writes_applied, writes);
+			LC__COUNT_ADD(st->ctx, bytes_applied, bytes);
 		}
 		lease_release(ls);
 		break;
@@ -1821,7 +1822,7 @@ static void do_connect(ustate_t *st, void *arg)
 			ucs_status_string(s));
 }
 
-static int ucx_conn_open(lc_conn_t *c, const char *url)
+static int ucx_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 {
 	uconn_t *uc = calloc(1, sizeof *uc);
 	int rc;

@@ -1,0 +1,195 @@
+/* The context's own state: configuration, counters and accepted tokens.
+ * Creating and destroying a context, which also reaches the transports,
+ * is src/api/ctx.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ctx.h"
+
+static const char *const counter_names[] = {
+#define LC__CNT_NAME(name) #name,
+	LC_COUNTERS(LC__CNT_NAME)
+#undef LC__CNT_NAME
+};
+
+int lc__ctx_init(lc_ctx_t *ctx, const char *name)
+{
+	int rc;
+	snprintf(ctx->name, sizeof ctx->name, "%s", name ? name : "ctx");
+	ctx->uid = lc__random_u64();
+	pthread_mutex_init(&ctx->cfg_lock, NULL);
+	pthread_mutex_init(&ctx->token_lock, NULL);
+	pthread_mutex_init(&ctx->objs_lock, NULL);
+	lc__config_load(&ctx->cfg);
+	rc = lc__regions_init(&ctx->regions);
+	if (rc)
+		goto fail_locks;
+	rc = lc__grant_table_create(&ctx->grants);
+	if (rc)
+		goto fail_regions;
+	return 0;
+
+fail_regions:
+	lc__regions_fini(&ctx->regions);
+fail_locks:
+	pthread_mutex_destroy(&ctx->objs_lock);
+	pthread_mutex_destroy(&ctx->token_lock);
+	pthread_mutex_destroy(&ctx->cfg_lock);
+	return rc;
+}
+
+void lc__ctx_fini(lc_ctx_t *ctx)
+{
+	lc__grant_table_destroy(ctx->grants);
+	lc__regions_fini(&ctx->regions);
+	free(ctx->tokens);
+	pthread_mutex_destroy(&ctx->objs_lock);
+	pthread_mutex_destroy(&ctx->token_lock);
+	pthread_mutex_destroy(&ctx->cfg_lock);
+}
+
+int64_t lc__ctx_cfg(lc_ctx_t *ctx, enum lc__config_field field)
+{
+	pthread_mutex_lock(&ctx->cfg_lock);
+	int64_t v = ctx->cfg.values[field];
+	pthread_mutex_unlock(&ctx->cfg_lock);
+	return v;
+}
+
+int lc_ctx_config_get_int(lc_ctx_t *ctx, const char *name, int64_t *out)
+{
+	if (!ctx || !out)
+		return -EINVAL;
+	int i = lc__config_find(name);
+	if (i < 0)
+		return i;
+	*out = lc__ctx_cfg(ctx, (enum lc__config_field)i);
+	return 0;
+}
+
+int lc_ctx_config_get(lc_ctx_t *ctx, const char *name, char *buf, size_t cap)
+{
+	int64_t v;
+	int rc = lc_ctx_config_get_int(ctx, name, &v);
+	if (rc)
+		return rc;
+	if (!buf)
+		return -EINVAL;
+	int n = snprintf(buf, cap, "%lld", (long long)v);
+	return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
+}
+
+int lc_ctx_config_set(lc_ctx_t *ctx, const char *name, const char *value)
+{
+	int64_t v;
+	if (!ctx)
+		return -EINVAL;
+	int i = lc__config_find(name);
+	if (i < 0)
+		return i;
+	int rc = lc__config_parse(i, value, &v);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&ctx->cfg_lock);
+	ctx->cfg.values[i] = v;
+	pthread_mutex_unlock(&ctx->cfg_lock);
+	return 0;
+}
+
+int lc_counter_count(void)
+{
+	return LC__CNT_COUNT;
+}
+
+const char *lc_counter_name(int index)
+{
+	return index >= 0 && index < LC__CNT_COUNT ? counter_names[index] : NULL;
+}
+
+uint64_t lc_ctx_counter(lc_ctx_t *ctx, int index)
+{
+	if (!ctx || index < 0 || index >= LC__CNT_COUNT)
+		return 0;
+	return atomic_load(&ctx->counters[index]);
+}
+
+int lc_ctx_counter_by_name(lc_ctx_t *ctx, const char *name, uint64_t *out)
+{
+	if (!ctx || !name || !out)
+		return -EINVAL;
+	for (int i = 0; i < LC__CNT_COUNT; i++) {
+		if (!strcmp(counter_names[i], name)) {
+			*out = atomic_load(&ctx->counters[i]);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/* ---- tokens ---- */
+
+int lc_token_issue(lc_ctx_t *ctx, lc_token_t *out)
+{
+	if (!ctx || !out)
+		return -EINVAL;
+	lc_token_t t;
+	for (size_t i = 0; i < LC_TOKEN_LEN; i += 8) {
+		uint64_t r = lc__random_u64();
+		memcpy(t.bytes + i, &r, 8);
+	}
+	pthread_mutex_lock(&ctx->token_lock);
+	if (ctx->ntokens == ctx->token_cap) {
+		size_t ncap = ctx->token_cap ? ctx->token_cap * 2 : 8;
+		lc_token_t *nt = realloc(ctx->tokens, ncap * sizeof *nt);
+		if (!nt) {
+			pthread_mutex_unlock(&ctx->token_lock);
+			return -ENOMEM;
+		}
+		ctx->tokens = nt;
+		ctx->token_cap = ncap;
+	}
+	ctx->tokens[ctx->ntokens++] = t;
+	pthread_mutex_unlock(&ctx->token_lock);
+	*out = t;
+	return 0;
+}
+
+int lc_token_revoke(lc_ctx_t *ctx, const lc_token_t *token)
+{
+	int rc = -ENOENT;
+	if (!ctx || !token)
+		return -EINVAL;
+	pthread_mutex_lock(&ctx->token_lock);
+	for (size_t i = 0; i < ctx->ntokens; i++) {
+		if (!memcmp(ctx->tokens[i].bytes, token->bytes, LC_TOKEN_LEN)) {
+			ctx->tokens[i] = ctx->tokens[--ctx->ntokens];
+			rc = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ctx->token_lock);
+	return rc;
+}
+
+/* Constant-time comparison: the token is a secret. */
+static bool token_equal(const uint8_t *a, const uint8_t *b)
+{
+	uint8_t diff = 0;
+	for (int i = 0; i < LC_TOKEN_LEN; i++)
+		diff |= (uint8_t)(a[i] ^ b[i]);
+	return diff == 0;
+}
+
+bool lc__ctx_token_accepted(lc_ctx_t *ctx, const uint8_t *token, bool has_token)
+{
+	bool ok = lc__ctx_cfg(ctx, LC__CFG_require_token) == 0;
+	if (!has_token || ok)
+		return ok;
+	pthread_mutex_lock(&ctx->token_lock);
+	for (size_t i = 0; i < ctx->ntokens && !ok; i++)
+		ok = token_equal(ctx->tokens[i].bytes, token);
+	pthread_mutex_unlock(&ctx->token_lock);
+	return ok;
+}

@@ -1,0 +1,428 @@
+/* The I/O core (io.h): epoll loops with a doorbell, commands and timers. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "transport/io/io.h"
+
+#define MAX_LOOPS 64
+#define MAX_EVENTS 64
+
+/* A function to run on the loop thread; the caller waits for `done`. */
+typedef struct cmd {
+	void (*fn)(lc__io_task_t *t, void *arg);
+	lc__io_task_t *task;
+	void *arg;
+	bool detach, done;
+	struct cmd *next;
+} cmd_t;
+
+struct lc__io_loop {
+	struct lc__io *io;
+	int index, epfd, bellfd;
+	pthread_t thread;
+	pthread_mutex_t lock; /* cmds, kicks, stop */
+	pthread_cond_t cond;  /* a command is done */
+	cmd_t *cmds, **cmds_tail;
+	lc__io_task_t *kicks;
+	_Atomic int bell_pending;
+	bool stop;
+	size_t ntasks; /* under io->lock: for placement */
+	/* loop thread only */
+	lc__io_task_t tasks; /* sentinel of a circular list */
+	struct epoll_event *ev;
+	int nev, iev; /* the wait being dispatched */
+	lc__io_fd_t bell;
+};
+
+struct lc__io {
+	lc_ctx_t *ctx;
+	pthread_mutex_t lock; /* loops[], nloops, each loop's ntasks */
+	int max_loops, nloops;
+	lc__io_loop_t *loops[MAX_LOOPS];
+};
+
+static void ring(lc__io_loop_t *lp)
+{
+	uint64_t one = 1;
+	if (!atomic_exchange(&lp->bell_pending, 1) && write(lp->bellfd, &one, sizeof one) < 0)
+		LC_WARN("io: doorbell: %s", strerror(errno));
+}
+
+static bool on_loop(const lc__io_loop_t *lp)
+{
+	return pthread_equal(pthread_self(), lp->thread);
+}
+
+/* ---- the loop thread ---- */
+
+static void task_link(lc__io_loop_t *lp, lc__io_task_t *t)
+{
+	t->next = &lp->tasks;
+	t->prev = lp->tasks.prev;
+	lp->tasks.prev->next = t;
+	lp->tasks.prev = t;
+	t->deadline_ns = 1; /* service at once */
+}
+
+static void task_unlink(lc__io_task_t *t)
+{
+	t->prev->next = t->next;
+	t->next->prev = t->prev;
+	t->next = t->prev = NULL;
+}
+
+static void run_commands(lc__io_loop_t *lp)
+{
+	pthread_mutex_lock(&lp->lock);
+	cmd_t *c = lp->cmds;
+	lp->cmds = NULL;
+	lp->cmds_tail = &lp->cmds;
+	pthread_mutex_unlock(&lp->lock);
+	while (c) {
+		cmd_t *next = c->next;
+		if (c->fn)
+			c->fn(c->task, c->arg);
+		if (c->detach)
+			task_unlink(c->task);
+		else if (!c->task->next)
+			task_link(lp, c->task); /* an attach */
+		pthread_mutex_lock(&lp->lock);
+		c->done = true;
+		pthread_cond_broadcast(&lp->cond);
+		pthread_mutex_unlock(&lp->lock);
+		c = next;
+	}
+}
+
+/* Tasks kicked since the last look are due now. */
+static void take_kicks(lc__io_loop_t *lp)
+{
+	pthread_mutex_lock(&lp->lock);
+	lc__io_task_t *t = lp->kicks;
+	lp->kicks = NULL;
+	pthread_mutex_unlock(&lp->lock);
+	while (t) {
+		lc__io_task_t *next = t->kick_next;
+		atomic_store(&t->kicked, 0);
+		if (t->next) /* still attached */
+			t->touched = true;
+		t = next;
+	}
+}
+
+static int wait_ms(lc__io_loop_t *lp, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	for (lc__io_task_t *t = lp->tasks.next; t != &lp->tasks; t = t->next) {
+		if (t->touched)
+			return 0;
+		if (t->deadline_ns)
+			next = LC__MIN(next, t->deadline_ns);
+	}
+	if (next == UINT64_MAX)
+		return -1;
+	if (next <= now)
+		return 0;
+	uint64_t ms = (next - now + 999999) / 1000000;
+	return ms > 60000 ? 60000 : (int)ms;
+}
+
+static void dispatch(lc__io_loop_t *lp, uint64_t now)
+{
+	for (lp->iev = 0; lp->iev < lp->nev; lp->iev++) {
+		lc__io_fd_t *f = lp->ev[lp->iev].data.ptr;
+		if (!f)
+			continue; /* removed during this dispatch */
+		if (f == &lp->bell) {
+			uint64_t v;
+			atomic_store(&lp->bell_pending, 0);
+			if (read(lp->bellfd, &v, sizeof v) < 0 && errno != EAGAIN)
+				LC_DEBUG("io: doorbell read: %s", strerror(errno));
+			continue;
+		}
+		f->task->touched = true;
+		f->task->ops->on_event(f->task, f, lp->ev[lp->iev].events, now);
+	}
+	lp->nev = lp->iev = 0;
+}
+
+static void service_due(lc__io_loop_t *lp, uint64_t now)
+{
+	for (lc__io_task_t *t = lp->tasks.next, *next; t != &lp->tasks; t = next) {
+		next = t->next;
+		if (!t->touched && (!t->deadline_ns || t->deadline_ns > now))
+			continue;
+		t->touched = false;
+		t->deadline_ns = t->ops->service(t, now);
+	}
+}
+
+static void *loop_main(void *arg)
+{
+	lc__io_loop_t *lp = arg;
+	char name[16];
+	snprintf(name, sizeof name, "lc-io-%d", lp->index);
+	pthread_setname_np(pthread_self(), name);
+	struct epoll_event ev[MAX_EVENTS];
+	lp->ev = ev;
+	for (;;) {
+		run_commands(lp);
+		pthread_mutex_lock(&lp->lock);
+		bool stop = lp->stop && !lp->cmds;
+		pthread_mutex_unlock(&lp->lock);
+		if (stop)
+			break;
+		take_kicks(lp);
+		uint64_t now = lc__now_ns();
+		service_due(lp, now);
+		int n = epoll_wait(lp->epfd, ev, MAX_EVENTS, wait_ms(lp, lc__now_ns()));
+		if (n < 0 && errno != EINTR)
+			LC_WARN("io: epoll_wait: %s", strerror(errno));
+		lp->nev = n > 0 ? n : 0;
+		now = lc__now_ns();
+		dispatch(lp, now);
+		take_kicks(lp);
+		service_due(lp, now);
+	}
+	return NULL;
+}
+
+/* ---- loops ---- */
+
+static void loop_free(lc__io_loop_t *lp)
+{
+	if (lp->epfd >= 0)
+		close(lp->epfd);
+	if (lp->bellfd >= 0)
+		close(lp->bellfd);
+	pthread_cond_destroy(&lp->cond);
+	pthread_mutex_destroy(&lp->lock);
+	free(lp);
+}
+
+static int loop_start(struct lc__io *io, lc__io_loop_t **out)
+{
+	lc__io_loop_t *lp = calloc(1, sizeof *lp);
+	int rc;
+	if (!lp)
+		return -ENOMEM;
+	lp->io = io;
+	lp->index = io->nloops;
+	pthread_mutex_init(&lp->lock, NULL);
+	pthread_cond_init(&lp->cond, NULL);
+	lp->cmds_tail = &lp->cmds;
+	lp->tasks.next = lp->tasks.prev = &lp->tasks;
+	lp->epfd = epoll_create1(EPOLL_CLOEXEC);
+	lp->bellfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (lp->epfd < 0 || lp->bellfd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	lp->bell.fd = lp->bellfd;
+	struct epoll_event e = {.events = EPOLLIN, .data.ptr = &lp->bell};
+	if (epoll_ctl(lp->epfd, EPOLL_CTL_ADD, lp->bellfd, &e)) {
+		rc = -errno;
+		goto fail;
+	}
+	rc = -pthread_create(&lp->thread, NULL, loop_main, lp);
+	if (rc)
+		goto fail;
+	*out = lp;
+	return 0;
+fail:
+	loop_free(lp);
+	return rc;
+}
+
+static void loop_stop(lc__io_loop_t *lp)
+{
+	pthread_mutex_lock(&lp->lock);
+	lp->stop = true;
+	pthread_mutex_unlock(&lp->lock);
+	atomic_store(&lp->bell_pending, 0);
+	ring(lp);
+	pthread_join(lp->thread, NULL);
+	if (lp->tasks.next != &lp->tasks)
+		LC_WARN("io: loop %d stopped with tasks attached", lp->index);
+	loop_free(lp);
+}
+
+static int io_get(lc_ctx_t *ctx, struct lc__io **out)
+{
+	int rc = 0;
+	pthread_mutex_lock(&ctx->objs_lock);
+	if (!ctx->io) {
+		struct lc__io *io = calloc(1, sizeof *io);
+		if (io) {
+			io->ctx = ctx;
+			pthread_mutex_init(&io->lock, NULL);
+			io->max_loops = (int)LC__MIN(lc__ctx_cfg(ctx, LC__CFG_io_threads), MAX_LOOPS);
+			ctx->io = io;
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	*out = ctx->io;
+	pthread_mutex_unlock(&ctx->objs_lock);
+	return rc;
+}
+
+/* The loop with the fewest tasks; a new one while fewer than max run. */
+static int pick_loop(struct lc__io *io, lc__io_loop_t **out)
+{
+	lc__io_loop_t *best = NULL;
+	int rc = 0;
+	pthread_mutex_lock(&io->lock);
+	for (int i = 0; i < io->nloops; i++)
+		if (!best || io->loops[i]->ntasks < best->ntasks)
+			best = io->loops[i];
+	if ((!best || best->ntasks > 0) && io->nloops < io->max_loops) {
+		lc__io_loop_t *lp = NULL;
+		rc = loop_start(io, &lp);
+		if (!rc)
+			best = io->loops[io->nloops++] = lp;
+		else if (best)
+			rc = 0; /* run on the loops we have */
+	}
+	if (best)
+		best->ntasks++;
+	pthread_mutex_unlock(&io->lock);
+	*out = best;
+	return best ? 0 : rc;
+}
+
+static void submit(lc__io_loop_t *lp, cmd_t *c)
+{
+	if (on_loop(lp)) {
+		if (c->fn)
+			c->fn(c->task, c->arg);
+		if (c->detach)
+			task_unlink(c->task);
+		else if (!c->task->next)
+			task_link(lp, c->task);
+		return;
+	}
+	pthread_mutex_lock(&lp->lock);
+	*lp->cmds_tail = c;
+	lp->cmds_tail = &c->next;
+	pthread_mutex_unlock(&lp->lock);
+	ring(lp);
+	pthread_mutex_lock(&lp->lock);
+	while (!c->done)
+		pthread_cond_wait(&lp->cond, &lp->lock);
+	pthread_mutex_unlock(&lp->lock);
+}
+
+/* ---- tasks ---- */
+
+int lc__io_attach(lc_ctx_t *ctx, lc__io_task_t *t, const lc__io_task_ops_t *ops)
+{
+	struct lc__io *io;
+	lc__io_loop_t *lp = NULL;
+	int rc = io_get(ctx, &io);
+	if (!rc)
+		rc = pick_loop(io, &lp);
+	if (rc)
+		return rc;
+	t->ops = ops;
+	t->loop = lp;
+	cmd_t c = {.task = t};
+	submit(lp, &c);
+	return 0;
+}
+
+void lc__io_detach(lc__io_task_t *t, void (*fn)(lc__io_task_t *t, void *arg), void *arg)
+{
+	lc__io_loop_t *lp = t->loop;
+	if (!lp)
+		return;
+	cmd_t c = {.fn = fn, .task = t, .arg = arg, .detach = true};
+	submit(lp, &c);
+	pthread_mutex_lock(&lp->lock);
+	for (lc__io_task_t **pp = &lp->kicks; *pp; pp = &(*pp)->kick_next) {
+		if (*pp == t) {
+			*pp = t->kick_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&lp->lock);
+	pthread_mutex_lock(&lp->io->lock);
+	lp->ntasks--;
+	pthread_mutex_unlock(&lp->io->lock);
+	t->loop = NULL;
+}
+
+void lc__io_call(lc__io_task_t *t, void (*fn)(lc__io_task_t *t, void *arg), void *arg)
+{
+	cmd_t c = {.fn = fn, .task = t, .arg = arg};
+	submit(t->loop, &c);
+}
+
+void lc__io_kick(lc__io_task_t *t)
+{
+	lc__io_loop_t *lp = t->loop;
+	if (atomic_exchange(&t->kicked, 1))
+		return;
+	pthread_mutex_lock(&lp->lock);
+	t->kick_next = lp->kicks;
+	lp->kicks = t;
+	pthread_mutex_unlock(&lp->lock);
+	if (!on_loop(lp))
+		ring(lp);
+}
+
+int lc__io_fd_add(lc__io_task_t *t, lc__io_fd_t *f, int fd, uint32_t events, uint32_t tag)
+{
+	f->task = t;
+	f->fd = fd;
+	f->tag = tag;
+	struct epoll_event e = {.events = events, .data.ptr = f};
+	return epoll_ctl(t->loop->epfd, EPOLL_CTL_ADD, fd, &e) ? -errno : 0;
+}
+
+int lc__io_fd_mod(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events)
+{
+	struct epoll_event e = {.events = events, .data.ptr = f};
+	return epoll_ctl(t->loop->epfd, EPOLL_CTL_MOD, f->fd, &e) ? -errno : 0;
+}
+
+void lc__io_fd_del(lc__io_task_t *t, lc__io_fd_t *f)
+{
+	lc__io_loop_t *lp = t->loop;
+	epoll_ctl(lp->epfd, EPOLL_CTL_DEL, f->fd, NULL);
+	/* Events of the wait being dispatched may still name f. */
+	for (int i = lp->iev + 1; i < lp->nev; i++)
+		if (lp->ev[i].data.ptr == f)
+			lp->ev[i].data.ptr = NULL;
+}
+
+int lc__io_nthreads(lc_ctx_t *ctx)
+{
+	pthread_mutex_lock(&ctx->objs_lock);
+	struct lc__io *io = ctx->io;
+	pthread_mutex_unlock(&ctx->objs_lock);
+	if (!io)
+		return 0;
+	pthread_mutex_lock(&io->lock);
+	int n = io->nloops;
+	pthread_mutex_unlock(&io->lock);
+	return n;
+}
+
+void lc__io_destroy(lc_ctx_t *ctx)
+{
+	struct lc__io *io = ctx->io;
+	if (!io)
+		return;
+	for (int i = 0; i < io->nloops; i++)
+		loop_stop(io->loops[i]);
+	pthread_mutex_destroy(&io->lock);
+	free(io);
+	ctx->io = NULL;
+}

@@ -1,0 +1,65 @@
+/*
+ * The memory seam: the one place where a byte leaves a local source region
+ * and the one place where it lands in a destination region. Transports move
+ * bytes between these two points and decide nothing about memory: they ask
+ * the seam where a write may land (checked against the context's regions
+ * and the room's grant), land it through the seam, and tell the seam when
+ * it is in place, which counts it.
+ *
+ * Host memory keeps its fast path: lc__land_open() hands out a direct
+ * pointer, and a transport that can receive straight into place (tcp's
+ * readv, UCX's receive into a user buffer) does so inside an
+ * lc__land_enter/exit bracket. Memory that no CPU pointer may reach gets no
+ * direct pointer; the transport then lands through lc__land_copy(), which
+ * stages it. Decode-side accounting hooks into lc__land_done().
+ *
+ * Threading: every function is safe from any transport thread; one landing
+ * (lc__land_t) belongs to the thread that opened it.
+ */
+#ifndef LC_TRANSPORT_SEAM_H
+#define LC_TRANSPORT_SEAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/ctx.h"
+
+/* One checked write on its way into a destination region. */
+typedef struct lc__land {
+	lc_ctx_t *ctx;
+	lc__grant_room_t *g; /* referenced from open to done */
+	uint8_t *dst;        /* direct destination, or NULL: land by lc__land_copy */
+	uint64_t room, length;
+	uint32_t region;
+} lc__land_t;
+
+/* Check [offset, offset+length) of region against the context's regions and
+ * room's grant; count and log a rejection (LC_ERR_REGION, LC_ERR_RANGE,
+ * LC_ERR_GRANT). On success *l holds a grant reference until
+ * lc__land_done(). */
+int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
+		  uint64_t length, lc__land_t *l);
+/* Bracket a direct landing into l->dst (or into any landing sharing l->g).
+ * false once the room was revoked: nothing may land, and no exit is due. */
+bool lc__land_enter(const lc__land_t *l);
+void lc__land_exit(const lc__land_t *l);
+/* Land n bytes from src at byte `at` of the write, inside its own bracket.
+ * LC_ERR_GRANT if the room was revoked. */
+int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n);
+/* The write is finished: when `landed`, all of its bytes are in place and
+ * are counted (writes_applied, bytes_applied). Releases the grant. */
+void lc__land_done(lc__land_t *l, bool landed);
+/* open + copy + done for a payload that is addressable as a whole (loop,
+ * shm, UCX eager messages). */
+int lc__land_write(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
+		   const void *src, uint64_t length);
+/* A revoke cut a landing short: count it as a grant rejection. */
+void lc__land_revoked(lc__land_t *l);
+
+/* Source side: the registered local region holding [addr, addr+len)
+ * (LC_ERR_REGION if none). The generic layer checks every write's source
+ * at post, so transports may read sources directly; memory kinds that a CPU
+ * may not read will be staged here. */
+int lc__source_find(lc_ctx_t *ctx, const void *addr, size_t len, lc__region_info_t *out);
+
+#endif
