@@ -2,12 +2,12 @@
  * libFuzzer target: the tcp:// receiver's frame parser (HELLO, WRITES
  * headers, descriptor tables, payloads), fed through its real read path.
  *
- * tcp.c has no parse function of its own that a fuzzer could call: the
+ * tcp/recv.c has no parse function of its own that a fuzzer could call: the
  * parser is the receiving lane's state machine (rlane_pump -> readv ->
  * consume_stage -> frame_from_stage -> on_hello / on_run -> payloads
- * straight into registered memory). So this target includes tcp.c and
+ * straight into registered memory). So this target includes tcp/recv.c and
  * drives one receiving lane over a socketpair, exactly as the listener's
- * I/O thread does after accept(), minus epoll.
+ * I/O-core task does after accept(), minus epoll.
  *
  * Input: byte 0 = flags (bit 0: prepend a valid HELLO carrying the session
  * token; bit 1: revoke the room's grant halfway through and grant it again
@@ -19,7 +19,7 @@
  * one range granted (region A [64 KiB, 128 KiB) for room 7); region B, which
  * has no grant, is never written.
  */
-#include "transport/tcp.c"
+#include "transport/tcp/recv.c"
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -54,7 +54,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	    lc_grant_add(ctx, ROOM, ra, G_OFF, G_LEN) < 0)
 		abort();
 	tl.ctx = ctx;
-	tl.fd = tl.epfd = tl.wakefd = -1;
+	tl.fd = -1;
 	return 0;
 }
 

@@ -1,7 +1,7 @@
 /*
  * Security tests (issue 8): what an attacker who can reach a port can and
  * cannot do. Real sockets only: a raw TCP client speaking the tcp:// wire
- * format (tcp_wire.h) with forged tokens and forged frames against a real
+ * format (transport/tcp/wire.h) with forged tokens and forged frames against a real
  * listener, HTTP requests against a real bootstrap server, and real
  * ZeroMQ sockets against CURVE-protected inboxes.
  *
@@ -28,7 +28,7 @@
 #include "control/bootstrap.h"
 #include "control/channel.h"
 #include "control/codec.h"
-#include "transport/tcp_wire.h"
+#include "transport/tcp/wire.h"
 #include "testutil.h"
 
 #define REGION_LEN (1u << 20)

@@ -1,44 +1,26 @@
 /*
- * tcp://HOST:PORT: the default data plane between any two hosts.
- *
- * Sender: a connection is `lanes` persistent TCP sockets to one listener,
- * served by one I/O thread per connection (epoll, non-blocking sockets,
- * non-blocking connect). post() splits a batch into at most one segment per
- * lane, queues the segments and wakes the thread; it never touches a socket.
- * The thread sends runs of up to 128 writes as WRITES frames (a header, a
+ * tcp:// sender (P). A connection is `lanes` persistent TCP sockets to one
+ * listener, served as one task on the context's I/O core (non-blocking
+ * sockets and connect). post() splits a batch into at most one segment per
+ * lane, queues the segments and kicks the task; it never touches a socket.
+ * The task sends runs of up to 128 writes as WRITES frames (a header, a
  * table of the run's descriptors, then the payloads straight from the
  * caller's registered memory), up to 1024 iovecs per sendmsg, and completes
  * writes from the receiver's cumulative ACK frames.
- *
- * Receiver: one I/O thread per listener (epoll over the listening socket and
- * every accepted lane). It checks every write of a run (region, range, room
- * grant) as soon as the table has arrived, then reads the payloads straight
- * into registered memory with one readv for the whole run, inside a grant
- * bracket; the next frame's header and table come in with the same readv
- * through a small staging buffer. So a batch of 64 writes of 64 KiB costs
- * about as many syscalls as one write of 4 MiB. Writes are acknowledged
- * only once their bytes are in place.
- *
- * Wire format: tcp_wire.h and docs/transport-tcp.md.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "transport/io/io.h"
-#include "transport/tcp_wire.h"
-#include "transport/transport.h"
+#include "transport/tcp/tcp.h"
 
 /* iovecs per sendmsg (IOV_MAX) and room for the headers and tables of the
  * frames they carry (at most one 24-byte header and one descriptor per
@@ -47,24 +29,7 @@
 #define HBUF_LEN (2 * MAX_IOV * LC__TCP_DESC_LEN)
 /* A batch is split across lanes only in pieces of at least this much. */
 #define SEG_MIN_BYTES (256u << 10)
-/* Receiver: how much one read may put in the staging buffer (which also
- * holds a partial header and table): small, so that payload bytes that land
- * there and are copied again cost little; large enough to carry a frame's
- * table and dozens of tiny writes per syscall. */
-#define STAGE_READ (4u << 10)
-#define STAGE_CAP (STAGE_READ + LC__TCP_HDR_LEN + LC__TCP_MAX_RUN * LC__TCP_DESC_LEN)
-#define SCRATCH_LEN (64u << 10)
-/* Receiver: acknowledge at least every ACK_BYTES applied, and whenever the
- * socket runs dry; bytes one lane may read before others get a turn. */
-#define ACK_BYTES (1u << 20)
-#define PUMP_BUDGET (16u << 20)
-#define OUT_FRAMES (LC__TCP_MAX_RUN + 16u)
-#define OUT_CAP (OUT_FRAMES * LC__TCP_CTRL_LEN)
 #define IN_CAP (128u * LC__TCP_CTRL_LEN)
-#define MAX_ACCEPTED 1024
-/* What an fd of a listener task is. */
-#define LISTEN_TAG 0
-#define LANE_TAG 1
 
 /* ====================================================================
  * Sender state.
@@ -154,24 +119,6 @@ typedef struct tcp_conn {
 	uint8_t hbuf[HBUF_LEN];
 	built_t built[MAX_IOV / 2];
 } tcp_conn_t;
-
-/* ---- small socket helpers shared by both sides ---- */
-
-static void set_sockopts(int fd, int sockbuf)
-{
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (sockbuf > 0) {
-		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sockbuf, sizeof sockbuf);
-		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof sockbuf);
-	}
-}
-
-static int sockbuf_bytes(lc_ctx_t *ctx)
-{
-	int64_t kib = lc__ctx_cfg(ctx, LC__CFG_socket_buffer_kib);
-	return (int)LC__MIN(kib * 1024, (int64_t)1 << 30);
-}
 
 /* ====================================================================
  * Sender: segments and the send cursor.
@@ -330,7 +277,7 @@ static void lane_connect(lane_t *ln, uint64_t now)
 		lane_fail(ln, LC_ERR_IO, "socket: %s", strerror(errno));
 		return;
 	}
-	set_sockopts(ln->fd, tc->sockbuf);
+	lc__tcp_sockopts(ln->fd, tc->sockbuf);
 	if (connect(ln->fd, (struct sockaddr *)&tc->addr, tc->addrlen) && errno != EINPROGRESS) {
 		LC__COUNT(tc->ctx, conns_failed);
 		lane_fail(ln, LC_ERR_UNREACHABLE, "connect: %s", strerror(errno));
@@ -777,7 +724,7 @@ static segblock_t *split(lc__batch_t *b, int lanes)
 	return blk;
 }
 
-static int tcp_post(lc_conn_t *c, lc__batch_t *b)
+int lc__tcp_post(lc_conn_t *c, lc__batch_t *b)
 {
 	tcp_conn_t *tc = c->tp;
 	segblock_t *blk = split(b, tc->nlanes);
@@ -801,7 +748,7 @@ static int tcp_post(lc_conn_t *c, lc__batch_t *b)
 	return 0;
 }
 
-static void tcp_flush(lc_conn_t *c)
+void lc__tcp_flush(lc_conn_t *c)
 {
 	wake(c->tp);
 }
@@ -822,7 +769,7 @@ static int tcp_conn_setup(tcp_conn_t *tc, lc_conn_t *c, const lc_conn_params_t *
 	tc->nlanes = lanes > 0 ? LC__MIN(lanes, 64) : 1;
 	tc->connect_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
 	tc->progress_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_progress_timeout_ms) * 1000000ull;
-	tc->sockbuf = sockbuf_bytes(ctx);
+	tc->sockbuf = lc__tcp_sockbuf(ctx);
 	tc->lanes = calloc((size_t)tc->nlanes, sizeof *tc->lanes);
 	if (!tc->lanes)
 		return -ENOMEM;
@@ -831,7 +778,7 @@ static int tcp_conn_setup(tcp_conn_t *tc, lc_conn_t *c, const lc_conn_params_t *
 	return 0;
 }
 
-static int tcp_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
+int lc__tcp_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 {
 	tcp_conn_t *tc = calloc(1, sizeof *tc);
 	int rc;
@@ -874,7 +821,7 @@ static void release_all(lc__io_task_t *t, void *arg)
 	tc->subq = tc->subq_tail = NULL;
 }
 
-static void tcp_conn_close(lc_conn_t *c)
+void lc__tcp_conn_close(lc_conn_t *c)
 {
 	tcp_conn_t *tc = c->tp;
 	pthread_mutex_lock(&tc->lock);
@@ -884,612 +831,3 @@ static void tcp_conn_close(lc_conn_t *c)
 	tcp_conn_free(tc);
 	c->tp = NULL;
 }
-
-/* ====================================================================
- * Receiver state.
- *
- * Threading: the listener's I/O thread owns every rlane and the scratch
- * buffer; listen() and listener_close() touch them only before the thread
- * starts and after it is joined. Shared state is reached only through the
- * context's thread-safe helpers (the memory seam, counters, tokens).
- * ==================================================================== */
-
-enum rphase { R_HELLO, R_HDR, R_RUN };
-
-/* One write of the run being received. */
-typedef struct rwrite {
-	uint8_t *dst;     /* NULL: rejected, the payload is discarded */
-	lc__land_t land;  /* the seam's landing, until the payload is in place */
-	uint32_t region;
-	uint64_t offset, len;
-	int code, detail; /* the rejection, when dst is NULL */
-} rwrite_t;
-
-typedef struct rlane {
-	struct tcp_listener *tl;
-	int fd;
-	struct rlane *next, *prev;
-	enum rphase phase;
-	bool readable, writable, paused, dead;
-	uint64_t hello_deadline_ns;
-	/* the WRITES frame being received: write run_i has `done` bytes */
-	uint64_t room;
-	uint32_t run_n, run_i;
-	uint64_t done;
-	rwrite_t run[LC__TCP_MAX_RUN];
-	/* acknowledgement state */
-	uint64_t seq;   /* writes processed */
-	uint64_t acked; /* writes acknowledged (queued in out) */
-	uint64_t unacked_bytes;
-	uint8_t stage[STAGE_CAP];
-	size_t st_pos, st_len;
-	uint8_t out[OUT_CAP];
-	size_t out_len;
-	lc__io_fd_t iofd;
-} rlane_t;
-
-typedef struct tcp_listener {
-	lc_listener_t *l;
-	lc_ctx_t *ctx;
-	int fd;
-	lc__io_task_t task; /* on the context's I/O core */
-	lc__io_fd_t lfd;    /* the listening socket (tag LISTEN_TAG) */
-	rlane_t *lanes;     /* doubly linked */
-	size_t nlanes;
-	uint64_t hello_ns;
-	int sockbuf;
-	uint8_t scratch[SCRATCH_LEN];
-} tcp_listener_t;
-
-/* ---- receiver: output (acks, rejects, hello replies) ---- */
-
-static size_t out_free(const rlane_t *r)
-{
-	return (OUT_CAP - r->out_len) / LC__TCP_CTRL_LEN;
-}
-
-static void out_push(rlane_t *r, const lc__tcp_ctrl_t *f)
-{
-	lc__tcp_encode_ctrl(r->out + r->out_len, f);
-	r->out_len += LC__TCP_CTRL_LEN;
-}
-
-static void rlane_flush(rlane_t *r)
-{
-	while (r->out_len && r->writable) {
-		ssize_t n = send(r->fd, r->out, r->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r->writable = false;
-			if (errno != EAGAIN)
-				r->dead = true;
-			return;
-		}
-		memmove(r->out, r->out + n, r->out_len - (size_t)n);
-		r->out_len -= (size_t)n;
-	}
-	if (r->paused && out_free(r) >= LC__TCP_MAX_RUN + 2)
-		r->paused = false;
-}
-
-/* Queue a cumulative ACK if anything is unacknowledged. The seam counted
- * each write as it landed, so a sender seeing its completion also sees the
- * counters. The out buffer always
- * keeps a slot for a REJECT of every write of the run still to come. */
-static void rlane_ack(rlane_t *r)
-{
-	size_t reserve = r->phase == R_RUN ? r->run_n - r->run_i : 0;
-	r->unacked_bytes = 0;
-	if (r->seq == r->acked || out_free(r) < reserve + 1)
-		return;
-	out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_ACK, .a = r->seq});
-	r->acked = r->seq;
-}
-
-/* ---- receiver: writes ---- */
-
-/* Write run_i is complete (in place, or discarded). */
-static void write_done(rlane_t *r)
-{
-	rwrite_t *w = &r->run[r->run_i];
-	if (w->dst) {
-		lc__land_done(&w->land, true);
-		r->unacked_bytes += w->len;
-	} else {
-		out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_REJECT,
-					      .status = w->code,
-					      .a = r->seq,
-					      .b = (uint64_t)w->detail});
-		r->acked = r->seq + 1; /* a REJECT acknowledges everything before it */
-	}
-	r->seq++;
-	r->run_i++;
-	r->done = 0;
-	if (r->unacked_bytes >= ACK_BYTES) {
-		rlane_ack(r);
-		rlane_flush(r);
-	}
-}
-
-/* Complete every finished write at the head of the run. */
-static void run_advance(rlane_t *r)
-{
-	while (r->phase == R_RUN && r->run_i < r->run_n && r->done == r->run[r->run_i].len)
-		write_done(r);
-	if (r->phase == R_RUN && r->run_i == r->run_n)
-		r->phase = R_HDR;
-}
-
-/* The grant was revoked while the payload arrived: land nothing more. */
-static void revoked_midway(rlane_t *r, rwrite_t *w)
-{
-	lc__land_revoked(&w->land);
-	lc__land_done(&w->land, false);
-	w->dst = NULL;
-	w->code = LC_ERR_GRANT;
-	w->detail = LC__TCP_REJECT_REVOKED;
-}
-
-/* Every write of the run still to land under grant entry g is revoked. */
-static void revoked_run(rlane_t *r, lc__grant_room_t *g)
-{
-	const rwrite_t *first = &r->run[r->run_i];
-	uint32_t n = 0;
-	LC_WARN("tcp: grant of room %llu revoked during a write to region %u [%llu, +%llu); "
-		"discarding the rest of the run",
-		(unsigned long long)r->room, first->region, (unsigned long long)first->offset,
-		(unsigned long long)first->len);
-	for (uint32_t i = r->run_i; i < r->run_n; i++, n++)
-		if (r->run[i].dst && r->run[i].land.g == g)
-			revoked_midway(r, &r->run[i]);
-	LC_DEBUG("tcp: %u writes of the run discarded", n);
-}
-
-/* A WRITES header and its table, complete in the stage: validate it all,
- * then check every write against regions and grants. */
-static int on_run(rlane_t *r, const uint8_t *p)
-{
-	lc__tcp_run_hdr_t h;
-	lc__tcp_decode_run(p, &h);
-	if (h.seq != r->seq)
-		return LC_ERR_PROTO;
-	for (uint32_t i = 0; i < h.n; i++) {
-		lc__tcp_desc_t d;
-		lc__tcp_decode_desc(p + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN, &d);
-		if (d.reserved || d.length > LC__TCP_MAX_WRITE)
-			return LC_ERR_PROTO;
-		r->run[i] = (rwrite_t){.region = d.region, .offset = d.offset, .len = d.length};
-	}
-	for (uint32_t i = 0; i < h.n; i++) {
-		rwrite_t *w = &r->run[i];
-		if (w->len == 0) { /* lands nothing; the generic layer never sends one */
-			w->dst = (uint8_t *)r->stage;
-			w->land = (lc__land_t){.ctx = r->tl->ctx};
-			continue;
-		}
-		w->code = lc__land_open(r->tl->ctx, h.room, w->region, w->offset, w->len, &w->land);
-		w->detail = LC__TCP_REJECT_CHECK;
-		w->dst = w->code ? NULL : w->land.dst;
-	}
-	r->room = h.room;
-	r->run_n = h.n;
-	r->run_i = 0;
-	r->done = 0;
-	r->phase = R_RUN;
-	run_advance(r);
-	return 0;
-}
-
-static int on_hello(rlane_t *r, const uint8_t *p)
-{
-	lc__tcp_ctrl_t f;
-	lc__tcp_decode_ctrl(p, &f);
-	if (f.type != LC__TCP_HELLO || (f.status & ~LC__TCP_HELLO_TOKEN))
-		return LC_ERR_PROTO;
-	bool has = f.status & LC__TCP_HELLO_TOKEN;
-	uint8_t token[LC_TOKEN_LEN];
-	lc__put_u64(token, f.a);
-	lc__put_u64(token + 8, f.b);
-	bool ok = lc__ctx_token_accepted(r->tl->ctx, has ? token : NULL, has);
-	out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_HELLO_REPLY, .status = ok ? 0 : LC_ERR_AUTH});
-	rlane_flush(r);
-	if (!ok) {
-		LC__COUNT(r->tl->ctx, conns_rejected_auth);
-		LC_WARN("tcp: rejected a connection: %s", has ? "unknown or revoked session token"
-							      : "no session token");
-		return LC_ERR_AUTH;
-	}
-	r->phase = R_HDR;
-	return 0;
-}
-
-/* ---- receiver: reading ---- */
-
-/* Payload bytes of write run_i that arrived in the staging buffer. */
-static void payload_from_stage(rlane_t *r, size_t n)
-{
-	rwrite_t *w = &r->run[r->run_i];
-	if (w->dst && lc__land_copy(&w->land, r->done, r->stage + r->st_pos, n))
-		revoked_run(r, w->land.g);
-	r->done += n;
-	r->st_pos += n;
-	run_advance(r);
-}
-
-/* Handle one frame at st_pos if it is complete. Returns 1 if consumed,
- * 0 if more bytes are needed (or the lane must wait for its output), <0 to
- * close the lane. */
-static int frame_from_stage(rlane_t *r)
-{
-	size_t avail = r->st_len - r->st_pos, need = LC__TCP_HDR_LEN;
-	const uint8_t *p = r->stage + r->st_pos;
-	if (avail >= 4 && !lc__tcp_prefix_ok(p))
-		return LC_ERR_PROTO;
-	if (avail < LC__TCP_HDR_LEN)
-		return 0;
-	bool hello = r->phase == R_HELLO;
-	if (hello != (p[2] == LC__TCP_HELLO) || (!hello && p[2] != LC__TCP_WRITES))
-		return LC_ERR_PROTO;
-	uint32_t n = hello ? 0 : lc__get_u32(p + 4);
-	if (!hello && (n == 0 || n > LC__TCP_MAX_RUN))
-		return LC_ERR_PROTO;
-	need += (size_t)n * LC__TCP_DESC_LEN;
-	if (avail < need)
-		return 0;
-	if (out_free(r) < n + 2)
-		rlane_flush(r);
-	if (out_free(r) < n + 2) {
-		r->paused = true; /* the sender is not reading: stop reading too */
-		return 0;
-	}
-	int rc = hello ? on_hello(r, p) : on_run(r, p);
-	r->st_pos += need;
-	return rc < 0 ? rc : 1;
-}
-
-/* Consume the staging buffer. <0: close the lane. */
-static int consume_stage(rlane_t *r)
-{
-	int rc = 1;
-	while (rc > 0) {
-		size_t avail = r->st_len - r->st_pos;
-		if (r->phase == R_RUN) {
-			if (!avail)
-				break;
-			payload_from_stage(r, LC__MIN(avail, r->run[r->run_i].len - r->done));
-		} else {
-			rc = frame_from_stage(r);
-		}
-	}
-	memmove(r->stage, r->stage + r->st_pos, r->st_len - r->st_pos);
-	r->st_len -= r->st_pos;
-	r->st_pos = 0;
-	return rc < 0 ? rc : 0;
-}
-
-/* iovecs for the rest of the run: payloads straight into place (the seam's
- * direct destinations) under one grant bracket, rejected ones into scratch,
- * then (if the run ends within them) the staging buffer for the next
- * frames. Returns the count; *g is the landing whose bracket covers them
- * all, or NULL. */
-static int run_iov(rlane_t *r, struct iovec *iov, const lc__land_t **g)
-{
-	int n = 0;
-	bool whole = true;
-	*g = NULL;
-	for (uint32_t i = r->run_i; i < r->run_n && whole; i++) {
-		rwrite_t *w = &r->run[i];
-		uint64_t skip = i == r->run_i ? r->done : 0, left = w->len - skip;
-		if (!left)
-			continue;
-		if (w->dst && *g && w->land.g != (*g)->g) {
-			whole = false; /* another grant entry: next readv */
-			break;
-		}
-		if (w->dst) {
-			*g = &w->land;
-			iov[n++] = (struct iovec){w->dst + skip, left};
-			continue;
-		}
-		iov[n++] = (struct iovec){r->tl->scratch, LC__MIN(left, (uint64_t)SCRATCH_LEN)};
-		whole = left <= SCRATCH_LEN;
-	}
-	if (whole)
-		iov[n++] = (struct iovec){r->stage + r->st_len, STAGE_READ};
-	return n;
-}
-
-/* Account `got` bytes read into iov[0..n) in run order. */
-static void run_distribute(rlane_t *r, const struct iovec *iov, int n, size_t got)
-{
-	for (int k = 0; k < n && got; k++) {
-		if (iov[k].iov_base == r->stage + r->st_len) {
-			r->st_len += got; /* the next frames, past the run's end */
-			return;
-		}
-		size_t t = LC__MIN(got, iov[k].iov_len);
-		r->done += t;
-		got -= t;
-		run_advance(r);
-	}
-}
-
-/* One readv: the rest of the run straight into place, plus the next
- * frame(s) into staging. Outside a run: staging only. */
-static ssize_t rlane_read(rlane_t *r)
-{
-	struct iovec iov[LC__TCP_MAX_RUN + 1];
-	const lc__land_t *g = NULL;
-	int n = 1;
-	iov[0] = (struct iovec){r->stage + r->st_len, STAGE_READ};
-	if (r->phase == R_RUN) {
-		n = run_iov(r, iov, &g);
-		while (g && !lc__land_enter(g)) {
-			revoked_run(r, g->g);
-			n = run_iov(r, iov, &g);
-		}
-	}
-	ssize_t got = readv(r->fd, iov, n);
-	if (g)
-		lc__land_exit(g);
-	if (got > 0)
-		run_distribute(r, iov, n, (size_t)got);
-	return got;
-}
-
-/* A lane breaking the protocol is counted, logged and closed. */
-static void rlane_bad(rlane_t *r, int rc)
-{
-	r->dead = true;
-	if (rc != LC_ERR_PROTO)
-		return; /* LC_ERR_AUTH: counted and logged by on_hello */
-	LC__COUNT(r->tl->ctx, frames_malformed);
-	LC_WARN("tcp: malformed frame after %llu writes on a lane; closing it",
-		(unsigned long long)r->seq);
-}
-
-static void rlane_pump(rlane_t *r)
-{
-	size_t budget = PUMP_BUDGET;
-	int rc = 0;
-	while (r->readable && !r->paused && budget) {
-		rc = consume_stage(r);
-		if (rc < 0 || r->paused)
-			break;
-		ssize_t got = rlane_read(r);
-		if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-			r->dead = true;
-			break;
-		}
-		if (got < 0)
-			r->readable = errno == EINTR;
-		else
-			budget -= LC__MIN(budget, (size_t)got);
-	}
-	if (!r->dead && rc >= 0)
-		rc = consume_stage(r);
-	if (rc < 0)
-		rlane_bad(r, rc);
-	rlane_ack(r);
-	rlane_flush(r);
-}
-
-/* ---- receiver: lanes ---- */
-
-static void rlane_close(tcp_listener_t *tl, rlane_t *r)
-{
-	for (uint32_t i = r->run_i; r->phase == R_RUN && i < r->run_n; i++)
-		if (r->run[i].dst)
-			lc__land_done(&r->run[i].land, false);
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		tl->lanes = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	tl->nlanes--;
-	lc__io_fd_del(&tl->task, &r->iofd);
-	close(r->fd);
-	free(r);
-}
-
-static void rlane_add(tcp_listener_t *tl, int fd)
-{
-	rlane_t *r = NULL;
-	if (tl->nlanes >= MAX_ACCEPTED || !(r = calloc(1, sizeof *r))) {
-		LC_WARN("tcp: refusing a connection (%zu open)", tl->nlanes);
-		close(fd);
-		return;
-	}
-	*r = (rlane_t){.tl = tl, .fd = fd, .phase = R_HELLO, .writable = true};
-	r->hello_deadline_ns = lc__now_ns() + tl->hello_ns;
-	set_sockopts(fd, 0); /* buffers are inherited from the listening socket */
-	if (lc__io_fd_add(&tl->task, &r->iofd, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-			  LANE_TAG)) {
-		close(fd);
-		free(r);
-		return;
-	}
-	r->next = tl->lanes;
-	if (tl->lanes)
-		tl->lanes->prev = r;
-	tl->lanes = r;
-	tl->nlanes++;
-}
-
-static void accept_all(tcp_listener_t *tl)
-{
-	for (;;) {
-		int fd = accept4(tl->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				LC_WARN("tcp: accept: %s", strerror(errno));
-			if (errno != EINTR && errno != ECONNABORTED)
-				return;
-			continue;
-		}
-		rlane_add(tl, fd);
-	}
-}
-
-/* Pump ready lanes, close dead ones, expire handshakes. Returns the next
- * deadline: now when a lane still has bytes (its budget ran out), 0 for
- * none. */
-static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
-{
-	tcp_listener_t *tl = LC__CONTAINER_OF(t, tcp_listener_t, task);
-	uint64_t next = UINT64_MAX;
-	bool again = false;
-	for (rlane_t *r = tl->lanes, *nx; r; r = nx) {
-		nx = r->next;
-		rlane_flush(r);
-		if (r->readable && !r->paused)
-			rlane_pump(r);
-		if (r->phase == R_HELLO && !r->dead && now >= r->hello_deadline_ns) {
-			LC_WARN("tcp: no handshake within %llu ms; closing",
-				(unsigned long long)(tl->hello_ns / 1000000));
-			r->dead = true;
-		}
-		if (r->dead) {
-			rlane_close(tl, r);
-			continue;
-		}
-		if (r->phase == R_HELLO)
-			next = LC__MIN(next, r->hello_deadline_ns);
-		again |= r->readable && !r->paused;
-	}
-	return again ? now : next == UINT64_MAX ? 0 : next;
-}
-
-static void listener_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uint64_t now)
-{
-	tcp_listener_t *tl = LC__CONTAINER_OF(t, tcp_listener_t, task);
-	if (f->tag == LISTEN_TAG) {
-		accept_all(tl);
-		return;
-	}
-	rlane_t *r = LC__CONTAINER_OF(f, rlane_t, iofd);
-	r->readable |= (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
-	r->writable |= (events & EPOLLOUT) != 0;
-}
-
-static const lc__io_task_ops_t listener_task_ops = {
-	.name = "tcp-listen",
-	.on_event = listener_on_event,
-	.service = listener_service,
-};
-
-/* ---- ops: receiver ---- */
-
-static int listen_socket(tcp_listener_t *tl, const char *host, int port)
-{
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-	struct addrinfo *res = NULL;
-	char ports[16];
-	int one = 1;
-	snprintf(ports, sizeof ports, "%d", port);
-	int rc = getaddrinfo(host[0] ? host : NULL, ports, &hints, &res);
-	if (rc || !res) {
-		LC_WARN("tcp: cannot resolve %s: %s", host, gai_strerror(rc));
-		return -EINVAL;
-	}
-	tl->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (tl->fd < 0) {
-		rc = -errno;
-		goto out;
-	}
-	setsockopt(tl->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	set_sockopts(tl->fd, tl->sockbuf); /* accepted sockets inherit the buffers */
-	if (bind(tl->fd, res->ai_addr, res->ai_addrlen) || listen(tl->fd, 128))
-		rc = -errno;
-out:
-	freeaddrinfo(res);
-	return rc;
-}
-
-/* The URL peers should use: the bound address and the actual port. */
-static int resolved_url(tcp_listener_t *tl, char *url, size_t cap)
-{
-	struct sockaddr_storage a;
-	socklen_t alen = sizeof a;
-	char host[NI_MAXHOST], port[NI_MAXSERV];
-	if (getsockname(tl->fd, (struct sockaddr *)&a, &alen) ||
-	    getnameinfo((struct sockaddr *)&a, alen, host, sizeof host, port, sizeof port,
-			NI_NUMERICHOST | NI_NUMERICSERV))
-		return -errno ? -errno : -EINVAL;
-	bool v6 = a.ss_family == AF_INET6;
-	snprintf(url, cap, "tcp://%s%.200s%s:%.8s", v6 ? "[" : "", host, v6 ? "]" : "", port);
-	return 0;
-}
-
-/* On the loop thread, as the task detaches: close every lane. */
-static void listener_release(lc__io_task_t *t, void *arg)
-{
-	tcp_listener_t *tl = arg;
-	while (tl->lanes)
-		rlane_close(tl, tl->lanes);
-	lc__io_fd_del(t, &tl->lfd);
-}
-
-static void tcp_listener_free(tcp_listener_t *tl)
-{
-	if (tl->fd >= 0)
-		close(tl->fd);
-	free(tl);
-}
-
-static int tcp_listen(lc_listener_t *l, const char *url)
-{
-	char host[256];
-	int port, rc;
-	rc = lc__url_host_port(url, "tcp", host, sizeof host, &port);
-	if (rc)
-		return -EINVAL;
-	tcp_listener_t *tl = calloc(1, sizeof *tl);
-	if (!tl)
-		return -ENOMEM;
-	tl->fd = -1;
-	tl->l = l;
-	tl->ctx = l->ctx;
-	tl->hello_ns = (uint64_t)lc__ctx_cfg(l->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
-	tl->sockbuf = sockbuf_bytes(l->ctx);
-	rc = listen_socket(tl, host, port);
-	if (rc)
-		goto fail;
-	rc = resolved_url(tl, l->url, sizeof l->url);
-	if (rc)
-		goto fail;
-	rc = lc__io_attach(l->ctx, &tl->task, &listener_task_ops);
-	if (rc)
-		goto fail;
-	rc = lc__io_fd_add(&tl->task, &tl->lfd, tl->fd, EPOLLIN, LISTEN_TAG);
-	if (rc) {
-		lc__io_detach(&tl->task, NULL, NULL);
-		goto fail;
-	}
-	l->tp = tl;
-	return 0;
-fail:
-	tcp_listener_free(tl);
-	return rc;
-}
-
-static void tcp_listener_close(lc_listener_t *l)
-{
-	tcp_listener_t *tl = l->tp;
-	lc__io_detach(&tl->task, listener_release, tl);
-	tcp_listener_free(tl);
-	l->tp = NULL;
-}
-
-const lc__transport_ops_t lc__tcp_ops = {
-	.scheme = "tcp",
-	.listen = tcp_listen,
-	.listener_close = tcp_listener_close,
-	.conn_open = tcp_conn_open,
-	.conn_close = tcp_conn_close,
-	.post = tcp_post,
-	.flush = tcp_flush,
-};

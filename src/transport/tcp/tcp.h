@@ -1,0 +1,32 @@
+/*
+ * tcp://HOST:PORT: the default data plane between any two hosts. Internal
+ * header of the transport's folder:
+ *   wire.h  the wire format (frames, descriptors, control frames)
+ *   send.c  the sender: connections of `lanes` sockets, one I/O-core task each
+ *   recv.c  the receiver: listeners, one I/O-core task each, landing through
+ *           the memory seam
+ *   tcp.c   the ops table and what both sides share
+ * See docs/transport-tcp.md.
+ */
+#ifndef LC_TRANSPORT_TCP_TCP_H
+#define LC_TRANSPORT_TCP_TCP_H
+
+#include "transport/io/io.h"
+#include "transport/tcp/wire.h"
+#include "transport/transport.h"
+
+/* TCP_NODELAY, and SO_SNDBUF/SO_RCVBUF when sockbuf > 0. */
+void lc__tcp_sockopts(int fd, int sockbuf);
+/* The socket_buffer_kib knob in bytes (0: kernel autotuning). */
+int lc__tcp_sockbuf(lc_ctx_t *ctx);
+
+/* Sender ops (send.c). */
+int lc__tcp_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p);
+void lc__tcp_conn_close(lc_conn_t *c);
+int lc__tcp_post(lc_conn_t *c, lc__batch_t *b);
+void lc__tcp_flush(lc_conn_t *c);
+/* Receiver ops (recv.c). */
+int lc__tcp_listen(lc_listener_t *l, const char *url);
+void lc__tcp_listener_close(lc_listener_t *l);
+
+#endif
