@@ -74,7 +74,8 @@ static void queue_status(lc_engine_t *e, lc__room_t *r)
 void lc__engine_note_landed(lc_engine_t *e, lc__task_t *t)
 {
 	lc__room_t *r = t->room;
-	/* Only the last task knows that no later chunk still has to land. */
+	/* A room's layers have landed only once every earlier chunk is
+	 * acknowledged: counted on the last chunk's task, when it is alone. */
 	if (!t->is_last || r->tasks != 1 || !e->params.landed_cb)
 		return;
 	for (uint32_t i = 0; i < t->nwreq; i++) {

@@ -157,7 +157,8 @@ static void post_ready_groups(lc_engine_t *e, lc__task_t *t, uint64_t cache, uin
 		log_post(e, r->id, g, t->gated ? lc__steps_record_time(&e->steps, step) : 0);
 	}
 	if (!t->dead && t->next_group == t->ngroups && t->is_last && !r->last_ready_ns) {
-		/* The metadata deadline runs from here: the room scan sets it. */
+		/* The metadata and aux deadlines run from here; the room scan
+		 * must learn the new one. */
 		r->last_ready_ns = now;
 		e->room_scan_at = 0;
 	}
