@@ -1,6 +1,7 @@
 /*
  * The transfer engine (DESIGN.md section 3): internal declarations shared
- * with the benchmarks and tests. The public API is in include/layercake.h.
+ * with the benchmarks and tests. The public API is in include/layercake.h;
+ * the engine's own state is in engine_int.h, private to src/engine/.
  */
 #ifndef LC_ENGINE_ENGINE_H
 #define LC_ENGINE_ENGINE_H
@@ -11,9 +12,10 @@
  * connections, for each layer group it posted to every destination of a
  * task: ready_ns is when the step that made the group ready was recorded
  * (CPU producer) or first seen (outside producer); post_ns is when the
- * doorbells rang (every batch of the pass queued at its transport); iteration numbers the engine thread's loop iterations; inline_pass
- * says the pass ran on a recording thread (inline submission). Must not
- * call into the engine. For benchmarks and tests. */
+ * doorbells rang (every batch of the pass queued at its transport);
+ * iteration numbers the engine thread's loop iterations; inline_pass says
+ * the pass ran on a recording thread (inline submission). Must not call
+ * into the engine. For benchmarks and tests. */
 typedef void (*lc__post_hook_fn)(void *arg, uint64_t room, uint32_t group, uint64_t ready_ns,
 				 uint64_t post_ns, uint64_t iteration, bool inline_pass);
 void lc__engine_set_post_hook(lc_engine_t *e, lc__post_hook_fn fn, void *arg);

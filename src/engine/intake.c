@@ -1,0 +1,398 @@
+/*
+ * Chunks become tasks (rule 1). The batch calls copy each chunk under the
+ * lock; lc_engine_batch_end stamps a batch's chunks with the steps it
+ * reserved and hands them to the inbox. The engine thread (or an inline
+ * pass) takes the inbox: per task and destination it resolves the page
+ * indices and coalesces the runs once ("wreq"), so that posting a layer
+ * group later is a walk over ready-made runs. Intake never blocks.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_int.h"
+
+/* ---- the wreq id map: completions name their wreq by id ----------------- */
+
+static void idmap_put(lc_engine_t *e, lc__wreq_t *w)
+{
+	size_t b = w->id & (LC__IDMAP_N - 1);
+	w->hnext = e->idmap[b];
+	e->idmap[b] = w;
+}
+
+lc__wreq_t *lc__engine_wreq_find(lc_engine_t *e, uint64_t id)
+{
+	for (lc__wreq_t *w = e->idmap[id & (LC__IDMAP_N - 1)]; w; w = w->hnext)
+		if (w->id == id)
+			return w;
+	return NULL;
+}
+
+static void idmap_del(lc_engine_t *e, lc__wreq_t *w)
+{
+	lc__wreq_t **pp = &e->idmap[w->id & (LC__IDMAP_N - 1)];
+	while (*pp && *pp != w)
+		pp = &(*pp)->hnext;
+	if (*pp)
+		*pp = w->hnext;
+}
+
+void lc__task_free(lc_engine_t *e, lc__task_t *t)
+{
+	for (uint32_t i = 0; i < t->nwreq; i++) {
+		lc__wreq_t *w = &t->wreqs[i];
+		if (w->id)
+			idmap_del(e, w);
+		free(w->runs);
+		free(w->state_runs);
+		free(w->gstate);
+		free(w->posted_ns);
+	}
+	free(t->wreqs);
+	free(t->pages);
+	free(t->state_slots);
+	free(t->src_mask);
+	free(t->src_local);
+	free(t);
+}
+
+void lc__task_list_free(lc_engine_t *e, lc__task_t *t)
+{
+	while (t) {
+		lc__task_t *next = t->next;
+		lc__task_free(e, t);
+		t = next;
+	}
+}
+
+/* ---- batches and chunks (API) ------------------------------------------- */
+
+int lc_engine_batch_begin(lc_engine_t *e, int is_idle)
+{
+	int rc = 0;
+	if (!e)
+		return -EINVAL;
+	pthread_mutex_lock(&e->lock);
+	if (e->batch_open)
+		rc = lc__engine_bad_input(e, LC_ERR_STATE, "batch_begin inside an open batch");
+	else {
+		e->batch_open = true;
+		e->batch_idle = is_idle != 0;
+	}
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+static void *dup_or_null(const void *p, size_t n, size_t elem, bool *oom)
+{
+	if (!p || !n)
+		return NULL;
+	void *q = malloc(n * elem);
+	if (!q)
+		*oom = true;
+	else
+		memcpy(q, p, n * elem);
+	return q;
+}
+
+/* A task holding a copy of the chunk's arrays (the caller's may go). */
+static int task_from_chunk(lc_engine_t *e, const lc_chunk_t *ch, lc__task_t **out)
+{
+	bool oom = false;
+	lc__task_t *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->room_id = ch->room;
+	t->is_last = ch->is_last != 0;
+	t->positions = ch->page_count;
+	t->dst_index = ch->dst_index;
+	t->pages = dup_or_null(ch->pages, ch->page_count, sizeof(int64_t), &oom);
+	t->src_mask = dup_or_null(ch->src_mask, ch->page_count, 1, &oom);
+	t->src_local = dup_or_null(ch->src_local, ch->src_local_count, sizeof(int64_t), &oom);
+	t->nsrc_local = ch->src_local_count;
+	if (t->is_last) {
+		t->state_slots = dup_or_null(ch->state_slots, ch->state_slot_count,
+					     sizeof(int64_t), &oom);
+		t->nslots = t->state_slots ? ch->state_slot_count : 0;
+	}
+	if (oom) {
+		lc__task_free(e, t);
+		return -ENOMEM;
+	}
+	t->created_ns = lc__now_ns();
+	*out = t;
+	return 0;
+}
+
+/* Whether a chunk may be added now; an error code otherwise. */
+static int check_chunk(lc_engine_t *e, const lc_chunk_t *ch)
+{
+	if (e->batch_open && e->batch_idle)
+		return lc__engine_bad_input(e, LC_ERR_STATE, "chunk added to an idle batch");
+	if ((ch->page_count && !ch->pages && !ch->src_mask) || (ch->src_mask && !ch->src_local) ||
+	    (ch->state_slot_count && !ch->state_slots))
+		return lc__engine_bad_input(e, -EINVAL, "chunk arrays");
+	lc__room_t *r = lc__room_find(&e->rooms, ch->room);
+	if (!r)
+		return lc__engine_bad_input(e, -ENOENT, "chunk for an unknown room");
+	if (r->status == LC_ROOM_FAILED)
+		return LC_ERR_STATE; /* the room failed meanwhile: not a caller bug */
+	if (lc__room_final(r) || !lc__room_fanin_done(r))
+		return lc__engine_bad_input(e, LC_ERR_STATE, "chunk for a room not Bootstrapped");
+	return 0;
+}
+
+int lc_engine_chunk_add(lc_engine_t *e, const lc_chunk_t *c)
+{
+	lc__task_t *t;
+	int rc;
+	if (!e || !c || c->size < offsetof(lc_chunk_t, state_slots))
+		return -EINVAL;
+	size_t csz = LC__MIN(c->size, sizeof(lc_chunk_t));
+	lc_chunk_t ch = {0};
+	memcpy(&ch, c, csz);
+	pthread_mutex_lock(&e->lock);
+	if ((rc = check_chunk(e, &ch)) || (rc = task_from_chunk(e, &ch, &t)))
+		goto out;
+	if (e->batch_open) {
+		*e->batch_tail = t;
+		e->batch_tail = &t->next;
+	} else {
+		/* Outside a batch: after the forward, every layer is ready. */
+		*e->inbox_tail = t;
+		e->inbox_tail = &t->next;
+		lc__engine_wake(e);
+	}
+out:
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+int lc_engine_batch_end(lc_engine_t *e)
+{
+	uint64_t cache, aux, now = lc__now_ns();
+	if (!e)
+		return -EINVAL;
+	pthread_mutex_lock(&e->lock);
+	if (!e->batch_open) {
+		int rc = lc__engine_bad_input(e, LC_ERR_STATE, "batch_end without batch_begin");
+		pthread_mutex_unlock(&e->lock);
+		return rc;
+	}
+	e->batch_open = false;
+	if (!e->batch_idle) {
+		/* Reserve even when empty: the forward records every layer. */
+		lc__steps_reserve(&e->steps, e->layout->layers, &cache, &aux);
+		for (lc__task_t *t = e->batch_head; t; t = t->next) {
+			t->gated = true;
+			t->cache_begin = cache;
+			t->aux_step = aux;
+			t->created_ns = now;
+		}
+		if (e->batch_head) {
+			*e->inbox_tail = e->batch_head;
+			e->inbox_tail = e->batch_tail;
+			lc__engine_wake(e);
+		}
+	}
+	e->batch_head = NULL;
+	e->batch_tail = &e->batch_head;
+	pthread_mutex_unlock(&e->lock);
+	return 0;
+}
+
+/* ---- intake: resolve indices, coalesce runs once per task ---------------- */
+
+/* The KV pages: the four partial-cache cases resolved in one pass, then
+ * contiguous (src, dst) runs coalesced. A destination page list too short
+ * for the chunk fails the room rather than truncate it. */
+static int plan_pages(lc_engine_t *e, lc__task_t *t, lc__room_t *r, lc__room_dst_t *d,
+		      lc__wreq_t *w)
+{
+	int64_t *src = NULL, *dst = NULL;
+	ssize_t n;
+	int rc = 0;
+	if (t->positions) {
+		src = malloc(t->positions * sizeof(int64_t));
+		dst = malloc(t->positions * sizeof(int64_t));
+		w->runs = malloc(t->positions * sizeof(lc__run_t));
+		if (!src || !dst || !w->runs) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
+	lc__resolve_in_t in = {
+		.src = t->pages,
+		.src_mask = t->src_mask,
+		.src_local = t->src_local,
+		.src_local_count = t->nsrc_local,
+		.positions = t->positions,
+		.dst = d->pages,
+		.dst_count = d->page_count,
+		.dst_begin = t->dst_index,
+		.dst_mask = d->dst_mask,
+		.dst_local = d->dst_local,
+		.dst_local_count = d->dst_local_count,
+	};
+	n = t->positions ? lc__resolve(&in, src, dst) : 0;
+	if (n < 0) {
+		rc = (int)n;
+		if (n == -ERANGE)
+			lc__engine_fail_room(e, r, LC_FAIL_BAD_INPUT,
+					     "%s holds %zu pages; the chunk needs [%llu, %llu)",
+					     d->session_name, d->page_count,
+					     (unsigned long long)t->dst_index,
+					     (unsigned long long)(t->dst_index + t->positions));
+		else
+			lc__engine_fail_room(e, r, LC_FAIL_BAD_INPUT,
+					     "partial-cache index out of range for %s",
+					     d->session_name);
+		goto out;
+	}
+	w->plan.nruns = lc__coalesce(src, dst, (size_t)n, w->runs);
+	w->plan.pages = n;
+out:
+	free(src);
+	free(dst);
+	return rc;
+}
+
+/* The state (mamba) slots of the last chunk: equal counts pair up, one P
+ * slot broadcasts to every D slot. */
+static int plan_state_slots(lc_engine_t *e, lc__task_t *t, lc__room_t *r, lc__room_dst_t *d,
+			    lc__wreq_t *w)
+{
+	size_t m = LC__MAX(t->nslots, d->state_slot_count);
+	int64_t *src = malloc(m * sizeof(int64_t));
+	int64_t *dst = malloc(m * sizeof(int64_t));
+	ssize_t n;
+	int rc = 0;
+	w->state_runs = malloc(m * sizeof(lc__run_t));
+	if (!src || !dst || !w->state_runs) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	n = lc__pair_slots(t->state_slots, t->nslots, d->state_slots, d->state_slot_count, src,
+			   dst);
+	if (n < 0) {
+		rc = (int)n;
+		lc__engine_fail_room(e, r, LC_FAIL_BAD_INPUT,
+				     "state slots: P has %zu, %s has %zu (only 1:n broadcasts)",
+				     t->nslots, d->session_name, d->state_slot_count);
+		goto out;
+	}
+	w->plan.nstate_runs = lc__coalesce(src, dst, (size_t)n, w->state_runs);
+	w->plan.slots = n;
+out:
+	free(src);
+	free(dst);
+	return rc;
+}
+
+/* Plan task t toward destination di of room r into w, and give w its id.
+ * A failure fails the room (a half-built w is freed with its task). */
+static int build_wreq(lc_engine_t *e, lc__task_t *t, lc__room_t *r, uint32_t di, lc__wreq_t *w)
+{
+	lc__room_dst_t *d = &r->dst[di];
+	lc__esession_t *s = d->session;
+	int rc;
+
+	w->task = t;
+	w->dst = di;
+	w->sess = s;
+	rc = plan_pages(e, t, r, d, w);
+	if (!rc && t->is_last && t->nslots && d->state_slot_count)
+		rc = plan_state_slots(e, t, r, d, w);
+	if (!rc) {
+		w->plan.layout = e->layout;
+		w->plan.xfer = s->xfer;
+		w->plan.runs = w->runs;
+		w->plan.state_runs = w->state_runs;
+		w->gstate = calloc(t->ngroups, 1);
+		w->posted_ns = calloc(t->ngroups, sizeof(uint64_t));
+		if (!w->gstate || !w->posted_ns) {
+			rc = -ENOMEM;
+		} else {
+			w->id = ++e->next_wreq_id;
+			idmap_put(e, w);
+		}
+	}
+	if (rc == -ENOMEM)
+		lc__engine_fail_room(e, r, LC_FAIL_BAD_INPUT, "out of memory planning the chunk");
+	return rc;
+}
+
+/* Link task t to its room and the task list. */
+static void task_link(lc_engine_t *e, lc__task_t *t, lc__room_t *r, uint64_t now)
+{
+	t->room = r;
+	t->created_ns = t->created_ns ? t->created_ns : now;
+	t->ngroups = lc__group_count(e->layout->layers, e->interval);
+	t->next = e->tasks;
+	e->tasks = t;
+	r->tasks++;
+	if (t->is_last) {
+		r->last_chunk_taken = true;
+		r->last_task = t;
+	}
+}
+
+static void intake_one(lc_engine_t *e, lc__task_t *t, uint64_t now)
+{
+	lc__room_t *r = lc__room_find(&e->rooms, t->room_id);
+	uint32_t nreal = 0;
+
+	if (!r || lc__room_final(r)) {
+		lc__task_free(e, t);
+		return;
+	}
+	task_link(e, t, r, now);
+	for (uint32_t i = 0; i < r->ndst; i++)
+		nreal += !r->dst[i].dummy;
+	if (!nreal) {
+		/* Dummy destinations only: nothing to write, nothing to wait for. */
+		t->next_group = t->ngroups;
+		t->aux_ready = true;
+		return;
+	}
+	t->wreqs = calloc(nreal, sizeof(lc__wreq_t));
+	if (!t->wreqs) {
+		lc__engine_fail_room(e, r, LC_FAIL_BAD_INPUT, "out of memory taking a chunk");
+		return;
+	}
+	lc__room_set_state(&e->rooms, r, LC_ROOM_TRANSFERRING, 0, NULL, now);
+	for (uint32_t i = 0; i < r->ndst && !t->dead; i++) {
+		lc__room_dst_t *d = &r->dst[i];
+		lc__esession_t *s = d->session;
+		if (d->dummy)
+			continue;
+		if (!s) {
+			lc__engine_fail_room(e, r, LC_FAIL_SESSION_GONE, "session %s is gone",
+					     d->session_name);
+			return;
+		}
+		if (lc__session_blocked(s->core, now, e->ttl_ns)) {
+			lc__engine_fail_room(e, r, LC_FAIL_SESSION_BLOCKED,
+					     "session %s is blocked: %s", s->core->name,
+					     s->core->reason);
+			return;
+		}
+		/* Counted first, so that lc__task_free frees a half-built one. */
+		if (build_wreq(e, t, r, i, &t->wreqs[t->nwreq++]))
+			return;
+	}
+}
+
+void lc__engine_intake(lc_engine_t *e, uint64_t now)
+{
+	lc__task_t *t = e->inbox;
+	e->inbox = NULL;
+	e->inbox_tail = &e->inbox;
+	while (t) {
+		lc__task_t *next = t->next;
+		e->m.chunks_added++;
+		intake_one(e, t, now);
+		t = next;
+	}
+}

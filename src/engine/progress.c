@@ -1,0 +1,293 @@
+/*
+ * The posting pass (rules 2, 3, 5, 7): both step counters are read once,
+ * and every task posts every ready layer group to every destination, one
+ * deferred batch per (task, destination, group); then each connection used
+ * is rung once. The same pass checks the aux steps and the task deadlines
+ * and frees finished and dead tasks. It runs on the engine thread, or on a
+ * recording thread that found the engine lock free (inline submission,
+ * loop.c); either way under e->lock.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "engine/engine_int.h"
+
+static int ensure_scratch(lc_engine_t *e, size_t n)
+{
+	if (n <= e->scratch_cap)
+		return 0;
+	size_t cap = LC__MAX(n, 2 * e->scratch_cap);
+	lc_write_t *s = realloc(e->scratch, cap * sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	e->scratch = s;
+	e->scratch_cap = cap;
+	return 0;
+}
+
+/* Group g holds nothing for this destination: it counts as acknowledged. */
+static void skip_group(lc__task_t *t, lc__wreq_t *w, uint32_t g)
+{
+	w->gstate[g] = LC__GROUP_ACKED;
+	w->acked++;
+	while (w->lead < t->ngroups && w->gstate[w->lead] == LC__GROUP_ACKED)
+		w->lead++;
+}
+
+/* Post layers [b, end) of w as group g. LC_BATCH_DEFER: the connection is
+ * rung once per pass, in flush_posts, not once per room. Returns false if
+ * the room failed. */
+static bool post_wreq(lc_engine_t *e, lc__wreq_t *w, uint32_t g, uint32_t b, uint32_t end,
+		      size_t cap, uint64_t now)
+{
+	lc__room_t *r = w->task->room;
+	uint64_t bytes = 0, bid = 0;
+	if (ensure_scratch(e, cap)) {
+		lc__engine_fail_room(e, r, LC_FAIL_TRANSFER, "out of memory planning layers %u-%u",
+				     b, end - 1);
+		return false;
+	}
+	size_t n = lc__plan_emit(&w->plan, b, end, e->scratch, &bytes);
+	lc_batch_params_t bp = {
+		.size = sizeof(bp),
+		.room = r->id,
+		.tag = g,
+		.timeout_ms = (int64_t)(e->transfer_ns / 1000000) + LC__BATCH_SLACK_MS,
+		.user_data = w->id,
+		.flags = LC_BATCH_DEFER,
+	};
+	int rc = lc_batch_post(w->sess->conn, e->scratch, n, &bp, &bid);
+	if (rc) {
+		lc__session_fail(w->sess->core, now, lc_strerror(rc));
+		e->m.session_failures++;
+		lc__engine_fail_room(e, r, LC_FAIL_TRANSFER, "posting layers %u-%u to %s: %s", b,
+				     end - 1, w->sess->core->name, lc_strerror(rc));
+		return false;
+	}
+	if (!w->sess->to_flush) {
+		w->sess->to_flush = true;
+		w->sess->flush_next = e->to_flush;
+		e->to_flush = w->sess;
+	}
+	w->gstate[g] = LC__GROUP_POSTED;
+	w->posted_ns[g] = now;
+	w->outstanding++;
+	e->m.batches_posted++;
+	e->m.writes_posted += n;
+	e->m.bytes_posted += bytes;
+	return true;
+}
+
+/* Post group g of task t to every destination. Returns false if the room
+ * failed. */
+static bool post_group(lc_engine_t *e, lc__task_t *t, uint32_t g, uint64_t now)
+{
+	uint32_t b, end;
+	lc__group_range(e->layout->layers, e->interval, g, &b, &end);
+	for (uint32_t i = 0; i < t->nwreq; i++) {
+		lc__wreq_t *w = &t->wreqs[i];
+		size_t cap = lc__plan_count(&w->plan, b, end);
+		if (!cap)
+			skip_group(t, w, g);
+		else if (!post_wreq(e, w, g, b, end, cap, now))
+			return false;
+	}
+	lc__engine_note_landed(e, t);
+	return true;
+}
+
+/* A group posted in this pass, for the step-to-post histogram once its
+ * connection has been rung. */
+static void log_post(lc_engine_t *e, uint64_t room, uint32_t g, uint64_t ready_ns)
+{
+	if (e->npostlog == e->postlog_cap) {
+		size_t cap = e->postlog_cap ? 2 * e->postlog_cap : 64;
+		lc__postlog_t *v = realloc(e->postlog, cap * sizeof(*v));
+		if (!v)
+			return; /* a sample lost, nothing else */
+		e->postlog = v;
+		e->postlog_cap = cap;
+	}
+	e->postlog[e->npostlog++] = (lc__postlog_t){room, g, ready_ns};
+}
+
+/* Ring each connection that got deferred posts in this pass, once. The
+ * groups count as posted when the doorbells ring: the time is taken just
+ * before, since the wake-up itself may hand this CPU to the transport's
+ * thread, which is then already moving the bytes. */
+static void flush_posts(lc_engine_t *e, uint64_t now)
+{
+	if (!e->to_flush && !e->npostlog)
+		return; /* most passes post nothing: no clock read */
+	uint64_t post_ns = lc__now_ns();
+	bool inline_pass = !lc__engine_on_thread(e);
+	while (e->to_flush) {
+		lc__esession_t *s = e->to_flush;
+		e->to_flush = s->flush_next;
+		s->flush_next = NULL;
+		s->to_flush = false;
+		lc_conn_flush(s->conn);
+	}
+	for (size_t i = 0; i < e->npostlog; i++) {
+		lc__postlog_t *p = &e->postlog[i];
+		uint64_t ready_ns = p->ready_ns && p->ready_ns <= post_ns ? p->ready_ns : now;
+		lc__hist_add(&e->m.step_to_post, post_ns - ready_ns);
+		if (e->post_hook)
+			e->post_hook(e->post_hook_arg, p->room, p->group, ready_ns, post_ns,
+				     e->m.loop_iterations, inline_pass);
+	}
+	e->npostlog = 0;
+}
+
+/* Post the groups of t whose last layer's step is ready (all of them for an
+ * ungated task), then note whether its aux step is. */
+static void post_ready_groups(lc_engine_t *e, lc__task_t *t, uint64_t cache, uint64_t aux,
+			      uint64_t now)
+{
+	lc__room_t *r = t->room;
+	while (t->next_group < t->ngroups) {
+		uint32_t b, end, g = t->next_group;
+		lc__group_range(e->layout->layers, e->interval, g, &b, &end);
+		uint64_t step = lc__step_add(t->cache_begin, end - 1);
+		if (t->gated && !lc__step_ready(cache, step))
+			break;
+		if (!post_group(e, t, g, now))
+			break;
+		t->next_group++;
+		log_post(e, r->id, g, t->gated ? lc__steps_record_time(&e->steps, step) : 0);
+	}
+	if (!t->dead && t->next_group == t->ngroups && t->is_last && !r->last_ready_ns) {
+		/* The metadata and aux deadlines run from here; the room scan
+		 * must learn the new one. */
+		r->last_ready_ns = now;
+		e->room_scan_at = 0;
+	}
+	if (!t->dead && !t->aux_ready)
+		t->aux_ready = !t->gated || !t->is_last || lc__step_ready(aux, t->aux_step);
+}
+
+static bool task_done(const lc__task_t *t)
+{
+	bool acked = t->next_group == t->ngroups;
+	for (uint32_t i = 0; i < t->nwreq && acked; i++)
+		acked = t->wreqs[i].acked == t->ngroups;
+	return acked && t->aux_ready;
+}
+
+/* Free a finished (unlinked) task; its room may now succeed. */
+static void retire_task(lc_engine_t *e, lc__task_t *t)
+{
+	lc__room_t *r = t->room;
+	r->tasks--;
+	if (r->last_task == t)
+		r->last_task = NULL;
+	lc__task_free(e, t);
+	if (r->last_task && r->tasks == 1)
+		lc__engine_note_landed(e, r->last_task);
+	lc__engine_try_finish(e, r);
+}
+
+/* Layer readiness: the next group's last step within layer_timeout_ms of
+ * the batch. */
+static void check_layer_deadline(lc_engine_t *e, lc__task_t *t, uint64_t now, uint64_t *next)
+{
+	uint64_t dl = t->created_ns + e->layer_ns;
+	if (now < dl) {
+		lc__earliest(next, dl);
+		return;
+	}
+	uint32_t b, end;
+	lc__group_range(e->layout->layers, e->interval, t->next_group, &b, &end);
+	lc__engine_fail_room(e, t->room, LC_FAIL_LAYER_TIMEOUT,
+			     "layer %u (step %llu) not ready within %llu ms", end - 1,
+			     (unsigned long long)lc__step_add(t->cache_begin, end - 1),
+			     (unsigned long long)(e->layer_ns / 1000000));
+}
+
+/* Acknowledgement: each destination's earliest posted group within
+ * transfer_timeout_ms of its post. */
+static void check_ack_deadlines(lc_engine_t *e, lc__task_t *t, uint64_t now, uint64_t *next)
+{
+	for (uint32_t i = 0; i < t->nwreq && !t->dead; i++) {
+		lc__wreq_t *w = &t->wreqs[i];
+		for (uint32_t g = w->lead; g < t->next_group && w->outstanding; g++) {
+			if (w->gstate[g] != LC__GROUP_POSTED)
+				continue;
+			uint64_t dl = w->posted_ns[g] + e->transfer_ns;
+			if (now >= dl) {
+				lc__session_fail(w->sess->core, now, "acknowledgement timeout");
+				e->m.session_failures++;
+				lc__engine_fail_room(
+					e, t->room, LC_FAIL_TRANSFER_TIMEOUT,
+					"layer group %u not acknowledged by %s within %llu ms", g,
+					w->sess->core->name,
+					(unsigned long long)(e->transfer_ns / 1000000));
+			} else {
+				lc__earliest(next, dl);
+			}
+			break; /* the earliest posted group decides */
+		}
+	}
+}
+
+/* Aux step: within metadata_timeout_ms of the last layer being ready. */
+static void check_aux_deadline(lc_engine_t *e, lc__task_t *t, uint64_t now, uint64_t *next)
+{
+	uint64_t dl = t->room->last_ready_ns + e->metadata_ns;
+	if (now >= dl)
+		lc__engine_fail_room(e, t->room, LC_FAIL_METADATA_TIMEOUT,
+				     "aux step %llu not recorded within %llu ms",
+				     (unsigned long long)t->aux_step,
+				     (unsigned long long)(e->metadata_ns / 1000000));
+	else
+		lc__earliest(next, dl);
+}
+
+uint64_t lc__engine_progress(lc_engine_t *e, uint64_t now, bool *waiting)
+{
+	uint64_t cache = lc__steps_read(&e->steps, LC_STEP_CACHE);
+	uint64_t aux = lc__steps_read(&e->steps, LC_STEP_AUX);
+	uint64_t next = 0, pending = 0, inflight = 0;
+	e->seen_cache = cache; /* what the engine thread may sleep on */
+	e->seen_aux = aux;
+	lc__task_t **pp = &e->tasks;
+	*waiting = false;
+
+	while (*pp) {
+		lc__task_t *t = *pp;
+		if (!t->dead)
+			post_ready_groups(e, t, cache, aux, now);
+		if (!t->dead && task_done(t)) {
+			*pp = t->next;
+			retire_task(e, t);
+			continue;
+		}
+		if (!t->dead) {
+			if (t->next_group < t->ngroups) {
+				pending++;
+				if (t->gated) {
+					*waiting = true;
+					check_layer_deadline(e, t, now, &next);
+				}
+			} else {
+				inflight++;
+			}
+			check_ack_deadlines(e, t, now, &next);
+			if (!t->dead && !t->aux_ready && t->next_group == t->ngroups) {
+				*waiting = true;
+				check_aux_deadline(e, t, now, &next);
+			}
+		}
+		if (t->dead) {
+			*pp = t->next;
+			lc__task_free(e, t);
+			continue;
+		}
+		pp = &t->next;
+	}
+	flush_posts(e, now);
+	e->m.tasks_pending = pending;
+	e->m.tasks_inflight = inflight;
+	e->m.tasks_pending_max = LC__MAX(e->m.tasks_pending_max, pending);
+	return next;
+}

@@ -1,0 +1,177 @@
+/*
+ * Rooms (API): open, destinations (fan-in), metadata, cancel, status and
+ * release. A room is Bootstrapped once all its destinations are present; a
+ * finished room stays in the table until its final status is read or it is
+ * released, then its id starts fresh.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_int.h"
+
+int lc_engine_room_open(lc_engine_t *e, uint64_t room)
+{
+	lc__room_t *r;
+	int rc;
+	if (!e)
+		return -EINVAL;
+	pthread_mutex_lock(&e->lock);
+	rc = lc__room_open(&e->rooms, room, lc__now_ns(), &r);
+	e->room_scan_at = 0;
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+/* Whether the destination's parameters hold together and name a registered
+ * session (*core; NULL for a dummy). */
+static int check_dst(lc_engine_t *e, const lc_dst_params_t *d, lc__session_t **core)
+{
+	if ((d->page_count && !d->pages) || (d->dst_mask && !d->dst_local) ||
+	    (!d->is_dummy && !d->session) || !d->required_dst_count)
+		return lc__engine_bad_input(e, -EINVAL, "destination parameters");
+	if (!d->is_dummy && !(*core = lc__session_find(&e->sessions, d->session)))
+		return lc__engine_bad_input(e, -ENOENT, "destination on an unregistered session");
+	return 0;
+}
+
+int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t *p)
+{
+	lc__room_t *r;
+	lc__session_t *core = NULL;
+	int rc = 0;
+	uint64_t now = lc__now_ns();
+	if (!e || !p || p->size < offsetof(lc_dst_params_t, state_slots))
+		return -EINVAL;
+	lc_dst_params_t d = {0};
+	memcpy(&d, p, LC__MIN(p->size, sizeof(d)));
+	pthread_mutex_lock(&e->lock);
+	if ((rc = check_dst(e, &d, &core)))
+		goto out;
+	r = lc__room_find(&e->rooms, room);
+	if (!r && (rc = lc__room_open(&e->rooms, room, now, &r)))
+		goto out;
+	if ((rc = lc__room_add_dst(r, &d, core ? core->owner : NULL))) {
+		if (rc != LC_ERR_STATE || !lc__room_final(r))
+			lc__engine_bad_input(e, rc, "room destination");
+		goto out;
+	}
+	e->room_scan_at = 0;
+	if (core && lc__session_blocked(core, now, e->ttl_ns)) {
+		lc__engine_fail_room(e, r, LC_FAIL_SESSION_BLOCKED, "session %s is blocked: %s",
+				     core->name, core->reason);
+		goto out;
+	}
+	if (lc__room_fanin_done(r))
+		lc__room_set_state(&e->rooms, r, LC_ROOM_BOOTSTRAPPED, 0, NULL, now);
+out:
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+int lc_engine_room_metadata_set(lc_engine_t *e, uint64_t room, const void *data, size_t len)
+{
+	int rc = 0;
+	if (!e || (len && !data))
+		return -EINVAL;
+	if (len > LC_METADATA_MAX)
+		return -EMSGSIZE;
+	pthread_mutex_lock(&e->lock);
+	lc__room_t *r = lc__room_find(&e->rooms, room);
+	if (!r)
+		rc = -ENOENT;
+	else if (r->has_metadata)
+		rc = -EEXIST;
+	else {
+		if (len) {
+			r->metadata = malloc(len);
+			if (!r->metadata) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			memcpy(r->metadata, data, len);
+		}
+		r->metadata_len = len;
+		r->has_metadata = true;
+		lc__engine_try_finish(e, r);
+		if (!lc__engine_on_thread(e))
+			lc__engine_wake(e);
+	}
+out:
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+int lc_engine_room_cancel(lc_engine_t *e, uint64_t room, const char *reason)
+{
+	int rc = 0;
+	if (!e)
+		return -EINVAL;
+	pthread_mutex_lock(&e->lock);
+	lc__room_t *r = lc__room_find(&e->rooms, room);
+	if (!r)
+		rc = -ENOENT;
+	else if (lc__room_final(r))
+		rc = LC_ERR_STATE;
+	else
+		lc__engine_fail_room(e, r, LC_FAIL_CANCELLED, "cancelled: %s",
+				     reason ? reason : "no reason");
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+/* Layers landed at every real destination. */
+static uint32_t landed_min(const lc__room_t *r)
+{
+	uint32_t m = UINT32_MAX;
+	for (uint32_t i = 0; i < r->ndst; i++)
+		if (!r->dst[i].dummy)
+			m = LC__MIN(m, r->dst[i].landed);
+	return m == UINT32_MAX ? 0 : m;
+}
+
+int lc_engine_room_status(lc_engine_t *e, uint64_t room, lc_room_info_t *out)
+{
+	int rc = 0;
+	if (!e || !out || out->size < offsetof(lc_room_info_t, dst_count))
+		return -EINVAL;
+	lc_room_info_t info = {0};
+	info.size = LC__MIN(out->size, sizeof(info));
+	pthread_mutex_lock(&e->lock);
+	lc__room_t *r = lc__room_find(&e->rooms, room);
+	if (!r) {
+		rc = -ENOENT;
+	} else {
+		info.status = r->status;
+		info.fail_reason = r->fail_reason;
+		lc__reason(info.reason, sizeof(info.reason), "%s", r->reason);
+		info.dst_count = r->ndst;
+		info.required_dst_count = r->required;
+		info.layers_landed = landed_min(r);
+		/* Reported: a final room leaves the table (its notes are queued). */
+		if (lc__room_final(r) && !r->tasks)
+			lc__room_remove(&e->rooms, r);
+		memcpy(out, &info, info.size);
+	}
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+int lc_engine_room_release(lc_engine_t *e, uint64_t room)
+{
+	int rc = 0;
+	if (!e)
+		return -EINVAL;
+	pthread_mutex_lock(&e->lock);
+	lc__room_t *r = lc__room_find(&e->rooms, room);
+	if (!r)
+		rc = -ENOENT;
+	else {
+		if (!lc__room_final(r))
+			lc__engine_fail_room(e, r, LC_FAIL_CANCELLED,
+					     "released before it finished");
+		lc__room_remove(&e->rooms, r);
+	}
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}

@@ -1,0 +1,240 @@
+/*
+ * D sessions (API): a session is one D rank, reached through one connection
+ * on the engine's completion queue, with D's regions imported and, per
+ * layout buffer, where its pages land (whole pages, or a fragment for
+ * heterogeneous TP). Connecting and importing happen without the engine
+ * lock; only the registration in the table takes it. Registering a name
+ * again replaces the session and fails the rooms that used the old one.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/engine_int.h"
+
+void lc__esession_free(lc__esession_t *s)
+{
+	if (!s)
+		return;
+	lc_conn_destroy(s->conn);
+	free(s->xfer);
+	free(s);
+}
+
+/* Fail every unfinished room with a destination on session s. */
+static void fail_rooms_of(lc_engine_t *e, lc__esession_t *s, const char *why)
+{
+	for (size_t b = 0; b < e->rooms.nbuckets; b++)
+		for (lc__room_t *r = e->rooms.buckets[b]; r; r = r->next) {
+			if (lc__room_final(r))
+				continue;
+			for (uint32_t i = 0; i < r->ndst; i++)
+				if (r->dst[i].session == s) {
+					lc__engine_fail_room(e, r, LC_FAIL_SESSION_GONE,
+							     "session %s %s", s->core->name, why);
+					break;
+				}
+		}
+}
+
+/* A fragment that does not fit its pages: counted and logged as bad input
+ * (takes the lock for the counter). */
+static int bad_fragment(lc_engine_t *e, const lc_session_params_t *p, size_t i,
+			const char *problem)
+{
+	const lc_fragment_t *f = &p->fragments[i];
+	char what[256];
+	snprintf(what, sizeof what,
+		 "session %s: fragment %zu (buffer %u, %llu bytes at %llu -> %llu of %llu)%s",
+		 p->name, i, f->buffer, (unsigned long long)f->bytes,
+		 (unsigned long long)f->src_offset, (unsigned long long)f->dst_offset,
+		 (unsigned long long)f->dst_item_len, problem);
+	pthread_mutex_lock(&e->lock);
+	int rc = lc__engine_bad_input(e, LC_ERR_GEOMETRY, what);
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+/* Heterogeneous TP: only the buffers with a fragment go to this session,
+ * each as a byte range of every page. The bounds are checked here, once:
+ * the planner trusts its transfer table. */
+static int apply_fragments(lc_engine_t *e, lc__esession_t *s, const lc_session_params_t *p)
+{
+	if (!p->fragments)
+		return -EINVAL;
+	for (uint32_t b = 0; b < e->layout->nbuf; b++)
+		s->xfer[b].skip = 1;
+	for (size_t i = 0; i < p->fragment_count; i++) {
+		const lc_fragment_t *f = &p->fragments[i];
+		if (f->buffer >= e->layout->nbuf)
+			return bad_fragment(e, p, i, " names no buffer");
+		const lc_buffer_t *buf = &e->layout->bufs[f->buffer];
+		lc__xfer_t *x = &s->xfer[f->buffer];
+		if (!x->skip)
+			return bad_fragment(e, p, i, ": buffer named twice");
+		if (!f->bytes || f->src_offset > buf->item_len ||
+		    f->bytes > buf->item_len - f->src_offset || f->dst_offset > f->dst_item_len ||
+		    f->bytes > f->dst_item_len - f->dst_offset)
+			return bad_fragment(e, p, i, " does not fit its pages");
+		x->src_base = (const uint8_t *)buf->base + f->src_offset;
+		x->dst_base += f->dst_offset;
+		x->dst_stride = f->dst_item_len;
+		x->bytes = f->bytes;
+		x->skip = 0;
+	}
+	return 0;
+}
+
+static int check_session_params(lc_engine_t *e, const lc_session_params_t *p)
+{
+	if (!p || p->size < offsetof(lc_session_params_t, buffer_region) || !p->name ||
+	    !*p->name || !p->url || (p->region_count && (!p->region_descs || !p->region_desc_lens)))
+		return -EINVAL;
+	if (!p->buffer_region && p->region_count != e->layout->nbuf) {
+		LC_WARN("session %s: %zu region descriptors for %u buffers", p->name,
+			p->region_count, e->layout->nbuf);
+		return -EINVAL;
+	}
+	const uint32_t *buf_region = p->size > offsetof(lc_session_params_t, buffer_region)
+					     ? p->buffer_region
+					     : NULL;
+	for (uint32_t b = 0; buf_region && b < e->layout->nbuf; b++)
+		if (buf_region[b] >= p->region_count)
+			return -EINVAL;
+	return 0;
+}
+
+/* Where each buffer's pages land: D's regions imported into the connection,
+ * then whole pages or the fragments. */
+static int map_buffers(lc_engine_t *e, lc__esession_t *s, const lc_session_params_t *p,
+		       uint32_t *ids)
+{
+	int rc;
+	const uint32_t *buf_region = p->size > offsetof(lc_session_params_t, buffer_region)
+					     ? p->buffer_region
+					     : NULL;
+	const uint64_t *buf_offset = p->size > offsetof(lc_session_params_t, buffer_offset)
+					     ? p->buffer_offset
+					     : NULL;
+	for (size_t i = 0; i < p->region_count; i++)
+		if ((rc = lc_conn_import_region(s->conn, p->region_descs[i], p->region_desc_lens[i],
+						&ids[i]))) {
+			LC_WARN("session %s: importing region %zu: %s", p->name, i,
+				lc_strerror(rc));
+			return rc;
+		}
+	for (uint32_t b = 0; b < e->layout->nbuf; b++) {
+		uint32_t id = ids[buf_region ? buf_region[b] : b];
+		lc__xfer_whole_page(&s->xfer[b], &e->layout->bufs[b], id,
+				    buf_offset ? buf_offset[b] : 0);
+	}
+	if (p->size >= offsetof(lc_session_params_t, fragment_count) + sizeof(size_t) &&
+	    p->fragment_count)
+		return apply_fragments(e, s, p);
+	return 0;
+}
+
+/* A connected session with its transfer table, not yet registered. */
+static int session_build(lc_engine_t *e, const lc_session_params_t *p, lc__esession_t **out)
+{
+	lc__esession_t *s = calloc(1, sizeof(*s));
+	uint32_t *ids = calloc(p->region_count ? p->region_count : 1, sizeof(uint32_t));
+	int rc;
+	if (s)
+		s->xfer = calloc(e->layout->nbuf, sizeof(*s->xfer));
+	if (!s || !ids || !s->xfer) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	lc_conn_params_t cp = {.size = sizeof(cp), .cq = e->cq, .has_token = p->has_token};
+	cp.token = p->token;
+	if ((rc = lc_conn_create(e->ctx, p->url, &cp, &s->conn))) {
+		LC_WARN("session %s: connecting to %s: %s", p->name, p->url, lc_strerror(rc));
+		goto fail;
+	}
+	if ((rc = map_buffers(e, s, p, ids)))
+		goto fail;
+	free(ids);
+	*out = s;
+	return 0;
+fail:
+	free(ids);
+	lc__esession_free(s);
+	return rc;
+}
+
+int lc_engine_session_add(lc_engine_t *e, const lc_session_params_t *p)
+{
+	lc__esession_t *s, *old = NULL;
+	lc__session_t *core;
+	int rc;
+	if (!e)
+		return -EINVAL;
+	if ((rc = check_session_params(e, p)) || (rc = session_build(e, p, &s)))
+		return rc;
+
+	pthread_mutex_lock(&e->lock);
+	core = lc__session_find(&e->sessions, p->name);
+	if (core) {
+		old = core->owner;
+		fail_rooms_of(e, old, "registered again");
+		lc__session_clear(core);
+	} else if ((rc = lc__session_add(&e->sessions, p->name, &core))) {
+		pthread_mutex_unlock(&e->lock);
+		lc__esession_free(s);
+		return rc;
+	}
+	core->owner = s;
+	s->core = core;
+	pthread_mutex_unlock(&e->lock);
+	if (old) {
+		old->core = NULL;
+		lc__esession_free(old);
+	}
+	LC_INFO("engine %s: session %s -> %s", e->name, p->name, p->url);
+	return 0;
+}
+
+int lc_engine_session_remove(lc_engine_t *e, const char *name)
+{
+	lc__esession_t *s;
+	if (!e || !name)
+		return -EINVAL;
+	pthread_mutex_lock(&e->lock);
+	lc__session_t *core = lc__session_find(&e->sessions, name);
+	if (!core) {
+		pthread_mutex_unlock(&e->lock);
+		return -ENOENT;
+	}
+	s = core->owner;
+	fail_rooms_of(e, s, "removed");
+	/* Destinations of finished rooms may still name it: forget the link. */
+	for (size_t b = 0; b < e->rooms.nbuckets; b++)
+		for (lc__room_t *r = e->rooms.buckets[b]; r; r = r->next)
+			for (uint32_t i = 0; i < r->ndst; i++)
+				if (r->dst[i].session == s)
+					r->dst[i].session = NULL;
+	lc__session_remove(&e->sessions, core);
+	pthread_mutex_unlock(&e->lock);
+	s->core = NULL;
+	lc__esession_free(s);
+	return 0;
+}
+
+int lc_engine_session_blocked(lc_engine_t *e, const char *name, uint64_t *failures)
+{
+	int rc;
+	if (!e || !name)
+		return -EINVAL;
+	pthread_mutex_lock(&e->lock);
+	lc__session_t *core = lc__session_find(&e->sessions, name);
+	if (!core)
+		rc = -ENOENT;
+	else {
+		rc = lc__session_blocked(core, lc__now_ns(), e->ttl_ns) ? 1 : 0;
+		if (failures)
+			*failures = core->failures;
+	}
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
