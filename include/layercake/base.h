@@ -83,7 +83,7 @@ LC_API int lc_version_number(void);
 
 #define LC_LIBRARY_CODES(X)                                                    \
 	X(LC_ERR_REGION, -1001, "unknown memory region")                       \
-	X(LC_ERR_RANGE, -1002, "range outside the registered region")          \
+	X(LC_ERR_OUT_OF_REGION, -1002, "range outside the registered region")  \
 	X(LC_ERR_GRANT, -1003, "write not covered by a grant for its room")    \
 	X(LC_ERR_CANCELLED, -1004, "cancelled")                                \
 	X(LC_ERR_EXPIRED, -1005, "deadline expired")                           \
@@ -107,6 +107,9 @@ enum lc_error {
 #define LC__ERR_ENUM(name, value, text) name = (value),
 	LC_ERROR_CODES(LC__ERR_ENUM)
 #undef LC__ERR_ENUM
+	/* Deprecated: LC_ERR_RANGE read as LC_ERANGE (-ERANGE, a value out
+	 * of bounds), which is another code. */
+	LC_ERR_RANGE = LC_ERR_OUT_OF_REGION,
 };
 
 /* Text for any code returned by the library, including plain -errno values.

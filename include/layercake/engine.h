@@ -137,7 +137,7 @@ typedef enum lc_room_status {
 	LC_ROOM_SUCCESS = 5,
 } lc_room_status_t;
 
-#define LC_ROOM_FAIL_REASONS(X)                                                \
+#define LC_FAIL_REASONS(X)                                                     \
 	X(LC_FAIL_NONE, 0, "none")                                             \
 	X(LC_FAIL_TRANSFER, 1, "transfer")                                     \
 	X(LC_FAIL_SESSION_BLOCKED, 2, "session_blocked")                       \
@@ -153,10 +153,14 @@ typedef enum lc_room_status {
 
 typedef enum lc_fail_reason {
 #define LC__FAIL_ENUM(name, value, text) name = (value),
-	LC_ROOM_FAIL_REASONS(LC__FAIL_ENUM)
+	LC_FAIL_REASONS(LC__FAIL_ENUM)
 #undef LC__FAIL_ENUM
 	LC_FAIL_REASON_COUNT
 } lc_fail_reason_t;
+
+/* Deprecated: the table is named for its entries (LC_FAIL_*), as
+ * lc_fail_reason_t and lc_fail_reason_name() are. */
+#define LC_ROOM_FAIL_REASONS(X) LC_FAIL_REASONS(X)
 
 /* "Failed", "Success", ... ; "Unknown" out of range. Static. */
 LC_API const char *lc_room_status_name(int status);
