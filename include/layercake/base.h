@@ -17,7 +17,7 @@
  *   pointer to a parameter struct (lc_*_params_t) accepts NULL and treats
  *   it exactly as a struct whose fields all take their defaults. Where a
  *   field has no default (it is marked "required"), NULL fails as that
- *   field left unset would: -EINVAL, with nothing created.
+ *   field left unset would: -EINVAL, and the call does nothing.
  * - Callbacks: if a call that takes a callback fails, the callback never
  *   runs; otherwise it runs exactly once.
  * - The library never prints to stdout and never exits the process; it logs
