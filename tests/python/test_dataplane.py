@@ -72,7 +72,7 @@ def test_rejections_raise_or_complete_with_the_library_code():
     p = make_pair("loop://auto")
     with pytest.raises(lc.LayercakeError) as e:
         p["rx"].grant(1, p["rreg"], (4 << 20) - 10, 4096)
-    assert e.value.name == "LC_ERR_RANGE" and e.value.code == -1002
+    assert e.value.name == "LC_ERR_OUT_OF_REGION" and e.value.code == -1002
     with pytest.raises(lc.LayercakeError) as e:
         p["conn"].post([(12345, p["rid"], 0, 10)], room=1)  # source not registered
     assert e.value.name == "LC_ERR_REGION"

@@ -1,0 +1,243 @@
+/*
+ * layercake/pd.h: prefill/decode disaggregation over the control plane:
+ * the bootstrap server, the prefill side (lc_prefill_t and its senders)
+ * and the decode side (lc_decode_t and its receivers).
+ * Conventions: see layercake/base.h.
+ */
+#ifndef LAYERCAKE_PD_H
+#define LAYERCAKE_PD_H
+
+#include "layercake/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------
+ * Bootstrap server (run by P; spec 4.6, docs/protocol.md): P ranks register
+ * with PUT /route, D ranks read the parallel layout and rank endpoints with
+ * GET /route?engine_rank=&target_dp_group=, probe GET /health, and
+ * operators scrape GET /metrics (Prometheus text). Bad requests get 4xx
+ * with a one-line message, an unknown rank 404.
+ * ---------------------------------------------------------------------- */
+
+typedef struct lc_bootstrap lc_bootstrap_t;
+
+typedef struct lc_bootstrap_params {
+	size_t size;      /* sizeof(lc_bootstrap_params_t) */
+	const char *host; /* bind address; NULL = "0.0.0.0" */
+	int port;         /* 0 = a free port; -1 = knob bootstrap_port (ctx, else env) */
+	int reserved;
+	/* PUT /route then needs "Authorization: Bearer <secret>" (else 401).
+	 * NULL = the first line of $LAYERCAKE_SECRET_DIR/bootstrap.secret when
+	 * that file exists, else no authentication. Copied. */
+	const char *secret;
+	/* Optional: this context's counters appear in /metrics. Must outlive
+	 * the server. */
+	lc_ctx_t *ctx;
+} lc_bootstrap_params_t;
+
+/* Start the server (its own thread). Returns when it listens. Errors:
+ * -EINVAL, -EADDRINUSE (or another bind errno), -ENOMEM, LC_ENOTSUP when
+ * the library was built without libmicrohttpd/json-c. Any thread. */
+LC_API int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out);
+/* Stop serving and free. Blocks until requests in progress finish (each
+ * is bounded). Not while a lc_prefill_t still publishes metrics on it.
+ * NULL is a no-op. */
+LC_API void lc_bootstrap_stop(lc_bootstrap_t *bootstrap);
+/* The port it listens on (useful with port 0). */
+LC_API int lc_bootstrap_port(const lc_bootstrap_t *bootstrap);
+/* "host:port" to give P and D ranks ("127.0.0.1:port" for a wildcard
+ * bind). Returns the length; -ENOSPC if cap is too small. */
+LC_API int lc_bootstrap_addr(const lc_bootstrap_t *bootstrap, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------
+ * Prefill side: one lc_prefill_t per P rank. It owns the rank's engine,
+ * registers the rank with the bootstrap server, and serves D's messages on
+ * its control socket (ZeroMQ PULL, tcp): session registrations (a D whose
+ * layout fingerprint differs is refused with a reply naming the
+ * difference), transfer infos (added to the engine's rooms) and cancels.
+ * The engine's status and "layers landed" events go back to D.
+ *
+ * Threading: one control thread per lc_prefill_t; every call may come from
+ * any thread. Feed chunks with the engine's batch API (lc_prefill_engine).
+ * Control-plane security: when LAYERCAKE_SECRET_DIR holds curve.public and
+ * curve.secret (z85), every control socket uses ZeroMQ CURVE with that
+ * keypair and accepts only peers presenting a public key listed in the
+ * directory (curve.public and authorized_keys, one z85 key a line).
+ * ---------------------------------------------------------------------- */
+
+typedef struct lc_prefill lc_prefill_t;
+
+typedef struct lc_prefill_params {
+	size_t size;               /* sizeof(lc_prefill_params_t) */
+	const lc_layout_t *layout; /* P's buffers, in regions of ctx; copied */
+	const char *bootstrap;     /* "host:port" of the bootstrap server; required */
+	const char *host;          /* address D reaches this rank at; NULL = "127.0.0.1" */
+	const char *name;          /* for log lines; may be NULL */
+	int world_size;            /* P ranks in all, >= 1 */
+	int dp_size;               /* data-parallel groups, divides world_size */
+	int engine_rank;           /* this rank, 0 .. world_size-1 */
+	int reserved;
+	/* Optional: publish this rank's metrics (engine and control plane) on
+	 * that server's /metrics; it must outlive the lc_prefill_t. */
+	lc_bootstrap_t *metrics_server;
+	const char *bootstrap_secret; /* NULL: as lc_bootstrap_params_t.secret */
+	/* Step counters written by an outside producer (a GPU): passed to the
+	 * engine as lc_engine_params_t.external_counter / cache_word /
+	 * aux_word (see there). 0 / NULL: lc_engine_record_* only. */
+	int external_counter;
+	int reserved2;
+	uint64_t *cache_word;
+	uint64_t *aux_word;
+} lc_prefill_params_t;
+
+/* Create the engine (lc_engine_create; knobs from ctx), bind the control
+ * socket, start the control thread and register with the bootstrap server
+ * (PUT /route: 2 s per try, 5 retries with growing pauses).
+ * Blocks for the registration. Errors: -EINVAL, -ENOMEM, the engine's
+ * errors, LC_ERR_UNREACHABLE / LC_ERR_AUTH / LC_ERR_BOOTSTRAP from the
+ * registration, LC_ENOTSUP without ZeroMQ or libcurl. */
+LC_API int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params,
+			     lc_prefill_t **out);
+/* Stop the control thread, destroy the engine (unfinished rooms fail and
+ * their D ranks are told), close the sockets. Senders must be destroyed
+ * first. NULL is a no-op. */
+LC_API void lc_prefill_destroy(lc_prefill_t *prefill);
+/* The rank's engine (owned by the lc_prefill_t): batches, chunks, step
+ * records, sessions and metrics. */
+LC_API int lc_prefill_engine(lc_prefill_t *prefill, lc_engine_t **out);
+/* The control endpoint D ranks send to ("tcp://host:port"). */
+LC_API int lc_prefill_endpoint(const lc_prefill_t *prefill, char *buf, size_t cap);
+/* Control-plane counters by name ("msgs_malformed", "registrations",
+ * "registrations_refused", "transfer_infos", "cancels", "statuses",
+ * "layer_updates", "msgs_sent", "msgs_received", "send_failures"...).
+ * -ENOENT for an unknown name. */
+LC_API int lc_prefill_counter(lc_prefill_t *prefill, const char *name, uint64_t *out);
+
+/* A sender: P's handle on one room (the request's bootstrap_room). */
+typedef struct lc_sender lc_sender_t;
+
+/* Open the room on the engine (status Bootstrapping; Bootstrapped once the
+ * room's D ranks have sent their transfer infos). A room D already
+ * announced is adopted. Errors: -EINVAL, -ENOMEM, -EEXIST (another sender
+ * has the room). */
+LC_API int lc_sender_create(lc_prefill_t *prefill, uint64_t room, lc_sender_t **out);
+/* The room's metadata (first token, draft candidates: opaque, at most
+ * LC_METADATA_MAX bytes; copied), delivered to D with Success. */
+LC_API int lc_sender_metadata_set(lc_sender_t *sender, const void *data, size_t len);
+/* Poll: returns the status (lc_room_status_t, >= 0) and fills *out if not
+ * NULL. A final status (Success or Failed) stays readable. Non-blocking. */
+LC_API int lc_sender_poll(lc_sender_t *sender, lc_room_info_t *out);
+/* D's decode prefix length (tokens) from its transfer info: P skips that
+ * many tokens' pages (prefix / page size) when it builds the room's chunks
+ * (lc_chunk_t.dst_index counts from there). -EAGAIN until a non-dummy
+ * transfer info has arrived; known by the time lc_sender_poll() first
+ * returns a status past Bootstrapping because of that info. */
+LC_API int lc_sender_prefix_len(lc_sender_t *sender, uint64_t *tokens);
+/* Abort the room: stop sending, fail it (LC_FAIL_CANCELLED) and tell every
+ * D rank once. LC_ERR_STATE if it already ended. */
+LC_API int lc_sender_abort(lc_sender_t *sender, const char *reason);
+/* Forget the room (an unfinished room is aborted first). NULL no-op. */
+LC_API void lc_sender_destroy(lc_sender_t *sender);
+
+/* ------------------------------------------------------------------------
+ * Decode side: one lc_decode_t per D rank. It owns D's data-plane listener
+ * and session token, its control socket (ZeroMQ PULL) for P's status and
+ * "layers landed" messages, and two threads: the control thread (messages,
+ * deadlines) and the discovery thread (bootstrap lookups, heartbeat).
+ *
+ * P ranks are chosen as in the spec: the dp group is room % P dp_size; with
+ * P_tp = world_size / dp_size ranks per group and D's tp_size:
+ *   equal      : P rank tp_rank, required_dst_info_num 1;
+ *   D_tp > P_tp: P rank tp_rank * P_tp / D_tp, required D_tp / P_tp;
+ *   P_tp > D_tp: P ranks tp_rank * (P_tp / D_tp) + k, the first real, the
+ *                others dummy (no pages, no writes), required 1.
+ * One real P rank answers per D rank (the page geometry of every rank is
+ * the same: layouts are replicated, or sharded identically per rank).
+ * ---------------------------------------------------------------------- */
+
+typedef struct lc_decode lc_decode_t;
+
+typedef struct lc_decode_params {
+	size_t size;               /* sizeof(lc_decode_params_t) */
+	const lc_layout_t *layout; /* D's buffers (bases inside `regions`); copied */
+	lc_region_t *const *regions; /* regions holding every buffer */
+	size_t region_count;
+	const char *listen_url; /* data-plane listener: "tcp://127.0.0.1:0", "shm://auto" */
+	const char *host;       /* address P reaches D's control socket at; NULL = "127.0.0.1" */
+	/* D's session id as P knows it; NULL = "d<tp_rank>@host:port". A
+	 * restarted D that reuses it clears P's failure record (TTL). */
+	const char *session;
+	int tp_size; /* D ranks per dp group, >= 1 (0 = 1) */
+	int tp_rank; /* this rank within its group */
+} lc_decode_params_t;
+
+/* Create the listener, issue the session token, bind the control socket
+ * and start the threads. Errors: -EINVAL (a buffer outside every region),
+ * -ENOMEM, listener errors, LC_ENOTSUP without ZeroMQ or libcurl. */
+LC_API int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params,
+			    lc_decode_t **out);
+/* Fail and cancel unfinished rooms (grants revoked first), stop the
+ * threads, close everything. Receivers must be destroyed first. */
+LC_API void lc_decode_destroy(lc_decode_t *decode);
+/* The control endpoint P ranks send to ("tcp://host:port"). */
+LC_API int lc_decode_endpoint(const lc_decode_t *decode, char *buf, size_t cap);
+/* Counters by name, as lc_prefill_counter ("heartbeat_failures",
+ * "peers_dead" too). */
+LC_API int lc_decode_counter(lc_decode_t *decode, const char *name, uint64_t *out);
+
+/* A receiver: D's handle on one room. */
+typedef struct lc_receiver lc_receiver_t;
+
+/* Start receiving `room` from the P instance whose bootstrap server is at
+ * `bootstrap` ("host:port"; NULL = 127.0.0.1:<knob bootstrap_port>).
+ * Non-blocking: discovery (cached per P address) and the session
+ * registration (once per P rank) run on the discovery thread; the status
+ * moves Bootstrapping -> Bootstrapped. Deadlines: Bootstrapped within
+ * bootstrap_timeout_ms; then Success or Failed within waiting_timeout_ms.
+ * Errors: -EINVAL, -ENOMEM, -EEXIST (the room has a receiver). */
+LC_API int lc_receiver_create(lc_decode_t *decode, const char *bootstrap, uint64_t room,
+			      lc_receiver_t **out);
+
+/* Where the room's KV goes: D page ids (after D's prefix hit), the prefix
+ * length in tokens, D's request slot and state slots. Arrays are copied. */
+typedef struct lc_receiver_pages {
+	size_t size; /* sizeof(lc_receiver_pages_t) */
+	const int64_t *pages;
+	size_t page_count;
+	uint64_t prefix_len;
+	int64_t aux_index; /* -1: none */
+	const int64_t *state_slots;
+	size_t state_slot_count;
+} lc_receiver_pages_t;
+
+/* Grant P the room's pages (lc_grant_add on every buffer) and send the
+ * transfer info to every target P rank; status Transferring. The pages
+ * must stay valid until the room ends or is cancelled. Once per room.
+ * Errors: LC_ERR_STATE (not Bootstrapped yet: poll first, or already
+ * sent or final), -EINVAL (a page outside a buffer), -ENOMEM. */
+LC_API int lc_receiver_send(lc_receiver_t *receiver, const lc_receiver_pages_t *pages);
+/* Poll: returns the status (>= 0) and fills *out if not NULL
+ * (layers_landed too). Non-blocking; deadlines are enforced by the control
+ * thread, so a room always reaches a final status. */
+LC_API int lc_receiver_poll(lc_receiver_t *receiver, lc_room_info_t *out);
+/* How many leading layers of the room have landed at D (a decoder may start
+ * layer k once k < this). */
+LC_API int lc_receiver_layers_ready(lc_receiver_t *receiver);
+/* Copy the metadata P sent with Success into buf; returns its length.
+ * LC_ERR_STATE before Success, -ENOSPC if cap is too small. */
+LC_API int lc_receiver_metadata(lc_receiver_t *receiver, void *buf, size_t cap);
+/* Cancel: revoke the room's grants first (when this returns no write of
+ * the room can land, the pages may be freed), then tell every target P
+ * rank; status Failed (LC_FAIL_CANCELLED). LC_ERR_STATE if already final. */
+LC_API int lc_receiver_cancel(lc_receiver_t *receiver, const char *reason);
+/* Forget the room; an unfinished room is cancelled first (grants revoked).
+ * NULL is a no-op. */
+LC_API void lc_receiver_destroy(lc_receiver_t *receiver);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LAYERCAKE_PD_H */
