@@ -167,7 +167,10 @@ def call_graph(build):
         for name in files:
             if name.endswith(".o"):
                 full = os.path.join(base, name)
-                objs[os.path.relpath(full, obj_root)[: -len(".o")]] = full
+                src = os.path.relpath(full, obj_root)[: -len(".o")]
+                # an object left behind by a file that moved or was removed
+                if os.path.exists(os.path.join(ROOT, src)):
+                    objs[src] = full
     if not objs:
         print(f"check-layers: no object files under {obj_root}/src: build first "
               "(cmake -S . -B build && cmake --build build)", file=sys.stderr)

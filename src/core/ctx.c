@@ -193,3 +193,28 @@ bool lc__ctx_token_accepted(lc_ctx_t *ctx, const uint8_t *token, bool has_token)
 	pthread_mutex_unlock(&ctx->token_lock);
 	return ok;
 }
+
+/* ---- grants: what peers may write, per room ---- */
+
+int lc_grant_add(lc_ctx_t *ctx, uint64_t room, const lc_region_t *r, uint64_t offset,
+		 uint64_t length)
+{
+	if (!ctx || !r || r->ctx != ctx)
+		return -EINVAL;
+	if (length == 0 || offset > r->len || length > r->len - offset)
+		return LC_ERR_RANGE;
+	int rc = lc__grant_add(ctx->grants, room, r->id, offset, length);
+	if (!rc)
+		LC__COUNT(ctx, grants_added);
+	return rc;
+}
+
+int lc_grant_revoke(lc_ctx_t *ctx, uint64_t room)
+{
+	if (!ctx)
+		return -EINVAL;
+	int n = lc__grant_revoke(ctx->grants, room);
+	if (n > 0)
+		LC__COUNT(ctx, grants_revoked);
+	return n;
+}

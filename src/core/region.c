@@ -189,3 +189,18 @@ int lc_region_unpack(const void *buf, size_t len, lc_region_desc_t *out)
 		return LC_ERR_PROTO;
 	return 0;
 }
+
+uint32_t lc_region_id(const lc_region_t *r)
+{
+	return r ? r->id : 0;
+}
+
+void *lc_region_addr(const lc_region_t *r)
+{
+	return r ? r->addr : NULL;
+}
+
+size_t lc_region_length(const lc_region_t *r)
+{
+	return r ? r->len : 0;
+}

@@ -13,20 +13,6 @@
 #include "core/ctx.h"
 #include "engine/engine_int.h"
 
-void lc__engine_wake(lc_engine_t *e)
-{
-	uint64_t one = 1;
-	ssize_t rc = write(e->evfd, &one, sizeof(one));
-	LC__UNUSED(rc); /* EAGAIN: the counter is already non-zero */
-}
-
-int lc__engine_bad_input(lc_engine_t *e, int rc, const char *what)
-{
-	e->m.bad_input++;
-	LC_WARN("engine %s: %s: %s", e->name, what, lc_strerror(rc));
-	return rc;
-}
-
 static uint64_t cfg_ns(lc_ctx_t *ctx, enum lc__config_field field, uint64_t unit_ns)
 {
 	return (uint64_t)lc__ctx_cfg(ctx, field) * unit_ns;

@@ -27,6 +27,7 @@
 #define LC_ENGINE_ENGINE_INT_H
 
 #include <pthread.h>
+#include <unistd.h>
 #include <stdatomic.h>
 
 #include "core/histogram.h"
@@ -180,18 +181,35 @@ static inline void lc__earliest(uint64_t *next, uint64_t when)
 		*next = when;
 }
 
-/* engine.c: the object. */
 /* Wake the engine thread (any thread, no lock needed). */
-void lc__engine_wake(lc_engine_t *e);
+static inline void lc__engine_wake(lc_engine_t *e)
+{
+	uint64_t one = 1;
+	ssize_t rc = write(e->evfd, &one, sizeof(one));
+	LC__UNUSED(rc); /* EAGAIN: the counter is already non-zero */
+}
+
 /* Count and log bad input from a caller; returns rc. */
-int lc__engine_bad_input(lc_engine_t *e, int rc, const char *what);
+static inline int lc__engine_bad_input(lc_engine_t *e, int rc, const char *what)
+{
+	e->m.bad_input++;
+	LC_WARN("engine %s: %s: %s", e->name, what, lc_strerror(rc));
+	return rc;
+}
+
+/* The files call each other downwards only: engine.c (the object) ->
+ * loop.c -> progress.c, intake.c, sessions.c, rooms.c -> finish.c ->
+ * task.c. */
+
+/* task.c: tasks and wreqs as data. */
+void lc__engine_idmap_put(lc_engine_t *e, lc__wreq_t *w);
+lc__wreq_t *lc__engine_wreq_find(lc_engine_t *e, uint64_t id);
+void lc__task_free(lc_engine_t *e, lc__task_t *t);
+void lc__task_list_free(lc_engine_t *e, lc__task_t *t);
 
 /* intake.c: chunks become tasks. */
 /* Take the inbox: each chunk becomes a task planned once per destination. */
 void lc__engine_intake(lc_engine_t *e, uint64_t now);
-lc__wreq_t *lc__engine_wreq_find(lc_engine_t *e, uint64_t id);
-void lc__task_free(lc_engine_t *e, lc__task_t *t);
-void lc__task_list_free(lc_engine_t *e, lc__task_t *t);
 
 /* progress.c: the posting pass. */
 /* Post every ready group of every task, check aux steps and task deadlines,

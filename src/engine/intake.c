@@ -12,62 +12,6 @@
 
 #include "engine/engine_int.h"
 
-/* ---- the wreq id map: completions name their wreq by id ----------------- */
-
-static void idmap_put(lc_engine_t *e, lc__wreq_t *w)
-{
-	size_t b = w->id & (LC__IDMAP_N - 1);
-	w->hnext = e->idmap[b];
-	e->idmap[b] = w;
-}
-
-lc__wreq_t *lc__engine_wreq_find(lc_engine_t *e, uint64_t id)
-{
-	for (lc__wreq_t *w = e->idmap[id & (LC__IDMAP_N - 1)]; w; w = w->hnext)
-		if (w->id == id)
-			return w;
-	return NULL;
-}
-
-static void idmap_del(lc_engine_t *e, lc__wreq_t *w)
-{
-	lc__wreq_t **pp = &e->idmap[w->id & (LC__IDMAP_N - 1)];
-	while (*pp && *pp != w)
-		pp = &(*pp)->hnext;
-	if (*pp)
-		*pp = w->hnext;
-}
-
-void lc__task_free(lc_engine_t *e, lc__task_t *t)
-{
-	for (uint32_t i = 0; i < t->nwreq; i++) {
-		lc__wreq_t *w = &t->wreqs[i];
-		if (w->id)
-			idmap_del(e, w);
-		free(w->runs);
-		free(w->state_runs);
-		free(w->gstate);
-		free(w->posted_ns);
-	}
-	free(t->wreqs);
-	free(t->pages);
-	free(t->state_slots);
-	free(t->src_mask);
-	free(t->src_local);
-	free(t);
-}
-
-void lc__task_list_free(lc_engine_t *e, lc__task_t *t)
-{
-	while (t) {
-		lc__task_t *next = t->next;
-		lc__task_free(e, t);
-		t = next;
-	}
-}
-
-/* ---- batches and chunks (API) ------------------------------------------- */
-
 int lc_engine_batch_begin(lc_engine_t *e, int is_idle)
 {
 	int rc = 0;
@@ -315,7 +259,7 @@ static int build_wreq(lc_engine_t *e, lc__task_t *t, lc__room_t *r, uint32_t di,
 			rc = -ENOMEM;
 		} else {
 			w->id = ++e->next_wreq_id;
-			idmap_put(e, w);
+			lc__engine_idmap_put(e, w);
 		}
 	}
 	if (rc == -ENOMEM)

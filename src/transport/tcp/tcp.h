@@ -5,7 +5,8 @@
  *   send.c  the sender: connections of `lanes` sockets, one I/O-core task each
  *   recv.c  the receiver: listeners, one I/O-core task each, landing through
  *           the memory seam
- *   tcp.c   the ops table and what both sides share
+ *   sock.c  the socket helpers both sides share
+ *   tcp.c   the ops table
  * See docs/transport-tcp.md.
  */
 #ifndef LC_TRANSPORT_TCP_TCP_H
@@ -15,7 +16,7 @@
 #include "transport/tcp/wire.h"
 #include "transport/transport.h"
 
-/* TCP_NODELAY, and SO_SNDBUF/SO_RCVBUF when sockbuf > 0. */
+/* sock.c: TCP_NODELAY, and SO_SNDBUF/SO_RCVBUF when sockbuf > 0. */
 void lc__tcp_sockopts(int fd, int sockbuf);
 /* The socket_buffer_kib knob in bytes (0: kernel autotuning). */
 int lc__tcp_sockbuf(lc_ctx_t *ctx);

@@ -12,7 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "api/mem.h"
+#include "core/mem.h"
 #include "core/common.h"
 
 #define HUGE_2M (2u << 20)

@@ -1,5 +1,5 @@
-#ifndef LC_API_MEM_H
-#define LC_API_MEM_H
+#ifndef LC_CORE_MEM_H
+#define LC_CORE_MEM_H
 #include <stddef.h>
 #include <stdint.h>
 /* The memfd behind memory from lc_mem_alloc(LC_MEM_SHAREABLE) containing

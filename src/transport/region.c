@@ -1,9 +1,10 @@
-/* Public entry points for regions, their packed descriptors (the format
- * is src/core/region.c's) and grants. */
+/* Public entry points for registering regions and packing their
+ * descriptors: the data plane's, since a descriptor carries the
+ * transports' keys (the format is src/core/region.c's). */
 #include <errno.h>
 #include <string.h>
 
-#include "api/mem.h"
+#include "core/mem.h"
 #include "transport/transport.h"
 
 int lc_region_register(lc_ctx_t *ctx, void *addr, size_t len, lc_region_t **out)
@@ -31,21 +32,6 @@ int lc_region_deregister(lc_region_t *r)
 	return lc__regions_remove(&ctx->regions, r);
 }
 
-uint32_t lc_region_id(const lc_region_t *r)
-{
-	return r ? r->id : 0;
-}
-
-void *lc_region_addr(const lc_region_t *r)
-{
-	return r ? r->addr : NULL;
-}
-
-size_t lc_region_length(const lc_region_t *r)
-{
-	return r ? r->len : 0;
-}
-
 int lc_region_pack(const lc_region_t *r, void *buf, size_t cap)
 {
 	uint8_t *p = buf;
@@ -62,27 +48,4 @@ int lc_region_pack(const lc_region_t *r, void *buf, size_t cap)
 		return -EMSGSIZE;
 	lc__region_desc_header(r, (uint16_t)keys, p);
 	return LC__DESC_HEADER + keys;
-}
-
-int lc_grant_add(lc_ctx_t *ctx, uint64_t room, const lc_region_t *r, uint64_t offset,
-		 uint64_t length)
-{
-	if (!ctx || !r || r->ctx != ctx)
-		return -EINVAL;
-	if (length == 0 || offset > r->len || length > r->len - offset)
-		return LC_ERR_RANGE;
-	int rc = lc__grant_add(ctx->grants, room, r->id, offset, length);
-	if (!rc)
-		LC__COUNT(ctx, grants_added);
-	return rc;
-}
-
-int lc_grant_revoke(lc_ctx_t *ctx, uint64_t room)
-{
-	if (!ctx)
-		return -EINVAL;
-	int n = lc__grant_revoke(ctx->grants, room);
-	if (n > 0)
-		LC__COUNT(ctx, grants_revoked);
-	return n;
 }
