@@ -54,9 +54,12 @@ static void ring(lc__io_loop_t *lp)
 		LC_WARN("io: doorbell: %s", strerror(errno));
 }
 
+/* The loop the calling thread runs, if it is a loop thread. */
+static _Thread_local const lc__io_loop_t *current_loop;
+
 static bool on_loop(const lc__io_loop_t *lp)
 {
-	return pthread_equal(pthread_self(), lp->thread);
+	return current_loop == lp;
 }
 
 /* ---- the loop thread ---- */
@@ -169,6 +172,7 @@ static void *loop_main(void *arg)
 	char name[16];
 	snprintf(name, sizeof name, "lc-io-%d", lp->index);
 	pthread_setname_np(pthread_self(), name);
+	current_loop = lp;
 	struct epoll_event ev[MAX_EVENTS];
 	lp->ev = ev;
 	for (;;) {
