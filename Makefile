@@ -36,7 +36,7 @@ test-asan: deps
 # tests and the short soak (UCX's libraries are not instrumented).
 test-tsan: deps
 	$(SAN_ENV) TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/soak/tsan.supp" $(MAKE) test BUILD=build-tsan CMAKE_OPTS="-DLC_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug" \
-	  CTEST_ARGS="-R 'conformance\.(loop|tcp|shm)\.|unit\.test_(engine|foundation)|soak' $(CTEST_ARGS)"
+	  CTEST_ARGS="-R 'conformance\.(loop|tcp|shm)\.|unit\.test_(engine|foundation|io)|soak|io\.' $(CTEST_ARGS)"
 
 # valgrind memcheck over the conformance suite of loop, tcp and shm.
 valgrind: deps
