@@ -72,7 +72,8 @@ typedef struct conn_state {
 	bool too_big;
 } conn_state_t;
 
-static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const char *key,
+				     const char *value)
 {
 	lc__sbuf_t *q = cls;
 	lc__sb_printf(q, "%s%s=%s", q->len ? "&" : "", key, value ? value : "");

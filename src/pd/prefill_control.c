@@ -50,8 +50,9 @@ static lc__outmsg_t *out_new(lc_prefill_t *p)
 	return m;
 }
 
-void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int status, int fail_reason,
-		      const char *reason_text, const void *metadata, size_t metadata_len)
+void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int status,
+			   int fail_reason, const char *reason_text, const void *metadata,
+			   size_t metadata_len)
 {
 	lc_prefill_t *p = arg;
 	pthread_mutex_lock(&p->lock);
