@@ -1,11 +1,12 @@
 /*
  * The prefill side inside (docs/control-plane.md): one lc_prefill_t per P
  * rank glues the engine to the control plane, one lc_sender_t per room.
- * Two files share these structures:
- *   prefill.c          the public calls (create, senders) and the
- *                      bootstrap registration,
- *   prefill_control.c  the control thread: D's registrations, transfer
- *                      infos and cancels in; statuses and layer updates out.
+ * Three files share these structures:
+ *   prefill.c           the public calls (create, senders) and the
+ *                       bootstrap registration,
+ *   prefill_control.c   the control thread: D's messages in (transfer
+ *                       infos, cancels); statuses and layer updates out,
+ *   prefill_register.c  whether a D's registration is taken (policy).
  * What a P rank sends each D rank under heterogeneous TP is decided in
  * core/topology.c.
  *
@@ -105,5 +106,21 @@ void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int st
 void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32_t layers);
 /* The control thread. */
 void *lc__prefill_control_main(void *arg);
+/* The session named so, or NULL (lock held, or on the control thread,
+ * which alone adds and replaces sessions). */
+lc__dsess_t *lc__prefill_session_find(lc_prefill_t *p, const char *name);
+/* Encode and send (bounded wait); counts and logs a failure. */
+int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m);
+/* To an endpoint without a session (a refused or unknown D); key: D's
+ * CURVE key, or NULL for this P's own. */
+void lc__prefill_send_oneshot(lc_prefill_t *p, const char *ep, const char *key,
+			      const lc__msg_t *m);
+
+/* ---- prefill_register.c ---- */
+
+/* A D's REGISTER; peer: the CURVE key it authenticated with ("" without
+ * CURVE). Always answers (REGISTER_REPLY), never fails the thread. */
+void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g,
+				 const char *peer);
 
 #endif

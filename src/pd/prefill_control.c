@@ -1,7 +1,8 @@
 /*
  * The prefill side's control thread (pd/prefill.h has the structures and
- * the locking): D's registrations, transfer infos and cancels come in; the
- * statuses and layer updates the engine queued go out.
+ * the locking): D's messages come in (registrations are decided in
+ * prefill_register.c; transfer infos and cancels go to the engine here);
+ * the statuses and layer updates the engine queued go out.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -9,7 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/topology.h"
 #include "pd/prefill.h"
 
 #ifdef LC_HAVE_ZMQ
@@ -25,7 +25,7 @@ void lc__prefill_wake(lc_prefill_t *p)
 	LC__UNUSED(rc);
 }
 
-static lc__dsess_t *session_find(lc_prefill_t *p, const char *name)
+lc__dsess_t *lc__prefill_session_find(lc_prefill_t *p, const char *name)
 {
 	for (size_t i = 0; i < p->nsessions; i++)
 		if (!strcmp(p->sessions[i]->name, name))
@@ -102,7 +102,7 @@ void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32
 
 /* ---- sending (control thread) ---- */
 
-static int send_msg(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
+int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
 {
 	uint8_t *buf;
 	size_t len;
@@ -124,14 +124,13 @@ static int send_msg(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
 	return rc;
 }
 
-/* To an endpoint that has no session (a refused or unknown D); key: D's
- * CURVE key if it sent one, else NULL (this P's own). */
-static void send_oneshot(lc_prefill_t *p, const char *ep, const char *key, const lc__msg_t *m)
+void lc__prefill_send_oneshot(lc_prefill_t *p, const char *ep, const char *key,
+			      const lc__msg_t *m)
 {
 	lc__push_t *push;
 	if (lc__push_connect(p->z, ep, key, &push))
 		return;
-	send_msg(p, push, m);
+	lc__prefill_send(p, push, m);
 	lc__push_close(push);
 }
 
@@ -149,7 +148,7 @@ static void flush_outq(lc_prefill_t *p)
 		/* Sessions are only added or replaced by this thread, so the
 		 * entry stays valid after the lock is dropped. */
 		pthread_mutex_lock(&p->lock);
-		lc__dsess_t *s = session_find(p, o->session);
+		lc__dsess_t *s = lc__prefill_session_find(p, o->session);
 		pthread_mutex_unlock(&p->lock);
 		if (!s || !s->push) {
 			LC_DEBUG("prefill %s: no session %s for a %s of room %llu", p->name,
@@ -175,7 +174,7 @@ static void flush_outq(lc_prefill_t *p)
 			m->layers.layers = o->layers;
 			LC__P_CTL_ADD(p, layer_updates);
 		}
-		send_msg(p, s->push, m);
+		lc__prefill_send(p, s->push, m);
 	}
 	for (size_t i = 0; i < n; i++)
 		free(q[i].metadata);
@@ -184,195 +183,6 @@ static void flush_outq(lc_prefill_t *p)
 }
 
 /* ---- intake (control thread) ---- */
-
-static const char *kind_name(uint32_t k)
-{
-	static const char *const names[] = {"K", "V", "latent", "quant", "index", "state", "other"};
-	return k < LC__ARRAY_SIZE(names) ? names[k] : "?";
-}
-
-/* The first difference between P's layout and D's registration, or 0.
- * With D's TP size (heterogeneous TP) page sizes may differ: tp_fragments
- * pairs them instead. */
-static int geometry_diff(const lc_prefill_t *p, const lc__msg_register_t *g, char *why,
-			 size_t cap)
-{
-	const lc_layout_t *l = p->layout;
-	bool split = g->flags & LC__REG_HAS_TP;
-	if (g->nbuffers != l->nbuf) {
-		snprintf(why, cap, "buffer count differs: P has %u buffers, D has %u", l->nbuf,
-			 g->nbuffers);
-		return LC_ERR_GEOMETRY;
-	}
-	for (uint32_t i = 0; i < l->nbuf; i++) {
-		const lc_buffer_t *a = &l->bufs[i];
-		const lc__msg_buffer_t *b = &g->buffers[i];
-		if (a->item_len != b->item_len && !split) {
-			snprintf(why, cap, "buffer %u (layer %d %s) item_len differs: P %llu bytes, "
-					   "D %llu bytes",
-				 i, a->layer, kind_name(a->kind), (unsigned long long)a->item_len,
-				 (unsigned long long)b->item_len);
-			return LC_ERR_GEOMETRY;
-		}
-		if (a->layer != b->layer || a->kind != b->kind || a->flags != b->flags) {
-			snprintf(why, cap, "buffer %u differs: P layer %d %s flags %u, D layer %d %s "
-					   "flags %u",
-				 i, a->layer, kind_name(a->kind), a->flags, b->layer,
-				 kind_name(b->kind), b->flags);
-			return LC_ERR_GEOMETRY;
-		}
-	}
-	if (g->fingerprint != l->fingerprint && !split) {
-		snprintf(why, cap, "layout fingerprint differs: P %016llx, D %016llx",
-			 (unsigned long long)l->fingerprint, (unsigned long long)g->fingerprint);
-		return LC_ERR_GEOMETRY;
-	}
-	return 0;
-}
-
-/* Heterogeneous TP: what this rank sends of each buffer to the D rank that
- * registers (core/topology.c). Returns the fragment count (0: this rank is
- * a replica and sends that D nothing), or LC_ERR_GEOMETRY. */
-static int tp_fragments(const lc_prefill_t *p, const lc__msg_register_t *g, lc_fragment_t *out,
-			char *why, size_t cap)
-{
-	uint64_t *d_lens = calloc(g->nbuffers ? g->nbuffers : 1, sizeof *d_lens);
-	if (!d_lens)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < g->nbuffers; i++)
-		d_lens[i] = g->buffers[i].item_len;
-	lc__topology_t t = {.p_world = p->world, .p_dp = p->dp, .d_tp = (int)g->d_tp,
-			    .d_rank = (int)g->d_rank, .p_lens = p->item_lens, .d_lens = d_lens,
-			    .nbuf = p->layout->nbuf};
-	int n = lc__tp_fragments(&t, p->rank % lc__tp_p_size(&t), t.d_rank, out, why, cap);
-	free(d_lens);
-	return n;
-}
-
-/* A D that declares a CURVE key other than the one it authenticated with
- * (peer; "" without CURVE): P must not talk to a key the D does not hold. */
-static bool key_lie(const lc__msg_register_t *g, const char *peer)
-{
-	return (g->flags & LC__REG_HAS_CURVE_KEY) && peer[0] && strcmp(peer, g->curve_key);
-}
-
-/* Why P refuses this registration before touching the engine, or 0. */
-static int check_register(const lc_prefill_t *p, const lc__msg_register_t *g, const char *peer,
-			  char *why, size_t cap)
-{
-	if (key_lie(g, peer)) {
-		snprintf(why, cap, "declared CURVE key %.8s... is not the key %.8s... the session "
-				   "authenticated with", g->curve_key, peer);
-		return LC_ERR_AUTH;
-	}
-	return geometry_diff(p, g, why, cap);
-}
-
-static int engine_session(lc_prefill_t *p, const lc__msg_register_t *g, uint32_t *bregion,
-			  uint64_t *boffset, const lc_fragment_t *frags, int nfrags, char *why,
-			  size_t cap)
-{
-	for (uint32_t i = 0; i < g->nbuffers; i++) {
-		bregion[i] = g->buffers[i].region;
-		boffset[i] = g->buffers[i].offset;
-	}
-	lc_session_params_t sp = {.size = sizeof sp, .name = g->session, .url = g->data_url,
-				  .has_token = !!(g->flags & LC__REG_HAS_TOKEN),
-				  .region_descs = g->region_descs,
-				  .region_desc_lens = g->region_desc_lens,
-				  .region_count = g->nregions, .buffer_region = bregion,
-				  .buffer_offset = boffset, .fragments = frags,
-				  .fragment_count = (size_t)nfrags};
-	memcpy(sp.token.bytes, g->token, LC_TOKEN_LEN);
-	pthread_mutex_lock(&p->lock);
-	bool full = !session_find(p, g->session) && p->nsessions >= LC__P_MAX_SESSIONS;
-	pthread_mutex_unlock(&p->lock);
-	int rc = 0;
-	if (full) {
-		rc = -ENOSPC;
-		snprintf(why, cap, "P rank %d has %d sessions already", p->rank, LC__P_MAX_SESSIONS);
-	} else if ((rc = lc_engine_session_add(p->engine, &sp))) {
-		snprintf(why, cap, "session refused by the engine: %s", lc_strerror(rc));
-	}
-	return rc;
-}
-
-/* Hand D's session to the engine. A replica rank (heterogeneous TP, no
- * fragment for this D) adds none: only dummy infos, which name no
- * session, come from it. */
-static int add_session(lc_prefill_t *p, const lc__msg_register_t *g, char *why, size_t cap)
-{
-	bool split = g->flags & LC__REG_HAS_TP;
-	uint32_t *bregion = malloc(g->nbuffers * sizeof *bregion);
-	uint64_t *boffset = malloc(g->nbuffers * sizeof *boffset);
-	lc_fragment_t *frags = split ? calloc(g->nbuffers, sizeof *frags) : NULL;
-	int nfrags = 0, rc = 0;
-	if (!bregion || !boffset || (split && !frags))
-		rc = -ENOMEM;
-	if (!rc && split && (nfrags = tp_fragments(p, g, frags, why, cap)) < 0)
-		rc = nfrags;
-	if (!rc && !(split && !nfrags))
-		rc = engine_session(p, g, bregion, boffset, frags, nfrags, why, cap);
-	free(bregion);
-	free(boffset);
-	free(frags);
-	return rc;
-}
-
-/* Accepted: remember where the session's statuses go. */
-static lc__dsess_t *remember_session(lc_prefill_t *p, const lc__msg_register_t *g)
-{
-	pthread_mutex_lock(&p->lock);
-	lc__dsess_t *s = session_find(p, g->session);
-	const char *key = g->flags & LC__REG_HAS_CURVE_KEY ? g->curve_key : "";
-	bool reconnect = !s || strcmp(s->status_ep, g->status_ep) || strcmp(s->key, key);
-	if (!s && (s = calloc(1, sizeof *s))) {
-		snprintf(s->name, sizeof s->name, "%s", g->session);
-		p->sessions[p->nsessions++] = s;
-	}
-	pthread_mutex_unlock(&p->lock);
-	if (s && reconnect) {
-		lc__push_close(s->push);
-		s->push = NULL;
-		snprintf(s->status_ep, sizeof s->status_ep, "%s", g->status_ep);
-		snprintf(s->key, sizeof s->key, "%s", key);
-		lc__push_connect(p->z, s->status_ep, s->key, &s->push);
-	}
-	return s;
-}
-
-/* peer: the CURVE key the sender authenticated with ("" without CURVE). */
-static void handle_register(lc_prefill_t *p, const lc__msg_register_t *g, const char *peer)
-{
-	char why[LC__MSG_STR_MAX] = "";
-	lc__msg_t *reply = calloc(1, sizeof *reply);
-	if (!reply)
-		return;
-	reply->type = LC__MSG_REGISTER_REPLY;
-	snprintf(reply->reply.session, sizeof reply->reply.session, "%s", g->session);
-	reply->reply.p_rank = (uint32_t)p->rank;
-	LC__P_CTL_ADD(p, registrations);
-	int rc = check_register(p, g, peer, why, sizeof why);
-	if (!rc)
-		rc = add_session(p, g, why, sizeof why);
-	if (rc) {
-		LC__P_CTL_ADD(p, registrations_refused);
-		LC_ERROR("prefill %s: refused D session %s: %s", p->name, g->session, why);
-		reply->reply.result = rc;
-		snprintf(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
-		bool has_key = g->flags & LC__REG_HAS_CURVE_KEY;
-		send_oneshot(p, g->status_ep, key_lie(g, peer) ? peer : has_key ? g->curve_key : NULL,
-			     reply);
-		free(reply);
-		return;
-	}
-	lc__dsess_t *s = remember_session(p, g);
-	LC_INFO("prefill %s: D session %s registered (data %s, status %s)", p->name, g->session,
-		g->data_url, g->status_ep);
-	if (s && s->push)
-		send_msg(p, s->push, reply);
-	free(reply);
-}
 
 static void note_prefix(lc_prefill_t *p, uint64_t room, uint64_t prefix_len)
 {
@@ -395,7 +205,7 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	LC__P_CTL_ADD(p, transfer_infos);
 	bool dummy = t->flags & LC__INFO_DUMMY;
 	pthread_mutex_lock(&p->lock);
-	lc__dsess_t *s = session_find(p, t->session);
+	lc__dsess_t *s = lc__prefill_session_find(p, t->session);
 	pthread_mutex_unlock(&p->lock);
 	const char *fail = NULL;
 	char why[LC_REASON_MAX];
@@ -437,9 +247,9 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	m->status.fail_reason = rc == -ENOENT ? LC_FAIL_SESSION_GONE : LC_FAIL_BAD_INPUT;
 	snprintf(m->status.reason, sizeof m->status.reason, "%s", fail);
 	if (s && s->push)
-		send_msg(p, s->push, m);
+		lc__prefill_send(p, s->push, m);
 	else
-		send_oneshot(p, t->status_ep, s && s->key[0] ? s->key : NULL, m);
+		lc__prefill_send_oneshot(p, t->status_ep, s && s->key[0] ? s->key : NULL, m);
 	free(m);
 }
 
@@ -459,7 +269,7 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 	}
 	switch (m->type) {
 	case LC__MSG_REGISTER:
-		handle_register(p, &m->reg, peer);
+		lc__prefill_handle_register(p, &m->reg, peer);
 		break;
 	case LC__MSG_TRANSFER_INFO:
 		handle_info(p, &m->info);
