@@ -22,17 +22,6 @@
 #include <netinet/in.h>
 #endif
 
-static const char *const ctl_counter_names[] = {
-#define LC__CTL_NAME(name) #name,
-	LC__CTL_COUNTERS(LC__CTL_NAME)
-#undef LC__CTL_NAME
-};
-
-const char *lc__ctl_counter_name(int i)
-{
-	return i >= 0 && i < LC__CTL_COUNT ? ctl_counter_names[i] : NULL;
-}
-
 int lc__bootstrap_secret(const char *secret, char *out, size_t cap)
 {
 	if (secret && *secret) {
@@ -117,7 +106,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	size_t resp_len = 0;
 	int code;
 	if (st->too_big) {
-		code = lc__bs_reply_text(&resp, &resp_len, 413, "body over %u bytes", LC__BS_BODY_MAX);
+		code = lc__bs_reply_text(&resp, &resp_len, 413, "body over %u bytes",
+					 LC__BS_BODY_MAX);
 		pthread_mutex_lock(&b->lock);
 		b->requests[CODE_413]++;
 		pthread_mutex_unlock(&b->lock);
@@ -130,9 +120,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 					    st->len, &resp, &resp_len);
 		free(q.p);
 	}
-	struct MHD_Response *r =
-		MHD_create_response_from_buffer(resp_len, resp ? resp : (char *)"",
-						resp ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *r = MHD_create_response_from_buffer(resp_len, resp ? resp : (char *)"",
+								 resp ? MHD_RESPMEM_MUST_FREE
+								      : MHD_RESPMEM_PERSISTENT);
 	if (!r) {
 		free(resp);
 		return MHD_NO;
@@ -176,8 +166,8 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 		return -EINVAL;
 	LC__PARAMS_COPY(&p, params);
 	/* NULL params, or a struct too short to hold the port: the knob. */
-	if (!params || (params->size && params->size < offsetof(lc_bootstrap_params_t, port) +
-							     sizeof p.port))
+	if (!params ||
+	    (params->size && params->size < offsetof(lc_bootstrap_params_t, port) + sizeof p.port))
 		p.port = -1;
 	if (p.port < -1 || p.port > 65535)
 		return -EINVAL;

@@ -176,8 +176,8 @@ int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
 	return rc;
 }
 
-int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o,
-			       lc__parallel_info_t *out, char *why, size_t why_cap)
+int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o, lc__parallel_info_t *out,
+			       char *why, size_t why_cap)
 {
 	char *resp = NULL;
 	size_t len = 0;
@@ -196,7 +196,8 @@ int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o,
 	json_object *lens;
 	int rc = LC_ERR_BOOTSTRAP;
 	if (!j || lc__bs_json_int(j, "prefill_tp_size", 1, LC__BS_MAX_WORLD, &w, tmp, sizeof tmp) ||
-	    lc__bs_json_int(j, "prefill_dp_size", 1, LC__BS_MAX_WORLD, &d, tmp, sizeof tmp) || w % d)
+	    lc__bs_json_int(j, "prefill_dp_size", 1, LC__BS_MAX_WORLD, &d, tmp, sizeof tmp) ||
+	    w % d)
 		goto bad;
 	lc__bs_json_int(j, "registered_ranks", 0, LC__BS_MAX_WORLD, &reg, tmp, sizeof tmp);
 	lc__bs_json_int(j, "layers", 0, 1 << 20, &layers, tmp, sizeof tmp);
@@ -244,7 +245,8 @@ int lc__bootstrap_get_rank(const char *addr, int tp_rank, int dp_group, const lc
 	int rc = LC_ERR_BOOTSTRAP;
 	if (j && (ip = lc__bs_json_str(j, "rank_ip", true, LC__BS_HOST_MAX, tmp, sizeof tmp)) &&
 	    !lc__bs_json_int(j, "rank_port", 1, 65535, &port, tmp, sizeof tmp) &&
-	    (key = lc__bs_json_str(j, "curve_public_key", false, LC__BS_KEY_MAX, tmp, sizeof tmp))) {
+	    (key = lc__bs_json_str(j, "curve_public_key", false, LC__BS_KEY_MAX, tmp,
+				   sizeof tmp))) {
 		snprintf(out->rank_ip, sizeof out->rank_ip, "%s", ip);
 		out->rank_port = (int)port;
 		snprintf(out->curve_key, sizeof out->curve_key, "%s", key);
@@ -273,8 +275,8 @@ int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
 {
 	return LC_ENOTSUP;
 }
-int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o,
-			       lc__parallel_info_t *out, char *why, size_t why_cap)
+int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o, lc__parallel_info_t *out,
+			       char *why, size_t why_cap)
 {
 	return LC_ENOTSUP;
 }

@@ -53,8 +53,17 @@ typedef struct lc__bs_source {
 #define LC__BS_MAX_SOURCES 64
 
 /* HTTP statuses counted on /metrics. */
-enum { CODE_2XX, CODE_400, CODE_401, CODE_404, CODE_405, CODE_409, CODE_413, CODE_OTHER,
-       CODE_COUNT };
+enum {
+	CODE_2XX,
+	CODE_400,
+	CODE_401,
+	CODE_404,
+	CODE_405,
+	CODE_409,
+	CODE_413,
+	CODE_OTHER,
+	CODE_COUNT
+};
 extern const char *const lc__bs_code_label[CODE_COUNT];
 int lc__bs_code_index(int http);
 
@@ -96,8 +105,8 @@ int lc__bs_json_int(json_object *o, const char *key, int64_t lo, int64_t hi, int
 		    char *why, size_t cap);
 /* String field shorter than max (non-empty when required); "" when an
  * optional one is absent; NULL with why. */
-const char *lc__bs_json_str(json_object *o, const char *key, bool required, size_t max,
-			    char *why, size_t cap);
+const char *lc__bs_json_str(json_object *o, const char *key, bool required, size_t max, char *why,
+			    size_t cap);
 /* A whole JSON object, or NULL. */
 json_object *lc__bs_parse_obj(const char *s, size_t len);
 

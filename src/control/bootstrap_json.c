@@ -109,8 +109,8 @@ int lc__bs_json_int(json_object *o, const char *key, int64_t lo, int64_t hi, int
 	return 0;
 }
 
-const char *lc__bs_json_str(json_object *o, const char *key, bool required, size_t max,
-			    char *why, size_t cap)
+const char *lc__bs_json_str(json_object *o, const char *key, bool required, size_t max, char *why,
+			    size_t cap)
 {
 	json_object *v;
 	if (!json_object_object_get_ex(o, key, &v)) {

@@ -9,6 +9,17 @@
 #include "control/bootstrap_internal.h"
 #include "core/histogram.h"
 
+static const char *const ctl_counter_names[] = {
+#define LC__CTL_NAME(name) #name,
+	LC__CTL_COUNTERS(LC__CTL_NAME)
+#undef LC__CTL_NAME
+};
+
+const char *lc__ctl_counter_name(int i)
+{
+	return i >= 0 && i < LC__CTL_COUNT ? ctl_counter_names[i] : NULL;
+}
+
 #ifdef LC__BS_BUILT
 
 static void render_hist(lc__sbuf_t *s, const char *name, const char *labels,
@@ -22,10 +33,10 @@ static void render_hist(lc__sbuf_t *s, const char *name, const char *labels,
 		cum += h->buckets[i];
 		if (i % 4 == 0 && i <= 4 * 26)
 			lc__sb_printf(s, "%s_bucket{%s%sle=\"%.9g\"} %llu\n", name, labels, sep,
-				  lc_histogram_bucket_le_us(i) / 1e6, (unsigned long long)cum);
+				      lc_histogram_bucket_le_us(i) / 1e6, (unsigned long long)cum);
 	}
 	lc__sb_printf(s, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
-		  (unsigned long long)h->count);
+		      (unsigned long long)h->count);
 	lc__sb_printf(s, "%s_sum{%s} %.9f\n", name, labels, (double)h->sum_ns / 1e9);
 	lc__sb_printf(s, "%s_count{%s} %llu\n", name, labels, (unsigned long long)h->count);
 }
@@ -73,22 +84,23 @@ static void render_server(lc__sbuf_t *s, const server_counts_t *c)
 	for (int i = 0; i < CODE_COUNT; i++)
 		lc__sb_printf(s, "layercake_bootstrap_requests_total{code=\"%s\"} %llu\n",
 			      lc__bs_code_label[i], (unsigned long long)c->req[i]);
-	lc__sb_printf(s, "# HELP layercake_bootstrap_registrations_total PUT /route outcomes.\n"
-			 "# TYPE layercake_bootstrap_registrations_total counter\n"
-			 "layercake_bootstrap_registrations_total{outcome=\"accepted\"} %llu\n"
-			 "layercake_bootstrap_registrations_total{outcome=\"refused\"} %llu\n",
+	lc__sb_printf(s,
+		      "# HELP layercake_bootstrap_registrations_total PUT /route outcomes.\n"
+		      "# TYPE layercake_bootstrap_registrations_total counter\n"
+		      "layercake_bootstrap_registrations_total{outcome=\"accepted\"} %llu\n"
+		      "layercake_bootstrap_registrations_total{outcome=\"refused\"} %llu\n",
 		      (unsigned long long)c->puts_ok, (unsigned long long)c->puts_refused);
-	lc__sb_printf(s, "# HELP layercake_bootstrap_ranks Registered P ranks and world size.\n"
-			 "# TYPE layercake_bootstrap_ranks gauge\n"
-			 "layercake_bootstrap_ranks{kind=\"registered\"} %d\n"
-			 "layercake_bootstrap_ranks{kind=\"world\"} %d\n",
+	lc__sb_printf(s,
+		      "# HELP layercake_bootstrap_ranks Registered P ranks and world size.\n"
+		      "# TYPE layercake_bootstrap_ranks gauge\n"
+		      "layercake_bootstrap_ranks{kind=\"registered\"} %d\n"
+		      "layercake_bootstrap_ranks{kind=\"world\"} %d\n",
 		      c->registered, c->world);
 }
 
 /* Context counters (the server's own context, then each source's) and
  * control-plane counters. */
-static void render_ctl(lc__sbuf_t *s, lc_ctx_t *own, const lc__metrics_snapshot_t *snaps,
-		       int n)
+static void render_ctl(lc__sbuf_t *s, lc_ctx_t *own, const lc__metrics_snapshot_t *snaps, int n)
 {
 	if (own || n) {
 		lc__sb_printf(s, "# HELP layercake_ctx_counter_total Data-plane counters of a "
@@ -99,11 +111,12 @@ static void render_ctl(lc__sbuf_t *s, lc_ctx_t *own, const lc__metrics_snapshot_
 			if (!ctx)
 				continue;
 			for (int i = 0; i < lc_counter_count(); i++)
-				lc__sb_printf(s,
-					      "layercake_ctx_counter_total{rank=\"%s\",name=\"%s\"} "
-					      "%llu\n",
-					      lab, lc_counter_name(i),
-					      (unsigned long long)lc_ctx_counter(ctx, i));
+				lc__sb_printf(
+					s,
+					"layercake_ctx_counter_total{rank=\"%s\",name=\"%s\"} "
+					"%llu\n",
+					lab, lc_counter_name(i),
+					(unsigned long long)lc_ctx_counter(ctx, i));
 		}
 	}
 	if (!n)
@@ -136,8 +149,8 @@ static const lc_engine_metrics_t *engine_at(const engines_t *e, int k, const cha
 	return e->ne ? &e->snaps[k].engine : &e->zero;
 }
 
-#define FOR_EACH_ENGINE(e, k, m, lab)                                                      \
-	for (int k = 0; k < ((e)->ne ? (e)->n : 1); k++)                                   \
+#define FOR_EACH_ENGINE(e, k, m, lab)                                                              \
+	for (int k = 0; k < ((e)->ne ? (e)->n : 1); k++)                                           \
 		if (((m) = engine_at((e), k, &(lab))))
 
 static void render_rooms(lc__sbuf_t *s, const engines_t *e)
@@ -148,16 +161,18 @@ static void render_rooms(lc__sbuf_t *s, const engines_t *e)
 			 "# TYPE layercake_rooms_total counter\n");
 	FOR_EACH_ENGINE(e, k, m, lab)
 	{
-		lc__sb_printf(s,
-			      "layercake_rooms_total{rank=\"%s\",outcome=\"success\",reason=\"none\"} "
-			      "%llu\n",
-			      lab, (unsigned long long)m->rooms_succeeded);
+		lc__sb_printf(
+			s,
+			"layercake_rooms_total{rank=\"%s\",outcome=\"success\",reason=\"none\"} "
+			"%llu\n",
+			lab, (unsigned long long)m->rooms_succeeded);
 		for (int r = 1; r < LC_FAIL_REASON_COUNT; r++)
-			lc__sb_printf(s,
-				      "layercake_rooms_total{rank=\"%s\",outcome=\"failed\",reason=\"%s\"} "
-				      "%llu\n",
-				      lab, lc_fail_reason_name(r),
-				      (unsigned long long)m->rooms_failed_by_reason[r]);
+			lc__sb_printf(
+				s,
+				"layercake_rooms_total{rank=\"%s\",outcome=\"failed\",reason=\"%s\"} "
+				"%llu\n",
+				lab, lc_fail_reason_name(r),
+				(unsigned long long)m->rooms_failed_by_reason[r]);
 	}
 	lc__sb_printf(s, "# HELP layercake_rooms_active Rooms open on the engine.\n"
 			 "# TYPE layercake_rooms_active gauge\n");

@@ -77,8 +77,8 @@ static int parse_rank(json_object *o, put_req_t *q, char *why, size_t cap)
 	    lc__bs_json_int(o, "rank_port", 1, 65535, &q->port, why, cap))
 		return -1;
 	if (q->world % q->dp) {
-		snprintf(why, cap, "dp_size %lld does not divide world_size %lld",
-			 (long long)q->dp, (long long)q->world);
+		snprintf(why, cap, "dp_size %lld does not divide world_size %lld", (long long)q->dp,
+			 (long long)q->world);
 		return -1;
 	}
 	if (q->rank >= q->world) {
@@ -200,7 +200,8 @@ static int handle_put(lc_bootstrap_t *b, const char *auth, const char *body, siz
 	if (!auth_ok(b, auth))
 		return lc__bs_reply_text(resp, resp_len, 401, "authentication required");
 	if (body_len > LC__BS_BODY_MAX)
-		return lc__bs_reply_text(resp, resp_len, 413, "body over %u bytes", LC__BS_BODY_MAX);
+		return lc__bs_reply_text(resp, resp_len, 413, "body over %u bytes",
+					 LC__BS_BODY_MAX);
 	if (!body_len)
 		return lc__bs_reply_text(resp, resp_len, 400, "empty body");
 	json_object *o = parse_body(body, body_len, why, sizeof why);
@@ -260,7 +261,8 @@ static int handle_get_route(lc_bootstrap_t *b, const char *query, char **resp, s
 	if (a == -1 || c == -1)
 		return lc__bs_reply_text(resp, len, 400, "missing engine_rank or target_dp_group");
 	if (a == -2 || c == -2)
-		return lc__bs_reply_text(resp, len, 400, "engine_rank and target_dp_group must be integers");
+		return lc__bs_reply_text(resp, len, 400,
+					 "engine_rank and target_dp_group must be integers");
 	pthread_mutex_lock(&b->lock);
 	if (!b->configured) {
 		pthread_mutex_unlock(&b->lock);
@@ -271,7 +273,8 @@ static int handle_get_route(lc_bootstrap_t *b, const char *query, char **resp, s
 		json_object *lens = json_object_new_array();
 		json_object *units = json_object_new_array();
 		for (uint32_t i = 0; i < b->nlens; i++) {
-			json_object_array_add(lens, json_object_new_int64((int64_t)b->kv_item_lens[i]));
+			json_object_array_add(lens,
+					      json_object_new_int64((int64_t)b->kv_item_lens[i]));
 			json_object_array_add(units, json_object_new_int64(1));
 		}
 		char fp[32];
@@ -292,13 +295,14 @@ static int handle_get_route(lc_bootstrap_t *b, const char *query, char **resp, s
 	int tp_per_dp = b->world_size / b->dp_size;
 	if (er < 0 || g < 0) {
 		pthread_mutex_unlock(&b->lock);
-		return lc__bs_reply_text(resp, len, 400, "engine_rank and target_dp_group must be >= 0 "
-						  "(or both -1)");
+		return lc__bs_reply_text(resp, len, 400,
+					 "engine_rank and target_dp_group must be >= 0 "
+					 "(or both -1)");
 	}
 	if (er >= tp_per_dp || g >= b->dp_size || !b->ranks[g * tp_per_dp + er].registered) {
 		pthread_mutex_unlock(&b->lock);
-		return lc__bs_reply_text(resp, len, 404, "unknown rank: engine_rank %ld of dp group %ld",
-				  er, g);
+		return lc__bs_reply_text(resp, len, 404,
+					 "unknown rank: engine_rank %ld of dp group %ld", er, g);
 	}
 	lc__bs_rank_t e = b->ranks[g * tp_per_dp + er];
 	pthread_mutex_unlock(&b->lock);
@@ -310,9 +314,9 @@ static int handle_get_route(lc_bootstrap_t *b, const char *query, char **resp, s
 	return lc__bs_reply_json(resp, len, o);
 }
 
-int lc__bootstrap_handle(lc_bootstrap_t *b, const char *method, const char *path,
-			 const char *query, const char *auth, const char *body, size_t body_len,
-			 char **resp, size_t *resp_len)
+int lc__bootstrap_handle(lc_bootstrap_t *b, const char *method, const char *path, const char *query,
+			 const char *auth, const char *body, size_t body_len, char **resp,
+			 size_t *resp_len)
 {
 	int code;
 	*resp = NULL;
@@ -325,15 +329,17 @@ int lc__bootstrap_handle(lc_bootstrap_t *b, const char *method, const char *path
 		else if (!strcmp(method, "GET"))
 			code = handle_get_route(b, query, resp, resp_len);
 		else
-			code = lc__bs_reply_text(resp, resp_len, 405, "method %.16s not allowed on /route",
-					  method);
+			code = lc__bs_reply_text(resp, resp_len, 405,
+						 "method %.16s not allowed on /route", method);
 	} else if (!strcmp(path, "/health")) {
 		code = !strcmp(method, "GET") || !strcmp(method, "HEAD")
 			       ? lc__bs_reply_text(resp, resp_len, 200, "OK")
-			       : lc__bs_reply_text(resp, resp_len, 405, "method not allowed on /health");
+			       : lc__bs_reply_text(resp, resp_len, 405,
+						   "method not allowed on /health");
 	} else if (!strcmp(path, "/metrics")) {
 		if (strcmp(method, "GET"))
-			code = lc__bs_reply_text(resp, resp_len, 405, "method not allowed on /metrics");
+			code = lc__bs_reply_text(resp, resp_len, 405,
+						 "method not allowed on /metrics");
 		else if (lc__bootstrap_render_metrics(b, resp, resp_len))
 			code = lc__bs_reply_text(resp, resp_len, 500, "out of memory");
 		else
@@ -349,9 +355,9 @@ int lc__bootstrap_handle(lc_bootstrap_t *b, const char *method, const char *path
 
 #else
 
-int lc__bootstrap_handle(lc_bootstrap_t *b, const char *method, const char *path,
-			 const char *query, const char *auth, const char *body, size_t body_len,
-			 char **resp, size_t *resp_len)
+int lc__bootstrap_handle(lc_bootstrap_t *b, const char *method, const char *path, const char *query,
+			 const char *auth, const char *body, size_t body_len, char **resp,
+			 size_t *resp_len)
 {
 	return LC_ENOTSUP;
 }

@@ -265,172 +265,136 @@ static const char *check_info(const lc__msg_transfer_info_t *t)
 
 /* ---- encode ---- */
 
-/* Each encoder checks its message, then writes it; returns why it refused
- * (nothing written) or NULL. */
-
-static const char *check_register(const lc__msg_register_t *g)
-{
-	const char *bad = NULL;
-	if (!g->session[0] || !g->status_ep[0] || !g->data_url[0])
-		bad = "empty string";
-	else if (!g->nbuffers || g->nbuffers > LC__MSG_MAX_BUFFERS)
-		bad = "buffer count";
-	else if (!g->nregions || g->nregions > LC__MSG_MAX_REGIONS)
-		bad = "region count";
-	else if (g->flags & ~(uint32_t)LC__REG_FLAGS)
-		bad = "flags";
-	else if ((g->flags & LC__REG_HAS_CURVE_KEY) && !z85_key(g->curve_key))
-		bad = "curve key";
-	else if ((g->flags & LC__REG_HAS_TP) &&
-		 (!g->d_tp || g->d_tp > LC__MSG_MAX_TP || g->d_rank >= g->d_tp))
-		bad = "tp size";
-	for (uint32_t i = 0; !bad && i < g->nbuffers; i++)
-		bad = check_buffer(&g->buffers[i], g->nregions);
-	for (uint32_t i = 0; !bad && i < g->nregions; i++)
-		if (!g->region_desc_lens[i] || g->region_desc_lens[i] > LC_REGION_DESC_MAX)
-			bad = "region descriptor length";
-	return bad;
-}
-
-static const char *encode_register(writer_t *w, const lc__msg_register_t *g)
-{
-	const char *bad = check_register(g);
-	if (bad)
-		return bad;
-	w_str(w, g->session, sizeof g->session);
-	w_str(w, g->status_ep, sizeof g->status_ep);
-	w_str(w, g->data_url, sizeof g->data_url);
-	w_u32(w, g->d_rank);
-	w_u32(w, g->flags);
-	w_bytes(w, g->token, LC_TOKEN_LEN);
-	w_u64(w, g->fingerprint);
-	if (g->flags & LC__REG_HAS_CURVE_KEY)
-		w_bytes(w, g->curve_key, LC__MSG_CURVE_KEY_LEN);
-	if (g->flags & LC__REG_HAS_TP)
-		w_u32(w, g->d_tp);
-	w_u32(w, g->nbuffers);
-	for (uint32_t i = 0; i < g->nbuffers; i++) {
-		const lc__msg_buffer_t *b = &g->buffers[i];
-		w_u32(w, (uint32_t)b->layer);
-		w_u32(w, b->kind);
-		w_u32(w, b->flags);
-		w_u32(w, b->region);
-		w_u64(w, b->item_len);
-		w_u64(w, b->offset);
-	}
-	w_u32(w, g->nregions);
-	for (uint32_t i = 0; i < g->nregions; i++) {
-		w_u16(w, (uint16_t)g->region_desc_lens[i]);
-		w_bytes(w, g->region_descs[i], g->region_desc_lens[i]);
-	}
-	return NULL;
-}
-
-static const char *encode_reply(writer_t *w, const lc__msg_register_reply_t *m)
-{
-	if (!m->session[0])
-		return "empty session";
-	if (m->result > 0)
-		return "positive result";
-	w_str(w, m->session, sizeof m->session);
-	w_u32(w, m->p_rank);
-	w_u32(w, (uint32_t)m->result);
-	w_str(w, m->reason, sizeof m->reason);
-	return NULL;
-}
-
-static const char *encode_info(writer_t *w, const lc__msg_transfer_info_t *t)
-{
-	const char *bad = NULL;
-	if (!t->session[0] || !t->status_ep[0])
-		bad = "empty string";
-	else
-		bad = check_info(t);
-	for (uint32_t i = 0; !bad && i < t->page_count; i++)
-		if (t->pages[i] < 0)
-			bad = "negative page";
-	for (uint32_t i = 0; !bad && i < t->slot_count; i++)
-		if (t->slots[i] < 0)
-			bad = "negative slot";
-	if (bad)
-		return bad;
-	w_u64(w, t->room);
-	w_str(w, t->session, sizeof t->session);
-	w_str(w, t->status_ep, sizeof t->status_ep);
-	w_u32(w, t->required_dst);
-	w_u32(w, t->flags);
-	w_u64(w, t->prefix_len);
-	w_u64(w, (uint64_t)t->aux_index);
-	w_i64s(w, t->pages, t->page_count);
-	w_i64s(w, t->slots, t->slot_count);
-	return NULL;
-}
-
-static const char *encode_cancel(writer_t *w, const lc__msg_cancel_t *m)
-{
-	if (!m->session[0])
-		return "empty session";
-	w_u64(w, m->room);
-	w_str(w, m->session, sizeof m->session);
-	w_str(w, m->reason, sizeof m->reason);
-	return NULL;
-}
-
-static const char *encode_status(writer_t *w, const lc__msg_status_t *m)
-{
-	const char *bad = check_status(m);
-	if (bad)
-		return bad;
-	w_u64(w, m->room);
-	w_u32(w, m->p_rank);
-	w_u8(w, m->status);
-	w_u32(w, m->fail_reason);
-	w_str(w, m->reason, sizeof m->reason);
-	w_u32(w, m->metadata_len);
-	w_bytes(w, m->metadata, m->metadata_len);
-	return NULL;
-}
-
-static const char *encode_layers(writer_t *w, const lc__msg_layers_t *m)
-{
-	if (!m->layers || m->layers > LC__MSG_MAX_LAYERS)
-		return "layers out of range";
-	w_u64(w, m->room);
-	w_u32(w, m->p_rank);
-	w_u32(w, m->layers);
-	return NULL;
-}
-
-static const char *encode_body(writer_t *w, const lc__msg_t *m)
-{
-	switch (m->type) {
-	case LC__MSG_REGISTER:
-		return encode_register(w, &m->reg);
-	case LC__MSG_REGISTER_REPLY:
-		return encode_reply(w, &m->reply);
-	case LC__MSG_TRANSFER_INFO:
-		return encode_info(w, &m->info);
-	case LC__MSG_CANCEL:
-		return encode_cancel(w, &m->cancel);
-	case LC__MSG_STATUS:
-		return encode_status(w, &m->status);
-	case LC__MSG_LAYERS:
-		return encode_layers(w, &m->layers);
-	default:
-		return "unknown type";
-	}
-}
-
 int lc__msg_encode(const lc__msg_t *m, uint8_t **out, size_t *out_len)
 {
 	writer_t w = {0};
+	const char *bad = NULL;
 	if (!m || !out || !out_len)
 		return -EINVAL;
 	w_u32(&w, LC__MSG_MAGIC);
 	w_u16(&w, LC__MSG_VERSION);
 	w_u16(&w, (uint16_t)m->type);
 	w_u32(&w, 0); /* length, patched below */
-	const char *bad = encode_body(&w, m);
+	switch (m->type) {
+	case LC__MSG_REGISTER: {
+		const lc__msg_register_t *g = &m->reg;
+		if (!g->session[0] || !g->status_ep[0] || !g->data_url[0])
+			bad = "empty string";
+		else if (!g->nbuffers || g->nbuffers > LC__MSG_MAX_BUFFERS)
+			bad = "buffer count";
+		else if (!g->nregions || g->nregions > LC__MSG_MAX_REGIONS)
+			bad = "region count";
+		else if (g->flags & ~(uint32_t)LC__REG_FLAGS)
+			bad = "flags";
+		else if ((g->flags & LC__REG_HAS_CURVE_KEY) && !z85_key(g->curve_key))
+			bad = "curve key";
+		else if ((g->flags & LC__REG_HAS_TP) &&
+			 (!g->d_tp || g->d_tp > LC__MSG_MAX_TP || g->d_rank >= g->d_tp))
+			bad = "tp size";
+		for (uint32_t i = 0; !bad && i < g->nbuffers; i++)
+			bad = check_buffer(&g->buffers[i], g->nregions);
+		for (uint32_t i = 0; !bad && i < g->nregions; i++)
+			if (!g->region_desc_lens[i] || g->region_desc_lens[i] > LC_REGION_DESC_MAX)
+				bad = "region descriptor length";
+		if (bad)
+			break;
+		w_str(&w, g->session, sizeof g->session);
+		w_str(&w, g->status_ep, sizeof g->status_ep);
+		w_str(&w, g->data_url, sizeof g->data_url);
+		w_u32(&w, g->d_rank);
+		w_u32(&w, g->flags);
+		w_bytes(&w, g->token, LC_TOKEN_LEN);
+		w_u64(&w, g->fingerprint);
+		if (g->flags & LC__REG_HAS_CURVE_KEY)
+			w_bytes(&w, g->curve_key, LC__MSG_CURVE_KEY_LEN);
+		if (g->flags & LC__REG_HAS_TP)
+			w_u32(&w, g->d_tp);
+		w_u32(&w, g->nbuffers);
+		for (uint32_t i = 0; i < g->nbuffers; i++) {
+			const lc__msg_buffer_t *b = &g->buffers[i];
+			w_u32(&w, (uint32_t)b->layer);
+			w_u32(&w, b->kind);
+			w_u32(&w, b->flags);
+			w_u32(&w, b->region);
+			w_u64(&w, b->item_len);
+			w_u64(&w, b->offset);
+		}
+		w_u32(&w, g->nregions);
+		for (uint32_t i = 0; i < g->nregions; i++) {
+			w_u16(&w, (uint16_t)g->region_desc_lens[i]);
+			w_bytes(&w, g->region_descs[i], g->region_desc_lens[i]);
+		}
+		break;
+	}
+	case LC__MSG_REGISTER_REPLY:
+		if (!m->reply.session[0])
+			bad = "empty session";
+		else if (m->reply.result > 0)
+			bad = "positive result";
+		if (bad)
+			break;
+		w_str(&w, m->reply.session, sizeof m->reply.session);
+		w_u32(&w, m->reply.p_rank);
+		w_u32(&w, (uint32_t)m->reply.result);
+		w_str(&w, m->reply.reason, sizeof m->reply.reason);
+		break;
+	case LC__MSG_TRANSFER_INFO: {
+		const lc__msg_transfer_info_t *t = &m->info;
+		if (!t->session[0] || !t->status_ep[0])
+			bad = "empty string";
+		else
+			bad = check_info(t);
+		for (uint32_t i = 0; !bad && i < t->page_count; i++)
+			if (t->pages[i] < 0)
+				bad = "negative page";
+		for (uint32_t i = 0; !bad && i < t->slot_count; i++)
+			if (t->slots[i] < 0)
+				bad = "negative slot";
+		if (bad)
+			break;
+		w_u64(&w, t->room);
+		w_str(&w, t->session, sizeof t->session);
+		w_str(&w, t->status_ep, sizeof t->status_ep);
+		w_u32(&w, t->required_dst);
+		w_u32(&w, t->flags);
+		w_u64(&w, t->prefix_len);
+		w_u64(&w, (uint64_t)t->aux_index);
+		w_i64s(&w, t->pages, t->page_count);
+		w_i64s(&w, t->slots, t->slot_count);
+		break;
+	}
+	case LC__MSG_CANCEL:
+		if (!m->cancel.session[0]) {
+			bad = "empty session";
+			break;
+		}
+		w_u64(&w, m->cancel.room);
+		w_str(&w, m->cancel.session, sizeof m->cancel.session);
+		w_str(&w, m->cancel.reason, sizeof m->cancel.reason);
+		break;
+	case LC__MSG_STATUS:
+		if ((bad = check_status(&m->status)))
+			break;
+		w_u64(&w, m->status.room);
+		w_u32(&w, m->status.p_rank);
+		w_u8(&w, m->status.status);
+		w_u32(&w, m->status.fail_reason);
+		w_str(&w, m->status.reason, sizeof m->status.reason);
+		w_u32(&w, m->status.metadata_len);
+		w_bytes(&w, m->status.metadata, m->status.metadata_len);
+		break;
+	case LC__MSG_LAYERS:
+		if (!m->layers.layers || m->layers.layers > LC__MSG_MAX_LAYERS) {
+			bad = "layers out of range";
+			break;
+		}
+		w_u64(&w, m->layers.room);
+		w_u32(&w, m->layers.p_rank);
+		w_u32(&w, m->layers.layers);
+		break;
+	default:
+		bad = "unknown type";
+	}
 	if (bad && !w.err)
 		w.err = -EINVAL;
 	if (w.err) {

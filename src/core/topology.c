@@ -12,8 +12,8 @@ bool lc__tp_split(const lc__topology_t *t)
 	return false;
 }
 
-int lc__tp_fragments(const lc__topology_t *t, int p_rank, int d_rank, lc_fragment_t *out,
-		     char *why, size_t cap)
+int lc__tp_fragments(const lc__topology_t *t, int p_rank, int d_rank, lc_fragment_t *out, char *why,
+		     size_t cap)
 {
 	int ptp = lc__tp_p_size(t), n = 0;
 	for (uint32_t i = 0; i < t->nbuf; i++) {
@@ -22,8 +22,9 @@ int lc__tp_fragments(const lc__topology_t *t, int p_rank, int d_rank, lc_fragmen
 		lc_fragment_t f = {0};
 		int rc = lc_tp_fragment(&ps, &ds, &f);
 		if (rc < 0) {
-			snprintf(why, cap, "buffer %u item_len differs and does not split across "
-					   "TP (spec 6.7): P TP %d x %llu bytes, D TP %d x %llu bytes",
+			snprintf(why, cap,
+				 "buffer %u item_len differs and does not split across "
+				 "TP (spec 6.7): P TP %d x %llu bytes, D TP %d x %llu bytes",
 				 i, ptp, (unsigned long long)ps.item_len, t->d_tp,
 				 (unsigned long long)ds.item_len);
 			return LC_ERR_GEOMETRY;
@@ -56,8 +57,7 @@ static int add_target(lc__tp_plan_t *out, lc__tp_target_t tg, char *why, size_t 
 /* Heterogeneous TP: the P ranks with a fragment for this D rank are real
  * targets, each with its own fan-out; a P rank with none for any D rank
  * (a replica) is a dummy of D rank p * dtp / ptp, so its room ends too. */
-static int plan_split(const lc__topology_t *t, int base, lc__tp_plan_t *out, char *why,
-		      size_t cap)
+static int plan_split(const lc__topology_t *t, int base, lc__tp_plan_t *out, char *why, size_t cap)
 {
 	int ptp = lc__tp_p_size(t), dtp = t->d_tp;
 	for (int p = 0; p < ptp; p++) {
@@ -75,8 +75,8 @@ static int plan_split(const lc__topology_t *t, int base, lc__tp_plan_t *out, cha
 		if (!mine && !dummy)
 			continue;
 		/* A dummy's P rank hears from this D rank alone. */
-		lc__tp_target_t tg = {.rank = base + p, .required_dst = dummy ? 1 : fan_out,
-				      .dummy = dummy};
+		lc__tp_target_t tg = {
+			.rank = base + p, .required_dst = dummy ? 1 : fan_out, .dummy = dummy};
 		if (add_target(out, tg, why, cap))
 			return LC_ERR_GEOMETRY;
 	}
@@ -97,7 +97,8 @@ int lc__tp_plan_targets(const lc__topology_t *t, uint64_t room, lc__tp_plan_t *o
 	if (lc__tp_split(t))
 		return plan_split(t, base, out, why, cap);
 	if (ptp == dtp)
-		return add_target(out, (lc__tp_target_t){.rank = base + t->d_rank, .required_dst = 1},
+		return add_target(out,
+				  (lc__tp_target_t){.rank = base + t->d_rank, .required_dst = 1},
 				  why, cap);
 	if (dtp > ptp) {
 		if (dtp % ptp) {
@@ -113,8 +114,8 @@ int lc__tp_plan_targets(const lc__topology_t *t, uint64_t room, lc__tp_plan_t *o
 		return LC_ERR_GEOMETRY;
 	}
 	for (int i = 0, k = ptp / dtp; i < k; i++) {
-		lc__tp_target_t tg = {.rank = base + t->d_rank * k + i, .required_dst = 1,
-				      .dummy = i > 0};
+		lc__tp_target_t tg = {
+			.rank = base + t->d_rank * k + i, .required_dst = 1, .dummy = i > 0};
 		add_target(out, tg, why, cap);
 	}
 	return 0;

@@ -36,8 +36,8 @@ bool lc__tp_split(const lc__topology_t *t);
  * and returns how many buffers have a fragment (0: p_rank sends d_rank
  * nothing, a replica), or LC_ERR_GEOMETRY with why when a buffer does not
  * split across the two TP sizes. */
-int lc__tp_fragments(const lc__topology_t *t, int p_rank, int d_rank, lc_fragment_t *out,
-		     char *why, size_t cap);
+int lc__tp_fragments(const lc__topology_t *t, int p_rank, int d_rank, lc_fragment_t *out, char *why,
+		     size_t cap);
 
 /* One P rank a D rank talks to about a room. */
 typedef struct lc__tp_target {

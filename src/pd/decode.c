@@ -225,8 +225,7 @@ int lc_decode_counter(lc_decode_t *d, const char *name, uint64_t *out)
 
 /* ---- receivers ---- */
 
-int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room,
-		       lc_receiver_t **out)
+int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_receiver_t **out)
 {
 	char addr[LC__BS_HOST_MAX];
 	if (!d || !out)
@@ -369,7 +368,7 @@ int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 	r->sent = true;
 	if (rc) {
 		lc__decode_fail(d, r, LC_FAIL_TRANSFER, true, "sending the transfer info: %s",
-			  lc_strerror(rc));
+				lc_strerror(rc));
 		rc = 0; /* the room is Failed; poll says why */
 	} else {
 		lc__decode_set_state(d, r, LC_ROOM_TRANSFERRING);
@@ -450,7 +449,7 @@ int lc_receiver_cancel(lc_receiver_t *r, const char *reason)
 		rc = LC_ERR_STATE;
 	else
 		lc__decode_fail(r->d, r, LC_FAIL_CANCELLED, true, "cancelled by D: %s",
-			  reason ? reason : "no reason");
+				reason ? reason : "no reason");
 	pthread_mutex_unlock(&r->d->lock);
 	return rc;
 }
@@ -461,7 +460,8 @@ void lc_receiver_destroy(lc_receiver_t *r)
 		return;
 	lc_decode_t *d = r->d;
 	pthread_mutex_lock(&d->lock);
-	lc__decode_fail(d, r, LC_FAIL_CANCELLED, true, "receiver destroyed before the room finished");
+	lc__decode_fail(d, r, LC_FAIL_CANCELLED, true,
+			"receiver destroyed before the room finished");
 	if (r->granted)
 		lc_grant_revoke(d->ctx, r->room);
 	for (lc_receiver_t **pp = &d->receivers; *pp; pp = &(*pp)->next)

@@ -23,13 +23,17 @@ lc_receiver_t *lc__decode_find(lc_decode_t *d, uint64_t room)
 	return NULL;
 }
 
-static void apply(lc_decode_t *d, lc_receiver_t *r, int status, int fail_reason,
-		  const char *reason)
+static void apply(lc_decode_t *d, lc_receiver_t *r, int status, int fail_reason, const char *reason)
 {
-	lc__room_view_t v = {.id = r->room, .side = "receiver room", .status = &r->status,
-			     .fail_reason = &r->fail_reason, .reason = r->reason,
-			     .reason_cap = sizeof r->reason, .opened_ns = r->created_ns,
-			     .bootstrapped_ns = &r->bootstrapped_ns, .final_ns = &r->final_ns};
+	lc__room_view_t v = {.id = r->room,
+			     .side = "receiver room",
+			     .status = &r->status,
+			     .fail_reason = &r->fail_reason,
+			     .reason = r->reason,
+			     .reason_cap = sizeof r->reason,
+			     .opened_ns = r->created_ns,
+			     .bootstrapped_ns = &r->bootstrapped_ns,
+			     .final_ns = &r->final_ns};
 	lc__room_state_apply(&d->rooms, &v, status, fail_reason, reason, lc__now_ns());
 }
 
@@ -123,8 +127,8 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s)
 		if (s->fail_reason == LC_FAIL_SESSION_GONE && r->peer->ranks &&
 		    (int)s->p_rank < r->peer->info->world_size)
 			r->peer->ranks[s->p_rank].registered = false;
-		lc__decode_fail(d, r, s->fail_reason ? (int)s->fail_reason : LC_FAIL_TRANSFER, false,
-				"P rank %u: %s", s->p_rank, s->reason);
+		lc__decode_fail(d, r, s->fail_reason ? (int)s->fail_reason : LC_FAIL_TRANSFER,
+				false, "P rank %u: %s", s->p_rank, s->reason);
 		return;
 	}
 	if (!r->got[t].responded) {
@@ -173,7 +177,8 @@ static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m)
 		for (lc_receiver_t *r = d->receivers; r; r = r->next)
 			if (r->peer == pe && target_of(r, m->p_rank) >= 0)
 				lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
-						"P rank %u refused this D: %s", m->p_rank, m->reason);
+						"P rank %u refused this D: %s", m->p_rank,
+						m->reason);
 	}
 }
 

@@ -42,9 +42,12 @@ void lc__decode_peer_reset(lc__ppeer_t *pe)
 /* This D rank against P's published layout. */
 static lc__topology_t topology(const lc_decode_t *d, const lc__parallel_info_t *pi)
 {
-	return (lc__topology_t){.p_world = pi->world_size, .p_dp = pi->dp_size,
-				.d_tp = d->tp_size, .d_rank = d->tp_rank,
-				.p_lens = pi->kv_item_lens, .d_lens = d->item_lens,
+	return (lc__topology_t){.p_world = pi->world_size,
+				.p_dp = pi->dp_size,
+				.d_tp = d->tp_size,
+				.d_rank = d->tp_rank,
+				.p_lens = pi->kv_item_lens,
+				.d_lens = d->item_lens,
 				.nbuf = LC__MIN(pi->nlens, d->layout->nbuf)};
 }
 
@@ -91,8 +94,11 @@ static void fill_register(lc_decode_t *d, bool split, lc__msg_t *m, lc__msg_buff
 	m->reg.fingerprint = d->layout->fingerprint;
 	for (uint32_t i = 0; i < d->layout->nbuf; i++) {
 		const lc_buffer_t *b = &d->layout->bufs[i];
-		bufs[i] = (lc__msg_buffer_t){.layer = b->layer, .kind = b->kind, .flags = b->flags,
-					     .item_len = b->item_len, .region = d->buf_region[i],
+		bufs[i] = (lc__msg_buffer_t){.layer = b->layer,
+					     .kind = b->kind,
+					     .flags = b->flags,
+					     .item_len = b->item_len,
+					     .region = d->buf_region[i],
 					     .offset = d->buf_offset[i]};
 	}
 	m->reg.nbuffers = d->layout->nbuf;
@@ -177,7 +183,8 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	}
 	lc__prank_t *pr = &pe->ranks[rank];
 	if (!pr->resolved) {
-		snprintf(pr->endpoint, sizeof pr->endpoint, "tcp://%s:%d", ri.rank_ip, ri.rank_port);
+		snprintf(pr->endpoint, sizeof pr->endpoint, "tcp://%s:%d", ri.rank_ip,
+			 ri.rank_port);
 		snprintf(pr->key, sizeof pr->key, "%s", ri.curve_key);
 		pr->resolved = true;
 	}
@@ -221,8 +228,8 @@ static bool plan_room(lc_decode_t *d, lc_receiver_t *r)
 	lc__ppeer_t *pe = r->peer;
 	if (geometry_check(d, pe->info, why, sizeof why)) {
 		LC_ERROR("decode %s: P at %s refused: %s", d->session, pe->addr, why);
-		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "geometry mismatch with P at %s: %s",
-				pe->addr, why);
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
+				"geometry mismatch with P at %s: %s", pe->addr, why);
 		return false;
 	}
 	if (r->planned)
@@ -252,8 +259,8 @@ static void discover_one(lc_decode_t *d, uint64_t room)
 		int rank = r->plan.targets[i].rank;
 		lc__prank_t *pr = &pe->ranks[rank];
 		if (pr->refused) {
-			lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "P rank %d refused this D: %s",
-					rank, pr->refuse_reason);
+			lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
+					"P rank %d refused this D: %s", rank, pr->refuse_reason);
 			return;
 		}
 		if (!pr->resolved && !(r = resolve_rank(d, room, pe, rank)))
@@ -281,8 +288,8 @@ static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe)
 		 pe->misses);
 	for (lc_receiver_t *r = d->receivers; r; r = r->next)
 		if (r->peer == pe)
-			lc__decode_fail(d, r, LC_FAIL_SESSION_GONE, false, "P at %s missed %d heartbeats",
-					pe->addr, pe->misses);
+			lc__decode_fail(d, r, LC_FAIL_SESSION_GONE, false,
+					"P at %s missed %d heartbeats", pe->addr, pe->misses);
 	pe->misses = 0;
 	lc__decode_peer_reset(pe); /* a restarted P is discovered and registered afresh */
 }

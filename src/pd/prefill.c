@@ -31,18 +31,20 @@ static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
 {
 	char why[300] = "";
 	const char *colon = strrchr(p->endpoint, ':');
-	lc__prefill_info_t info = {.world_size = p->world, .dp_size = p->dp,
+	lc__prefill_info_t info = {.world_size = p->world,
+				   .dp_size = p->dp,
 				   .engine_rank = p->rank,
 				   .rank_port = colon ? atoi(colon + 1) : 0,
 				   .fingerprint = p->layout->fingerprint,
-				   .layers = p->layout->layers, .nlens = p->layout->nbuf,
+				   .layers = p->layout->layers,
+				   .nlens = p->layout->nbuf,
 				   .kv_item_lens = p->item_lens};
 	snprintf(info.rank_ip, sizeof info.rank_ip, "%s", p->host);
 	snprintf(info.curve_key, sizeof info.curve_key, "%s", lc__zctx_public_key(p->z));
 	char secret[LC__BS_SECRET_MAX];
 	int has_secret = lc__bootstrap_secret(secret_param, secret, sizeof secret);
-	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 5,
-			     .secret = has_secret == 1 ? secret : NULL};
+	lc__http_opts_t o = {
+		.timeout_ms = 2000, .retries = 5, .secret = has_secret == 1 ? secret : NULL};
 	int rc = lc__bootstrap_register(p->bootstrap, &info, &o, why, sizeof why);
 	if (rc)
 		LC_ERROR("prefill %s: registering with bootstrap %s failed: %s", p->name,
@@ -87,11 +89,16 @@ static int start(lc_prefill_t *p, const lc_prefill_params_t *pp)
 	p->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (p->evfd < 0)
 		return -errno;
-	lc_engine_params_t ep = {.size = sizeof ep, .layout = pp->layout, .name = p->name,
-				 .status_cb = lc__prefill_on_status, .status_arg = p,
-				 .landed_cb = lc__prefill_on_landed, .landed_arg = p,
+	lc_engine_params_t ep = {.size = sizeof ep,
+				 .layout = pp->layout,
+				 .name = p->name,
+				 .status_cb = lc__prefill_on_status,
+				 .status_arg = p,
+				 .landed_cb = lc__prefill_on_landed,
+				 .landed_arg = p,
 				 .external_counter = pp->external_counter,
-				 .cache_word = pp->cache_word, .aux_word = pp->aux_word};
+				 .cache_word = pp->cache_word,
+				 .aux_word = pp->aux_word};
 	if ((rc = lc_engine_create(p->ctx, &ep, &p->engine)) || (rc = lc__zctx_create(&p->z)) ||
 	    (rc = lc__pull_bind(p->z, p->host, &p->pull, p->endpoint, sizeof p->endpoint)))
 		return rc;

@@ -1,12 +1,14 @@
 /*
  * The prefill side inside (docs/control-plane.md): one lc_prefill_t per P
  * rank glues the engine to the control plane, one lc_sender_t per room.
- * Three files share these structures:
+ * Four files share these structures:
  *   prefill.c           the public calls (create, senders) and the
  *                       bootstrap registration,
  *   prefill_control.c   the control thread: D's messages in (transfer
- *                       infos, cancels); statuses and layer updates out,
- *   prefill_register.c  whether a D's registration is taken (policy).
+ *                       infos, cancels go to the engine),
+ *   prefill_register.c  whether a D's registration is taken (policy),
+ *   prefill_outbox.c    statuses and layer updates out: queued by the
+ *                       engine's callbacks, sent by the control thread.
  * What a P rank sends each D rank under heterogeneous TP is decided in
  * core/topology.c.
  *
@@ -33,7 +35,7 @@ typedef struct lc__dsess {
 	char name[LC__MSG_STR_MAX];
 	char status_ep[LC__MSG_STR_MAX];
 	char key[LC__MSG_CURVE_KEY_LEN + 1]; /* D's CURVE key; "": this P's own */
-	lc__push_t *push; /* used by the control thread only */
+	lc__push_t *push;                    /* used by the control thread only */
 } lc__dsess_t;
 
 /* A message the engine asked for, queued for the control thread. */
@@ -95,7 +97,7 @@ struct lc_prefill {
 
 #define LC__P_CTL_ADD(p, name) atomic_fetch_add(&(p)->ctl[LC__CTL_##name], 1)
 
-/* ---- prefill_control.c ---- */
+/* ---- prefill_outbox.c ---- */
 
 /* Wake the control thread. */
 void lc__prefill_wake(lc_prefill_t *p);
@@ -104,8 +106,8 @@ void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int st
 			   int fail_reason, const char *reason_text, const void *metadata,
 			   size_t metadata_len);
 void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32_t layers);
-/* The control thread. */
-void *lc__prefill_control_main(void *arg);
+/* Send what the engine queued (control thread). */
+void lc__prefill_flush(lc_prefill_t *p);
 /* The session named so, or NULL (lock held, or on the control thread,
  * which alone adds and replaces sessions). */
 lc__dsess_t *lc__prefill_session_find(lc_prefill_t *p, const char *name);
@@ -113,14 +115,17 @@ lc__dsess_t *lc__prefill_session_find(lc_prefill_t *p, const char *name);
 int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m);
 /* To an endpoint without a session (a refused or unknown D); key: D's
  * CURVE key, or NULL for this P's own. */
-void lc__prefill_send_oneshot(lc_prefill_t *p, const char *ep, const char *key,
-			      const lc__msg_t *m);
+void lc__prefill_send_oneshot(lc_prefill_t *p, const char *ep, const char *key, const lc__msg_t *m);
+
+/* ---- prefill_control.c ---- */
+
+/* The control thread. */
+void *lc__prefill_control_main(void *arg);
 
 /* ---- prefill_register.c ---- */
 
 /* A D's REGISTER; peer: the CURVE key it authenticated with ("" without
  * CURVE). Always answers (REGISTER_REPLY), never fails the thread. */
-void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g,
-				 const char *peer);
+void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g, const char *peer);
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * The prefill side's control thread (pd/prefill.h has the structures and
  * the locking): D's messages come in (registrations are decided in
- * prefill_register.c; transfer infos and cancels go to the engine here);
- * the statuses and layer updates the engine queued go out.
+ * prefill_register.c; transfer infos and cancels go to the engine here),
+ * and each round flushes what the engine queued (prefill_outbox.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,172 +15,6 @@
 #ifdef LC_HAVE_ZMQ
 #include <zmq.h>
 #endif
-
-#define SEND_TIMEOUT_MS 200
-
-void lc__prefill_wake(lc_prefill_t *p)
-{
-	uint64_t one = 1;
-	ssize_t rc = write(p->evfd, &one, sizeof one);
-	LC__UNUSED(rc);
-}
-
-lc__dsess_t *lc__prefill_session_find(lc_prefill_t *p, const char *name)
-{
-	for (size_t i = 0; i < p->nsessions; i++)
-		if (!strcmp(p->sessions[i]->name, name))
-			return p->sessions[i];
-	return NULL;
-}
-
-/* ---- engine callbacks: queue, never send ---- */
-
-static lc__outmsg_t *out_new(lc_prefill_t *p)
-{
-	if (p->nout == p->outcap) {
-		size_t cap = p->outcap ? p->outcap * 2 : 64;
-		lc__outmsg_t *n = realloc(p->outq, cap * sizeof *n);
-		if (!n)
-			return NULL;
-		p->outq = n;
-		p->outcap = cap;
-	}
-	lc__outmsg_t *m = &p->outq[p->nout++];
-	memset(m, 0, sizeof *m);
-	return m;
-}
-
-void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int status,
-			   int fail_reason, const char *reason_text, const void *metadata,
-			   size_t metadata_len)
-{
-	lc_prefill_t *p = arg;
-	pthread_mutex_lock(&p->lock);
-	lc__outmsg_t *m = out_new(p);
-	if (m) {
-		m->type = LC__MSG_STATUS;
-		m->room = room;
-		snprintf(m->session, sizeof m->session, "%s", session);
-		m->status = status;
-		m->fail_reason = fail_reason;
-		snprintf(m->reason, sizeof m->reason, "%s", reason_text ? reason_text : "");
-		if (status == LC_ROOM_SUCCESS && metadata_len && metadata_len <= LC_METADATA_MAX &&
-		    (m->metadata = malloc(metadata_len))) {
-			memcpy(m->metadata, metadata, metadata_len);
-			m->metadata_len = metadata_len;
-		}
-	} else {
-		LC_ERROR("prefill %s: out of memory queueing the status of room %llu", p->name,
-			 (unsigned long long)room);
-	}
-	pthread_mutex_unlock(&p->lock);
-	lc__prefill_wake(p);
-}
-
-void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32_t layers)
-{
-	lc_prefill_t *p = arg;
-	pthread_mutex_lock(&p->lock);
-	/* Coalesce: one pending update per (room, session). */
-	lc__outmsg_t *m = NULL;
-	for (size_t i = 0; i < p->nout; i++)
-		if (p->outq[i].type == LC__MSG_LAYERS && p->outq[i].room == room &&
-		    !strcmp(p->outq[i].session, session)) {
-			m = &p->outq[i];
-			break;
-		}
-	if (!m && (m = out_new(p))) {
-		m->type = LC__MSG_LAYERS;
-		m->room = room;
-		snprintf(m->session, sizeof m->session, "%s", session);
-	}
-	if (m && layers > m->layers)
-		m->layers = layers;
-	pthread_mutex_unlock(&p->lock);
-	lc__prefill_wake(p);
-}
-
-/* ---- sending (control thread) ---- */
-
-int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
-{
-	uint8_t *buf;
-	size_t len;
-	int rc = lc__msg_encode(m, &buf, &len);
-	if (rc) {
-		LC_ERROR("prefill %s: cannot encode %s: %s", p->name, lc__msg_type_name(m->type),
-			 lc_strerror(rc));
-		return rc;
-	}
-	rc = lc__push_send(push, buf, len, SEND_TIMEOUT_MS);
-	free(buf);
-	if (rc) {
-		LC__P_CTL_ADD(p, send_failures);
-		LC_WARN("prefill %s: sending %s: %s", p->name, lc__msg_type_name(m->type),
-			lc_strerror(rc));
-	} else {
-		LC__P_CTL_ADD(p, msgs_sent);
-	}
-	return rc;
-}
-
-void lc__prefill_send_oneshot(lc_prefill_t *p, const char *ep, const char *key,
-			      const lc__msg_t *m)
-{
-	lc__push_t *push;
-	if (lc__push_connect(p->z, ep, key, &push))
-		return;
-	lc__prefill_send(p, push, m);
-	lc__push_close(push);
-}
-
-static void flush_outq(lc_prefill_t *p)
-{
-	pthread_mutex_lock(&p->lock);
-	lc__outmsg_t *q = p->outq;
-	size_t n = p->nout;
-	p->outq = NULL;
-	p->nout = p->outcap = 0;
-	pthread_mutex_unlock(&p->lock);
-	lc__msg_t *m = calloc(1, sizeof *m);
-	for (size_t i = 0; m && i < n; i++) {
-		lc__outmsg_t *o = &q[i];
-		/* Sessions are only added or replaced by this thread, so the
-		 * entry stays valid after the lock is dropped. */
-		pthread_mutex_lock(&p->lock);
-		lc__dsess_t *s = lc__prefill_session_find(p, o->session);
-		pthread_mutex_unlock(&p->lock);
-		if (!s || !s->push) {
-			LC_DEBUG("prefill %s: no session %s for a %s of room %llu", p->name,
-				 o->session, lc__msg_type_name(o->type), (unsigned long long)o->room);
-			continue;
-		}
-		memset(m, 0, sizeof *m);
-		m->type = o->type;
-		if (o->type == LC__MSG_STATUS) {
-			m->status.room = o->room;
-			m->status.p_rank = (uint32_t)p->rank;
-			m->status.status = (uint8_t)o->status;
-			m->status.fail_reason = (uint32_t)o->fail_reason;
-			snprintf(m->status.reason, sizeof m->status.reason, "%s", o->reason);
-			m->status.metadata = o->metadata;
-			m->status.metadata_len = (uint32_t)o->metadata_len;
-			LC__P_CTL_ADD(p, statuses);
-		} else {
-			if (!o->layers)
-				continue;
-			m->layers.room = o->room;
-			m->layers.p_rank = (uint32_t)p->rank;
-			m->layers.layers = o->layers;
-			LC__P_CTL_ADD(p, layer_updates);
-		}
-		lc__prefill_send(p, s->push, m);
-	}
-	for (size_t i = 0; i < n; i++)
-		free(q[i].metadata);
-	free(q);
-	free(m);
-}
 
 /* ---- intake (control thread) ---- */
 
@@ -215,11 +49,16 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 		fail = "session not registered with this P rank (P restarted?); register again";
 		rc = -ENOENT;
 	} else {
-		lc_dst_params_t d = {.size = sizeof d, .session = dummy ? NULL : t->session,
-				     .pages = t->pages, .page_count = t->page_count,
-				     .prefix_len = t->prefix_len, .aux_index = t->aux_index,
-				     .required_dst_count = t->required_dst, .is_dummy = dummy,
-				     .state_slots = t->slots, .state_slot_count = t->slot_count};
+		lc_dst_params_t d = {.size = sizeof d,
+				     .session = dummy ? NULL : t->session,
+				     .pages = t->pages,
+				     .page_count = t->page_count,
+				     .prefix_len = t->prefix_len,
+				     .aux_index = t->aux_index,
+				     .required_dst_count = t->required_dst,
+				     .is_dummy = dummy,
+				     .state_slots = t->slots,
+				     .state_slot_count = t->slot_count};
 		/* The prefix first: a sender that sees the room leave
 		 * Bootstrapping can read it at once. */
 		if (!dummy)
@@ -263,7 +102,8 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 	int rc = lc__msg_decode(buf, len, m, why, sizeof why);
 	if (rc) {
 		LC__P_CTL_ADD(p, msgs_malformed);
-		LC_WARN("prefill %s: dropped a malformed message (%zu bytes): %s", p->name, len, why);
+		LC_WARN("prefill %s: dropped a malformed message (%zu bytes): %s", p->name, len,
+			why);
 		free(m);
 		return;
 	}
@@ -318,9 +158,9 @@ void *lc__prefill_control_main(void *arg)
 			handle_message(p, buf, len, peer);
 			free(buf);
 		}
-		flush_outq(p);
+		lc__prefill_flush(p);
 	}
-	flush_outq(p);
+	lc__prefill_flush(p);
 	return NULL;
 }
 #endif

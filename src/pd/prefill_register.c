@@ -23,8 +23,7 @@ static const char *kind_name(uint32_t k)
 /* The first difference between P's layout and D's registration, or 0.
  * With D's TP size (heterogeneous TP) page sizes may differ: tp_fragments
  * pairs them instead. */
-static int geometry_diff(const lc_prefill_t *p, const lc__msg_register_t *g, char *why,
-			 size_t cap)
+static int geometry_diff(const lc_prefill_t *p, const lc__msg_register_t *g, char *why, size_t cap)
 {
 	const lc_layout_t *l = p->layout;
 	bool split = g->flags & LC__REG_HAS_TP;
@@ -37,15 +36,17 @@ static int geometry_diff(const lc_prefill_t *p, const lc__msg_register_t *g, cha
 		const lc_buffer_t *a = &l->bufs[i];
 		const lc__msg_buffer_t *b = &g->buffers[i];
 		if (a->item_len != b->item_len && !split) {
-			snprintf(why, cap, "buffer %u (layer %d %s) item_len differs: P %llu bytes, "
-					   "D %llu bytes",
+			snprintf(why, cap,
+				 "buffer %u (layer %d %s) item_len differs: P %llu bytes, "
+				 "D %llu bytes",
 				 i, a->layer, kind_name(a->kind), (unsigned long long)a->item_len,
 				 (unsigned long long)b->item_len);
 			return LC_ERR_GEOMETRY;
 		}
 		if (a->layer != b->layer || a->kind != b->kind || a->flags != b->flags) {
-			snprintf(why, cap, "buffer %u differs: P layer %d %s flags %u, D layer %d %s "
-					   "flags %u",
+			snprintf(why, cap,
+				 "buffer %u differs: P layer %d %s flags %u, D layer %d %s "
+				 "flags %u",
 				 i, a->layer, kind_name(a->kind), a->flags, b->layer,
 				 kind_name(b->kind), b->flags);
 			return LC_ERR_GEOMETRY;
@@ -70,8 +71,12 @@ static int tp_fragments(const lc_prefill_t *p, const lc__msg_register_t *g, lc_f
 		return -ENOMEM;
 	for (uint32_t i = 0; i < g->nbuffers; i++)
 		d_lens[i] = g->buffers[i].item_len;
-	lc__topology_t t = {.p_world = p->world, .p_dp = p->dp, .d_tp = (int)g->d_tp,
-			    .d_rank = (int)g->d_rank, .p_lens = p->item_lens, .d_lens = d_lens,
+	lc__topology_t t = {.p_world = p->world,
+			    .p_dp = p->dp,
+			    .d_tp = (int)g->d_tp,
+			    .d_rank = (int)g->d_rank,
+			    .p_lens = p->item_lens,
+			    .d_lens = d_lens,
 			    .nbuf = p->layout->nbuf};
 	int n = lc__tp_fragments(&t, p->rank % lc__tp_p_size(&t), t.d_rank, out, why, cap);
 	free(d_lens);
@@ -90,8 +95,10 @@ static int check_register(const lc_prefill_t *p, const lc__msg_register_t *g, co
 			  char *why, size_t cap)
 {
 	if (key_lie(g, peer)) {
-		snprintf(why, cap, "declared CURVE key %.8s... is not the key %.8s... the session "
-				   "authenticated with", g->curve_key, peer);
+		snprintf(why, cap,
+			 "declared CURVE key %.8s... is not the key %.8s... the session "
+			 "authenticated with",
+			 g->curve_key, peer);
 		return LC_ERR_AUTH;
 	}
 	return geometry_diff(p, g, why, cap);
@@ -105,12 +112,16 @@ static int engine_session(lc_prefill_t *p, const lc__msg_register_t *g, uint32_t
 		bregion[i] = g->buffers[i].region;
 		boffset[i] = g->buffers[i].offset;
 	}
-	lc_session_params_t sp = {.size = sizeof sp, .name = g->session, .url = g->data_url,
+	lc_session_params_t sp = {.size = sizeof sp,
+				  .name = g->session,
+				  .url = g->data_url,
 				  .has_token = !!(g->flags & LC__REG_HAS_TOKEN),
 				  .region_descs = g->region_descs,
 				  .region_desc_lens = g->region_desc_lens,
-				  .region_count = g->nregions, .buffer_region = bregion,
-				  .buffer_offset = boffset, .fragments = frags,
+				  .region_count = g->nregions,
+				  .buffer_region = bregion,
+				  .buffer_offset = boffset,
+				  .fragments = frags,
 				  .fragment_count = (size_t)nfrags};
 	memcpy(sp.token.bytes, g->token, LC_TOKEN_LEN);
 	pthread_mutex_lock(&p->lock);
@@ -119,7 +130,8 @@ static int engine_session(lc_prefill_t *p, const lc__msg_register_t *g, uint32_t
 	int rc = 0;
 	if (full) {
 		rc = -ENOSPC;
-		snprintf(why, cap, "P rank %d has %d sessions already", p->rank, LC__P_MAX_SESSIONS);
+		snprintf(why, cap, "P rank %d has %d sessions already", p->rank,
+			 LC__P_MAX_SESSIONS);
 	} else if ((rc = lc_engine_session_add(p->engine, &sp))) {
 		snprintf(why, cap, "session refused by the engine: %s", lc_strerror(rc));
 	}
@@ -190,8 +202,11 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g, c
 		reply->reply.result = rc;
 		snprintf(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
 		bool has_key = g->flags & LC__REG_HAS_CURVE_KEY;
-		lc__prefill_send_oneshot(p, g->status_ep, key_lie(g, peer) ? peer : has_key ? g->curve_key : NULL,
-			     reply);
+		lc__prefill_send_oneshot(p, g->status_ep,
+					 key_lie(g, peer) ? peer
+					 : has_key        ? g->curve_key
+							  : NULL,
+					 reply);
 		free(reply);
 		return;
 	}
