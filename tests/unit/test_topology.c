@@ -13,8 +13,13 @@
 static lc__tp_plan_t plan(int p_world, int p_dp, int d_tp, int d_rank, const uint64_t *p_lens,
 			  const uint64_t *d_lens, uint32_t nbuf, uint64_t room, int expect)
 {
-	lc__topology_t t = {.p_world = p_world, .p_dp = p_dp, .d_tp = d_tp, .d_rank = d_rank,
-			    .p_lens = p_lens, .d_lens = d_lens, .nbuf = nbuf};
+	lc__topology_t t = {.p_world = p_world,
+			    .p_dp = p_dp,
+			    .d_tp = d_tp,
+			    .d_rank = d_rank,
+			    .p_lens = p_lens,
+			    .d_lens = d_lens,
+			    .nbuf = nbuf};
 	lc__tp_plan_t out;
 	char why[200] = "";
 	assert_int_equal(lc__tp_plan_targets(&t, room, &out, why, sizeof why), expect);
@@ -63,8 +68,13 @@ static void larger_p_tp_gives_one_real_rank_and_dummies(void **state)
 static void split_tp_fragments_pair_the_units(void **state)
 {
 	uint64_t p_lens[] = {2048}, d_lens[] = {1024};
-	lc__topology_t t = {.p_world = 1, .p_dp = 1, .d_tp = 2, .d_rank = 1, .p_lens = p_lens,
-			    .d_lens = d_lens, .nbuf = 1};
+	lc__topology_t t = {.p_world = 1,
+			    .p_dp = 1,
+			    .d_tp = 2,
+			    .d_rank = 1,
+			    .p_lens = p_lens,
+			    .d_lens = d_lens,
+			    .nbuf = 1};
 	lc_fragment_t f[1];
 	char why[200];
 	assert_true(lc__tp_split(&t));
