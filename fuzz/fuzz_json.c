@@ -5,7 +5,7 @@
  * own JSON parsing, PUT /route bodies, is fuzz_bootstrap.)
  *
  * The JSON parsing is not reachable apart from the HTTP client, so this
- * target replaces libcurl: the few curl_* functions bootstrap.c calls are
+ * target replaces libcurl: the few curl_* functions bootstrap_client.c calls are
  * defined here (they win over the shared library at link time) and serve
  * the fuzz input as the reply. Everything from the reply bytes on is the
  * real code.

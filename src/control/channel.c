@@ -8,6 +8,7 @@
 
 #include "control/channel.h"
 #include "control/codec.h"
+#include "core/config.h"
 
 #ifdef LC_HAVE_ZMQ
 #include <zmq.h>
@@ -63,8 +64,8 @@ static int add_key(lc__zctx_t *z, const char *z85)
 
 static int load_curve(lc__zctx_t *z)
 {
-	const char *dir = getenv("LAYERCAKE_SECRET_DIR");
-	if (!dir || !*dir)
+	const char *dir = lc__config_env_str(LC__CFGS_secret_dir);
+	if (!dir)
 		return 0;
 	char line[128], pub[128], sec[128];
 	int a = read_line(dir, "curve.public", pub, sizeof pub);

@@ -61,20 +61,49 @@ int lc__config_parse(int index, const char *text, int64_t *out)
 	return 0;
 }
 
+/* Knob i from the environment into *v (left alone when unset or bad). */
+static void load_one(int i, int64_t *v)
+{
+	const char *env = getenv(table[i].env);
+	int64_t x;
+	if (!env)
+		return;
+	int rc = lc__config_parse(i, env, &x);
+	if (rc) {
+		LC_WARN("ignoring %s=%s: %s (allowed %lld..%lld)", table[i].env, env,
+			lc_strerror(rc), (long long)table[i].min, (long long)table[i].max);
+		return;
+	}
+	*v = x;
+}
+
 void lc__config_load(lc__config_t *cfg)
 {
 	for (int i = 0; i < LC__CFG_COUNT; i++) {
-		const char *env = getenv(table[i].env);
-		int64_t v;
 		cfg->values[i] = defaults[i];
-		if (!env)
-			continue;
-		int rc = lc__config_parse(i, env, &v);
-		if (rc) {
-			LC_WARN("ignoring %s=%s: %s (allowed %lld..%lld)", table[i].env, env,
-				lc_strerror(rc), (long long)table[i].min, (long long)table[i].max);
-			continue;
-		}
-		cfg->values[i] = v;
+		load_one(i, &cfg->values[i]);
 	}
+}
+
+int64_t lc__config_env_int(enum lc__config_field field)
+{
+	int64_t v = defaults[field];
+	load_one((int)field, &v);
+	return v;
+}
+
+static const struct {
+	const char *name, *env, *def, *help;
+} str_table[] = {
+#define LC__CFGS_INFO(field, env, def, help) {#field, env, def, help},
+	LC_CONFIG_STR_TABLE(LC__CFGS_INFO)
+#undef LC__CFGS_INFO
+};
+
+const char *lc__config_env_str(enum lc__config_str_field field)
+{
+	const char *v = getenv(str_table[field].env);
+	if (!v || !*v)
+		v = str_table[field].def;
+	return *v ? v : NULL;
 }

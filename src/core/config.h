@@ -1,7 +1,13 @@
 /*
- * The configuration table: every knob in one place. X(field, env, default,
- * min, max, help). A context copies the defaults, then the environment, at
- * creation; lc_ctx_config_set() overrides values afterwards.
+ * The configuration table: every knob in one place, and the only reader of
+ * the environment. X(field, env, default, min, max, help). A context copies
+ * the defaults, then the environment, at creation; lc_ctx_config_set()
+ * overrides values afterwards.
+ *
+ * String knobs (LC_CONFIG_STR_TABLE, X(field, env, default, help)) are
+ * process-wide, not per context: they are read from the environment each
+ * time they are used (a secret folder is consulted when a key is loaded,
+ * with no context at hand).
  */
 #ifndef LC_CORE_CONFIG_H
 #define LC_CORE_CONFIG_H
@@ -54,6 +60,10 @@
 	X(bootstrap_port, "LAYERCAKE_BOOTSTRAP_PORT", 8998, 0, 65535,                             \
 	  "port of P's bootstrap HTTP server")
 
+#define LC_CONFIG_STR_TABLE(X)                                                                    \
+	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                 \
+	  "folder holding bootstrap.secret and the CURVE keypair (curve.public, curve.secret)")
+
 enum lc__config_field {
 #define LC__CFG_ENUM(field, env, def, min, max, help) LC__CFG_##field,
 	LC_CONFIG_TABLE(LC__CFG_ENUM)
@@ -72,6 +82,20 @@ void lc__config_load(lc__config_t *cfg);
 int lc__config_find(const char *name);
 /* Parse and check a value for knob `index`. */
 int lc__config_parse(int index, const char *text, int64_t *out);
+
+enum lc__config_str_field {
+#define LC__CFGS_ENUM(field, env, def, help) LC__CFGS_##field,
+	LC_CONFIG_STR_TABLE(LC__CFGS_ENUM)
+#undef LC__CFGS_ENUM
+	LC__CFGS_COUNT
+};
+
+/* One integer knob from its default and the environment, for a caller
+ * without a context (as lc__config_load does it for each knob). */
+int64_t lc__config_env_int(enum lc__config_field field);
+/* A string knob: the environment's value if set and non-empty, else the
+ * default; NULL when both are empty. Valid until the environment changes. */
+const char *lc__config_env_str(enum lc__config_str_field field);
 
 #define LC__CFG(cfg, field) ((cfg)->values[LC__CFG_##field])
 

@@ -215,14 +215,15 @@ int lc__room_add_dst(lc__room_t *r, const lc_dst_params_t *p, void *session)
 	return 0;
 }
 
-int lc__room_set_state(lc__room_table_t *t, lc__room_t *r, int status, int fail_reason,
-		       const char *reason, uint64_t now_ns)
+int lc__room_state_apply(lc__room_metrics_t *m, const lc__room_view_t *v, int status,
+			 int fail_reason, const char *reason, uint64_t now_ns)
 {
-	int old = r->status;
-	if (lc__room_final(r)) {
+	int old = *v->status;
+	unsigned long long id = (unsigned long long)v->id;
+	if (old == LC_ROOM_SUCCESS || old == LC_ROOM_FAILED) {
 		if (status == old)
 			return 0;
-		LC_DEBUG("room %llu: %s -> %s refused (final)", (unsigned long long)r->id,
+		LC_DEBUG("%s %llu: %s -> %s refused (final)", v->side, id,
 			 lc_room_status_name(old), lc_room_status_name(status));
 		return LC_ERR_STATE;
 	}
@@ -230,29 +231,41 @@ int lc__room_set_state(lc__room_table_t *t, lc__room_t *r, int status, int fail_
 		return 0; /* monotonic: an older update arriving late is absorbed */
 	if (!lc__room_transition_legal(old, status))
 		return LC_ERR_STATE;
-	r->status = status;
+	*v->status = status;
 	if (status == LC_ROOM_BOOTSTRAPPED)
-		r->bootstrapped_ns = now_ns;
-	if (lc__room_final(r)) {
-		r->final_ns = now_ns;
-		r->notify_pending = true;
-		lc__hist_add(&t->metrics.latency, now_ns - r->opened_ns);
+		*v->bootstrapped_ns = now_ns;
+	if (status == LC_ROOM_SUCCESS || status == LC_ROOM_FAILED) {
+		*v->final_ns = now_ns;
+		lc__hist_add(&m->latency, now_ns - v->opened_ns);
 	}
 	if (status == LC_ROOM_FAILED) {
 		if (fail_reason <= LC_FAIL_NONE || fail_reason >= LC_FAIL_REASON_COUNT)
 			fail_reason = LC_FAIL_TRANSFER;
-		r->fail_reason = fail_reason;
-		lc__reason(r->reason, sizeof(r->reason), "%s",
+		*v->fail_reason = fail_reason;
+		lc__reason(v->reason, v->reason_cap, "%s",
 			   reason ? reason : lc_fail_reason_name(fail_reason));
-		t->metrics.failed++;
-		t->metrics.failed_by_reason[fail_reason]++;
-		LC_WARN("room %llu: %s -> Failed (%s): %s", (unsigned long long)r->id,
-			lc_room_status_name(old), lc_fail_reason_name(fail_reason), r->reason);
+		m->failed++;
+		m->failed_by_reason[fail_reason]++;
+		LC_WARN("%s %llu: %s -> Failed (%s): %s", v->side, id, lc_room_status_name(old),
+			lc_fail_reason_name(fail_reason), v->reason);
 	} else {
 		if (status == LC_ROOM_SUCCESS)
-			t->metrics.succeeded++;
-		LC_DEBUG("room %llu: %s -> %s", (unsigned long long)r->id,
-			 lc_room_status_name(old), lc_room_status_name(status));
+			m->succeeded++;
+		LC_DEBUG("%s %llu: %s -> %s", v->side, id, lc_room_status_name(old),
+			 lc_room_status_name(status));
 	}
 	return 1;
+}
+
+int lc__room_set_state(lc__room_table_t *t, lc__room_t *r, int status, int fail_reason,
+		       const char *reason, uint64_t now_ns)
+{
+	lc__room_view_t v = {.id = r->id, .side = "room", .status = &r->status,
+			     .fail_reason = &r->fail_reason, .reason = r->reason,
+			     .reason_cap = sizeof(r->reason), .opened_ns = r->opened_ns,
+			     .bootstrapped_ns = &r->bootstrapped_ns, .final_ns = &r->final_ns};
+	int rc = lc__room_state_apply(&t->metrics, &v, status, fail_reason, reason, now_ns);
+	if (rc == 1 && lc__room_final(r))
+		r->notify_pending = true;
+	return rc;
 }

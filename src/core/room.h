@@ -1,9 +1,10 @@
 /*
  * Rooms (spec 5.1, 5.5): the table of rooms by 64-bit id and the status
- * machine. Every status change goes through lc__room_set_state, which
- * checks the transition against one table (monotonic, Failed sticky,
- * Success and Failed final), records the reason, updates the metrics and
- * logs `old -> new`.
+ * machine. Every status change, on P (the engine's lc__room_t) and on D
+ * (a receiver), goes through lc__room_state_apply, which checks the
+ * transition against one table (monotonic, Failed sticky, Success and
+ * Failed final), records the reason, updates the metrics and logs
+ * `old -> new`.
  *
  * Threading: not synchronised; the owner (the engine, under its lock)
  * serialises every access. The room's destinations are plain data; the
@@ -77,6 +78,19 @@ void lc__room_remove(lc__room_table_t *t, lc__room_t *r);
  * count that disagrees with the first destination's, -ENOMEM. */
 int lc__room_add_dst(lc__room_t *r, const lc_dst_params_t *p, void *session);
 
+/* Where a holder keeps a room's status: the engine's lc__room_t and D's
+ * receivers both hand their fields to lc__room_state_apply this way. */
+typedef struct lc__room_view {
+	uint64_t id;
+	const char *side; /* log prefix, e.g. "room" or "receiver room" */
+	int *status;      /* lc_room_status_t */
+	int *fail_reason; /* lc_fail_reason_t */
+	char *reason;
+	size_t reason_cap;
+	uint64_t opened_ns;
+	uint64_t *bootstrapped_ns, *final_ns;
+} lc__room_view_t;
+
 /* True if from -> to is a legal, effective transition. */
 bool lc__room_transition_legal(int from, int to);
 /* Apply a status update: returns 1 if the status changed, 0 if the update
@@ -84,6 +98,10 @@ bool lc__room_transition_legal(int from, int to);
  * the room is final (Failed is sticky, Success final). */
 int lc__room_set_state(lc__room_table_t *t, lc__room_t *r, int status, int fail_reason,
 		       const char *reason, uint64_t now_ns);
+/* The same for any holder (lc__room_set_state is this on an lc__room_t):
+ * the only place a room's status changes. m: the holder's counters. */
+int lc__room_state_apply(lc__room_metrics_t *m, const lc__room_view_t *v, int status,
+			 int fail_reason, const char *reason, uint64_t now_ns);
 static inline bool lc__room_final(const lc__room_t *r)
 {
 	return r->status == LC_ROOM_SUCCESS || r->status == LC_ROOM_FAILED;

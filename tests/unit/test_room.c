@@ -151,6 +151,38 @@ static void table_holds_many_rooms_and_shrinks_back(void **state)
 	assert_int_equal(t.count, 0);
 }
 
+/* D's receivers keep their status outside lc__room_t; they change it
+ * through the same function and table, with their own counters. */
+static void any_holder_goes_through_the_same_table(void **state)
+{
+	lc__room_metrics_t m = {0};
+	int status = LC_ROOM_BOOTSTRAPPING, fail_reason = 0;
+	char reason[LC_REASON_MAX] = "";
+	uint64_t bootstrapped = 0, final = 0;
+	lc__room_view_t v = {.id = 9, .side = "receiver room", .status = &status,
+			     .fail_reason = &fail_reason, .reason = reason,
+			     .reason_cap = sizeof reason, .opened_ns = 100,
+			     .bootstrapped_ns = &bootstrapped, .final_ns = &final};
+	assert_int_equal(lc__room_state_apply(&m, &v, LC_ROOM_BOOTSTRAPPED, 0, NULL, 200), 1);
+	assert_int_equal(bootstrapped, 200);
+	assert_int_equal(lc__room_state_apply(&m, &v, LC_ROOM_BOOTSTRAPPING, 0, NULL, 250), 0);
+	assert_int_equal(status, LC_ROOM_BOOTSTRAPPED);
+	assert_int_equal(lc__room_state_apply(&m, &v, LC_ROOM_TRANSFERRING, 0, NULL, 300), 1);
+	assert_int_equal(lc__room_state_apply(&m, &v, LC_ROOM_FAILED, LC_FAIL_CANCELLED,
+					      "cancelled by D", 400),
+			 1);
+	assert_int_equal(status, LC_ROOM_FAILED);
+	assert_int_equal(fail_reason, LC_FAIL_CANCELLED);
+	assert_string_equal(reason, "cancelled by D");
+	assert_int_equal(final, 400);
+	assert_int_equal(m.failed, 1);
+	assert_int_equal(m.failed_by_reason[LC_FAIL_CANCELLED], 1);
+	assert_int_equal(m.latency.count, 1);
+	assert_int_equal(lc__room_state_apply(&m, &v, LC_ROOM_SUCCESS, 0, NULL, 500),
+			 LC_ERR_STATE);
+	assert_int_equal(status, LC_ROOM_FAILED);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -165,6 +197,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(destination_arrays_are_copied, setup, teardown),
 		cmocka_unit_test_setup_teardown(removed_room_id_starts_fresh, setup, teardown),
+		cmocka_unit_test(any_holder_goes_through_the_same_table),
 		cmocka_unit_test_setup_teardown(table_holds_many_rooms_and_shrinks_back, setup,
 						teardown),
 	};

@@ -1,0 +1,297 @@
+/*
+ * The bootstrap client (libcurl): PUT /route for P ranks, GET /route and
+ * /health for D, each try bounded by its timeout, with bounded retries on
+ * connection errors and 5xx. Synchronous and thread-safe.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "control/bootstrap_internal.h"
+
+#ifdef LC__BS_BUILT
+#include <curl/curl.h>
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static void curl_init_once(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+typedef struct body_sink {
+	lc__sbuf_t s;
+	bool too_big;
+} body_sink_t;
+
+static size_t on_body(char *data, size_t size, size_t n, void *arg)
+{
+	body_sink_t *b = arg;
+	size_t len = size * n;
+	if (b->s.len + len > (1u << 20)) {
+		b->too_big = true;
+		return 0;
+	}
+	lc__sb_printf(&b->s, "%.*s", (int)len, data);
+	return b->s.oom ? 0 : len;
+}
+
+int lc__http_request(const char *method, const char *url, const char *body, size_t body_len,
+		     const char *auth, int timeout_ms, char **resp, size_t *resp_len)
+{
+	pthread_once(&curl_once, curl_init_once);
+	CURL *c = curl_easy_init();
+	if (!c)
+		return -ENOMEM;
+	body_sink_t sink = {0};
+	struct curl_slist *hdr = NULL;
+	char authbuf[LC__BS_SECRET_MAX + 32];
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)timeout_ms);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+	curl_easy_setopt(c, CURLOPT_PROXY, "");
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (body) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+		hdr = curl_slist_append(hdr, "Content-Type: application/json");
+	}
+	if (!strcmp(method, "HEAD"))
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	hdr = curl_slist_append(hdr, "Expect:");
+	if (auth) {
+		snprintf(authbuf, sizeof authbuf, "Authorization: Bearer %s", auth);
+		hdr = curl_slist_append(hdr, authbuf);
+	}
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+	CURLcode cc = curl_easy_perform(c);
+	long status = 0;
+	int rc;
+	if (cc == CURLE_OK) {
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+		rc = (int)status;
+	} else {
+		LC_DEBUG("http %s %s: %s", method, url, curl_easy_strerror(cc));
+		rc = cc == CURLE_OPERATION_TIMEDOUT ? LC_ETIMEDOUT : LC_ERR_UNREACHABLE;
+	}
+	curl_slist_free_all(hdr);
+	curl_easy_cleanup(c);
+	if (rc > 0 && resp) {
+		if (!sink.s.p)
+			lc__sb_printf(&sink.s, "%s", "");
+		*resp = sink.s.p;
+		*resp_len = sink.s.len;
+	} else {
+		free(sink.s.p);
+	}
+	return rc;
+}
+
+/* One request with bounded retries (connection errors and 5xx). */
+static int http_retry(const char *method, const char *addr, const char *path_query,
+		      const char *body, const lc__http_opts_t *o, char **resp, size_t *resp_len)
+{
+	char url[LC__BS_HOST_MAX + 256];
+	const char *hostport = !strncmp(addr, "http://", 7) ? addr + 7 : addr;
+	snprintf(url, sizeof url, "http://%s%s", hostport, path_query);
+	int timeout = o && o->timeout_ms > 0 ? o->timeout_ms : 2000;
+	int retries = o && o->retries >= 0 ? LC__MIN(o->retries, 20) : 2;
+	unsigned pause_ms = 50;
+	int rc = LC_ERR_UNREACHABLE;
+	for (int attempt = 0; attempt <= retries; attempt++) {
+		if (attempt) {
+			usleep(pause_ms * 1000);
+			pause_ms = LC__MIN(pause_ms * 2, 1000u);
+		}
+		*resp = NULL;
+		rc = lc__http_request(method, url, body, body ? strlen(body) : 0,
+				      o ? o->secret : NULL, timeout, resp, resp_len);
+		if (rc > 0 && rc < 500)
+			return rc;
+		if (rc > 0 && attempt < retries)
+			free(*resp);
+	}
+	return rc;
+}
+
+static int http_error(int code, const char *what, const char *resp, char *why, size_t cap)
+{
+	if (why && cap) {
+		if (code < 0)
+			snprintf(why, cap, "%s: %s", what, lc_strerror(code));
+		else
+			snprintf(why, cap, "%s: HTTP %d: %.200s", what, code, resp ? resp : "");
+	}
+	if (code < 0)
+		return code == LC_ETIMEDOUT ? LC_ERR_UNREACHABLE : code;
+	if (code == 401)
+		return LC_ERR_AUTH;
+	if (code == 404)
+		return -ENOENT;
+	return LC_ERR_BOOTSTRAP;
+}
+
+int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
+			   const lc__http_opts_t *o, char *why, size_t why_cap)
+{
+	json_object *j = json_object_new_object();
+	json_object *lens = json_object_new_array();
+	if (!j || !lens) {
+		json_object_put(j);
+		json_object_put(lens);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < info->nlens; i++)
+		json_object_array_add(lens, json_object_new_int64((int64_t)info->kv_item_lens[i]));
+	char fp[32];
+	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)info->fingerprint);
+	json_object_object_add(j, "role", json_object_new_string("Prefill"));
+	json_object_object_add(j, "world_size", json_object_new_int(info->world_size));
+	json_object_object_add(j, "dp_size", json_object_new_int(info->dp_size));
+	json_object_object_add(j, "rank_ip", json_object_new_string(info->rank_ip));
+	json_object_object_add(j, "rank_port", json_object_new_int(info->rank_port));
+	json_object_object_add(j, "engine_rank", json_object_new_int(info->engine_rank));
+	json_object_object_add(j, "enable_mla_l1_5_cache", json_object_new_boolean(0));
+	json_object_object_add(j, "kv_item_lens", lens);
+	json_object_object_add(j, "layout_fingerprint", json_object_new_string(fp));
+	json_object_object_add(j, "layers", json_object_new_int((int)info->layers));
+	if (info->curve_key[0])
+		json_object_object_add(j, "curve_public_key",
+				       json_object_new_string(info->curve_key));
+	char *body = strdup(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN));
+	json_object_put(j);
+	if (!body)
+		return -ENOMEM;
+	char *resp = NULL;
+	size_t len = 0;
+	int code = http_retry("PUT", addr, "/route", body, o, &resp, &len);
+	free(body);
+	int rc = code == 200 ? 0 : http_error(code, "PUT /route", resp, why, why_cap);
+	free(resp);
+	return rc;
+}
+
+int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o, lc__parallel_info_t *out,
+			       char *why, size_t why_cap)
+{
+	char *resp = NULL;
+	size_t len = 0;
+	int code = http_retry("GET", addr, "/route?engine_rank=-1&target_dp_group=-1", NULL, o,
+			      &resp, &len);
+	if (code != 200) {
+		int rc = http_error(code, "GET /route (parallel info)", resp, why, why_cap);
+		free(resp);
+		return rc;
+	}
+	json_object *j = lc__bs_parse_obj(resp, len);
+	free(resp);
+	int64_t w, d, reg = 0, layers = 0;
+	char tmp[128];
+	const char *fp;
+	json_object *lens;
+	int rc = LC_ERR_BOOTSTRAP;
+	if (!j || lc__bs_json_int(j, "prefill_tp_size", 1, LC__BS_MAX_WORLD, &w, tmp, sizeof tmp) ||
+	    lc__bs_json_int(j, "prefill_dp_size", 1, LC__BS_MAX_WORLD, &d, tmp, sizeof tmp) ||
+	    w % d)
+		goto bad;
+	lc__bs_json_int(j, "registered_ranks", 0, LC__BS_MAX_WORLD, &reg, tmp, sizeof tmp);
+	lc__bs_json_int(j, "layers", 0, 1 << 20, &layers, tmp, sizeof tmp);
+	out->world_size = (int)w;
+	out->dp_size = (int)d;
+	out->registered = (int)reg;
+	out->layers = (uint32_t)layers;
+	out->fingerprint = 0;
+	out->nlens = 0;
+	if ((fp = lc__bs_json_str(j, "layout_fingerprint", false, 32, tmp, sizeof tmp)) && *fp)
+		out->fingerprint = strtoull(fp, NULL, 16);
+	if (json_object_object_get_ex(j, "kv_item_lens", &lens) &&
+	    json_object_is_type(lens, json_type_array)) {
+		size_t n = LC__MIN(json_object_array_length(lens), (size_t)LC__BS_MAX_LENS);
+		for (size_t i = 0; i < n; i++)
+			out->kv_item_lens[i] =
+				(uint64_t)json_object_get_int64(json_object_array_get_idx(lens, i));
+		out->nlens = (uint32_t)n;
+	}
+	rc = 0;
+bad:
+	if (rc && why && why_cap)
+		snprintf(why, why_cap, "GET /route (parallel info): malformed reply");
+	json_object_put(j);
+	return rc;
+}
+
+int lc__bootstrap_get_rank(const char *addr, int tp_rank, int dp_group, const lc__http_opts_t *o,
+			   lc__rank_info_t *out, char *why, size_t why_cap)
+{
+	char path[96], tmp[128];
+	snprintf(path, sizeof path, "/route?engine_rank=%d&target_dp_group=%d", tp_rank, dp_group);
+	char *resp = NULL;
+	size_t len = 0;
+	int code = http_retry("GET", addr, path, NULL, o, &resp, &len);
+	if (code != 200) {
+		int rc = http_error(code, "GET /route (rank)", resp, why, why_cap);
+		free(resp);
+		return rc;
+	}
+	json_object *j = lc__bs_parse_obj(resp, len);
+	free(resp);
+	int64_t port;
+	const char *ip, *key;
+	int rc = LC_ERR_BOOTSTRAP;
+	if (j && (ip = lc__bs_json_str(j, "rank_ip", true, LC__BS_HOST_MAX, tmp, sizeof tmp)) &&
+	    !lc__bs_json_int(j, "rank_port", 1, 65535, &port, tmp, sizeof tmp) &&
+	    (key = lc__bs_json_str(j, "curve_public_key", false, LC__BS_KEY_MAX, tmp,
+				   sizeof tmp))) {
+		snprintf(out->rank_ip, sizeof out->rank_ip, "%s", ip);
+		out->rank_port = (int)port;
+		snprintf(out->curve_key, sizeof out->curve_key, "%s", key);
+		rc = 0;
+	} else if (why && why_cap) {
+		snprintf(why, why_cap, "GET %s: malformed reply", path);
+	}
+	json_object_put(j);
+	return rc;
+}
+
+int lc__bootstrap_health(const char *addr, const lc__http_opts_t *o)
+{
+	char *resp = NULL;
+	size_t len = 0;
+	lc__http_opts_t once = {.timeout_ms = o ? o->timeout_ms : 2000, .retries = 0};
+	int code = http_retry("GET", addr, "/health", NULL, &once, &resp, &len);
+	free(resp);
+	return code == 200 ? 0 : code < 0 ? code : LC_ERR_BOOTSTRAP;
+}
+
+#else /* built without libmicrohttpd, json-c or libcurl */
+
+int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
+			   const lc__http_opts_t *o, char *why, size_t why_cap)
+{
+	return LC_ENOTSUP;
+}
+int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o, lc__parallel_info_t *out,
+			       char *why, size_t why_cap)
+{
+	return LC_ENOTSUP;
+}
+int lc__bootstrap_get_rank(const char *addr, int tp_rank, int dp_group, const lc__http_opts_t *o,
+			   lc__rank_info_t *out, char *why, size_t why_cap)
+{
+	return LC_ENOTSUP;
+}
+int lc__bootstrap_health(const char *addr, const lc__http_opts_t *o)
+{
+	return LC_ENOTSUP;
+}
+int lc__http_request(const char *method, const char *url, const char *body, size_t body_len,
+		     const char *auth, int timeout_ms, char **resp, size_t *resp_len)
+{
+	return LC_ENOTSUP;
+}
+#endif

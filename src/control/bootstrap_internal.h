@@ -1,0 +1,121 @@
+/*
+ * The bootstrap service inside. Five files share this header:
+ *   bootstrap.c          the server's life (libmicrohttpd glue, start, stop,
+ *                        metrics sources) and the bootstrap secret,
+ *   bootstrap_routes.c   the routes: PUT/GET /route, /health (validation of
+ *                        every field a rank sends),
+ *   bootstrap_metrics.c  GET /metrics (Prometheus text),
+ *   bootstrap_client.c   the client side (libcurl, timeouts, retries),
+ *   bootstrap_json.c     JSON field checks, replies, a growing string.
+ *
+ * Threading: the server runs one libmicrohttpd polling thread; everything
+ * in struct lc_bootstrap below `lock` is under it.
+ */
+#ifndef LC_CONTROL_BOOTSTRAP_INTERNAL_H
+#define LC_CONTROL_BOOTSTRAP_INTERNAL_H
+
+#include <pthread.h>
+
+#include "control/bootstrap.h"
+
+#if defined(LC_HAVE_MHD) && defined(LC_HAVE_JSONC) && defined(LC_HAVE_CURL)
+#define LC__BS_BUILT 1
+#include <json-c/json.h>
+#endif
+
+#ifdef LC__BS_BUILT
+
+/* ---- a growing string ---- */
+
+typedef struct lc__sbuf {
+	char *p;
+	size_t len, cap;
+	bool oom; /* an allocation failed: the text is incomplete */
+} lc__sbuf_t;
+
+void lc__sb_printf(lc__sbuf_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- the server's state ---- */
+
+typedef struct lc__bs_rank {
+	bool registered;
+	char ip[LC__BS_HOST_MAX];
+	int port;
+	char key[LC__BS_KEY_MAX];
+} lc__bs_rank_t;
+
+typedef struct lc__bs_source {
+	int id;
+	lc__metrics_source_fn fn;
+	void *arg;
+} lc__bs_source_t;
+
+#define LC__BS_MAX_SOURCES 64
+
+/* HTTP statuses counted on /metrics. */
+enum {
+	CODE_2XX,
+	CODE_400,
+	CODE_401,
+	CODE_404,
+	CODE_405,
+	CODE_409,
+	CODE_413,
+	CODE_OTHER,
+	CODE_COUNT
+};
+extern const char *const lc__bs_code_label[CODE_COUNT];
+int lc__bs_code_index(int http);
+
+struct lc_bootstrap {
+	struct MHD_Daemon *daemon;
+	int port;
+	char host[LC__BS_HOST_MAX];
+	char secret[LC__BS_SECRET_MAX];
+	bool has_secret;
+	lc_ctx_t *ctx;
+
+	/* lock protects everything below; sources_busy counts /metrics
+	 * renders using sources (source_remove waits on cond for 0). */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool configured;
+	int world_size, dp_size;
+	uint64_t fingerprint;
+	uint32_t layers;
+	uint32_t nlens;
+	uint64_t kv_item_lens[LC__BS_MAX_LENS];
+	lc__bs_rank_t *ranks; /* world_size */
+	int registered;
+	lc__bs_source_t sources[LC__BS_MAX_SOURCES];
+	int nsources, next_source_id, sources_busy;
+	uint64_t requests[CODE_COUNT];
+	uint64_t puts_ok, puts_refused;
+};
+
+/* ---- JSON (bootstrap_json.c) ---- */
+
+/* A text reply (*resp allocated, caller frees); returns code. */
+int lc__bs_reply_text(char **resp, size_t *len, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* A JSON reply (takes o); returns 200. */
+int lc__bs_reply_json(char **resp, size_t *len, json_object *o);
+/* Strict integer field: present, an int, in [lo, hi]; -1 with why. */
+int lc__bs_json_int(json_object *o, const char *key, int64_t lo, int64_t hi, int64_t *out,
+		    char *why, size_t cap);
+/* String field shorter than max (non-empty when required); "" when an
+ * optional one is absent; NULL with why. */
+const char *lc__bs_json_str(json_object *o, const char *key, bool required, size_t max, char *why,
+			    size_t cap);
+/* A whole JSON object, or NULL. */
+json_object *lc__bs_parse_obj(const char *s, size_t len);
+
+#else /* built without libmicrohttpd, json-c or libcurl */
+
+struct lc_bootstrap {
+	int unused;
+};
+
+#endif
+
+#endif

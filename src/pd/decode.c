@@ -1,0 +1,475 @@
+/*
+ * The decode side's public calls (pd/decode.h has the structures, the
+ * threads and the locking): lc_decode_* for a D rank, lc_receiver_* for a
+ * room.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/params.h"
+#include "pd/decode.h"
+
+#ifdef LC_HAVE_ZMQ
+static void load_knobs(lc_decode_t *d, lc_ctx_t *ctx)
+{
+	int64_t v;
+	lc_ctx_config_get_int(ctx, "bootstrap_timeout_ms", &v);
+	d->bootstrap_ns = (uint64_t)v * 1000000;
+	lc_ctx_config_get_int(ctx, "waiting_timeout_ms", &v);
+	d->waiting_ns = (uint64_t)v * 1000000;
+	lc_ctx_config_get_int(ctx, "heartbeat_interval_ms", &v);
+	d->hb_interval_ns = (uint64_t)v * 1000000;
+	lc_ctx_config_get_int(ctx, "heartbeat_misses", &v);
+	d->hb_misses = (int)v;
+	lc_ctx_config_get_int(ctx, "bootstrap_port", &d->default_port);
+}
+
+/* Pack every region for P, and find the region holding each buffer. */
+static int map_regions(lc_decode_t *d, const lc_decode_params_t *pp)
+{
+	d->nregions = pp->region_count;
+	d->regions = calloc(d->nregions, sizeof *d->regions);
+	d->descs = calloc(d->nregions, sizeof *d->descs);
+	d->desc_lens = calloc(d->nregions, sizeof *d->desc_lens);
+	d->buf_region = calloc(d->layout->nbuf, sizeof *d->buf_region);
+	d->buf_offset = calloc(d->layout->nbuf, sizeof *d->buf_offset);
+	if (!d->regions || !d->descs || !d->desc_lens || !d->buf_region || !d->buf_offset)
+		return -ENOMEM;
+	for (size_t i = 0; i < d->nregions; i++) {
+		d->regions[i] = pp->regions[i];
+		if (!(d->descs[i] = malloc(LC_REGION_DESC_MAX)))
+			return -ENOMEM;
+		int rc = lc_region_pack(pp->regions[i], d->descs[i], LC_REGION_DESC_MAX);
+		if (rc < 0)
+			return rc;
+		d->desc_lens[i] = (size_t)rc;
+	}
+	for (uint32_t b = 0; b < d->layout->nbuf; b++) {
+		const lc_buffer_t *buf = &d->layout->bufs[b];
+		uintptr_t a = (uintptr_t)buf->base;
+		size_t i = 0;
+		for (; i < d->nregions; i++) {
+			uintptr_t base = (uintptr_t)lc_region_addr(d->regions[i]);
+			if (a >= base && a + buf->length <= base + lc_region_length(d->regions[i]))
+				break;
+		}
+		if (i == d->nregions) {
+			LC_ERROR("decode: buffer %u is not inside any given region", b);
+			return -EINVAL;
+		}
+		d->buf_region[b] = (uint32_t)i;
+		d->buf_offset[b] = a - (uintptr_t)lc_region_addr(d->regions[i]);
+	}
+	return 0;
+}
+
+static int set_session(lc_decode_t *d, const char *session)
+{
+	if (session && *session) {
+		if (strlen(session) >= sizeof d->session)
+			return -EINVAL;
+		snprintf(d->session, sizeof d->session, "%s", session);
+	} else {
+		const char *colon = strrchr(d->endpoint, ':');
+		lc__reason(d->session, sizeof d->session, "d%d@%s:%s", d->tp_rank, d->host,
+			   colon ? colon + 1 : "0");
+	}
+	return 0;
+}
+
+static int copy_layout(lc_decode_t *d, const lc_layout_t *layout)
+{
+	int rc = lc__layout_clone(layout, &d->layout);
+	if (rc)
+		return rc;
+	d->item_lens = calloc(d->layout->nbuf ? d->layout->nbuf : 1, sizeof *d->item_lens);
+	if (!d->item_lens)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < d->layout->nbuf; i++)
+		d->item_lens[i] = d->layout->bufs[i].item_len;
+	return 0;
+}
+
+static lc_decode_t *decode_new(lc_ctx_t *ctx, const lc_decode_params_t *pp)
+{
+	lc_decode_t *d = calloc(1, sizeof *d);
+	if (!d)
+		return NULL;
+	d->ctx = ctx;
+	d->tp_size = pp->tp_size;
+	d->tp_rank = pp->tp_rank;
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&d->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	snprintf(d->host, sizeof d->host, "%s", pp->host ? pp->host : "127.0.0.1");
+	load_knobs(d, ctx);
+	return d;
+}
+
+static int start_threads(lc_decode_t *d)
+{
+	if (pthread_create(&d->ctl_thread, NULL, lc__decode_ctl_main, d))
+		return -EAGAIN;
+	d->ctl_started = true;
+	if (pthread_create(&d->disc_thread, NULL, lc__decode_disc_main, d))
+		return -EAGAIN;
+	d->disc_started = true;
+	return 0;
+}
+#endif
+
+int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_t **out)
+{
+#ifndef LC_HAVE_ZMQ
+	return LC_ENOTSUP;
+#else
+	lc_decode_params_t pp;
+	int rc;
+	/* NULL params stay -EINVAL: the layout, regions and listener have no
+	 * default. */
+	LC__PARAMS_COPY(&pp, params);
+	if (!ctx || !out || !pp.layout || !pp.regions || !pp.region_count || !pp.listen_url ||
+	    pp.region_count > LC__MSG_MAX_REGIONS)
+		return -EINVAL;
+	if (pp.tp_size <= 0)
+		pp.tp_size = 1;
+	if (pp.tp_rank < 0 || pp.tp_rank >= pp.tp_size)
+		return -EINVAL;
+	lc_decode_t *d = decode_new(ctx, &pp);
+	if (!d)
+		return -ENOMEM;
+	if ((rc = copy_layout(d, pp.layout)))
+		goto fail;
+	/* The data-plane listener before the regions are packed: a ucx
+	 * listener must exist when a region is packed for its descriptor to
+	 * carry the ucx keys (docs/transport-ucx.md). */
+	if ((rc = lc_listener_create(ctx, pp.listen_url, &d->listener)) ||
+	    (rc = lc_listener_url(d->listener, d->data_url, sizeof d->data_url)) < 0)
+		goto fail;
+	if ((rc = map_regions(d, &pp)) || (rc = lc_token_issue(ctx, &d->token)))
+		goto fail;
+	if ((rc = lc__zctx_create(&d->z)) ||
+	    (rc = lc__pull_bind(d->z, d->host, &d->pull, d->endpoint, sizeof d->endpoint)))
+		goto fail;
+	if ((rc = set_session(d, pp.session)) || (rc = start_threads(d)))
+		goto fail;
+	LC_INFO("decode %s: data %s, control %s", d->session, d->data_url, d->endpoint);
+	*out = d;
+	return 0;
+fail:
+	lc_decode_destroy(d);
+	return rc;
+#endif
+}
+
+void lc_decode_destroy(lc_decode_t *d)
+{
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	for (lc_receiver_t *r = d->receivers; r; r = r->next)
+		lc__decode_fail(d, r, LC_FAIL_CANCELLED, true, "decode side destroyed");
+	atomic_store(&d->stop, true);
+	pthread_cond_broadcast(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+	if (d->ctl_started)
+		pthread_join(d->ctl_thread, NULL);
+	if (d->disc_started)
+		pthread_join(d->disc_thread, NULL);
+	for (int i = 0; i < d->npeers; i++) {
+		lc__decode_peer_reset(d->peers[i]);
+		free(d->peers[i]);
+	}
+	lc__pull_close(d->pull);
+	lc__zctx_destroy(d->z);
+	lc_listener_destroy(d->listener);
+	if (d->descs)
+		for (size_t i = 0; i < d->nregions; i++)
+			free(d->descs[i]);
+	free(d->descs);
+	free(d->desc_lens);
+	free(d->regions);
+	free(d->buf_region);
+	free(d->buf_offset);
+	free(d->item_lens);
+	lc_layout_destroy(d->layout);
+	pthread_cond_destroy(&d->cond);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
+int lc_decode_endpoint(const lc_decode_t *d, char *buf, size_t cap)
+{
+	if (!d || !buf)
+		return -EINVAL;
+	int n = snprintf(buf, cap, "%s", d->endpoint);
+	return (size_t)n >= cap ? -ENOSPC : n;
+}
+
+int lc_decode_counter(lc_decode_t *d, const char *name, uint64_t *out)
+{
+	if (!d || !name || !out)
+		return -EINVAL;
+	for (int i = 0; i < LC__CTL_COUNT; i++)
+		if (!strcmp(lc__ctl_counter_name(i), name)) {
+			*out = atomic_load(&d->ctl[i]);
+			return 0;
+		}
+	return -ENOENT;
+}
+
+/* ---- receivers ---- */
+
+int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_receiver_t **out)
+{
+	char addr[LC__BS_HOST_MAX];
+	if (!d || !out)
+		return -EINVAL;
+	if (bootstrap && *bootstrap) {
+		const char *a = !strncmp(bootstrap, "http://", 7) ? bootstrap + 7 : bootstrap;
+		if (strlen(a) >= sizeof addr || !strchr(a, ':'))
+			return -EINVAL;
+		snprintf(addr, sizeof addr, "%s", a);
+	} else {
+		snprintf(addr, sizeof addr, "127.0.0.1:%lld", (long long)d->default_port);
+	}
+	lc_receiver_t *r = calloc(1, sizeof *r);
+	if (!r)
+		return -ENOMEM;
+	r->d = d;
+	r->room = room;
+	r->status = LC_ROOM_BOOTSTRAPPING;
+	r->created_ns = lc__now_ns();
+	pthread_mutex_lock(&d->lock);
+	int rc = 0;
+	if (lc__decode_find(d, room))
+		rc = -EEXIST;
+	else if (!(r->peer = lc__decode_peer_get(d, addr)))
+		rc = -ENOSPC;
+	if (rc) {
+		pthread_mutex_unlock(&d->lock);
+		free(r);
+		return rc;
+	}
+	r->next = d->receivers;
+	d->receivers = r;
+	d->rooms.opened++;
+	pthread_cond_broadcast(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+	*out = r;
+	return 0;
+}
+
+/* Grant [pages] of every page buffer (slots of every state buffer). */
+static int grant_pages(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages_t *pg)
+{
+	for (uint32_t b = 0; b < d->layout->nbuf; b++) {
+		const lc_buffer_t *buf = &d->layout->bufs[b];
+		bool state = buf->kind == LC_BUFFER_STATE;
+		const int64_t *ids = state ? pg->state_slots : pg->pages;
+		size_t n = state ? pg->state_slot_count : pg->page_count;
+		uint64_t items = buf->length / buf->item_len;
+		for (size_t i = 0; i < n;) {
+			size_t j = i + 1;
+			while (j < n && ids[j] == ids[j - 1] + 1)
+				j++;
+			if (ids[i] < 0 || (uint64_t)ids[j - 1] >= items)
+				return -EINVAL;
+			int rc = lc_grant_add(d->ctx, r->room, d->regions[d->buf_region[b]],
+					      d->buf_offset[b] + (uint64_t)ids[i] * buf->item_len,
+					      (uint64_t)(j - i) * buf->item_len);
+			if (rc < 0)
+				return rc;
+			i = j;
+		}
+	}
+	return 0;
+}
+
+/* One TRANSFER_INFO to target i (a dummy gets no pages). */
+static int send_info(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages_t *pg, int i,
+		     lc__msg_t *m)
+{
+	const lc__tp_target_t *tg = &r->plan.targets[i];
+	lc__prank_t *pr = r->peer->ranks ? &r->peer->ranks[tg->rank] : NULL;
+	lc__msg_transfer_info_t *t = &m->info;
+	memset(m, 0, sizeof *m);
+	m->type = LC__MSG_TRANSFER_INFO;
+	t->room = r->room;
+	snprintf(t->session, sizeof t->session, "%s", d->session);
+	snprintf(t->status_ep, sizeof t->status_ep, "%s", d->endpoint);
+	t->required_dst = tg->required_dst;
+	t->prefix_len = pg->prefix_len;
+	t->aux_index = -1;
+	if (tg->dummy) {
+		t->flags = LC__INFO_DUMMY;
+	} else {
+		t->aux_index = pg->aux_index;
+		t->page_count = (uint32_t)pg->page_count;
+		t->pages = (int64_t *)pg->pages;
+		t->slot_count = (uint32_t)pg->state_slot_count;
+		t->slots = (int64_t *)pg->state_slots;
+	}
+	uint8_t *buf;
+	size_t len;
+	int rc;
+	if (!pr || !pr->push)
+		return LC_ERR_STATE;
+	if ((rc = lc__msg_encode(m, &buf, &len)))
+		return rc;
+	rc = lc__push_send(pr->push, buf, len, 0);
+	free(buf);
+	if (rc) {
+		LC__D_CTL_ADD(d, send_failures);
+		return rc;
+	}
+	LC__D_CTL_ADD(d, msgs_sent);
+	LC__D_CTL_ADD(d, transfer_infos);
+	return 0;
+}
+
+int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
+{
+	lc_receiver_pages_t pg = {0};
+	if (!r || !pages || pages->size < offsetof(lc_receiver_pages_t, prefix_len))
+		return -EINVAL;
+	LC__PARAMS_COPY(&pg, pages);
+	if (pages->size <= offsetof(lc_receiver_pages_t, aux_index))
+		pg.aux_index = -1;
+	if ((pg.page_count && !pg.pages) || (pg.state_slot_count && !pg.state_slots) ||
+	    pg.page_count > LC__MSG_MAX_PAGES || pg.state_slot_count > LC__MSG_MAX_SLOTS ||
+	    pg.aux_index < -1)
+		return -EINVAL;
+	lc_decode_t *d = r->d;
+	pthread_mutex_lock(&d->lock);
+	int rc = 0;
+	if (r->status != LC_ROOM_BOOTSTRAPPED || r->sent) {
+		rc = LC_ERR_STATE;
+		goto out;
+	}
+	if ((rc = grant_pages(d, r, &pg))) {
+		lc_grant_revoke(d->ctx, r->room);
+		goto out;
+	}
+	r->granted = true;
+	lc__msg_t *m = calloc(1, sizeof *m);
+	if (!m) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (int i = 0; i < r->plan.ntargets && !rc; i++)
+		rc = send_info(d, r, &pg, i, m);
+	free(m);
+	r->sent = true;
+	if (rc) {
+		lc__decode_fail(d, r, LC_FAIL_TRANSFER, true, "sending the transfer info: %s",
+				lc_strerror(rc));
+		rc = 0; /* the room is Failed; poll says why */
+	} else {
+		lc__decode_set_state(d, r, LC_ROOM_TRANSFERRING);
+	}
+out:
+	pthread_mutex_unlock(&d->lock);
+	return rc;
+}
+
+static uint32_t layers_of(const lc_receiver_t *r)
+{
+	uint32_t m = UINT32_MAX;
+	for (int i = 0; i < r->plan.ntargets; i++)
+		if (!r->plan.targets[i].dummy)
+			m = LC__MIN(m, r->got[i].layers);
+	return m == UINT32_MAX ? 0 : m;
+}
+
+int lc_receiver_poll(lc_receiver_t *r, lc_room_info_t *out)
+{
+	if (!r)
+		return -EINVAL;
+	lc_decode_t *d = r->d;
+	pthread_mutex_lock(&d->lock);
+	int status = r->status;
+	if (out) {
+		lc_room_info_t info = {0};
+		info.size = out->size ? LC__MIN(out->size, sizeof info) : sizeof info;
+		info.status = r->status;
+		info.fail_reason = r->fail_reason;
+		snprintf(info.reason, sizeof info.reason, "%s",
+			 r->status == LC_ROOM_FAILED ? r->reason : "");
+		info.dst_count = (uint32_t)r->plan.ntargets;
+		info.required_dst_count = r->plan.required_dst;
+		info.layers_landed = layers_of(r);
+		memcpy(out, &info, info.size);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return status;
+}
+
+int lc_receiver_layers_ready(lc_receiver_t *r)
+{
+	if (!r)
+		return -EINVAL;
+	pthread_mutex_lock(&r->d->lock);
+	int n = r->status == LC_ROOM_FAILED ? 0 : (int)layers_of(r);
+	pthread_mutex_unlock(&r->d->lock);
+	return n;
+}
+
+int lc_receiver_metadata(lc_receiver_t *r, void *buf, size_t cap)
+{
+	if (!r || (cap && !buf))
+		return -EINVAL;
+	int rc;
+	pthread_mutex_lock(&r->d->lock);
+	if (r->status != LC_ROOM_SUCCESS)
+		rc = LC_ERR_STATE;
+	else if (r->metadata_len > cap)
+		rc = -ENOSPC;
+	else {
+		if (r->metadata_len)
+			memcpy(buf, r->metadata, r->metadata_len);
+		rc = (int)r->metadata_len;
+	}
+	pthread_mutex_unlock(&r->d->lock);
+	return rc;
+}
+
+int lc_receiver_cancel(lc_receiver_t *r, const char *reason)
+{
+	if (!r)
+		return -EINVAL;
+	int rc = 0;
+	pthread_mutex_lock(&r->d->lock);
+	if (lc__decode_final(r))
+		rc = LC_ERR_STATE;
+	else
+		lc__decode_fail(r->d, r, LC_FAIL_CANCELLED, true, "cancelled by D: %s",
+				reason ? reason : "no reason");
+	pthread_mutex_unlock(&r->d->lock);
+	return rc;
+}
+
+void lc_receiver_destroy(lc_receiver_t *r)
+{
+	if (!r)
+		return;
+	lc_decode_t *d = r->d;
+	pthread_mutex_lock(&d->lock);
+	lc__decode_fail(d, r, LC_FAIL_CANCELLED, true,
+			"receiver destroyed before the room finished");
+	if (r->granted)
+		lc_grant_revoke(d->ctx, r->room);
+	for (lc_receiver_t **pp = &d->receivers; *pp; pp = &(*pp)->next)
+		if (*pp == r) {
+			*pp = r->next;
+			break;
+		}
+	pthread_mutex_unlock(&d->lock);
+	free(r->metadata);
+	free(r);
+}

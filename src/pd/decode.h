@@ -1,0 +1,147 @@
+/*
+ * The decode side inside (docs/control-plane.md): one lc_decode_t per D
+ * rank, one lc_receiver_t per room. Three files share these structures:
+ *   decode.c           the public calls (create, receivers, poll, cancel),
+ *   decode_discover.c  the discovery thread: bootstrap lookups, session
+ *                      registration, the heartbeat (blocking HTTP),
+ *   decode_control.c   the control thread: P's messages, deadlines, and the
+ *                      room status (every change through core/room.c).
+ * Which P ranks a room talks to is decided in core/topology.c.
+ *
+ * Threads: the control thread owns the inbox (P's statuses, layer updates,
+ * registration replies) and enforces every deadline; the discovery thread
+ * runs the blocking HTTP so that neither the caller nor the inbox waits on
+ * it.
+ *
+ * Locking: `lock` protects the receiver list, every receiver's fields, the
+ * peer table and the room counters. HTTP is never done with it held (the
+ * discovery thread copies what it needs, drops the lock, and looks things
+ * up again by room afterwards). lc_grant_revoke and non-blocking PUSH sends
+ * may run under it (both are bounded: microseconds, and a zero send
+ * timeout).
+ */
+#ifndef LC_PD_DECODE_H
+#define LC_PD_DECODE_H
+
+#include <pthread.h>
+
+#include "control/bootstrap.h"
+#include "control/channel.h"
+#include "control/codec.h"
+#include "core/layout.h"
+#include "core/room.h"
+#include "core/topology.h"
+
+#define LC__D_MAX_PEERS 256
+#define LC__D_RETRY_NS (200ull * 1000000) /* lookup errors are retried this often */
+
+/* One P rank as this D knows it. */
+typedef struct lc__prank {
+	bool resolved;   /* endpoint known */
+	bool registered; /* registration sent since the last reset */
+	int refused;     /* registration refused: the code */
+	char refuse_reason[LC__MSG_STR_MAX];
+	char endpoint[300];
+	char key[LC__BS_KEY_MAX];
+	lc__push_t *push;
+} lc__prank_t;
+
+/* One P instance, by bootstrap address. */
+typedef struct lc__ppeer {
+	char addr[LC__BS_HOST_MAX];
+	lc__parallel_info_t *info; /* NULL until fetched */
+	lc__prank_t *ranks;        /* info->world_size */
+	int misses;
+	uint64_t next_probe_ns;
+	uint64_t generation; /* bumped when the peer is declared dead */
+} lc__ppeer_t;
+
+/* What a target P rank has told this room so far. */
+typedef struct lc__dtarget {
+	bool responded;
+	uint32_t layers;
+} lc__dtarget_t;
+
+struct lc_receiver {
+	lc_decode_t *d;
+	uint64_t room;
+	lc__ppeer_t *peer;
+	int status, fail_reason; /* changed only by lc__decode_set_state / lc__decode_fail */
+	char reason[LC_REASON_MAX];
+	uint64_t created_ns, bootstrapped_ns, final_ns, next_try_ns;
+	bool planned;       /* plan holds the targets */
+	lc__tp_plan_t plan; /* the P ranks of the room (core/topology.h) */
+	lc__dtarget_t got[LC__TP_MAX_TARGETS];
+	int responses;
+	bool sent, granted;
+	uint8_t *metadata;
+	size_t metadata_len;
+	bool has_metadata;
+	struct lc_receiver *next;
+};
+
+struct lc_decode {
+	lc_ctx_t *ctx;
+	lc_layout_t *layout;
+	uint64_t *item_lens; /* per buffer, for core/topology.h */
+	lc_region_t **regions;
+	size_t nregions;
+	uint32_t *buf_region; /* per buffer */
+	uint64_t *buf_offset;
+	uint8_t **descs;
+	size_t *desc_lens;
+	lc_listener_t *listener;
+	char data_url[LC__MSG_STR_MAX];
+	lc_token_t token;
+	char host[LC__BS_HOST_MAX];
+	char endpoint[LC__MSG_STR_MAX];
+	char session[LC__MSG_STR_MAX];
+	int tp_size, tp_rank;
+	uint64_t bootstrap_ns, waiting_ns, hb_interval_ns;
+	int hb_misses;
+	int64_t default_port;
+	lc__zctx_t *z;
+	lc__pull_t *pull;
+	pthread_t ctl_thread, disc_thread;
+	bool ctl_started, disc_started;
+	_Atomic bool stop;
+	_Atomic uint64_t ctl[LC__CTL_COUNT];
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* discovery work or stop */
+	lc_receiver_t *receivers;
+	lc__ppeer_t *peers[LC__D_MAX_PEERS];
+	int npeers;
+	lc__room_metrics_t rooms; /* receivers' outcomes, counted by core/room.c */
+};
+
+#define LC__D_CTL_ADD(d, name) atomic_fetch_add(&(d)->ctl[LC__CTL_##name], 1)
+
+static inline bool lc__decode_final(const lc_receiver_t *r)
+{
+	return r->status == LC_ROOM_SUCCESS || r->status == LC_ROOM_FAILED;
+}
+
+/* ---- decode_control.c (all with `lock` held) ---- */
+
+lc_receiver_t *lc__decode_find(lc_decode_t *d, uint64_t room);
+/* A forward status change, checked by core/room.c's legal table. */
+void lc__decode_set_state(lc_decode_t *d, lc_receiver_t *r, int status);
+/* Fail a room: grants revoked first (no late write lands), then P told
+ * (when tell_p). A final room is left as it is. */
+void lc__decode_fail(lc_decode_t *d, lc_receiver_t *r, int reason, bool tell_p, const char *fmt,
+		     ...) __attribute__((format(printf, 5, 6)));
+/* The control thread. */
+void *lc__decode_ctl_main(void *arg);
+
+/* ---- decode_discover.c ---- */
+
+/* The peer of a bootstrap address, created on first use (NULL: table full
+ * or no memory). With `lock` held. */
+lc__ppeer_t *lc__decode_peer_get(lc_decode_t *d, const char *addr);
+/* Forget what is known of a peer (closes its sockets). */
+void lc__decode_peer_reset(lc__ppeer_t *pe);
+/* The discovery thread. */
+void *lc__decode_disc_main(void *arg);
+
+#endif

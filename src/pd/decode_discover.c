@@ -1,0 +1,357 @@
+/*
+ * The decode side's discovery thread: finds P through its bootstrap server
+ * (once per P address, cached), checks P's geometry against D's, plans each
+ * room's target P ranks (core/topology.c), fetches each rank's endpoint
+ * once and registers the session once per P rank; and probes each P with
+ * live rooms (the heartbeat). All HTTP runs here with `lock` dropped.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pd/decode.h"
+
+lc__ppeer_t *lc__decode_peer_get(lc_decode_t *d, const char *addr)
+{
+	for (int i = 0; i < d->npeers; i++)
+		if (!strcmp(d->peers[i]->addr, addr))
+			return d->peers[i];
+	if (d->npeers >= LC__D_MAX_PEERS)
+		return NULL;
+	lc__ppeer_t *pe = calloc(1, sizeof *pe);
+	if (!pe)
+		return NULL;
+	snprintf(pe->addr, sizeof pe->addr, "%s", addr);
+	d->peers[d->npeers++] = pe;
+	return pe;
+}
+
+void lc__decode_peer_reset(lc__ppeer_t *pe)
+{
+	if (pe->info)
+		for (int i = 0; i < pe->info->world_size; i++)
+			lc__push_close(pe->ranks[i].push);
+	free(pe->ranks);
+	free(pe->info);
+	pe->ranks = NULL;
+	pe->info = NULL;
+	pe->generation++;
+}
+
+/* This D rank against P's published layout. */
+static lc__topology_t topology(const lc_decode_t *d, const lc__parallel_info_t *pi)
+{
+	return (lc__topology_t){.p_world = pi->world_size,
+				.p_dp = pi->dp_size,
+				.d_tp = d->tp_size,
+				.d_rank = d->tp_rank,
+				.p_lens = pi->kv_item_lens,
+				.d_lens = d->item_lens,
+				.nbuf = LC__MIN(pi->nlens, d->layout->nbuf)};
+}
+
+/* D's own check of P's geometry from the bootstrap's parallel info. */
+static int geometry_check(lc_decode_t *d, const lc__parallel_info_t *pi, char *why, size_t cap)
+{
+	const lc_layout_t *l = d->layout;
+	lc__topology_t t = topology(d, pi);
+	if (pi->nlens && pi->nlens != l->nbuf) {
+		snprintf(why, cap, "buffer count differs: P has %u buffers, D has %u", pi->nlens,
+			 l->nbuf);
+		return LC_ERR_GEOMETRY;
+	}
+	if (lc__tp_split(&t))
+		return 0; /* heterogeneous TP: lc__tp_plan_targets pairs the pages */
+	if (pi->fingerprint && pi->fingerprint != l->fingerprint) {
+		snprintf(why, cap, "layout fingerprint differs: P %016llx, D %016llx",
+			 (unsigned long long)pi->fingerprint, (unsigned long long)l->fingerprint);
+		return LC_ERR_GEOMETRY;
+	}
+	return 0;
+}
+
+/* split: D's geometry differs from P's (heterogeneous TP): D's TP size
+ * goes along, for P's lc_tp_fragment. */
+static void fill_register(lc_decode_t *d, bool split, lc__msg_t *m, lc__msg_buffer_t *bufs)
+{
+	m->type = LC__MSG_REGISTER;
+	snprintf(m->reg.session, sizeof m->reg.session, "%s", d->session);
+	snprintf(m->reg.status_ep, sizeof m->reg.status_ep, "%s", d->endpoint);
+	snprintf(m->reg.data_url, sizeof m->reg.data_url, "%s", d->data_url);
+	m->reg.d_rank = (uint32_t)d->tp_rank;
+	m->reg.flags = LC__REG_HAS_TOKEN;
+	memcpy(m->reg.token, d->token.bytes, LC_TOKEN_LEN);
+	const char *key = lc__zctx_public_key(d->z);
+	if (strlen(key) == LC__MSG_CURVE_KEY_LEN) { /* P answers with it */
+		m->reg.flags |= LC__REG_HAS_CURVE_KEY;
+		memcpy(m->reg.curve_key, key, LC__MSG_CURVE_KEY_LEN + 1);
+	}
+	if (split) {
+		m->reg.flags |= LC__REG_HAS_TP;
+		m->reg.d_tp = (uint32_t)d->tp_size;
+	}
+	m->reg.fingerprint = d->layout->fingerprint;
+	for (uint32_t i = 0; i < d->layout->nbuf; i++) {
+		const lc_buffer_t *b = &d->layout->bufs[i];
+		bufs[i] = (lc__msg_buffer_t){.layer = b->layer,
+					     .kind = b->kind,
+					     .flags = b->flags,
+					     .item_len = b->item_len,
+					     .region = d->buf_region[i],
+					     .offset = d->buf_offset[i]};
+	}
+	m->reg.nbuffers = d->layout->nbuf;
+	m->reg.buffers = bufs;
+	m->reg.nregions = (uint32_t)d->nregions;
+	m->reg.region_descs = (const void **)d->descs;
+	m->reg.region_desc_lens = d->desc_lens;
+}
+
+static int encode_register(lc_decode_t *d, bool split, uint8_t **buf, size_t *len)
+{
+	lc__msg_t *m = calloc(1, sizeof *m);
+	lc__msg_buffer_t *bufs = calloc(d->layout->nbuf, sizeof *bufs);
+	int rc = -ENOMEM;
+	if (m && bufs) {
+		fill_register(d, split, m, bufs);
+		rc = lc__msg_encode(m, buf, len);
+	}
+	free(bufs);
+	free(m);
+	return rc;
+}
+
+/* A lookup failed: keep why for the deadline's message, retry later. */
+static void retry_later(lc_decode_t *d, uint64_t room, const char *why)
+{
+	lc_receiver_t *r = lc__decode_find(d, room);
+	if (r) {
+		lc__reason(r->reason, sizeof r->reason, "%s", why);
+		r->next_try_ns = lc__now_ns() + LC__D_RETRY_NS;
+	}
+}
+
+/* GET /route -1/-1 of the room's P, once per peer. Returns the receiver,
+ * still Bootstrapping, once pe->info is known; NULL to stop this pass. */
+static lc_receiver_t *fetch_parallel(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe)
+{
+	char why[300] = "", addr[LC__BS_HOST_MAX];
+	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 1};
+	uint64_t gen = pe->generation;
+	lc__parallel_info_t *pi = calloc(1, sizeof *pi);
+	if (!pi)
+		return NULL;
+	snprintf(addr, sizeof addr, "%s", pe->addr);
+	pthread_mutex_unlock(&d->lock);
+	int rc = lc__bootstrap_get_parallel(addr, &o, pi, why, sizeof why);
+	pthread_mutex_lock(&d->lock);
+	if (rc || pe->info || pe->generation != gen) {
+		free(pi);
+		if (rc)
+			retry_later(d, room, why);
+		return NULL;
+	}
+	pe->ranks = calloc((size_t)pi->world_size, sizeof *pe->ranks);
+	if (!pe->ranks) {
+		free(pi);
+		return NULL;
+	}
+	pe->info = pi;
+	lc_receiver_t *r = lc__decode_find(d, room);
+	return r && r->status == LC_ROOM_BOOTSTRAPPING ? r : NULL;
+}
+
+/* GET /route of one P rank, once per rank. Returns the receiver, still
+ * Bootstrapping, once the rank's endpoint is known; NULL to stop. */
+static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank)
+{
+	char why[300] = "", addr[LC__BS_HOST_MAX];
+	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 1};
+	uint64_t gen = pe->generation;
+	int ptp = pe->info->world_size / pe->info->dp_size;
+	lc__rank_info_t ri;
+	snprintf(addr, sizeof addr, "%s", pe->addr);
+	pthread_mutex_unlock(&d->lock);
+	int rc = lc__bootstrap_get_rank(addr, rank % ptp, rank / ptp, &o, &ri, why, sizeof why);
+	pthread_mutex_lock(&d->lock);
+	if (pe->generation != gen || !pe->info)
+		return NULL;
+	if (rc) {
+		retry_later(d, room, why);
+		return NULL;
+	}
+	lc__prank_t *pr = &pe->ranks[rank];
+	if (!pr->resolved) {
+		snprintf(pr->endpoint, sizeof pr->endpoint, "tcp://%s:%d", ri.rank_ip,
+			 ri.rank_port);
+		snprintf(pr->key, sizeof pr->key, "%s", ri.curve_key);
+		pr->resolved = true;
+	}
+	lc_receiver_t *r = lc__decode_find(d, room);
+	return r && r->status == LC_ROOM_BOOTSTRAPPING ? r : NULL;
+}
+
+/* Send this D's registration to P rank `rank`. Returns 0 when sent, 1 to
+ * retry later, -1 when the room failed. */
+static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int rank)
+{
+	lc__topology_t t = topology(d, r->peer->info);
+	uint8_t *buf;
+	size_t len;
+	if (!pr->push && lc__push_connect(d->z, pr->endpoint, pr->key, &pr->push)) {
+		lc__decode_fail(d, r, LC_FAIL_TRANSFER, false, "cannot connect to P rank %d", rank);
+		return -1;
+	}
+	if (encode_register(d, lc__tp_split(&t), &buf, &len)) {
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "cannot encode the registration");
+		return -1;
+	}
+	int rc = lc__push_send(pr->push, buf, len, 0);
+	free(buf);
+	if (rc) {
+		LC__D_CTL_ADD(d, send_failures);
+		r->next_try_ns = lc__now_ns() + LC__D_RETRY_NS;
+		return 1;
+	}
+	LC__D_CTL_ADD(d, msgs_sent);
+	LC__D_CTL_ADD(d, registrations);
+	pr->registered = true;
+	LC_INFO("decode %s: registered with P rank %d at %s", d->session, rank, pr->endpoint);
+	return 0;
+}
+
+/* The room's P known: check it, plan the targets. False if the room failed. */
+static bool plan_room(lc_decode_t *d, lc_receiver_t *r)
+{
+	char why[300] = "";
+	lc__ppeer_t *pe = r->peer;
+	if (geometry_check(d, pe->info, why, sizeof why)) {
+		LC_ERROR("decode %s: P at %s refused: %s", d->session, pe->addr, why);
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
+				"geometry mismatch with P at %s: %s", pe->addr, why);
+		return false;
+	}
+	if (r->planned)
+		return true;
+	lc__topology_t t = topology(d, pe->info);
+	if (lc__tp_plan_targets(&t, r->room, &r->plan, why, sizeof why)) {
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "%s", why);
+		return false;
+	}
+	r->planned = true;
+	return true;
+}
+
+/* Bring one Bootstrapping receiver forward. Called with lock held; drops
+ * it around HTTP and looks the room up again afterwards. */
+static void discover_one(lc_decode_t *d, uint64_t room)
+{
+	lc_receiver_t *r = lc__decode_find(d, room);
+	if (!r || r->status != LC_ROOM_BOOTSTRAPPING)
+		return;
+	lc__ppeer_t *pe = r->peer;
+	if (!pe->info && !(r = fetch_parallel(d, room, pe)))
+		return;
+	if (!plan_room(d, r))
+		return;
+	for (int i = 0; i < r->plan.ntargets; i++) {
+		int rank = r->plan.targets[i].rank;
+		lc__prank_t *pr = &pe->ranks[rank];
+		if (pr->refused) {
+			lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
+					"P rank %d refused this D: %s", rank, pr->refuse_reason);
+			return;
+		}
+		if (!pr->resolved && !(r = resolve_rank(d, room, pe, rank)))
+			return;
+		if (!pr->registered && register_rank(d, r, pr, rank))
+			return;
+	}
+	r->reason[0] = '\0';
+	lc__decode_set_state(d, r, LC_ROOM_BOOTSTRAPPED);
+}
+
+static bool peer_active(const lc_decode_t *d, const lc__ppeer_t *pe)
+{
+	for (const lc_receiver_t *r = d->receivers; r; r = r->next)
+		if (r->peer == pe && !lc__decode_final(r))
+			return true;
+	return false;
+}
+
+/* One P missed too many probes: its rooms fail, its caches go. */
+static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe)
+{
+	LC__D_CTL_ADD(d, peers_dead);
+	LC_ERROR("decode %s: P at %s missed %d heartbeats: failing its rooms", d->session, pe->addr,
+		 pe->misses);
+	for (lc_receiver_t *r = d->receivers; r; r = r->next)
+		if (r->peer == pe)
+			lc__decode_fail(d, r, LC_FAIL_SESSION_GONE, false,
+					"P at %s missed %d heartbeats", pe->addr, pe->misses);
+	pe->misses = 0;
+	lc__decode_peer_reset(pe); /* a restarted P is discovered and registered afresh */
+}
+
+static void heartbeat(lc_decode_t *d, uint64_t now)
+{
+	lc__http_opts_t o = {.timeout_ms = (int)LC__MIN(d->hb_interval_ns / 1000000, 2000),
+			     .retries = 0};
+	for (int i = 0; i < d->npeers; i++) {
+		lc__ppeer_t *pe = d->peers[i];
+		if (now < pe->next_probe_ns)
+			continue;
+		pe->next_probe_ns = now + d->hb_interval_ns;
+		/* A P never discovered is not "dead": its rooms wait for it until
+		 * their bootstrap deadline (a D may start before its P). */
+		if (!pe->info || !peer_active(d, pe))
+			continue;
+		char addr[LC__BS_HOST_MAX];
+		snprintf(addr, sizeof addr, "%s", pe->addr);
+		uint64_t gen = pe->generation;
+		pthread_mutex_unlock(&d->lock);
+		int rc = lc__bootstrap_health(addr, &o);
+		pthread_mutex_lock(&d->lock);
+		if (pe->generation != gen)
+			continue;
+		if (!rc) {
+			pe->misses = 0;
+			continue;
+		}
+		LC__D_CTL_ADD(d, heartbeat_failures);
+		if (++pe->misses >= d->hb_misses)
+			peer_dead(d, pe);
+	}
+}
+
+void *lc__decode_disc_main(void *arg)
+{
+	pthread_setname_np(pthread_self(), "lc-decode-disc");
+	lc_decode_t *d = arg;
+	pthread_mutex_lock(&d->lock);
+	while (!atomic_load(&d->stop)) {
+		uint64_t now = lc__now_ns();
+		uint64_t next = now + LC__MIN(d->hb_interval_ns, 1000000000ull);
+		/* Receivers waiting for discovery, by room (the list may change
+		 * while the lock is dropped). */
+		uint64_t rooms[64];
+		int n = 0;
+		for (lc_receiver_t *r = d->receivers; r && n < 64; r = r->next)
+			if (r->status == LC_ROOM_BOOTSTRAPPING) {
+				if (r->next_try_ns <= now)
+					rooms[n++] = r->room;
+				else if (r->next_try_ns < next)
+					next = r->next_try_ns;
+			}
+		for (int i = 0; i < n && !atomic_load(&d->stop); i++)
+			discover_one(d, rooms[i]);
+		heartbeat(d, lc__now_ns());
+		if (n)
+			continue;
+		struct timespec ts = lc__abs_ts(next);
+		pthread_cond_timedwait(&d->cond, &d->lock, &ts);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}

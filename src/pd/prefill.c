@@ -1,0 +1,313 @@
+/*
+ * The prefill side's public calls (pd/prefill.h has the structures, the
+ * threads and the locking): lc_prefill_* for a P rank, lc_sender_* for a
+ * room.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/params.h"
+#include "pd/prefill.h"
+
+#ifdef LC_HAVE_ZMQ
+static int metrics_source(void *arg, lc__metrics_snapshot_t *out)
+{
+	lc_prefill_t *p = arg;
+	snprintf(out->label, sizeof out->label, "%d", p->rank);
+	out->ctx = p->ctx;
+	out->engine.size = sizeof out->engine;
+	out->has_engine = lc_engine_metrics(p->engine, &out->engine) == 0;
+	for (int i = 0; i < LC__CTL_COUNT; i++)
+		out->ctl[i] = atomic_load(&p->ctl[i]);
+	return 0;
+}
+
+/* PUT /route: this rank's endpoint and page geometry. */
+static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
+{
+	char why[300] = "";
+	const char *colon = strrchr(p->endpoint, ':');
+	lc__prefill_info_t info = {.world_size = p->world,
+				   .dp_size = p->dp,
+				   .engine_rank = p->rank,
+				   .rank_port = colon ? atoi(colon + 1) : 0,
+				   .fingerprint = p->layout->fingerprint,
+				   .layers = p->layout->layers,
+				   .nlens = p->layout->nbuf,
+				   .kv_item_lens = p->item_lens};
+	snprintf(info.rank_ip, sizeof info.rank_ip, "%s", p->host);
+	snprintf(info.curve_key, sizeof info.curve_key, "%s", lc__zctx_public_key(p->z));
+	char secret[LC__BS_SECRET_MAX];
+	int has_secret = lc__bootstrap_secret(secret_param, secret, sizeof secret);
+	lc__http_opts_t o = {
+		.timeout_ms = 2000, .retries = 5, .secret = has_secret == 1 ? secret : NULL};
+	int rc = lc__bootstrap_register(p->bootstrap, &info, &o, why, sizeof why);
+	if (rc)
+		LC_ERROR("prefill %s: registering with bootstrap %s failed: %s", p->name,
+			 p->bootstrap, why);
+	return rc;
+}
+
+static int copy_layout(lc_prefill_t *p, const lc_layout_t *layout)
+{
+	int rc = lc__layout_clone(layout, &p->layout);
+	if (rc)
+		return rc;
+	p->item_lens = calloc(p->layout->nbuf ? p->layout->nbuf : 1, sizeof *p->item_lens);
+	if (!p->item_lens)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < p->layout->nbuf; i++)
+		p->item_lens[i] = p->layout->bufs[i].item_len;
+	return 0;
+}
+
+static lc_prefill_t *prefill_new(lc_ctx_t *ctx, const lc_prefill_params_t *pp)
+{
+	lc_prefill_t *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->ctx = ctx;
+	p->rank = pp->engine_rank;
+	p->world = pp->world_size;
+	p->dp = pp->dp_size;
+	p->evfd = -1;
+	snprintf(p->name, sizeof p->name, "%s", pp->name ? pp->name : "p");
+	snprintf(p->host, sizeof p->host, "%s", pp->host ? pp->host : "127.0.0.1");
+	snprintf(p->bootstrap, sizeof p->bootstrap, "%s", pp->bootstrap);
+	pthread_mutex_init(&p->lock, NULL);
+	return p;
+}
+
+/* The engine, the control socket and the control thread. */
+static int start(lc_prefill_t *p, const lc_prefill_params_t *pp)
+{
+	int rc;
+	p->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (p->evfd < 0)
+		return -errno;
+	lc_engine_params_t ep = {.size = sizeof ep,
+				 .layout = pp->layout,
+				 .name = p->name,
+				 .status_cb = lc__prefill_on_status,
+				 .status_arg = p,
+				 .landed_cb = lc__prefill_on_landed,
+				 .landed_arg = p,
+				 .external_counter = pp->external_counter,
+				 .cache_word = pp->cache_word,
+				 .aux_word = pp->aux_word};
+	if ((rc = lc_engine_create(p->ctx, &ep, &p->engine)) || (rc = lc__zctx_create(&p->z)) ||
+	    (rc = lc__pull_bind(p->z, p->host, &p->pull, p->endpoint, sizeof p->endpoint)))
+		return rc;
+	if (pthread_create(&p->thread, NULL, lc__prefill_control_main, p))
+		return -EAGAIN;
+	p->started = true;
+	return 0;
+}
+#endif
+
+int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefill_t **out)
+{
+#ifndef LC_HAVE_ZMQ
+	return LC_ENOTSUP;
+#else
+	lc_prefill_params_t pp;
+	int rc;
+	/* NULL params stay -EINVAL: the layout, the bootstrap address and the
+	 * parallel layout have no default. */
+	LC__PARAMS_COPY(&pp, params);
+	if (!ctx || !out || !pp.layout || !pp.bootstrap || pp.world_size < 1 || pp.dp_size < 1 ||
+	    pp.world_size % pp.dp_size || pp.engine_rank < 0 || pp.engine_rank >= pp.world_size)
+		return -EINVAL;
+	lc_prefill_t *p = prefill_new(ctx, &pp);
+	if (!p)
+		return -ENOMEM;
+	if ((rc = copy_layout(p, pp.layout)) || (rc = start(p, &pp)) ||
+	    (rc = register_bootstrap(p, pp.bootstrap_secret)))
+		goto fail;
+	if (pp.metrics_server) {
+		p->metrics_server = pp.metrics_server;
+		p->source_id = lc__bootstrap_source_add(pp.metrics_server, metrics_source, p);
+		if (p->source_id < 0)
+			p->metrics_server = NULL;
+	}
+	LC_INFO("prefill %s: rank %d/%d (dp %d) serving %s", p->name, p->rank, p->world, p->dp,
+		p->endpoint);
+	*out = p;
+	return 0;
+fail:
+	lc_prefill_destroy(p);
+	return rc;
+#endif
+}
+
+void lc_prefill_destroy(lc_prefill_t *p)
+{
+	if (!p)
+		return;
+	if (p->metrics_server)
+		lc__bootstrap_source_remove(p->metrics_server, p->source_id);
+	/* The engine first: its final statuses are queued, then flushed by the
+	 * control thread before it stops. */
+	lc_engine_destroy(p->engine);
+	p->engine = NULL;
+	if (p->started) {
+		atomic_store(&p->stop, true);
+		lc__prefill_wake(p);
+		pthread_join(p->thread, NULL);
+	}
+	for (size_t i = 0; i < p->nsessions; i++) {
+		lc__push_close(p->sessions[i]->push);
+		free(p->sessions[i]);
+	}
+	for (size_t i = 0; i < p->nout; i++)
+		free(p->outq[i].metadata);
+	free(p->outq);
+	lc__pull_close(p->pull);
+	lc__zctx_destroy(p->z);
+	if (p->evfd >= 0)
+		close(p->evfd);
+	free(p->item_lens);
+	lc_layout_destroy(p->layout);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+int lc_prefill_engine(lc_prefill_t *p, lc_engine_t **out)
+{
+	if (!p || !out)
+		return -EINVAL;
+	*out = p->engine;
+	return 0;
+}
+
+int lc_prefill_endpoint(const lc_prefill_t *p, char *buf, size_t cap)
+{
+	if (!p || !buf)
+		return -EINVAL;
+	int n = snprintf(buf, cap, "%s", p->endpoint);
+	return (size_t)n >= cap ? -ENOSPC : n;
+}
+
+int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
+{
+	if (!p || !name || !out)
+		return -EINVAL;
+	for (int i = 0; i < LC__CTL_COUNT; i++)
+		if (!strcmp(lc__ctl_counter_name(i), name)) {
+			*out = atomic_load(&p->ctl[i]);
+			return 0;
+		}
+	return -ENOENT;
+}
+
+/* ---- senders ---- */
+
+int lc_sender_create(lc_prefill_t *p, uint64_t room, lc_sender_t **out)
+{
+	if (!p || !out)
+		return -EINVAL;
+	lc_sender_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	s->p = p;
+	s->room = room;
+	pthread_mutex_lock(&p->lock);
+	for (lc_sender_t *x = p->senders; x; x = x->next)
+		if (x->room == room) {
+			pthread_mutex_unlock(&p->lock);
+			free(s);
+			return -EEXIST;
+		}
+	s->next = p->senders;
+	p->senders = s;
+	for (size_t i = 0; i < LC__ARRAY_SIZE(p->early); i++)
+		if (p->early[i].used && p->early[i].room == room) {
+			s->prefix_len = p->early[i].prefix_len;
+			s->has_prefix = true;
+			p->early[i].used = false;
+		}
+	pthread_mutex_unlock(&p->lock);
+	int rc = lc_engine_room_open(p->engine, room);
+	if (rc && rc != -EEXIST) { /* -EEXIST: D announced the room first */
+		lc_sender_destroy(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+int lc_sender_metadata_set(lc_sender_t *s, const void *data, size_t len)
+{
+	if (!s)
+		return -EINVAL;
+	return lc_engine_room_metadata_set(s->p->engine, s->room, data, len);
+}
+
+int lc_sender_poll(lc_sender_t *s, lc_room_info_t *out)
+{
+	if (!s)
+		return -EINVAL;
+	if (!s->final) {
+		lc_room_info_t info = {.size = sizeof info};
+		int rc = lc_engine_room_status(s->p->engine, s->room, &info);
+		if (rc == -ENOENT) {
+			memset(&info, 0, sizeof info);
+			info.size = sizeof info;
+			info.status = LC_ROOM_FAILED;
+			info.fail_reason = LC_FAIL_STOPPED;
+			snprintf(info.reason, sizeof info.reason, "room unknown to the engine");
+		} else if (rc) {
+			return rc;
+		}
+		s->last = info;
+		s->final = info.status == LC_ROOM_SUCCESS || info.status == LC_ROOM_FAILED;
+	}
+	if (out) {
+		size_t n = out->size ? LC__MIN(out->size, sizeof *out) : sizeof *out;
+		memcpy(out, &s->last, n);
+		out->size = n;
+	}
+	return s->last.status;
+}
+
+int lc_sender_prefix_len(lc_sender_t *s, uint64_t *tokens)
+{
+	if (!s || !tokens)
+		return -EINVAL;
+	pthread_mutex_lock(&s->p->lock);
+	int rc = s->has_prefix ? 0 : -EAGAIN;
+	if (!rc)
+		*tokens = s->prefix_len;
+	pthread_mutex_unlock(&s->p->lock);
+	return rc;
+}
+
+int lc_sender_abort(lc_sender_t *s, const char *reason)
+{
+	if (!s)
+		return -EINVAL;
+	if (s->final)
+		return LC_ERR_STATE;
+	return lc_engine_room_cancel(s->p->engine, s->room, reason ? reason : "aborted by P");
+}
+
+void lc_sender_destroy(lc_sender_t *s)
+{
+	if (!s)
+		return;
+	lc_prefill_t *p = s->p;
+	/* Cancels an unfinished room; -ENOENT once a final status was read. */
+	lc_engine_room_release(p->engine, s->room);
+	pthread_mutex_lock(&p->lock);
+	for (lc_sender_t **pp = &p->senders; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	pthread_mutex_unlock(&p->lock);
+	free(s);
+}

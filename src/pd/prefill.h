@@ -1,0 +1,131 @@
+/*
+ * The prefill side inside (docs/control-plane.md): one lc_prefill_t per P
+ * rank glues the engine to the control plane, one lc_sender_t per room.
+ * Four files share these structures:
+ *   prefill.c           the public calls (create, senders) and the
+ *                       bootstrap registration,
+ *   prefill_control.c   the control thread: D's messages in (transfer
+ *                       infos, cancels go to the engine),
+ *   prefill_register.c  whether a D's registration is taken (policy),
+ *   prefill_outbox.c    statuses and layer updates out: queued by the
+ *                       engine's callbacks, sent by the control thread.
+ * What a P rank sends each D rank under heterogeneous TP is decided in
+ * core/topology.c.
+ *
+ * Threading: the control thread owns the inbox (PULL) and sends every
+ * outbound message. Engine callbacks (engine thread) only queue messages.
+ * `lock` protects the session table, the outbound queue and the sender
+ * list; it is never held while calling into the engine or sending, and
+ * engine calls never run with it held (lock order: none needed).
+ */
+#ifndef LC_PD_PREFILL_H
+#define LC_PD_PREFILL_H
+
+#include <pthread.h>
+
+#include "control/bootstrap.h"
+#include "control/channel.h"
+#include "control/codec.h"
+#include "core/layout.h"
+
+#define LC__P_MAX_SESSIONS 4096
+
+/* One registered D session as the control plane knows it. */
+typedef struct lc__dsess {
+	char name[LC__MSG_STR_MAX];
+	char status_ep[LC__MSG_STR_MAX];
+	char key[LC__MSG_CURVE_KEY_LEN + 1]; /* D's CURVE key; "": this P's own */
+	lc__push_t *push;                    /* used by the control thread only */
+} lc__dsess_t;
+
+/* A message the engine asked for, queued for the control thread. */
+typedef struct lc__outmsg {
+	int type; /* LC__MSG_STATUS or LC__MSG_LAYERS */
+	uint64_t room;
+	char session[LC__MSG_STR_MAX];
+	int status, fail_reason;
+	char reason[LC_REASON_MAX];
+	uint8_t *metadata;
+	size_t metadata_len;
+	uint32_t layers;
+} lc__outmsg_t;
+
+struct lc_sender {
+	lc_prefill_t *p;
+	uint64_t room;
+	bool final;
+	bool has_prefix;
+	uint64_t prefix_len;
+	lc_room_info_t last;
+	struct lc_sender *next;
+};
+
+struct lc_prefill {
+	lc_ctx_t *ctx;
+	lc_engine_t *engine;
+	lc_layout_t *layout;
+	uint64_t *item_lens; /* per buffer, for core/topology.h */
+	char name[64];
+	int rank, world, dp;
+	char host[LC__BS_HOST_MAX];
+	char endpoint[300];
+	char bootstrap[LC__BS_HOST_MAX];
+	lc__zctx_t *z;
+	lc__pull_t *pull;
+	int evfd;
+	pthread_t thread;
+	bool started;
+	_Atomic bool stop;
+	_Atomic uint64_t ctl[LC__CTL_COUNT];
+	lc_bootstrap_t *metrics_server;
+	int source_id;
+
+	pthread_mutex_t lock;
+	lc__dsess_t *sessions[LC__P_MAX_SESSIONS];
+	size_t nsessions;
+	lc__outmsg_t *outq;
+	size_t nout, outcap;
+	lc_sender_t *senders;
+	/* Prefix lengths of transfer infos that arrived before their sender
+	 * (a bounded ring: the oldest is forgotten). */
+	struct early {
+		uint64_t room, prefix_len;
+		bool used;
+	} early[1024];
+	size_t early_next;
+};
+
+#define LC__P_CTL_ADD(p, name) atomic_fetch_add(&(p)->ctl[LC__CTL_##name], 1)
+
+/* ---- prefill_outbox.c ---- */
+
+/* Wake the control thread. */
+void lc__prefill_wake(lc_prefill_t *p);
+/* Engine callbacks (lc_engine_params_t.status_cb / landed_cb): queue. */
+void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int status,
+			   int fail_reason, const char *reason_text, const void *metadata,
+			   size_t metadata_len);
+void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32_t layers);
+/* Send what the engine queued (control thread). */
+void lc__prefill_flush(lc_prefill_t *p);
+/* The session named so, or NULL (lock held, or on the control thread,
+ * which alone adds and replaces sessions). */
+lc__dsess_t *lc__prefill_session_find(lc_prefill_t *p, const char *name);
+/* Encode and send (bounded wait); counts and logs a failure. */
+int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m);
+/* To an endpoint without a session (a refused or unknown D); key: D's
+ * CURVE key, or NULL for this P's own. */
+void lc__prefill_send_oneshot(lc_prefill_t *p, const char *ep, const char *key, const lc__msg_t *m);
+
+/* ---- prefill_control.c ---- */
+
+/* The control thread. */
+void *lc__prefill_control_main(void *arg);
+
+/* ---- prefill_register.c ---- */
+
+/* A D's REGISTER; peer: the CURVE key it authenticated with ("" without
+ * CURVE). Always answers (REGISTER_REPLY), never fails the thread. */
+void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g, const char *peer);
+
+#endif

@@ -1,0 +1,166 @@
+/*
+ * The prefill side's control thread (pd/prefill.h has the structures and
+ * the locking): D's messages come in (registrations are decided in
+ * prefill_register.c; transfer infos and cancels go to the engine here),
+ * and each round flushes what the engine queued (prefill_outbox.c).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pd/prefill.h"
+
+#ifdef LC_HAVE_ZMQ
+#include <zmq.h>
+#endif
+
+/* ---- intake (control thread) ---- */
+
+static void note_prefix(lc_prefill_t *p, uint64_t room, uint64_t prefix_len)
+{
+	pthread_mutex_lock(&p->lock);
+	lc_sender_t *s = p->senders;
+	while (s && s->room != room)
+		s = s->next;
+	if (s) {
+		s->prefix_len = prefix_len;
+		s->has_prefix = true;
+	} else {
+		p->early[p->early_next] = (struct early){room, prefix_len, true};
+		p->early_next = (p->early_next + 1) % LC__ARRAY_SIZE(p->early);
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
+{
+	LC__P_CTL_ADD(p, transfer_infos);
+	bool dummy = t->flags & LC__INFO_DUMMY;
+	pthread_mutex_lock(&p->lock);
+	lc__dsess_t *s = lc__prefill_session_find(p, t->session);
+	pthread_mutex_unlock(&p->lock);
+	const char *fail = NULL;
+	char why[LC_REASON_MAX];
+	int rc = 0;
+	if (!s && !dummy) {
+		/* A missed registration (P restarted): tell D instead of dying. */
+		fail = "session not registered with this P rank (P restarted?); register again";
+		rc = -ENOENT;
+	} else {
+		lc_dst_params_t d = {.size = sizeof d,
+				     .session = dummy ? NULL : t->session,
+				     .pages = t->pages,
+				     .page_count = t->page_count,
+				     .prefix_len = t->prefix_len,
+				     .aux_index = t->aux_index,
+				     .required_dst_count = t->required_dst,
+				     .is_dummy = dummy,
+				     .state_slots = t->slots,
+				     .state_slot_count = t->slot_count};
+		/* The prefix first: a sender that sees the room leave
+		 * Bootstrapping can read it at once. */
+		if (!dummy)
+			note_prefix(p, t->room, t->prefix_len);
+		rc = lc_engine_room_dst_add(p->engine, t->room, &d);
+		if (rc) {
+			snprintf(why, sizeof why, "transfer info refused by P rank %d: %s", p->rank,
+				 lc_strerror(rc));
+			fail = why;
+		}
+	}
+	if (!fail)
+		return;
+	LC_WARN("prefill %s: room %llu from %s: %s", p->name, (unsigned long long)t->room,
+		t->session, fail);
+	if (dummy)
+		return;
+	lc__msg_t *m = calloc(1, sizeof *m);
+	if (!m)
+		return;
+	m->type = LC__MSG_STATUS;
+	m->status.room = t->room;
+	m->status.p_rank = (uint32_t)p->rank;
+	m->status.status = LC_ROOM_FAILED;
+	m->status.fail_reason = rc == -ENOENT ? LC_FAIL_SESSION_GONE : LC_FAIL_BAD_INPUT;
+	snprintf(m->status.reason, sizeof m->status.reason, "%s", fail);
+	if (s && s->push)
+		lc__prefill_send(p, s->push, m);
+	else
+		lc__prefill_send_oneshot(p, t->status_ep, s && s->key[0] ? s->key : NULL, m);
+	free(m);
+}
+
+static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const char *peer)
+{
+	lc__msg_t *m = calloc(1, sizeof *m);
+	char why[200];
+	if (!m)
+		return;
+	LC__P_CTL_ADD(p, msgs_received);
+	int rc = lc__msg_decode(buf, len, m, why, sizeof why);
+	if (rc) {
+		LC__P_CTL_ADD(p, msgs_malformed);
+		LC_WARN("prefill %s: dropped a malformed message (%zu bytes): %s", p->name, len,
+			why);
+		free(m);
+		return;
+	}
+	switch (m->type) {
+	case LC__MSG_REGISTER:
+		lc__prefill_handle_register(p, &m->reg, peer);
+		break;
+	case LC__MSG_TRANSFER_INFO:
+		handle_info(p, &m->info);
+		break;
+	case LC__MSG_CANCEL:
+		LC__P_CTL_ADD(p, cancels);
+		rc = lc_engine_room_cancel(p->engine, m->cancel.room, m->cancel.reason);
+		LC_INFO("prefill %s: D %s cancelled room %llu (%s): %s", p->name, m->cancel.session,
+			(unsigned long long)m->cancel.room, m->cancel.reason,
+			rc ? lc_strerror(rc) : "ok");
+		break;
+	default:
+		LC__P_CTL_ADD(p, msgs_unexpected);
+		LC_WARN("prefill %s: unexpected %s message dropped", p->name,
+			lc__msg_type_name(m->type));
+	}
+	lc__msg_free(m);
+	free(m);
+}
+
+#ifdef LC_HAVE_ZMQ
+void *lc__prefill_control_main(void *arg)
+{
+	pthread_setname_np(pthread_self(), "lc-prefill-ctl");
+	lc_prefill_t *p = arg;
+	while (!atomic_load(&p->stop)) {
+		zmq_pollitem_t it[2] = {
+			{.socket = lc__pull_socket(p->pull), .events = ZMQ_POLLIN},
+			{.fd = p->evfd, .events = ZMQ_POLLIN},
+		};
+		int n = zmq_poll(it, 2, 200);
+		if (n < 0 && zmq_errno() != EINTR)
+			break;
+		if (it[1].revents & ZMQ_POLLIN) {
+			uint64_t v;
+			ssize_t rc = read(p->evfd, &v, sizeof v);
+			LC__UNUSED(rc);
+		}
+		/* A bounded number per round so that statuses keep flowing. */
+		for (int k = 0; k < 256; k++) {
+			void *buf;
+			size_t len;
+			char peer[LC__MSG_CURVE_KEY_LEN + 1];
+			if (lc__pull_recv_from(p->pull, &buf, &len, peer, sizeof peer) <= 0)
+				break;
+			handle_message(p, buf, len, peer);
+			free(buf);
+		}
+		lc__prefill_flush(p);
+	}
+	lc__prefill_flush(p);
+	return NULL;
+}
+#endif

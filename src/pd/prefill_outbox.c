@@ -1,0 +1,179 @@
+/*
+ * The prefill side's outbox (pd/prefill.h has the structures and the
+ * locking): engine callbacks queue statuses and "layers landed" updates
+ * (engine thread, never sending), the control thread sends them to each D
+ * session, and every message P sends goes through lc__prefill_send.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pd/prefill.h"
+
+#define SEND_TIMEOUT_MS 200
+
+void lc__prefill_wake(lc_prefill_t *p)
+{
+	uint64_t one = 1;
+	ssize_t rc = write(p->evfd, &one, sizeof one);
+	LC__UNUSED(rc);
+}
+
+lc__dsess_t *lc__prefill_session_find(lc_prefill_t *p, const char *name)
+{
+	for (size_t i = 0; i < p->nsessions; i++)
+		if (!strcmp(p->sessions[i]->name, name))
+			return p->sessions[i];
+	return NULL;
+}
+
+/* ---- engine callbacks: queue, never send ---- */
+
+static lc__outmsg_t *out_new(lc_prefill_t *p)
+{
+	if (p->nout == p->outcap) {
+		size_t cap = p->outcap ? p->outcap * 2 : 64;
+		lc__outmsg_t *n = realloc(p->outq, cap * sizeof *n);
+		if (!n)
+			return NULL;
+		p->outq = n;
+		p->outcap = cap;
+	}
+	lc__outmsg_t *m = &p->outq[p->nout++];
+	memset(m, 0, sizeof *m);
+	return m;
+}
+
+void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int status,
+			   int fail_reason, const char *reason_text, const void *metadata,
+			   size_t metadata_len)
+{
+	lc_prefill_t *p = arg;
+	pthread_mutex_lock(&p->lock);
+	lc__outmsg_t *m = out_new(p);
+	if (m) {
+		m->type = LC__MSG_STATUS;
+		m->room = room;
+		snprintf(m->session, sizeof m->session, "%s", session);
+		m->status = status;
+		m->fail_reason = fail_reason;
+		snprintf(m->reason, sizeof m->reason, "%s", reason_text ? reason_text : "");
+		if (status == LC_ROOM_SUCCESS && metadata_len && metadata_len <= LC_METADATA_MAX &&
+		    (m->metadata = malloc(metadata_len))) {
+			memcpy(m->metadata, metadata, metadata_len);
+			m->metadata_len = metadata_len;
+		}
+	} else {
+		LC_ERROR("prefill %s: out of memory queueing the status of room %llu", p->name,
+			 (unsigned long long)room);
+	}
+	pthread_mutex_unlock(&p->lock);
+	lc__prefill_wake(p);
+}
+
+void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32_t layers)
+{
+	lc_prefill_t *p = arg;
+	pthread_mutex_lock(&p->lock);
+	/* Coalesce: one pending update per (room, session). */
+	lc__outmsg_t *m = NULL;
+	for (size_t i = 0; i < p->nout; i++)
+		if (p->outq[i].type == LC__MSG_LAYERS && p->outq[i].room == room &&
+		    !strcmp(p->outq[i].session, session)) {
+			m = &p->outq[i];
+			break;
+		}
+	if (!m && (m = out_new(p))) {
+		m->type = LC__MSG_LAYERS;
+		m->room = room;
+		snprintf(m->session, sizeof m->session, "%s", session);
+	}
+	if (m && layers > m->layers)
+		m->layers = layers;
+	pthread_mutex_unlock(&p->lock);
+	lc__prefill_wake(p);
+}
+
+/* ---- sending (control thread) ---- */
+
+int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
+{
+	uint8_t *buf;
+	size_t len;
+	int rc = lc__msg_encode(m, &buf, &len);
+	if (rc) {
+		LC_ERROR("prefill %s: cannot encode %s: %s", p->name, lc__msg_type_name(m->type),
+			 lc_strerror(rc));
+		return rc;
+	}
+	rc = lc__push_send(push, buf, len, SEND_TIMEOUT_MS);
+	free(buf);
+	if (rc) {
+		LC__P_CTL_ADD(p, send_failures);
+		LC_WARN("prefill %s: sending %s: %s", p->name, lc__msg_type_name(m->type),
+			lc_strerror(rc));
+	} else {
+		LC__P_CTL_ADD(p, msgs_sent);
+	}
+	return rc;
+}
+
+void lc__prefill_send_oneshot(lc_prefill_t *p, const char *ep, const char *key, const lc__msg_t *m)
+{
+	lc__push_t *push;
+	if (lc__push_connect(p->z, ep, key, &push))
+		return;
+	lc__prefill_send(p, push, m);
+	lc__push_close(push);
+}
+
+void lc__prefill_flush(lc_prefill_t *p)
+{
+	pthread_mutex_lock(&p->lock);
+	lc__outmsg_t *q = p->outq;
+	size_t n = p->nout;
+	p->outq = NULL;
+	p->nout = p->outcap = 0;
+	pthread_mutex_unlock(&p->lock);
+	lc__msg_t *m = calloc(1, sizeof *m);
+	for (size_t i = 0; m && i < n; i++) {
+		lc__outmsg_t *o = &q[i];
+		/* Sessions are only added or replaced by this thread, so the
+		 * entry stays valid after the lock is dropped. */
+		pthread_mutex_lock(&p->lock);
+		lc__dsess_t *s = lc__prefill_session_find(p, o->session);
+		pthread_mutex_unlock(&p->lock);
+		if (!s || !s->push) {
+			LC_DEBUG("prefill %s: no session %s for a %s of room %llu", p->name,
+				 o->session, lc__msg_type_name(o->type),
+				 (unsigned long long)o->room);
+			continue;
+		}
+		memset(m, 0, sizeof *m);
+		m->type = o->type;
+		if (o->type == LC__MSG_STATUS) {
+			m->status.room = o->room;
+			m->status.p_rank = (uint32_t)p->rank;
+			m->status.status = (uint8_t)o->status;
+			m->status.fail_reason = (uint32_t)o->fail_reason;
+			snprintf(m->status.reason, sizeof m->status.reason, "%s", o->reason);
+			m->status.metadata = o->metadata;
+			m->status.metadata_len = (uint32_t)o->metadata_len;
+			LC__P_CTL_ADD(p, statuses);
+		} else {
+			if (!o->layers)
+				continue;
+			m->layers.room = o->room;
+			m->layers.p_rank = (uint32_t)p->rank;
+			m->layers.layers = o->layers;
+			LC__P_CTL_ADD(p, layer_updates);
+		}
+		lc__prefill_send(p, s->push, m);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(q[i].metadata);
+	free(q);
+	free(m);
+}

@@ -1,0 +1,219 @@
+/*
+ * Whether this P rank takes a D's registration (pd/prefill.h has the
+ * structures): the declared CURVE key must be the authenticated one, the
+ * page geometry must match (or, with D's TP size, pair across TP through
+ * core/topology.c), and the session table has room. An accepted session
+ * goes to the engine and is answered; a refused one is answered with the
+ * first difference found. Control thread.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/topology.h"
+#include "pd/prefill.h"
+
+static const char *kind_name(uint32_t k)
+{
+	static const char *const names[] = {"K", "V", "latent", "quant", "index", "state", "other"};
+	return k < LC__ARRAY_SIZE(names) ? names[k] : "?";
+}
+
+/* The first difference between P's layout and D's registration, or 0.
+ * With D's TP size (heterogeneous TP) page sizes may differ: tp_fragments
+ * pairs them instead. */
+static int geometry_diff(const lc_prefill_t *p, const lc__msg_register_t *g, char *why, size_t cap)
+{
+	const lc_layout_t *l = p->layout;
+	bool split = g->flags & LC__REG_HAS_TP;
+	if (g->nbuffers != l->nbuf) {
+		snprintf(why, cap, "buffer count differs: P has %u buffers, D has %u", l->nbuf,
+			 g->nbuffers);
+		return LC_ERR_GEOMETRY;
+	}
+	for (uint32_t i = 0; i < l->nbuf; i++) {
+		const lc_buffer_t *a = &l->bufs[i];
+		const lc__msg_buffer_t *b = &g->buffers[i];
+		if (a->item_len != b->item_len && !split) {
+			snprintf(why, cap,
+				 "buffer %u (layer %d %s) item_len differs: P %llu bytes, "
+				 "D %llu bytes",
+				 i, a->layer, kind_name(a->kind), (unsigned long long)a->item_len,
+				 (unsigned long long)b->item_len);
+			return LC_ERR_GEOMETRY;
+		}
+		if (a->layer != b->layer || a->kind != b->kind || a->flags != b->flags) {
+			snprintf(why, cap,
+				 "buffer %u differs: P layer %d %s flags %u, D layer %d %s "
+				 "flags %u",
+				 i, a->layer, kind_name(a->kind), a->flags, b->layer,
+				 kind_name(b->kind), b->flags);
+			return LC_ERR_GEOMETRY;
+		}
+	}
+	if (g->fingerprint != l->fingerprint && !split) {
+		snprintf(why, cap, "layout fingerprint differs: P %016llx, D %016llx",
+			 (unsigned long long)l->fingerprint, (unsigned long long)g->fingerprint);
+		return LC_ERR_GEOMETRY;
+	}
+	return 0;
+}
+
+/* Heterogeneous TP: what this rank sends of each buffer to the D rank that
+ * registers (core/topology.c). Returns the fragment count (0: this rank is
+ * a replica and sends that D nothing), or LC_ERR_GEOMETRY. */
+static int tp_fragments(const lc_prefill_t *p, const lc__msg_register_t *g, lc_fragment_t *out,
+			char *why, size_t cap)
+{
+	uint64_t *d_lens = calloc(g->nbuffers ? g->nbuffers : 1, sizeof *d_lens);
+	if (!d_lens)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < g->nbuffers; i++)
+		d_lens[i] = g->buffers[i].item_len;
+	lc__topology_t t = {.p_world = p->world,
+			    .p_dp = p->dp,
+			    .d_tp = (int)g->d_tp,
+			    .d_rank = (int)g->d_rank,
+			    .p_lens = p->item_lens,
+			    .d_lens = d_lens,
+			    .nbuf = p->layout->nbuf};
+	int n = lc__tp_fragments(&t, p->rank % lc__tp_p_size(&t), t.d_rank, out, why, cap);
+	free(d_lens);
+	return n;
+}
+
+/* A D that declares a CURVE key other than the one it authenticated with
+ * (peer; "" without CURVE): P must not talk to a key the D does not hold. */
+static bool key_lie(const lc__msg_register_t *g, const char *peer)
+{
+	return (g->flags & LC__REG_HAS_CURVE_KEY) && peer[0] && strcmp(peer, g->curve_key);
+}
+
+/* Why P refuses this registration before touching the engine, or 0. */
+static int check_register(const lc_prefill_t *p, const lc__msg_register_t *g, const char *peer,
+			  char *why, size_t cap)
+{
+	if (key_lie(g, peer)) {
+		snprintf(why, cap,
+			 "declared CURVE key %.8s... is not the key %.8s... the session "
+			 "authenticated with",
+			 g->curve_key, peer);
+		return LC_ERR_AUTH;
+	}
+	return geometry_diff(p, g, why, cap);
+}
+
+static int engine_session(lc_prefill_t *p, const lc__msg_register_t *g, uint32_t *bregion,
+			  uint64_t *boffset, const lc_fragment_t *frags, int nfrags, char *why,
+			  size_t cap)
+{
+	for (uint32_t i = 0; i < g->nbuffers; i++) {
+		bregion[i] = g->buffers[i].region;
+		boffset[i] = g->buffers[i].offset;
+	}
+	lc_session_params_t sp = {.size = sizeof sp,
+				  .name = g->session,
+				  .url = g->data_url,
+				  .has_token = !!(g->flags & LC__REG_HAS_TOKEN),
+				  .region_descs = g->region_descs,
+				  .region_desc_lens = g->region_desc_lens,
+				  .region_count = g->nregions,
+				  .buffer_region = bregion,
+				  .buffer_offset = boffset,
+				  .fragments = frags,
+				  .fragment_count = (size_t)nfrags};
+	memcpy(sp.token.bytes, g->token, LC_TOKEN_LEN);
+	pthread_mutex_lock(&p->lock);
+	bool full = !lc__prefill_session_find(p, g->session) && p->nsessions >= LC__P_MAX_SESSIONS;
+	pthread_mutex_unlock(&p->lock);
+	int rc = 0;
+	if (full) {
+		rc = -ENOSPC;
+		snprintf(why, cap, "P rank %d has %d sessions already", p->rank,
+			 LC__P_MAX_SESSIONS);
+	} else if ((rc = lc_engine_session_add(p->engine, &sp))) {
+		snprintf(why, cap, "session refused by the engine: %s", lc_strerror(rc));
+	}
+	return rc;
+}
+
+/* Hand D's session to the engine. A replica rank (heterogeneous TP, no
+ * fragment for this D) adds none: only dummy infos, which name no
+ * session, come from it. */
+static int add_session(lc_prefill_t *p, const lc__msg_register_t *g, char *why, size_t cap)
+{
+	bool split = g->flags & LC__REG_HAS_TP;
+	uint32_t *bregion = malloc(g->nbuffers * sizeof *bregion);
+	uint64_t *boffset = malloc(g->nbuffers * sizeof *boffset);
+	lc_fragment_t *frags = split ? calloc(g->nbuffers, sizeof *frags) : NULL;
+	int nfrags = 0, rc = 0;
+	if (!bregion || !boffset || (split && !frags))
+		rc = -ENOMEM;
+	if (!rc && split && (nfrags = tp_fragments(p, g, frags, why, cap)) < 0)
+		rc = nfrags;
+	if (!rc && !(split && !nfrags))
+		rc = engine_session(p, g, bregion, boffset, frags, nfrags, why, cap);
+	free(bregion);
+	free(boffset);
+	free(frags);
+	return rc;
+}
+
+/* Accepted: remember where the session's statuses go. */
+static lc__dsess_t *remember_session(lc_prefill_t *p, const lc__msg_register_t *g)
+{
+	pthread_mutex_lock(&p->lock);
+	lc__dsess_t *s = lc__prefill_session_find(p, g->session);
+	const char *key = g->flags & LC__REG_HAS_CURVE_KEY ? g->curve_key : "";
+	bool reconnect = !s || strcmp(s->status_ep, g->status_ep) || strcmp(s->key, key);
+	if (!s && (s = calloc(1, sizeof *s))) {
+		snprintf(s->name, sizeof s->name, "%s", g->session);
+		p->sessions[p->nsessions++] = s;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (s && reconnect) {
+		lc__push_close(s->push);
+		s->push = NULL;
+		snprintf(s->status_ep, sizeof s->status_ep, "%s", g->status_ep);
+		snprintf(s->key, sizeof s->key, "%s", key);
+		lc__push_connect(p->z, s->status_ep, s->key, &s->push);
+	}
+	return s;
+}
+
+/* peer: the CURVE key the sender authenticated with ("" without CURVE). */
+void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g, const char *peer)
+{
+	char why[LC__MSG_STR_MAX] = "";
+	lc__msg_t *reply = calloc(1, sizeof *reply);
+	if (!reply)
+		return;
+	reply->type = LC__MSG_REGISTER_REPLY;
+	snprintf(reply->reply.session, sizeof reply->reply.session, "%s", g->session);
+	reply->reply.p_rank = (uint32_t)p->rank;
+	LC__P_CTL_ADD(p, registrations);
+	int rc = check_register(p, g, peer, why, sizeof why);
+	if (!rc)
+		rc = add_session(p, g, why, sizeof why);
+	if (rc) {
+		LC__P_CTL_ADD(p, registrations_refused);
+		LC_ERROR("prefill %s: refused D session %s: %s", p->name, g->session, why);
+		reply->reply.result = rc;
+		snprintf(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
+		bool has_key = g->flags & LC__REG_HAS_CURVE_KEY;
+		lc__prefill_send_oneshot(p, g->status_ep,
+					 key_lie(g, peer) ? peer
+					 : has_key        ? g->curve_key
+							  : NULL,
+					 reply);
+		free(reply);
+		return;
+	}
+	lc__dsess_t *s = remember_session(p, g);
+	LC_INFO("prefill %s: D session %s registered (data %s, status %s)", p->name, g->session,
+		g->data_url, g->status_ep);
+	if (s && s->push)
+		lc__prefill_send(p, s->push, reply);
+	free(reply);
+}
