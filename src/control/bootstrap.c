@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "control/bootstrap_internal.h"
+#include "core/ctx.h"
 #include "core/config.h"
 #include "core/params.h"
 
@@ -186,9 +187,8 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	b->has_secret = rc == 1;
 	int port = p.port;
 	if (port < 0) {
-		int64_t v = lc__config_env_int(LC__CFG_bootstrap_port);
-		if (p.ctx)
-			lc_ctx_config_get_int(p.ctx, "bootstrap_port", &v);
+		int64_t v = p.ctx ? lc__ctx_cfg(p.ctx, LC__CFG_bootstrap_port)
+				  : lc__config_env_int(LC__CFG_bootstrap_port);
 		port = (int)v;
 	}
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};

@@ -8,22 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ctx.h"
 #include "core/params.h"
 #include "pd/decode.h"
 
 #ifdef LC_HAVE_ZMQ
 static void load_knobs(lc_decode_t *d, lc_ctx_t *ctx)
 {
-	int64_t v;
-	lc_ctx_config_get_int(ctx, "bootstrap_timeout_ms", &v);
-	d->bootstrap_ns = (uint64_t)v * 1000000;
-	lc_ctx_config_get_int(ctx, "waiting_timeout_ms", &v);
-	d->waiting_ns = (uint64_t)v * 1000000;
-	lc_ctx_config_get_int(ctx, "heartbeat_interval_ms", &v);
-	d->hb_interval_ns = (uint64_t)v * 1000000;
-	lc_ctx_config_get_int(ctx, "heartbeat_misses", &v);
-	d->hb_misses = (int)v;
-	lc_ctx_config_get_int(ctx, "bootstrap_port", &d->default_port);
+	const uint64_t ms = 1000000;
+	d->bootstrap_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_bootstrap_timeout_ms) * ms;
+	d->waiting_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_waiting_timeout_ms) * ms;
+	d->hb_interval_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_heartbeat_interval_ms) * ms;
+	d->hb_misses = (int)lc__ctx_cfg(ctx, LC__CFG_heartbeat_misses);
+	d->default_port = lc__ctx_cfg(ctx, LC__CFG_bootstrap_port);
 }
 
 /* Pack every region for P, and find the region holding each buffer. */

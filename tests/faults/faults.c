@@ -1087,7 +1087,7 @@ static void collect_finals(int from, int wave)
 			r.ok = false;
 		if (!r.ok && F == F_BOOTSTRAP_UNREACHABLE && r.reason == LC_FAIL_SESSION_GONE)
 			fprintf(stderr,
-				"BUG (src/api/decode.c, heartbeat): a room whose P was never "
+				"BUG (src/pd/decode_discover.c, heartbeat): a room whose P was never "
 				"discovered is failed by the heartbeat (session_gone after "
 				"heartbeat_misses probes) instead of retrying discovery until "
 				"bootstrap_timeout_ms as docs/control-plane.md says; a D that "
