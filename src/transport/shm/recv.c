@@ -71,9 +71,9 @@ typedef struct dconn {
 	uint64_t accepted_ns;
 	src_region_t *srcs;
 	size_t nsrcs;
-	uint8_t *in;              /* one received message */
-	uint32_t in_next, in_n;   /* a WRITES message being applied: next record */
-	uint8_t *acks;            /* pending acknowledgements */
+	uint8_t *in;            /* one received message */
+	uint32_t in_next, in_n; /* a WRITES message being applied: next record */
+	uint8_t *acks;          /* pending acknowledgements */
 	size_t nacks;
 	struct dconn *next, *prev;
 } dconn_t;
@@ -85,7 +85,7 @@ typedef struct shm_listener {
 	int lfd;
 	lc__io_task_t task; /* on the context's I/O core */
 	lc__io_fd_t liofd;  /* the listening socket (LISTEN_TAG) */
-	_Atomic int stop;
+	_Atomic int stop;   /* closing: cut a long WRITES message short */
 	uint64_t hello_ns;  /* connect_timeout_ms */
 	dconn_t conns;      /* sentinel */
 	size_t nconns;
