@@ -19,6 +19,9 @@
 	  "parallel TCP connections per peer (lanes)")                                            \
 	X(io_threads, "LAYERCAKE_IO_THREADS", 2, 1, 64,                                           \
 	  "event-loop threads per context that run the tcp and shm transports")                   \
+	X(shm_copy_threads, "LAYERCAKE_SHM_COPY_THREADS", 1, 1, 2,                                \
+	  "threads that copy each large shm write at the receiver: 1, the I/O loop alone; 2 adds " \
+	  "a helper thread per listener for the second half of writes of 1 MiB or more")          \
 	X(connect_timeout_ms, "LAYERCAKE_CONNECT_TIMEOUT_MS", 5000, 1, 3600000,                   \
 	  "deadline for connecting and handshaking with a peer")                                  \
 	X(progress_timeout_ms, "LAYERCAKE_PROGRESS_TIMEOUT_MS", 10000, 1, 3600000,                \

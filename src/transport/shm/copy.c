@@ -1,0 +1,142 @@
+/*
+ * The receiver's copy paths (shm.h): a mapped source split between the
+ * loop thread and an optional helper thread, and process_vm_readv (CMA)
+ * for sources that could not be mapped. Both land through the memory seam
+ * in bracketed slices, so a revoke waits for at most one slice.
+ *
+ * The helper (config shm_copy_threads=2) copies the second half of a large
+ * write while the loop thread copies the first: one memcpy stream does not
+ * saturate memory bandwidth, two come close (docs/transport-shm.md has the
+ * figures). Threading: the loop thread posts one job at a time and waits
+ * for it under h->lock; the job's fields belong to the helper while busy.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/uio.h>
+
+#include "transport/shm/shm.h"
+
+/* Bytes landed per bracket by CMA: a revoke waits at most this long. */
+#define COPY_SLICE (4u << 20)
+
+struct lc__shm_helper {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop, busy; /* busy: a job is posted and not finished */
+	const lc__land_t *land; /* the job: land len bytes of src at byte at */
+	const uint8_t *src;
+	uint64_t at, len;
+	bool revoked; /* the helper saw the revoke */
+};
+
+static void *helper_main(void *arg)
+{
+	pthread_setname_np(pthread_self(), "lc-shm-helper");
+	lc__shm_helper_t *h = arg;
+	pthread_mutex_lock(&h->lock);
+	for (;;) {
+		while (!h->stop && (!h->busy || !h->land))
+			pthread_cond_wait(&h->cond, &h->lock);
+		if (h->stop)
+			break;
+		pthread_mutex_unlock(&h->lock);
+		bool ok = lc__land_copy(h->land, h->at, h->src, h->len) == 0;
+		pthread_mutex_lock(&h->lock);
+		h->revoked = !ok;
+		h->land = NULL;
+		h->busy = false;
+		pthread_cond_broadcast(&h->cond);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+lc__shm_helper_t *lc__shm_helper_start(void)
+{
+	lc__shm_helper_t *h = calloc(1, sizeof *h);
+	if (!h)
+		return NULL;
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->cond, NULL);
+	if (pthread_create(&h->thread, NULL, helper_main, h)) {
+		pthread_cond_destroy(&h->cond);
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+		return NULL;
+	}
+	return h;
+}
+
+void lc__shm_helper_stop(lc__shm_helper_t *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->lock);
+	h->stop = true;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+	pthread_join(h->thread, NULL);
+	pthread_cond_destroy(&h->cond);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
+int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t room, uint32_t region,
+		       uint64_t offset, const uint8_t *src, uint64_t length)
+{
+	lc__land_t l;
+	int rc = lc__land_open(ctx, room, region, offset, length, &l);
+	if (rc)
+		return rc;
+	uint64_t half = (length / 2 + 63) & ~(uint64_t)63; /* cache-line split */
+	pthread_mutex_lock(&h->lock);
+	h->land = &l;
+	h->src = src + half;
+	h->at = half;
+	h->len = length - half;
+	h->busy = true;
+	h->revoked = false;
+	pthread_cond_signal(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+	bool ok = lc__land_copy(&l, 0, src, half) == 0;
+	pthread_mutex_lock(&h->lock);
+	while (h->busy)
+		pthread_cond_wait(&h->cond, &h->lock);
+	ok = ok && !h->revoked;
+	pthread_mutex_unlock(&h->lock);
+	if (!ok)
+		lc__land_revoked(&l);
+	lc__land_done(&l, ok);
+	return ok ? 0 : LC_ERR_GRANT;
+}
+
+/* The kernel copies from P's memory straight into place, inside the seam's
+ * bracket, slice by slice. */
+int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region,
+		     uint64_t offset, uint64_t p_addr, uint64_t length)
+{
+	lc__land_t l;
+	int rc = lc__land_open(ctx, room, region, offset, length, &l);
+	if (rc)
+		return rc;
+	for (uint64_t done = 0; done < length && !rc;) {
+		size_t n = (size_t)LC__MIN(length - done, (uint64_t)COPY_SLICE);
+		if (!lc__land_enter(&l)) {
+			lc__land_revoked(&l);
+			rc = LC_ERR_GRANT;
+			break;
+		}
+		struct iovec lv = {l.dst + done, n}, rv = {(void *)(uintptr_t)(p_addr + done), n};
+		ssize_t got = process_vm_readv(pid, &lv, 1, &rv, 1, 0);
+		lc__land_exit(&l);
+		if (got <= 0) {
+			rc = got < 0 && errno == EPERM ? -ENOTSUP : LC_ERR_IO;
+			break;
+		}
+		done += (uint64_t)got;
+	}
+	lc__land_done(&l, rc == 0);
+	return rc;
+}

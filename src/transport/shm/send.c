@@ -1,0 +1,601 @@
+/*
+ * The shm sender (P): a connection to one shm listener, one task on the
+ * context's I/O core (transport/io/io.h).
+ *
+ * post() queues a batch and kicks the task; it never touches the socket.
+ * The task connects (a unix connect completes or fails at once, so it never
+ * waits), handshakes, passes each source region once (REGION with its
+ * memfd; DROP evicts the oldest beyond LC__SHM_MAX_SRC_REGIONS), sends the
+ * writes as WRITES messages of up to LC__SHM_MAX_WRITES small records, and
+ * completes them from D's ACKS, which come in the order the writes went.
+ * The socket is non-blocking and edge-triggered; on_event() records
+ * readiness and service() does the work and keeps two deadlines: the
+ * handshake (connect_timeout_ms) and progress while acks are due
+ * (progress_timeout_ms).
+ *
+ * Threading: sc->lock protects the batch list, the send cursor, `unacked`
+ * and `closing` (post() appends, the loop thread does the rest); everything
+ * else of shm_conn_t belongs to the loop thread. Lock order: sc->lock ->
+ * ctx->regions.lock, sc->lock -> conn->lock (through lc__batch_*
+ * completions), and sc->lock -> the loop's lock (kicks).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "transport/shm/shm.h"
+
+typedef struct pbatch {
+	lc__batch_t *b; /* referenced */
+	size_t sent;    /* writes sent (a prefix of b->writes) */
+	size_t acked;   /* writes acknowledged (<= sent) */
+	struct pbatch *next;
+} pbatch_t;
+
+enum pstate { P_DOWN, P_HELLO, P_READY };
+
+typedef struct shm_conn {
+	lc_conn_t *c;
+	lc_ctx_t *ctx;
+	char name[LC__SHM_NAME_MAX + 1];
+	lc__io_task_t task; /* on the context's I/O core */
+	uint64_t connect_ns, progress_limit_ns;
+
+	pthread_mutex_t lock;
+	pbatch_t *head, *tail;
+	pbatch_t *cursor; /* first batch that may have writes left to send */
+	size_t nlist;
+	size_t unacked; /* writes sent and not yet acknowledged */
+	bool closing;
+
+	/* Loop thread only. */
+	int fd;
+	lc__io_fd_t iofd;
+	enum pstate state;
+	bool readable, writable; /* as the last edges said */
+	bool want_connect;       /* handshake before the first post */
+	uint64_t deadline_ns;    /* handshake deadline in P_HELLO */
+	uint64_t progress_ns;    /* last ack, or when acks started being awaited */
+	uint32_t srcs[LC__SHM_MAX_SRC_REGIONS]; /* source regions D holds, oldest first */
+	size_t nsrcs;
+	uint8_t *out; /* one message waiting to be sent */
+	size_t out_len;
+	int out_fd;
+	uint8_t *in;
+} shm_conn_t;
+
+/* ---- the batch list ---- */
+
+static void pbatch_drop(pbatch_t *pb)
+{
+	lc__batch_unref(pb->b);
+	free(pb);
+}
+
+/* Under lock: pop batches at the head that need nothing more. */
+static void pop_done(shm_conn_t *sc)
+{
+	while (sc->head) {
+		pbatch_t *pb = sc->head;
+		bool sending_done = pb->sent == pb->b->nwrites || lc__batch_is_completed(pb->b);
+		if (!sending_done || pb->acked < pb->sent)
+			return;
+		sc->head = pb->next;
+		if (!sc->head)
+			sc->tail = NULL;
+		if (sc->cursor == pb)
+			sc->cursor = pb->next;
+		sc->nlist--;
+		pbatch_drop(pb);
+	}
+}
+
+/* Fail every batch we hold and forget them. */
+static void fail_all(shm_conn_t *sc, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void fail_all(shm_conn_t *sc, int code, const char *fmt, ...)
+{
+	char reason[LC_REASON_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof reason, fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&sc->lock);
+	pbatch_t *pb = sc->head;
+	sc->head = sc->tail = sc->cursor = NULL;
+	sc->nlist = 0;
+	sc->unacked = 0;
+	pthread_mutex_unlock(&sc->lock);
+	while (pb) {
+		pbatch_t *nx = pb->next;
+		lc__batch_fail(pb->b, code, "%s", reason);
+		pbatch_drop(pb);
+		pb = nx;
+	}
+}
+
+static bool has_work(shm_conn_t *sc)
+{
+	pthread_mutex_lock(&sc->lock);
+	bool w = sc->head != NULL;
+	pthread_mutex_unlock(&sc->lock);
+	return w;
+}
+
+static bool awaiting_acks(shm_conn_t *sc)
+{
+	pthread_mutex_lock(&sc->lock);
+	bool w = sc->unacked != 0;
+	pthread_mutex_unlock(&sc->lock);
+	return w;
+}
+
+/* ---- connection state ---- */
+
+static void p_disconnect(shm_conn_t *sc)
+{
+	if (sc->fd >= 0) {
+		lc__io_fd_del(&sc->task, &sc->iofd);
+		close(sc->fd);
+	}
+	sc->fd = -1;
+	if (sc->out_fd >= 0)
+		close(sc->out_fd);
+	sc->out_fd = -1;
+	sc->out_len = 0;
+	sc->nsrcs = 0;
+	sc->readable = sc->writable = false;
+	sc->state = P_DOWN;
+}
+
+/* Close the socket and fail every batch. The next post reconnects. */
+static void p_fail(shm_conn_t *sc, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void p_fail(shm_conn_t *sc, int code, const char *fmt, ...)
+{
+	char why[LC_REASON_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	LC_DEBUG("%s: %s: %s", sc->c->url, lc_err_name(code), why);
+	p_disconnect(sc);
+	fail_all(sc, code, "%s: %s", sc->c->url, why);
+}
+
+static void p_connect(shm_conn_t *sc, uint64_t now)
+{
+	struct sockaddr_un sa;
+	socklen_t alen = lc__shm_addr(sc->name, &sa);
+	sc->want_connect = false;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		p_fail(sc, LC_ERR_IO, "socket: %s", strerror(errno));
+		return;
+	}
+	/* A unix connect completes at once or fails at once (EAGAIN: the
+	 * listener's backlog is full; treated as unreachable). */
+	if (connect(fd, (struct sockaddr *)&sa, alen)) {
+		int err = errno;
+		close(fd);
+		LC__COUNT(sc->ctx, conns_failed);
+		p_fail(sc, LC_ERR_UNREACHABLE, "no shm listener named \"%s\" on this host (%s)",
+		       sc->name, strerror(err));
+		return;
+	}
+	int rc = lc__io_fd_add(&sc->task, &sc->iofd, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+			       0);
+	if (rc) {
+		close(fd);
+		p_fail(sc, LC_ERR_IO, "epoll: %s", strerror(-rc));
+		return;
+	}
+	sc->fd = fd;
+	sc->writable = true;
+	lc__shm_hello_t h = {.magic = LC__SHM_MAGIC,
+			     .version = LC__SHM_VERSION,
+			     .flags = sc->c->has_token ? LC__SHM_HELLO_TOKEN : 0};
+	if (sc->c->has_token)
+		memcpy(h.token, sc->c->token.bytes, LC_TOKEN_LEN);
+	uint8_t m[LC__SHM_HELLO_LEN];
+	rc = lc__shm_send(fd, m, lc__shm_put_hello(m, &h), -1);
+	if (rc) {
+		p_fail(sc, LC_ERR_UNREACHABLE, "sending the handshake: %s", strerror(-rc));
+		return;
+	}
+	sc->state = P_HELLO;
+	sc->deadline_ns = now + sc->connect_ns;
+}
+
+/* ---- sending ---- */
+
+/* Under lock: the message that must go before a write from source region
+ * ri that D does not hold: its REGION, or with D's table full, a DROP of
+ * the oldest. D processes in order: writes already sent that name the
+ * oldest are copied before the DROP. */
+static void build_region(shm_conn_t *sc, const lc__region_info_t *ri)
+{
+	if (sc->nsrcs == LC__SHM_MAX_SRC_REGIONS) {
+		sc->out_len = lc__shm_put_drop(sc->out, sc->srcs[0]);
+		memmove(sc->srcs, sc->srcs + 1, --sc->nsrcs * sizeof *sc->srcs);
+		return;
+	}
+	int fd = ri->memfd >= 0 ? fcntl(ri->memfd, F_DUPFD_CLOEXEC, 0) : -1;
+	lc__shm_region_t r = {.id = ri->id,
+			      .flags = fd >= 0 ? LC__SHM_REGION_FD : 0,
+			      .addr = (uint64_t)(uintptr_t)ri->addr,
+			      .len = ri->len,
+			      .offset = ri->memfd_offset};
+	sc->out_len = lc__shm_put_region(sc->out, &r);
+	sc->out_fd = fd;
+	sc->srcs[sc->nsrcs++] = ri->id;
+}
+
+static bool src_known(const shm_conn_t *sc, uint32_t id)
+{
+	for (size_t i = 0; i < sc->nsrcs; i++)
+		if (sc->srcs[i] == id)
+			return true;
+	return false;
+}
+
+/* Under lock: the registered source region of the next write of pb into
+ * *ri (kept from the previous write when it still covers this one). false
+ * when it is gone: the batch is failed. */
+static bool source_of(shm_conn_t *sc, pbatch_t *pb, lc__region_info_t *ri, bool *have)
+{
+	const lc_write_t *w = &pb->b->writes[pb->sent];
+	const uint8_t *local = w->local;
+	if (*have && local >= ri->addr && w->length <= ri->len &&
+	    (size_t)(local - ri->addr) <= ri->len - w->length)
+		return true;
+	*have = lc__source_find(sc->ctx, local, w->length, ri) == 0;
+	if (!*have)
+		lc__batch_fail(pb->b, LC_ERR_REGION,
+			       "%s: write %zu: source %p+%llu is no longer registered", sc->c->url,
+			       pb->sent, (const void *)local, (unsigned long long)w->length);
+	return *have;
+}
+
+/* Under lock. Put the next message into sc->out: a REGION or DROP when a
+ * write needs one, else up to LC__SHM_MAX_WRITES writes. */
+static void build_next(shm_conn_t *sc)
+{
+	uint32_t n = 0;
+	lc__region_info_t ri = {0};
+	bool have_ri = false;
+	pbatch_t *pb = sc->cursor;
+	while (pb && n < LC__SHM_MAX_WRITES) {
+		lc__batch_t *b = pb->b;
+		if (lc__batch_is_completed(b) || pb->sent == b->nwrites) {
+			pb = pb->next;
+			if (!n)
+				sc->cursor = pb;
+			continue;
+		}
+		if (!source_of(sc, pb, &ri, &have_ri))
+			continue; /* completed now: skipped above */
+		if (!src_known(sc, ri.id)) {
+			if (!n)
+				build_region(sc, &ri);
+			break; /* else send the writes first */
+		}
+		const lc_write_t *w = &b->writes[pb->sent];
+		lc__shm_write_t rec = {.batch = b->id,
+				       .room = b->room,
+				       .src = ri.id,
+				       .dst = w->remote_region,
+				       .src_off = (uint64_t)((const uint8_t *)w->local - ri.addr),
+				       .dst_off = w->remote_offset,
+				       .length = w->length};
+		lc__shm_put_write(sc->out, n++, &rec);
+		pb->sent++;
+	}
+	if (!n)
+		return;
+	sc->unacked += n;
+	lc__shm_put_hdr(sc->out, LC__SHM_WRITES, n);
+	sc->out_len = lc__shm_writes_len(n);
+}
+
+/* Send what can be sent without blocking; on a full socket wait for the
+ * EPOLLOUT edge. */
+static void p_send(shm_conn_t *sc)
+{
+	while (sc->state == P_READY && sc->writable) {
+		if (!sc->out_len) {
+			pthread_mutex_lock(&sc->lock);
+			build_next(sc);
+			pop_done(sc);
+			pthread_mutex_unlock(&sc->lock);
+			if (!sc->out_len)
+				return;
+		}
+		int rc = lc__shm_send(sc->fd, sc->out, sc->out_len, sc->out_fd);
+		if (rc == -EAGAIN) {
+			sc->writable = false;
+			return;
+		}
+		if (sc->out_fd >= 0)
+			close(sc->out_fd);
+		sc->out_fd = -1;
+		sc->out_len = 0;
+		if (rc)
+			p_fail(sc, LC_ERR_PEER_CLOSED, "send: %s", strerror(-rc));
+	}
+}
+
+/* ---- receiving ---- */
+
+static const char *reject_text(int status)
+{
+	switch (status) {
+	case -ENOTSUP:
+		return "source memory is not shareable with the receiver: allocate it with "
+		       "lc_mem_alloc(LC_MEM_SHAREABLE)";
+	default:
+		return lc_strerror(status);
+	}
+}
+
+/* Apply one ACKS message. Returns false when it does not match what was
+ * sent (a protocol error). */
+static bool p_on_acks(shm_conn_t *sc, const uint8_t *m, size_t len)
+{
+	uint32_t n = lc__shm_count(m, len, LC__SHM_ACK_REC);
+	if (!n)
+		return false;
+	pthread_mutex_lock(&sc->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		lc__shm_ack_t a;
+		lc__shm_get_ack(m, i, &a);
+		pbatch_t *pb = sc->head;
+		while (pb && pb->acked == pb->sent)
+			pb = pb->next;
+		if (!pb || pb->b->id != a.batch || a.writes == 0 || a.writes > pb->sent - pb->acked) {
+			pthread_mutex_unlock(&sc->lock);
+			return false;
+		}
+		pb->acked += a.writes;
+		sc->unacked -= a.writes;
+		if (a.status == 0)
+			lc__batch_applied(pb->b, a.writes);
+		else
+			lc__batch_fail(pb->b, a.status, "%s: write %zu rejected by the receiver: %s",
+				       sc->c->url, pb->acked - a.writes, reject_text(a.status));
+	}
+	pop_done(sc);
+	pthread_mutex_unlock(&sc->lock);
+	sc->progress_ns = lc__now_ns();
+	return true;
+}
+
+/* The handshake reply. Returns false when it is malformed. */
+static bool p_on_welcome(shm_conn_t *sc, const uint8_t *m, size_t len)
+{
+	lc__shm_welcome_t w;
+	if (lc__shm_get_welcome(m, len, &w))
+		return false;
+	if (w.status) {
+		LC__COUNT(sc->ctx, conns_failed);
+		p_fail(sc, w.status, "%s",
+		       w.status == LC_ERR_AUTH ? "the receiver refused our session token"
+					       : "the receiver refused the handshake");
+		return true;
+	}
+	sc->state = P_READY;
+	LC_DEBUG("%s: connected", sc->c->url);
+	return true;
+}
+
+static void p_receive(shm_conn_t *sc)
+{
+	while (sc->fd >= 0) {
+		int fd;
+		bool truncated;
+		ssize_t n = lc__shm_recv(sc->fd, sc->in, LC__SHM_ACKS_MAX, &fd, &truncated);
+		int err = errno;
+		if (n < 0 && err == EINTR)
+			continue;
+		if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+			sc->readable = false;
+			return;
+		}
+		if (n <= 0) {
+			p_fail(sc, sc->state == P_HELLO ? LC_ERR_UNREACHABLE : LC_ERR_PEER_CLOSED,
+			       "the receiver closed the connection%s%s", n ? ": " : "",
+			       n ? strerror(err) : "");
+			return;
+		}
+		if (fd >= 0)
+			close(fd); /* the receiver never passes fds */
+		bool ok = !truncated;
+		if (ok && sc->state == P_HELLO)
+			ok = p_on_welcome(sc, sc->in, (size_t)n);
+		else if (ok)
+			ok = lc__shm_type(sc->in, (size_t)n) == LC__SHM_ACKS &&
+			     p_on_acks(sc, sc->in, (size_t)n);
+		if (!ok) {
+			LC__COUNT(sc->ctx, frames_malformed);
+			LC_WARN("%s: malformed message from the receiver; closing", sc->c->url);
+			p_fail(sc, LC_ERR_PROTO, "malformed message from the receiver");
+			return;
+		}
+	}
+}
+
+/* ---- the connection as a task of the I/O core ---- */
+
+/* Fail what ran past its deadline; returns the next deadline, 0 for none. */
+static uint64_t p_deadlines(shm_conn_t *sc, uint64_t now)
+{
+	if (sc->state == P_HELLO) {
+		if (now < sc->deadline_ns)
+			return sc->deadline_ns;
+		LC__COUNT(sc->ctx, conns_failed);
+		p_fail(sc, LC_ERR_UNREACHABLE, "no handshake within connect_timeout_ms");
+	} else if (sc->state == P_READY && awaiting_acks(sc)) {
+		if (now < sc->progress_ns + sc->progress_limit_ns) /* progress_ns may be > now */
+			return sc->progress_ns + sc->progress_limit_ns;
+		LC__COUNT(sc->ctx, lanes_stalled);
+		p_fail(sc, LC_ERR_STALLED, "no acknowledgement within progress_timeout_ms");
+	}
+	return 0;
+}
+
+static uint64_t conn_service(lc__io_task_t *t, uint64_t now)
+{
+	shm_conn_t *sc = LC__CONTAINER_OF(t, shm_conn_t, task);
+	if (sc->state == P_DOWN && (sc->want_connect || has_work(sc)))
+		p_connect(sc, now);
+	if (sc->fd >= 0 && sc->readable)
+		p_receive(sc);
+	if (!awaiting_acks(sc))
+		sc->progress_ns = now; /* the progress clock starts with the next send */
+	p_send(sc);
+	return p_deadlines(sc, now);
+}
+
+static void conn_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uint64_t now)
+{
+	shm_conn_t *sc = LC__CONTAINER_OF(t, shm_conn_t, task);
+	(void)f;
+	(void)now;
+	sc->readable |= (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
+	sc->writable |= (events & EPOLLOUT) != 0;
+}
+
+static const lc__io_task_ops_t conn_task_ops = {
+	.name = "shm-send",
+	.on_event = conn_on_event,
+	.service = conn_service,
+};
+
+/* ---- ops: sender ---- */
+
+/* Under sc->lock: a closing connection is being detached from its loop. */
+static void kick_locked(shm_conn_t *sc)
+{
+	if (!sc->closing)
+		lc__io_kick(&sc->task);
+}
+
+static void wake(shm_conn_t *sc)
+{
+	pthread_mutex_lock(&sc->lock);
+	kick_locked(sc);
+	pthread_mutex_unlock(&sc->lock);
+}
+
+static void conn_free(shm_conn_t *sc)
+{
+	pthread_mutex_destroy(&sc->lock);
+	free(sc->in);
+	free(sc->out);
+	free(sc);
+}
+
+int lc__shm_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
+{
+	int rc;
+	(void)p;
+	shm_conn_t *sc = calloc(1, sizeof *sc);
+	if (!sc)
+		return -ENOMEM;
+	pthread_mutex_init(&sc->lock, NULL);
+	sc->c = c;
+	sc->ctx = c->ctx;
+	sc->fd = sc->out_fd = -1;
+	sc->want_connect = true;
+	sc->connect_ns = (uint64_t)lc__ctx_cfg(c->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
+	sc->progress_limit_ns =
+		(uint64_t)lc__ctx_cfg(c->ctx, LC__CFG_progress_timeout_ms) * 1000000ull;
+	rc = lc__shm_name_from_url(url, sc->name, sizeof sc->name, false);
+	if (rc)
+		goto fail;
+	sc->out = malloc(LC__SHM_MSG_MAX);
+	sc->in = malloc(LC__SHM_ACKS_MAX);
+	if (!sc->out || !sc->in) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	c->tp = sc;
+	rc = lc__io_attach(c->ctx, &sc->task, &conn_task_ops);
+	if (rc) {
+		c->tp = NULL;
+		goto fail;
+	}
+	return 0;
+fail:
+	conn_free(sc);
+	return rc;
+}
+
+/* On the loop thread, as the task detaches: close the socket. */
+static void conn_release(lc__io_task_t *t, void *arg)
+{
+	(void)t;
+	p_disconnect(arg);
+}
+
+void lc__shm_conn_close(lc_conn_t *c)
+{
+	shm_conn_t *sc = c->tp;
+	if (!sc)
+		return;
+	pthread_mutex_lock(&sc->lock);
+	sc->closing = true;
+	pthread_mutex_unlock(&sc->lock);
+	lc__io_detach(&sc->task, conn_release, sc);
+	/* The generic layer completes the batches (cancelled); drop ours. */
+	for (pbatch_t *pb = sc->head, *nx; pb; pb = nx) {
+		nx = pb->next;
+		pbatch_drop(pb);
+	}
+	conn_free(sc);
+	c->tp = NULL;
+}
+
+int lc__shm_post(lc_conn_t *c, lc__batch_t *b)
+{
+	shm_conn_t *sc = c->tp;
+	pbatch_t *pb = calloc(1, sizeof *pb);
+	if (!pb)
+		return -ENOMEM;
+	pthread_mutex_lock(&sc->lock);
+	if (sc->closing) {
+		pthread_mutex_unlock(&sc->lock);
+		free(pb);
+		return LC_ERR_CLOSED;
+	}
+	lc__batch_ref(b);
+	pb->b = b;
+	if (sc->tail)
+		sc->tail->next = pb;
+	else
+		sc->head = pb;
+	sc->tail = pb;
+	if (!sc->cursor)
+		sc->cursor = pb;
+	sc->nlist++;
+	if (!b->defer)
+		kick_locked(sc);
+	pthread_mutex_unlock(&sc->lock);
+	return 0;
+}
+
+void lc__shm_flush(lc_conn_t *c)
+{
+	wake(c->tp);
+}
+
+void lc__shm_cancel_room(lc_conn_t *c, uint64_t room)
+{
+	(void)room; /* its batches are completed: the task skips them */
+	wake(c->tp);
+}
