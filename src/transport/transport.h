@@ -1,7 +1,7 @@
 /*
  * The contract between the generic data plane (connections, batches,
  * completion queues, deadlines: src/transport/batch.c, conn.c) and each
- * transport (loop.c, tcp.c, shm.c, ucx.c).
+ * transport (loop.c, tcp/, shm/, ucx/).
  *
  * A transport is a const ops table registered by URL scheme (registry.c).
  * The generic layer owns batches: it copies the caller's descriptors, gives

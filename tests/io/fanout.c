@@ -1,17 +1,18 @@
 /*
- * A P with many D peers over tcp runs a bounded number of data-plane
+ * A P with many D peers over tcp or shm runs a bounded number of data-plane
  * threads: every connection is a task on the context's I/O core, whose loop
  * threads are capped by io_threads, instead of one thread per connection.
  *
- *     fanout [peers] [io_threads]
+ *     fanout [peers] [io_threads] [tcp|shm]
  *
  * D is a real second process holding `peers` contexts, each with its own
- * tcp listener, region, grant and token. P (this process) opens a
+ * listener, region, grant and token. P (this process) opens a
  * connection to every one, writes a distinct pattern to each, and waits for
  * every completion. While the connections are live it counts its own
  * threads by name (/proc/self/task/N/comm); D then verifies every byte.
  */
 #include <dirent.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -50,7 +51,7 @@ static void write_all(int fd, const void *buf, size_t n)
 
 /* D: `peers` contexts; reports their endpoints, then checks the bytes once
  * P says it is done. Exit 0 iff every region holds its pattern. */
-static int run_d(int peers, int to_p, int from_p)
+static int run_d(int peers, const char *listen_url, int to_p, int from_p)
 {
 	static lc_ctx_t *ctx[MAX_PEERS];
 	static uint8_t *mem[MAX_PEERS];
@@ -63,7 +64,7 @@ static int run_d(int peers, int to_p, int from_p)
 		memset(mem[i], 0, BYTES);
 		TU_OK(lc_region_register(ctx[i], mem[i], BYTES, &r));
 		TU_OK(lc_grant_add(ctx[i], ROOM, r, 0, BYTES));
-		TU_OK(lc_listener_create(ctx[i], "tcp://127.0.0.1:0", &l));
+		TU_OK(lc_listener_create(ctx[i], listen_url, &l));
 		TU_OK(lc_listener_url(l, pi.url, sizeof pi.url));
 		TU_OK(lc_token_issue(ctx[i], &pi.token));
 		pi.desc_len = lc_region_pack(r, pi.desc, sizeof pi.desc);
@@ -115,6 +116,11 @@ int main(int argc, char **argv)
 {
 	int peers = argc > 1 ? atoi(argv[1]) : 64;
 	int io_threads = argc > 2 ? atoi(argv[2]) : 2;
+	const char *tp = argc > 3 ? argv[3] : "tcp";
+	bool shm = !strcmp(tp, "shm");
+	const char *listen_url = shm ? "shm://auto" : "tcp://127.0.0.1:0";
+	char per_conn_prefix[16];
+	snprintf(per_conn_prefix, sizeof per_conn_prefix, "lc-%s", tp);
 	int to_p[2], to_d[2];
 	TU_CHECK(peers > 0 && peers <= MAX_PEERS, "peers must be 1..%d", MAX_PEERS);
 	tu_watchdog(120);
@@ -124,7 +130,7 @@ int main(int argc, char **argv)
 	if (child == 0) {
 		close(to_p[0]);
 		close(to_d[1]);
-		_exit(run_d(peers, to_p[1], to_d[0]));
+		_exit(run_d(peers, listen_url, to_p[1], to_d[0]));
 	}
 	close(to_p[1]);
 	close(to_d[0]);
@@ -138,7 +144,8 @@ int main(int argc, char **argv)
 	TU_OK(lc_ctx_create(NULL, &ctx));
 	TU_OK(lc_ctx_config_set(ctx, "io_threads", knob));
 	TU_OK(lc_cq_create(ctx, &cq));
-	TU_OK(lc_mem_alloc((size_t)peers * BYTES, 0, (void **)&src));
+	/* shm maps memfd-backed sources at D; tcp sends from any memory. */
+	TU_OK(lc_mem_alloc((size_t)peers * BYTES, shm ? LC_MEM_SHAREABLE : 0, (void **)&src));
 	for (int i = 0; i < peers; i++)
 		tu_fill(src + (size_t)i * BYTES, BYTES, 1000 + (uint64_t)i);
 	TU_OK(lc_region_register(ctx, src, (size_t)peers * BYTES, &src_region));
@@ -166,12 +173,12 @@ int main(int argc, char **argv)
 
 	/* Every connection is live and has moved data: count the threads. */
 	int total, io = threads_named("lc-io", &total);
-	int per_conn = threads_named("lc-tcp", &total);
+	int per_conn = threads_named(per_conn_prefix, &total);
 	int ours = threads_named("lc-", &total);
-	printf("peers=%d io_threads=%d lc-io=%d lc-tcp=%d lc-*=%d threads=%d\n", peers,
-	       io_threads, io, per_conn, ours, total);
+	printf("%s peers=%d io_threads=%d lc-io=%d %s=%d lc-*=%d threads=%d\n", tp, peers,
+	       io_threads, io, per_conn_prefix, per_conn, ours, total);
 	TU_CHECK(io >= 1 && io <= io_threads, "%d I/O threads, bound %d", io, io_threads);
-	TU_CHECK(per_conn == 0, "%d per-connection tcp threads", per_conn);
+	TU_CHECK(per_conn == 0, "%d per-connection %s threads", per_conn, tp);
 	/* The library's threads: the context's deadline timer + the I/O core
 	 * (a sanitizer may add a thread of its own, not named lc-). */
 	TU_CHECK(ours <= 1 + io_threads, "%d library threads for %d peers", ours, peers);
@@ -187,6 +194,6 @@ int main(int argc, char **argv)
 	lc_cq_destroy(cq);
 	lc_ctx_destroy(ctx);
 	lc_mem_free(src);
-	printf("fanout: %d peers, every byte verified at D\n", peers);
+	printf("fanout: %d %s peers, every byte verified at D\n", peers, tp);
 	return 0;
 }
