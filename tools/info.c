@@ -26,6 +26,25 @@ static const char info_help[] =
 	"    --config   only the configuration table\n"
 	"    --json     one JSON object on stdout\n";
 
+/* A knob's value in JSON: numbers as they are, text as an escaped string. */
+static void json_value(const char *v, int is_text)
+{
+	if (!is_text) {
+		printf("%s", v);
+		return;
+	}
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	}
+	putchar('"');
+}
+
 int lc__cmd_info(int argc, char **argv)
 {
 	bool json = false, config_only = false;
@@ -54,11 +73,15 @@ int lc__cmd_info(int argc, char **argv)
 		       lc_transports());
 		for (int i = 0; i < lc_config_count(); i++) {
 			const lc_config_info_t *c = lc_config_info(i);
-			char v[32];
+			char v[512] = "";
 			lc_ctx_config_get(ctx, c->name, v, sizeof v);
-			printf("%s{\"name\":\"%s\",\"env\":\"%s\",\"default\":%s,\"value\":%s,"
-			       "\"help\":\"%s\"}",
-			       i ? "," : "", c->name, c->env, c->default_str, v, c->help);
+			printf("%s{\"name\":\"%s\",\"env\":\"%s\",\"default\":", i ? "," : "",
+			       c->name, c->env);
+			json_value(c->default_str, c->is_text);
+			printf(",\"value\":");
+			json_value(v, c->is_text);
+			printf(",\"text\":%s,\"help\":\"%s\"}", c->is_text ? "true" : "false",
+			       c->help);
 		}
 		printf("]}\n");
 	} else {
@@ -68,10 +91,11 @@ int lc__cmd_info(int argc, char **argv)
 		       "help");
 		for (int i = 0; i < lc_config_count(); i++) {
 			const lc_config_info_t *c = lc_config_info(i);
-			char v[32];
+			char v[512] = "";
 			lc_ctx_config_get(ctx, c->name, v, sizeof v);
-			printf("%-22s %-34s %9s %9s  %s\n", c->name, c->env, c->default_str, v,
-			       c->help);
+			printf("%-22s %-34s %9s %9s  %s\n", c->name, c->env,
+			       c->is_text && !*c->default_str ? "\"\"" : c->default_str,
+			       c->is_text && !*v ? "\"\"" : v, c->help);
 		}
 	}
 	lc_ctx_destroy(ctx);

@@ -63,7 +63,7 @@ CtxParams = _struct("lc_ctx_params_t", [("size", c_size), ("name", c_char_p)])
 
 ConfigInfo = _struct("lc_config_info_t", [
     ("name", c_char_p), ("env", c_char_p), ("default_str", c_char_p), ("help", c_char_p),
-    ("min", c_i64), ("max", c_i64),
+    ("min", c_i64), ("max", c_i64), ("is_text", c_int),
 ])
 
 RegionDesc = _struct("lc_region_desc_t", [

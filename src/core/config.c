@@ -10,11 +10,15 @@
 #define LC__STR2(x) #x
 #define LC__STR(x) LC__STR2(x)
 
+/* The integer knobs, then the text knobs: the public listing. */
 static const lc_config_info_t table[] = {
 #define LC__CFG_INFO(field, env, def, lo, hi, help)                            \
-	{#field, env, LC__STR(def), help, (lo), (hi)},
+	{#field, env, LC__STR(def), help, (lo), (hi), 0},
 	LC_CONFIG_TABLE(LC__CFG_INFO)
 #undef LC__CFG_INFO
+#define LC__CFGS_INFO(field, env, def, help) {#field, env, def, help, 0, 0, 1},
+	LC_CONFIG_STR_TABLE(LC__CFGS_INFO)
+#undef LC__CFGS_INFO
 };
 
 static const int64_t defaults[] = {
@@ -39,7 +43,7 @@ int lc__config_find(const char *name)
 {
 	if (!name)
 		return -EINVAL;
-	for (int i = 0; i < lc_config_count(); i++)
+	for (int i = 0; i < LC__CFG_COUNT; i++)
 		if (!strcmp(table[i].name, name))
 			return i;
 	return -ENOENT;
@@ -49,7 +53,7 @@ int lc__config_parse(int index, const char *text, int64_t *out)
 {
 	char *end;
 	long long v;
-	if (index < 0 || index >= lc_config_count() || !text || !*text)
+	if (index < 0 || index >= LC__CFG_COUNT || !text || !*text)
 		return -EINVAL;
 	errno = 0;
 	v = strtoll(text, &end, 10);
@@ -92,18 +96,21 @@ int64_t lc__config_env_int(enum lc__config_field field)
 	return v;
 }
 
-static const struct {
-	const char *name, *env, *def, *help;
-} str_table[] = {
-#define LC__CFGS_INFO(field, env, def, help) {#field, env, def, help},
-	LC_CONFIG_STR_TABLE(LC__CFGS_INFO)
-#undef LC__CFGS_INFO
-};
+int lc__config_find_str(const char *name)
+{
+	if (!name)
+		return -EINVAL;
+	for (int i = 0; i < LC__CFGS_COUNT; i++)
+		if (!strcmp(table[LC__CFG_COUNT + i].name, name))
+			return i;
+	return -ENOENT;
+}
 
 const char *lc__config_env_str(enum lc__config_str_field field)
 {
-	const char *v = getenv(str_table[field].env);
+	const lc_config_info_t *c = &table[LC__CFG_COUNT + field];
+	const char *v = getenv(c->env);
 	if (!v || !*v)
-		v = str_table[field].def;
+		v = c->default_str;
 	return *v ? v : NULL;
 }

@@ -65,7 +65,10 @@
 
 #define LC_CONFIG_STR_TABLE(X)                                                                    \
 	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                 \
-	  "folder holding bootstrap.secret and the CURVE keypair (curve.public, curve.secret)")
+	  "folder holding bootstrap.secret and the CURVE keypair (curve.public, curve.secret)")    \
+	X(log, "LAYERCAKE_LOG", "warn",                                                            \
+	  "log level at start: off, error, warn, info, debug or trace (lc_log_set_level changes " \
+	  "it)")
 
 enum lc__config_field {
 #define LC__CFG_ENUM(field, env, def, min, max, help) LC__CFG_##field,
@@ -99,6 +102,8 @@ int64_t lc__config_env_int(enum lc__config_field field);
 /* A string knob: the environment's value if set and non-empty, else the
  * default; NULL when both are empty. Valid until the environment changes. */
 const char *lc__config_env_str(enum lc__config_str_field field);
+/* Index of a string knob by field name, or -ENOENT. */
+int lc__config_find_str(const char *name);
 
 #define LC__CFG(cfg, field) ((cfg)->values[LC__CFG_##field])
 

@@ -72,6 +72,12 @@ int lc_ctx_config_get_int(lc_ctx_t *ctx, const char *name, int64_t *out)
 int lc_ctx_config_get(lc_ctx_t *ctx, const char *name, char *buf, size_t cap)
 {
 	int64_t v;
+	int s = lc__config_find_str(name);
+	if (ctx && buf && s >= 0) {
+		const char *text = lc__config_env_str((enum lc__config_str_field)s);
+		int n = snprintf(buf, cap, "%s", text ? text : "");
+		return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
+	}
 	int rc = lc_ctx_config_get_int(ctx, name, &v);
 	if (rc)
 		return rc;
@@ -86,6 +92,8 @@ int lc_ctx_config_set(lc_ctx_t *ctx, const char *name, const char *value)
 	int64_t v;
 	if (!ctx)
 		return -EINVAL;
+	if (lc__config_find_str(name) >= 0)
+		return -ENOTSUP; /* process-wide: set through its variable */
 	int i = lc__config_find(name);
 	if (i < 0)
 		return i;

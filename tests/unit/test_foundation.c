@@ -72,6 +72,38 @@ static void config_reads_environment_and_rejects_bad_values(void **state)
 	lc_ctx_destroy(ctx);
 }
 
+static void text_knobs_are_listed_read_from_the_environment_and_not_set(void **state)
+{
+	(void)state;
+	lc_ctx_t *ctx;
+	char buf[64];
+	int64_t v;
+	int found = 0;
+	for (int i = 0; i < lc_config_count(); i++) {
+		const lc_config_info_t *c = lc_config_info(i);
+		if (!strcmp(c->name, "secret_dir") || !strcmp(c->name, "log")) {
+			assert_int_equal(c->is_text, 1);
+			found++;
+		} else {
+			assert_int_equal(c->is_text, 0);
+		}
+	}
+	assert_int_equal(found, 2);
+	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
+	setenv("LAYERCAKE_SECRET_DIR", "/tmp/lc-keys", 1);
+	assert_int_equal(lc_ctx_config_get(ctx, "secret_dir", buf, sizeof buf), 12);
+	assert_string_equal(buf, "/tmp/lc-keys");
+	assert_int_equal(lc_ctx_config_get(ctx, "secret_dir", buf, 4), -ENOSPC);
+	unsetenv("LAYERCAKE_SECRET_DIR");
+	assert_int_equal(lc_ctx_config_get(ctx, "secret_dir", buf, sizeof buf), 0);
+	assert_string_equal(buf, "");
+	assert_int_equal(lc_ctx_config_set(ctx, "secret_dir", "/x"), -ENOTSUP);
+	assert_int_equal(lc_ctx_config_get_int(ctx, "secret_dir", &v), -ENOENT);
+	assert_int_equal(lc_ctx_config_get(ctx, "log", buf, sizeof buf), 4);
+	assert_string_equal(buf, "warn");
+	lc_ctx_destroy(ctx);
+}
+
 static void grant_ranges_merge_and_lookup_needs_full_containment(void **state)
 {
 	(void)state;
@@ -323,6 +355,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(error_names_and_texts_cover_library_and_errno_codes),
 		cmocka_unit_test(config_reads_environment_and_rejects_bad_values),
+		cmocka_unit_test(text_knobs_are_listed_read_from_the_environment_and_not_set),
 		cmocka_unit_test(grant_ranges_merge_and_lookup_needs_full_containment),
 		cmocka_unit_test(grant_table_grows_and_revokes_by_region),
 		cmocka_unit_test(revoke_waits_for_a_copy_in_progress_and_blocks_new_ones),
