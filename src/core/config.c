@@ -114,3 +114,13 @@ const char *lc__config_env_str(enum lc__config_str_field field)
 		v = c->default_str;
 	return *v ? v : NULL;
 }
+
+/* The log level at start comes from the table like every knob; config.c
+ * sets it (log.c knows nothing of the table, so the two never loop). */
+__attribute__((constructor)) static void log_level_from_env(void)
+{
+	lc_log_level_t level;
+	const char *text = lc__config_env_str(LC__CFGS_log);
+	if (text && lc_log_level_parse(text, &level) == 0)
+		lc_log_set_level(level);
+}

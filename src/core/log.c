@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "core/common.h"
-#include "core/config.h"
 
 _Atomic int lc__log_level = LC_LOG_WARN;
 
@@ -34,14 +33,6 @@ int lc_log_level_parse(const char *text, lc_log_level_t *out)
 		return 0;
 	}
 	return -EINVAL;
-}
-
-__attribute__((constructor)) static void log_init_from_env(void)
-{
-	lc_log_level_t level;
-	const char *env = lc__config_env_str(LC__CFGS_log);
-	if (env && lc_log_level_parse(env, &level) == 0)
-		atomic_store(&lc__log_level, (int)level);
 }
 
 void lc_log_set_handler(lc_log_cb cb, void *arg)
