@@ -3,11 +3,12 @@
  * whatever UCX_TLS lets UCX pick), with the receiver still in charge of
  * what may land. See docs/transport-ucx.md for the design; in short:
  *
- * - One UCP context, worker and progress thread per layercake context
- *   (`ustate_t`), created when the context first listens or connects over
- *   ucx and destroyed when its last ucx listener or connection closes. The
- *   lc_ctx has no transport field, so states live in a small global list
- *   keyed by (ctx pointer, ctx uid), under `g_lock`.
+ * - One UCP context, worker and progress thread per layercake context.
+ *   The state (`ustate_t`) is the context's ucx slot (ops init/fini,
+ *   lc__transport_state) and lives as long as the context; its engine (UCP
+ *   context, worker, thread) is started when the context first listens or
+ *   connects over ucx and stopped when its last ucx listener or connection
+ *   closes (refs, under st->life_lock).
  * - D maps a region (ucp_mem_map) the first time lc_region_pack packs it
  *   while a ucx listener exists, and appends the rkey to the descriptor. P
  *   keeps the blob per connection and unpacks it on its endpoint.
@@ -35,7 +36,7 @@
  * `lock` protects what post() and import_region() share with the thread
  * (new ops, remote regions, the dead status); everything else of a
  * connection, and every D-side structure, belongs to the thread. Lock
- * order: g_lock -> st->lock; uc->lock is a leaf except that the generic
+ * order: st->life_lock -> st->lock; uc->lock is a leaf except that the generic
  * lc__batch_* functions (conn->lock, cq->lock) may be called under it.
  */
 #include <arpa/inet.h>
@@ -197,10 +198,10 @@ typedef struct cmd {
 
 struct ustate {
 	lc_ctx_t *ctx;
-	uint64_t uid;
-	int refs;        /* listeners + connections; under g_lock */
-	int nlisteners;  /* under g_lock (pack checks it) */
-	struct ustate *next;
+	pthread_mutex_t life_lock; /* refs, nlisteners, running: engine start/stop */
+	int refs;                  /* listeners + connections + packers */
+	int nlisteners;            /* pack checks it */
+	bool running;              /* the engine below exists */
 
 	ucp_context_h uctx;
 	ucp_worker_h worker;
@@ -234,9 +235,6 @@ struct ustate {
 	 * leave requests that never complete). */
 	uop_t orphans;
 };
-
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static ustate_t *g_states;
 
 /* ---- helpers ---- */
 
@@ -1453,16 +1451,18 @@ static void *progress_main(void *arg)
 
 /* ---- state lifetime ---- */
 
-static void state_free(ustate_t *st)
+/* Release the engine's UCX objects and reset it for a later start. */
+static void engine_free(ustate_t *st)
 {
 	if (st->worker)
 		ucp_worker_destroy(st->worker);
+	st->worker = NULL;
 	while (st->sc_graveyard) {
 		sconn_t *sc = st->sc_graveyard;
 		st->sc_graveyard = sc->next;
 		free(sc);
 	}
-	while (st->orphans.next && st->orphans.next != &st->orphans) {
+	while (st->orphans.next != &st->orphans) {
 		uop_t *op = st->orphans.next; /* no callback can come any more */
 		op_unlink(op);
 		op_free(op);
@@ -1475,49 +1475,21 @@ static void state_free(ustate_t *st)
 	}
 	if (st->uctx)
 		ucp_cleanup(st->uctx);
+	st->uctx = NULL;
 	if (st->epfd >= 0)
 		close(st->epfd);
 	if (st->efd >= 0)
 		close(st->efd);
-	pthread_cond_destroy(&st->cond);
-	pthread_mutex_destroy(&st->lock);
-	free(st);
+	st->efd = st->epfd = -1;
+	st->cmd_head = st->cmd_tail = NULL;
+	st->stop = false;
+	atomic_store(&st->sleeping, 0);
+	st->reqs = 0;
+	st->last_activity = st->next_prune = 0;
 }
 
-static int state_create(lc_ctx_t *ctx, ustate_t **out)
+static int register_handlers(ustate_t *st, ucs_status_t *sp)
 {
-	ucp_config_t *cfg;
-	ucs_status_t s;
-	int rc;
-	ustate_t *st = calloc(1, sizeof *st);
-	if (!st)
-		return -ENOMEM;
-	st->ctx = ctx;
-	st->uid = ctx->uid;
-	st->efd = st->epfd = -1;
-	st->orphans.next = st->orphans.prev = &st->orphans;
-	pthread_mutex_init(&st->lock, NULL);
-	pthread_cond_init(&st->cond, NULL);
-
-	s = ucp_config_read(NULL, NULL, &cfg); /* UCX_TLS and friends */
-	if (s != UCS_OK)
-		goto fail_ucs;
-	ucp_params_t p = {
-		.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-		.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
-		.name = "layercake",
-	};
-	s = ucp_init(&p, cfg, &st->uctx);
-	ucp_config_release(cfg);
-	if (s != UCS_OK)
-		goto fail_ucs;
-	ucp_worker_params_t wp = {
-		.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-		.thread_mode = UCS_THREAD_MODE_SINGLE,
-	};
-	s = ucp_worker_create(st->uctx, &wp, &st->worker);
-	if (s != UCS_OK)
-		goto fail_ucs;
 	static const struct {
 		unsigned id;
 		ucp_am_recv_callback_t cb;
@@ -1535,31 +1507,65 @@ static int state_create(lc_ctx_t *ctx, ustate_t **out)
 			.cb = handlers[i].cb,
 			.arg = st,
 		};
-		s = ucp_worker_set_am_recv_handler(st->worker, &hp);
-		if (s != UCS_OK)
-			goto fail_ucs;
+		*sp = ucp_worker_set_am_recv_handler(st->worker, &hp);
+		if (*sp != UCS_OK)
+			return -1;
 	}
+	return 0;
+}
+
+/* The wake-up: the worker's fd and our eventfd in one epoll set. */
+static int make_wakeup(ustate_t *st, ucs_status_t *sp)
+{
 	int wfd;
-	s = ucp_worker_get_efd(st->worker, &wfd);
-	if (s != UCS_OK)
-		goto fail_ucs;
+	*sp = ucp_worker_get_efd(st->worker, &wfd);
+	if (*sp != UCS_OK)
+		return 1;
 	st->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	st->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (st->efd < 0 || st->epfd < 0) {
-		rc = -errno;
-		goto fail;
-	}
+	if (st->efd < 0 || st->epfd < 0)
+		return -errno;
 	struct epoll_event e1 = {.events = EPOLLIN, .data.fd = st->efd};
 	struct epoll_event e2 = {.events = EPOLLIN, .data.fd = wfd};
 	if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, st->efd, &e1) ||
-	    epoll_ctl(st->epfd, EPOLL_CTL_ADD, wfd, &e2)) {
-		rc = -errno;
-		goto fail;
-	}
-	rc = -pthread_create(&st->thread, NULL, progress_main, st);
+	    epoll_ctl(st->epfd, EPOLL_CTL_ADD, wfd, &e2))
+		return -errno;
+	return 0;
+}
+
+/* UCP context, worker and progress thread; under life_lock. */
+static int engine_start(ustate_t *st)
+{
+	ucp_config_t *cfg;
+	ucs_status_t s;
+	int rc;
+	s = ucp_config_read(NULL, NULL, &cfg); /* UCX_TLS and friends */
+	if (s != UCS_OK)
+		goto fail_ucs;
+	ucp_params_t p = {
+		.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
+		.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+		.name = "layercake",
+	};
+	s = ucp_init(&p, cfg, &st->uctx);
+	ucp_config_release(cfg);
+	if (s != UCS_OK)
+		goto fail_ucs;
+	ucp_worker_params_t wp = {
+		.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+		.thread_mode = UCS_THREAD_MODE_SINGLE,
+	};
+	s = ucp_worker_create(st->uctx, &wp, &st->worker);
+	if (s != UCS_OK || register_handlers(st, &s))
+		goto fail_ucs;
+	rc = make_wakeup(st, &s);
+	if (rc > 0)
+		goto fail_ucs;
+	if (!rc)
+		rc = -pthread_create(&st->thread, NULL, progress_main, st);
 	if (rc)
 		goto fail;
-	*out = st;
+	st->running = true;
 	return 0;
 fail_ucs:
 	LC_WARN("ucx: initialising UCX: %s", ucs_status_string(s));
@@ -1567,7 +1573,7 @@ fail_ucs:
 	if (rc == -ENOTSUP || rc == LC_ERR_UNREACHABLE)
 		rc = LC_ERR_NO_TRANSPORT;
 fail:
-	state_free(st);
+	engine_free(st);
 	return rc;
 }
 
@@ -1576,6 +1582,7 @@ static void state_teardown(ustate_t *st)
 {
 	for (ulistener_t *ul = st->listeners; ul; ul = ul->next)
 		ucp_listener_destroy(ul->lh);
+	st->listeners = NULL;
 	for (sconn_t *sc = st->sconns, *n; sc; sc = n) {
 		n = sc->next;
 		sc_close(st, sc);
@@ -1594,51 +1601,9 @@ static void state_teardown(ustate_t *st)
 	}
 }
 
-/* Find (or with `create`, make) the state of ctx and take a reference. */
-static int state_get(lc_ctx_t *ctx, bool create, bool listener, ustate_t **out)
+/* Stop the thread and free the engine; under life_lock. */
+static void engine_stop(ustate_t *st)
 {
-	pthread_mutex_lock(&g_lock);
-	ustate_t *st;
-	for (st = g_states; st; st = st->next)
-		if (st->ctx == ctx && st->uid == ctx->uid)
-			break;
-	if (!st && create) {
-		int rc = state_create(ctx, &st);
-		if (rc) {
-			pthread_mutex_unlock(&g_lock);
-			return rc;
-		}
-		st->next = g_states;
-		g_states = st;
-	}
-	if (!st) {
-		pthread_mutex_unlock(&g_lock);
-		return -ENOENT;
-	}
-	st->refs++;
-	if (listener)
-		st->nlisteners++;
-	pthread_mutex_unlock(&g_lock);
-	*out = st;
-	return 0;
-}
-
-static void state_put(ustate_t *st, bool listener)
-{
-	pthread_mutex_lock(&g_lock);
-	if (listener)
-		st->nlisteners--;
-	if (--st->refs > 0) {
-		pthread_mutex_unlock(&g_lock);
-		return;
-	}
-	for (ustate_t **pp = &g_states; *pp; pp = &(*pp)->next) {
-		if (*pp == st) {
-			*pp = st->next;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&g_lock);
 	pthread_mutex_lock(&st->lock);
 	st->stop = true;
 	pthread_mutex_unlock(&st->lock);
@@ -1646,7 +1611,72 @@ static void state_put(ustate_t *st, bool listener)
 	wake(st);
 	pthread_join(st->thread, NULL);
 	state_teardown(st);
-	state_free(st);
+	engine_free(st);
+	st->running = false;
+}
+
+/* ops->init: the context's ucx slot. Cheap: UCX starts at first use. */
+static int ucx_init(lc_ctx_t *ctx, void **state)
+{
+	ustate_t *st = calloc(1, sizeof *st);
+	if (!st)
+		return -ENOMEM;
+	st->ctx = ctx;
+	st->efd = st->epfd = -1;
+	st->orphans.next = st->orphans.prev = &st->orphans;
+	pthread_mutex_init(&st->life_lock, NULL);
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_cond_init(&st->cond, NULL);
+	*state = st;
+	return 0;
+}
+
+/* ops->fini: every listener and connection of the context is closed. */
+static void ucx_fini(lc_ctx_t *ctx, void *state)
+{
+	ustate_t *st = state;
+	(void)ctx;
+	if (st->running) /* only if a close was missed: never expected */
+		engine_stop(st);
+	pthread_cond_destroy(&st->cond);
+	pthread_mutex_destroy(&st->lock);
+	pthread_mutex_destroy(&st->life_lock);
+	free(st);
+}
+
+extern const lc__transport_ops_t lc__ucx_ops;
+
+/* The state of ctx with a reference on its engine, which `start` starts if
+ * it is not running (without it: -ENOENT). */
+static int state_get(lc_ctx_t *ctx, bool start, bool listener, ustate_t **out)
+{
+	void *p;
+	int rc = lc__transport_state(ctx, &lc__ucx_ops, &p);
+	if (rc)
+		return rc;
+	ustate_t *st = p;
+	pthread_mutex_lock(&st->life_lock);
+	if (!st->running)
+		rc = start ? engine_start(st) : -ENOENT;
+	if (!rc) {
+		st->refs++;
+		if (listener)
+			st->nlisteners++;
+	}
+	pthread_mutex_unlock(&st->life_lock);
+	if (!rc)
+		*out = st;
+	return rc;
+}
+
+static void state_put(ustate_t *st, bool listener)
+{
+	pthread_mutex_lock(&st->life_lock);
+	if (listener)
+		st->nlisteners--;
+	if (--st->refs == 0)
+		engine_stop(st);
+	pthread_mutex_unlock(&st->life_lock);
 }
 
 /* ---- listeners ---- */
@@ -2124,9 +2154,9 @@ static int ucx_pack_region(lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf, si
 	 * tcp or shm must not start UCX. */
 	if (state_get(ctx, false, false, &st))
 		return 0;
-	pthread_mutex_lock(&g_lock);
+	pthread_mutex_lock(&st->life_lock);
 	bool listening = st->nlisteners > 0;
-	pthread_mutex_unlock(&g_lock);
+	pthread_mutex_unlock(&st->life_lock);
 	pack_arg_t a = {.buf = buf, .cap = cap};
 	if (listening && !lc__regions_get(&ctx->regions, r->id, &a.info))
 		run_sync(st, do_pack, &a);
@@ -2136,6 +2166,8 @@ static int ucx_pack_region(lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf, si
 
 const lc__transport_ops_t lc__ucx_ops = {
 	.scheme = "ucx",
+	.init = ucx_init,
+	.fini = ucx_fini,
 	.listen = ucx_listen,
 	.listener_close = ucx_listener_close,
 	.conn_open = ucx_conn_open,
