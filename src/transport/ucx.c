@@ -110,6 +110,7 @@ typedef struct uop {
 	ustate_t *st;
 	bool orphan;        /* detached: the flush callback frees it */
 	bool revoked;       /* D revoked the room: no puts, release the lease */
+	bool am;            /* data mode "am" (fixed when the lease is sent) */
 	ucs_status_t flush_status;
 	uint8_t *hdrs; /* data mode "am": per-write headers, valid until sent */
 	rregion_t **rr;     /* per write */
@@ -290,21 +291,28 @@ static int resolve(const char *host, int port, bool passive, struct sockaddr_sto
 
 /* UCX 1.13 only selects transports that detect peer failure when an
  * endpoint asks for UCP_ERR_HANDLING_MODE_PEER, which leaves out the
- * shared-memory transports (posix, sysv). LAYERCAKE_UCX_ERR_MODE=none lets
- * them in; a peer's exit is then still reported through the connection
- * manager's TCP connection (client/server endpoints keep it). */
-static ucp_err_handling_mode_t err_mode(void)
+ * shared-memory transports (posix, sysv). Config ucx_err_mode=none
+ * (LAYERCAKE_UCX_ERR_MODE) lets them in; a peer's exit is then still
+ * reported through the connection manager's TCP connection (client/server
+ * endpoints keep it). */
+static ucp_err_handling_mode_t err_mode(lc_ctx_t *ctx)
 {
-	static _Atomic int mode = -1;
-	int m = atomic_load(&mode);
-	if (m < 0) {
-		const char *e = getenv("LAYERCAKE_UCX_ERR_MODE");
-		m = e && !strcmp(e, "none") ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
-		if (e && strcmp(e, "none") && strcmp(e, "peer"))
-			LC_WARN("ucx: LAYERCAKE_UCX_ERR_MODE=%s is neither peer nor none; using peer", e);
-		atomic_store(&mode, m);
-	}
-	return (ucp_err_handling_mode_t)m;
+	return lc__ctx_cfg(ctx, LC__CFG_ucx_err_mode) == 1 ? UCP_ERR_HANDLING_MODE_NONE
+							    : UCP_ERR_HANDLING_MODE_PEER;
+}
+
+/* Data mode (config ucx_data, LAYERCAKE_UCX_DATA), chosen per batch when
+ * its lease is sent. "am" (0, the default): each write an active message
+ * that D receives into the destination it checked itself (UCX's rendezvous
+ * lets D pull large writes, a single copy over cma where UCX 1.13 would
+ * emulate puts to user memory with two), so a revoke on D is a hard stop
+ * whatever UCX transport carries the bytes. "put" (1): one-sided
+ * ucp_put_nbx + flush, for RDMA NICs, where the fence (closing P's
+ * endpoint) stops the NIC; over same-host shared memory a put is a copy
+ * made by P's own process, which no fence on D can stop. */
+static bool data_mode_am(lc_ctx_t *ctx)
+{
+	return lc__ctx_cfg(ctx, LC__CFG_ucx_data) == 0;
 }
 
 /* ---- sending active messages ---- */
@@ -506,6 +514,7 @@ static void send_lease(uconn_t *uc, uop_t *op)
 		return;
 	}
 	op->seq = ++uc->next_seq;
+	op->am = data_mode_am(uc->conn->ctx);
 	lc__put_u64(m->data, op->seq);
 	lc__put_u64(m->data + 8, op->room);
 	lc__put_u32(m->data + 16, (uint32_t)b->nwrites);
@@ -587,28 +596,6 @@ static void write_sent(void *req, ucs_status_t status, void *user)
 	op_request_done(op, status);
 }
 
-/* Data mode: "put" (default; one-sided ucp_put_nbx + flush) or "am" (each
- * write an active message that D receives into the checked destination
- * itself: UCX's rendezvous lets D pull large writes, a single copy over cma
- * where UCX 1.13 would emulate puts to user memory with two). */
-static bool data_mode_am(void)
-{
-	static _Atomic int mode = -1;
-	int m = atomic_load(&mode);
-	if (m < 0) {
-		/* "am" by default: D applies every write itself, so a revoke on D
-		 * is a hard stop whatever UCX transport carries the bytes. "put"
-		 * (one-sided) is for RDMA NICs, where the fence (closing P's
-		 * endpoint) stops the NIC; over same-host shared memory a put is a
-		 * copy made by P's own process, which no fence on D can stop. */
-		const char *e = getenv("LAYERCAKE_UCX_DATA");
-		m = !(e && !strcmp(e, "put"));
-		atomic_store(&mode, m);
-	}
-	return m == 1;
-}
-
-
 static void flush_cb(void *req, ucs_status_t status, void *user)
 {
 	uop_t *op = user; /* op->st outlives every request; the connection may not */
@@ -644,7 +631,7 @@ static void start_puts(uconn_t *uc, uop_t *op)
 	uint64_t round = 0;
 	op->state = OP_PUTTING;
 	op->flush_status = UCS_OK;
-	if (data_mode_am() && !op->hdrs) {
+	if (op->am && !op->hdrs) {
 		op->hdrs = malloc(b->nwrites * 16);
 		if (!op->hdrs) {
 			lc__batch_fail(b, -ENOMEM, "ucx: no memory for %zu write headers", b->nwrites);
@@ -657,14 +644,14 @@ static void start_puts(uconn_t *uc, uop_t *op)
 		rregion_t *r = op->rr[i];
 		if (lc__batch_is_completed(b) || op->revoked)
 			break;
-		if (!data_mode_am() && !ensure_rkey(uc, r, &err)) {
+		if (!op->am && !ensure_rkey(uc, r, &err)) {
 			lc__batch_fail(b, map_status(err, true),
 				       "ucx: unpacking the key of region %u of %s: %s", r->id,
 				       uc->conn->url, ucs_status_string(err));
 			break;
 		}
 		ucs_status_ptr_t rq;
-		if (data_mode_am()) {
+		if (op->am) {
 			uint8_t *h = op->hdrs + i * 16;
 			ucp_request_param_t ap = {
 				.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -705,7 +692,7 @@ static void start_puts(uconn_t *uc, uop_t *op)
 		.user_data = op,
 	};
 	op->pending++; /* held while this round is issued */
-	ucs_status_ptr_t rq = data_mode_am() ? NULL : ucp_ep_flush_nbx(uc->ep, &p);
+	ucs_status_ptr_t rq = op->am ? NULL : ucp_ep_flush_nbx(uc->ep, &p);
 	if (rq == NULL || UCS_PTR_IS_ERR(rq)) {
 		op_request_done(op, UCS_PTR_STATUS(rq));
 	} else {
@@ -1200,7 +1187,7 @@ static void accept_pending(ustate_t *st)
 			.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
 				      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
 			.conn_request = cr->req,
-			.err_mode = err_mode(),
+			.err_mode = err_mode(st->ctx),
 			.err_handler = {.cb = sc_err, .arg = sc},
 		};
 		ucs_status_t s = ucp_ep_create(st->worker, &ep, &sc->ep);
@@ -1826,7 +1813,7 @@ static void do_connect(ustate_t *st, void *arg)
 			      UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
 		.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
 		.sockaddr = {.addr = (const struct sockaddr *)&sa, .addrlen = salen},
-		.err_mode = err_mode(),
+		.err_mode = err_mode(st->ctx),
 		.err_handler = {.cb = uc_err, .arg = uc},
 	};
 	ucs_status_t s = ucp_ep_create(st->worker, &ep, &uc->ep);
