@@ -59,21 +59,23 @@
 enum {
 	AM_HELLO = 1,       /* P->D: token */
 	AM_HELLO_REPLY = 2, /* D->P: status */
-	AM_LEASE = 3,       /* P->D: seq, room, writes */
+	AM_LEASE = 3,       /* P->D: seq, room, flags, writes */
 	AM_LEASE_REPLY = 4, /* D->P: seq, status, index of the rejected write */
 	AM_DONE = 5,        /* P->D: seq, writes, bytes, status: puts flushed */
-	AM_ACK = 6,         /* D->P: seq */
+	AM_ACK = 6,         /* D->P: seq, writes D counted as landed */
 	AM_REVOKE = 7,      /* D->P: room: stop writing, release its leases */
 	AM_WRITE = 8,       /* P->D, data mode "am": header seq, index; payload */
 	AM_COUNT = 9,
 };
 
 #define HELLO_MAGIC 0x5855434cu /* "LCUX" */
-#define PROTO_VERSION 1
+#define PROTO_VERSION 2 /* 2: lease flags, ACK carries D's count */
+#define LEASE_F_AM 1u    /* the lease's writes travel as AM_WRITE */
 #define HELLO_LEN 24
 #define LEASE_HDR 24
 #define LEASE_ENTRY 24
 #define KEY_MAGIC 0x4b55434cu /* "LCUK" */
+#define KEY_VERSION 1
 #define KEY_HDR 24
 
 #define ROUND_BYTES (64ull << 20) /* puts per flush: bounds what a revoke waits for */
@@ -153,12 +155,27 @@ typedef struct ulistener {
 	struct ulistener *next;
 } ulistener_t;
 
+/* One leased write: its landing through the memory seam, opened when the
+ * lease is granted and done (counted or not) exactly once. */
+typedef struct lwrite {
+	lc__land_t land;
+	struct lease *ls;
+	uint8_t *stage; /* a rendezvous into memory without a direct pointer */
+	bool busy;      /* a rendezvous receive is under way */
+	bool done;      /* lc__land_done was called */
+} lwrite_t;
+
 typedef struct lease {
+	ustate_t *st;
 	uint64_t seq, room;
-	lc__grant_room_t *g; /* referenced and entered */
-	uint64_t writes, bytes;
-	uint8_t **dst;  /* per write: checked destination (data mode "am") */
-	uint64_t *len;
+	lc__grant_room_t *g; /* the bracket (entered while `entered`) */
+	bool entered;
+	bool am;             /* writes arrive as AM_WRITE: D counts each receive */
+	bool released;       /* off its connection; freed when recvs reaches 0 */
+	int recvs;           /* rendezvous receives outstanding */
+	uint32_t n, nopen;   /* writes; landings opened */
+	uint64_t landed;     /* writes counted by lc__land_done(, true) */
+	lwrite_t *w;
 	uint64_t revoke_seen_ns; /* 0 until the room's revoke was noticed */
 	struct lease *next;
 } lease_t;
@@ -235,6 +252,9 @@ struct ustate {
 	 * and so every callback, is gone (a peer that vanished mid-batch can
 	 * leave requests that never complete). */
 	uop_t orphans;
+	/* Leases released while rendezvous receives still point at them
+	 * (thread only): freed by their last receive, or with the worker. */
+	lease_t *dead_leases;
 };
 
 /* ---- helpers ---- */
@@ -518,7 +538,7 @@ static void send_lease(uconn_t *uc, uop_t *op)
 	lc__put_u64(m->data, op->seq);
 	lc__put_u64(m->data + 8, op->room);
 	lc__put_u32(m->data + 16, (uint32_t)b->nwrites);
-	lc__put_u32(m->data + 20, 0);
+	lc__put_u32(m->data + 20, op->am ? LEASE_F_AM : 0);
 	for (size_t i = 0; i < b->nwrites; i++) {
 		uint8_t *e = m->data + LEASE_HDR + i * LEASE_ENTRY;
 		lc__put_u32(e, b->writes[i].remote_region);
@@ -784,15 +804,25 @@ static void on_lease_reply(uconn_t *uc, const uint8_t *d, size_t len)
 	op->state = OP_LEASED; /* the loop puts (or releases) */
 }
 
+/* D's word on what landed is what completes a batch: a write D did not
+ * count (its receive failed, or the room was being revoked) fails it. */
 static void on_ack(uconn_t *uc, const uint8_t *d, size_t len)
 {
-	if (len < 8)
+	if (len < 16)
 		return;
 	uop_t *op = op_find(uc, lc__get_u64(d));
+	uint64_t landed = lc__get_u64(d + 8);
 	if (!op || op->state != OP_DONE_SENT)
 		return;
-	if (op->b && !op->revoked && op->nput == op->b->nwrites)
-		lc__batch_applied(op->b, op->b->nwrites - atomic_load(&op->b->applied));
+	if (op->b && !op->revoked && op->nput == op->b->nwrites) {
+		if (landed == op->b->nwrites)
+			lc__batch_applied(op->b, op->b->nwrites - atomic_load(&op->b->applied));
+		else
+			lc__batch_fail(op->b, LC_ERR_GRANT,
+				       "ucx: %s landed %llu of the %zu writes of room %llu",
+				       uc->conn->url, (unsigned long long)landed, op->b->nwrites,
+				       (unsigned long long)op->room);
+	}
 	op_release(op);
 }
 
@@ -827,13 +857,54 @@ static sconn_t *sc_by_ep(ustate_t *st, ucp_ep_h ep)
 	return NULL;
 }
 
+/* Finish a leased write through the seam, once: counted when `landed`. */
+static void write_done(lwrite_t *w, bool landed)
+{
+	if (w->done)
+		return;
+	w->done = true;
+	lc__land_done(&w->land, landed);
+	if (landed)
+		w->ls->landed++;
+}
+
+static void lease_free(lease_t *ls)
+{
+	for (uint32_t i = 0; i < ls->nopen; i++) {
+		write_done(&ls->w[i], false);
+		free(ls->w[i].stage);
+	}
+	free(ls->w);
+	free(ls);
+}
+
+/* Leave the room's bracket and finish every write not counted; the memory
+ * waits for rendezvous receives that still point into it. */
 static void lease_release(lease_t *ls)
 {
-	lc__grant_exit(ls->g);
-	lc__grant_put(ls->g);
-	free(ls->dst);
-	free(ls->len);
-	free(ls);
+	if (ls->entered)
+		lc__grant_exit(ls->g);
+	ls->entered = false;
+	for (uint32_t i = 0; i < ls->nopen; i++)
+		write_done(&ls->w[i], false);
+	if (ls->recvs == 0) {
+		lease_free(ls);
+		return;
+	}
+	ls->released = true;
+	ls->next = ls->st->dead_leases;
+	ls->st->dead_leases = ls;
+}
+
+static void lease_reap(ustate_t *st, lease_t *ls)
+{
+	for (lease_t **pp = &st->dead_leases; *pp; pp = &(*pp)->next) {
+		if (*pp == ls) {
+			*pp = ls->next;
+			lease_free(ls);
+			return;
+		}
+	}
 }
 
 static void sc_release_leases(sconn_t *sc)
@@ -896,14 +967,45 @@ static void on_hello(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 	reply_status(st, sc->ep, AM_HELLO_REPLY, 0, 0, 0, false);
 }
 
+/* Open a landing per write (regions, ranges and the room's grant, checked
+ * and counted by the seam exactly as for the copying transports); all must
+ * share one grant entry, whose bracket the lease then holds until DONE.
+ * *bad: the index of the rejected write. */
+static int lease_open(ustate_t *st, lease_t *ls, const uint8_t *d, uint32_t *bad)
+{
+	for (uint32_t i = 0; i < ls->n; i++) {
+		const uint8_t *e = d + LEASE_HDR + (size_t)i * LEASE_ENTRY;
+		lwrite_t *w = &ls->w[i];
+		*bad = i;
+		int rc = lc__land_open(st->ctx, ls->room, lc__get_u32(e), lc__get_u64(e + 8),
+				       lc__get_u64(e + 16), &w->land);
+		if (rc)
+			return rc;
+		w->ls = ls;
+		ls->nopen = i + 1;
+		if (w->land.g != ls->w[0].land.g) { /* revoked and granted again meanwhile */
+			LC__COUNT(st->ctx, writes_rejected_grant);
+			return LC_ERR_GRANT;
+		}
+	}
+	ls->g = ls->w[0].land.g;
+	if (!lc__grant_enter(ls->g)) {
+		LC__COUNT(st->ctx, writes_rejected_grant);
+		*bad = 0;
+		return LC_ERR_GRANT;
+	}
+	ls->entered = true;
+	return 0;
+}
+
 static void on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 {
 	if (len < LEASE_HDR) {
 		LC__COUNT(st->ctx, frames_malformed);
 		return;
 	}
-	uint64_t seq = lc__get_u64(d), room = lc__get_u64(d + 8);
-	uint32_t n = lc__get_u32(d + 16);
+	uint64_t seq = lc__get_u64(d);
+	uint32_t n = lc__get_u32(d + 16), bad = 0;
 	if (!sc->authed) {
 		reply_status(st, sc->ep, AM_LEASE_REPLY, seq, LC_ERR_AUTH, 0, true);
 		return;
@@ -913,73 +1015,48 @@ static void on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 		reply_status(st, sc->ep, AM_LEASE_REPLY, seq, LC_ERR_PROTO, 0, true);
 		return;
 	}
-	lc__grant_room_t *g0 = NULL;
-	uint64_t bytes = 0;
-	int rc = 0;
-	uint32_t i;
-	uint8_t **dsts = malloc((size_t)n * sizeof *dsts);
-	uint64_t *lens = malloc((size_t)n * sizeof *lens);
-	if (!dsts || !lens) {
-		free(dsts);
-		free(lens);
-		reply_status(st, sc->ep, AM_LEASE_REPLY, seq, -ENOMEM, 0, true);
-		return;
-	}
-	for (i = 0; i < n; i++) {
-		const uint8_t *e = d + LEASE_HDR + (size_t)i * LEASE_ENTRY;
-		lc__land_t l;
-		uint64_t wlen = lc__get_u64(e + 16);
-		rc = lc__land_open(st->ctx, room, lc__get_u32(e), lc__get_u64(e + 8), wlen, &l);
-		if (rc)
-			break;
-		lc__grant_room_t *g = l.g;
-		dsts[i] = l.dst;
-		lens[i] = wlen;
-		bytes += wlen;
-		if (!g0) {
-			g0 = g;
-		} else {
-			bool same = g == g0;
-			lc__grant_put(g);
-			if (!same) { /* the room was revoked and granted again meanwhile */
-				LC__COUNT(st->ctx, writes_rejected_grant);
-				rc = LC_ERR_GRANT;
-				break;
-			}
-		}
-	}
-	if (!rc && !lc__grant_enter(g0)) {
-		LC__COUNT(st->ctx, writes_rejected_grant);
-		rc = LC_ERR_GRANT;
-		i = 0;
-	}
-	if (rc) {
-		if (g0)
-			lc__grant_put(g0);
-		free(dsts);
-		free(lens);
-		reply_status(st, sc->ep, AM_LEASE_REPLY, seq, rc, i, true);
-		return;
-	}
 	lease_t *ls = calloc(1, sizeof *ls);
-	if (!ls) {
-		lc__grant_exit(g0);
-		lc__grant_put(g0);
-		free(dsts);
-		free(lens);
+	lwrite_t *w = calloc(n, sizeof *w);
+	if (!ls || !w) {
+		free(ls);
+		free(w);
 		reply_status(st, sc->ep, AM_LEASE_REPLY, seq, -ENOMEM, 0, true);
 		return;
 	}
-	ls->dst = dsts;
-	ls->len = lens;
-	ls->seq = seq;
-	ls->room = room;
-	ls->g = g0;
-	ls->writes = n;
-	ls->bytes = bytes;
+	*ls = (lease_t){.st = st, .seq = seq, .room = lc__get_u64(d + 8), .n = n, .w = w,
+			.am = (lc__get_u32(d + 20) & LEASE_F_AM) != 0};
+	int rc = lease_open(st, ls, d, &bad);
+	if (rc) {
+		lease_release(ls); /* finishes the opened landings, uncounted */
+		reply_status(st, sc->ep, AM_LEASE_REPLY, seq, rc, bad, true);
+		return;
+	}
 	ls->next = sc->leases;
 	sc->leases = ls;
 	reply_status(st, sc->ep, AM_LEASE_REPLY, seq, 0, 0, true);
+}
+
+/* Put mode: D cannot observe one-sided puts, so the first `writes` leased
+ * writes count as landed on P's word that they were put and flushed (the
+ * trust point of put mode, docs/transport-ucx.md); `bytes` must agree with
+ * D's own lengths. In am mode D counted each write as it received it. */
+static void lease_count_puts(ustate_t *st, lease_t *ls, uint64_t writes, uint64_t bytes)
+{
+	uint64_t sum = 0;
+	if (ls->am || writes == 0)
+		return;
+	if (writes > ls->n) {
+		LC__COUNT(st->ctx, frames_malformed);
+		return;
+	}
+	for (uint64_t i = 0; i < writes; i++)
+		sum += ls->w[i].land.length;
+	if (sum != bytes) {
+		LC__COUNT(st->ctx, frames_malformed);
+		return;
+	}
+	for (uint64_t i = 0; i < writes; i++)
+		write_done(&ls->w[i], true);
 }
 
 static void on_done(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
@@ -988,63 +1065,111 @@ static void on_done(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 		LC__COUNT(st->ctx, frames_malformed);
 		return;
 	}
-	uint64_t seq = lc__get_u64(d), writes = lc__get_u64(d + 8), bytes = lc__get_u64(d + 16);
+	uint64_t seq = lc__get_u64(d), landed = 0;
 	for (lease_t **pp = &sc->leases; *pp; pp = &(*pp)->next) {
 		lease_t *ls = *pp;
 		if (ls->seq != seq)
 			continue;
 		*pp = ls->next;
-		if (writes > ls->writes || bytes > ls->bytes) {
-			LC__COUNT(st->ctx, frames_malformed);
-		} else if (writes) {
-			LC__COUNT_ADD(st->ctx, writes_applied, writes);
-			LC__COUNT_ADD(st->ctx, bytes_applied, bytes);
-		}
+		lease_count_puts(st, ls, lc__get_u64(d + 8), lc__get_u64(d + 16));
+		landed = ls->landed;
 		lease_release(ls);
 		break;
 	}
-	uint64_t v = seq;
-	send_u64s(st, sc->ep, AM_ACK, &v, 1);
+	uint64_t v[2] = {seq, landed};
+	send_u64s(st, sc->ep, AM_ACK, v, 2);
+}
+
+/* A write's bytes are in place (or failed): count it through the seam. */
+static void write_received(lwrite_t *w, ucs_status_t status)
+{
+	bool ok = status == UCS_OK;
+	if (!ok)
+		LC_DEBUG("ucx: receiving a write: %s", ucs_status_string(status));
+	if (ok && w->stage && !w->done) {
+		int rc = lc__land_copy(&w->land, 0, w->stage, w->land.length);
+		if (rc)
+			lc__land_revoked(&w->land);
+		ok = rc == 0;
+	}
+	free(w->stage);
+	w->stage = NULL;
+	w->busy = false;
+	write_done(w, ok); /* nothing once the lease was released */
 }
 
 static void recv_done(void *req, ucs_status_t status, size_t length, void *user)
 {
-	ustate_t *st = user;
+	lwrite_t *w = user;
+	lease_t *ls = w->ls;
+	ustate_t *st = ls->st;
+	(void)length;
 	st->reqs--;
-	if (status != UCS_OK)
-		LC_DEBUG("ucx: receiving a write: %s", ucs_status_string(status));
 	ucp_request_free(req);
+	write_received(w, status);
+	if (--ls->recvs == 0 && ls->released)
+		lease_reap(st, ls);
 }
 
-/* Data mode "am": a write of a granted lease, received straight into the
- * destination D checked at lease time (while the lease holds the grant). */
+/* The write named by an AM_WRITE header: of an am lease of this
+ * connection, of the right length, not received yet. */
+static lwrite_t *write_find(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen,
+			    size_t length)
+{
+	uint64_t seq = hlen >= 16 ? lc__get_u64(h) : 0, index = hlen >= 16 ? lc__get_u64(h + 8) : 0;
+	for (lease_t *ls = sc ? sc->leases : NULL; ls; ls = ls->next) {
+		if (ls->seq != seq)
+			continue;
+		if (!ls->am || index >= ls->n)
+			break;
+		lwrite_t *w = &ls->w[index];
+		if (w->land.length != length || w->busy || w->done)
+			break;
+		return w;
+	}
+	LC__COUNT(st->ctx, frames_malformed);
+	return NULL;
+}
+
+/* Data mode "am": a write of a granted lease, landed through the seam into
+ * the destination D checked at lease time. Eager payloads are copied
+ * (lc__land_copy); a rendezvous is received straight into the direct
+ * destination, under the lease's bracket of the room, and counted when the
+ * receive completes. */
 static void on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, void *data,
 		     size_t length, bool rndv)
 {
-	lease_t *ls = NULL;
-	uint64_t seq = hlen >= 16 ? lc__get_u64(h) : 0, index = hlen >= 16 ? lc__get_u64(h + 8) : 0;
-	for (lease_t *l = sc ? sc->leases : NULL; l; l = l->next)
-		if (l->seq == seq)
-			ls = l;
-	if (!ls || index >= ls->writes || ls->len[index] != length || ls->revoke_seen_ns) {
-		if (!ls || index >= ls->writes || ls->len[index] != length)
-			LC__COUNT(st->ctx, frames_malformed);
+	lwrite_t *w = write_find(st, sc, h, hlen, length);
+	if (!w)
 		return; /* dropped: a rendezvous is cancelled, nothing lands */
+	if (w->ls->revoke_seen_ns || !rndv) {
+		int rc = w->ls->revoke_seen_ns ? LC_ERR_GRANT : lc__land_copy(&w->land, 0, data, length);
+		if (rc)
+			lc__land_revoked(&w->land);
+		write_done(w, rc == 0);
+		return;
 	}
-	if (!rndv) {
-		memcpy(ls->dst[index], data, length);
+	void *into = w->land.dst;
+	if (!into && !(into = w->stage = malloc(length))) {
+		write_done(w, false);
 		return;
 	}
 	ucp_request_param_t p = {
 		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
 		.cb.recv_am = recv_done,
-		.user_data = st,
+		.user_data = w,
 	};
-	ucs_status_ptr_t r = ucp_am_recv_data_nbx(st->worker, data, ls->dst[index], length, &p);
-	if (UCS_PTR_IS_ERR(r))
+	w->busy = true;
+	ucs_status_ptr_t r = ucp_am_recv_data_nbx(st->worker, data, into, length, &p);
+	if (UCS_PTR_IS_ERR(r)) {
 		LC_WARN("ucx: receiving a write: %s", ucs_status_string(UCS_PTR_STATUS(r)));
-	else if (r)
+		write_received(w, UCS_PTR_STATUS(r));
+	} else if (r == NULL) {
+		write_received(w, UCS_OK); /* completed in place */
+	} else {
 		st->reqs++;
+		w->ls->recvs++;
+	}
 }
 
 /* ---- active message dispatch ---- */
@@ -1453,6 +1578,11 @@ static void engine_free(ustate_t *st)
 		uop_t *op = st->orphans.next; /* no callback can come any more */
 		op_unlink(op);
 		op_free(op);
+	}
+	while (st->dead_leases) {
+		lease_t *ls = st->dead_leases; /* no receive can complete any more */
+		st->dead_leases = ls->next;
+		lease_free(ls);
 	}
 	while (st->graveyard) { /* no callback can come any more */
 		uconn_t *uc = st->graveyard;
@@ -2017,7 +2147,7 @@ static int ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const u
 	const uint8_t *k = blob + 32; /* the descriptor header (api/region.c) */
 	size_t klen = blob_len - 32;
 	if (blob_len < 32 || klen < KEY_HDR || lc__get_u32(k) != KEY_MAGIC ||
-	    lc__get_u16(k + 4) != PROTO_VERSION || KEY_HDR + (size_t)lc__get_u16(k + 6) > klen) {
+	    lc__get_u16(k + 4) != KEY_VERSION || KEY_HDR + (size_t)lc__get_u16(k + 6) > klen) {
 		LC_WARN("ucx: region %u's descriptor carries no ucx key (pack it after creating "
 			"the receiver's ucx listener)",
 			desc->region_id);
@@ -2126,7 +2256,7 @@ static void do_pack(ustate_t *st, void *arg)
 		return;
 	}
 	lc__put_u32(a->buf, KEY_MAGIC);
-	lc__put_u16(a->buf + 4, PROTO_VERSION);
+	lc__put_u16(a->buf + 4, KEY_VERSION);
 	lc__put_u16(a->buf + 6, (uint16_t)m->rkey_len);
 	lc__put_u64(a->buf + 8, (uint64_t)(uintptr_t)m->addr);
 	lc__put_u64(a->buf + 16, m->len);
