@@ -1,0 +1,534 @@
+/* The per-context state of the ucx transport: the engine (UCP context,
+ * worker, progress thread), its commands and wake-ups, and sending messages. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "transport/ucx/ucx.h"
+
+/* A UCX status as a layercake code; `connected` tells a refused connection
+ * (unreachable) from one that broke (peer closed). */
+int lc__ucx_map_status(ucs_status_t s, bool connected)
+{
+	switch (s) {
+	case UCS_OK:
+		return 0;
+	case UCS_ERR_NO_MEMORY:
+		return -ENOMEM;
+	case UCS_ERR_INVALID_PARAM:
+		return -EINVAL;
+	case UCS_ERR_UNSUPPORTED:
+		return -ENOTSUP;
+	case UCS_ERR_CANCELED:
+		return LC_ERR_CANCELLED;
+	case UCS_ERR_TIMED_OUT:
+	case UCS_ERR_ENDPOINT_TIMEOUT:
+		return connected ? LC_ERR_PEER_CLOSED : LC_ERR_UNREACHABLE;
+	case UCS_ERR_UNREACHABLE:
+	case UCS_ERR_REJECTED:
+	case UCS_ERR_NOT_CONNECTED:
+	case UCS_ERR_CONNECTION_RESET:
+	case UCS_ERR_NO_DEVICE:
+	case UCS_ERR_INVALID_ADDR:
+	case UCS_ERR_IO_ERROR:
+		return connected ? LC_ERR_PEER_CLOSED : LC_ERR_UNREACHABLE;
+	default:
+		return LC_ERR_IO;
+	}
+}
+
+int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_storage *out,
+		   socklen_t *len)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
+	struct addrinfo *ai;
+	char ps[16];
+	snprintf(ps, sizeof ps, "%d", port);
+	int rc = getaddrinfo(host[0] ? host : NULL, ps, &hints, &ai);
+	if (rc) {
+		LC_WARN("ucx: cannot lc__ucx_resolve %s: %s", host, gai_strerror(rc));
+		return LC_ERR_UNREACHABLE;
+	}
+	memcpy(out, ai->ai_addr, ai->ai_addrlen);
+	*len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+/* UCX 1.13 only selects transports that detect peer failure when an
+ * endpoint asks for UCP_ERR_HANDLING_MODE_PEER, which leaves out the
+ * shared-memory transports (posix, sysv). Config ucx_err_mode=none
+ * (LAYERCAKE_UCX_ERR_MODE) lets them in; a peer's exit is then still
+ * reported through the connection manager's TCP connection (client/server
+ * endpoints keep it). */
+ucp_err_handling_mode_t lc__ucx_err_mode(lc_ctx_t *ctx)
+{
+	return lc__ctx_cfg(ctx, LC__CFG_ucx_err_mode) == 1 ? UCP_ERR_HANDLING_MODE_NONE
+							    : UCP_ERR_HANDLING_MODE_PEER;
+}
+
+/* Data mode (config ucx_data, LAYERCAKE_UCX_DATA), chosen per batch when
+ * its lease is sent. "am" (0, the default): each write an active message
+ * that D receives into the destination it checked itself (UCX's rendezvous
+ * lets D pull large writes, a single copy over cma where UCX 1.13 would
+ * emulate puts to user memory with two), so a revoke on D is a hard stop
+ * whatever UCX transport carries the bytes. "put" (1): one-sided
+ * ucp_put_nbx + flush, for RDMA NICs, where the fence (closing P's
+ * endpoint) stops the NIC; over same-host shared memory a put is a copy
+ * made by P's own process, which no fence on D can stop. */
+bool lc__ucx_data_mode_am(lc_ctx_t *ctx)
+{
+	return lc__ctx_cfg(ctx, LC__CFG_ucx_data) == 0;
+}
+
+msg_t *lc__ucx_msg_new(ustate_t *st, size_t len)
+{
+	msg_t *m = malloc(sizeof *m + len);
+	if (m) {
+		m->st = st;
+		m->len = len;
+	}
+	return m;
+}
+
+static void msg_sent(void *req, ucs_status_t status, void *user)
+{
+	msg_t *m = user;
+	m->st->reqs--;
+	free(m);
+	ucp_request_free(req);
+}
+
+/* Send and forget (the message is freed on completion). */
+ucs_status_t lc__ucx_msg_send(ucp_ep_h ep, unsigned id, msg_t *m)
+{
+	ustate_t *st = m->st;
+	ucp_request_param_t p = {
+		.op_attr_mask =
+			UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
+		.cb.send = msg_sent,
+		.user_data = m,
+		.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER,
+	};
+	ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, NULL, 0, m->data, m->len, &p);
+	if (r == NULL) {
+		free(m);
+		return UCS_OK;
+	}
+	if (UCS_PTR_IS_ERR(r)) {
+		free(m);
+		return UCS_PTR_STATUS(r);
+	}
+	st->reqs++;
+	return UCS_OK;
+}
+
+/* Send and forget, logging a failure (for replies, which P or D retries
+ * by other means: timeouts, fences). */
+void lc__ucx_msg_post(ucp_ep_h ep, unsigned id, msg_t *m)
+{
+	if (!m)
+		return;
+	ucs_status_t s = lc__ucx_msg_send(ep, id, m);
+	if (s != UCS_OK)
+		LC_DEBUG("ucx: sending message %u: %s", id, ucs_status_string(s));
+}
+
+static void close_done(void *req, ucs_status_t status, void *user)
+{
+	ustate_t *st = user;
+	st->reqs--;
+	ucp_request_free(req);
+}
+
+void lc__ucx_ep_close_force(ustate_t *st, ucp_ep_h ep)
+{
+	ucp_request_param_t p = {
+		.op_attr_mask =
+			UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
+		.cb.send = close_done,
+		.user_data = st,
+		.flags = UCP_EP_CLOSE_FLAG_FORCE,
+	};
+	ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+	if (r && !UCS_PTR_IS_ERR(r))
+		st->reqs++;
+}
+
+void lc__ucx_wake(ustate_t *st)
+{
+	if (atomic_load(&st->sleeping)) {
+		uint64_t one = 1;
+		ssize_t n = write(st->efd, &one, sizeof one);
+		(void)n;
+	}
+}
+
+void lc__ucx_cmd_push(ustate_t *st, cmd_t *c)
+{
+	c->next = NULL;
+	if (st->cmd_tail)
+		st->cmd_tail->next = c;
+	else
+		st->cmd_head = c;
+	st->cmd_tail = c;
+}
+
+void lc__ucx_run_sync(ustate_t *st, void (*fn)(ustate_t *, void *), void *arg)
+{
+	cmd_t c = {.fn = fn, .arg = arg, .sync = true};
+	pthread_mutex_lock(&st->lock);
+	lc__ucx_cmd_push(st, &c);
+	pthread_mutex_unlock(&st->lock);
+	atomic_store(&st->sleeping, 1); /* force the eventfd write */
+	lc__ucx_wake(st);
+	pthread_mutex_lock(&st->lock);
+	while (!c.done)
+		pthread_cond_wait(&st->cond, &st->lock);
+	pthread_mutex_unlock(&st->lock);
+}
+
+static bool run_cmds(ustate_t *st)
+{
+	pthread_mutex_lock(&st->lock);
+	cmd_t *c = st->cmd_head;
+	st->cmd_head = st->cmd_tail = NULL;
+	pthread_mutex_unlock(&st->lock);
+	bool any = c != NULL;
+	while (c) {
+		cmd_t *next = c->next;
+		c->fn(st, c->arg);
+		if (c->sync) {
+			pthread_mutex_lock(&st->lock);
+			c->done = true;
+			pthread_cond_broadcast(&st->cond);
+			pthread_mutex_unlock(&st->lock);
+		} else {
+			free(c);
+		}
+		c = next;
+	}
+	return any;
+}
+
+static bool uc_busy(ustate_t *st)
+{
+	for (uconn_t *uc = st->conns; uc; uc = uc->next) {
+		if (uc->ops.next != &uc->ops)
+			return true;
+		pthread_mutex_lock(&uc->lock); /* in_head is written by posters */
+		bool queued = uc->in_head != NULL;
+		pthread_mutex_unlock(&uc->lock);
+		if (queued)
+			return true;
+	}
+	for (sconn_t *sc = st->sconns; sc; sc = sc->next)
+		if (sc->leases)
+			return true;
+	return st->reqs > 0;
+}
+
+static void service(ustate_t *st, uint64_t now)
+{
+	lc__ucx_accept_pending(st);
+	for (uconn_t *uc = st->conns; uc; uc = uc->next) {
+		if (!uc->started)
+			continue;
+		if (uc->state == UC_CONNECTING && now > uc->connect_deadline) {
+			lc__ucx_uc_mark_dead(uc, LC_ERR_UNREACHABLE, "no handshake with %s within %lld ms",
+				uc->conn->url,
+				(long long)lc__ctx_cfg(st->ctx, LC__CFG_connect_timeout_ms));
+			lc__ucx_uc_close_ep(uc);
+		}
+		lc__ucx_uc_pump(uc);
+		if (uc->need_close) {
+			uc->need_close = false;
+			lc__ucx_uc_close_ep(uc);
+		}
+		if (uc->state == UC_DEAD) {
+			lc__ucx_uc_take_new(uc);
+			while (uc->ops.next != &uc->ops) {
+				uop_t *op = uc->ops.next;
+				pthread_mutex_lock(&uc->lock);
+				int code = uc->dead_code;
+				char reason[LC_REASON_MAX];
+				snprintf(reason, sizeof reason, "%s", uc->dead_reason);
+				pthread_mutex_unlock(&uc->lock);
+				if (op->b)
+					lc__batch_fail(op->b, code, "%s", reason);
+				lc__ucx_op_release(op);
+			}
+		}
+	}
+	lc__ucx_sc_service(st, now);
+	if (now >= st->next_prune) {
+		lc__ucx_prune_maps(st);
+		st->next_prune = now + 1000000000ull;
+	}
+}
+
+static void *progress_main(void *arg)
+{
+	pthread_setname_np(pthread_self(), "lc-ucx");
+	ustate_t *st = arg;
+	struct epoll_event ev[4];
+	for (;;) {
+		bool active = run_cmds(st);
+		unsigned n = 0;
+		for (int i = 0; i < 64; i++) {
+			unsigned k = ucp_worker_progress(st->worker);
+			if (!k)
+				break;
+			n += k;
+		}
+		uint64_t now = lc__now_ns();
+		if (n || active)
+			st->last_activity = now;
+		service(st, now);
+		pthread_mutex_lock(&st->lock);
+		bool stop = st->stop && !st->cmd_head;
+		pthread_mutex_unlock(&st->lock);
+		if (stop)
+			break;
+		bool busy = uc_busy(st);
+		if (busy && now - st->last_activity < SPIN_NS)
+			continue;
+		atomic_store(&st->sleeping, 1);
+		pthread_mutex_lock(&st->lock);
+		bool queued = st->cmd_head != NULL || st->stop;
+		pthread_mutex_unlock(&st->lock);
+		if (queued || ucp_worker_arm(st->worker) == UCS_ERR_BUSY) {
+			atomic_store(&st->sleeping, 0);
+			continue;
+		}
+		int timeout = busy || st->connreqs ? 2 : 100;
+		for (uconn_t *uc = st->conns; uc; uc = uc->next)
+			if (uc->state == UC_CONNECTING)
+				timeout = 2;
+		for (sconn_t *sc = st->sconns; sc; sc = sc->next)
+			if (sc->rejected)
+				timeout = 2;
+		int k = epoll_wait(st->epfd, ev, 4, timeout);
+		atomic_store(&st->sleeping, 0);
+		for (int i = 0; i < k; i++) {
+			if (ev[i].data.fd == st->efd) {
+				uint64_t v;
+				ssize_t r = read(st->efd, &v, sizeof v);
+				(void)r;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* Release the engine's UCX objects and reset it for a later start. */
+static void engine_free(ustate_t *st)
+{
+	if (st->worker)
+		ucp_worker_destroy(st->worker);
+	st->worker = NULL;
+	while (st->sc_graveyard) {
+		sconn_t *sc = st->sc_graveyard;
+		st->sc_graveyard = sc->next;
+		free(sc);
+	}
+	while (st->orphans.next != &st->orphans) {
+		uop_t *op = st->orphans.next; /* no callback can come any more */
+		lc__ucx_op_unlink(op);
+		lc__ucx_op_free(op);
+	}
+	while (st->dead_leases) {
+		lease_t *ls = st->dead_leases; /* no receive can complete any more */
+		st->dead_leases = ls->next;
+		lc__ucx_lease_free(ls);
+	}
+	while (st->graveyard) { /* no callback can come any more */
+		uconn_t *uc = st->graveyard;
+		st->graveyard = uc->next;
+		pthread_mutex_destroy(&uc->lock);
+		free(uc);
+	}
+	if (st->uctx)
+		ucp_cleanup(st->uctx);
+	st->uctx = NULL;
+	if (st->epfd >= 0)
+		close(st->epfd);
+	if (st->efd >= 0)
+		close(st->efd);
+	st->efd = st->epfd = -1;
+	st->cmd_head = st->cmd_tail = NULL;
+	st->stop = false;
+	atomic_store(&st->sleeping, 0);
+	st->reqs = 0;
+	st->last_activity = st->next_prune = 0;
+}
+
+/* The lc__ucx_wake-up: the worker's fd and our eventfd in one epoll set. */
+static int make_wakeup(ustate_t *st, ucs_status_t *sp)
+{
+	int wfd;
+	*sp = ucp_worker_get_efd(st->worker, &wfd);
+	if (*sp != UCS_OK)
+		return 1;
+	st->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	st->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (st->efd < 0 || st->epfd < 0)
+		return -errno;
+	struct epoll_event e1 = {.events = EPOLLIN, .data.fd = st->efd};
+	struct epoll_event e2 = {.events = EPOLLIN, .data.fd = wfd};
+	if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, st->efd, &e1) ||
+	    epoll_ctl(st->epfd, EPOLL_CTL_ADD, wfd, &e2))
+		return -errno;
+	return 0;
+}
+
+/* UCP context, worker and progress thread; under life_lock. */
+static int engine_start(ustate_t *st)
+{
+	ucp_config_t *cfg;
+	ucs_status_t s;
+	int rc;
+	s = ucp_config_read(NULL, NULL, &cfg); /* UCX_TLS and friends */
+	if (s != UCS_OK)
+		goto fail_ucs;
+	ucp_params_t p = {
+		.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
+		.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+		.name = "layercake",
+	};
+	s = ucp_init(&p, cfg, &st->uctx);
+	ucp_config_release(cfg);
+	if (s != UCS_OK)
+		goto fail_ucs;
+	ucp_worker_params_t wp = {
+		.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+		.thread_mode = UCS_THREAD_MODE_SINGLE,
+	};
+	s = ucp_worker_create(st->uctx, &wp, &st->worker);
+	if (s != UCS_OK || lc__ucx_register_handlers(st, &s))
+		goto fail_ucs;
+	rc = make_wakeup(st, &s);
+	if (rc > 0)
+		goto fail_ucs;
+	if (!rc)
+		rc = -pthread_create(&st->thread, NULL, progress_main, st);
+	if (rc)
+		goto fail;
+	st->running = true;
+	return 0;
+fail_ucs:
+	LC_WARN("ucx: initialising UCX: %s", ucs_status_string(s));
+	rc = lc__ucx_map_status(s, false) == LC_ERR_IO ? LC_ERR_NO_TRANSPORT : lc__ucx_map_status(s, false);
+	if (rc == -ENOTSUP || rc == LC_ERR_UNREACHABLE)
+		rc = LC_ERR_NO_TRANSPORT;
+fail:
+	engine_free(st);
+	return rc;
+}
+
+/* The thread is stopped; release what is left (normally nothing). */
+static void state_teardown(ustate_t *st)
+{
+	for (ulistener_t *ul = st->listeners; ul; ul = ul->next)
+		ucp_listener_destroy(ul->lh);
+	st->listeners = NULL;
+	for (sconn_t *sc = st->sconns, *n; sc; sc = n) {
+		n = sc->next;
+		lc__ucx_sc_close(st, sc);
+		lc__ucx_sc_bury(st, sc);
+	}
+	st->sconns = NULL;
+	uint64_t until = lc__now_ns() + CLOSE_WAIT_NS;
+	while (st->reqs > 0 && lc__now_ns() < until)
+		ucp_worker_progress(st->worker);
+	if (st->reqs > 0)
+		LC_WARN("ucx: %d UCX requests still outstanding at teardown", st->reqs);
+	while (st->maps) {
+		umap_t *m = st->maps;
+		st->maps = m->next;
+		lc__ucx_map_free(st, m);
+	}
+}
+
+/* Stop the thread and free the engine; under life_lock. */
+static void engine_stop(ustate_t *st)
+{
+	pthread_mutex_lock(&st->lock);
+	st->stop = true;
+	pthread_mutex_unlock(&st->lock);
+	atomic_store(&st->sleeping, 1);
+	lc__ucx_wake(st);
+	pthread_join(st->thread, NULL);
+	state_teardown(st);
+	engine_free(st);
+	st->running = false;
+}
+
+/* ops->init: the context's ucx slot. Cheap: UCX starts at first use. */
+int lc__ucx_init(lc_ctx_t *ctx, void **state)
+{
+	ustate_t *st = calloc(1, sizeof *st);
+	if (!st)
+		return -ENOMEM;
+	st->ctx = ctx;
+	st->efd = st->epfd = -1;
+	st->orphans.next = st->orphans.prev = &st->orphans;
+	pthread_mutex_init(&st->life_lock, NULL);
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_cond_init(&st->cond, NULL);
+	*state = st;
+	return 0;
+}
+
+/* ops->fini: every listener and connection of the context is closed. */
+void lc__ucx_fini(lc_ctx_t *ctx, void *state)
+{
+	ustate_t *st = state;
+	(void)ctx;
+	if (st->running) /* only if a close was missed: never expected */
+		engine_stop(st);
+	pthread_cond_destroy(&st->cond);
+	pthread_mutex_destroy(&st->lock);
+	pthread_mutex_destroy(&st->life_lock);
+	free(st);
+}
+
+/* The state of ctx with a reference on its engine, which `start` starts if
+ * it is not running (without it: -ENOENT). */
+int lc__ucx_state_get(lc_ctx_t *ctx, bool start, bool listener, ustate_t **out)
+{
+	void *p;
+	int rc = lc__transport_state(ctx, &lc__ucx_ops, &p);
+	if (rc)
+		return rc;
+	ustate_t *st = p;
+	pthread_mutex_lock(&st->life_lock);
+	if (!st->running)
+		rc = start ? engine_start(st) : -ENOENT;
+	if (!rc) {
+		st->refs++;
+		if (listener)
+			st->nlisteners++;
+	}
+	pthread_mutex_unlock(&st->life_lock);
+	if (!rc)
+		*out = st;
+	return rc;
+}
+
+void lc__ucx_state_put(ustate_t *st, bool listener)
+{
+	pthread_mutex_lock(&st->life_lock);
+	if (listener)
+		st->nlisteners--;
+	if (--st->refs == 0)
+		engine_stop(st);
+	pthread_mutex_unlock(&st->life_lock);
+}
