@@ -27,7 +27,7 @@ static void write_done(lwrite_t *w, bool landed)
 		w->ls->landed++;
 }
 
-void lc__ucx_lease_free(lease_t *ls)
+static void lease_free(lease_t *ls)
 {
 	for (uint32_t i = 0; i < ls->nopen; i++) {
 		write_done(&ls->w[i], false);
@@ -47,7 +47,7 @@ static void lease_release(lease_t *ls)
 	for (uint32_t i = 0; i < ls->nopen; i++)
 		write_done(&ls->w[i], false);
 	if (ls->recvs == 0) {
-		lc__ucx_lease_free(ls);
+		lease_free(ls);
 		return;
 	}
 	ls->released = true;
@@ -60,7 +60,7 @@ static void lease_reap(ustate_t *st, lease_t *ls)
 	for (lease_t **pp = &st->dead_leases; *pp; pp = &(*pp)->next) {
 		if (*pp == ls) {
 			*pp = ls->next;
-			lc__ucx_lease_free(ls);
+			lease_free(ls);
 			return;
 		}
 	}
@@ -77,7 +77,7 @@ static void sc_release_leases(sconn_t *sc)
 
 /* Close an accepted endpoint; once closed no put from it can land (the
  * connection under it is gone), so its leases are released. */
-void lc__ucx_sc_close(ustate_t *st, sconn_t *sc)
+static void sc_close(ustate_t *st, sconn_t *sc)
 {
 	if (sc->closed)
 		return;
@@ -300,7 +300,7 @@ static lwrite_t *write_find(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t 
  * destination, under the lease's bracket of the room, and counted when the
  * receive completes. */
 void lc__ucx_on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, void *data,
-		     size_t length, bool rndv)
+		      size_t length, bool rndv)
 {
 	lwrite_t *w = write_find(st, sc, h, hlen, length);
 	if (!w)
@@ -337,7 +337,7 @@ void lc__ucx_on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, 
 
 /* A closed connection's memory stays until the worker is destroyed: UCX may
  * still call the closed endpoint's error handler (sc_err sees `closed`). */
-void lc__ucx_sc_bury(ustate_t *st, sconn_t *sc)
+static void sc_bury(ustate_t *st, sconn_t *sc)
 {
 	sc->next = st->sc_graveyard;
 	st->sc_graveyard = sc;
@@ -349,7 +349,7 @@ static void sc_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 	if (sc->closed || sc->failed)
 		return;
 	LC_INFO("ucx: a sender's connection closed: %s", ucs_status_string(status));
-	sc->failed = true; /* lc__ucx_sc_service closes it and releases its leases */
+	sc->failed = true; /* sc_service closes it and releases its leases */
 }
 
 static void conn_handler(ucp_conn_request_h req, void *arg)
@@ -366,7 +366,7 @@ static void conn_handler(ucp_conn_request_h req, void *arg)
 	ul->st->connreqs = cr;
 }
 
-void lc__ucx_accept_pending(ustate_t *st)
+static void accept_pending(ustate_t *st)
 {
 	while (st->connreqs) {
 		connreq_t *cr = st->connreqs;
@@ -398,12 +398,12 @@ void lc__ucx_accept_pending(ustate_t *st)
 }
 
 /* Revokes pending on leased rooms: ask P to stop, fence after fence_ns. */
-void lc__ucx_sc_service(ustate_t *st, uint64_t now)
+static void sc_service(ustate_t *st, uint64_t now)
 {
 	for (sconn_t **pp = &st->sconns; *pp;) {
 		sconn_t *sc = *pp;
 		if (!sc->closed && (sc->failed || (sc->rejected && now >= sc->close_at)))
-			lc__ucx_sc_close(st, sc);
+			sc_close(st, sc);
 		bool fence = false;
 		for (lease_t *ls = sc->closed ? NULL : sc->leases; ls; ls = ls->next) {
 			if (lc__grant_enter(ls->g)) {
@@ -426,11 +426,11 @@ void lc__ucx_sc_service(ustate_t *st, uint64_t now)
 			LC_WARN("ucx: a sender did not release a revoked room within %llu ms; "
 				"closing its connection (fence)",
 				(unsigned long long)(sc->ul->fence_ns / 1000000));
-			lc__ucx_sc_close(st, sc);
+			sc_close(st, sc);
 		}
 		if (sc->closed) {
 			*pp = sc->next;
-			lc__ucx_sc_bury(st, sc);
+			sc_bury(st, sc);
 		} else {
 			pp = &sc->next;
 		}
@@ -541,9 +541,9 @@ static void do_listener_close(ustate_t *st, void *arg)
 	for (sconn_t **pp = &st->sconns; *pp;) {
 		sconn_t *sc = *pp;
 		if (sc->ul == ul) {
-			lc__ucx_sc_close(st, sc);
+			sc_close(st, sc);
 			*pp = sc->next;
-			lc__ucx_sc_bury(st, sc);
+			sc_bury(st, sc);
 		} else {
 			pp = &sc->next;
 		}
@@ -558,4 +558,37 @@ void lc__ucx_listener_close(lc_listener_t *l)
 	free(ul);
 	l->tp = NULL;
 	lc__ucx_state_put(st, true);
+}
+
+void lc__ucx_recv_service(ustate_t *st, uint64_t now)
+{
+	accept_pending(st);
+	sc_service(st, now);
+}
+
+void lc__ucx_recv_teardown(ustate_t *st)
+{
+	for (ulistener_t *ul = st->listeners; ul; ul = ul->next)
+		ucp_listener_destroy(ul->lh);
+	st->listeners = NULL;
+	for (sconn_t *sc = st->sconns, *n; sc; sc = n) {
+		n = sc->next;
+		sc_close(st, sc);
+		sc_bury(st, sc);
+	}
+	st->sconns = NULL;
+}
+
+void lc__ucx_recv_free(ustate_t *st)
+{
+	while (st->sc_graveyard) {
+		sconn_t *sc = st->sc_graveyard;
+		st->sc_graveyard = sc->next;
+		free(sc);
+	}
+	while (st->dead_leases) {
+		lease_t *ls = st->dead_leases;
+		st->dead_leases = ls->next;
+		lease_free(ls);
+	}
 }

@@ -27,7 +27,7 @@ bool lc__ucx_ensure_rkey(uconn_t *uc, rregion_t *r, ucs_status_t *err)
 	return true;
 }
 
-void lc__ucx_map_free(ustate_t *st, umap_t *m)
+static void map_free(ustate_t *st, umap_t *m)
 {
 	ucp_rkey_buffer_release(m->rkey);
 	ucp_mem_unmap(st->uctx, m->memh);
@@ -44,7 +44,7 @@ void lc__ucx_prune_maps(ustate_t *st)
 		    info.len != m->len) {
 			*pp = m->next;
 			LC_DEBUG("ucx: unmapping region %u", m->id);
-			lc__ucx_map_free(st, m);
+			map_free(st, m);
 		} else {
 			pp = &m->next;
 		}
@@ -66,7 +66,7 @@ rregion_t *lc__ucx_region_find(uconn_t *uc, uint32_t id)
 }
 
 int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *blob,
-			     size_t blob_len)
+			  size_t blob_len)
 {
 	uconn_t *uc = c->tp;
 	uw_key_t k;
@@ -196,4 +196,13 @@ int lc__ucx_pack_region(lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf, size_
 		lc__ucx_run_sync(st, do_pack, &a);
 	lc__ucx_state_put(st, false);
 	return a.rc;
+}
+
+void lc__ucx_maps_free(ustate_t *st)
+{
+	while (st->maps) {
+		umap_t *m = st->maps;
+		st->maps = m->next;
+		map_free(st, m);
+	}
 }

@@ -7,14 +7,14 @@
 
 #include "transport/ucx/ucx.h"
 
-void lc__ucx_op_unlink(uop_t *op)
+static void op_unlink(uop_t *op)
 {
 	op->prev->next = op->next;
 	op->next->prev = op->prev;
 	op->next = op->prev = op;
 }
 
-void lc__ucx_op_free(uop_t *op)
+static void op_free(uop_t *op)
 {
 	free(op->hdrs);
 	free(op->rr);
@@ -23,9 +23,9 @@ void lc__ucx_op_free(uop_t *op)
 
 /* Detach an op from its connection and drop the batch reference; the memory
  * goes now, or with the flush callback that still points at it. */
-void lc__ucx_op_release(uop_t *op)
+static void op_release(uop_t *op)
 {
-	lc__ucx_op_unlink(op);
+	op_unlink(op);
 	if (op->b) {
 		lc__batch_unref(op->b);
 		op->b = NULL;
@@ -39,7 +39,7 @@ void lc__ucx_op_release(uop_t *op)
 		st->orphans.next = op;
 		return;
 	}
-	lc__ucx_op_free(op);
+	op_free(op);
 }
 
 static uop_t *op_find(uconn_t *uc, uint64_t seq)
@@ -51,7 +51,7 @@ static uop_t *op_find(uconn_t *uc, uint64_t seq)
 }
 
 /* Move posted ops to the thread's list. */
-void lc__ucx_uc_take_new(uconn_t *uc)
+static void uc_take_new(uconn_t *uc)
 {
 	pthread_mutex_lock(&uc->lock);
 	uop_t *op = uc->in_head;
@@ -67,7 +67,10 @@ void lc__ucx_uc_take_new(uconn_t *uc)
 	}
 }
 
-void lc__ucx_uc_mark_dead(uconn_t *uc, int code, const char *fmt, ...)
+static void uc_mark_dead(uconn_t *uc, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void uc_mark_dead(uconn_t *uc, int code, const char *fmt, ...)
 {
 	char reason[LC_REASON_MAX];
 	va_list ap;
@@ -86,7 +89,7 @@ void lc__ucx_uc_mark_dead(uconn_t *uc, int code, const char *fmt, ...)
 		LC__COUNT(uc->conn->ctx, lanes_stalled);
 }
 
-void lc__ucx_uc_close_ep(uconn_t *uc)
+static void uc_close_ep(uconn_t *uc)
 {
 	if (!uc->ep || uc->ep_closed)
 		return;
@@ -108,7 +111,7 @@ static void send_lease(uconn_t *uc, uop_t *op)
 	msg_t *m = lc__ucx_msg_new(uc->st, uw_lease_len(b->nwrites));
 	if (!m) {
 		lc__batch_fail(b, -ENOMEM, "ucx: no memory for the lease of %zu writes", b->nwrites);
-		lc__ucx_op_release(op);
+		op_release(op);
 		return;
 	}
 	op->seq = ++uc->next_seq;
@@ -126,7 +129,7 @@ static void send_lease(uconn_t *uc, uop_t *op)
 	if (s != UCS_OK) {
 		lc__batch_fail(b, lc__ucx_map_status(s, true), "ucx: sending the lease to %s: %s",
 			       uc->conn->url, ucs_status_string(s));
-		lc__ucx_op_release(op);
+		op_release(op);
 		return;
 	}
 	op->state = OP_LEASING;
@@ -154,7 +157,7 @@ static void op_flushed(uconn_t *uc, uop_t *op, ucs_status_t status)
 			lc__batch_fail(op->b, lc__ucx_map_status(status, true),
 				       "ucx: flushing writes to %s: %s", uc->conn->url,
 				       ucs_status_string(status));
-		lc__ucx_op_release(op); /* the endpoint is broken: D releases on its error */
+		op_release(op); /* the endpoint is broken: D releases on its error */
 		return;
 	}
 	if (op->b && op->nput < op->b->nwrites && !op->revoked &&
@@ -174,8 +177,8 @@ static void op_request_done(uop_t *op, ucs_status_t status)
 	if (--op->pending > 0)
 		return;
 	if (op->orphan) {
-		lc__ucx_op_unlink(op);
-		lc__ucx_op_free(op);
+		op_unlink(op);
+		op_free(op);
 		return;
 	}
 	op->state = OP_FLUSHED;
@@ -274,9 +277,9 @@ static void start_puts(uconn_t *uc, uop_t *op)
 }
 
 /* Ops waiting for the connection to be ready, and for the lease. */
-void lc__ucx_uc_pump(uconn_t *uc)
+static void uc_pump(uconn_t *uc)
 {
-	lc__ucx_uc_take_new(uc);
+	uc_take_new(uc);
 	if (uc->state != UC_READY)
 		return;
 	for (uop_t *op = uc->ops.next, *next; op != &uc->ops; op = next) {
@@ -284,7 +287,7 @@ void lc__ucx_uc_pump(uconn_t *uc)
 		switch (op->state) {
 		case OP_NEW:
 			if (!op->b || lc__batch_is_completed(op->b))
-				lc__ucx_op_release(op);
+				op_release(op);
 			else
 				send_lease(uc, op);
 			break;
@@ -320,10 +323,10 @@ void lc__ucx_on_hello_reply(uconn_t *uc, const uint8_t *d, size_t len)
 		uc->state = UC_READY;
 		LC_DEBUG("ucx: connected to %s", uc->conn->url);
 	} else if (status == LC_ERR_AUTH) {
-		lc__ucx_uc_mark_dead(uc, LC_ERR_AUTH, "%s rejected the session token", uc->conn->url);
+		uc_mark_dead(uc, LC_ERR_AUTH, "%s rejected the session token", uc->conn->url);
 		uc->need_close = true;
 	} else {
-		lc__ucx_uc_mark_dead(uc, status, "%s refused the connection: %s", uc->conn->url,
+		uc_mark_dead(uc, status, "%s refused the connection: %s", uc->conn->url,
 			lc_strerror(status));
 		uc->need_close = true;
 	}
@@ -350,7 +353,7 @@ void lc__ucx_on_lease_reply(uconn_t *uc, const uint8_t *d, size_t len)
 				       (unsigned long long)(w ? w->length : 0),
 				       (unsigned long long)op->room, lc_strerror(status));
 		}
-		lc__ucx_op_release(op); /* D holds nothing for a refused lease */
+		op_release(op); /* D holds nothing for a refused lease */
 		return;
 	}
 	op->state = OP_LEASED; /* the loop puts (or releases) */
@@ -376,7 +379,7 @@ void lc__ucx_on_ack(uconn_t *uc, const uint8_t *d, size_t len)
 				       uc->conn->url, (unsigned long long)landed, op->b->nwrites,
 				       (unsigned long long)op->room);
 	}
-	lc__ucx_op_release(op);
+	op_release(op);
 }
 
 void lc__ucx_on_revoke(uconn_t *uc, const uint8_t *d, size_t len)
@@ -384,7 +387,7 @@ void lc__ucx_on_revoke(uconn_t *uc, const uint8_t *d, size_t len)
 	uint64_t room;
 	if (uw_revoke_decode(d, len, &room))
 		return;
-	lc__ucx_uc_take_new(uc);
+	uc_take_new(uc);
 	for (uop_t *op = uc->ops.next, *next; op != &uc->ops; op = next) {
 		next = op->next;
 		if (op->room != room)
@@ -394,7 +397,7 @@ void lc__ucx_on_revoke(uconn_t *uc, const uint8_t *d, size_t len)
 				       "ucx: %s revoked the grant of room %llu", uc->conn->url,
 				       (unsigned long long)room);
 		if (op->state == OP_NEW)
-			lc__ucx_op_release(op);
+			op_release(op);
 		else
 			op->revoked = true; /* a leased op still sends its DONE */
 	}
@@ -408,10 +411,10 @@ static void uc_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 	bool connected = uc->state == UC_READY;
 	int code = lc__ucx_map_status(status, connected);
 	if (connected)
-		lc__ucx_uc_mark_dead(uc, code, "connection to %s broke: %s", uc->conn->url,
+		uc_mark_dead(uc, code, "connection to %s broke: %s", uc->conn->url,
 			ucs_status_string(status));
 	else
-		lc__ucx_uc_mark_dead(uc, code, "cannot connect to %s: %s", uc->conn->url,
+		uc_mark_dead(uc, code, "cannot connect to %s: %s", uc->conn->url,
 			ucs_status_string(status));
 	uc->need_close = true; /* not from inside the callback */
 }
@@ -428,7 +431,7 @@ static void do_connect(ustate_t *st, void *arg)
 		lc__now_ns() + (uint64_t)lc__ctx_cfg(st->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
 	int rc = lc__ucx_resolve(uc->host, uc->port, false, &sa, &salen);
 	if (rc) {
-		lc__ucx_uc_mark_dead(uc, LC_ERR_UNREACHABLE, "cannot lc__ucx_resolve %s", uc->host);
+		uc_mark_dead(uc, LC_ERR_UNREACHABLE, "cannot lc__ucx_resolve %s", uc->host);
 		return;
 	}
 	ucp_ep_params_t ep = {
@@ -442,13 +445,13 @@ static void do_connect(ustate_t *st, void *arg)
 	ucs_status_t s = ucp_ep_create(st->worker, &ep, &uc->ep);
 	if (s != UCS_OK) {
 		uc->ep = NULL;
-		lc__ucx_uc_mark_dead(uc, LC_ERR_UNREACHABLE, "cannot connect to %s: %s", uc->conn->url,
+		uc_mark_dead(uc, LC_ERR_UNREACHABLE, "cannot connect to %s: %s", uc->conn->url,
 			ucs_status_string(s));
 		return;
 	}
 	msg_t *m = lc__ucx_msg_new(st, UW_HELLO_LEN);
 	if (!m) {
-		lc__ucx_uc_mark_dead(uc, -ENOMEM, "no memory for the handshake");
+		uc_mark_dead(uc, -ENOMEM, "no memory for the handshake");
 		return;
 	}
 	uw_hello_t h = {.version = UW_VERSION, .has_token = uc->conn->has_token};
@@ -456,7 +459,7 @@ static void do_connect(ustate_t *st, void *arg)
 	uw_hello_encode(m->data, &h);
 	s = lc__ucx_msg_send(uc->ep, UW_HELLO, m);
 	if (s != UCS_OK)
-		lc__ucx_uc_mark_dead(uc, lc__ucx_map_status(s, false), "handshake with %s: %s", uc->conn->url,
+		uc_mark_dead(uc, lc__ucx_map_status(s, false), "handshake with %s: %s", uc->conn->url,
 			ucs_status_string(s));
 }
 
@@ -516,10 +519,10 @@ static void do_conn_close(ustate_t *st, void *arg)
 			break;
 		}
 	}
-	lc__ucx_uc_take_new(uc);
+	uc_take_new(uc);
 	while (uc->ops.next != &uc->ops)
-		lc__ucx_op_release(uc->ops.next); /* the generic layer completes them */
-	lc__ucx_uc_close_ep(uc);
+		op_release(uc->ops.next); /* the generic layer completes them */
+	uc_close_ep(uc);
 	uc->state = UC_DEAD;
 }
 
@@ -615,4 +618,58 @@ void lc__ucx_cancel_room(lc_conn_t *c, uint64_t room)
 	(void)c;
 	(void)room;
 	lc__ucx_wake(((uconn_t *)c->tp)->st);
+}
+
+/* Ops of a dead connection fail with its reason (at a safe point: see
+ * uc_mark_dead). */
+static void uc_fail_ops(uconn_t *uc)
+{
+	uc_take_new(uc);
+	while (uc->ops.next != &uc->ops) {
+		uop_t *op = uc->ops.next;
+		pthread_mutex_lock(&uc->lock);
+		int code = uc->dead_code;
+		char reason[LC_REASON_MAX];
+		snprintf(reason, sizeof reason, "%s", uc->dead_reason);
+		pthread_mutex_unlock(&uc->lock);
+		if (op->b)
+			lc__batch_fail(op->b, code, "%s", reason);
+		op_release(op);
+	}
+}
+
+void lc__ucx_send_service(ustate_t *st, uint64_t now)
+{
+	for (uconn_t *uc = st->conns; uc; uc = uc->next) {
+		if (!uc->started)
+			continue;
+		if (uc->state == UC_CONNECTING && now > uc->connect_deadline) {
+			uc_mark_dead(uc, LC_ERR_UNREACHABLE, "no handshake with %s within %lld ms",
+					     uc->conn->url,
+					     (long long)lc__ctx_cfg(st->ctx, LC__CFG_connect_timeout_ms));
+			uc_close_ep(uc);
+		}
+		uc_pump(uc);
+		if (uc->need_close) {
+			uc->need_close = false;
+			uc_close_ep(uc);
+		}
+		if (uc->state == UC_DEAD)
+			uc_fail_ops(uc);
+	}
+}
+
+void lc__ucx_send_free(ustate_t *st)
+{
+	while (st->orphans.next != &st->orphans) {
+		uop_t *op = st->orphans.next;
+		op_unlink(op);
+		op_free(op);
+	}
+	while (st->graveyard) {
+		uconn_t *uc = st->graveyard;
+		st->graveyard = uc->next;
+		pthread_mutex_destroy(&uc->lock);
+		free(uc);
+	}
 }

@@ -44,7 +44,7 @@ int lc__ucx_map_status(ucs_status_t s, bool connected)
 }
 
 int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_storage *out,
-		   socklen_t *len)
+		    socklen_t *len)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
@@ -237,37 +237,8 @@ static bool uc_busy(ustate_t *st)
 
 static void service(ustate_t *st, uint64_t now)
 {
-	lc__ucx_accept_pending(st);
-	for (uconn_t *uc = st->conns; uc; uc = uc->next) {
-		if (!uc->started)
-			continue;
-		if (uc->state == UC_CONNECTING && now > uc->connect_deadline) {
-			lc__ucx_uc_mark_dead(uc, LC_ERR_UNREACHABLE, "no handshake with %s within %lld ms",
-				uc->conn->url,
-				(long long)lc__ctx_cfg(st->ctx, LC__CFG_connect_timeout_ms));
-			lc__ucx_uc_close_ep(uc);
-		}
-		lc__ucx_uc_pump(uc);
-		if (uc->need_close) {
-			uc->need_close = false;
-			lc__ucx_uc_close_ep(uc);
-		}
-		if (uc->state == UC_DEAD) {
-			lc__ucx_uc_take_new(uc);
-			while (uc->ops.next != &uc->ops) {
-				uop_t *op = uc->ops.next;
-				pthread_mutex_lock(&uc->lock);
-				int code = uc->dead_code;
-				char reason[LC_REASON_MAX];
-				snprintf(reason, sizeof reason, "%s", uc->dead_reason);
-				pthread_mutex_unlock(&uc->lock);
-				if (op->b)
-					lc__batch_fail(op->b, code, "%s", reason);
-				lc__ucx_op_release(op);
-			}
-		}
-	}
-	lc__ucx_sc_service(st, now);
+	lc__ucx_send_service(st, now);
+	lc__ucx_recv_service(st, now);
 	if (now >= st->next_prune) {
 		lc__ucx_prune_maps(st);
 		st->next_prune = now + 1000000000ull;
@@ -334,27 +305,8 @@ static void engine_free(ustate_t *st)
 	if (st->worker)
 		ucp_worker_destroy(st->worker);
 	st->worker = NULL;
-	while (st->sc_graveyard) {
-		sconn_t *sc = st->sc_graveyard;
-		st->sc_graveyard = sc->next;
-		free(sc);
-	}
-	while (st->orphans.next != &st->orphans) {
-		uop_t *op = st->orphans.next; /* no callback can come any more */
-		lc__ucx_op_unlink(op);
-		lc__ucx_op_free(op);
-	}
-	while (st->dead_leases) {
-		lease_t *ls = st->dead_leases; /* no receive can complete any more */
-		st->dead_leases = ls->next;
-		lc__ucx_lease_free(ls);
-	}
-	while (st->graveyard) { /* no callback can come any more */
-		uconn_t *uc = st->graveyard;
-		st->graveyard = uc->next;
-		pthread_mutex_destroy(&uc->lock);
-		free(uc);
-	}
+	lc__ucx_send_free(st); /* no callback can come any more */
+	lc__ucx_recv_free(st);
 	if (st->uctx)
 		ucp_cleanup(st->uctx);
 	st->uctx = NULL;
@@ -425,8 +377,8 @@ static int engine_start(ustate_t *st)
 	return 0;
 fail_ucs:
 	LC_WARN("ucx: initialising UCX: %s", ucs_status_string(s));
-	rc = lc__ucx_map_status(s, false) == LC_ERR_IO ? LC_ERR_NO_TRANSPORT : lc__ucx_map_status(s, false);
-	if (rc == -ENOTSUP || rc == LC_ERR_UNREACHABLE)
+	rc = lc__ucx_map_status(s, false);
+	if (rc == LC_ERR_IO || rc == -ENOTSUP || rc == LC_ERR_UNREACHABLE)
 		rc = LC_ERR_NO_TRANSPORT;
 fail:
 	engine_free(st);
@@ -436,25 +388,13 @@ fail:
 /* The thread is stopped; release what is left (normally nothing). */
 static void state_teardown(ustate_t *st)
 {
-	for (ulistener_t *ul = st->listeners; ul; ul = ul->next)
-		ucp_listener_destroy(ul->lh);
-	st->listeners = NULL;
-	for (sconn_t *sc = st->sconns, *n; sc; sc = n) {
-		n = sc->next;
-		lc__ucx_sc_close(st, sc);
-		lc__ucx_sc_bury(st, sc);
-	}
-	st->sconns = NULL;
+	lc__ucx_recv_teardown(st);
 	uint64_t until = lc__now_ns() + CLOSE_WAIT_NS;
 	while (st->reqs > 0 && lc__now_ns() < until)
 		ucp_worker_progress(st->worker);
 	if (st->reqs > 0)
 		LC_WARN("ucx: %d UCX requests still outstanding at teardown", st->reqs);
-	while (st->maps) {
-		umap_t *m = st->maps;
-		st->maps = m->next;
-		lc__ucx_map_free(st, m);
-	}
+	lc__ucx_maps_free(st);
 }
 
 /* Stop the thread and free the engine; under life_lock. */

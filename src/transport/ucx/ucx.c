@@ -17,7 +17,7 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
 				      ? lc__ucx_sc_by_ep(st, param->reply_ep)
 				      : NULL;
 		lc__ucx_on_write(st, sc && sc->authed ? sc : NULL, header, header_length, data, length,
-			 (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+				 (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
 		return UCS_OK;
 	}
 	if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {

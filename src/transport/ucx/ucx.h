@@ -30,8 +30,12 @@
  *   on D waits for leased batches; D's thread sees the revoke pending,
  *   asks P to stop (REVOKE), and fences P's endpoint (closes it) if P has
  *   not released the lease within fence_ms.
- * - Completion: put every write, ucp_ep_flush_nbx (remote completion), DONE;
- *   D counts the bytes and answers ACK; the batch completes at ACK.
+ * - Landing: each leased write keeps its landing of the memory seam
+ *   (lc__land_t, opened at LEASE) until D finishes it with lc__land_done,
+ *   which counts it: in am mode when D's own receive of it completes, in
+ *   put mode at DONE on P's word that it was put and flushed (the one trust
+ *   point left). ACK tells P how many D counted; the batch completes at ACK
+ *   if that is all of them.
  * - Data mode "am" (the default; LAYERCAKE_UCX_DATA=put selects puts):
  *   writes travel as active messages that D receives into the destinations
  *   it checked (rendezvous: D pulls). It keeps revoke a hard stop on every
@@ -249,65 +253,92 @@ typedef struct msg {
 
 extern const lc__transport_ops_t lc__ucx_ops;
 
-/* ucx.c */
+/* ---- ucx.c ---- */
+
+/* Install the active-message handlers on st's new worker. */
 int lc__ucx_register_handlers(ustate_t *st, ucs_status_t *sp);
-/* state.c */
+/* ---- state.c ---- */
+
+/* A UCX status as a layercake code; `connected` tells a refused connection
+ * (unreachable) from one that broke (peer closed). */
 int lc__ucx_map_status(ucs_status_t s, bool connected);
 int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_storage *out,
-		   socklen_t *len);
+		    socklen_t *len);
+/* Config knobs ucx_err_mode and ucx_data of ctx. */
 ucp_err_handling_mode_t lc__ucx_err_mode(lc_ctx_t *ctx);
 bool lc__ucx_data_mode_am(lc_ctx_t *ctx);
+/* Messages: new (NULL without memory), send and forget (freed when sent;
+ * thread only), post (send, log a failure; ignores a NULL message). */
 msg_t *lc__ucx_msg_new(ustate_t *st, size_t len);
 ucs_status_t lc__ucx_msg_send(ucp_ep_h ep, unsigned id, msg_t *m);
 void lc__ucx_msg_post(ucp_ep_h ep, unsigned id, msg_t *m);
 void lc__ucx_ep_close_force(ustate_t *st, ucp_ep_h ep);
+/* Commands to the thread: wake it (any thread), queue an asynchronous
+ * command (under st->lock), run one and wait for it. */
 void lc__ucx_wake(ustate_t *st);
 void lc__ucx_cmd_push(ustate_t *st, cmd_t *c);
 void lc__ucx_run_sync(ustate_t *st, void (*fn)(ustate_t *, void *), void *arg);
+/* ops->init / ops->fini: the context's state (no UCX until first use). */
 int lc__ucx_init(lc_ctx_t *ctx, void **state);
 void lc__ucx_fini(lc_ctx_t *ctx, void *state);
+/* The state of ctx with a reference on its engine, started if `start`
+ * (else -ENOENT when it is not running); put drops it, and the last put
+ * stops the engine. */
 int lc__ucx_state_get(lc_ctx_t *ctx, bool start, bool listener, ustate_t **out);
 void lc__ucx_state_put(ustate_t *st, bool listener);
-/* send.c */
-void lc__ucx_op_unlink(uop_t *op);
-void lc__ucx_op_free(uop_t *op);
-void lc__ucx_op_release(uop_t *op);
-void lc__ucx_uc_take_new(uconn_t *uc);
-void lc__ucx_uc_mark_dead(uconn_t *uc, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-void lc__ucx_uc_close_ep(uconn_t *uc);
-void lc__ucx_uc_pump(uconn_t *uc);
+
+/* ---- send.c (P) ---- */
+
+/* Handlers of D's messages, for the connection of endpoint ep. */
 uconn_t *lc__ucx_uc_by_ep(ustate_t *st, ucp_ep_h ep);
 void lc__ucx_on_hello_reply(uconn_t *uc, const uint8_t *d, size_t len);
 void lc__ucx_on_lease_reply(uconn_t *uc, const uint8_t *d, size_t len);
 void lc__ucx_on_ack(uconn_t *uc, const uint8_t *d, size_t len);
 void lc__ucx_on_revoke(uconn_t *uc, const uint8_t *d, size_t len);
+/* ops */
 int lc__ucx_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p);
 void lc__ucx_conn_close(lc_conn_t *c);
 int lc__ucx_post(lc_conn_t *c, lc__batch_t *b);
 void lc__ucx_flush(lc_conn_t *c);
 void lc__ucx_cancel_room(lc_conn_t *c, uint64_t room);
-/* recv.c */
+/* The thread's periodic work for P: handshake deadlines, queued ops, closes,
+ * and failing the ops of dead connections. */
+void lc__ucx_send_service(ustate_t *st, uint64_t now);
+/* With the worker destroyed: free closed connections and orphaned ops. */
+void lc__ucx_send_free(ustate_t *st);
+
+/* ---- recv.c (D) ---- */
+
+/* Handlers of P's messages, for the accepted connection of endpoint ep. */
 sconn_t *lc__ucx_sc_by_ep(ustate_t *st, ucp_ep_h ep);
-void lc__ucx_lease_free(lease_t *ls);
-void lc__ucx_sc_close(ustate_t *st, sconn_t *sc);
 void lc__ucx_on_hello(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len);
 void lc__ucx_on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len);
 void lc__ucx_on_done(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len);
 void lc__ucx_on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, void *data,
-		     size_t length, bool rndv);
-void lc__ucx_sc_bury(ustate_t *st, sconn_t *sc);
-void lc__ucx_accept_pending(ustate_t *st);
-void lc__ucx_sc_service(ustate_t *st, uint64_t now);
+		      size_t length, bool rndv);
+/* ops */
 int lc__ucx_listen(lc_listener_t *l, const char *url);
 void lc__ucx_listener_close(lc_listener_t *l);
-/* region.c */
+/* The thread's periodic work for D: accept, fence, close. */
+void lc__ucx_recv_service(ustate_t *st, uint64_t now);
+/* The thread stopped: destroy listeners, close accepted connections. */
+void lc__ucx_recv_teardown(ustate_t *st);
+/* With the worker destroyed: free closed connections and released leases. */
+void lc__ucx_recv_free(ustate_t *st);
+
+/* ---- region.c ---- */
+
+/* P, thread: the region's rkey unpacked on uc's endpoint. */
 bool lc__ucx_ensure_rkey(uconn_t *uc, rregion_t *r, ucs_status_t *err);
-void lc__ucx_map_free(ustate_t *st, umap_t *m);
-void lc__ucx_prune_maps(ustate_t *st);
+/* P, under uc->lock: an imported region by id. */
 rregion_t *lc__ucx_region_find(uconn_t *uc, uint32_t id);
+/* D, thread: unmap regions that were deregistered. */
+void lc__ucx_prune_maps(ustate_t *st);
+/* ops */
 int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *blob,
-			     size_t blob_len);
+			  size_t blob_len);
 int lc__ucx_pack_region(lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf, size_t cap);
+/* Unmap every region (engine stop). */
+void lc__ucx_maps_free(ustate_t *st);
 
 #endif
