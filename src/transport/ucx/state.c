@@ -1,5 +1,5 @@
 /* The per-context state of the ucx transport: the engine (UCP context,
- * worker, progress thread), its commands and wake-ups, and sending messages. */
+ * worker, their task on the I/O core), its commands, and sending messages. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "transport/io/io.h"
 #include "transport/ucx/ucx.h"
 
 /* A UCX status as a layercake code; `connected` tells a refused connection
@@ -164,11 +164,7 @@ void lc__ucx_ep_close_force(ustate_t *st, ucp_ep_h ep)
 
 void lc__ucx_wake(ustate_t *st)
 {
-	if (atomic_load(&st->sleeping)) {
-		uint64_t one = 1;
-		ssize_t n = write(st->efd, &one, sizeof one);
-		(void)n;
-	}
+	lc__io_kick(&st->task);
 }
 
 void lc__ucx_cmd_push(ustate_t *st, cmd_t *c)
@@ -181,20 +177,6 @@ void lc__ucx_cmd_push(ustate_t *st, cmd_t *c)
 	st->cmd_tail = c;
 }
 
-void lc__ucx_run_sync(ustate_t *st, void (*fn)(ustate_t *, void *), void *arg)
-{
-	cmd_t c = {.fn = fn, .arg = arg, .sync = true};
-	pthread_mutex_lock(&st->lock);
-	lc__ucx_cmd_push(st, &c);
-	pthread_mutex_unlock(&st->lock);
-	atomic_store(&st->sleeping, 1); /* force the eventfd write */
-	lc__ucx_wake(st);
-	pthread_mutex_lock(&st->lock);
-	while (!c.done)
-		pthread_cond_wait(&st->cond, &st->lock);
-	pthread_mutex_unlock(&st->lock);
-}
-
 static bool run_cmds(ustate_t *st)
 {
 	pthread_mutex_lock(&st->lock);
@@ -205,17 +187,37 @@ static bool run_cmds(ustate_t *st)
 	while (c) {
 		cmd_t *next = c->next;
 		c->fn(st, c->arg);
-		if (c->sync) {
-			pthread_mutex_lock(&st->lock);
-			c->done = true;
-			pthread_cond_broadcast(&st->cond);
-			pthread_mutex_unlock(&st->lock);
-		} else {
-			free(c);
-		}
+		free(c);
 		c = next;
 	}
 	return any;
+}
+
+static ustate_t *task_state(lc__io_task_t *t)
+{
+	return (ustate_t *)((char *)t - offsetof(ustate_t, task));
+}
+
+typedef struct sync_arg {
+	void (*fn)(ustate_t *, void *);
+	void *arg;
+} sync_arg_t;
+
+/* On the loop thread: the queued commands first, so that a command never
+ * overtakes one queued before it (a connection's close its connect). */
+static void run_sync_cb(lc__io_task_t *t, void *arg)
+{
+	sync_arg_t *a = arg;
+	ustate_t *st = task_state(t);
+	run_cmds(st);
+	a->fn(st, a->arg);
+	lc__io_kick(t); /* service what the command changed */
+}
+
+void lc__ucx_run_sync(ustate_t *st, void (*fn)(ustate_t *, void *), void *arg)
+{
+	sync_arg_t a = {.fn = fn, .arg = arg};
+	lc__io_call(&st->task, run_sync_cb, &a);
 }
 
 static bool uc_busy(ustate_t *st)
@@ -245,59 +247,62 @@ static void service(ustate_t *st, uint64_t now)
 	}
 }
 
-static void *progress_main(void *arg)
+/* How long the task may sleep once the worker is armed. */
+static uint64_t idle_ns(ustate_t *st, bool busy)
 {
-	pthread_setname_np(pthread_self(), "lc-ucx");
-	ustate_t *st = arg;
-	struct epoll_event ev[4];
-	for (;;) {
-		bool active = run_cmds(st);
-		unsigned n = 0;
-		for (int i = 0; i < 64; i++) {
-			unsigned k = ucp_worker_progress(st->worker);
-			if (!k)
-				break;
-			n += k;
-		}
-		uint64_t now = lc__now_ns();
-		if (n || active)
-			st->last_activity = now;
-		service(st, now);
-		pthread_mutex_lock(&st->lock);
-		bool stop = st->stop && !st->cmd_head;
-		pthread_mutex_unlock(&st->lock);
-		if (stop)
-			break;
-		bool busy = uc_busy(st);
-		if (busy && now - st->last_activity < SPIN_NS)
-			continue;
-		atomic_store(&st->sleeping, 1);
-		pthread_mutex_lock(&st->lock);
-		bool queued = st->cmd_head != NULL || st->stop;
-		pthread_mutex_unlock(&st->lock);
-		if (queued || ucp_worker_arm(st->worker) == UCS_ERR_BUSY) {
-			atomic_store(&st->sleeping, 0);
-			continue;
-		}
-		int timeout = busy || st->connreqs ? 2 : 100;
-		for (uconn_t *uc = st->conns; uc; uc = uc->next)
-			if (uc->state == UC_CONNECTING)
-				timeout = 2;
-		for (sconn_t *sc = st->sconns; sc; sc = sc->next)
-			if (sc->rejected)
-				timeout = 2;
-		int k = epoll_wait(st->epfd, ev, 4, timeout);
-		atomic_store(&st->sleeping, 0);
-		for (int i = 0; i < k; i++) {
-			if (ev[i].data.fd == st->efd) {
-				uint64_t v;
-				ssize_t r = read(st->efd, &v, sizeof v);
-				(void)r;
-			}
-		}
-	}
-	return NULL;
+	bool soon = busy || st->connreqs;
+	for (uconn_t *uc = st->conns; uc && !soon; uc = uc->next)
+		soon = uc->state == UC_CONNECTING;
+	for (sconn_t *sc = st->sconns; sc && !soon; sc = sc->next)
+		soon = sc->rejected;
+	return (soon ? 2 : 100) * 1000000ull;
 }
+
+/* The task's service on its loop thread: commands, UCX progress, P's and
+ * D's periodic work. It asks to run again at once while it has work and saw
+ * activity in the last SPIN_NS, else arms the worker (whose fd then wakes
+ * the loop) and sleeps until idle_ns() passes. */
+static uint64_t task_service(lc__io_task_t *t, uint64_t now)
+{
+	ustate_t *st = task_state(t);
+	if (!st->fd_added) {
+		if (lc__io_fd_add(t, &st->wfd, st->worker_fd, EPOLLIN, 0))
+			LC_WARN("ucx: watching the worker's fd: %s", strerror(errno));
+		st->fd_added = true; /* without it, the 2 / 100 ms polls carry on */
+	}
+	bool active = run_cmds(st);
+	unsigned n = 0;
+	for (int i = 0; i < 64; i++) {
+		unsigned k = ucp_worker_progress(st->worker);
+		if (!k)
+			break;
+		n += k;
+	}
+	now = lc__now_ns();
+	if (n || active)
+		st->last_activity = now;
+	service(st, now);
+	bool busy = uc_busy(st);
+	if (busy && now - st->last_activity < SPIN_NS)
+		return now;
+	pthread_mutex_lock(&st->lock);
+	bool queued = st->cmd_head != NULL;
+	pthread_mutex_unlock(&st->lock);
+	if (queued || ucp_worker_arm(st->worker) == UCS_ERR_BUSY)
+		return now;
+	return now + idle_ns(st, busy);
+}
+
+static void task_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uint64_t now)
+{
+	(void)t, (void)f, (void)events, (void)now; /* service() progresses */
+}
+
+static const lc__io_task_ops_t task_ops = {
+	.name = "ucx",
+	.on_event = task_event,
+	.service = task_service,
+};
 
 /* Release the engine's UCX objects and reset it for a later start. */
 static void engine_free(ustate_t *st)
@@ -310,38 +315,19 @@ static void engine_free(ustate_t *st)
 	if (st->uctx)
 		ucp_cleanup(st->uctx);
 	st->uctx = NULL;
-	if (st->epfd >= 0)
-		close(st->epfd);
-	if (st->efd >= 0)
-		close(st->efd);
-	st->efd = st->epfd = -1;
-	st->cmd_head = st->cmd_tail = NULL;
-	st->stop = false;
-	atomic_store(&st->sleeping, 0);
+	while (st->cmd_head) { /* only if the engine failed to start */
+		cmd_t *c = st->cmd_head;
+		st->cmd_head = c->next;
+		free(c);
+	}
+	st->cmd_tail = NULL;
+	st->worker_fd = -1;
+	st->fd_added = false;
 	st->reqs = 0;
 	st->last_activity = st->next_prune = 0;
 }
 
-/* The lc__ucx_wake-up: the worker's fd and our eventfd in one epoll set. */
-static int make_wakeup(ustate_t *st, ucs_status_t *sp)
-{
-	int wfd;
-	*sp = ucp_worker_get_efd(st->worker, &wfd);
-	if (*sp != UCS_OK)
-		return 1;
-	st->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	st->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (st->efd < 0 || st->epfd < 0)
-		return -errno;
-	struct epoll_event e1 = {.events = EPOLLIN, .data.fd = st->efd};
-	struct epoll_event e2 = {.events = EPOLLIN, .data.fd = wfd};
-	if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, st->efd, &e1) ||
-	    epoll_ctl(st->epfd, EPOLL_CTL_ADD, wfd, &e2))
-		return -errno;
-	return 0;
-}
-
-/* UCP context, worker and progress thread; under life_lock. */
+/* UCP context and worker, and their task on the I/O core; under life_lock. */
 static int engine_start(ustate_t *st)
 {
 	ucp_config_t *cfg;
@@ -366,11 +352,10 @@ static int engine_start(ustate_t *st)
 	s = ucp_worker_create(st->uctx, &wp, &st->worker);
 	if (s != UCS_OK || lc__ucx_register_handlers(st, &s))
 		goto fail_ucs;
-	rc = make_wakeup(st, &s);
-	if (rc > 0)
+	s = ucp_worker_get_efd(st->worker, &st->worker_fd);
+	if (s != UCS_OK)
 		goto fail_ucs;
-	if (!rc)
-		rc = -pthread_create(&st->thread, NULL, progress_main, st);
+	rc = lc__io_attach(st->ctx, &st->task, &task_ops);
 	if (rc)
 		goto fail;
 	st->running = true;
@@ -397,20 +382,25 @@ static void state_teardown(ustate_t *st)
 	lc__ucx_maps_free(st);
 }
 
-/* Stop the thread and free the engine; under life_lock. */
+/* On the loop thread, the task's last call: the commands still queued, then
+ * the teardown, while UCX is still called from that thread alone. */
+static void task_detach(lc__io_task_t *t, void *arg)
+{
+	ustate_t *st = task_state(t);
+	(void)arg;
+	run_cmds(st);
+	if (st->fd_added)
+		lc__io_fd_del(t, &st->wfd);
+	state_teardown(st);
+}
+
+/* Detach the task and free the engine; under life_lock. */
 static void engine_stop(ustate_t *st)
 {
-	pthread_mutex_lock(&st->lock);
-	st->stop = true;
-	pthread_mutex_unlock(&st->lock);
-	atomic_store(&st->sleeping, 1);
-	lc__ucx_wake(st);
-	pthread_join(st->thread, NULL);
-	state_teardown(st);
+	lc__io_detach(&st->task, task_detach, NULL);
 	engine_free(st);
 	st->running = false;
 }
-
 /* ops->init: the context's ucx slot. Cheap: UCX starts at first use. */
 int lc__ucx_init(lc_ctx_t *ctx, void **state)
 {
@@ -418,11 +408,10 @@ int lc__ucx_init(lc_ctx_t *ctx, void **state)
 	if (!st)
 		return -ENOMEM;
 	st->ctx = ctx;
-	st->efd = st->epfd = -1;
+	st->worker_fd = -1;
 	st->orphans.next = st->orphans.prev = &st->orphans;
 	pthread_mutex_init(&st->life_lock, NULL);
 	pthread_mutex_init(&st->lock, NULL);
-	pthread_cond_init(&st->cond, NULL);
 	*state = st;
 	return 0;
 }
@@ -434,7 +423,6 @@ void lc__ucx_fini(lc_ctx_t *ctx, void *state)
 	(void)ctx;
 	if (st->running) /* only if a close was missed: never expected */
 		engine_stop(st);
-	pthread_cond_destroy(&st->cond);
 	pthread_mutex_destroy(&st->lock);
 	pthread_mutex_destroy(&st->life_lock);
 	free(st);

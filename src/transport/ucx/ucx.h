@@ -3,8 +3,8 @@
  *
  *   ucx.c     the ops table (lc__ucx_ops) and the active-message dispatch
  *   wire.h    the messages and the descriptor keys, encoded and decoded
- *   state.c   the per-context state: engine start/stop, the progress
- *             thread, commands, sending messages, status mapping
+ *   state.c   the per-context state: engine start/stop, its task on the
+ *             I/O core, commands, sending messages, status mapping
  *   send.c    P: connections, batches as leased operations, puts / writes
  *   recv.c    D: listeners, accepted connections, leases, landing writes
  *   region.c  region maps and keys (D), imported regions (P)
@@ -13,10 +13,11 @@
  * whatever UCX_TLS lets UCX pick), with the receiver still in charge of
  * what may land. See docs/transport-ucx.md for the design; in short:
  *
- * - One UCP context, worker and progress thread per layercake context.
- *   The state (`ustate_t`) is the context's ucx slot (ops init/fini,
+ * - One UCP context and worker per layercake context, progressed by one
+ *   task on the context's I/O core (transport/io/io.h). The state
+ *   (`ustate_t`) is the context's ucx slot (ops init/fini,
  *   lc__transport_state) and lives as long as the context; its engine (UCP
- *   context, worker, thread) is started when the context first listens or
+ *   context, worker, task) is started when the context first listens or
  *   connects over ucx and stopped when its last ucx listener or connection
  *   closes (refs, under st->life_lock).
  * - D maps a region (ucp_mem_map) the first time lc_region_pack packs it
@@ -44,14 +45,17 @@
  *   same-host shared memory a put is a copy by P's own process: the fence
  *   cannot stop it (docs/transport-ucx.md).
  *
- * Threading: every UCX call runs on the state's progress thread (the worker
- * is UCS_THREAD_MODE_SINGLE). Callers hand work to it through `cmds`
- * (st->lock) and wait for synchronous commands on st->cond. A connection's
- * `lock` protects what post() and import_region() share with the thread
- * (new ops, remote regions, the dead status); everything else of a
- * connection, and every D-side structure, belongs to the thread. Lock
- * order: st->life_lock -> st->lock; uc->lock is a leaf except that the generic
- * lc__batch_* functions (conn->lock, cq->lock) may be called under it.
+ * Threading: every UCX call runs on the loop thread of the state's task
+ * (the worker is UCS_THREAD_MODE_SINGLE; a task stays on one loop), called
+ * "the thread" below. Callers hand it asynchronous work through `cmds`
+ * (st->lock) and lc__io_kick, and run synchronous commands with
+ * lc__io_call (lc__ucx_run_sync). A connection's `lock` protects what
+ * post() and import_region() share with the thread (new ops, remote
+ * regions, the dead status); everything else of a connection, and every
+ * D-side structure, belongs to the thread. Lock order: st->life_lock ->
+ * st->lock (a loop's own lock, taken by attach/detach/kick, is a leaf);
+ * uc->lock is a leaf except that the generic lc__batch_* functions
+ * (conn->lock, cq->lock) may be called under it.
  */
 #ifndef LC_TRANSPORT_UCX_UCX_H
 #define LC_TRANSPORT_UCX_UCX_H
@@ -63,6 +67,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "transport/io/io.h"
 #include "transport/transport.h"
 #include "transport/ucx/wire.h"
 
@@ -123,7 +128,7 @@ struct uconn {
 	int dead_code;
 	char dead_reason[LC_REASON_MAX];
 
-	/* progress thread only */
+	/* the thread only */
 	ucp_ep_h ep;
 	enum uc_state state;
 	bool started, ep_closed, need_close;
@@ -198,7 +203,6 @@ typedef struct umap {
 typedef struct cmd {
 	void (*fn)(ustate_t *, void *);
 	void *arg;
-	bool sync, done;
 	struct cmd *next;
 } cmd_t;
 
@@ -211,16 +215,15 @@ struct ustate {
 
 	ucp_context_h uctx;
 	ucp_worker_h worker;
-	int efd, epfd;
-	pthread_t thread;
+	int worker_fd;
+	lc__io_task_t task; /* on a loop of the context's I/O core */
 
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	cmd_t *cmd_head, *cmd_tail;
-	bool stop;
-	_Atomic int sleeping;
+	cmd_t *cmd_head, *cmd_tail; /* asynchronous commands, under `lock` */
 
-	/* progress thread only */
+	/* the loop thread only */
+	lc__io_fd_t wfd; /* worker_fd in the loop's epoll set */
+	bool fd_added;
 	int reqs; /* UCX requests with our callbacks outstanding */
 	uint64_t last_activity;
 	uint64_t next_prune;
