@@ -431,7 +431,7 @@ static void do_connect(ustate_t *st, void *arg)
 		lc__now_ns() + (uint64_t)lc__ctx_cfg(st->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
 	int rc = lc__ucx_resolve(uc->host, uc->port, false, &sa, &salen);
 	if (rc) {
-		uc_mark_dead(uc, LC_ERR_UNREACHABLE, "cannot lc__ucx_resolve %s", uc->host);
+		uc_mark_dead(uc, LC_ERR_UNREACHABLE, "cannot resolve %s", uc->host);
 		return;
 	}
 	ucp_ep_params_t ep = {

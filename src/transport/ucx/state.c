@@ -53,7 +53,7 @@ int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_st
 	snprintf(ps, sizeof ps, "%d", port);
 	int rc = getaddrinfo(host[0] ? host : NULL, ps, &hints, &ai);
 	if (rc) {
-		LC_WARN("ucx: cannot lc__ucx_resolve %s: %s", host, gai_strerror(rc));
+		LC_WARN("ucx: cannot resolve %s: %s", host, gai_strerror(rc));
 		return LC_ERR_UNREACHABLE;
 	}
 	memcpy(out, ai->ai_addr, ai->ai_addrlen);
@@ -370,7 +370,7 @@ fail:
 	return rc;
 }
 
-/* The thread is stopped; release what is left (normally nothing). */
+/* At detach, on the loop thread: release what is left (normally nothing). */
 static void state_teardown(ustate_t *st)
 {
 	lc__ucx_recv_teardown(st);
