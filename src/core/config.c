@@ -49,6 +49,29 @@ int lc__config_find(const char *name)
 	return -ENOENT;
 }
 
+/* Knobs whose values have names as well (the help text lists them). */
+static const struct {
+	const char *field, *name;
+	int64_t value;
+} named_values[] = {
+	{"ucx_data", "am", 0},
+	{"ucx_data", "put", 1},
+	{"ucx_err_mode", "peer", 0},
+	{"ucx_err_mode", "none", 1},
+};
+
+static int parse_name(int index, const char *text, long long *v)
+{
+	for (size_t i = 0; i < LC__ARRAY_SIZE(named_values); i++) {
+		if (!strcmp(named_values[i].field, table[index].name) &&
+		    !strcmp(named_values[i].name, text)) {
+			*v = named_values[i].value;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
 int lc__config_parse(int index, const char *text, int64_t *out)
 {
 	char *end;
@@ -57,7 +80,7 @@ int lc__config_parse(int index, const char *text, int64_t *out)
 		return -EINVAL;
 	errno = 0;
 	v = strtoll(text, &end, 10);
-	if (errno || *end != '\0')
+	if ((errno || *end != '\0') && parse_name(index, text, &v))
 		return -EINVAL;
 	if (v < table[index].min || v > table[index].max)
 		return -ERANGE;

@@ -32,6 +32,13 @@
 	  "listeners accept only connections presenting a token they issued")                     \
 	X(socket_buffer_kib, "LAYERCAKE_SOCKET_BUFFER_KIB", 0, 0, 1048576,                        \
 	  "SO_SNDBUF/SO_RCVBUF of data sockets in KiB (0 = kernel autotuning)")                   \
+	X(ucx_data, "LAYERCAKE_UCX_DATA", 0, 0, 1,                                                \
+	  "ucx data mode, chosen by the sender: 0 or am = active messages that D receives into "   \
+	  "the checked destination (revoke a hard stop on every UCX transport); 1 or put = "       \
+	  "one-sided puts (RDMA NICs)")                                                             \
+	X(ucx_err_mode, "LAYERCAKE_UCX_ERR_MODE", 0, 0, 1,                                        \
+	  "ucx endpoints' error handling: 0 or peer = UCP_ERR_HANDLING_MODE_PEER (UCX 1.13 then "  \
+	  "leaves out shared memory); 1 or none = none (lets posix/sysv shared memory in)")        \
 	X(layerwise_interval, "LAYERCAKE_LAYERWISE_INTERVAL", 1, -1, 4096,                        \
 	  "layers per submission; <= 0 sends everything after the forward")                       \
 	X(session_ttl_ms, "LAYERCAKE_SESSION_TTL_MS", 30000, 0, 86400000,                         \
@@ -86,7 +93,8 @@ typedef struct lc__config {
 void lc__config_load(lc__config_t *cfg);
 /* Index of a knob by field name, or -ENOENT. */
 int lc__config_find(const char *name);
-/* Parse and check a value for knob `index`. */
+/* Parse and check a value for knob `index`: an integer, or a name that some
+ * knobs give their values (ucx_data: am, put; ucx_err_mode: peer, none). */
 int lc__config_parse(int index, const char *text, int64_t *out);
 
 enum lc__config_str_field {

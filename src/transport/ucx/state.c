@@ -1,0 +1,462 @@
+/* The per-context state of the ucx transport: the engine (UCP context,
+ * worker, their task on the I/O core), its commands, and sending messages. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "transport/io/io.h"
+#include "transport/ucx/ucx.h"
+
+/* A UCX status as a layercake code; `connected` tells a refused connection
+ * (unreachable) from one that broke (peer closed). */
+int lc__ucx_map_status(ucs_status_t s, bool connected)
+{
+	switch (s) {
+	case UCS_OK:
+		return 0;
+	case UCS_ERR_NO_MEMORY:
+		return -ENOMEM;
+	case UCS_ERR_INVALID_PARAM:
+		return -EINVAL;
+	case UCS_ERR_UNSUPPORTED:
+		return -ENOTSUP;
+	case UCS_ERR_CANCELED:
+		return LC_ERR_CANCELLED;
+	case UCS_ERR_TIMED_OUT:
+	case UCS_ERR_ENDPOINT_TIMEOUT:
+		return connected ? LC_ERR_PEER_CLOSED : LC_ERR_UNREACHABLE;
+	case UCS_ERR_UNREACHABLE:
+	case UCS_ERR_REJECTED:
+	case UCS_ERR_NOT_CONNECTED:
+	case UCS_ERR_CONNECTION_RESET:
+	case UCS_ERR_NO_DEVICE:
+	case UCS_ERR_INVALID_ADDR:
+	case UCS_ERR_IO_ERROR:
+		return connected ? LC_ERR_PEER_CLOSED : LC_ERR_UNREACHABLE;
+	default:
+		return LC_ERR_IO;
+	}
+}
+
+int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_storage *out,
+		    socklen_t *len)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
+	struct addrinfo *ai;
+	char ps[16];
+	snprintf(ps, sizeof ps, "%d", port);
+	int rc = getaddrinfo(host[0] ? host : NULL, ps, &hints, &ai);
+	if (rc) {
+		LC_WARN("ucx: cannot resolve %s: %s", host, gai_strerror(rc));
+		return LC_ERR_UNREACHABLE;
+	}
+	memcpy(out, ai->ai_addr, ai->ai_addrlen);
+	*len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+/* UCX 1.13 only selects transports that detect peer failure when an
+ * endpoint asks for UCP_ERR_HANDLING_MODE_PEER, which leaves out the
+ * shared-memory transports (posix, sysv). Config ucx_err_mode=none
+ * (LAYERCAKE_UCX_ERR_MODE) lets them in; a peer's exit is then still
+ * reported through the connection manager's TCP connection (client/server
+ * endpoints keep it). */
+ucp_err_handling_mode_t lc__ucx_err_mode(lc_ctx_t *ctx)
+{
+	return lc__ctx_cfg(ctx, LC__CFG_ucx_err_mode) == 1 ? UCP_ERR_HANDLING_MODE_NONE
+							    : UCP_ERR_HANDLING_MODE_PEER;
+}
+
+/* Data mode (config ucx_data, LAYERCAKE_UCX_DATA), chosen per batch when
+ * its lease is sent. "am" (0, the default): each write an active message
+ * that D receives into the destination it checked itself (UCX's rendezvous
+ * lets D pull large writes, a single copy over cma where UCX 1.13 would
+ * emulate puts to user memory with two), so a revoke on D is a hard stop
+ * whatever UCX transport carries the bytes. "put" (1): one-sided
+ * ucp_put_nbx + flush, for RDMA NICs, where the fence (closing P's
+ * endpoint) stops the NIC; over same-host shared memory a put is a copy
+ * made by P's own process, which no fence on D can stop. */
+bool lc__ucx_data_mode_am(lc_ctx_t *ctx)
+{
+	return lc__ctx_cfg(ctx, LC__CFG_ucx_data) == 0;
+}
+
+msg_t *lc__ucx_msg_new(ustate_t *st, size_t len)
+{
+	msg_t *m = malloc(sizeof *m + len);
+	if (m) {
+		m->st = st;
+		m->len = len;
+	}
+	return m;
+}
+
+static void msg_sent(void *req, ucs_status_t status, void *user)
+{
+	msg_t *m = user;
+	m->st->reqs--;
+	free(m);
+	ucp_request_free(req);
+}
+
+/* Send and forget (the message is freed on completion). */
+ucs_status_t lc__ucx_msg_send(ucp_ep_h ep, unsigned id, msg_t *m)
+{
+	ustate_t *st = m->st;
+	ucp_request_param_t p = {
+		.op_attr_mask =
+			UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
+		.cb.send = msg_sent,
+		.user_data = m,
+		.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER,
+	};
+	ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, NULL, 0, m->data, m->len, &p);
+	if (r == NULL) {
+		free(m);
+		return UCS_OK;
+	}
+	if (UCS_PTR_IS_ERR(r)) {
+		free(m);
+		return UCS_PTR_STATUS(r);
+	}
+	st->reqs++;
+	return UCS_OK;
+}
+
+/* Send and forget, logging a failure (for replies, which P or D retries
+ * by other means: timeouts, fences). */
+void lc__ucx_msg_post(ucp_ep_h ep, unsigned id, msg_t *m)
+{
+	if (!m)
+		return;
+	ucs_status_t s = lc__ucx_msg_send(ep, id, m);
+	if (s != UCS_OK)
+		LC_DEBUG("ucx: sending message %u: %s", id, ucs_status_string(s));
+}
+
+static void close_done(void *req, ucs_status_t status, void *user)
+{
+	ustate_t *st = user;
+	st->reqs--;
+	ucp_request_free(req);
+}
+
+void lc__ucx_ep_close_force(ustate_t *st, ucp_ep_h ep)
+{
+	ucp_request_param_t p = {
+		.op_attr_mask =
+			UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
+		.cb.send = close_done,
+		.user_data = st,
+		.flags = UCP_EP_CLOSE_FLAG_FORCE,
+	};
+	ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+	if (r && !UCS_PTR_IS_ERR(r))
+		st->reqs++;
+}
+
+void lc__ucx_wake(ustate_t *st)
+{
+	lc__io_kick(&st->task);
+}
+
+void lc__ucx_cmd_push(ustate_t *st, cmd_t *c)
+{
+	c->next = NULL;
+	if (st->cmd_tail)
+		st->cmd_tail->next = c;
+	else
+		st->cmd_head = c;
+	st->cmd_tail = c;
+}
+
+static bool run_cmds(ustate_t *st)
+{
+	pthread_mutex_lock(&st->lock);
+	cmd_t *c = st->cmd_head;
+	st->cmd_head = st->cmd_tail = NULL;
+	pthread_mutex_unlock(&st->lock);
+	bool any = c != NULL;
+	while (c) {
+		cmd_t *next = c->next;
+		c->fn(st, c->arg);
+		free(c);
+		c = next;
+	}
+	return any;
+}
+
+static ustate_t *task_state(lc__io_task_t *t)
+{
+	return (ustate_t *)((char *)t - offsetof(ustate_t, task));
+}
+
+typedef struct sync_arg {
+	void (*fn)(ustate_t *, void *);
+	void *arg;
+} sync_arg_t;
+
+/* On the loop thread: the queued commands first, so that a command never
+ * overtakes one queued before it (a connection's close its connect). */
+static void run_sync_cb(lc__io_task_t *t, void *arg)
+{
+	sync_arg_t *a = arg;
+	ustate_t *st = task_state(t);
+	run_cmds(st);
+	a->fn(st, a->arg);
+	lc__io_kick(t); /* service what the command changed */
+}
+
+void lc__ucx_run_sync(ustate_t *st, void (*fn)(ustate_t *, void *), void *arg)
+{
+	sync_arg_t a = {.fn = fn, .arg = arg};
+	lc__io_call(&st->task, run_sync_cb, &a);
+}
+
+static bool uc_busy(ustate_t *st)
+{
+	for (uconn_t *uc = st->conns; uc; uc = uc->next) {
+		if (uc->ops.next != &uc->ops)
+			return true;
+		pthread_mutex_lock(&uc->lock); /* in_head is written by posters */
+		bool queued = uc->in_head != NULL;
+		pthread_mutex_unlock(&uc->lock);
+		if (queued)
+			return true;
+	}
+	for (sconn_t *sc = st->sconns; sc; sc = sc->next)
+		if (sc->leases)
+			return true;
+	return st->reqs > 0;
+}
+
+static void service(ustate_t *st, uint64_t now)
+{
+	lc__ucx_send_service(st, now);
+	lc__ucx_recv_service(st, now);
+	if (now >= st->next_prune) {
+		lc__ucx_prune_maps(st);
+		st->next_prune = now + 1000000000ull;
+	}
+}
+
+/* How long the task may sleep once the worker is armed. */
+static uint64_t idle_ns(ustate_t *st, bool busy)
+{
+	bool soon = busy || st->connreqs;
+	for (uconn_t *uc = st->conns; uc && !soon; uc = uc->next)
+		soon = uc->state == UC_CONNECTING;
+	for (sconn_t *sc = st->sconns; sc && !soon; sc = sc->next)
+		soon = sc->rejected;
+	return (soon ? 2 : 100) * 1000000ull;
+}
+
+/* The task's service on its loop thread: commands, UCX progress, P's and
+ * D's periodic work. It asks to run again at once while it has work and saw
+ * activity in the last SPIN_NS, else arms the worker (whose fd then wakes
+ * the loop) and sleeps until idle_ns() passes. */
+static uint64_t task_service(lc__io_task_t *t, uint64_t now)
+{
+	ustate_t *st = task_state(t);
+	if (!st->fd_added) {
+		if (lc__io_fd_add(t, &st->wfd, st->worker_fd, EPOLLIN, 0))
+			LC_WARN("ucx: watching the worker's fd: %s", strerror(errno));
+		st->fd_added = true; /* without it, the 2 / 100 ms polls carry on */
+	}
+	bool active = run_cmds(st);
+	unsigned n = 0;
+	for (int i = 0; i < 64; i++) {
+		unsigned k = ucp_worker_progress(st->worker);
+		if (!k)
+			break;
+		n += k;
+	}
+	now = lc__now_ns();
+	if (n || active)
+		st->last_activity = now;
+	service(st, now);
+	bool busy = uc_busy(st);
+	if (busy && now - st->last_activity < SPIN_NS)
+		return now;
+	pthread_mutex_lock(&st->lock);
+	bool queued = st->cmd_head != NULL;
+	pthread_mutex_unlock(&st->lock);
+	if (queued || ucp_worker_arm(st->worker) == UCS_ERR_BUSY)
+		return now;
+	return now + idle_ns(st, busy);
+}
+
+static void task_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uint64_t now)
+{
+	(void)t, (void)f, (void)events, (void)now; /* service() progresses */
+}
+
+static const lc__io_task_ops_t task_ops = {
+	.name = "ucx",
+	.on_event = task_event,
+	.service = task_service,
+};
+
+/* Release the engine's UCX objects and reset it for a later start. */
+static void engine_free(ustate_t *st)
+{
+	if (st->worker)
+		ucp_worker_destroy(st->worker);
+	st->worker = NULL;
+	lc__ucx_send_free(st); /* no callback can come any more */
+	lc__ucx_recv_free(st);
+	if (st->uctx)
+		ucp_cleanup(st->uctx);
+	st->uctx = NULL;
+	while (st->cmd_head) { /* only if the engine failed to start */
+		cmd_t *c = st->cmd_head;
+		st->cmd_head = c->next;
+		free(c);
+	}
+	st->cmd_tail = NULL;
+	st->worker_fd = -1;
+	st->fd_added = false;
+	st->reqs = 0;
+	st->last_activity = st->next_prune = 0;
+}
+
+/* UCP context and worker, and their task on the I/O core; under life_lock. */
+static int engine_start(ustate_t *st)
+{
+	ucp_config_t *cfg;
+	ucs_status_t s;
+	int rc;
+	s = ucp_config_read(NULL, NULL, &cfg); /* UCX_TLS and friends */
+	if (s != UCS_OK)
+		goto fail_ucs;
+	ucp_params_t p = {
+		.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
+		.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+		.name = "layercake",
+	};
+	s = ucp_init(&p, cfg, &st->uctx);
+	ucp_config_release(cfg);
+	if (s != UCS_OK)
+		goto fail_ucs;
+	ucp_worker_params_t wp = {
+		.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+		.thread_mode = UCS_THREAD_MODE_SINGLE,
+	};
+	s = ucp_worker_create(st->uctx, &wp, &st->worker);
+	if (s != UCS_OK || lc__ucx_register_handlers(st, &s))
+		goto fail_ucs;
+	s = ucp_worker_get_efd(st->worker, &st->worker_fd);
+	if (s != UCS_OK)
+		goto fail_ucs;
+	rc = lc__io_attach(st->ctx, &st->task, &task_ops);
+	if (rc)
+		goto fail;
+	st->running = true;
+	return 0;
+fail_ucs:
+	LC_WARN("ucx: initialising UCX: %s", ucs_status_string(s));
+	rc = lc__ucx_map_status(s, false);
+	if (rc == LC_ERR_IO || rc == -ENOTSUP || rc == LC_ERR_UNREACHABLE)
+		rc = LC_ERR_NO_TRANSPORT;
+fail:
+	engine_free(st);
+	return rc;
+}
+
+/* At detach, on the loop thread: release what is left (normally nothing). */
+static void state_teardown(ustate_t *st)
+{
+	lc__ucx_recv_teardown(st);
+	uint64_t until = lc__now_ns() + CLOSE_WAIT_NS;
+	while (st->reqs > 0 && lc__now_ns() < until)
+		ucp_worker_progress(st->worker);
+	if (st->reqs > 0)
+		LC_WARN("ucx: %d UCX requests still outstanding at teardown", st->reqs);
+	lc__ucx_maps_free(st);
+}
+
+/* On the loop thread, the task's last call: the commands still queued, then
+ * the teardown, while UCX is still called from that thread alone. */
+static void task_detach(lc__io_task_t *t, void *arg)
+{
+	ustate_t *st = task_state(t);
+	(void)arg;
+	run_cmds(st);
+	if (st->fd_added)
+		lc__io_fd_del(t, &st->wfd);
+	state_teardown(st);
+}
+
+/* Detach the task and free the engine; under life_lock. */
+static void engine_stop(ustate_t *st)
+{
+	lc__io_detach(&st->task, task_detach, NULL);
+	engine_free(st);
+	st->running = false;
+}
+/* ops->init: the context's ucx slot. Cheap: UCX starts at first use. */
+int lc__ucx_init(lc_ctx_t *ctx, void **state)
+{
+	ustate_t *st = calloc(1, sizeof *st);
+	if (!st)
+		return -ENOMEM;
+	st->ctx = ctx;
+	st->worker_fd = -1;
+	st->orphans.next = st->orphans.prev = &st->orphans;
+	pthread_mutex_init(&st->life_lock, NULL);
+	pthread_mutex_init(&st->lock, NULL);
+	*state = st;
+	return 0;
+}
+
+/* ops->fini: every listener and connection of the context is closed. */
+void lc__ucx_fini(lc_ctx_t *ctx, void *state)
+{
+	ustate_t *st = state;
+	(void)ctx;
+	if (st->running) /* only if a close was missed: never expected */
+		engine_stop(st);
+	pthread_mutex_destroy(&st->lock);
+	pthread_mutex_destroy(&st->life_lock);
+	free(st);
+}
+
+/* The state of ctx with a reference on its engine, which `start` starts if
+ * it is not running (without it: -ENOENT). */
+int lc__ucx_state_get(lc_ctx_t *ctx, bool start, bool listener, ustate_t **out)
+{
+	void *p;
+	int rc = lc__transport_state(ctx, &lc__ucx_ops, &p);
+	if (rc)
+		return rc;
+	ustate_t *st = p;
+	pthread_mutex_lock(&st->life_lock);
+	if (!st->running)
+		rc = start ? engine_start(st) : -ENOENT;
+	if (!rc) {
+		st->refs++;
+		if (listener)
+			st->nlisteners++;
+	}
+	pthread_mutex_unlock(&st->life_lock);
+	if (!rc)
+		*out = st;
+	return rc;
+}
+
+void lc__ucx_state_put(ustate_t *st, bool listener)
+{
+	pthread_mutex_lock(&st->life_lock);
+	if (listener)
+		st->nlisteners--;
+	if (--st->refs == 0)
+		engine_stop(st);
+	pthread_mutex_unlock(&st->life_lock);
+}
