@@ -25,7 +25,9 @@ int lc_listener_create(lc_ctx_t *ctx, const char *url, lc_listener_t **out)
 		return -ENOMEM;
 	l->ctx = ctx;
 	l->ops = ops;
-	int rc = ops->listen(l, url);
+	int rc = ops->init ? lc__transport_state(ctx, ops, &l->tp_state) : 0;
+	if (!rc)
+		rc = ops->listen(l, url);
 	if (rc) {
 		LC_WARN("listen on %s: %s", url, lc_strerror(rc));
 		free(l);
@@ -98,7 +100,9 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 	c->has_token = p.has_token != 0;
 	pthread_mutex_init(&c->lock, NULL);
 	c->pending.next = c->pending.prev = &c->pending;
-	int rc = ops->conn_open(c, url, &p);
+	int rc = ops->init ? lc__transport_state(ctx, ops, &c->tp_state) : 0;
+	if (!rc)
+		rc = ops->conn_open(c, url, &p);
 	if (rc) {
 		LC_WARN("connection to %s: %s", url, lc_strerror(rc));
 		LC__COUNT(ctx, conns_failed);

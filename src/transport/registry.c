@@ -116,8 +116,12 @@ int lc__transports_pack_region(lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf
 	 * blob, so a second one would need a tagged format. */
 	for (int i = 0; i < NCANDIDATES; i++) {
 		const lc__transport_ops_t *ops = candidates(i);
-		if (complete(ops) && ops->pack_region)
-			return ops->pack_region(ctx, r, buf, cap);
+		if (complete(ops) && ops->pack_region) {
+			pthread_mutex_lock(&ctx->objs_lock);
+			void *state = ctx->tp_state[i];
+			pthread_mutex_unlock(&ctx->objs_lock);
+			return ops->pack_region(ctx, state, r, buf, cap);
+		}
 	}
 	return 0;
 }

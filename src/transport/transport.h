@@ -59,6 +59,7 @@ struct lc_conn {
 	char url[LC__URL_MAX];
 	lc_token_t token;
 	bool has_token;
+	void *tp_state; /* the transport's per-context state (ops->init), or NULL */
 
 	pthread_mutex_t lock;
 	lc__batch_t pending; /* sentinel of a circular list */
@@ -73,15 +74,18 @@ struct lc_listener {
 	lc_ctx_t *ctx;
 	const struct lc__transport_ops *ops;
 	void *tp;
+	void *tp_state;        /* the transport's per-context state, or NULL */
 	char url[LC__URL_MAX]; /* resolved by the transport's listen() */
 	struct lc_listener *ctx_next, *ctx_prev;
 };
 
 typedef struct lc__transport_ops {
 	const char *scheme;
-	/* Optional: per-context state, made at the context's first use of the
-	 * transport (lc__transport_state) and freed by fini() when the context
-	 * is destroyed, after every connection and listener of it closed. */
+	/* Optional: per-context state, made by the generic layer at the
+	 * context's first listener or connection of the transport and handed
+	 * to it in l->tp_state / c->tp_state (and to pack_region), so that a
+	 * transport never looks itself up; freed by fini() when the context is
+	 * destroyed, after every connection and listener of it closed. */
 	int (*init)(lc_ctx_t *ctx, void **state);
 	void (*fini)(lc_ctx_t *ctx, void *state);
 	/* Receiver side. listen() parses url, starts serving, and writes the
@@ -105,8 +109,10 @@ typedef struct lc__transport_ops {
 	/* Optional: a packed descriptor of the peer is being imported. */
 	int (*import_region)(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *blob,
 			     size_t blob_len);
-	/* Optional: append transport keys to a packed region descriptor. */
-	int (*pack_region)(lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf, size_t cap);
+	/* Optional: append transport keys to a packed region descriptor; state
+	 * is the context's state of the transport, NULL if never made. */
+	int (*pack_region)(lc_ctx_t *ctx, void *state, const lc_region_t *r, uint8_t *buf,
+			   size_t cap);
 } lc__transport_ops_t;
 
 /* Registry (registry.c). */

@@ -476,7 +476,7 @@ static void do_listen(ustate_t *st, void *arg)
 	a->rc = 0;
 }
 
-int lc__ucx_listen(lc_listener_t *l, const char *url)
+int lc__ucx_listen(ustate_t *st, lc_listener_t *l, const char *url)
 {
 	char host[LC__URL_MAX];
 	int port, rc;
@@ -494,17 +494,12 @@ int lc__ucx_listen(lc_listener_t *l, const char *url)
 	rc = lc__ucx_resolve(host, port, true, &a.sa, &a.salen);
 	if (rc)
 		goto fail_free;
-	ustate_t *st;
-	rc = lc__ucx_state_get(l->ctx, true, true, &st);
-	if (rc)
-		goto fail_free;
 	ul->l = l;
 	ul->st = st;
 	ul->fence_ns = fence_ms * 1000000ull;
 	lc__ucx_run_sync(st, do_listen, &a);
 	if (a.rc) {
 		rc = a.rc;
-		lc__ucx_state_put(st, true);
 		goto fail_free;
 	}
 	bool v6 = strchr(host, ':') != NULL;
@@ -557,7 +552,6 @@ void lc__ucx_listener_close(lc_listener_t *l)
 	lc__ucx_run_sync(st, do_listener_close, ul);
 	free(ul);
 	l->tp = NULL;
-	lc__ucx_state_put(st, true);
 }
 
 void lc__ucx_recv_service(ustate_t *st, uint64_t now)

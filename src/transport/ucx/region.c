@@ -181,20 +181,15 @@ static void do_pack(ustate_t *st, void *arg)
 	a->rc = (int)need;
 }
 
-int lc__ucx_pack_region(lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf, size_t cap)
+int lc__ucx_pack_region(ustate_t *st, lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf,
+			size_t cap)
 {
-	ustate_t *st;
-	/* Only a context that receives over ucx maps its memory: packing for
-	 * tcp or shm must not start UCX. */
-	if (lc__ucx_state_get(ctx, false, false, &st))
-		return 0;
 	pthread_mutex_lock(&st->life_lock);
 	bool listening = st->nlisteners > 0;
 	pthread_mutex_unlock(&st->life_lock);
 	pack_arg_t a = {.buf = buf, .cap = cap};
 	if (listening && !lc__regions_get(&ctx->regions, r->id, &a.info))
 		lc__ucx_run_sync(st, do_pack, &a);
-	lc__ucx_state_put(st, false);
 	return a.rc;
 }
 

@@ -463,7 +463,7 @@ static void do_connect(ustate_t *st, void *arg)
 			ucs_status_string(s));
 }
 
-int lc__ucx_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
+int lc__ucx_conn_open(ustate_t *st, lc_conn_t *c, const char *url)
 {
 	uconn_t *uc = calloc(1, sizeof *uc);
 	int rc;
@@ -474,12 +474,6 @@ int lc__ucx_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 		free(uc);
 		return rc ? rc : -EINVAL;
 	}
-	ustate_t *st;
-	rc = lc__ucx_state_get(c->ctx, true, false, &st);
-	if (rc) {
-		free(uc);
-		return rc;
-	}
 	uc->conn = c;
 	uc->st = st;
 	uc->ops.next = uc->ops.prev = &uc->ops;
@@ -489,7 +483,7 @@ int lc__ucx_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 	if (!cmd) {
 		pthread_mutex_destroy(&uc->lock);
 		free(uc);
-		lc__ucx_state_put(st, false);
+		c->tp = NULL;
 		return -ENOMEM;
 	}
 	cmd->fn = do_connect;
@@ -544,7 +538,6 @@ void lc__ucx_conn_close(lc_conn_t *c)
 	st->graveyard = uc;
 	pthread_mutex_unlock(&st->lock);
 	c->tp = NULL;
-	lc__ucx_state_put(st, false);
 }
 
 int lc__ucx_post(lc_conn_t *c, lc__batch_t *b)

@@ -1,10 +1,15 @@
 /*
  * The ucx transport's internals, shared by the files of src/transport/ucx/:
  *
- *   ucx.c     the ops table (lc__ucx_ops) and the active-message dispatch
+ *   ucx.c     the ops table (lc__ucx_ops)
+ *   engine.c  the per-context state (ops init/fini) and its engine: UCP
+ *             context and worker, their task on the I/O core, start/stop
+ *   am.c      the active-message dispatch to send.c's and recv.c's handlers
  *   wire.h    the messages and the descriptor keys, encoded and decoded
- *   state.c   the per-context state: engine start/stop, its task on the
- *             I/O core, commands, sending messages, status mapping
+ *   base.c    what all build on: status mapping, knobs, sending messages,
+ *             the engine's command queue
+ * Calls point down that list's order: ucx.c -> engine.c -> am.c -> send.c,
+ * recv.c -> region.c -> base.c.
  *   send.c    P: connections, batches as leased operations, puts / writes
  *   recv.c    D: listeners, accepted connections, leases, landing writes
  *   region.c  region maps and keys (D), imported regions (P)
@@ -15,8 +20,8 @@
  *
  * - One UCP context and worker per layercake context, progressed by one
  *   task on the context's I/O core (transport/io/io.h). The state
- *   (`ustate_t`) is the context's ucx slot (ops init/fini,
- *   lc__transport_state) and lives as long as the context; its engine (UCP
+ *   (`ustate_t`) is the context's ucx slot (ops init/fini; the generic
+ *   layer hands it over in l->tp_state / c->tp_state) and lives as long as the context; its engine (UCP
  *   context, worker, task) is started when the context first listens or
  *   connects over ucx and stopped when its last ucx listener or connection
  *   closes (refs, under st->life_lock).
@@ -254,13 +259,12 @@ typedef struct msg {
 	uint8_t data[];
 } msg_t;
 
-extern const lc__transport_ops_t lc__ucx_ops;
-
-/* ---- ucx.c ---- */
+/* ---- am.c ---- */
 
 /* Install the active-message handlers on st's new worker. */
 int lc__ucx_register_handlers(ustate_t *st, ucs_status_t *sp);
-/* ---- state.c ---- */
+
+/* ---- base.c ---- */
 
 /* A UCX status as a layercake code; `connected` tells a refused connection
  * (unreachable) from one that broke (peer closed). */
@@ -281,13 +285,22 @@ void lc__ucx_ep_close_force(ustate_t *st, ucp_ep_h ep);
 void lc__ucx_wake(ustate_t *st);
 void lc__ucx_cmd_push(ustate_t *st, cmd_t *c);
 void lc__ucx_run_sync(ustate_t *st, void (*fn)(ustate_t *, void *), void *arg);
+/* Run the queued commands (loop thread); whether there were any. */
+bool lc__ucx_run_cmds(ustate_t *st);
+static inline ustate_t *lc__ucx_task_state(lc__io_task_t *t)
+{
+	return LC__CONTAINER_OF(t, ustate_t, task);
+}
+
+/* ---- engine.c ---- */
+
 /* ops->init / ops->fini: the context's state (no UCX until first use). */
 int lc__ucx_init(lc_ctx_t *ctx, void **state);
 void lc__ucx_fini(lc_ctx_t *ctx, void *state);
 /* The state of ctx with a reference on its engine, started if `start`
  * (else -ENOENT when it is not running); put drops it, and the last put
  * stops the engine. */
-int lc__ucx_state_get(lc_ctx_t *ctx, bool start, bool listener, ustate_t **out);
+int lc__ucx_state_get(void *state, bool start, bool listener, ustate_t **out);
 void lc__ucx_state_put(ustate_t *st, bool listener);
 
 /* ---- send.c (P) ---- */
@@ -299,7 +312,8 @@ void lc__ucx_on_lease_reply(uconn_t *uc, const uint8_t *d, size_t len);
 void lc__ucx_on_ack(uconn_t *uc, const uint8_t *d, size_t len);
 void lc__ucx_on_revoke(uconn_t *uc, const uint8_t *d, size_t len);
 /* ops */
-int lc__ucx_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p);
+/* ops entry points, called by ucx.c with a reference on the engine (st). */
+int lc__ucx_conn_open(ustate_t *st, lc_conn_t *c, const char *url);
 void lc__ucx_conn_close(lc_conn_t *c);
 int lc__ucx_post(lc_conn_t *c, lc__batch_t *b);
 void lc__ucx_flush(lc_conn_t *c);
@@ -320,7 +334,7 @@ void lc__ucx_on_done(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len);
 void lc__ucx_on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, void *data,
 		      size_t length, bool rndv);
 /* ops */
-int lc__ucx_listen(lc_listener_t *l, const char *url);
+int lc__ucx_listen(ustate_t *st, lc_listener_t *l, const char *url);
 void lc__ucx_listener_close(lc_listener_t *l);
 /* The thread's periodic work for D: accept, fence, close. */
 void lc__ucx_recv_service(ustate_t *st, uint64_t now);
@@ -340,7 +354,8 @@ void lc__ucx_prune_maps(ustate_t *st);
 /* ops */
 int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *blob,
 			  size_t blob_len);
-int lc__ucx_pack_region(lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf, size_t cap);
+int lc__ucx_pack_region(ustate_t *st, lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf,
+			size_t cap);
 /* Unmap every region (engine stop). */
 void lc__ucx_maps_free(ustate_t *st);
 

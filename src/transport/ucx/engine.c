@@ -1,5 +1,7 @@
-/* The per-context state of the ucx transport: the engine (UCP context,
- * worker, their task on the I/O core), its commands, and sending messages. */
+/* The engine of a context's ucx transport: the UCP context and worker,
+ * their task on the I/O core (progress, commands, P's and D's periodic
+ * work), starting and stopping them, and the per-context state (ops init
+ * and fini). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -11,214 +13,6 @@
 
 #include "transport/io/io.h"
 #include "transport/ucx/ucx.h"
-
-/* A UCX status as a layercake code; `connected` tells a refused connection
- * (unreachable) from one that broke (peer closed). */
-int lc__ucx_map_status(ucs_status_t s, bool connected)
-{
-	switch (s) {
-	case UCS_OK:
-		return 0;
-	case UCS_ERR_NO_MEMORY:
-		return -ENOMEM;
-	case UCS_ERR_INVALID_PARAM:
-		return -EINVAL;
-	case UCS_ERR_UNSUPPORTED:
-		return -ENOTSUP;
-	case UCS_ERR_CANCELED:
-		return LC_ERR_CANCELLED;
-	case UCS_ERR_TIMED_OUT:
-	case UCS_ERR_ENDPOINT_TIMEOUT:
-		return connected ? LC_ERR_PEER_CLOSED : LC_ERR_UNREACHABLE;
-	case UCS_ERR_UNREACHABLE:
-	case UCS_ERR_REJECTED:
-	case UCS_ERR_NOT_CONNECTED:
-	case UCS_ERR_CONNECTION_RESET:
-	case UCS_ERR_NO_DEVICE:
-	case UCS_ERR_INVALID_ADDR:
-	case UCS_ERR_IO_ERROR:
-		return connected ? LC_ERR_PEER_CLOSED : LC_ERR_UNREACHABLE;
-	default:
-		return LC_ERR_IO;
-	}
-}
-
-int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_storage *out,
-		    socklen_t *len)
-{
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
-	struct addrinfo *ai;
-	char ps[16];
-	snprintf(ps, sizeof ps, "%d", port);
-	int rc = getaddrinfo(host[0] ? host : NULL, ps, &hints, &ai);
-	if (rc) {
-		LC_WARN("ucx: cannot resolve %s: %s", host, gai_strerror(rc));
-		return LC_ERR_UNREACHABLE;
-	}
-	memcpy(out, ai->ai_addr, ai->ai_addrlen);
-	*len = ai->ai_addrlen;
-	freeaddrinfo(ai);
-	return 0;
-}
-
-/* UCX 1.13 only selects transports that detect peer failure when an
- * endpoint asks for UCP_ERR_HANDLING_MODE_PEER, which leaves out the
- * shared-memory transports (posix, sysv). Config ucx_err_mode=none
- * (LAYERCAKE_UCX_ERR_MODE) lets them in; a peer's exit is then still
- * reported through the connection manager's TCP connection (client/server
- * endpoints keep it). */
-ucp_err_handling_mode_t lc__ucx_err_mode(lc_ctx_t *ctx)
-{
-	return lc__ctx_cfg(ctx, LC__CFG_ucx_err_mode) == 1 ? UCP_ERR_HANDLING_MODE_NONE
-							    : UCP_ERR_HANDLING_MODE_PEER;
-}
-
-/* Data mode (config ucx_data, LAYERCAKE_UCX_DATA), chosen per batch when
- * its lease is sent. "am" (0, the default): each write an active message
- * that D receives into the destination it checked itself (UCX's rendezvous
- * lets D pull large writes, a single copy over cma where UCX 1.13 would
- * emulate puts to user memory with two), so a revoke on D is a hard stop
- * whatever UCX transport carries the bytes. "put" (1): one-sided
- * ucp_put_nbx + flush, for RDMA NICs, where the fence (closing P's
- * endpoint) stops the NIC; over same-host shared memory a put is a copy
- * made by P's own process, which no fence on D can stop. */
-bool lc__ucx_data_mode_am(lc_ctx_t *ctx)
-{
-	return lc__ctx_cfg(ctx, LC__CFG_ucx_data) == 0;
-}
-
-msg_t *lc__ucx_msg_new(ustate_t *st, size_t len)
-{
-	msg_t *m = malloc(sizeof *m + len);
-	if (m) {
-		m->st = st;
-		m->len = len;
-	}
-	return m;
-}
-
-static void msg_sent(void *req, ucs_status_t status, void *user)
-{
-	msg_t *m = user;
-	m->st->reqs--;
-	free(m);
-	ucp_request_free(req);
-}
-
-/* Send and forget (the message is freed on completion). */
-ucs_status_t lc__ucx_msg_send(ucp_ep_h ep, unsigned id, msg_t *m)
-{
-	ustate_t *st = m->st;
-	ucp_request_param_t p = {
-		.op_attr_mask =
-			UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
-		.cb.send = msg_sent,
-		.user_data = m,
-		.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER,
-	};
-	ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, NULL, 0, m->data, m->len, &p);
-	if (r == NULL) {
-		free(m);
-		return UCS_OK;
-	}
-	if (UCS_PTR_IS_ERR(r)) {
-		free(m);
-		return UCS_PTR_STATUS(r);
-	}
-	st->reqs++;
-	return UCS_OK;
-}
-
-/* Send and forget, logging a failure (for replies, which P or D retries
- * by other means: timeouts, fences). */
-void lc__ucx_msg_post(ucp_ep_h ep, unsigned id, msg_t *m)
-{
-	if (!m)
-		return;
-	ucs_status_t s = lc__ucx_msg_send(ep, id, m);
-	if (s != UCS_OK)
-		LC_DEBUG("ucx: sending message %u: %s", id, ucs_status_string(s));
-}
-
-static void close_done(void *req, ucs_status_t status, void *user)
-{
-	ustate_t *st = user;
-	st->reqs--;
-	ucp_request_free(req);
-}
-
-void lc__ucx_ep_close_force(ustate_t *st, ucp_ep_h ep)
-{
-	ucp_request_param_t p = {
-		.op_attr_mask =
-			UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
-		.cb.send = close_done,
-		.user_data = st,
-		.flags = UCP_EP_CLOSE_FLAG_FORCE,
-	};
-	ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
-	if (r && !UCS_PTR_IS_ERR(r))
-		st->reqs++;
-}
-
-void lc__ucx_wake(ustate_t *st)
-{
-	lc__io_kick(&st->task);
-}
-
-void lc__ucx_cmd_push(ustate_t *st, cmd_t *c)
-{
-	c->next = NULL;
-	if (st->cmd_tail)
-		st->cmd_tail->next = c;
-	else
-		st->cmd_head = c;
-	st->cmd_tail = c;
-}
-
-static bool run_cmds(ustate_t *st)
-{
-	pthread_mutex_lock(&st->lock);
-	cmd_t *c = st->cmd_head;
-	st->cmd_head = st->cmd_tail = NULL;
-	pthread_mutex_unlock(&st->lock);
-	bool any = c != NULL;
-	while (c) {
-		cmd_t *next = c->next;
-		c->fn(st, c->arg);
-		free(c);
-		c = next;
-	}
-	return any;
-}
-
-static ustate_t *task_state(lc__io_task_t *t)
-{
-	return (ustate_t *)((char *)t - offsetof(ustate_t, task));
-}
-
-typedef struct sync_arg {
-	void (*fn)(ustate_t *, void *);
-	void *arg;
-} sync_arg_t;
-
-/* On the loop thread: the queued commands first, so that a command never
- * overtakes one queued before it (a connection's close its connect). */
-static void run_sync_cb(lc__io_task_t *t, void *arg)
-{
-	sync_arg_t *a = arg;
-	ustate_t *st = task_state(t);
-	run_cmds(st);
-	a->fn(st, a->arg);
-	lc__io_kick(t); /* service what the command changed */
-}
-
-void lc__ucx_run_sync(ustate_t *st, void (*fn)(ustate_t *, void *), void *arg)
-{
-	sync_arg_t a = {.fn = fn, .arg = arg};
-	lc__io_call(&st->task, run_sync_cb, &a);
-}
 
 static bool uc_busy(ustate_t *st)
 {
@@ -264,13 +58,13 @@ static uint64_t idle_ns(ustate_t *st, bool busy)
  * the loop) and sleeps until idle_ns() passes. */
 static uint64_t task_service(lc__io_task_t *t, uint64_t now)
 {
-	ustate_t *st = task_state(t);
+	ustate_t *st = lc__ucx_task_state(t);
 	if (!st->fd_added) {
 		if (lc__io_fd_add(t, &st->wfd, st->worker_fd, EPOLLIN, 0))
 			LC_WARN("ucx: watching the worker's fd: %s", strerror(errno));
 		st->fd_added = true; /* without it, the 2 / 100 ms polls carry on */
 	}
-	bool active = run_cmds(st);
+	bool active = lc__ucx_run_cmds(st);
 	unsigned n = 0;
 	for (int i = 0; i < 64; i++) {
 		unsigned k = ucp_worker_progress(st->worker);
@@ -386,9 +180,9 @@ static void state_teardown(ustate_t *st)
  * the teardown, while UCX is still called from that thread alone. */
 static void task_detach(lc__io_task_t *t, void *arg)
 {
-	ustate_t *st = task_state(t);
+	ustate_t *st = lc__ucx_task_state(t);
 	(void)arg;
-	run_cmds(st);
+	lc__ucx_run_cmds(st);
 	if (st->fd_added)
 		lc__io_fd_del(t, &st->wfd);
 	state_teardown(st);
@@ -430,13 +224,12 @@ void lc__ucx_fini(lc_ctx_t *ctx, void *state)
 
 /* The state of ctx with a reference on its engine, which `start` starts if
  * it is not running (without it: -ENOENT). */
-int lc__ucx_state_get(lc_ctx_t *ctx, bool start, bool listener, ustate_t **out)
+int lc__ucx_state_get(void *state, bool start, bool listener, ustate_t **out)
 {
-	void *p;
-	int rc = lc__transport_state(ctx, &lc__ucx_ops, &p);
-	if (rc)
-		return rc;
-	ustate_t *st = p;
+	ustate_t *st = state;
+	int rc = 0;
+	if (!st)
+		return -EINVAL;
 	pthread_mutex_lock(&st->life_lock);
 	if (!st->running)
 		rc = start ? engine_start(st) : -ENOENT;
