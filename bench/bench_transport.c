@@ -174,7 +174,7 @@ static int receiver_create(const opts_t *o, receiver_t *r, rx_info_t *info)
 	    (rc = lc_mem_alloc(o->region, 0, &r->mem)) ||
 	    (rc = lc_region_register(r->ctx, r->mem, o->region, &r->region)) ||
 	    (rc = lc_listener_create(r->ctx, listen_url(o->transport), &r->listener)) ||
-	    (rc = lc_grant_add(r->ctx, ROOM, r->region, 0, o->region)) ||
+	    (rc = lc_grant_issue(r->ctx, ROOM, r->region, 0, o->region)) ||
 	    (rc = lc_token_issue(r->ctx, &info->token)))
 		goto fail;
 	if ((rc = lc_listener_url(r->listener, info->url, sizeof info->url)) < 0 ||

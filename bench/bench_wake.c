@@ -178,7 +178,7 @@ int lc__bench_wake(int argc, char **argv)
 			uint64_t id = (uint64_t)r * 1000 + room;
 			for (int i = 0; i < PAGES_PER_ROOM; i++)
 				pages[i] = (int64_t)((room - 1) * PAGES_PER_ROOM + i);
-			CHECK(lc_grant_add(d, id, dreg, 0, total));
+			CHECK(lc_grant_issue(d, id, dreg, 0, total));
 			lc_dst_params_t dp = {.size = sizeof(dp), .session = "d0", .pages = pages,
 					      .page_count = PAGES_PER_ROOM,
 					      .required_dst_count = 1};

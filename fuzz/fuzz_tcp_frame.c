@@ -51,7 +51,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	memset(canary_buf, CANARY, sizeof canary_buf);
 	if (lc_ctx_create(NULL, &ctx) || lc_region_register(ctx, mem_a, A_LEN, &ra) ||
 	    lc_region_register(ctx, mem_b, B_LEN, &rb) || lc_token_issue(ctx, &token) ||
-	    lc_grant_add(ctx, ROOM, ra, G_OFF, G_LEN) < 0)
+	    lc_grant_issue(ctx, ROOM, ra, G_OFF, G_LEN) < 0)
 		abort();
 	tl.ctx = ctx;
 	tl.fd = -1;
@@ -133,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	rlane_close(&tl, r); /* closes sv[0], releases grant references */
 	close(sv[1]);
 	check_canaries();
-	if (revoked && lc_grant_add(ctx, ROOM, ra, G_OFF, G_LEN) < 0)
+	if (revoked && lc_grant_issue(ctx, ROOM, ra, G_OFF, G_LEN) < 0)
 		abort();
 	memset(mem_a + G_OFF, CANARY, G_LEN);
 	return 0;

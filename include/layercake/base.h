@@ -29,9 +29,10 @@
  *   may run concurrently from any threads, and calls on the same handle are
  *   serialised internally. Destroy functions must not race with other calls
  *   on the handle they destroy.
- * - Deprecated names are kept as aliases (macros or enum constants) of the
- *   names that replace them, and listed where they are defined; new code
- *   uses the new names.
+ * - Names are lc_<object>_<verb> with symmetric pairs (create/destroy,
+ *   issue/revoke, open/close, register/deregister); renamed calls are listed
+ *   in docs/architecture.md ("Names"), with no aliases kept: the Python
+ *   package and the examples moved with them.
  */
 #ifndef LAYERCAKE_BASE_H
 #define LAYERCAKE_BASE_H
@@ -107,9 +108,6 @@ enum lc_error {
 #define LC__ERR_ENUM(name, value, text) name = (value),
 	LC_ERROR_CODES(LC__ERR_ENUM)
 #undef LC__ERR_ENUM
-	/* Deprecated: LC_ERR_RANGE read as LC_ERANGE (-ERANGE, a value out
-	 * of bounds), which is another code. */
-	LC_ERR_RANGE = LC_ERR_OUT_OF_REGION,
 };
 
 /* Text for any code returned by the library, including plain -errno values.

@@ -112,7 +112,7 @@ LC_API int lc_region_unpack(const void *buf, size_t len, lc_region_desc_t *out);
 
 /* Allow writes for `room` into [offset, offset+length) of region. Ranges of
  * one room may be added in several calls; adjacent ranges merge. */
-LC_API int lc_grant_add(lc_ctx_t *ctx, uint64_t room, const lc_region_t *region,
+LC_API int lc_grant_issue(lc_ctx_t *ctx, uint64_t room, const lc_region_t *region,
 			uint64_t offset, uint64_t length);
 /* Revoke every range of `room`. When this returns, no write for the room is
  * being applied and none will be applied later: the pages may be freed.
@@ -258,7 +258,7 @@ LC_API int lc_conn_flush(lc_conn_t *conn);
  * LC_ERR_CANCELLED and drop its writes not yet sent. Returns how many
  * batches were cancelled. (Receivers make late writes impossible with
  * lc_grant_revoke.) */
-LC_API int lc_conn_cancel_room(lc_conn_t *conn, uint64_t room);
+LC_API int lc_conn_room_cancel(lc_conn_t *conn, uint64_t room);
 
 /* Faults for the loop transport (tests, users' own tests). Applied to the
  * writes of batches posted afterwards, counting writes from 1 per

@@ -158,9 +158,6 @@ typedef enum lc_fail_reason {
 	LC_FAIL_REASON_COUNT
 } lc_fail_reason_t;
 
-/* Deprecated: the table is named for its entries (LC_FAIL_*), as
- * lc_fail_reason_t and lc_fail_reason_name() are. */
-#define LC_ROOM_FAIL_REASONS(X) LC_FAIL_REASONS(X)
 
 /* "Failed", "Success", ... ; "Unknown" out of range. Static. */
 LC_API const char *lc_room_status_name(int status);
@@ -449,7 +446,7 @@ typedef struct lc_room_info {
 LC_API int lc_engine_room_status(lc_engine_t *engine, uint64_t room, lc_room_info_t *out);
 /* Forget a room without reading it; an unfinished room is cancelled first.
  * -ENOENT if unknown. */
-LC_API int lc_engine_room_release(lc_engine_t *engine, uint64_t room);
+LC_API int lc_engine_room_close(lc_engine_t *engine, uint64_t room);
 
 /* --- metrics --- */
 

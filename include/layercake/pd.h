@@ -137,7 +137,7 @@ LC_API int lc_sender_poll(lc_sender_t *sender, lc_room_info_t *out);
 LC_API int lc_sender_prefix_len(lc_sender_t *sender, uint64_t *tokens);
 /* Abort the room: stop sending, fail it (LC_FAIL_CANCELLED) and tell every
  * D rank once. LC_ERR_STATE if it already ended. */
-LC_API int lc_sender_abort(lc_sender_t *sender, const char *reason);
+LC_API int lc_sender_cancel(lc_sender_t *sender, const char *reason);
 /* Forget the room (an unfinished room is aborted first). NULL no-op. */
 LC_API void lc_sender_destroy(lc_sender_t *sender);
 
@@ -212,7 +212,7 @@ typedef struct lc_receiver_pages {
 	size_t state_slot_count;
 } lc_receiver_pages_t;
 
-/* Grant P the room's pages (lc_grant_add on every buffer) and send the
+/* Grant P the room's pages (lc_grant_issue on every buffer) and send the
  * transfer info to every target P rank; status Transferring. The pages
  * must stay valid until the room ends or is cancelled. Once per room.
  * Errors: LC_ERR_STATE (not Bootstrapped yet: poll first, or already

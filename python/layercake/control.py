@@ -189,7 +189,7 @@ class Sender(_Room):
         return v.value
 
     def abort(self, reason="aborted by P"):
-        check(_ffi.lc_sender_abort(self._need(), reason.encode()), f"abort room {self.room}")
+        check(_ffi.lc_sender_cancel(self._need(), reason.encode()), f"abort room {self.room}")
 
 
 class Decode(_Handle):

@@ -306,8 +306,8 @@ class Context(_Handle):
         return Region(self, buf)
 
     def grant(self, room, region, offset, length):
-        check(_ffi.lc_grant_add(self._need(), int(room), region._need(), int(offset), int(length)),
-              "lc_grant_add")
+        check(_ffi.lc_grant_issue(self._need(), int(room), region._need(), int(offset), int(length)),
+              "lc_grant_issue")
 
     def revoke(self, room):
         return check(_ffi.lc_grant_revoke(self._need(), int(room)), "lc_grant_revoke")
@@ -490,5 +490,5 @@ class Connection(_Handle):
         """Start every batch posted with defer=True."""
         check(_ffi.lc_conn_flush(self._need()), "lc_conn_flush")
 
-    def cancel_room(self, room):
-        return check(_ffi.lc_conn_cancel_room(self._need(), int(room)), "cancel_room")
+    def room_cancel(self, room):
+        return check(_ffi.lc_conn_room_cancel(self._need(), int(room)), "room_cancel")

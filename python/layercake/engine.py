@@ -562,8 +562,8 @@ class Engine(_Handle):
         check(_ffi.lc_engine_room_status(self._need(), int(room), ctypes.byref(ri)), f"room {room}")
         return room_info(ri)
 
-    def room_release(self, room):
-        check(_ffi.lc_engine_room_release(self._need(), int(room)), f"room {room}")
+    def room_close(self, room):
+        check(_ffi.lc_engine_room_close(self._need(), int(room)), f"room {room}")
 
     def metrics(self):
         """Counters and gauges (dict); histograms as (count, p50_us, p99_us)."""

@@ -24,7 +24,7 @@ int lc_ctx_create(const lc_ctx_params_t *params, lc_ctx_t **out)
 	rc = lc__timer_start(ctx);
 	if (rc)
 		goto fail_init;
-	LC_DEBUG("context %s created (owner %016llx)", ctx->name, (unsigned long long)ctx->uid);
+	LC__DEBUG("context %s created (owner %016llx)", ctx->name, (unsigned long long)ctx->uid);
 	*out = ctx;
 	return 0;
 

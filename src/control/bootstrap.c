@@ -157,7 +157,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	char line[256];
 	vsnprintf(line, sizeof line, fmt, ap);
 	line[strcspn(line, "\n")] = '\0';
-	LC_DEBUG("bootstrap http: %s", line);
+	LC__DEBUG("bootstrap http: %s", line);
 }
 
 int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out)
@@ -181,7 +181,7 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	snprintf(b->host, sizeof b->host, "%s", p.host && *p.host ? p.host : "0.0.0.0");
 	int rc = lc__bootstrap_secret(p.secret, b->secret, sizeof b->secret);
 	if (rc < 0) {
-		LC_ERROR("bootstrap: cannot read the secret: %s", strerror(-rc));
+		LC__ERROR("bootstrap: cannot read the secret: %s", strerror(-rc));
 		goto fail;
 	}
 	b->has_secret = rc == 1;
@@ -193,7 +193,7 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	}
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	if (inet_pton(AF_INET, b->host, &sa.sin_addr) != 1) {
-		LC_ERROR("bootstrap: bind address '%s' is not an IPv4 address", b->host);
+		LC__ERROR("bootstrap: bind address '%s' is not an IPv4 address", b->host);
 		rc = -EINVAL;
 		goto fail;
 	}
@@ -206,12 +206,12 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 		mhd_log, NULL, MHD_OPTION_END);
 	if (!b->daemon) {
 		rc = errno ? -errno : -EADDRINUSE;
-		LC_ERROR("bootstrap: cannot listen on %s:%d: %s", b->host, port, strerror(-rc));
+		LC__ERROR("bootstrap: cannot listen on %s:%d: %s", b->host, port, strerror(-rc));
 		goto fail;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(b->daemon, MHD_DAEMON_INFO_BIND_PORT);
 	b->port = di ? di->port : port;
-	LC_INFO("bootstrap: listening on %s:%d%s", b->host, b->port,
+	LC__INFO("bootstrap: listening on %s:%d%s", b->host, b->port,
 		b->has_secret ? " (PUT needs the secret)" : "");
 	*out = b;
 	return 0;

@@ -76,7 +76,7 @@ int lc__http_request(const char *method, const char *url, const char *body, size
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
 		rc = (int)status;
 	} else {
-		LC_DEBUG("http %s %s: %s", method, url, curl_easy_strerror(cc));
+		LC__DEBUG("http %s %s: %s", method, url, curl_easy_strerror(cc));
 		rc = cc == CURLE_OPERATION_TIMEDOUT ? LC_ETIMEDOUT : LC_ERR_UNREACHABLE;
 	}
 	curl_slist_free_all(hdr);

@@ -73,22 +73,22 @@ static int load_curve(lc__zctx_t *z)
 	if (a < 0 || b < 0)
 		return a < 0 ? a : b;
 	if (!a || !b) {
-		LC_INFO("channel: no CURVE keypair in %s, control plane unauthenticated", dir);
+		LC__INFO("channel: no CURVE keypair in %s, control plane unauthenticated", dir);
 		return 0;
 	}
 	if (strlen(pub) != LC__CHAN_KEY_LEN || strlen(sec) != LC__CHAN_KEY_LEN) {
-		LC_ERROR("channel: malformed CURVE key files in %s", dir);
+		LC__ERROR("channel: malformed CURVE key files in %s", dir);
 		return -EINVAL;
 	}
 	memcpy(z->public_key, pub, LC__CHAN_KEY_LEN + 1);
 	memcpy(z->secret_key, sec, LC__CHAN_KEY_LEN + 1);
 	memset(sec, 0, sizeof sec);
 	if (!zmq_has("curve")) {
-		LC_ERROR("channel: CURVE keys configured but libzmq lacks CURVE");
+		LC__ERROR("channel: CURVE keys configured but libzmq lacks CURVE");
 		return LC_ENOTSUP;
 	}
 	if (add_key(z, z->public_key) || strlen(z->secret_key) != LC__CHAN_KEY_LEN) {
-		LC_ERROR("channel: malformed CURVE key files in %s", dir);
+		LC__ERROR("channel: malformed CURVE key files in %s", dir);
 		return -EINVAL;
 	}
 	char path[PATH_MAX];
@@ -98,7 +98,7 @@ static int load_curve(lc__zctx_t *z)
 		while (fgets(line, sizeof line, f)) {
 			line[strcspn(line, "\r\n")] = '\0';
 			if (line[0] && line[0] != '#' && add_key(z, line))
-				LC_WARN("channel: ignoring malformed key in %s", path);
+				LC__WARN("channel: ignoring malformed key in %s", path);
 		}
 		fclose(f);
 	}
@@ -115,7 +115,7 @@ static void *zap_main(void *arg)
 	int linger = 0;
 	zmq_setsockopt(rep, ZMQ_LINGER, &linger, sizeof linger);
 	if (zmq_bind(rep, "inproc://zeromq.zap.01")) {
-		LC_ERROR("channel: ZAP bind failed: %s", zmq_strerror(zmq_errno()));
+		LC__ERROR("channel: ZAP bind failed: %s", zmq_strerror(zmq_errno()));
 		zmq_close(rep);
 		return NULL;
 	}
@@ -151,7 +151,7 @@ static void *zap_main(void *arg)
 		}
 		if (!ok) {
 			atomic_fetch_add(&z->auth_refused, 1);
-			LC_WARN("channel: refused a control-plane peer with an unknown key");
+			LC__WARN("channel: refused a control-plane peer with an unknown key");
 		}
 		/* The user id is the client's key in z85: every message from it
 		 * carries it ("User-Id"), so that what a peer declares about its
@@ -262,7 +262,7 @@ int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpo
 	snprintf(ep, sizeof ep, "tcp://%s:*", host);
 	if (zmq_bind(p->sock, ep)) {
 		int e = zmq_errno();
-		LC_ERROR("channel: cannot bind %s: %s", ep, zmq_strerror(e));
+		LC__ERROR("channel: cannot bind %s: %s", ep, zmq_strerror(e));
 		zmq_close(p->sock);
 		free(p);
 		return -e;
@@ -361,7 +361,7 @@ int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key
 	}
 	if (zmq_connect(p->sock, endpoint)) {
 		int e = zmq_errno();
-		LC_WARN("channel: cannot connect to %s: %s", endpoint, zmq_strerror(e));
+		LC__WARN("channel: cannot connect to %s: %s", endpoint, zmq_strerror(e));
 		zmq_close(p->sock);
 		free(p);
 		return e == EINVAL ? -EINVAL : -e;

@@ -33,11 +33,11 @@ extern _Atomic int lc__log_level;
 							 memory_order_relaxed)) \
 			lc__log((level), __FILE__, __LINE__, __VA_ARGS__);     \
 	} while (0)
-#define LC_ERROR(...) LC__LOG(LC_LOG_ERROR, __VA_ARGS__)
-#define LC_WARN(...) LC__LOG(LC_LOG_WARN, __VA_ARGS__)
-#define LC_INFO(...) LC__LOG(LC_LOG_INFO, __VA_ARGS__)
-#define LC_DEBUG(...) LC__LOG(LC_LOG_DEBUG, __VA_ARGS__)
-#define LC_TRACE(...) LC__LOG(LC_LOG_TRACE, __VA_ARGS__)
+#define LC__ERROR(...) LC__LOG(LC_LOG_ERROR, __VA_ARGS__)
+#define LC__WARN(...) LC__LOG(LC_LOG_WARN, __VA_ARGS__)
+#define LC__INFO(...) LC__LOG(LC_LOG_INFO, __VA_ARGS__)
+#define LC__DEBUG(...) LC__LOG(LC_LOG_DEBUG, __VA_ARGS__)
+#define LC__TRACE(...) LC__LOG(LC_LOG_TRACE, __VA_ARGS__)
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 static inline uint64_t lc__now_ns(void)

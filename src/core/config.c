@@ -14,16 +14,16 @@
 static const lc_config_info_t table[] = {
 #define LC__CFG_INFO(field, env, def, lo, hi, help)                            \
 	{#field, env, LC__STR(def), help, (lo), (hi), 0},
-	LC_CONFIG_TABLE(LC__CFG_INFO)
+	LC__CONFIG_TABLE(LC__CFG_INFO)
 #undef LC__CFG_INFO
 #define LC__CFGS_INFO(field, env, def, help) {#field, env, def, help, 0, 0, 1},
-	LC_CONFIG_STR_TABLE(LC__CFGS_INFO)
+	LC__CONFIG_STR_TABLE(LC__CFGS_INFO)
 #undef LC__CFGS_INFO
 };
 
 static const int64_t defaults[] = {
 #define LC__CFG_DEF(field, env, def, lo, hi, help) (def),
-	LC_CONFIG_TABLE(LC__CFG_DEF)
+	LC__CONFIG_TABLE(LC__CFG_DEF)
 #undef LC__CFG_DEF
 };
 
@@ -97,7 +97,7 @@ static void load_one(int i, int64_t *v)
 		return;
 	int rc = lc__config_parse(i, env, &x);
 	if (rc) {
-		LC_WARN("ignoring %s=%s: %s (allowed %lld..%lld)", table[i].env, env,
+		LC__WARN("ignoring %s=%s: %s (allowed %lld..%lld)", table[i].env, env,
 			lc_strerror(rc), (long long)table[i].min, (long long)table[i].max);
 		return;
 	}

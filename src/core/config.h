@@ -4,7 +4,7 @@
  * the defaults, then the environment, at creation; lc_ctx_config_set()
  * overrides values afterwards.
  *
- * String knobs (LC_CONFIG_STR_TABLE, X(field, env, default, help)) are
+ * String knobs (LC__CONFIG_STR_TABLE, X(field, env, default, help)) are
  * process-wide, not per context: they are read from the environment each
  * time they are used (a secret folder is consulted when a key is loaded,
  * with no context at hand).
@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#define LC_CONFIG_TABLE(X)                                                                        \
+#define LC__CONFIG_TABLE(X)                                                                        \
 	X(tcp_lanes, "LAYERCAKE_TCP_LANES", 4, 1, 64,                                             \
 	  "parallel TCP connections per peer (lanes)")                                            \
 	X(io_threads, "LAYERCAKE_IO_THREADS", 2, 1, 64,                                           \
@@ -70,7 +70,7 @@
 	X(bootstrap_port, "LAYERCAKE_BOOTSTRAP_PORT", 8998, 0, 65535,                             \
 	  "port of P's bootstrap HTTP server")
 
-#define LC_CONFIG_STR_TABLE(X)                                                                    \
+#define LC__CONFIG_STR_TABLE(X)                                                                    \
 	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                 \
 	  "folder holding bootstrap.secret and the CURVE keypair (curve.public, curve.secret)")    \
 	X(log, "LAYERCAKE_LOG", "warn",                                                            \
@@ -79,7 +79,7 @@
 
 enum lc__config_field {
 #define LC__CFG_ENUM(field, env, def, min, max, help) LC__CFG_##field,
-	LC_CONFIG_TABLE(LC__CFG_ENUM)
+	LC__CONFIG_TABLE(LC__CFG_ENUM)
 #undef LC__CFG_ENUM
 	LC__CFG_COUNT
 };
@@ -99,7 +99,7 @@ int lc__config_parse(int index, const char *text, int64_t *out);
 
 enum lc__config_str_field {
 #define LC__CFGS_ENUM(field, env, def, help) LC__CFGS_##field,
-	LC_CONFIG_STR_TABLE(LC__CFGS_ENUM)
+	LC__CONFIG_STR_TABLE(LC__CFGS_ENUM)
 #undef LC__CFGS_ENUM
 	LC__CFGS_COUNT
 };

@@ -10,7 +10,7 @@
 
 static const char *const counter_names[] = {
 #define LC__CNT_NAME(name) #name,
-	LC_COUNTERS(LC__CNT_NAME)
+	LC__COUNTERS(LC__CNT_NAME)
 #undef LC__CNT_NAME
 };
 
@@ -204,14 +204,14 @@ bool lc__ctx_token_accepted(lc_ctx_t *ctx, const uint8_t *token, bool has_token)
 
 /* ---- grants: what peers may write, per room ---- */
 
-int lc_grant_add(lc_ctx_t *ctx, uint64_t room, const lc_region_t *r, uint64_t offset,
+int lc_grant_issue(lc_ctx_t *ctx, uint64_t room, const lc_region_t *r, uint64_t offset,
 		 uint64_t length)
 {
 	if (!ctx || !r || r->ctx != ctx)
 		return -EINVAL;
 	if (length == 0 || offset > r->len || length > r->len - offset)
-		return LC_ERR_RANGE;
-	int rc = lc__grant_add(ctx->grants, room, r->id, offset, length);
+		return LC_ERR_OUT_OF_REGION;
+	int rc = lc__grant_issue(ctx->grants, room, r->id, offset, length);
 	if (!rc)
 		LC__COUNT(ctx, grants_added);
 	return rc;

@@ -204,7 +204,7 @@ static int room_add_range(lc__grant_room_t *g, uint32_t region, uint64_t offset,
 	return 0;
 }
 
-int lc__grant_add(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
+int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
 		  uint64_t length)
 {
 	int rc = 0;

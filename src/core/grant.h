@@ -22,7 +22,7 @@ int lc__grant_table_create(lc__grant_table_t **out);
 /* Revokes everything; no receiver may still hold entries. */
 void lc__grant_table_destroy(lc__grant_table_t *t);
 
-int lc__grant_add(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
+int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
 		  uint64_t length);
 /* Returns the number of ranges revoked (0 if none). Waits for copies inside. */
 int lc__grant_revoke(lc__grant_table_t *t, uint64_t room);

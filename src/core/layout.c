@@ -44,7 +44,7 @@ int lc_layout_create(const lc_buffer_t *buffers, size_t n, lc_layout_t **out)
 		const lc_buffer_t *b = &buffers[i];
 		if (b->layer < 0 || b->item_len == 0 || b->length % b->item_len ||
 		    b->kind > LC_BUFFER_OTHER || b->reserved) {
-			LC_WARN("layout: buffer %zu is invalid (layer %d, item_len %llu, length "
+			LC__WARN("layout: buffer %zu is invalid (layer %d, item_len %llu, length "
 				"%llu, kind %u)",
 				i, b->layer, (unsigned long long)b->item_len,
 				(unsigned long long)b->length, b->kind);
@@ -130,7 +130,7 @@ int lc_layout_build(const lc_layout_params_t *p, lc_layout_t **out)
 		return -EINVAL;
 	ncomp = model_components(p->model, kinds);
 	if (ncomp < 0 || p->layers == 0 || !p->item_len[0] || !p->pages) {
-		LC_WARN("layout: bad builder parameters (model %u, layers %u)", p->model,
+		LC__WARN("layout: bad builder parameters (model %u, layers %u)", p->model,
 			p->layers);
 		return -EINVAL;
 	}

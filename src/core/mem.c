@@ -74,7 +74,7 @@ int lc_mem_alloc(size_t len, unsigned flags, void **out)
 		goto fail;
 	}
 	if (!(flags & LC_MEM_NO_HUGEPAGE) && madvise(p, n, MADV_HUGEPAGE) && fd < 0)
-		LC_DEBUG("madvise(MADV_HUGEPAGE): %s", strerror(errno));
+		LC__DEBUG("madvise(MADV_HUGEPAGE): %s", strerror(errno));
 	/* Touch every page now, while nobody is timing. */
 	for (size_t off = 0; off < n; off += 4096)
 		((volatile uint8_t *)p)[off] = 0;

@@ -5,7 +5,7 @@
 #ifndef LC_CORE_METRICS_H
 #define LC_CORE_METRICS_H
 
-#define LC_COUNTERS(X)                                                         \
+#define LC__COUNTERS(X)                                                         \
 	X(batches_posted)                                                      \
 	X(batches_done)                                                        \
 	X(batches_failed)                                                      \
@@ -28,7 +28,7 @@
 
 enum lc__counter {
 #define LC__CNT_ENUM(name) LC__CNT_##name,
-	LC_COUNTERS(LC__CNT_ENUM)
+	LC__COUNTERS(LC__CNT_ENUM)
 #undef LC__CNT_ENUM
 	LC__CNT_COUNT
 };

@@ -22,7 +22,7 @@ const char *lc_fail_reason_name(int reason)
 #define LC__FAIL_NAME(name, value, text)                                       \
 	case value:                                                            \
 		return text;
-		LC_ROOM_FAIL_REASONS(LC__FAIL_NAME)
+		LC_FAIL_REASONS(LC__FAIL_NAME)
 #undef LC__FAIL_NAME
 	default:
 		return "unknown";
@@ -135,7 +135,7 @@ int lc__room_open(lc__room_table_t *t, uint64_t id, uint64_t now_ns, lc__room_t 
 	t->buckets[hash64(id) & (t->nbuckets - 1)] = r;
 	t->count++;
 	t->metrics.opened++;
-	LC_DEBUG("room %llu: opened (Bootstrapping)", (unsigned long long)id);
+	LC__DEBUG("room %llu: opened (Bootstrapping)", (unsigned long long)id);
 	*out = r;
 	return 0;
 }
@@ -223,7 +223,7 @@ int lc__room_state_apply(lc__room_metrics_t *m, const lc__room_view_t *v, int st
 	if (old == LC_ROOM_SUCCESS || old == LC_ROOM_FAILED) {
 		if (status == old)
 			return 0;
-		LC_DEBUG("%s %llu: %s -> %s refused (final)", v->side, id,
+		LC__DEBUG("%s %llu: %s -> %s refused (final)", v->side, id,
 			 lc_room_status_name(old), lc_room_status_name(status));
 		return LC_ERR_STATE;
 	}
@@ -246,12 +246,12 @@ int lc__room_state_apply(lc__room_metrics_t *m, const lc__room_view_t *v, int st
 			   reason ? reason : lc_fail_reason_name(fail_reason));
 		m->failed++;
 		m->failed_by_reason[fail_reason]++;
-		LC_WARN("%s %llu: %s -> Failed (%s): %s", v->side, id, lc_room_status_name(old),
+		LC__WARN("%s %llu: %s -> Failed (%s): %s", v->side, id, lc_room_status_name(old),
 			lc_fail_reason_name(fail_reason), v->reason);
 	} else {
 		if (status == LC_ROOM_SUCCESS)
 			m->succeeded++;
-		LC_DEBUG("%s %llu: %s -> %s", v->side, id, lc_room_status_name(old),
+		LC__DEBUG("%s %llu: %s -> %s", v->side, id, lc_room_status_name(old),
 			 lc_room_status_name(status));
 	}
 	return 1;

@@ -10,7 +10,7 @@ void lc__session_fail(lc__session_t *s, uint64_t now_ns, const char *reason)
 	s->failures++;
 	s->failed_at_ns = now_ns ? now_ns : 1;
 	lc__reason(s->reason, sizeof(s->reason), "%s", reason ? reason : "failed");
-	LC_WARN("session %s failed (%llu failures): %s", s->name,
+	LC__WARN("session %s failed (%llu failures): %s", s->name,
 		(unsigned long long)s->failures, s->reason);
 }
 
@@ -20,7 +20,7 @@ bool lc__session_blocked(lc__session_t *s, uint64_t now_ns, uint64_t ttl_ns)
 		return false;
 	if (now_ns - s->failed_at_ns < ttl_ns)
 		return true;
-	LC_INFO("session %s: failure block expired", s->name);
+	LC__INFO("session %s: failure block expired", s->name);
 	s->failed_at_ns = 0;
 	return false;
 }
@@ -28,7 +28,7 @@ bool lc__session_blocked(lc__session_t *s, uint64_t now_ns, uint64_t ttl_ns)
 void lc__session_clear(lc__session_t *s)
 {
 	if (s->failed_at_ns)
-		LC_INFO("session %s registered again: failure block cleared", s->name);
+		LC__INFO("session %s registered again: failure block cleared", s->name);
 	s->failed_at_ns = 0;
 	s->reason[0] = '\0';
 }

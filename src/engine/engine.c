@@ -42,7 +42,7 @@ static int check_params(const lc_engine_params_t *params)
 		return -EINVAL;
 	for (uint32_t i = 0; i < params->layout->nbuf; i++)
 		if (!params->layout->bufs[i].base) {
-			LC_WARN("engine: buffer %u of the layout has no base address", i);
+			LC__WARN("engine: buffer %u of the layout has no base address", i);
 			return -EINVAL;
 		}
 	return 0;
@@ -93,7 +93,7 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 	if ((rc = -pthread_create(&e->thread, NULL, lc__engine_main, e)))
 		goto fail_lock;
 	e->started = true;
-	LC_INFO("engine %s: %u buffers, %u layers, interval %lld", e->name, e->layout->nbuf,
+	LC__INFO("engine %s: %u buffers, %u layers, interval %lld", e->name, e->layout->nbuf,
 		e->layout->layers, (long long)e->interval);
 	*out = e;
 	return 0;

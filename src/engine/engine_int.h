@@ -12,7 +12,7 @@
  *     wreq id map, the notes queue and the metrics. The engine thread holds
  *     it while it works and drops it to wait and to run callbacks. API calls
  *     take it briefly. Lock order: e->lock, then the data plane's own locks
- *     (lc_batch_post, lc_conn_flush and lc_conn_cancel_room are called under
+ *     (lc_batch_post, lc_conn_flush and lc_conn_room_cancel are called under
  *     e->lock; they never call back into the engine).
  *   - The step words are atomics (core/steps.h); want_wake is an atomic
  *     Dekker flag between the engine thread and lock-free producers.
@@ -193,7 +193,7 @@ static inline void lc__engine_wake(lc_engine_t *e)
 static inline int lc__engine_bad_input(lc_engine_t *e, int rc, const char *what)
 {
 	e->m.bad_input++;
-	LC_WARN("engine %s: %s: %s", e->name, what, lc_strerror(rc));
+	LC__WARN("engine %s: %s: %s", e->name, what, lc_strerror(rc));
 	return rc;
 }
 

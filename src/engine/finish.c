@@ -60,7 +60,7 @@ static void queue_status(lc_engine_t *e, lc__room_t *r)
 		d->notified = true;
 		lc__note_t *n = note_new(e);
 		if (!n) {
-			LC_ERROR("room %llu: out of memory queueing the status for %s",
+			LC__ERROR("room %llu: out of memory queueing the status for %s",
 				 (unsigned long long)r->id, d->session_name);
 			continue;
 		}
@@ -135,7 +135,7 @@ static void kill_tasks(lc_engine_t *e, lc__room_t *r)
 		for (uint32_t i = 0; i < t->nwreq; i++) {
 			lc__wreq_t *w = &t->wreqs[i];
 			if (w->outstanding && w->sess && w->sess->conn)
-				lc_conn_cancel_room(w->sess->conn, r->id);
+				lc_conn_room_cancel(w->sess->conn, r->id);
 		}
 	}
 	r->tasks = 0;
@@ -195,7 +195,7 @@ static void on_completion(lc_engine_t *e, const lc_completion_t *c, uint64_t now
 	lc__room_t *r = t->room;
 	uint32_t g = c->tag;
 	if (g >= t->ngroups || w->gstate[g] != LC__GROUP_POSTED) {
-		LC_WARN("room %llu: unexpected completion for group %u", (unsigned long long)r->id,
+		LC__WARN("room %llu: unexpected completion for group %u", (unsigned long long)r->id,
 			g);
 		return;
 	}
@@ -240,7 +240,7 @@ static void retire_unread(lc_engine_t *e, lc__room_t *r, uint64_t now, uint64_t 
 {
 	uint64_t dl = r->final_ns + e->waiting_ns;
 	if (now >= dl) {
-		LC_INFO("room %llu: final status never read; dropped", (unsigned long long)r->id);
+		LC__INFO("room %llu: final status never read; dropped", (unsigned long long)r->id);
 		e->rooms.metrics.expired_unread++;
 		lc__room_remove(&e->rooms, r);
 	} else {

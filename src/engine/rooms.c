@@ -157,7 +157,7 @@ int lc_engine_room_status(lc_engine_t *e, uint64_t room, lc_room_info_t *out)
 	return rc;
 }
 
-int lc_engine_room_release(lc_engine_t *e, uint64_t room)
+int lc_engine_room_close(lc_engine_t *e, uint64_t room)
 {
 	int rc = 0;
 	if (!e)

@@ -91,7 +91,7 @@ static int check_session_params(lc_engine_t *e, const lc_session_params_t *p)
 	    !*p->name || !p->url || (p->region_count && (!p->region_descs || !p->region_desc_lens)))
 		return -EINVAL;
 	if (!p->buffer_region && p->region_count != e->layout->nbuf) {
-		LC_WARN("session %s: %zu region descriptors for %u buffers", p->name,
+		LC__WARN("session %s: %zu region descriptors for %u buffers", p->name,
 			p->region_count, e->layout->nbuf);
 		return -EINVAL;
 	}
@@ -119,7 +119,7 @@ static int map_buffers(lc_engine_t *e, lc__esession_t *s, const lc_session_param
 	for (size_t i = 0; i < p->region_count; i++)
 		if ((rc = lc_conn_import_region(s->conn, p->region_descs[i], p->region_desc_lens[i],
 						&ids[i]))) {
-			LC_WARN("session %s: importing region %zu: %s", p->name, i,
+			LC__WARN("session %s: importing region %zu: %s", p->name, i,
 				lc_strerror(rc));
 			return rc;
 		}
@@ -149,7 +149,7 @@ static int session_build(lc_engine_t *e, const lc_session_params_t *p, lc__esess
 	lc_conn_params_t cp = {.size = sizeof(cp), .cq = e->cq, .has_token = p->has_token};
 	cp.token = p->token;
 	if ((rc = lc_conn_create(e->ctx, p->url, &cp, &s->conn))) {
-		LC_WARN("session %s: connecting to %s: %s", p->name, p->url, lc_strerror(rc));
+		LC__WARN("session %s: connecting to %s: %s", p->name, p->url, lc_strerror(rc));
 		goto fail;
 	}
 	if ((rc = map_buffers(e, s, p, ids)))
@@ -191,7 +191,7 @@ int lc_engine_session_add(lc_engine_t *e, const lc_session_params_t *p)
 		old->core = NULL;
 		lc__esession_free(old);
 	}
-	LC_INFO("engine %s: session %s -> %s", e->name, p->name, p->url);
+	LC__INFO("engine %s: session %s -> %s", e->name, p->name, p->url);
 	return 0;
 }
 

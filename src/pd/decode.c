@@ -53,7 +53,7 @@ static int map_regions(lc_decode_t *d, const lc_decode_params_t *pp)
 				break;
 		}
 		if (i == d->nregions) {
-			LC_ERROR("decode: buffer %u is not inside any given region", b);
+			LC__ERROR("decode: buffer %u is not inside any given region", b);
 			return -EINVAL;
 		}
 		d->buf_region[b] = (uint32_t)i;
@@ -155,7 +155,7 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 		goto fail;
 	if ((rc = set_session(d, pp.session)) || (rc = start_threads(d)))
 		goto fail;
-	LC_INFO("decode %s: data %s, control %s", d->session, d->data_url, d->endpoint);
+	LC__INFO("decode %s: data %s, control %s", d->session, d->data_url, d->endpoint);
 	*out = d;
 	return 0;
 fail:
@@ -277,7 +277,7 @@ static int grant_pages(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages
 				j++;
 			if (ids[i] < 0 || (uint64_t)ids[j - 1] >= items)
 				return -EINVAL;
-			int rc = lc_grant_add(d->ctx, r->room, d->regions[d->buf_region[b]],
+			int rc = lc_grant_issue(d->ctx, r->room, d->regions[d->buf_region[b]],
 					      d->buf_offset[b] + (uint64_t)ids[i] * buf->item_len,
 					      (uint64_t)(j - i) * buf->item_len);
 			if (rc < 0)

@@ -118,7 +118,7 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s)
 	if (t < 0 || lc__decode_final(r) || r->plan.targets[t].dummy) {
 		/* Unknown rooms never create entries (bounded tables). */
 		LC__D_CTL_ADD(d, msgs_unexpected);
-		LC_DEBUG("decode %s: status for room %llu from P rank %u ignored", d->session,
+		LC__DEBUG("decode %s: status for room %llu from P rank %u ignored", d->session,
 			 (unsigned long long)s->room, s->p_rank);
 		return;
 	}
@@ -164,7 +164,7 @@ static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m)
 	if (!m->result)
 		return;
 	LC__D_CTL_ADD(d, registrations_refused);
-	LC_ERROR("decode %s: P rank %u refused the registration: %s", d->session, m->p_rank,
+	LC__ERROR("decode %s: P rank %u refused the registration: %s", d->session, m->p_rank,
 		 m->reason);
 	for (int i = 0; i < d->npeers; i++) {
 		lc__ppeer_t *pe = d->peers[i];
@@ -191,7 +191,7 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 	LC__D_CTL_ADD(d, msgs_received);
 	if (lc__msg_decode(buf, len, m, why, sizeof why)) {
 		LC__D_CTL_ADD(d, msgs_malformed);
-		LC_WARN("decode %s: dropped a malformed message (%zu bytes): %s", d->session, len,
+		LC__WARN("decode %s: dropped a malformed message (%zu bytes): %s", d->session, len,
 			why);
 		free(m);
 		return;
@@ -209,7 +209,7 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 		break;
 	default:
 		LC__D_CTL_ADD(d, msgs_unexpected);
-		LC_WARN("decode %s: unexpected %s message dropped", d->session,
+		LC__WARN("decode %s: unexpected %s message dropped", d->session,
 			lc__msg_type_name(m->type));
 	}
 	pthread_mutex_unlock(&d->lock);

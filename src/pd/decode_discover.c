@@ -217,7 +217,7 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 	LC__D_CTL_ADD(d, msgs_sent);
 	LC__D_CTL_ADD(d, registrations);
 	pr->registered = true;
-	LC_INFO("decode %s: registered with P rank %d at %s", d->session, rank, pr->endpoint);
+	LC__INFO("decode %s: registered with P rank %d at %s", d->session, rank, pr->endpoint);
 	return 0;
 }
 
@@ -227,7 +227,7 @@ static bool plan_room(lc_decode_t *d, lc_receiver_t *r)
 	char why[300] = "";
 	lc__ppeer_t *pe = r->peer;
 	if (geometry_check(d, pe->info, why, sizeof why)) {
-		LC_ERROR("decode %s: P at %s refused: %s", d->session, pe->addr, why);
+		LC__ERROR("decode %s: P at %s refused: %s", d->session, pe->addr, why);
 		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
 				"geometry mismatch with P at %s: %s", pe->addr, why);
 		return false;
@@ -284,7 +284,7 @@ static bool peer_active(const lc_decode_t *d, const lc__ppeer_t *pe)
 static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe)
 {
 	LC__D_CTL_ADD(d, peers_dead);
-	LC_ERROR("decode %s: P at %s missed %d heartbeats: failing its rooms", d->session, pe->addr,
+	LC__ERROR("decode %s: P at %s missed %d heartbeats: failing its rooms", d->session, pe->addr,
 		 pe->misses);
 	for (lc_receiver_t *r = d->receivers; r; r = r->next)
 		if (r->peer == pe)

@@ -47,7 +47,7 @@ static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
 		.timeout_ms = 2000, .retries = 5, .secret = has_secret == 1 ? secret : NULL};
 	int rc = lc__bootstrap_register(p->bootstrap, &info, &o, why, sizeof why);
 	if (rc)
-		LC_ERROR("prefill %s: registering with bootstrap %s failed: %s", p->name,
+		LC__ERROR("prefill %s: registering with bootstrap %s failed: %s", p->name,
 			 p->bootstrap, why);
 	return rc;
 }
@@ -134,7 +134,7 @@ int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefi
 		if (p->source_id < 0)
 			p->metrics_server = NULL;
 	}
-	LC_INFO("prefill %s: rank %d/%d (dp %d) serving %s", p->name, p->rank, p->world, p->dp,
+	LC__INFO("prefill %s: rank %d/%d (dp %d) serving %s", p->name, p->rank, p->world, p->dp,
 		p->endpoint);
 	*out = p;
 	return 0;
@@ -286,7 +286,7 @@ int lc_sender_prefix_len(lc_sender_t *s, uint64_t *tokens)
 	return rc;
 }
 
-int lc_sender_abort(lc_sender_t *s, const char *reason)
+int lc_sender_cancel(lc_sender_t *s, const char *reason)
 {
 	if (!s)
 		return -EINVAL;
@@ -301,7 +301,7 @@ void lc_sender_destroy(lc_sender_t *s)
 		return;
 	lc_prefill_t *p = s->p;
 	/* Cancels an unfinished room; -ENOENT once a final status was read. */
-	lc_engine_room_release(p->engine, s->room);
+	lc_engine_room_close(p->engine, s->room);
 	pthread_mutex_lock(&p->lock);
 	for (lc_sender_t **pp = &p->senders; *pp; pp = &(*pp)->next)
 		if (*pp == s) {

@@ -66,7 +66,7 @@ void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int st
 			m->metadata_len = metadata_len;
 		}
 	} else {
-		LC_ERROR("prefill %s: out of memory queueing the status of room %llu", p->name,
+		LC__ERROR("prefill %s: out of memory queueing the status of room %llu", p->name,
 			 (unsigned long long)room);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -104,7 +104,7 @@ int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
 	size_t len;
 	int rc = lc__msg_encode(m, &buf, &len);
 	if (rc) {
-		LC_ERROR("prefill %s: cannot encode %s: %s", p->name, lc__msg_type_name(m->type),
+		LC__ERROR("prefill %s: cannot encode %s: %s", p->name, lc__msg_type_name(m->type),
 			 lc_strerror(rc));
 		return rc;
 	}
@@ -112,7 +112,7 @@ int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
 	free(buf);
 	if (rc) {
 		LC__P_CTL_ADD(p, send_failures);
-		LC_WARN("prefill %s: sending %s: %s", p->name, lc__msg_type_name(m->type),
+		LC__WARN("prefill %s: sending %s: %s", p->name, lc__msg_type_name(m->type),
 			lc_strerror(rc));
 	} else {
 		LC__P_CTL_ADD(p, msgs_sent);
@@ -146,7 +146,7 @@ void lc__prefill_flush(lc_prefill_t *p)
 		lc__dsess_t *s = lc__prefill_session_find(p, o->session);
 		pthread_mutex_unlock(&p->lock);
 		if (!s || !s->push) {
-			LC_DEBUG("prefill %s: no session %s for a %s of room %llu", p->name,
+			LC__DEBUG("prefill %s: no session %s for a %s of room %llu", p->name,
 				 o->session, lc__msg_type_name(o->type),
 				 (unsigned long long)o->room);
 			continue;

@@ -198,7 +198,7 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g, c
 		rc = add_session(p, g, why, sizeof why);
 	if (rc) {
 		LC__P_CTL_ADD(p, registrations_refused);
-		LC_ERROR("prefill %s: refused D session %s: %s", p->name, g->session, why);
+		LC__ERROR("prefill %s: refused D session %s: %s", p->name, g->session, why);
 		reply->reply.result = rc;
 		snprintf(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
 		bool has_key = g->flags & LC__REG_HAS_CURVE_KEY;
@@ -211,7 +211,7 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g, c
 		return;
 	}
 	lc__dsess_t *s = remember_session(p, g);
-	LC_INFO("prefill %s: D session %s registered (data %s, status %s)", p->name, g->session,
+	LC__INFO("prefill %s: D session %s registered (data %s, status %s)", p->name, g->session,
 		g->data_url, g->status_ep);
 	if (s && s->push)
 		lc__prefill_send(p, s->push, reply);

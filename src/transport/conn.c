@@ -17,7 +17,7 @@ int lc_listener_create(lc_ctx_t *ctx, const char *url, lc_listener_t **out)
 		return -EINVAL;
 	const lc__transport_ops_t *ops = lc__transport_find(url);
 	if (!ops) {
-		LC_WARN("no transport for %s (built in: %s)", url, lc_transports());
+		LC__WARN("no transport for %s (built in: %s)", url, lc_transports());
 		return LC_ERR_NO_TRANSPORT;
 	}
 	lc_listener_t *l = calloc(1, sizeof *l);
@@ -29,7 +29,7 @@ int lc_listener_create(lc_ctx_t *ctx, const char *url, lc_listener_t **out)
 	if (!rc)
 		rc = ops->listen(l, url);
 	if (rc) {
-		LC_WARN("listen on %s: %s", url, lc_strerror(rc));
+		LC__WARN("listen on %s: %s", url, lc_strerror(rc));
 		free(l);
 		return rc;
 	}
@@ -39,7 +39,7 @@ int lc_listener_create(lc_ctx_t *ctx, const char *url, lc_listener_t **out)
 		ctx->listeners->ctx_prev = l;
 	ctx->listeners = l;
 	pthread_mutex_unlock(&ctx->objs_lock);
-	LC_INFO("listening on %s", l->url);
+	LC__INFO("listening on %s", l->url);
 	*out = l;
 	return 0;
 }
@@ -86,7 +86,7 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 		return -EINVAL;
 	const lc__transport_ops_t *ops = lc__transport_find(url);
 	if (!ops) {
-		LC_WARN("no transport for %s (built in: %s)", url, lc_transports());
+		LC__WARN("no transport for %s (built in: %s)", url, lc_transports());
 		return LC_ERR_NO_TRANSPORT;
 	}
 	lc_conn_t *c = calloc(1, sizeof *c);
@@ -104,7 +104,7 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 	if (!rc)
 		rc = ops->conn_open(c, url, &p);
 	if (rc) {
-		LC_WARN("connection to %s: %s", url, lc_strerror(rc));
+		LC__WARN("connection to %s: %s", url, lc_strerror(rc));
 		LC__COUNT(ctx, conns_failed);
 		pthread_mutex_destroy(&c->lock);
 		free(c);
@@ -175,7 +175,7 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 		if (w->length == 0)
 			continue; /* lands nothing; complete with the rest */
 		if (!w->local || lc__source_find(c->ctx, w->local, w->length, &src)) {
-			LC_WARN("batch to %s: write %zu source %p+%llu is not in a registered region",
+			LC__WARN("batch to %s: write %zu source %p+%llu is not in a registered region",
 				c->url, i, w->local, (unsigned long long)w->length);
 			return LC_ERR_REGION;
 		}
@@ -274,7 +274,7 @@ static bool same_room(const lc__batch_t *b, const void *arg)
 	return b->room == *(const uint64_t *)arg;
 }
 
-int lc_conn_cancel_room(lc_conn_t *c, uint64_t room)
+int lc_conn_room_cancel(lc_conn_t *c, uint64_t room)
 {
 	lc__batch_t **v;
 	int cancelled = 0;
@@ -289,7 +289,7 @@ int lc_conn_cancel_room(lc_conn_t *c, uint64_t room)
 		lc__batch_unref(v[i]);
 	}
 	free(v);
-	if (c->ops->cancel_room)
-		c->ops->cancel_room(c, room);
+	if (c->ops->room_cancel)
+		c->ops->room_cancel(c, room);
 	return cancelled;
 }

@@ -86,11 +86,11 @@ void lc__cq_push(lc_cq_t *cq, const lc_completion_t *c)
 		cq->armed = false;
 		cq->count++;
 	} else if (cq->count++ == 0 && write(cq->efd, &one, sizeof one) < 0) {
-		LC_ERROR("completion queue eventfd write: %s", strerror(errno));
+		LC__ERROR("completion queue eventfd write: %s", strerror(errno));
 	}
 	pthread_mutex_unlock(&cq->lock);
 	if (signal && write(cq->efd, &one, sizeof one) < 0)
-		LC_ERROR("completion queue eventfd write: %s", strerror(errno));
+		LC__ERROR("completion queue eventfd write: %s", strerror(errno));
 }
 
 void lc__cq_set_arm_mode(lc_cq_t *cq)
@@ -116,7 +116,7 @@ void lc__cq_disarm(lc_cq_t *cq, bool readable)
 	/* A push that armed-fired may write after we woke for another reason:
 	 * the next wake is then spurious, and cleared here. */
 	if (readable && read(cq->efd, &drain, sizeof drain) < 0 && errno != EAGAIN)
-		LC_ERROR("completion queue eventfd read: %s", strerror(errno));
+		LC__ERROR("completion queue eventfd read: %s", strerror(errno));
 }
 
 int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
@@ -133,7 +133,7 @@ int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
 	}
 	if (!cq->arm_mode && n > 0 && cq->count == 0 &&
 	    read(cq->efd, &drain, sizeof drain) < 0 && errno != EAGAIN)
-		LC_ERROR("completion queue eventfd read: %s", strerror(errno));
+		LC__ERROR("completion queue eventfd read: %s", strerror(errno));
 	pthread_mutex_unlock(&cq->lock);
 	return n;
 }

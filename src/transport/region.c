@@ -15,9 +15,9 @@ int lc_region_register(lc_ctx_t *ctx, void *addr, size_t len, lc_region_t **out)
 	int fd = lc__mem_memfd(addr, len, &off);
 	int rc = lc__regions_add(&ctx->regions, ctx, addr, len, fd, off, out);
 	if (rc)
-		LC_WARN("register %p+%zu: %s", addr, len, lc_strerror(rc));
+		LC__WARN("register %p+%zu: %s", addr, len, lc_strerror(rc));
 	else
-		LC_DEBUG("region %u = %p+%zu%s", (*out)->id, addr, len, fd >= 0 ? " (memfd)" : "");
+		LC__DEBUG("region %u = %p+%zu%s", (*out)->id, addr, len, fd >= 0 ? " (memfd)" : "");
 	return rc;
 }
 
@@ -28,7 +28,7 @@ int lc_region_deregister(lc_region_t *r)
 	lc_ctx_t *ctx = r->ctx;
 	int revoked = lc__grant_revoke_region(ctx->grants, r->id);
 	if (revoked)
-		LC_INFO("region %u deregistered with %d granted rooms; revoked them", r->id, revoked);
+		LC__INFO("region %u deregistered with %d granted rooms; revoked them", r->id, revoked);
 	return lc__regions_remove(&ctx->regions, r);
 }
 

@@ -13,21 +13,21 @@ int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset
 	lc__region_info_t r;
 	if (lc__regions_get(&ctx->regions, region, &r)) {
 		LC__COUNT(ctx, writes_rejected_region);
-		LC_WARN("rejected write for room %llu: unknown region %u",
+		LC__WARN("rejected write for room %llu: unknown region %u",
 			(unsigned long long)room, region);
 		return LC_ERR_REGION;
 	}
 	if (offset > r.len || length > r.len - offset) {
 		LC__COUNT(ctx, writes_rejected_range);
-		LC_WARN("rejected write for room %llu: [%llu, +%llu) outside region %u of %zu bytes",
+		LC__WARN("rejected write for room %llu: [%llu, +%llu) outside region %u of %zu bytes",
 			(unsigned long long)room, (unsigned long long)offset,
 			(unsigned long long)length, region, r.len);
-		return LC_ERR_RANGE;
+		return LC_ERR_OUT_OF_REGION;
 	}
 	lc__grant_room_t *g;
 	if (lc__grant_lookup(ctx->grants, room, region, offset, length, &g)) {
 		LC__COUNT(ctx, writes_rejected_grant);
-		LC_WARN("rejected write for room %llu: region %u [%llu, +%llu) not granted",
+		LC__WARN("rejected write for room %llu: region %u [%llu, +%llu) not granted",
 			(unsigned long long)room, region, (unsigned long long)offset,
 			(unsigned long long)length);
 		return LC_ERR_GRANT;

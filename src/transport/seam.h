@@ -34,7 +34,7 @@ typedef struct lc__land {
 } lc__land_t;
 
 /* Check [offset, offset+length) of region against the context's regions and
- * room's grant; count and log a rejection (LC_ERR_REGION, LC_ERR_RANGE,
+ * room's grant; count and log a rejection (LC_ERR_REGION, LC_ERR_OUT_OF_REGION,
  * LC_ERR_GRANT). On success *l holds a grant reference until
  * lc__land_done(). */
 int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,

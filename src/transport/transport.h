@@ -105,7 +105,7 @@ typedef struct lc__transport_ops {
 	 * transport without it starts every batch at post(). */
 	void (*flush)(lc_conn_t *c);
 	/* Optional: drop unsent writes of a room (its batches are completed). */
-	void (*cancel_room)(lc_conn_t *c, uint64_t room);
+	void (*room_cancel)(lc_conn_t *c, uint64_t room);
 	/* Optional: a packed descriptor of the peer is being imported. */
 	int (*import_region)(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *blob,
 			     size_t blob_len);

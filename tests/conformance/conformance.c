@@ -120,7 +120,7 @@ static void setup_remote(harness_t *h)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		close(fds[0]);
 		receiver_setup(h);
-		TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+		TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
 		int dlen = lc_region_pack(h->dst_region, desc, sizeof desc);
 		TU_OK(dlen);
 		uint32_t n = (uint32_t)dlen;
@@ -208,7 +208,7 @@ static void expect_same(harness_t *h, uint64_t src_off, uint64_t dst_off, uint64
 static void case_single_write(harness_t *h)
 {
 	setup(h);
-	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 4096, 65536));
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 4096, 65536));
 	lc_write_t w = wr(h, 0, 4096, 65536);
 	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
 	expect_status(&c, 0);
@@ -223,7 +223,7 @@ static void case_batch_10000(harness_t *h)
 	enum { N = 10000, LEN = 512 };
 	static lc_write_t w[N];
 	setup(h);
-	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, (uint64_t)N * LEN * 2));
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, (uint64_t)N * LEN * 2));
 	/* Scattered destinations: every other slot, in a shuffled order. */
 	for (size_t i = 0; i < N; i++)
 		w[i] = wr(h, i * LEN, ((i * 7919) % N) * 2 * LEN, LEN);
@@ -244,7 +244,7 @@ static void case_deferred_flush(harness_t *h)
 	bool seen[N] = {false};
 	uint64_t id;
 	setup(h);
-	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, (uint64_t)N * LEN));
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, (uint64_t)N * LEN));
 	lc_batch_params_t p = {.size = sizeof p, .room = ROOM, .flags = LC_BATCH_DEFER};
 	lc_write_t w = wr(h, 0, 0, LEN);
 	p.flags = 1u << 7;
@@ -269,7 +269,7 @@ static void case_deferred_flush(harness_t *h)
 static void case_zero_length(harness_t *h)
 {
 	setup(h);
-	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, 8192));
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, 8192));
 	lc_write_t only_empty = wr(h, 0, 0, 0);
 	lc_completion_t c = post_wait(h, &only_empty, 1, ROOM, 0);
 	expect_status(&c, 0);
@@ -285,20 +285,20 @@ static void case_zero_length(harness_t *h)
 static void case_outside_region(harness_t *h)
 {
 	setup(h);
-	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
 	lc_write_t w = wr(h, 0, REGION - 100, 4096);
 	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
-	expect_status(&c, LC_ERR_RANGE);
+	expect_status(&c, LC_ERR_OUT_OF_REGION);
 	lc_write_t w2 = wr(h, 0, UINT64_MAX - 10, 4096); /* offset + length wraps */
 	c = post_wait(h, &w2, 1, ROOM, 0);
-	expect_status(&c, LC_ERR_RANGE);
+	expect_status(&c, LC_ERR_OUT_OF_REGION);
 	expect_canary_outside(h, 0, 0);
 }
 
 static void case_outside_grant(harness_t *h)
 {
 	setup(h);
-	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, 65536));
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, 65536));
 	lc_write_t straddle = wr(h, 0, 65536 - 512, 1024);
 	lc_completion_t c = post_wait(h, &straddle, 1, ROOM, 0);
 	expect_status(&c, LC_ERR_GRANT);
@@ -318,7 +318,7 @@ static void case_outside_grant(harness_t *h)
 static void case_revoked_grant(harness_t *h)
 {
 	setup(h);
-	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, 65536));
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, 65536));
 	lc_write_t w = wr(h, 0, 0, 65536);
 	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
 	expect_status(&c, 0);
@@ -333,7 +333,7 @@ static void case_revoked_grant(harness_t *h)
 static void case_unknown_region(harness_t *h)
 {
 	setup(h);
-	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
 	lc_write_t w = wr(h, 0, 0, 4096);
 	w.remote_region = h->remote + 1000;
 	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
@@ -371,7 +371,7 @@ static void case_peer_closes_mid_batch(harness_t *h)
 	if (!strcmp(h->tp, "loop")) {
 		/* In-process peer: slow the writes down, close the listener. */
 		setup(h);
-		TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+		TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
 		lc_loop_faults_t f = {.size = sizeof f, .mask = LC_FAULT_DELAY, .delay_us = 1000};
 		TU_OK(lc_loop_set_faults(h->conn, &f));
 		for (size_t i = 0; i < 200; i++)
@@ -416,7 +416,7 @@ static void stalled_peer(harness_t *h)
 {
 	if (!strcmp(h->tp, "loop")) {
 		setup(h);
-		TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+		TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
 		lc_write_t w = wr(h, 0, 0, 4096);
 		lc_completion_t c = post_wait(h, &w, 1, ROOM, 0); /* connected and working */
 		expect_status(&c, 0);
@@ -458,12 +458,12 @@ static void case_cancel_room(harness_t *h)
 	uint64_t id, id_other;
 	TU_OK(lc_batch_post(h->conn, &w, 1, &p, &id));
 	TU_OK(lc_batch_post(h->conn, &w, 1, &other, &id_other));
-	TU_CHECK(lc_conn_cancel_room(h->conn, ROOM) == 1, "one batch should be cancelled");
+	TU_CHECK(lc_conn_room_cancel(h->conn, ROOM) == 1, "one batch should be cancelled");
 	lc_completion_t c = tu_wait_one(h->cq, 2000);
 	TU_CHECK(c.batch_id == id, "cancelled the wrong batch");
 	expect_status(&c, LC_ERR_CANCELLED);
 	TU_CHECK(lc_cq_poll(h->cq, &c, 1) == 0, "the other room's batch must stay pending");
-	TU_CHECK(lc_conn_cancel_room(h->conn, ROOM) == 0, "nothing left to cancel");
+	TU_CHECK(lc_conn_room_cancel(h->conn, ROOM) == 0, "nothing left to cancel");
 }
 
 typedef struct submitter {
@@ -492,7 +492,7 @@ static void *submit_many(void *arg)
 static void case_two_threads(harness_t *h)
 {
 	setup(h);
-	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
 	submitter_t s[2] = {{h, 0, 0}, {h, 8u << 20, 0}};
 	pthread_t t[2];
 	for (int i = 0; i < 2; i++)
@@ -520,7 +520,7 @@ static void case_checksum_all(harness_t *h)
 	static lc_write_t w[MAXW];
 	size_t n = 0, off = 0;
 	setup(h);
-	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
 	/* Sizes from 1 byte to 1 MiB at odd offsets, a canary gap after each. */
 	for (size_t len = 1; n < MAXW && off + len + 3 < REGION; len = len * 3 + 1) {
 		if (len > (1u << 20))
@@ -554,7 +554,7 @@ static void case_checksum_all(harness_t *h)
 static void case_bad_token(harness_t *h)
 {
 	setup(h);
-	TU_OK(lc_grant_add(h->rx, ROOM, h->dst_region, 0, REGION));
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
 	lc_conn_t *good = h->conn;
 	uint8_t desc[LC_REGION_DESC_MAX];
 	int dlen = lc_region_pack(h->dst_region, desc, sizeof desc);

@@ -63,7 +63,7 @@ static int run_d(int peers, const char *listen_url, int to_p, int from_p)
 		TU_OK(lc_mem_alloc(BYTES, 0, (void **)&mem[i]));
 		memset(mem[i], 0, BYTES);
 		TU_OK(lc_region_register(ctx[i], mem[i], BYTES, &r));
-		TU_OK(lc_grant_add(ctx[i], ROOM, r, 0, BYTES));
+		TU_OK(lc_grant_issue(ctx[i], ROOM, r, 0, BYTES));
 		TU_OK(lc_listener_create(ctx[i], listen_url, &l));
 		TU_OK(lc_listener_url(l, pi.url, sizeof pi.url));
 		TU_OK(lc_token_issue(ctx[i], &pi.token));

@@ -66,7 +66,7 @@ static void target_up(void)
 	memset(T.mem, CANARY, REGION_LEN);
 	TU_OK(lc_region_register(T.ctx, T.mem, REGION_LEN, &T.region));
 	TU_OK(lc_token_issue(T.ctx, &T.token));
-	TU_OK(lc_grant_add(T.ctx, ROOM, T.region, G_OFF, G_LEN));
+	TU_OK(lc_grant_issue(T.ctx, ROOM, T.region, G_OFF, G_LEN));
 	int rc = lc_listener_create(T.ctx, "tcp://127.0.0.1:0", &T.l);
 	if (rc == LC_ERR_NO_TRANSPORT) {
 		fprintf(stderr, "skip: no tcp transport\n");
@@ -288,8 +288,8 @@ static int case_tcp_outside(void)
 		int code;
 	} cases[] = {
 		{"unknown region", ROOM, {reg + 100, G_OFF, 4096, 0}, LC_ERR_REGION},
-		{"past the region's end", ROOM, {reg, REGION_LEN - 100, 4096, 0}, LC_ERR_RANGE},
-		{"offset + length wraps around", ROOM, {reg, UINT64_MAX - 15, 32, 0}, LC_ERR_RANGE},
+		{"past the region's end", ROOM, {reg, REGION_LEN - 100, 4096, 0}, LC_ERR_OUT_OF_REGION},
+		{"offset + length wraps around", ROOM, {reg, UINT64_MAX - 15, 32, 0}, LC_ERR_OUT_OF_REGION},
 		{"in the region, before the grant", ROOM, {reg, 0, 4096, 0}, LC_ERR_GRANT},
 		{"straddles the grant's end", ROOM, {reg, G_OFF + G_LEN - 16, 32, 0}, LC_ERR_GRANT},
 		{"straddles the grant's start", ROOM, {reg, G_OFF - 1, 2, 0}, LC_ERR_GRANT},

@@ -93,7 +93,7 @@ static void sender(int rd, int wr, enum mode mode)
 		 * revoke may end the batch first (a loaded host). 0: the batch
 		 * was over before the cancel came. */
 		TU_CHECK(read(rd, &go, 1) == 1, "cancel signal");
-		char cancelled = lc_conn_cancel_room(conn, ROOM) == 1;
+		char cancelled = lc_conn_room_cancel(conn, ROOM) == 1;
 		TU_CHECK(write(wr, &cancelled, 1) == 1, "cancel result");
 	}
 	c = tu_wait_one(cq, 30000);
@@ -154,7 +154,7 @@ static int run(enum mode mode)
 	TU_OK(rc);
 	TU_OK(lc_listener_url(l, in.url, sizeof in.url));
 	TU_OK(lc_token_issue(ctx, &in.token));
-	TU_OK(lc_grant_add(ctx, ROOM, r, 0, REGION));
+	TU_OK(lc_grant_issue(ctx, ROOM, r, 0, REGION));
 	rc = lc_region_pack(r, in.desc, sizeof in.desc);
 	TU_OK(rc);
 	in.dlen = (uint32_t)rc;
@@ -218,7 +218,7 @@ static int run(enum mode mode)
 	fprintf(stderr, "sender's batch: %s\n", lc_err_name(status));
 
 	/* D still works for other rooms and connections afterwards. */
-	TU_CHECK(lc_grant_add(ctx, ROOM + 1, r, 0, 4096) == 0, "grant");
+	TU_CHECK(lc_grant_issue(ctx, ROOM + 1, r, 0, 4096) == 0, "grant");
 	close(to_child[1]);
 	int ws;
 	waitpid(pid, &ws, 0);

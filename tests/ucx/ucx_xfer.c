@@ -71,7 +71,7 @@ static int serve(const char *url, const char *info, size_t region_mib)
 	TU_OK(lc_region_register(ctx, mem, len, &r));
 	TU_OK(lc_listener_create(ctx, url, &l));
 	TU_OK(lc_listener_url(l, rurl, sizeof rurl));
-	TU_OK(lc_grant_add(ctx, ROOM, r, 0, len));
+	TU_OK(lc_grant_issue(ctx, ROOM, r, 0, len));
 	TU_OK(lc_token_issue(ctx, &tok));
 	int dlen = lc_region_pack(r, desc, sizeof desc);
 	TU_OK(dlen);

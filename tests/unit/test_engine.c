@@ -216,7 +216,7 @@ static void fx_dst(fx_t *f, uint64_t room, int i, uint32_t required, const int64
 	char name[16];
 	snprintf(name, sizeof(name), "d%d", i);
 	if (!dummy)
-		assert_int_equal(lc_grant_add(f->d, room, f->dregs[i], 0, NBUF * BUF_BYTES), 0);
+		assert_int_equal(lc_grant_issue(f->d, room, f->dregs[i], 0, NBUF * BUF_BYTES), 0);
 	lc_dst_params_t dp = {.size = sizeof(dp), .session = dummy ? NULL : name, .pages = dst,
 			      .page_count = n, .required_dst_count = required, .is_dummy = dummy};
 	assert_int_equal(lc_engine_room_dst_add(f->e, room, &dp), 0);
@@ -893,7 +893,7 @@ static void two_p_ranks_fill_one_d_page(void **state)
 	lc_region_t *reg[2];
 	lc_layout_t *lay[2];
 	lc_engine_t *e[2];
-	assert_int_equal(lc_grant_add(f->d, 22, f->dregs[0], 0, NBUF * BUF_BYTES), 0);
+	assert_int_equal(lc_grant_issue(f->d, 22, f->dregs[0], 0, NBUF * BUF_BYTES), 0);
 	for (int r = 0; r < 2; r++) {
 		mem[r] = malloc(bytes);
 		assert_non_null(mem[r]);

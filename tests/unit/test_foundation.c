@@ -110,15 +110,15 @@ static void grant_ranges_merge_and_lookup_needs_full_containment(void **state)
 	lc__grant_table_t *t;
 	lc__grant_room_t *g;
 	assert_int_equal(lc__grant_table_create(&t), 0);
-	assert_int_equal(lc__grant_add(t, 5, 1, 0, 100), 0);
-	assert_int_equal(lc__grant_add(t, 5, 1, 200, 100), 0);
+	assert_int_equal(lc__grant_issue(t, 5, 1, 0, 100), 0);
+	assert_int_equal(lc__grant_issue(t, 5, 1, 200, 100), 0);
 	/* inside one range */
 	assert_int_equal(lc__grant_lookup(t, 5, 1, 10, 90, &g), 0);
 	lc__grant_put(g);
 	/* spans the hole [100, 200) */
 	assert_int_equal(lc__grant_lookup(t, 5, 1, 50, 200, &g), LC_ERR_GRANT);
 	/* filling the hole merges the three ranges into one */
-	assert_int_equal(lc__grant_add(t, 5, 1, 100, 100), 0);
+	assert_int_equal(lc__grant_issue(t, 5, 1, 100, 100), 0);
 	assert_int_equal(lc__grant_lookup(t, 5, 1, 0, 300, &g), 0);
 	lc__grant_put(g);
 	assert_int_equal(lc__grant_lookup(t, 5, 1, 0, 301, &g), LC_ERR_GRANT);
@@ -126,8 +126,8 @@ static void grant_ranges_merge_and_lookup_needs_full_containment(void **state)
 	assert_int_equal(lc__grant_lookup(t, 5, 2, 0, 10, &g), LC_ERR_GRANT);
 	assert_int_equal(lc__grant_lookup(t, 6, 1, 0, 10, &g), LC_ERR_GRANT);
 	assert_int_equal(lc__grant_lookup(t, 5, 1, UINT64_MAX - 5, 10, &g), LC_ERR_GRANT);
-	assert_int_equal(lc__grant_add(t, 5, 1, UINT64_MAX - 5, 10), -EINVAL);
-	assert_int_equal(lc__grant_add(t, 5, 1, 0, 0), -EINVAL);
+	assert_int_equal(lc__grant_issue(t, 5, 1, UINT64_MAX - 5, 10), -EINVAL);
+	assert_int_equal(lc__grant_issue(t, 5, 1, 0, 0), -EINVAL);
 	assert_int_equal(lc__grant_revoke(t, 5), 1); /* one merged range */
 	assert_int_equal(lc__grant_lookup(t, 5, 1, 0, 10, &g), LC_ERR_GRANT);
 	assert_int_equal(lc__grant_revoke(t, 5), 0);
@@ -141,7 +141,7 @@ static void grant_table_grows_and_revokes_by_region(void **state)
 	lc__grant_room_t *g;
 	assert_int_equal(lc__grant_table_create(&t), 0);
 	for (uint64_t room = 1; room <= 5000; room++)
-		assert_int_equal(lc__grant_add(t, room, (uint32_t)(room % 3 + 1), room * 10, 10), 0);
+		assert_int_equal(lc__grant_issue(t, room, (uint32_t)(room % 3 + 1), room * 10, 10), 0);
 	assert_int_equal(lc__grant_rooms(t), 5000);
 	for (uint64_t room = 1; room <= 5000; room += 2)
 		assert_int_equal(lc__grant_revoke(t, room), 1);
@@ -192,7 +192,7 @@ static void revoke_waits_for_a_copy_in_progress_and_blocks_new_ones(void **state
 	copier_t c = {0};
 	pthread_t copier, revoker;
 	assert_int_equal(lc__grant_table_create(&t), 0);
-	assert_int_equal(lc__grant_add(t, 9, 1, 0, 4096), 0);
+	assert_int_equal(lc__grant_issue(t, 9, 1, 0, 4096), 0);
 	assert_int_equal(lc__grant_lookup(t, 9, 1, 0, 4096, &c.g), 0);
 	pthread_create(&copier, NULL, hold_copy, &c);
 	while (!atomic_load(&c.inside))
@@ -321,7 +321,7 @@ static void region_descriptors_round_trip_and_reject_damage(void **state)
 	buf[4] = 99; /* version */
 	assert_int_equal(lc_region_unpack(buf, (size_t)n, &d), LC_ERR_PROTO);
 	assert_int_equal(lc_region_pack(r, buf, 8), -ENOSPC);
-	assert_int_equal(lc_grant_add(ctx, 1, r, (1 << 20) - 10, 11), LC_ERR_RANGE);
+	assert_int_equal(lc_grant_issue(ctx, 1, r, (1 << 20) - 10, 11), LC_ERR_OUT_OF_REGION);
 	assert_int_equal(lc_region_deregister(r), 0);
 	assert_int_equal(lc_mem_free(mem), 0);
 	assert_int_equal(lc_mem_free(mem), -EINVAL);

@@ -51,7 +51,7 @@ static void ring(lc__io_loop_t *lp)
 {
 	uint64_t one = 1;
 	if (!atomic_exchange(&lp->bell_pending, 1) && write(lp->bellfd, &one, sizeof one) < 0)
-		LC_WARN("io: doorbell: %s", strerror(errno));
+		LC__WARN("io: doorbell: %s", strerror(errno));
 }
 
 /* The loop the calling thread runs, if it is a loop thread. */
@@ -146,7 +146,7 @@ static void dispatch(lc__io_loop_t *lp, uint64_t now)
 			uint64_t v;
 			atomic_store(&lp->bell_pending, 0);
 			if (read(lp->bellfd, &v, sizeof v) < 0 && errno != EAGAIN)
-				LC_DEBUG("io: doorbell read: %s", strerror(errno));
+				LC__DEBUG("io: doorbell read: %s", strerror(errno));
 			continue;
 		}
 		f->task->touched = true;
@@ -187,7 +187,7 @@ static void *loop_main(void *arg)
 		service_due(lp, now);
 		int n = epoll_wait(lp->epfd, ev, MAX_EVENTS, wait_ms(lp, lc__now_ns()));
 		if (n < 0 && errno != EINTR)
-			LC_WARN("io: epoll_wait: %s", strerror(errno));
+			LC__WARN("io: epoll_wait: %s", strerror(errno));
 		lp->nev = n > 0 ? n : 0;
 		now = lc__now_ns();
 		dispatch(lp, now);
@@ -253,7 +253,7 @@ static void loop_stop(lc__io_loop_t *lp)
 	ring(lp);
 	pthread_join(lp->thread, NULL);
 	if (lp->tasks.next != &lp->tasks)
-		LC_WARN("io: loop %d stopped with tasks attached", lp->index);
+		LC__WARN("io: loop %d stopped with tasks attached", lp->index);
 	loop_free(lp);
 }
 

@@ -107,7 +107,7 @@ static void src_release(src_region_t *s)
 static void dconn_close(shm_listener_t *sl, dconn_t *dc, const char *why)
 {
 	if (why)
-		LC_DEBUG("shm://%s: closing connection from pid %ld: %s", sl->name, (long)dc->pid,
+		LC__DEBUG("shm://%s: closing connection from pid %ld: %s", sl->name, (long)dc->pid,
 			 why);
 	lc__io_fd_del(&sl->task, &dc->iofd);
 	close(dc->fd);
@@ -125,7 +125,7 @@ static void dconn_close(shm_listener_t *sl, dconn_t *dc, const char *why)
 static void malformed(shm_listener_t *sl, dconn_t *dc, const char *what)
 {
 	LC__COUNT(sl->ctx, frames_malformed);
-	LC_WARN("shm://%s: malformed message from pid %ld (%s); closing the connection",
+	LC__WARN("shm://%s: malformed message from pid %ld (%s); closing the connection",
 		sl->name, (long)dc->pid, what);
 }
 
@@ -148,20 +148,20 @@ static int src_map(shm_listener_t *sl, src_region_t *s, int fd, uint64_t off)
 	 * could block (FUSE) or shrink under us. */
 	int seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		LC_WARN("shm://%s: source region %u: the passed fd is not a memfd", sl->name,
+		LC__WARN("shm://%s: source region %u: the passed fd is not a memfd", sl->name,
 			s->id);
 		return -1;
 	}
 	if (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
 		/* A peer that shrank an unsealed memfd would make our reads
 		 * fault (SIGBUS): use CMA, which fails with EFAULT instead. */
-		LC_INFO("shm://%s: source region %u: memfd cannot be sealed against "
+		LC__INFO("shm://%s: source region %u: memfd cannot be sealed against "
 			"shrinking (%s); reading it with process_vm_readv",
 			sl->name, s->id, strerror(errno));
 		return -1;
 	}
 	if (off > (uint64_t)st.st_size || s->len > (uint64_t)st.st_size - off) {
-		LC_WARN("shm://%s: source region %u: [%llu, +%llu) beyond the memfd (%lld bytes)",
+		LC__WARN("shm://%s: source region %u: [%llu, +%llu) beyond the memfd (%lld bytes)",
 			sl->name, s->id, (unsigned long long)off, (unsigned long long)s->len,
 			(long long)st.st_size);
 		return -1;
@@ -171,7 +171,7 @@ static int src_map(shm_listener_t *sl, src_region_t *s, int fd, uint64_t off)
 	size_t map_len = (size_t)(s->len + (off - aligned));
 	void *m = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, (off_t)aligned);
 	if (m == MAP_FAILED) {
-		LC_WARN("shm://%s: source region %u: mmap: %s", sl->name, s->id, strerror(errno));
+		LC__WARN("shm://%s: source region %u: mmap: %s", sl->name, s->id, strerror(errno));
 		return -1;
 	}
 	/* Huge pages where shmem THP is enabled ("advise"); harmless where not.
@@ -197,7 +197,7 @@ static void src_cma(shm_listener_t *sl, dconn_t *dc, src_region_t *s)
 	if (process_vm_readv(dc->pid, &lv, 1, &rv, 1, 0) == 1)
 		return;
 	s->err = -ENOTSUP;
-	LC_WARN("shm://%s: source region %u of pid %ld is not memfd-backed and cross-memory "
+	LC__WARN("shm://%s: source region %u of pid %ld is not memfd-backed and cross-memory "
 		"attach is refused (%s); its writes fail: allocate sender memory with "
 		"lc_mem_alloc(LC_MEM_SHAREABLE)",
 		sl->name, s->id, (long)dc->pid, strerror(errno));
@@ -225,7 +225,7 @@ static int on_region(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t l
 	*s = (src_region_t){.id = r.id, .p_addr = r.addr, .len = r.len};
 	if (fd < 0 || src_map(sl, s, fd, r.offset))
 		src_cma(sl, dc, s);
-	LC_DEBUG("shm://%s: source region %u of pid %ld (%llu bytes): %s", sl->name, r.id,
+	LC__DEBUG("shm://%s: source region %u of pid %ld (%llu bytes): %s", sl->name, r.id,
 		 (long)dc->pid, (unsigned long long)r.len,
 		 s->err ? "unusable" : s->mode == SRC_MAP ? "mapped memfd" : "process_vm_readv");
 	return 0;
@@ -344,12 +344,12 @@ static int on_hello(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t le
 	lc__shm_welcome_t w = {.magic = LC__SHM_MAGIC, .version = LC__SHM_VERSION};
 	if (h.version != LC__SHM_VERSION) {
 		w.status = LC_ERR_PROTO;
-		LC_WARN("shm://%s: pid %ld speaks version %u, we speak %u", sl->name, (long)dc->pid,
+		LC__WARN("shm://%s: pid %ld speaks version %u, we speak %u", sl->name, (long)dc->pid,
 			h.version, LC__SHM_VERSION);
 	} else if (!lc__ctx_token_accepted(sl->ctx, h.token, h.flags & LC__SHM_HELLO_TOKEN)) {
 		w.status = LC_ERR_AUTH;
 		LC__COUNT(sl->ctx, conns_rejected_auth);
-		LC_WARN("shm://%s: rejected a connection from pid %ld: %s", sl->name, (long)dc->pid,
+		LC__WARN("shm://%s: rejected a connection from pid %ld: %s", sl->name, (long)dc->pid,
 			h.flags & LC__SHM_HELLO_TOKEN ? "token not accepted" : "no token presented");
 	}
 	int rc = lc__shm_send(dc->fd, buf, lc__shm_put_welcome(buf, &w), -1);
@@ -500,11 +500,11 @@ static void dconn_add(shm_listener_t *sl, int fd)
 	sl->conns.next->prev = dc;
 	sl->conns.next = dc;
 	sl->nconns++;
-	LC_DEBUG("shm://%s: connection from pid %ld uid %ld", sl->name, (long)cred.pid,
+	LC__DEBUG("shm://%s: connection from pid %ld uid %ld", sl->name, (long)cred.pid,
 		 (long)cred.uid);
 	return;
 refuse:
-	LC_WARN("shm://%s: refusing a connection (%zu open)", sl->name, sl->nconns);
+	LC__WARN("shm://%s: refusing a connection (%zu open)", sl->name, sl->nconns);
 	if (dc) {
 		free(dc->acks);
 		free(dc->in);
@@ -519,7 +519,7 @@ static void accept_all(shm_listener_t *sl)
 		int fd = accept4(sl->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				LC_WARN("shm://%s: accept: %s", sl->name, strerror(errno));
+				LC__WARN("shm://%s: accept: %s", sl->name, strerror(errno));
 			if (errno != EINTR && errno != ECONNABORTED)
 				return;
 			continue;
@@ -622,7 +622,7 @@ int lc__shm_listen(lc_listener_t *l, const char *url)
 	snprintf(l->url, sizeof l->url, "shm://%s", sl->name);
 	if (lc__ctx_cfg(l->ctx, LC__CFG_shm_copy_threads) >= 2 &&
 	    sysconf(_SC_NPROCESSORS_ONLN) >= 2 && !(sl->helper = lc__shm_helper_start()))
-		LC_WARN("shm://%s: no copy helper thread; copying on the I/O loop alone", sl->name);
+		LC__WARN("shm://%s: no copy helper thread; copying on the I/O loop alone", sl->name);
 	rc = lc__io_attach(l->ctx, &sl->task, &listener_task_ops);
 	if (rc)
 		goto fail;

@@ -163,7 +163,7 @@ static void p_fail(shm_conn_t *sc, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
-	LC_DEBUG("%s: %s: %s", sc->c->url, lc_err_name(code), why);
+	LC__DEBUG("%s: %s: %s", sc->c->url, lc_err_name(code), why);
 	p_disconnect(sc);
 	fail_all(sc, code, "%s: %s", sc->c->url, why);
 }
@@ -389,7 +389,7 @@ static bool p_on_welcome(shm_conn_t *sc, const uint8_t *m, size_t len)
 		return true;
 	}
 	sc->state = P_READY;
-	LC_DEBUG("%s: connected", sc->c->url);
+	LC__DEBUG("%s: connected", sc->c->url);
 	return true;
 }
 
@@ -422,7 +422,7 @@ static void p_receive(shm_conn_t *sc)
 			     p_on_acks(sc, sc->in, (size_t)n);
 		if (!ok) {
 			LC__COUNT(sc->ctx, frames_malformed);
-			LC_WARN("%s: malformed message from the receiver; closing", sc->c->url);
+			LC__WARN("%s: malformed message from the receiver; closing", sc->c->url);
 			p_fail(sc, LC_ERR_PROTO, "malformed message from the receiver");
 			return;
 		}
@@ -594,7 +594,7 @@ void lc__shm_flush(lc_conn_t *c)
 	wake(c->tp);
 }
 
-void lc__shm_cancel_room(lc_conn_t *c, uint64_t room)
+void lc__shm_room_cancel(lc_conn_t *c, uint64_t room)
 {
 	(void)room; /* its batches are completed: the task skips them */
 	wake(c->tp);

@@ -28,5 +28,5 @@ const lc__transport_ops_t lc__shm_ops = {
 	.conn_close = lc__shm_conn_close,
 	.post = lc__shm_post,
 	.flush = lc__shm_flush,
-	.cancel_room = lc__shm_cancel_room,
+	.room_cancel = lc__shm_room_cancel,
 };

@@ -44,7 +44,7 @@ int lc__shm_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p);
 void lc__shm_conn_close(lc_conn_t *c);
 int lc__shm_post(lc_conn_t *c, lc__batch_t *b);
 void lc__shm_flush(lc_conn_t *c);
-void lc__shm_cancel_room(lc_conn_t *c, uint64_t room);
+void lc__shm_room_cancel(lc_conn_t *c, uint64_t room);
 
 /* ---- copy.c: the receiver's copy paths ---- */
 

@@ -192,14 +192,14 @@ static void revoked_run(rlane_t *r, lc__grant_room_t *g)
 {
 	const rwrite_t *first = &r->run[r->run_i];
 	uint32_t n = 0;
-	LC_WARN("tcp: grant of room %llu revoked during a write to region %u [%llu, +%llu); "
+	LC__WARN("tcp: grant of room %llu revoked during a write to region %u [%llu, +%llu); "
 		"discarding the rest of the run",
 		(unsigned long long)r->room, first->region, (unsigned long long)first->offset,
 		(unsigned long long)first->len);
 	for (uint32_t i = r->run_i; i < r->run_n; i++, n++)
 		if (r->run[i].dst && r->run[i].land.g == g)
 			revoked_midway(r, &r->run[i]);
-	LC_DEBUG("tcp: %u writes of the run discarded", n);
+	LC__DEBUG("tcp: %u writes of the run discarded", n);
 }
 
 /* A WRITES header and its table, complete in the stage: validate it all,
@@ -252,7 +252,7 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 	rlane_flush(r);
 	if (!ok) {
 		LC__COUNT(r->tl->ctx, conns_rejected_auth);
-		LC_WARN("tcp: rejected a connection: %s", has ? "unknown or revoked session token"
+		LC__WARN("tcp: rejected a connection: %s", has ? "unknown or revoked session token"
 							      : "no session token");
 		return LC_ERR_AUTH;
 	}
@@ -401,7 +401,7 @@ static void rlane_bad(rlane_t *r, int rc)
 	if (rc != LC_ERR_PROTO)
 		return; /* LC_ERR_AUTH: counted and logged by on_hello */
 	LC__COUNT(r->tl->ctx, frames_malformed);
-	LC_WARN("tcp: malformed frame after %llu writes on a lane; closing it",
+	LC__WARN("tcp: malformed frame after %llu writes on a lane; closing it",
 		(unsigned long long)r->seq);
 }
 
@@ -454,7 +454,7 @@ static void rlane_add(tcp_listener_t *tl, int fd)
 {
 	rlane_t *r = NULL;
 	if (tl->nlanes >= MAX_ACCEPTED || !(r = calloc(1, sizeof *r))) {
-		LC_WARN("tcp: refusing a connection (%zu open)", tl->nlanes);
+		LC__WARN("tcp: refusing a connection (%zu open)", tl->nlanes);
 		close(fd);
 		return;
 	}
@@ -480,7 +480,7 @@ static void accept_all(tcp_listener_t *tl)
 		int fd = accept4(tl->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				LC_WARN("tcp: accept: %s", strerror(errno));
+				LC__WARN("tcp: accept: %s", strerror(errno));
 			if (errno != EINTR && errno != ECONNABORTED)
 				return;
 			continue;
@@ -503,7 +503,7 @@ static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
 		if (r->readable && !r->paused)
 			rlane_pump(r);
 		if (r->phase == R_HELLO && !r->dead && now >= r->hello_deadline_ns) {
-			LC_WARN("tcp: no handshake within %llu ms; closing",
+			LC__WARN("tcp: no handshake within %llu ms; closing",
 				(unsigned long long)(tl->hello_ns / 1000000));
 			r->dead = true;
 		}
@@ -548,7 +548,7 @@ static int listen_socket(tcp_listener_t *tl, const char *host, int port)
 	snprintf(ports, sizeof ports, "%d", port);
 	int rc = getaddrinfo(host[0] ? host : NULL, ports, &hints, &res);
 	if (rc || !res) {
-		LC_WARN("tcp: cannot resolve %s: %s", host, gai_strerror(rc));
+		LC__WARN("tcp: cannot resolve %s: %s", host, gai_strerror(rc));
 		return -EINVAL;
 	}
 	tl->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -225,10 +225,10 @@ static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
 		seg_release(ln, s);
 	}
 	if (nseg && code != LC_ERR_CANCELLED)
-		LC_WARN("tcp://%s:%d lane %d: %s (%s; %zu segments failed)", tc->host, tc->port,
+		LC__WARN("tcp://%s:%d lane %d: %s (%s; %zu segments failed)", tc->host, tc->port,
 			ln->idx, why, lc_err_name(code), nseg);
 	else
-		LC_DEBUG("tcp://%s:%d lane %d: %s", tc->host, tc->port, ln->idx, why);
+		LC__DEBUG("tcp://%s:%d lane %d: %s", tc->host, tc->port, ln->idx, why);
 	ln->head = ln->tail = ln->cur = NULL;
 	ln->cur_idx = ln->cur_off = 0;
 	ln->queued = 0;
@@ -238,7 +238,7 @@ static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
 static void lane_malformed(lane_t *ln, const char *what)
 {
 	LC__COUNT(ln->tc->ctx, frames_malformed);
-	LC_WARN("tcp://%s:%d lane %d: malformed frame from the receiver: %s", ln->tc->host,
+	LC__WARN("tcp://%s:%d lane %d: malformed frame from the receiver: %s", ln->tc->host,
 		ln->tc->port, ln->idx, what);
 	lane_fail(ln, LC_ERR_PROTO, "malformed frame from the receiver: %s", what);
 }
@@ -340,7 +340,7 @@ static void on_hello_reply(lane_t *ln, const lc__tcp_ctrl_t *f, uint64_t now)
 	ln->writable = true;
 	ln->deadline_ns = 0;
 	ln->progress_ns = now;
-	LC_DEBUG("tcp://%s:%d lane %d ready", tc->host, tc->port, ln->idx);
+	LC__DEBUG("tcp://%s:%d lane %d ready", tc->host, tc->port, ln->idx);
 }
 
 /* ---- acknowledgements ---- */

@@ -55,7 +55,7 @@ int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_st
 	snprintf(ps, sizeof ps, "%d", port);
 	int rc = getaddrinfo(host[0] ? host : NULL, ps, &hints, &ai);
 	if (rc) {
-		LC_WARN("ucx: cannot resolve %s: %s", host, gai_strerror(rc));
+		LC__WARN("ucx: cannot resolve %s: %s", host, gai_strerror(rc));
 		return LC_ERR_UNREACHABLE;
 	}
 	memcpy(out, ai->ai_addr, ai->ai_addrlen);
@@ -140,7 +140,7 @@ void lc__ucx_msg_post(ucp_ep_h ep, unsigned id, msg_t *m)
 		return;
 	ucs_status_t s = lc__ucx_msg_send(ep, id, m);
 	if (s != UCS_OK)
-		LC_DEBUG("ucx: sending message %u: %s", id, ucs_status_string(s));
+		LC__DEBUG("ucx: sending message %u: %s", id, ucs_status_string(s));
 }
 
 static void close_done(void *req, ucs_status_t status, void *user)

@@ -61,7 +61,7 @@ static uint64_t task_service(lc__io_task_t *t, uint64_t now)
 	ustate_t *st = lc__ucx_task_state(t);
 	if (!st->fd_added) {
 		if (lc__io_fd_add(t, &st->wfd, st->worker_fd, EPOLLIN, 0))
-			LC_WARN("ucx: watching the worker's fd: %s", strerror(errno));
+			LC__WARN("ucx: watching the worker's fd: %s", strerror(errno));
 		st->fd_added = true; /* without it, the 2 / 100 ms polls carry on */
 	}
 	bool active = lc__ucx_run_cmds(st);
@@ -155,7 +155,7 @@ static int engine_start(ustate_t *st)
 	st->running = true;
 	return 0;
 fail_ucs:
-	LC_WARN("ucx: initialising UCX: %s", ucs_status_string(s));
+	LC__WARN("ucx: initialising UCX: %s", ucs_status_string(s));
 	rc = lc__ucx_map_status(s, false);
 	if (rc == LC_ERR_IO || rc == -ENOTSUP || rc == LC_ERR_UNREACHABLE)
 		rc = LC_ERR_NO_TRANSPORT;
@@ -172,7 +172,7 @@ static void state_teardown(ustate_t *st)
 	while (st->reqs > 0 && lc__now_ns() < until)
 		ucp_worker_progress(st->worker);
 	if (st->reqs > 0)
-		LC_WARN("ucx: %d UCX requests still outstanding at teardown", st->reqs);
+		LC__WARN("ucx: %d UCX requests still outstanding at teardown", st->reqs);
 	lc__ucx_maps_free(st);
 }
 

@@ -115,7 +115,7 @@ void lc__ucx_on_hello(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 	}
 	if (!lc__ctx_token_accepted(st->ctx, h.token, h.has_token)) {
 		LC__COUNT(st->ctx, conns_rejected_auth);
-		LC_WARN("ucx: rejected a connection with a bad session token");
+		LC__WARN("ucx: rejected a connection with a bad session token");
 		reply_hello(st, sc->ep, LC_ERR_AUTH);
 		sc->rejected = true;
 		sc->close_at = lc__now_ns() + REJECTED_LINGER_NS;
@@ -246,7 +246,7 @@ static void write_received(lwrite_t *w, ucs_status_t status)
 {
 	bool ok = status == UCS_OK;
 	if (!ok)
-		LC_DEBUG("ucx: receiving a write: %s", ucs_status_string(status));
+		LC__DEBUG("ucx: receiving a write: %s", ucs_status_string(status));
 	if (ok && w->stage && !w->done) {
 		int rc = lc__land_copy(&w->land, 0, w->stage, w->land.length);
 		if (rc)
@@ -325,7 +325,7 @@ void lc__ucx_on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, 
 	w->busy = true;
 	ucs_status_ptr_t r = ucp_am_recv_data_nbx(st->worker, data, into, length, &p);
 	if (UCS_PTR_IS_ERR(r)) {
-		LC_WARN("ucx: receiving a write: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+		LC__WARN("ucx: receiving a write: %s", ucs_status_string(UCS_PTR_STATUS(r)));
 		write_received(w, UCS_PTR_STATUS(r));
 	} else if (r == NULL) {
 		write_received(w, UCS_OK); /* completed in place */
@@ -348,7 +348,7 @@ static void sc_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 	sconn_t *sc = arg;
 	if (sc->closed || sc->failed)
 		return;
-	LC_INFO("ucx: a sender's connection closed: %s", ucs_status_string(status));
+	LC__INFO("ucx: a sender's connection closed: %s", ucs_status_string(status));
 	sc->failed = true; /* sc_service closes it and releases its leases */
 }
 
@@ -388,7 +388,7 @@ static void accept_pending(ustate_t *st)
 		ucs_status_t s = ucp_ep_create(st->worker, &ep, &sc->ep);
 		free(cr);
 		if (s != UCS_OK) {
-			LC_INFO("ucx: accepting a connection: %s", ucs_status_string(s));
+			LC__INFO("ucx: accepting a connection: %s", ucs_status_string(s));
 			free(sc);
 			continue;
 		}
@@ -412,7 +412,7 @@ static void sc_service(ustate_t *st, uint64_t now)
 			}
 			if (!ls->revoke_seen_ns) {
 				ls->revoke_seen_ns = now;
-				LC_DEBUG("ucx: room %llu revoked with a lease out; asking the sender",
+				LC__DEBUG("ucx: room %llu revoked with a lease out; asking the sender",
 					 (unsigned long long)ls->room);
 				msg_t *m = lc__ucx_msg_new(st, UW_REVOKE_LEN);
 				if (m)
@@ -423,7 +423,7 @@ static void sc_service(ustate_t *st, uint64_t now)
 			}
 		}
 		if (fence) {
-			LC_WARN("ucx: a sender did not release a revoked room within %llu ms; "
+			LC__WARN("ucx: a sender did not release a revoked room within %llu ms; "
 				"closing its connection (fence)",
 				(unsigned long long)(sc->ul->fence_ns / 1000000));
 			sc_close(st, sc);
@@ -455,7 +455,7 @@ static void do_listen(ustate_t *st, void *arg)
 	};
 	ucs_status_t s = ucp_listener_create(st->worker, &lp, &a->ul->lh);
 	if (s != UCS_OK) {
-		LC_WARN("ucx: listening: %s", ucs_status_string(s));
+		LC__WARN("ucx: listening: %s", ucs_status_string(s));
 		a->rc = s == UCS_ERR_BUSY ? -EADDRINUSE
 			: s == UCS_ERR_UNSUPPORTED || s == UCS_ERR_NO_DEVICE ? LC_ERR_NO_TRANSPORT
 									     : lc__ucx_map_status(s, false);

@@ -43,7 +43,7 @@ void lc__ucx_prune_maps(ustate_t *st)
 		if (lc__regions_get(&st->ctx->regions, m->id, &info) || info.addr != m->addr ||
 		    info.len != m->len) {
 			*pp = m->next;
-			LC_DEBUG("ucx: unmapping region %u", m->id);
+			LC__DEBUG("ucx: unmapping region %u", m->id);
 			map_free(st, m);
 		} else {
 			pp = &m->next;
@@ -71,13 +71,13 @@ int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint
 	uconn_t *uc = c->tp;
 	uw_key_t k;
 	if (uw_key_decode(blob, blob_len, &k)) {
-		LC_WARN("ucx: region %u's descriptor carries no ucx key (pack it after creating "
+		LC__WARN("ucx: region %u's descriptor carries no ucx key (pack it after creating "
 			"the receiver's ucx listener)",
 			desc->region_id);
 		return LC_ERR_PROTO;
 	}
 	if (k.length < desc->length) {
-		LC_WARN("ucx: region %u's key maps less than the region", desc->region_id);
+		LC__WARN("ucx: region %u's key maps less than the region", desc->region_id);
 		return LC_ERR_PROTO;
 	}
 	uint8_t *buf = malloc(k.rkey_len ? k.rkey_len : 1);
@@ -150,14 +150,14 @@ static void do_pack(ustate_t *st, void *arg)
 		};
 		ucs_status_t s = ucp_mem_map(st->uctx, &mp, &m->memh);
 		if (s != UCS_OK) {
-			LC_WARN("ucx: mapping region %u: %s", a->info.id, ucs_status_string(s));
+			LC__WARN("ucx: mapping region %u: %s", a->info.id, ucs_status_string(s));
 			free(m);
 			a->rc = lc__ucx_map_status(s, false);
 			return;
 		}
 		s = ucp_rkey_pack(st->uctx, m->memh, &m->rkey, &m->rkey_len);
 		if (s != UCS_OK) {
-			LC_WARN("ucx: packing the key of region %u: %s", a->info.id,
+			LC__WARN("ucx: packing the key of region %u: %s", a->info.id,
 				ucs_status_string(s));
 			ucp_mem_unmap(st->uctx, m->memh);
 			free(m);

@@ -80,7 +80,7 @@ static void uc_mark_dead(uconn_t *uc, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(reason, sizeof reason, fmt, ap);
 	va_end(ap);
-	LC_WARN("ucx: %s", reason);
+	LC__WARN("ucx: %s", reason);
 	pthread_mutex_lock(&uc->lock);
 	uc->dead_code = code;
 	snprintf(uc->dead_reason, sizeof uc->dead_reason, "%s", reason);
@@ -147,7 +147,7 @@ static void send_done(uconn_t *uc, uop_t *op, int status)
 	uw_done_encode(m->data, &d);
 	ucs_status_t s = lc__ucx_msg_send(uc->ep, UW_DONE, m);
 	if (s != UCS_OK)
-		LC_DEBUG("ucx: sending done to %s: %s", uc->conn->url, ucs_status_string(s));
+		LC__DEBUG("ucx: sending done to %s: %s", uc->conn->url, ucs_status_string(s));
 }
 
 static void op_flushed(uconn_t *uc, uop_t *op, ucs_status_t status)
@@ -321,7 +321,7 @@ void lc__ucx_on_hello_reply(uconn_t *uc, const uint8_t *d, size_t len)
 		return;
 	if (status == 0) {
 		uc->state = UC_READY;
-		LC_DEBUG("ucx: connected to %s", uc->conn->url);
+		LC__DEBUG("ucx: connected to %s", uc->conn->url);
 	} else if (status == LC_ERR_AUTH) {
 		uc_mark_dead(uc, LC_ERR_AUTH, "%s rejected the session token", uc->conn->url);
 		uc->need_close = true;
@@ -566,12 +566,12 @@ int lc__ucx_post(lc_conn_t *c, lc__batch_t *b)
 				       i, w->remote_region, c->url);
 			code = LC_ERR_REGION;
 		} else if (w->remote_offset > r->length || w->length > r->length - w->remote_offset) {
-			lc__batch_fail(b, LC_ERR_RANGE,
+			lc__batch_fail(b, LC_ERR_OUT_OF_REGION,
 				       "ucx: write %zu [%llu, +%llu) lies outside region %u of %llu bytes",
 				       i, (unsigned long long)w->remote_offset,
 				       (unsigned long long)w->length, r->id,
 				       (unsigned long long)r->length);
-			code = LC_ERR_RANGE;
+			code = LC_ERR_OUT_OF_REGION;
 		}
 		op->rr[i] = r;
 	}
@@ -603,7 +603,7 @@ void lc__ucx_flush(lc_conn_t *c)
 	lc__ucx_wake(uc->st);
 }
 
-void lc__ucx_cancel_room(lc_conn_t *c, uint64_t room)
+void lc__ucx_room_cancel(lc_conn_t *c, uint64_t room)
 {
 	/* Batches are completed by the generic layer; ops not yet leased are
 	 * dropped by the thread when it sees them completed, and leased ones

@@ -66,7 +66,7 @@ const lc__transport_ops_t lc__ucx_ops = {
 	.conn_close = ucx_conn_close,
 	.post = lc__ucx_post,
 	.flush = lc__ucx_flush,
-	.cancel_room = lc__ucx_cancel_room,
+	.room_cancel = lc__ucx_room_cancel,
 	.import_region = lc__ucx_import_region,
 	.pack_region = ucx_pack_region,
 };

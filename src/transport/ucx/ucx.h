@@ -317,7 +317,7 @@ int lc__ucx_conn_open(ustate_t *st, lc_conn_t *c, const char *url);
 void lc__ucx_conn_close(lc_conn_t *c);
 int lc__ucx_post(lc_conn_t *c, lc__batch_t *b);
 void lc__ucx_flush(lc_conn_t *c);
-void lc__ucx_cancel_room(lc_conn_t *c, uint64_t room);
+void lc__ucx_room_cancel(lc_conn_t *c, uint64_t room);
 /* The thread's periodic work for P: handshake deadlines, queued ops, closes,
  * and failing the ops of dead connections. */
 void lc__ucx_send_service(ustate_t *st, uint64_t now);
