@@ -91,8 +91,12 @@ static int side_init(side_t *s, const char *name, uint64_t pages)
 		return rc;
 	bases[0] = s->mem;
 	bases[1] = s->mem + pages * ITEM;
-	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA, .layers = 1,
-				 .pages = pages, .item_len = {ITEM, ITEM}, .bases = bases};
+	lc_layout_params_t lp = {.size = sizeof lp,
+				 .model = LC_LAYOUT_MHA,
+				 .layers = 1,
+				 .pages = pages,
+				 .item_len = {ITEM, ITEM},
+				 .bases = bases};
 	if ((rc = lc_layout_build(&lp, &s->layout)))
 		return rc;
 	return lc_region_register(s->ctx, s->mem, s->len, &s->region);
@@ -173,8 +177,11 @@ static void *p_thread(void *arg)
 				if (started[i] || lc_sender_poll(s[i], NULL) < LC_ROOM_BOOTSTRAPPED)
 					continue;
 				page[i] = (int64_t)(rooms[i] % (uint64_t)b->inflight);
-				lc_chunk_t c = {.size = sizeof c, .room = rooms[i], .pages = &page[i],
-						.page_count = 1, .is_last = 1};
+				lc_chunk_t c = {.size = sizeof c,
+						.room = rooms[i],
+						.pages = &page[i],
+						.page_count = 1,
+						.is_last = 1};
 				rc = lc_engine_chunk_add(b->engine, &c);
 				started[i] = 1;
 			}
@@ -234,7 +241,8 @@ static int d_run(ctl_bench_t *b, int total, uint64_t first_room, uint64_t *lat, 
 				s->room = first_room + (uint64_t)opened;
 				/* D page k belongs to this slot; P reads page room % inflight. */
 				s->t0 = now_ns();
-				if ((rc = lc_receiver_create(b->decode, b->boot_addr, s->room, &s->r)))
+				if ((rc = lc_receiver_create(b->decode, b->boot_addr, s->room,
+							     &s->r)))
 					goto out;
 				push_room(b, s->room);
 				s->sent = false;
@@ -245,8 +253,10 @@ static int d_run(ctl_bench_t *b, int total, uint64_t first_room, uint64_t *lat, 
 			int st = lc_receiver_poll(s->r, &info);
 			if (!s->sent && st == LC_ROOM_BOOTSTRAPPED) {
 				int64_t page = k;
-				lc_receiver_pages_t pg = {.size = sizeof pg, .pages = &page,
-							  .page_count = 1, .aux_index = k};
+				lc_receiver_pages_t pg = {.size = sizeof pg,
+							  .pages = &page,
+							  .page_count = 1,
+							  .aux_index = k};
 				if ((rc = lc_receiver_send(s->r, &pg)))
 					goto out;
 				s->sent = true;
@@ -325,12 +335,21 @@ int lc__bench_control(int argc, char **argv)
 	    (rc = lc_bootstrap_addr(bs, addr, sizeof addr)) < 0)
 		goto fail;
 	b.boot_addr = addr;
-	lc_prefill_params_t pp = {.size = sizeof pp, .layout = P.layout, .bootstrap = addr,
-				  .name = "bench-P", .world_size = 1, .dp_size = 1};
+	lc_prefill_params_t pp = {.size = sizeof pp,
+				  .layout = P.layout,
+				  .bootstrap = addr,
+				  .name = "bench-P",
+				  .world_size = 1,
+				  .dp_size = 1};
 	char url[64];
-	snprintf(url, sizeof url, "%s", !strcmp(transport, "tcp") ? "tcp://127.0.0.1:0" : "shm://auto");
-	lc_decode_params_t dp = {.size = sizeof dp, .layout = D.layout, .regions = &D.region,
-				 .region_count = 1, .listen_url = url, .tp_size = 1};
+	snprintf(url, sizeof url, "%s",
+		 !strcmp(transport, "tcp") ? "tcp://127.0.0.1:0" : "shm://auto");
+	lc_decode_params_t dp = {.size = sizeof dp,
+				 .layout = D.layout,
+				 .regions = &D.region,
+				 .region_count = 1,
+				 .listen_url = url,
+				 .tp_size = 1};
 	if ((rc = lc_prefill_create(P.ctx, &pp, &b.prefill)) ||
 	    (rc = lc_prefill_engine(b.prefill, &b.engine)) ||
 	    (rc = lc_decode_create(D.ctx, &dp, &b.decode)))

@@ -74,7 +74,8 @@ static int run_shape(shape_t *s)
 	uint32_t nbuf = s->layers * s->bufs_per_layer;
 	lc_buffer_t *bufs = calloc(nbuf, sizeof(*bufs));
 	lc__xfer_t *x = calloc(nbuf, sizeof(*x));
-	int64_t *src = malloc(s->pages * sizeof(int64_t)), *dst = malloc(s->pages * sizeof(int64_t));
+	int64_t *src = malloc(s->pages * sizeof(int64_t)),
+		*dst = malloc(s->pages * sizeof(int64_t));
 	lc__run_t *runs = malloc(s->pages * sizeof(lc__run_t));
 	lc_layout_t *l = NULL;
 	lc_write_t *out = NULL;
@@ -165,7 +166,8 @@ static int run_seed(void)
 		char name[128];
 		double us, mdesc;
 		unsigned long n;
-		if (sscanf(line, "seed-planner %127s us_per_request=%lf descriptors=%lu mdesc_per_s=%lf",
+		if (sscanf(line,
+			   "seed-planner %127s us_per_request=%lf descriptors=%lu mdesc_per_s=%lf",
 			   name, &us, &n, &mdesc) != 4)
 			continue;
 		for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)

@@ -103,26 +103,45 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
-	static const struct option longs[] = {
-		{"transport", 1, 0, 't'}, {"region-mib", 1, 0, 'r'}, {"block-kib", 1, 0, 'k'},
-		{"batch", 1, 0, 'b'},     {"total-mib", 1, 0, 'T'},  {"lanes", 1, 0, 'l'},
-		{"inflight", 1, 0, 'i'},  {"json", 0, 0, 'j'},       {"help", 0, 0, 'h'},
-		{0, 0, 0, 0}};
+	static const struct option longs[] = {{"transport", 1, 0, 't'}, {"region-mib", 1, 0, 'r'},
+					      {"block-kib", 1, 0, 'k'}, {"batch", 1, 0, 'b'},
+					      {"total-mib", 1, 0, 'T'}, {"lanes", 1, 0, 'l'},
+					      {"inflight", 1, 0, 'i'},  {"json", 0, 0, 'j'},
+					      {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
 	*o = (opts_t){"tcp", 1024u << 20, 4096u << 10, 1, 2048u << 20, 0, 0, false};
 	optind = 1;
 	for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
 		int rc = 0;
 		switch (c) {
-		case 't': o->transport = optarg; break;
-		case 'r': rc = parse_size(optarg, 1u << 20, &o->region); break;
-		case 'k': rc = parse_size(optarg, 1u << 10, &o->block); break;
-		case 'b': rc = parse_size(optarg, 1, &o->batch); break;
-		case 'T': rc = parse_size(optarg, 1u << 20, &o->total); break;
-		case 'l': rc = parse_int(optarg, 1, 64, &o->lanes); break;
-		case 'i': rc = parse_int(optarg, 1, 4096, &o->inflight); break;
-		case 'j': o->json = true; break;
-		case 'h': fputs(help, stdout); return 1;
-		default: return -EINVAL;
+		case 't':
+			o->transport = optarg;
+			break;
+		case 'r':
+			rc = parse_size(optarg, 1u << 20, &o->region);
+			break;
+		case 'k':
+			rc = parse_size(optarg, 1u << 10, &o->block);
+			break;
+		case 'b':
+			rc = parse_size(optarg, 1, &o->batch);
+			break;
+		case 'T':
+			rc = parse_size(optarg, 1u << 20, &o->total);
+			break;
+		case 'l':
+			rc = parse_int(optarg, 1, 64, &o->lanes);
+			break;
+		case 'i':
+			rc = parse_int(optarg, 1, 4096, &o->inflight);
+			break;
+		case 'j':
+			o->json = true;
+			break;
+		case 'h':
+			fputs(help, stdout);
+			return 1;
+		default:
+			return -EINVAL;
 		}
 		if (rc) {
 			fprintf(stderr, "bench transport: bad value '%s'\n", optarg);
@@ -170,8 +189,7 @@ static int receiver_create(const opts_t *o, receiver_t *r, rx_info_t *info)
 	memset(r, 0, sizeof *r);
 	memset(info, 0, sizeof *info);
 	lc_ctx_params_t cp = {.size = sizeof cp, .name = "bench-rx"};
-	if ((rc = lc_ctx_create(&cp, &r->ctx)) ||
-	    (rc = lc_mem_alloc(o->region, 0, &r->mem)) ||
+	if ((rc = lc_ctx_create(&cp, &r->ctx)) || (rc = lc_mem_alloc(o->region, 0, &r->mem)) ||
 	    (rc = lc_region_register(r->ctx, r->mem, o->region, &r->region)) ||
 	    (rc = lc_listener_create(r->ctx, listen_url(o->transport), &r->listener)) ||
 	    (rc = lc_grant_issue(r->ctx, ROOM, r->region, 0, o->region)) ||
@@ -254,8 +272,8 @@ static int sender_open(sender_t *s, const opts_t *o, const rx_info_t *info)
 	    (rc = lc_mem_alloc(o->region, mem_flags(o->transport), (void **)&s->mem)))
 		return rc;
 	memset(s->mem, 0x3c, o->region); /* touched and non-zero, like the baseline */
-	lc_conn_params_t p = {.size = sizeof p, .token = info->token, .has_token = 1,
-			      .lanes = o->lanes};
+	lc_conn_params_t p = {
+		.size = sizeof p, .token = info->token, .has_token = 1, .lanes = o->lanes};
 	if ((rc = lc_region_register(s->ctx, s->mem, o->region, &s->region)) ||
 	    (rc = lc_cq_create(s->ctx, &s->cq)))
 		return rc;
@@ -449,8 +467,8 @@ static void print_result(const opts_t *o, const result_t *r, int lanes)
 		printf("{\"transport\":\"%s\",\"block_kib\":%zu,\"batch\":%zu,\"total_mib\":%zu,"
 		       "\"region_mib\":%zu,\"lanes\":%d,\"inflight\":%d,\"seconds\":%.6f,"
 		       "\"batches\":%zu,\"gbps\":%.3f,\"p50_batch_us\":%.1f,\"p99_batch_us\":%.1f}\n",
-		       o->transport, o->block >> 10, o->batch, o->total >> 20, o->region >> 20, lanes,
-		       r->inflight, r->seconds, r->batches, gbps, r->p50_us, r->p99_us);
+		       o->transport, o->block >> 10, o->batch, o->total >> 20, o->region >> 20,
+		       lanes, r->inflight, r->seconds, r->batches, gbps, r->p50_us, r->p99_us);
 		return;
 	}
 	printf("bench transport %s: %zu MiB in %zu KiB blocks, batch %zu, lanes %d, %d in flight: "
@@ -480,8 +498,8 @@ int lc__bench_transport(int argc, char **argv)
 	int rc = parse_opts(argc, argv, &o);
 	if (rc)
 		return rc > 0 ? 0 : 2;
-	if (strcmp(o.transport, "tcp") && strcmp(o.transport, "shm") && strcmp(o.transport, "loop") &&
-	    strcmp(o.transport, "ucx")) {
+	if (strcmp(o.transport, "tcp") && strcmp(o.transport, "shm") &&
+	    strcmp(o.transport, "loop") && strcmp(o.transport, "ucx")) {
 		fprintf(stderr, "bench transport: unknown transport '%s'\n%s", o.transport, help);
 		return 2;
 	}

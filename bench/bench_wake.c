@@ -74,13 +74,13 @@ static double pct(uint64_t *v, size_t n, double q)
 	return (double)v[i] / 1e3;
 }
 
-#define CHECK(x)                                                                           \
-	do {                                                                               \
-		int rc_ = (x);                                                             \
-		if (rc_ < 0) {                                                             \
-			fprintf(stderr, "bench wake: %s: %s\n", #x, lc_strerror(rc_));    \
-			return 1;                                                          \
-		}                                                                          \
+#define CHECK(x)                                                                                   \
+	do {                                                                                       \
+		int rc_ = (x);                                                                     \
+		if (rc_ < 0) {                                                                     \
+			fprintf(stderr, "bench wake: %s: %s\n", #x, lc_strerror(rc_));             \
+			return 1;                                                                  \
+		}                                                                                  \
 	} while (0)
 
 int lc__bench_wake(int argc, char **argv)
@@ -147,13 +147,19 @@ int lc__bench_wake(int argc, char **argv)
 		bases[b] = (uint8_t *)pmem + b * buf_bytes;
 		offset[b] = b * buf_bytes;
 	}
-	lc_layout_params_t lp = {.size = sizeof(lp), .model = LC_LAYOUT_MHA, .layers = LAYERS,
-				 .pages = ROOMS * PAGES_PER_ROOM, .item_len = {ITEM},
+	lc_layout_params_t lp = {.size = sizeof(lp),
+				 .model = LC_LAYOUT_MHA,
+				 .layers = LAYERS,
+				 .pages = ROOMS * PAGES_PER_ROOM,
+				 .item_len = {ITEM},
 				 .bases = bases};
 	lc_layout_t *layout;
 	CHECK(lc_layout_build(&lp, &layout));
-	lc_engine_params_t ep = {.size = sizeof(ep), .layout = layout, .name = "bench",
-				 .status_cb = on_status, .status_arg = &w};
+	lc_engine_params_t ep = {.size = sizeof(ep),
+				 .layout = layout,
+				 .name = "bench",
+				 .status_cb = on_status,
+				 .status_arg = &w};
 	lc_engine_t *e;
 	CHECK(lc_engine_create(p, &ep, &e));
 	lc__engine_set_post_hook(e, on_post, &w);
@@ -162,9 +168,13 @@ int lc__bench_wake(int argc, char **argv)
 	CHECK(dn);
 	const void *descs[] = {desc};
 	size_t lens[] = {(size_t)dn};
-	lc_session_params_t sp = {.size = sizeof(sp), .name = "d0", .url = url,
-				  .region_descs = descs, .region_desc_lens = lens,
-				  .region_count = 1, .buffer_region = region,
+	lc_session_params_t sp = {.size = sizeof(sp),
+				  .name = "d0",
+				  .url = url,
+				  .region_descs = descs,
+				  .region_desc_lens = lens,
+				  .region_count = 1,
+				  .buffer_region = region,
 				  .buffer_offset = offset};
 	CHECK(lc_engine_session_add(e, &sp));
 
@@ -179,7 +189,9 @@ int lc__bench_wake(int argc, char **argv)
 			for (int i = 0; i < PAGES_PER_ROOM; i++)
 				pages[i] = (int64_t)((room - 1) * PAGES_PER_ROOM + i);
 			CHECK(lc_grant_issue(d, id, dreg, 0, total));
-			lc_dst_params_t dp = {.size = sizeof(dp), .session = "d0", .pages = pages,
+			lc_dst_params_t dp = {.size = sizeof(dp),
+					      .session = "d0",
+					      .pages = pages,
 					      .page_count = PAGES_PER_ROOM,
 					      .required_dst_count = 1};
 			CHECK(lc_engine_room_dst_add(e, id, &dp));
@@ -188,8 +200,11 @@ int lc__bench_wake(int argc, char **argv)
 		for (uint64_t room = 1; room <= ROOMS; room++) {
 			for (int i = 0; i < PAGES_PER_ROOM; i++)
 				pages[i] = (int64_t)((room - 1) * PAGES_PER_ROOM + i);
-			lc_chunk_t c = {.size = sizeof(c), .room = (uint64_t)r * 1000 + room,
-					.pages = pages, .page_count = PAGES_PER_ROOM, .is_last = 1};
+			lc_chunk_t c = {.size = sizeof(c),
+					.room = (uint64_t)r * 1000 + room,
+					.pages = pages,
+					.page_count = PAGES_PER_ROOM,
+					.is_last = 1};
 			CHECK(lc_engine_chunk_add(e, &c));
 		}
 		CHECK(lc_engine_batch_end(e));

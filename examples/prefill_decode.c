@@ -26,14 +26,14 @@
 #define ROOM 42
 #define PROMPT_PAGES 16
 
-#define CHECK(expr)                                                                      \
-	do {                                                                             \
-		int rc_ = (expr);                                                        \
-		if (rc_ < 0) {                                                           \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,     \
-				lc_strerror(rc_));                                       \
-			exit(1);                                                         \
-		}                                                                        \
+#define CHECK(expr)                                                                                \
+	do {                                                                                       \
+		int rc_ = (expr);                                                                  \
+		if (rc_ < 0) {                                                                     \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,              \
+				lc_strerror(rc_));                                                 \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
 typedef struct model {
@@ -62,8 +62,12 @@ static void model_init(model_t *m, const char *name, int fill)
 			for (size_t i = 0; i < ITEM; i++)
 				((uint8_t *)bases[b])[(size_t)p * ITEM + i] = byte_at(b, p, i);
 	}
-	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA, .layers = LAYERS,
-				 .pages = PAGES, .item_len = {ITEM, ITEM}, .bases = bases};
+	lc_layout_params_t lp = {.size = sizeof lp,
+				 .model = LC_LAYOUT_MHA,
+				 .layers = LAYERS,
+				 .pages = PAGES,
+				 .item_len = {ITEM, ITEM},
+				 .bases = bases};
 	CHECK(lc_layout_build(&lp, &m->layout));
 	CHECK(lc_region_register(m->ctx, m->mem, m->len, &m->region));
 }
@@ -96,8 +100,12 @@ static int prefill(int addr_fd, int done_fd)
 	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
 	CHECK(lc_bootstrap_start(&bp, &bs));
 	CHECK(lc_bootstrap_addr(bs, addr, sizeof addr));
-	lc_prefill_params_t pp = {.size = sizeof pp, .layout = m.layout, .bootstrap = addr,
-				  .world_size = 1, .dp_size = 1, .engine_rank = 0,
+	lc_prefill_params_t pp = {.size = sizeof pp,
+				  .layout = m.layout,
+				  .bootstrap = addr,
+				  .world_size = 1,
+				  .dp_size = 1,
+				  .engine_rank = 0,
 				  .metrics_server = bs};
 	CHECK(lc_prefill_create(m.ctx, &pp, &p));
 	CHECK(lc_prefill_engine(p, &e));
@@ -115,8 +123,12 @@ static int prefill(int addr_fd, int done_fd)
 	int64_t pages[PROMPT_PAGES];
 	for (int i = 0; i < PROMPT_PAGES; i++)
 		pages[i] = i;
-	lc_chunk_t c = {.size = sizeof c, .room = ROOM, .pages = pages,
-			.page_count = PROMPT_PAGES, .dst_index = 0, .is_last = 1};
+	lc_chunk_t c = {.size = sizeof c,
+			.room = ROOM,
+			.pages = pages,
+			.page_count = PROMPT_PAGES,
+			.dst_index = 0,
+			.is_last = 1};
 	CHECK(lc_engine_batch_begin(e, 0));
 	CHECK(lc_engine_chunk_add(e, &c));
 	CHECK(lc_engine_batch_end(e));
@@ -152,8 +164,12 @@ static int decode(const char *addr, const char *url)
 	lc_decode_t *d;
 	lc_receiver_t *r;
 	model_init(&m, "decode", 0);
-	lc_decode_params_t dp = {.size = sizeof dp, .layout = m.layout, .regions = &m.region,
-				 .region_count = 1, .listen_url = url, .tp_size = 1};
+	lc_decode_params_t dp = {.size = sizeof dp,
+				 .layout = m.layout,
+				 .regions = &m.region,
+				 .region_count = 1,
+				 .listen_url = url,
+				 .tp_size = 1};
 	CHECK(lc_decode_create(m.ctx, &dp, &d));
 	CHECK(lc_receiver_create(d, addr, ROOM, &r));
 	double t0 = now_s();
@@ -163,8 +179,11 @@ static int decode(const char *addr, const char *url)
 	int64_t pages[PROMPT_PAGES];
 	for (int i = 0; i < PROMPT_PAGES; i++)
 		pages[i] = PAGES - 1 - i;
-	lc_receiver_pages_t pg = {.size = sizeof pg, .pages = pages, .page_count = PROMPT_PAGES,
-				  .prefix_len = 0, .aux_index = 0};
+	lc_receiver_pages_t pg = {.size = sizeof pg,
+				  .pages = pages,
+				  .page_count = PROMPT_PAGES,
+				  .prefix_len = 0,
+				  .aux_index = 0};
 	CHECK(lc_receiver_send(r, &pg));
 	int st, seen = 0;
 	lc_room_info_t info = {.size = sizeof info};

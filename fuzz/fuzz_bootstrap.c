@@ -20,8 +20,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const char *const method[] = {"PUT", "GET", "GET", "GET", "POST", "DELETE"};
-	static const char *const path[] = {"/route", "/route", "/health", "/metrics", "/route",
-					   "/x"};
+	static const char *const path[] = {"/route",   "/route", "/health",
+					   "/metrics", "/route", "/x"};
 	if (!size)
 		return 0;
 	int k = data[0] % 6;

@@ -139,8 +139,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (data[0] % 2 == 0) {
 		static lc__parallel_info_t pi;
 		if (lc__bootstrap_get_parallel("127.0.0.1:1", &o, &pi, why, sizeof why) == 0) {
-			if (pi.world_size < 1 || pi.world_size > LC__BS_MAX_WORLD || pi.dp_size < 1 ||
-			    pi.world_size % pi.dp_size || pi.nlens > LC__BS_MAX_LENS)
+			if (pi.world_size < 1 || pi.world_size > LC__BS_MAX_WORLD ||
+			    pi.dp_size < 1 || pi.world_size % pi.dp_size ||
+			    pi.nlens > LC__BS_MAX_LENS)
 				abort();
 		}
 	} else {

@@ -97,7 +97,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	tl.nlanes = 1;
 	if (flags & 1) {
 		uint8_t hello[LC__TCP_CTRL_LEN];
-		lc__tcp_ctrl_t h = {.type = LC__TCP_HELLO, .status = LC__TCP_HELLO_TOKEN,
+		lc__tcp_ctrl_t h = {.type = LC__TCP_HELLO,
+				    .status = LC__TCP_HELLO_TOKEN,
 				    .a = lc__get_u64(token.bytes),
 				    .b = lc__get_u64(token.bytes + 8)};
 		lc__tcp_encode_ctrl(hello, &h);

@@ -135,7 +135,10 @@ typedef struct bench_entry {
 } bench_entry_t;
 
 static const bench_entry_t table[] = {
-	{"transport", 7}, {"planner", 3}, {"wake", 1}, {"control", 2},
+	{"transport", 7},
+	{"planner", 3},
+	{"wake", 1},
+	{"control", 2},
 };
 #define NBENCH (sizeof table / sizeof table[0])
 
@@ -271,11 +274,12 @@ static int run_all(bool json)
 			fprintf(stderr, "\r\033[K");
 		if (out)
 			trim(out, &len);
-		bool ok = rc == 0 && out && (!json || (len && out[0] == '{' && out[len - 1] == '}'));
+		bool ok = rc == 0 && out &&
+			  (!json || (len && out[0] == '{' && out[len - 1] == '}'));
 		if (!ok) {
 			rc_all = 1;
-			snprintf(failed + strlen(failed), sizeof failed - strlen(failed), "%s\"%s\"",
-				 failed[0] ? "," : "", table[i].name);
+			snprintf(failed + strlen(failed), sizeof failed - strlen(failed),
+				 "%s\"%s\"", failed[0] ? "," : "", table[i].name);
 			fprintf(stderr, "layercake bench: %s %s\n", table[i].name,
 				rc < 0 ? "is not built into this binary" : "failed");
 		}

@@ -20,14 +20,15 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: layercake bootstrap [--host ADDR] [--port N] [--secret TEXT]\n\n"
-		   "Run the bootstrap HTTP server that P ranks register with (PUT /route) and\n"
-		   "D ranks discover P through (GET /route); also GET /health and GET /metrics.\n"
-		   "  --host ADDR    bind address (default 0.0.0.0)\n"
-		   "  --port N       port (default: knob bootstrap_port, 8998; 0 picks one)\n"
-		   "  --secret TEXT  PUT /route needs \"Authorization: Bearer TEXT\"\n"
-		   "                 (default: $LAYERCAKE_SECRET_DIR/bootstrap.secret if present)\n"
-		   "Prints \"listening HOST:PORT\" on stdout once it serves; stops on SIGINT/SIGTERM.\n");
+	fprintf(f,
+		"usage: layercake bootstrap [--host ADDR] [--port N] [--secret TEXT]\n\n"
+		"Run the bootstrap HTTP server that P ranks register with (PUT /route) and\n"
+		"D ranks discover P through (GET /route); also GET /health and GET /metrics.\n"
+		"  --host ADDR    bind address (default 0.0.0.0)\n"
+		"  --port N       port (default: knob bootstrap_port, 8998; 0 picks one)\n"
+		"  --secret TEXT  PUT /route needs \"Authorization: Bearer TEXT\"\n"
+		"                 (default: $LAYERCAKE_SECRET_DIR/bootstrap.secret if present)\n"
+		"Prints \"listening HOST:PORT\" on stdout once it serves; stops on SIGINT/SIGTERM.\n");
 }
 
 int lc__cmd_bootstrap(int argc, char **argv)
@@ -63,9 +64,8 @@ int lc__cmd_bootstrap(int argc, char **argv)
 		}
 	}
 	lc_ctx_t *ctx = NULL;
-	int rc = lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t),
-						  .name = "bootstrap"},
-			       &ctx);
+	int rc = lc_ctx_create(
+		&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "bootstrap"}, &ctx);
 	if (rc < 0) {
 		fprintf(stderr, "bootstrap: %s\n", lc_strerror(rc));
 		return 1;

@@ -198,23 +198,31 @@ static void default_svg_path(char *buf, size_t cap)
 
 static int parse_opts(int argc, char **argv, demo_opts_t *o, char *svg_buf, size_t svg_cap)
 {
-	*o = (demo_opts_t){.model = lc__demo_model_find("llama-3-8b"), .page_tokens = 64,
-			   .prompts = {1024, 4096, 16384}, .nprompts = 3, .requests = 6,
-			   .concurrency = 1, .transport = "tcp", .p_host = "127.0.0.1",
-			   .d_host = "127.0.0.1", .balance = 0.75,
-			   .intervals = {1, 8, 0}, .nmodes = 3, .svg_request = -1};
+	*o = (demo_opts_t){.model = lc__demo_model_find("llama-3-8b"),
+			   .page_tokens = 64,
+			   .prompts = {1024, 4096, 16384},
+			   .nprompts = 3,
+			   .requests = 6,
+			   .concurrency = 1,
+			   .transport = "tcp",
+			   .p_host = "127.0.0.1",
+			   .d_host = "127.0.0.1",
+			   .balance = 0.75,
+			   .intervals = {1, 8, 0},
+			   .nmodes = 3,
+			   .svg_request = -1};
 	default_svg_path(svg_buf, svg_cap);
 	o->svg = svg_buf;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int n;
-#define NEED_ARG                                                                         \
-	do {                                                                             \
-		if (!v) {                                                                \
-			fprintf(stderr, "layercake demo: %s needs a value\n", a);        \
-			return 2;                                                        \
-		}                                                                        \
-		i++;                                                                     \
+#define NEED_ARG                                                                                   \
+	do {                                                                                       \
+		if (!v) {                                                                          \
+			fprintf(stderr, "layercake demo: %s needs a value\n", a);                  \
+			return 2;                                                                  \
+		}                                                                                  \
+		i++;                                                                               \
 	} while (0)
 		if (!strcmp(a, "--json")) {
 			o->json = true;
@@ -228,7 +236,8 @@ static int parse_opts(int argc, char **argv, demo_opts_t *o, char *svg_buf, size
 			if (!(o->model = lc__demo_model_find(v))) {
 				char names[128];
 				lc__demo_model_list(names, sizeof names);
-				fprintf(stderr, "layercake demo: unknown model %s (%s)\n", v, names);
+				fprintf(stderr, "layercake demo: unknown model %s (%s)\n", v,
+					names);
 				return 2;
 			}
 		} else if (!strcmp(a, "--draft-layers")) {
@@ -264,7 +273,8 @@ static int parse_opts(int argc, char **argv, demo_opts_t *o, char *svg_buf, size
 			NEED_ARG;
 			struct in_addr in;
 			if (inet_pton(AF_INET, v, &in) != 1) {
-				fprintf(stderr, "layercake demo: %s %s: not an IPv4 address\n", a, v);
+				fprintf(stderr, "layercake demo: %s %s: not an IPv4 address\n", a,
+					v);
 				return 2;
 			}
 			*(a[2] == 'p' ? &o->p_host : &o->d_host) = v;
@@ -303,15 +313,17 @@ static int parse_opts(int argc, char **argv, demo_opts_t *o, char *svg_buf, size
 		return 2;
 	}
 	if (is_ucx && !lc__transport_find("ucx://")) {
-		fprintf(stderr, "layercake demo: this build has no ucx transport (transports: %s)\n",
+		fprintf(stderr,
+			"layercake demo: this build has no ucx transport (transports: %s)\n",
 			lc_transports());
 		return 2;
 	}
 	bool networked = !strcmp(o->transport, "tcp") || is_ucx;
-	if (!networked && (strcmp(o->p_host, "127.0.0.1") || strcmp(o->d_host, "127.0.0.1") ||
-			   o->d_netns)) {
-		fprintf(stderr, "layercake demo: --p-host, --d-host and --d-netns need a network "
-				"transport (tcp or ucx); %s is same-host only\n",
+	if (!networked &&
+	    (strcmp(o->p_host, "127.0.0.1") || strcmp(o->d_host, "127.0.0.1") || o->d_netns)) {
+		fprintf(stderr,
+			"layercake demo: --p-host, --d-host and --d-netns need a network "
+			"transport (tcp or ucx); %s is same-host only\n",
 			o->transport);
 		return 2;
 	}
@@ -322,16 +334,17 @@ static int parse_opts(int argc, char **argv, demo_opts_t *o, char *svg_buf, size
 			return 2;
 		}
 		if (!strcmp(o->p_host, "127.0.0.1") || !strcmp(o->d_host, "127.0.0.1")) {
-			fprintf(stderr, "layercake demo: with --d-netns, give --p-host and --d-host: "
-					"the addresses of P's and D's ends of the link between the "
-					"namespaces (127.0.0.1 is a different host in each)\n");
+			fprintf(stderr,
+				"layercake demo: with --d-netns, give --p-host and --d-host: "
+				"the addresses of P's and D's ends of the link between the "
+				"namespaces (127.0.0.1 is a different host in each)\n");
 			return 2;
 		}
-		snprintf(path, sizeof path, "%s%s", strchr(o->d_netns, '/') ? "" : "/var/run/netns/",
-			 o->d_netns);
+		snprintf(path, sizeof path, "%s%s",
+			 strchr(o->d_netns, '/') ? "" : "/var/run/netns/", o->d_netns);
 		if (access(path, R_OK)) {
-			fprintf(stderr, "layercake demo: --d-netns %s: %s: %s%s\n", o->d_netns, path,
-				strerror(errno),
+			fprintf(stderr, "layercake demo: --d-netns %s: %s: %s%s\n", o->d_netns,
+				path, strerror(errno),
 				errno == ENOENT ? " (create it with `ip netns add`)" : "");
 			return 2;
 		}
@@ -342,8 +355,9 @@ static int parse_opts(int argc, char **argv, demo_opts_t *o, char *svg_buf, size
 	}
 	o->same_process = !strcmp(o->transport, "loop");
 	if (lc__demo_geometry(o)) {
-		fprintf(stderr, "layercake demo: bad geometry (page tokens, prompts, requests >= 1, "
-				"concurrency 1..%d, at most %d layers)\n",
+		fprintf(stderr,
+			"layercake demo: bad geometry (page tokens, prompts, requests >= 1, "
+			"concurrency 1..%d, at most %d layers)\n",
 			DEMO_MAX_INFLIGHT, DEMO_MAX_LAYERS);
 		return 2;
 	}
@@ -360,7 +374,8 @@ static int send_to(int fd, const demo_msg_t *m)
 /* One message from P (*from = 0) or D (1), within timeout_ms. */
 static int recv_any(orch_t *O, demo_msg_t *m, int *from, int timeout_ms)
 {
-	struct pollfd pf[2] = {{.fd = O->fd_p, .events = POLLIN}, {.fd = O->fd_d, .events = POLLIN}};
+	struct pollfd pf[2] = {{.fd = O->fd_p, .events = POLLIN},
+			       {.fd = O->fd_d, .events = POLLIN}};
 	int n = poll(pf, 2, timeout_ms);
 	if (n <= 0) {
 		snprintf(O->error, sizeof O->error, "no word from P or D for %d ms", timeout_ms);
@@ -385,8 +400,8 @@ static int recv_any(orch_t *O, demo_msg_t *m, int *from, int timeout_ms)
 }
 
 /* Send to both and wait for one answer of `want` from each. */
-static int both(orch_t *O, const demo_msg_t *m, uint32_t want, demo_msg_t *ans_p,
-		demo_msg_t *ans_d, int timeout_ms)
+static int both(orch_t *O, const demo_msg_t *m, uint32_t want, demo_msg_t *ans_p, demo_msg_t *ans_d,
+		int timeout_ms)
 {
 	if (send_to(O->fd_p, m) || send_to(O->fd_d, m)) {
 		snprintf(O->error, sizeof O->error, "P or D is gone");
@@ -493,9 +508,13 @@ static int run_set(orch_t *O, item_t *items, int n, int conc)
 		while (inflight < conc && next < n) {
 			item_t *it = &items[next++];
 			it->room = O->next_room++;
-			demo_msg_t m = {.type = DEMO_REQUEST, .mode = it->mode, .req = it->req,
-					.room = it->room, .tokens = it->tokens,
-					.layer_ns = it->layer_ns, .kv_ns = it->kv_ns};
+			demo_msg_t m = {.type = DEMO_REQUEST,
+					.mode = it->mode,
+					.req = it->req,
+					.room = it->room,
+					.tokens = it->tokens,
+					.layer_ns = it->layer_ns,
+					.kv_ns = it->kv_ns};
 			if (send_to(O->fd_p, &m) || send_to(O->fd_d, &m)) {
 				snprintf(O->error, sizeof O->error, "P or D is gone");
 				return -EIO;
@@ -583,8 +602,8 @@ static bool ok_pair(const demo_room_rec_t *p, const demo_room_rec_t *d)
 	return p->status == LC_ROOM_SUCCESS && d->status == LC_ROOM_SUCCESS;
 }
 
-static void compute_stats(const demo_opts_t *o, demo_room_rec_t *rp, demo_room_rec_t *rd,
-			  int whole, mode_stats_t *st)
+static void compute_stats(const demo_opts_t *o, demo_room_rec_t *rp, demo_room_rec_t *rd, int whole,
+			  mode_stats_t *st)
 {
 	int N = o->requests, L = (int)o->layers_total;
 	double *a = calloc((size_t)N, sizeof *a), *b = calloc((size_t)N, sizeof *b);
@@ -600,7 +619,8 @@ static void compute_stats(const demo_opts_t *o, demo_room_rec_t *rp, demo_room_r
 		for (int i = 0; i < N; i++) {
 			demo_room_rec_t *p = &rp[m * N + i], *d = &rd[m * N + i];
 			s->bytes_verified += d->bytes_verified;
-			s->mismatches += d->bad_pages + (d->status == LC_ROOM_SUCCESS && !d->metadata_ok);
+			s->mismatches +=
+				d->bad_pages + (d->status == LC_ROOM_SUCCESS && !d->metadata_ok);
 			s->metadata_bad += d->status == LC_ROOM_SUCCESS && !d->metadata_ok;
 			if (!ok_pair(p, d)) {
 				s->failed++;
@@ -615,7 +635,7 @@ static void compute_stats(const demo_opts_t *o, demo_room_rec_t *rp, demo_room_r
 			hidden += ms(first, last);
 			if (whole >= 0 && ok_pair(&rp[whole * N + i], &rd[whole * N + i])) {
 				double tail_whole = ms(rp[whole * N + i].t_layer_end[L - 1],
-							rd[whole * N + i].t_final);
+						       rd[whole * N + i].t_final);
 				g[ng] = tail_whole / s->groups;
 				c[ng] = b[n] / g[ng];
 				ng++;
@@ -650,8 +670,7 @@ static void jnum(FILE *f, const char *key, double v, bool comma)
 		fprintf(f, "\"%s\":null%s", key, comma ? "," : "");
 }
 
-static void print_table(orch_t *O, mode_stats_t *st, double link_gbps, double wall_s,
-			int whole)
+static void print_table(orch_t *O, mode_stats_t *st, double link_gbps, double wall_s, int whole)
 {
 	demo_opts_t *o = O->o;
 	FILE *f = O->out;
@@ -698,16 +717,18 @@ static void print_json(orch_t *O, mode_stats_t *st, double link_gbps, double tfl
 	FILE *f = stdout;
 	uint64_t bad = 0;
 	int failed = 0;
-	fprintf(f, "{\"demo\":\"layercake\",\"version\":\"%s\",\"model\":{\"name\":\"%s\","
-		   "\"layers\":%u,\"draft_layers\":%u,\"buffers\":%u,\"page_tokens\":%u,"
-		   "\"page_bytes\":%llu,",
+	fprintf(f,
+		"{\"demo\":\"layercake\",\"version\":\"%s\",\"model\":{\"name\":\"%s\","
+		"\"layers\":%u,\"draft_layers\":%u,\"buffers\":%u,\"page_tokens\":%u,"
+		"\"page_bytes\":%llu,",
 		lc_version(), o->model->name, o->model->layers, o->draft_layers, o->buffers,
 		o->page_tokens, (unsigned long long)o->item_len);
 	jnum(f, "kv_bytes_per_token_per_layer",
 	     (double)o->model->comp_bytes_per_token * o->model->components, true);
 	jnum(f, "linear_flops_per_token_per_layer", o->model->linear_flops, false);
-	fprintf(f, "},\"transport\":\"%s\",\"p_host\":\"%s\",\"d_host\":\"%s\","
-		   "\"d_netns\":%s,\"prompts\":[",
+	fprintf(f,
+		"},\"transport\":\"%s\",\"p_host\":\"%s\",\"d_host\":\"%s\","
+		"\"d_netns\":%s,\"prompts\":[",
 		o->transport, o->p_host, o->d_host, o->d_netns ? "true" : "false");
 	for (int i = 0; i < o->nprompts; i++)
 		fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)o->prompts[i]);
@@ -738,20 +759,23 @@ static void print_json(orch_t *O, mode_stats_t *st, double link_gbps, double tfl
 		jnum(f, "p_cpu_s", o->same_process ? NAN : s->p_cpu_s, true);
 		jnum(f, "d_cpu_s", o->same_process ? NAN : s->d_cpu_s, true);
 		jnum(f, "wall_s", s->wall_s, true);
-		fprintf(f, "\"bytes_verified\":%llu,\"mismatches\":%llu,\"metadata_bad\":%llu,"
-			   "\"failed_rooms\":%d,\"engine\":{",
+		fprintf(f,
+			"\"bytes_verified\":%llu,\"mismatches\":%llu,\"metadata_bad\":%llu,"
+			"\"failed_rooms\":%d,\"engine\":{",
 			(unsigned long long)s->bytes_verified, (unsigned long long)s->mismatches,
 			(unsigned long long)s->metadata_bad, s->failed);
 		jnum(f, "group_ack_p50_us", s->engine.group_ack_p50_us, true);
 		jnum(f, "group_ack_p99_us", s->engine.group_ack_p99_us, true);
 		jnum(f, "step_to_post_p50_us", s->engine.step_to_post_p50_us, true);
-		fprintf(f, "\"batches_posted\":%llu,\"writes_posted\":%llu,\"bytes_posted\":%llu},"
-			   "\"per_request\":[",
+		fprintf(f,
+			"\"batches_posted\":%llu,\"writes_posted\":%llu,\"bytes_posted\":%llu},"
+			"\"per_request\":[",
 			(unsigned long long)s->engine.batches_posted,
 			(unsigned long long)s->engine.writes_posted,
 			(unsigned long long)s->engine.bytes_posted);
 		for (int i = 0; i < o->requests; i++) {
-			demo_room_rec_t *p = &rp[m * o->requests + i], *d = &rd[m * o->requests + i];
+			demo_room_rec_t *p = &rp[m * o->requests + i],
+					*d = &rd[m * o->requests + i];
 			fprintf(f, "%s{\"tokens\":%llu,\"status\":\"%s\",", i ? "," : "",
 				(unsigned long long)p->tokens, lc_room_status_name(d->status));
 			jnum(f, "ttft_ms", ms(p->t_arrive, d->t_final), true);
@@ -838,7 +862,8 @@ static int calibrate(orch_t *O, int mode, double *gbps)
 	for (int i = 0; i < K; i++)
 		if (ok_pair(&p[i], &d[i]))
 			r[n++] = (double)d[i].bytes /
-				 ((double)(d[i].t_final - p[i].t_layer_end[o->layers_total - 1]) / 1e9) /
+				 ((double)(d[i].t_final - p[i].t_layer_end[o->layers_total - 1]) /
+				  1e9) /
 				 1e9;
 	if (!n) {
 		snprintf(O->error, sizeof O->error, "calibration rooms failed: %s", d[0].reason);
@@ -862,7 +887,10 @@ int lc__cmd_demo(int argc, char **argv)
 	if (rc)
 		return rc;
 	demo_opts_t *o = &opts;
-	orch_t O = {.o = o, .fd_p = -1, .fd_d = -1, .next_room = 1000,
+	orch_t O = {.o = o,
+		    .fd_p = -1,
+		    .fd_d = -1,
+		    .next_room = 1000,
 		    .out = o->json ? stderr : stdout};
 	int N = o->requests, M = o->nmodes, whole = -1, exit_code = 1;
 	for (int m = 0; m < M; m++)
@@ -917,8 +945,12 @@ int lc__cmd_demo(int argc, char **argv)
 		goto fail;
 	/* Warm-up: discovery, registration and connections of every mode. */
 	for (int m = 0; m < M; m++) {
-		item_t w = {.mode = m, .req = -1, .tokens = o->page_tokens, .layer_ns = 100000,
-			    .p = &warm_p, .d = &warm_d};
+		item_t w = {.mode = m,
+			    .req = -1,
+			    .tokens = o->page_tokens,
+			    .layer_ns = 100000,
+			    .p = &warm_p,
+			    .d = &warm_d};
 		if ((rc = run_set(&O, &w, 1, 1)))
 			goto fail;
 		if (!ok_pair(&warm_p, &warm_d)) {
@@ -950,8 +982,9 @@ int lc__cmd_demo(int argc, char **argv)
 		fprintf(O.out,
 			"  %6llu tokens: %u layers x %.2f ms compute (KV written %.0f%% in), %.1f MB "
 			"of KV per layer",
-			(unsigned long long)n, o->layers_total, (double)lc__demo_layer_ns(o, n) / 1e6,
-			100 * lc__demo_kv_frac(o, n), lb / 1e6);
+			(unsigned long long)n, o->layers_total,
+			(double)lc__demo_layer_ns(o, n) / 1e6, 100 * lc__demo_kv_frac(o, n),
+			lb / 1e6);
 		if (isfinite(link_gbps))
 			fprintf(O.out, " (%.2f ms at the link rate)", lb / (link_gbps * 1e9) * 1e3);
 		fprintf(O.out, "\n");
@@ -968,13 +1001,18 @@ int lc__cmd_demo(int argc, char **argv)
 				int i = start + j;
 				uint64_t tok = o->prompts[i % o->nprompts];
 				uint64_t lns = lc__demo_layer_ns(o, tok);
-				items[j] = (item_t){.mode = m, .req = i, .tokens = tok, .layer_ns = lns,
-						    .kv_ns = (uint64_t)((double)lns *
-									lc__demo_kv_frac(o, tok)),
-						    .p = &rp[m * N + i], .d = &rd[m * N + i]};
+				items[j] = (item_t){
+					.mode = m,
+					.req = i,
+					.tokens = tok,
+					.layer_ns = lns,
+					.kv_ns = (uint64_t)((double)lns * lc__demo_kv_frac(o, tok)),
+					.p = &rp[m * N + i],
+					.d = &rd[m * N + i]};
 			}
 			uint64_t cp0, cd0, cp1, cd1, w0 = lc__demo_now_ns();
-			if ((rc = snap(&O, &cp0, &cd0)) || (rc = run_set(&O, items, cnt, o->concurrency)) ||
+			if ((rc = snap(&O, &cp0, &cd0)) ||
+			    (rc = run_set(&O, items, cnt, o->concurrency)) ||
 			    (rc = snap(&O, &cp1, &cd1)))
 				goto fail;
 			st[m].p_cpu_s += (double)(cp1 - cp0) / 1e9;
@@ -982,8 +1020,8 @@ int lc__cmd_demo(int argc, char **argv)
 			st[m].cpu_s = st[m].p_cpu_s + st[m].d_cpu_s;
 			st[m].wall_s += (double)(lc__demo_now_ns() - w0) / 1e9;
 		}
-		fprintf(stderr, "layercake demo: %d/%d requests done in every mode\n",
-			start + cnt, N);
+		fprintf(stderr, "layercake demo: %d/%d requests done in every mode\n", start + cnt,
+			N);
 	}
 	demo_msg_t fp = {0}, quit = {.type = DEMO_QUIT};
 	if ((rc = both(&O, &quit, DEMO_FINAL, &fp, NULL, 60000)))
@@ -1003,11 +1041,13 @@ int lc__cmd_demo(int argc, char **argv)
 	double wall_s = (double)(lc__demo_now_ns() - t0) / 1e9;
 	if (o->svg) {
 		int r = o->svg_request >= 0 && o->svg_request < N ? o->svg_request
-								 : median_prompt_request(o);
+								  : median_prompt_request(o);
 		demo_svg_row_t rows[DEMO_MAX_MODES];
 		for (int m = 0; m < M; m++)
-			rows[m] = (demo_svg_row_t){.name = st[m].name, .p = &rp[m * N + r],
-						   .d = &rd[m * N + r], .interval = o->intervals[m]};
+			rows[m] = (demo_svg_row_t){.name = st[m].name,
+						   .p = &rp[m * N + r],
+						   .d = &rd[m * N + r],
+						   .interval = o->intervals[m]};
 		if ((rc = lc__demo_svg(o->svg, o, rows, M)))
 			fprintf(stderr, "layercake demo: %s: %s\n", o->svg, lc_strerror(rc));
 		else

@@ -32,12 +32,12 @@
 /* A model preset: KV geometry and a roofline of its prefill compute. */
 typedef struct demo_model {
 	const char *name;
-	uint32_t layout_model;        /* lc_layout_model_t */
-	uint32_t layers;              /* target KV layers */
-	uint32_t components;          /* per-layer buffers: MHA 2 (K, V), MLA 1 */
+	uint32_t layout_model;         /* lc_layout_model_t */
+	uint32_t layers;               /* target KV layers */
+	uint32_t components;           /* per-layer buffers: MHA 2 (K, V), MLA 1 */
 	uint64_t comp_bytes_per_token; /* bytes per token of one component */
-	double linear_flops;          /* per token per layer: 2 x active weights */
-	double attn_flops;            /* per (token, context token) per layer */
+	double linear_flops;           /* per token per layer: 2 x active weights */
+	double attn_flops;             /* per (token, context token) per layer */
 	/* per token per layer: the projections that precede the KV write (QKV,
 	 * MLA's q/kv down-projections); the layer's KV is ready this far in */
 	double kv_flops;
@@ -55,18 +55,18 @@ typedef struct demo_opts {
 	const char *transport;
 	/* Multi-host runs (docs/demo.md): P's and D's addresses (default
 	 * 127.0.0.1), and the network namespace D enters (NULL: this one). */
-	const char *p_host; /* bootstrap servers and P's control socket */
-	const char *d_host; /* D's data-plane listener and control socket */
+	const char *p_host;  /* bootstrap servers and P's control socket */
+	const char *d_host;  /* D's data-plane listener and control socket */
 	const char *d_netns; /* a name under /var/run/netns, or a path */
-	double tflops;   /* 0: calibrate ("auto") */
-	double balance;  /* auto: KV production = balance x measured link rate */
-	double layer_ms; /* > 0: fixed compute time per layer instead of the roofline */
+	double tflops;       /* 0: calibrate ("auto") */
+	double balance;      /* auto: KV production = balance x measured link rate */
+	double layer_ms;     /* > 0: fixed compute time per layer instead of the roofline */
 	int intervals[DEMO_MAX_MODES];
 	int nmodes;
 	const char *svg; /* NULL: none */
 	int svg_request; /* -1: the first request of the median prompt */
 	bool json;
-	bool same_process; /* loop transport: P and D are threads of one child */
+	bool same_process;     /* loop transport: P and D are threads of one child */
 	bool tflops_auto_flag; /* the roofline was calibrated against the link */
 	/* Derived geometry (demo_geometry). */
 	uint32_t layers_total; /* target + draft */
@@ -78,13 +78,13 @@ typedef struct demo_opts {
 /* What one side measured for one room. */
 typedef struct demo_room_rec {
 	uint64_t room;
-	int32_t mode;  /* index into intervals */
-	int32_t req;   /* request index; -1 warm-up, -2 calibration */
+	int32_t mode; /* index into intervals */
+	int32_t req;  /* request index; -1 warm-up, -2 calibration */
 	uint64_t tokens;
 	uint64_t pages;
-	uint64_t bytes; /* KV bytes of the room (pages x item_len x buffers) */
-	int32_t status; /* final lc_room_status_t */
-	int32_t layers; /* entries of t_layer */
+	uint64_t bytes;    /* KV bytes of the room (pages x item_len x buffers) */
+	int32_t status;    /* final lc_room_status_t */
+	int32_t layers;    /* entries of t_layer */
 	uint64_t t_arrive; /* the request reached this side */
 	uint64_t t_boot;   /* Bootstrapped seen */
 	uint64_t t_start;  /* P: forward started; D: transfer info sent */
@@ -94,10 +94,10 @@ typedef struct demo_room_rec {
 	 * layers_ready > l */
 	uint64_t t_layer[DEMO_MAX_LAYERS];
 	uint64_t t_layer_end[DEMO_MAX_LAYERS]; /* P: layer l's compute ended */
-	uint64_t bad_pages;      /* D: pages that differ from the pattern */
-	uint64_t bytes_verified; /* D */
-	uint64_t t_verified;     /* D */
-	int32_t metadata_ok;     /* D: the first token matched */
+	uint64_t bad_pages;                    /* D: pages that differ from the pattern */
+	uint64_t bytes_verified;               /* D */
+	uint64_t t_verified;                   /* D */
+	int32_t metadata_ok;                   /* D: the first token matched */
 	int32_t reserved;
 	char reason[LC_REASON_MAX];
 } demo_room_rec_t;

@@ -80,8 +80,8 @@ uint64_t lc__demo_pages_of(const demo_opts_t *o, uint64_t tokens)
 
 int lc__demo_geometry(demo_opts_t *o)
 {
-	if (!o->model || !o->page_tokens || !o->nprompts || o->requests < 1 ||
-	    o->concurrency < 1 || o->concurrency > DEMO_MAX_INFLIGHT)
+	if (!o->model || !o->page_tokens || !o->nprompts || o->requests < 1 || o->concurrency < 1 ||
+	    o->concurrency > DEMO_MAX_INFLIGHT)
 		return -EINVAL;
 	o->layers_total = o->model->layers + o->draft_layers;
 	if (o->layers_total > DEMO_MAX_LAYERS)

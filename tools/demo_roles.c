@@ -171,10 +171,16 @@ static int p_setup(p_role_t *p, const demo_msg_t *m)
 		rc = lc_ctx_config_set(p->ctx, "layerwise_interval", v);
 		if (rc)
 			return rc;
-		snprintf(name, sizeof name, "P-%s", lc__demo_mode_name(p->o->intervals[i], v, sizeof v));
-		lc_prefill_params_t pp = {.size = sizeof pp, .layout = p->pool.layout,
-					  .bootstrap = m->boot[i], .host = p->o->p_host, .name = name,
-					  .world_size = 1, .dp_size = 1, .engine_rank = 0};
+		snprintf(name, sizeof name, "P-%s",
+			 lc__demo_mode_name(p->o->intervals[i], v, sizeof v));
+		lc_prefill_params_t pp = {.size = sizeof pp,
+					  .layout = p->pool.layout,
+					  .bootstrap = m->boot[i],
+					  .host = p->o->p_host,
+					  .name = name,
+					  .world_size = 1,
+					  .dp_size = 1,
+					  .engine_rank = 0};
 		rc = lc_prefill_create(p->ctx, &pp, &p->pf[i]);
 		if (rc)
 			return rc;
@@ -270,8 +276,12 @@ static int p_gpu(p_role_t *p)
 		if (!p->qhead)
 			p->qtail = NULL;
 		lc_engine_t *e = p->eng[r->rec.mode];
-		lc_chunk_t c = {.size = sizeof c, .room = r->rec.room, .pages = r->pages,
-				.page_count = r->rec.pages, .dst_index = 0, .is_last = 1};
+		lc_chunk_t c = {.size = sizeof c,
+				.room = r->rec.room,
+				.pages = r->pages,
+				.page_count = r->rec.pages,
+				.dst_index = 0,
+				.is_last = 1};
 		if ((rc = lc_engine_batch_begin(e, 0)) || (rc = lc_engine_chunk_add(e, &c)) ||
 		    (rc = lc_engine_batch_end(e)))
 			return rc;
@@ -467,7 +477,8 @@ static void d_verify(d_role_t *d, d_req_t *r)
 	uint64_t bad = 0;
 	for (uint32_t b = 0; b < o->buffers; b++)
 		for (uint64_t j = 0; j < r->rec.pages; j++)
-			bad += !lc__demo_check(d->pool.base[b] + (uint64_t)r->pages[j] * o->item_len,
+			bad += !lc__demo_check(d->pool.base[b] +
+						       (uint64_t)r->pages[j] * o->item_len,
 					       o->item_len, lc__demo_seed(r->rec.room, b, j));
 	r->rec.bad_pages = bad;
 	r->rec.bytes_verified = r->rec.pages * o->buffers * o->item_len;
@@ -593,8 +604,10 @@ static int d_poll_rooms(d_role_t *d, bool *hot)
 		}
 		if (r->state == D_BOOT && st == LC_ROOM_BOOTSTRAPPED) {
 			r->rec.t_boot = lc__demo_now_ns();
-			lc_receiver_pages_t pg = {.size = sizeof pg, .pages = r->pages,
-						  .page_count = r->rec.pages, .aux_index = i};
+			lc_receiver_pages_t pg = {.size = sizeof pg,
+						  .pages = r->pages,
+						  .page_count = r->rec.pages,
+						  .aux_index = i};
 			int rc = lc_receiver_send(r->receiver, &pg);
 			if (rc)
 				return rc;
@@ -626,8 +639,8 @@ int lc__demo_decode(const demo_opts_t *o, int fd)
 	}
 	/* Page 0 stays reserved (as in SGLang's pools): D's page ids differ
 	 * from P's, so a write to the wrong page cannot pass. */
-	if ((rc = lc__demo_pool_create(o, d->ctx, o->pool_pages + 1,
-				       !strcmp(o->transport, "shm"), &d->pool))) {
+	if ((rc = lc__demo_pool_create(o, d->ctx, o->pool_pages + 1, !strcmp(o->transport, "shm"),
+				       &d->pool))) {
 		send_fail(fd, "D", "KV pool", rc);
 		goto destroy_ctx;
 	}
@@ -666,10 +679,15 @@ int lc__demo_decode(const demo_opts_t *o, int fd)
 			else if (!strcmp(o->transport, "shm"))
 				snprintf(url, sizeof url, "shm://auto");
 			else
-				snprintf(url, sizeof url, "%s://demo-d-%d", o->transport, (int)getpid());
-			lc_decode_params_t dp = {.size = sizeof dp, .layout = d->pool.layout,
-						 .regions = &d->pool.region, .region_count = 1,
-						 .listen_url = url, .host = o->d_host, .tp_size = 1};
+				snprintf(url, sizeof url, "%s://demo-d-%d", o->transport,
+					 (int)getpid());
+			lc_decode_params_t dp = {.size = sizeof dp,
+						 .layout = d->pool.layout,
+						 .regions = &d->pool.region,
+						 .region_count = 1,
+						 .listen_url = url,
+						 .host = o->d_host,
+						 .tp_size = 1};
 			if ((rc = lc_decode_create(d->ctx, &dp, &d->decode))) {
 				send_fail(fd, "D", "lc_decode_create", rc);
 				goto destroy;
@@ -684,12 +702,14 @@ int lc__demo_decode(const demo_opts_t *o, int fd)
 			}
 			break;
 		case DEMO_SNAP:
-			send_msg(fd, &(demo_msg_t){.type = DEMO_SNAP,
-						    .cpu_ns = o->same_process ? 0 : lc__demo_cpu_ns()});
+			send_msg(fd,
+				 &(demo_msg_t){.type = DEMO_SNAP,
+					       .cpu_ns = o->same_process ? 0 : lc__demo_cpu_ns()});
 			break;
 		case DEMO_QUIT:
-			send_msg(fd, &(demo_msg_t){.type = DEMO_FINAL,
-						    .cpu_ns = o->same_process ? 0 : lc__demo_cpu_ns()});
+			send_msg(fd,
+				 &(demo_msg_t){.type = DEMO_FINAL,
+					       .cpu_ns = o->same_process ? 0 : lc__demo_cpu_ns()});
 			exit_code = 0;
 			goto destroy;
 		default:

@@ -34,8 +34,9 @@ static void rect(FILE *f, double x0, double x1, double y, double h, const char *
 		 const char *title)
 {
 	double w = x1 - x0;
-	fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\">"
-		   "<title>%s</title></rect>\n",
+	fprintf(f,
+		"<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\">"
+		"<title>%s</title></rect>\n",
 		x0, y, w < 0.6 ? 0.6 : w, h, fill, title);
 }
 
@@ -46,8 +47,7 @@ static double nice_step(double range)
 	return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
 }
 
-static void panel(FILE *f, const demo_opts_t *o, const demo_svg_row_t *r, double y,
-		  double tmax)
+static void panel(FILE *f, const demo_opts_t *o, const demo_svg_row_t *r, double y, double tmax)
 {
 	const demo_room_rec_t *p = r->p, *d = r->d;
 	uint32_t L = o->layers_total;
@@ -55,8 +55,9 @@ static void panel(FILE *f, const demo_opts_t *o, const demo_svg_row_t *r, double
 	char title[160];
 	double ttft = rel(d->t_final, t0), last = rel(p->t_layer_end[L - 1], t0);
 	fprintf(f, "<text x=\"10\" y=\"%.1f\" font-weight=\"bold\">%s</text>\n", y + 14, r->name);
-	fprintf(f, "<text x=\"10\" y=\"%.1f\" font-size=\"11\" fill=\"#555\">first token %.1f ms"
-		   "</text>\n",
+	fprintf(f,
+		"<text x=\"10\" y=\"%.1f\" font-size=\"11\" fill=\"#555\">first token %.1f ms"
+		"</text>\n",
 		y + 30, ttft);
 	fprintf(f, "<text x=\"10\" y=\"%.1f\" font-size=\"11\" fill=\"#555\">tail %.2f ms</text>\n",
 		y + 44, ttft - last);
@@ -100,24 +101,28 @@ static void panel(FILE *f, const demo_opts_t *o, const demo_svg_row_t *r, double
 		double step = (e - s) / (k2 - k + 1);
 		for (uint32_t g = k; g <= k2; g++) {
 			double a = s + step * (g - k), b = a + step;
-			uint32_t first_l = g * I, last_l = (g + 1) * I < L ? (g + 1) * I - 1 : L - 1;
-			snprintf(title, sizeof title, "layers %u-%u landed at D by %.2f ms", first_l,
-				 last_l, e);
-			rect(f, xpos(a, tmax), xpos(b, tmax), yd, BAR, g & 1 ? "#59a14f" : "#8cd17d",
-			     title);
+			uint32_t first_l = g * I,
+				 last_l = (g + 1) * I < L ? (g + 1) * I - 1 : L - 1;
+			snprintf(title, sizeof title, "layers %u-%u landed at D by %.2f ms",
+				 first_l, last_l, e);
+			rect(f, xpos(a, tmax), xpos(b, tmax), yd, BAR,
+			     g & 1 ? "#59a14f" : "#8cd17d", title);
 		}
 		prev_end = e;
 		k = k2 + 1;
 	}
 	double xl = xpos(last, tmax), xt = xpos(ttft, tmax);
-	fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\" "
-		   "stroke-dasharray=\"3,2\"/>\n",
+	fprintf(f,
+		"<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\" "
+		"stroke-dasharray=\"3,2\"/>\n",
 		xl, yp - 3, xl, yd + BAR + 3);
-	fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#d62728\" "
-		   "stroke-width=\"2\"/>\n",
+	fprintf(f,
+		"<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#d62728\" "
+		"stroke-width=\"2\"/>\n",
 		xt, yp - 3, xt, yd + BAR + 3);
-	fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"11\" fill=\"#d62728\" "
-		   "text-anchor=\"%s\">first token %.1f ms</text>\n",
+	fprintf(f,
+		"<text x=\"%.2f\" y=\"%.1f\" font-size=\"11\" fill=\"#d62728\" "
+		"text-anchor=\"%s\">first token %.1f ms</text>\n",
 		xt, yd + BAR + 15, xt > W - 150 ? "end" : "start", ttft);
 }
 
@@ -135,41 +140,49 @@ int lc__demo_svg(const char *path, const demo_opts_t *o, const demo_svg_row_t *r
 	}
 	tmax *= 1.04;
 	double height = TOP + PANEL * n + 100;
-	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-		   "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" "
-		   "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Arial, "
-		   "sans-serif\" font-size=\"12\">\n",
+	fprintf(f,
+		"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+		"<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" "
+		"height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Arial, "
+		"sans-serif\" font-size=\"12\">\n",
 		W, height, W, height);
 	fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-	fprintf(f, "<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">layercake demo: "
-		   "one request of %llu tokens, %s, %u layers%s, over %s</text>\n",
+	fprintf(f,
+		"<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">layercake demo: "
+		"one request of %llu tokens, %s, %u layers%s, over %s</text>\n",
 		(unsigned long long)rows[0].p->tokens, o->model->name, L,
 		o->draft_layers ? " (with draft)" : "", o->transport);
 	if (o->layer_ms > 0)
-		fprintf(f, "<text x=\"10\" y=\"40\" font-size=\"11\" fill=\"#555\">P computes each "
-			   "layer for %.3f ms (fixed); ",
+		fprintf(f,
+			"<text x=\"10\" y=\"40\" font-size=\"11\" fill=\"#555\">P computes each "
+			"layer for %.3f ms (fixed); ",
 			o->layer_ms);
 	else
-		fprintf(f, "<text x=\"10\" y=\"40\" font-size=\"11\" fill=\"#555\">P computes at a "
-			   "%.0f TFLOP/s roofline; ",
+		fprintf(f,
+			"<text x=\"10\" y=\"40\" font-size=\"11\" fill=\"#555\">P computes at a "
+			"%.0f TFLOP/s roofline; ",
 			o->tflops);
-	fprintf(f, "D's landings are as D saw them (P's layers-landed messages, polled every "
-		   "%d us)</text>\n",
+	fprintf(f,
+		"D's landings are as D saw them (P's layers-landed messages, polled every "
+		"%d us)</text>\n",
 		DEMO_POLL_US);
 	/* Axis and grid. */
 	double step = nice_step(tmax), ybot = TOP + PANEL * n;
 	for (double t = 0; t <= tmax; t += step) {
 		double x = xpos(t, tmax);
-		fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#eee\"/>\n",
+		fprintf(f,
+			"<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#eee\"/>\n",
 			x, TOP - 6, x, ybot);
-		fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
-			   "%g</text>\n",
+		fprintf(f,
+			"<text x=\"%.2f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
+			"%g</text>\n",
 			x, ybot + 16, t);
 	}
 	fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n",
 		LEFT, ybot, W - RIGHT, ybot);
-	fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
-		   "ms since the request reached P</text>\n",
+	fprintf(f,
+		"<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">"
+		"ms since the request reached P</text>\n",
 		(LEFT + W - RIGHT) / 2, ybot + 32);
 	for (int i = 0; i < n; i++)
 		panel(f, o, &rows[i], TOP + PANEL * i, tmax);
@@ -187,15 +200,17 @@ int lc__demo_svg(const char *path, const demo_opts_t *o, const demo_svg_row_t *r
 	for (size_t i = 0; i < sizeof legend / sizeof legend[0]; i++) {
 		if (i == 2 && !o->draft_layers)
 			continue;
-		fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"10\" fill=\"%s\"/>"
-			   "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
+		fprintf(f,
+			"<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"10\" fill=\"%s\"/>"
+			"<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n",
 			lx, ly, legend[i].fill, lx + 18, ly + 9, legend[i].text);
 		lx += 200;
 	}
-	fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\" "
-		   "stroke-dasharray=\"3,2\"/><text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">"
-		   "last layer computed at P (the exposed tail runs from here to the first "
-		   "token)</text>\n",
+	fprintf(f,
+		"<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\" "
+		"stroke-dasharray=\"3,2\"/><text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">"
+		"last layer computed at P (the exposed tail runs from here to the first "
+		"token)</text>\n",
 		10.0, ly + 28, 24.0, ly + 28, 28.0, ly + 32);
 	fprintf(f, "</svg>\n");
 	int rc = ferror(f) ? -EIO : 0;

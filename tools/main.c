@@ -18,9 +18,10 @@ static const lc_cli_command_t commands[] = {
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: layercake <command> [options]\n\n"
-		   "layercake %s streams an LLM request's KV cache from a prefill instance\n"
-		   "to a decode instance, layer by layer.\n\ncommands:\n",
+	fprintf(f,
+		"usage: layercake <command> [options]\n\n"
+		"layercake %s streams an LLM request's KV cache from a prefill instance\n"
+		"to a decode instance, layer by layer.\n\ncommands:\n",
 		lc_version());
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);

@@ -68,38 +68,38 @@ LC_API int lc_version_number(void);
  * Errors: one table. X(name, value, text).
  * ---------------------------------------------------------------------- */
 
-#define LC_ERRNO_CODES(X)                                                      \
-	X(LC_OK, 0, "success")                                                 \
-	X(LC_EINVAL, -EINVAL, "invalid argument")                              \
-	X(LC_ENOMEM, -ENOMEM, "out of memory")                                 \
-	X(LC_EAGAIN, -EAGAIN, "try again")                                     \
-	X(LC_ENOENT, -ENOENT, "no such entry")                                 \
-	X(LC_EEXIST, -EEXIST, "already exists")                                \
-	X(LC_EBUSY, -EBUSY, "busy")                                            \
-	X(LC_ETIMEDOUT, -ETIMEDOUT, "timed out")                               \
-	X(LC_ENOSPC, -ENOSPC, "no space left")                                 \
-	X(LC_EMSGSIZE, -EMSGSIZE, "message too long")                          \
-	X(LC_ERANGE, -ERANGE, "value out of range")                            \
+#define LC_ERRNO_CODES(X)                                                                          \
+	X(LC_OK, 0, "success")                                                                     \
+	X(LC_EINVAL, -EINVAL, "invalid argument")                                                  \
+	X(LC_ENOMEM, -ENOMEM, "out of memory")                                                     \
+	X(LC_EAGAIN, -EAGAIN, "try again")                                                         \
+	X(LC_ENOENT, -ENOENT, "no such entry")                                                     \
+	X(LC_EEXIST, -EEXIST, "already exists")                                                    \
+	X(LC_EBUSY, -EBUSY, "busy")                                                                \
+	X(LC_ETIMEDOUT, -ETIMEDOUT, "timed out")                                                   \
+	X(LC_ENOSPC, -ENOSPC, "no space left")                                                     \
+	X(LC_EMSGSIZE, -EMSGSIZE, "message too long")                                              \
+	X(LC_ERANGE, -ERANGE, "value out of range")                                                \
 	X(LC_ENOTSUP, -ENOTSUP, "operation not supported")
 
-#define LC_LIBRARY_CODES(X)                                                    \
-	X(LC_ERR_REGION, -1001, "unknown memory region")                       \
-	X(LC_ERR_OUT_OF_REGION, -1002, "range outside the registered region")  \
-	X(LC_ERR_GRANT, -1003, "write not covered by a grant for its room")    \
-	X(LC_ERR_CANCELLED, -1004, "cancelled")                                \
-	X(LC_ERR_EXPIRED, -1005, "deadline expired")                           \
-	X(LC_ERR_PEER_CLOSED, -1006, "peer closed the connection")             \
-	X(LC_ERR_UNREACHABLE, -1007, "peer unreachable")                       \
-	X(LC_ERR_AUTH, -1008, "authentication failed")                         \
-	X(LC_ERR_PROTO, -1009, "malformed or unexpected message")              \
-	X(LC_ERR_NO_TRANSPORT, -1010, "no transport for this URL")             \
-	X(LC_ERR_INJECTED, -1011, "injected fault")                            \
-	X(LC_ERR_STALLED, -1012, "no progress within the progress deadline")   \
-	X(LC_ERR_GEOMETRY, -1013, "page geometry differs between P and D")     \
-	X(LC_ERR_SESSION_FAILED, -1014, "session failed and is blocked")       \
-	X(LC_ERR_CLOSED, -1015, "handle is closing")                           \
-	X(LC_ERR_STATE, -1016, "not allowed in the current state")             \
-	X(LC_ERR_IO, -1017, "transport I/O error")                             \
+#define LC_LIBRARY_CODES(X)                                                                        \
+	X(LC_ERR_REGION, -1001, "unknown memory region")                                           \
+	X(LC_ERR_OUT_OF_REGION, -1002, "range outside the registered region")                      \
+	X(LC_ERR_GRANT, -1003, "write not covered by a grant for its room")                        \
+	X(LC_ERR_CANCELLED, -1004, "cancelled")                                                    \
+	X(LC_ERR_EXPIRED, -1005, "deadline expired")                                               \
+	X(LC_ERR_PEER_CLOSED, -1006, "peer closed the connection")                                 \
+	X(LC_ERR_UNREACHABLE, -1007, "peer unreachable")                                           \
+	X(LC_ERR_AUTH, -1008, "authentication failed")                                             \
+	X(LC_ERR_PROTO, -1009, "malformed or unexpected message")                                  \
+	X(LC_ERR_NO_TRANSPORT, -1010, "no transport for this URL")                                 \
+	X(LC_ERR_INJECTED, -1011, "injected fault")                                                \
+	X(LC_ERR_STALLED, -1012, "no progress within the progress deadline")                       \
+	X(LC_ERR_GEOMETRY, -1013, "page geometry differs between P and D")                         \
+	X(LC_ERR_SESSION_FAILED, -1014, "session failed and is blocked")                           \
+	X(LC_ERR_CLOSED, -1015, "handle is closing")                                               \
+	X(LC_ERR_STATE, -1016, "not allowed in the current state")                                 \
+	X(LC_ERR_IO, -1017, "transport I/O error")                                                 \
 	X(LC_ERR_BOOTSTRAP, -1018, "bootstrap server error")
 
 #define LC_ERROR_CODES(X) LC_ERRNO_CODES(X) LC_LIBRARY_CODES(X)
@@ -164,7 +164,6 @@ typedef struct lc_config_info {
 /* Number of knobs; lc_config_info(i) for 0 <= i < count, NULL past the end. */
 LC_API int lc_config_count(void);
 LC_API const lc_config_info_t *lc_config_info(int index);
-
 
 /* ------------------------------------------------------------------------
  * Counters: the table of a context's counters (monotonic, since creation).

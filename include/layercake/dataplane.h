@@ -112,8 +112,8 @@ LC_API int lc_region_unpack(const void *buf, size_t len, lc_region_desc_t *out);
 
 /* Allow writes for `room` into [offset, offset+length) of region. Ranges of
  * one room may be added in several calls; adjacent ranges merge. */
-LC_API int lc_grant_issue(lc_ctx_t *ctx, uint64_t room, const lc_region_t *region,
-			uint64_t offset, uint64_t length);
+LC_API int lc_grant_issue(lc_ctx_t *ctx, uint64_t room, const lc_region_t *region, uint64_t offset,
+			  uint64_t length);
 /* Revoke every range of `room`. When this returns, no write for the room is
  * being applied and none will be applied later: the pages may be freed.
  * Blocks only for writes already being copied (microseconds). Returns the
@@ -149,10 +149,10 @@ typedef struct lc_completion {
 	uint64_t batch_id;  /* as returned by lc_batch_post */
 	uint64_t user_data; /* from lc_batch_params_t */
 	uint64_t room;
-	uint32_t tag;    /* from lc_batch_params_t, e.g. a layer group */
-	int32_t status;  /* 0, LC_ERR_EXPIRED, LC_ERR_CANCELLED, or a failure */
-	uint64_t bytes;  /* bytes the batch carried */
-	uint64_t latency_ns; /* post -> completion */
+	uint32_t tag;               /* from lc_batch_params_t, e.g. a layer group */
+	int32_t status;             /* 0, LC_ERR_EXPIRED, LC_ERR_CANCELLED, or a failure */
+	uint64_t bytes;             /* bytes the batch carried */
+	uint64_t latency_ns;        /* post -> completion */
 	char reason[LC_REASON_MAX]; /* human text; "" on success */
 } lc_completion_t;
 

@@ -87,8 +87,8 @@ typedef struct lc_layout_params {
 	uint32_t state_components;
 	uint32_t state_layers;
 	const int32_t *state_layer_ids;
-	uint64_t state_slots;    /* slots per state buffer */
-	uint64_t state_item_len; /* bytes per slot */
+	uint64_t state_slots;     /* slots per state buffer */
+	uint64_t state_item_len;  /* bytes per slot */
 	void *const *state_bases; /* state_components * state_layers, or NULL */
 } lc_layout_params_t;
 
@@ -106,8 +106,7 @@ LC_API int lc_layout_layer_count(const lc_layout_t *layout);
 /* Indices of the buffers of global layer `layer`, in buffer order, into
  * out[0..cap). Returns how many there are (may exceed cap; only cap are
  * written), -ERANGE for an unknown layer. */
-LC_API int lc_layout_layer_buffers(const lc_layout_t *layout, int layer, uint32_t *out,
-				   size_t cap);
+LC_API int lc_layout_layer_buffers(const lc_layout_t *layout, int layer, uint32_t *out, size_t cap);
 /* 64-bit fingerprint of the page geometry (per buffer: layer, kind, flags,
  * item_len; not base or length). P and D must have equal fingerprints. */
 LC_API uint64_t lc_layout_fingerprint(const lc_layout_t *layout);
@@ -137,27 +136,26 @@ typedef enum lc_room_status {
 	LC_ROOM_SUCCESS = 5,
 } lc_room_status_t;
 
-#define LC_FAIL_REASONS(X)                                                     \
-	X(LC_FAIL_NONE, 0, "none")                                             \
-	X(LC_FAIL_TRANSFER, 1, "transfer")                                     \
-	X(LC_FAIL_SESSION_BLOCKED, 2, "session_blocked")                       \
-	X(LC_FAIL_LAYER_TIMEOUT, 3, "layer_timeout")                           \
-	X(LC_FAIL_TRANSFER_TIMEOUT, 4, "transfer_timeout")                     \
-	X(LC_FAIL_METADATA_TIMEOUT, 5, "metadata_timeout")                     \
-	X(LC_FAIL_BOOTSTRAP_TIMEOUT, 6, "bootstrap_timeout")                   \
-	X(LC_FAIL_WAITING_TIMEOUT, 7, "waiting_timeout")                       \
-	X(LC_FAIL_CANCELLED, 8, "cancelled")                                   \
-	X(LC_FAIL_SESSION_GONE, 9, "session_gone")                             \
-	X(LC_FAIL_BAD_INPUT, 10, "bad_input")                                  \
+#define LC_FAIL_REASONS(X)                                                                         \
+	X(LC_FAIL_NONE, 0, "none")                                                                 \
+	X(LC_FAIL_TRANSFER, 1, "transfer")                                                         \
+	X(LC_FAIL_SESSION_BLOCKED, 2, "session_blocked")                                           \
+	X(LC_FAIL_LAYER_TIMEOUT, 3, "layer_timeout")                                               \
+	X(LC_FAIL_TRANSFER_TIMEOUT, 4, "transfer_timeout")                                         \
+	X(LC_FAIL_METADATA_TIMEOUT, 5, "metadata_timeout")                                         \
+	X(LC_FAIL_BOOTSTRAP_TIMEOUT, 6, "bootstrap_timeout")                                       \
+	X(LC_FAIL_WAITING_TIMEOUT, 7, "waiting_timeout")                                           \
+	X(LC_FAIL_CANCELLED, 8, "cancelled")                                                       \
+	X(LC_FAIL_SESSION_GONE, 9, "session_gone")                                                 \
+	X(LC_FAIL_BAD_INPUT, 10, "bad_input")                                                      \
 	X(LC_FAIL_STOPPED, 11, "engine_stopped")
 
 typedef enum lc_fail_reason {
 #define LC__FAIL_ENUM(name, value, text) name = (value),
 	LC_FAIL_REASONS(LC__FAIL_ENUM)
 #undef LC__FAIL_ENUM
-	LC_FAIL_REASON_COUNT
+		LC_FAIL_REASON_COUNT
 } lc_fail_reason_t;
-
 
 /* "Failed", "Success", ... ; "Unknown" out of range. Static. */
 LC_API const char *lc_room_status_name(int status);
@@ -209,8 +207,7 @@ typedef void (*lc_room_status_cb)(void *arg, uint64_t room, const char *session,
 				  size_t metadata_len);
 /* The leading `layers` layers of every page of the room sent so far have
  * landed at `session` (acknowledged). Called when the number grows. */
-typedef void (*lc_layers_landed_cb)(void *arg, uint64_t room, const char *session,
-				    uint32_t layers);
+typedef void (*lc_layers_landed_cb)(void *arg, uint64_t room, const char *session, uint32_t layers);
 
 typedef struct lc_engine_params {
 	size_t size;               /* sizeof(lc_engine_params_t) */
@@ -237,8 +234,7 @@ typedef struct lc_engine_params {
  * transfer_timeout_ms, bootstrap_timeout_ms, waiting_timeout_ms,
  * poll_spin_us and poll_sleep_us from ctx. Errors: -EINVAL (no layout,
  * misaligned words), -ENOMEM, or a thread/eventfd errno. */
-LC_API int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params,
-			    lc_engine_t **out);
+LC_API int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_t **out);
 /* Stop the thread; rooms not finished fail with LC_FAIL_STOPPED (status
  * callbacks run for them), sessions' connections are closed. Blocks until
  * the thread has joined. Not from a callback. NULL is a no-op. */
@@ -265,14 +261,14 @@ LC_API int lc_engine_counter(lc_engine_t *engine, int which, uint64_t **out);
 
 /* One chunk of a room produced by the current batch. */
 typedef struct lc_chunk {
-	size_t size;         /* sizeof(lc_chunk_t) */
+	size_t size; /* sizeof(lc_chunk_t) */
 	uint64_t room;
 	const int64_t *pages; /* P page ids of this chunk; copied */
 	size_t page_count;
 	/* Index of the chunk's first page in each destination's dst page list
 	 * (the seed's index_slice.start; D's list already skips its prefix). */
 	uint64_t dst_index;
-	int is_last;          /* the last chunk: carries state slots, awaits metadata */
+	int is_last; /* the last chunk: carries state slots, awaits metadata */
 	int reserved;
 	const int64_t *state_slots; /* P state (mamba) slots, last chunk only */
 	size_t state_slot_count;
@@ -380,8 +376,7 @@ LC_API int lc_engine_session_add(lc_engine_t *engine, const lc_session_params_t 
 LC_API int lc_engine_session_remove(lc_engine_t *engine, const char *name);
 /* 1 if the session is blocked by a recent failure (within session_ttl_ms),
  * 0 if healthy, -ENOENT if unknown. Sets *failures to its failure count. */
-LC_API int lc_engine_session_blocked(lc_engine_t *engine, const char *name,
-				     uint64_t *failures);
+LC_API int lc_engine_session_blocked(lc_engine_t *engine, const char *name, uint64_t *failures);
 
 /* --- rooms --- */
 
@@ -392,15 +387,15 @@ LC_API int lc_engine_room_open(lc_engine_t *engine, uint64_t room);
 
 /* D's transfer info for one destination session of a room. */
 typedef struct lc_dst_params {
-	size_t size;         /* sizeof(lc_dst_params_t) */
-	const char *session; /* a registered session name (not needed if dummy) */
+	size_t size;          /* sizeof(lc_dst_params_t) */
+	const char *session;  /* a registered session name (not needed if dummy) */
 	const int64_t *pages; /* D page ids after D's prefix; copied */
 	size_t page_count;
-	uint64_t prefix_len;  /* D's decode prefix length in tokens (info) */
-	int64_t aux_index;    /* D's request slot (info, echoed nowhere) */
+	uint64_t prefix_len;         /* D's decode prefix length in tokens (info) */
+	int64_t aux_index;           /* D's request slot (info, echoed nowhere) */
 	uint32_t required_dst_count; /* required_dst_info_num, >= 1 */
-	int is_dummy;         /* a dummy destination: no writes, no status */
-	const int64_t *state_slots; /* D state slots; copied */
+	int is_dummy;                /* a dummy destination: no writes, no status */
+	const int64_t *state_slots;  /* D state slots; copied */
 	size_t state_slot_count;
 	/* D-side partial cache (dst ON): mask over the page list, and local
 	 * page ids for the masked positions. NULL = dst OFF. */
@@ -415,8 +410,7 @@ typedef struct lc_dst_params {
  * blocked fails the room at once (LC_FAIL_SESSION_BLOCKED). Errors:
  * -EINVAL, -ENOENT (unknown session), -EEXIST (session already added),
  * LC_ERR_STATE (room final, or more destinations than required). */
-LC_API int lc_engine_room_dst_add(lc_engine_t *engine, uint64_t room,
-				  const lc_dst_params_t *dst);
+LC_API int lc_engine_room_dst_add(lc_engine_t *engine, uint64_t room, const lc_dst_params_t *dst);
 /* Publish the room's metadata (first token, draft ids...; copied, at most
  * LC_METADATA_MAX bytes), delivered with Success. Once per room: -EEXIST
  * after the first; -EMSGSIZE if too long; -ENOENT unknown room. */
@@ -433,9 +427,9 @@ typedef struct lc_room_info {
 	int status;      /* lc_room_status_t */
 	int fail_reason; /* lc_fail_reason_t */
 	char reason[LC_REASON_MAX];
-	uint32_t dst_count;      /* destinations added */
+	uint32_t dst_count; /* destinations added */
 	uint32_t required_dst_count;
-	uint32_t layers_landed;  /* leading layers landed at every destination */
+	uint32_t layers_landed; /* leading layers landed at every destination */
 	uint32_t reserved;
 } lc_room_info_t;
 
@@ -459,21 +453,21 @@ typedef struct lc_engine_metrics {
 	uint64_t rooms_expired_unread; /* finished, never read, dropped */
 	uint64_t rooms_active;         /* gauge */
 	uint64_t chunks_added;
-	uint64_t batches_posted;  /* lc_batch_post calls */
+	uint64_t batches_posted; /* lc_batch_post calls */
 	uint64_t batches_failed;
-	uint64_t writes_posted;   /* descriptors */
+	uint64_t writes_posted; /* descriptors */
 	uint64_t bytes_posted;
 	uint64_t bytes_acked;
-	uint64_t bad_input;       /* calls refused for bad arguments */
+	uint64_t bad_input; /* calls refused for bad arguments */
 	uint64_t session_failures;
-	uint64_t tasks_pending;   /* gauge: queue depth (waiting for steps) */
-	uint64_t tasks_inflight;  /* gauge: posted, awaiting acknowledgement */
+	uint64_t tasks_pending;     /* gauge: queue depth (waiting for steps) */
+	uint64_t tasks_inflight;    /* gauge: posted, awaiting acknowledgement */
 	uint64_t tasks_pending_max; /* highest queue depth seen */
 	uint64_t loop_iterations;
 	lc_histogram_t room_latency;      /* open -> final */
 	lc_histogram_t group_ack_latency; /* layer group posted -> acknowledged */
 	lc_histogram_t step_to_post;      /* step recorded (or first seen) -> posted */
-	uint64_t inline_submits; /* step records that posted on the recording thread */
+	uint64_t inline_submits;          /* step records that posted on the recording thread */
 } lc_engine_metrics_t;
 
 /* Copy a consistent snapshot of the metrics (fields up to out->size). */

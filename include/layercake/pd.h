@@ -98,8 +98,7 @@ typedef struct lc_prefill_params {
  * Blocks for the registration. Errors: -EINVAL, -ENOMEM, the engine's
  * errors, LC_ERR_UNREACHABLE / LC_ERR_AUTH / LC_ERR_BOOTSTRAP from the
  * registration, LC_ENOTSUP without ZeroMQ or libcurl. */
-LC_API int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params,
-			     lc_prefill_t **out);
+LC_API int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefill_t **out);
 /* Stop the control thread, destroy the engine (unfinished rooms fail and
  * their D ranks are told), close the sockets. Senders must be destroyed
  * first. NULL is a no-op. */
@@ -160,8 +159,8 @@ LC_API void lc_sender_destroy(lc_sender_t *sender);
 typedef struct lc_decode lc_decode_t;
 
 typedef struct lc_decode_params {
-	size_t size;               /* sizeof(lc_decode_params_t) */
-	const lc_layout_t *layout; /* D's buffers (bases inside `regions`); copied */
+	size_t size;                 /* sizeof(lc_decode_params_t) */
+	const lc_layout_t *layout;   /* D's buffers (bases inside `regions`); copied */
 	lc_region_t *const *regions; /* regions holding every buffer */
 	size_t region_count;
 	const char *listen_url; /* data-plane listener: "tcp://127.0.0.1:0", "shm://auto" */
@@ -176,8 +175,7 @@ typedef struct lc_decode_params {
 /* Create the listener, issue the session token, bind the control socket
  * and start the threads. Errors: -EINVAL (a buffer outside every region),
  * -ENOMEM, listener errors, LC_ENOTSUP without ZeroMQ or libcurl. */
-LC_API int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params,
-			    lc_decode_t **out);
+LC_API int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_t **out);
 /* Fail and cancel unfinished rooms (grants revoked first), stop the
  * threads, close everything. Receivers must be destroyed first. */
 LC_API void lc_decode_destroy(lc_decode_t *decode);

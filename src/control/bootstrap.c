@@ -212,7 +212,7 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(b->daemon, MHD_DAEMON_INFO_BIND_PORT);
 	b->port = di ? di->port : port;
 	LC__INFO("bootstrap: listening on %s:%d%s", b->host, b->port,
-		b->has_secret ? " (PUT needs the secret)" : "");
+		 b->has_secret ? " (PUT needs the secret)" : "");
 	*out = b;
 	return 0;
 fail:

@@ -13,11 +13,11 @@
 
 #include "core/common.h"
 
-#define LC__BS_BODY_MAX (64u * 1024)  /* largest PUT body accepted */
-#define LC__BS_MAX_WORLD 4096         /* P world size */
-#define LC__BS_MAX_LENS 4096          /* entries of kv/state length lists */
+#define LC__BS_BODY_MAX (64u * 1024) /* largest PUT body accepted */
+#define LC__BS_MAX_WORLD 4096        /* P world size */
+#define LC__BS_MAX_LENS 4096         /* entries of kv/state length lists */
 #define LC__BS_HOST_MAX 256
-#define LC__BS_KEY_MAX 64             /* z85 CURVE public key (40) + NUL */
+#define LC__BS_KEY_MAX 64 /* z85 CURVE public key (40) + NUL */
 #define LC__BS_SECRET_MAX 256
 
 /* What a P rank registers (PUT /route) and what GET /route returns. */
@@ -52,32 +52,32 @@ typedef struct lc__rank_info {
 
 /* --- metrics sources: a P rank hands the server a snapshot on /metrics --- */
 
-#define LC__CTL_COUNTERS(X)                                                    \
-	X(msgs_received)                                                       \
-	X(msgs_sent)                                                           \
-	X(msgs_malformed)                                                      \
-	X(msgs_unexpected)                                                     \
-	X(send_failures)                                                       \
-	X(registrations)                                                       \
-	X(registrations_refused)                                               \
-	X(transfer_infos)                                                      \
-	X(cancels)                                                             \
-	X(statuses)                                                            \
-	X(layer_updates)                                                       \
-	X(heartbeat_failures)                                                  \
+#define LC__CTL_COUNTERS(X)                                                                        \
+	X(msgs_received)                                                                           \
+	X(msgs_sent)                                                                               \
+	X(msgs_malformed)                                                                          \
+	X(msgs_unexpected)                                                                         \
+	X(send_failures)                                                                           \
+	X(registrations)                                                                           \
+	X(registrations_refused)                                                                   \
+	X(transfer_infos)                                                                          \
+	X(cancels)                                                                                 \
+	X(statuses)                                                                                \
+	X(layer_updates)                                                                           \
+	X(heartbeat_failures)                                                                      \
 	X(peers_dead)
 
 enum lc__ctl_counter {
 #define LC__CTL_ENUM(name) LC__CTL_##name,
 	LC__CTL_COUNTERS(LC__CTL_ENUM)
 #undef LC__CTL_ENUM
-	LC__CTL_COUNT
+		LC__CTL_COUNT
 };
 const char *lc__ctl_counter_name(int i);
 
 typedef struct lc__metrics_snapshot {
-	char label[64];       /* value of the rank="" label */
-	lc_ctx_t *ctx;        /* NULL: no context counters */
+	char label[64]; /* value of the rank="" label */
+	lc_ctx_t *ctx;  /* NULL: no context counters */
 	bool has_engine;
 	lc_engine_metrics_t engine;
 	uint64_t ctl[LC__CTL_COUNT];
@@ -99,9 +99,9 @@ int lc__bootstrap_render_metrics(lc_bootstrap_t *b, char **out, size_t *len);
  * method, path ("/route"), query ("engine_rank=0&..." or NULL), auth
  * header value (or NULL), body. Returns the HTTP status and a response body
  * (caller frees). */
-int lc__bootstrap_handle(lc_bootstrap_t *b, const char *method, const char *path,
-			 const char *query, const char *auth, const char *body, size_t body_len,
-			 char **resp, size_t *resp_len);
+int lc__bootstrap_handle(lc_bootstrap_t *b, const char *method, const char *path, const char *query,
+			 const char *auth, const char *body, size_t body_len, char **resp,
+			 size_t *resp_len);
 
 /* The bootstrap secret: `secret` if non-NULL and non-empty, else the first
  * line of $LAYERCAKE_SECRET_DIR/bootstrap.secret if that exists. Returns 1
@@ -124,8 +124,8 @@ typedef struct lc__http_opts {
 int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
 			   const lc__http_opts_t *o, char *why, size_t why_cap);
 /* GET /route -1/-1. -ENOENT (404: nothing registered yet). */
-int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o,
-			       lc__parallel_info_t *out, char *why, size_t why_cap);
+int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o, lc__parallel_info_t *out,
+			       char *why, size_t why_cap);
 /* GET /route for one rank. -ENOENT for an unknown rank (404). */
 int lc__bootstrap_get_rank(const char *addr, int tp_rank, int dp_group, const lc__http_opts_t *o,
 			   lc__rank_info_t *out, char *why, size_t why_cap);

@@ -218,7 +218,7 @@ static int handle_put(lc_bootstrap_t *b, const char *auth, const char *body, siz
 		code = store_rank(b, q, why, sizeof why);
 	if (code == 200)
 		LC__INFO("bootstrap: rank %lld registered at %s:%lld", (long long)q->rank, q->ip,
-			(long long)q->port);
+			 (long long)q->port);
 	else
 		LC__WARN("bootstrap: PUT /route refused (%d): %s", code, why);
 	free(q);

@@ -334,8 +334,7 @@ void lc__pull_close(lc__pull_t *p)
 	free(p);
 }
 
-int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key,
-		     lc__push_t **out)
+int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key, lc__push_t **out)
 {
 	lc__push_t *p = calloc(1, sizeof *p);
 	if (!p)
@@ -426,8 +425,7 @@ int lc__pull_recv_from(lc__pull_t *p, void **buf, size_t *len, char *peer_key, s
 void lc__pull_close(lc__pull_t *p)
 {
 }
-int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key,
-		     lc__push_t **out)
+int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key, lc__push_t **out)
 {
 	return LC_ENOTSUP;
 }

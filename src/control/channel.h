@@ -38,8 +38,7 @@ uint64_t lc__zctx_auth_refused(const lc__zctx_t *z);
 
 /* Bind an inbox on tcp://host:* ; the endpoint ("tcp://host:port") goes to
  * endpoint[cap]. */
-int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpoint,
-		  size_t cap);
+int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpoint, size_t cap);
 /* The zmq socket, for zmq_poll in the owner thread. */
 void *lc__pull_socket(lc__pull_t *p);
 /* Receive one message without blocking: 1 and a malloc'd copy in *buf
@@ -53,8 +52,7 @@ void lc__pull_close(lc__pull_t *p);
 
 /* Connect to a peer inbox. server_key: the peer's z85 key ("" or NULL: our
  * own, for a deployment sharing one keypair). Never blocks on the network. */
-int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key,
-		     lc__push_t **out);
+int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key, lc__push_t **out);
 /* Send one message, waiting at most timeout_ms for queue space. Any thread.
  * -EAGAIN on timeout (peer slow or gone), other -errno on failure. */
 int lc__push_send(lc__push_t *p, const void *buf, size_t len, int timeout_ms);

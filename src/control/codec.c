@@ -413,7 +413,7 @@ int lc__msg_encode(const lc__msg_t *m, uint8_t **out, size_t *out_len)
 		w.err = -EINVAL;
 	if (w.err) {
 		LC__DEBUG("encode %s refused: %s (%d)", lc__msg_type_name(m->type),
-			 bad ? bad : "size", w.err);
+			  bad ? bad : "size", w.err);
 		free(w.p);
 		return w.err;
 	}

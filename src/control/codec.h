@@ -22,7 +22,7 @@
 #define LC__MSG_MAGIC 0x5043434cu /* "LCCP" little-endian */
 #define LC__MSG_VERSION 1
 #define LC__MSG_HEADER 12
-#define LC__MSG_MAX (16u << 20)      /* largest message, bytes */
+#define LC__MSG_MAX (16u << 20)       /* largest message, bytes */
 #define LC__MSG_STR_MAX 256           /* strings hold at most 255 bytes */
 #define LC__MSG_MAX_PAGES (1u << 21)  /* pages of one transfer info */
 #define LC__MSG_MAX_SLOTS 64          /* state slots of one transfer info */
@@ -72,10 +72,10 @@ typedef struct lc__msg_register {
 	char status_ep[LC__MSG_STR_MAX]; /* D's ZMQ PULL endpoint "tcp://host:port" */
 	char data_url[LC__MSG_STR_MAX];  /* D's data-plane listener URL */
 	uint32_t d_rank;
-	uint32_t d_tp; /* with LC__REG_HAS_TP: D's TP size, > d_rank */
+	uint32_t d_tp;  /* with LC__REG_HAS_TP: D's TP size, > d_rank */
 	uint32_t flags; /* enum lc__msg_register_flags */
 	uint8_t token[LC_TOKEN_LEN];
-	uint64_t fingerprint; /* lc_layout_fingerprint of D's layout */
+	uint64_t fingerprint;                      /* lc_layout_fingerprint of D's layout */
 	char curve_key[LC__MSG_CURVE_KEY_LEN + 1]; /* with LC__REG_HAS_CURVE_KEY */
 	uint32_t nbuffers;
 	lc__msg_buffer_t *buffers;
@@ -98,9 +98,9 @@ typedef struct lc__msg_transfer_info {
 	uint64_t room;
 	char session[LC__MSG_STR_MAX];
 	char status_ep[LC__MSG_STR_MAX]; /* where to answer even if unregistered */
-	uint32_t required_dst; /* required_dst_info_num, 1..LC__MSG_MAX_FANIN */
-	uint32_t flags;        /* enum lc__msg_info_flags */
-	uint64_t prefix_len;   /* D's decode prefix length, tokens */
+	uint32_t required_dst;           /* required_dst_info_num, 1..LC__MSG_MAX_FANIN */
+	uint32_t flags;                  /* enum lc__msg_info_flags */
+	uint64_t prefix_len;             /* D's decode prefix length, tokens */
 	int64_t aux_index;
 	uint32_t page_count;
 	int64_t *pages; /* >= 0; empty for a dummy */

@@ -27,11 +27,10 @@ void lc__log(lc_log_level_t level, const char *file, int line, const char *fmt, 
 	__attribute__((format(printf, 4, 5)));
 extern _Atomic int lc__log_level;
 
-#define LC__LOG(level, ...)                                                    \
-	do {                                                                   \
-		if ((int)(level) <= atomic_load_explicit(&lc__log_level,        \
-							 memory_order_relaxed)) \
-			lc__log((level), __FILE__, __LINE__, __VA_ARGS__);     \
+#define LC__LOG(level, ...)                                                                        \
+	do {                                                                                       \
+		if ((int)(level) <= atomic_load_explicit(&lc__log_level, memory_order_relaxed))    \
+			lc__log((level), __FILE__, __LINE__, __VA_ARGS__);                         \
 	} while (0)
 #define LC__ERROR(...) LC__LOG(LC_LOG_ERROR, __VA_ARGS__)
 #define LC__WARN(...) LC__LOG(LC_LOG_WARN, __VA_ARGS__)

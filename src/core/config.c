@@ -12,12 +12,12 @@
 
 /* The integer knobs, then the text knobs: the public listing. */
 static const lc_config_info_t table[] = {
-#define LC__CFG_INFO(field, env, def, lo, hi, help)                            \
+#define LC__CFG_INFO(field, env, def, lo, hi, help)                                                \
 	{#field, env, LC__STR(def), help, (lo), (hi), 0},
 	LC__CONFIG_TABLE(LC__CFG_INFO)
 #undef LC__CFG_INFO
 #define LC__CFGS_INFO(field, env, def, help) {#field, env, def, help, 0, 0, 1},
-	LC__CONFIG_STR_TABLE(LC__CFGS_INFO)
+		LC__CONFIG_STR_TABLE(LC__CFGS_INFO)
 #undef LC__CFGS_INFO
 };
 
@@ -98,7 +98,7 @@ static void load_one(int i, int64_t *v)
 	int rc = lc__config_parse(i, env, &x);
 	if (rc) {
 		LC__WARN("ignoring %s=%s: %s (allowed %lld..%lld)", table[i].env, env,
-			lc_strerror(rc), (long long)table[i].min, (long long)table[i].max);
+			 lc_strerror(rc), (long long)table[i].min, (long long)table[i].max);
 		return;
 	}
 	*v = x;

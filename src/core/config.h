@@ -15,73 +15,72 @@
 #include <stdint.h>
 
 #define LC__CONFIG_TABLE(X)                                                                        \
-	X(tcp_lanes, "LAYERCAKE_TCP_LANES", 4, 1, 64,                                             \
-	  "parallel TCP connections per peer (lanes)")                                            \
-	X(io_threads, "LAYERCAKE_IO_THREADS", 2, 1, 64,                                           \
-	  "event-loop threads per context that run the tcp, shm and ucx transports")                   \
-	X(shm_copy_threads, "LAYERCAKE_SHM_COPY_THREADS", 1, 1, 2,                                \
+	X(tcp_lanes, "LAYERCAKE_TCP_LANES", 4, 1, 64, "parallel TCP connections per peer (lanes)") \
+	X(io_threads, "LAYERCAKE_IO_THREADS", 2, 1, 64,                                            \
+	  "event-loop threads per context that run the tcp, shm and ucx transports")               \
+	X(shm_copy_threads, "LAYERCAKE_SHM_COPY_THREADS", 1, 1, 2,                                 \
 	  "threads that copy each large shm write at the receiver: 1, the I/O loop alone; 2 adds " \
-	  "a helper thread per listener for the second half of writes of 1 MiB or more")          \
-	X(connect_timeout_ms, "LAYERCAKE_CONNECT_TIMEOUT_MS", 5000, 1, 3600000,                   \
-	  "deadline for connecting and handshaking with a peer")                                  \
-	X(progress_timeout_ms, "LAYERCAKE_PROGRESS_TIMEOUT_MS", 10000, 1, 3600000,                \
-	  "a lane with work and no progress for this long fails its batches (stalled)")           \
-	X(batch_timeout_ms, "LAYERCAKE_BATCH_TIMEOUT_MS", 30000, 1, 86400000,                     \
-	  "default deadline of a posted batch")                                                   \
-	X(require_token, "LAYERCAKE_REQUIRE_TOKEN", 1, 0, 1,                                      \
-	  "listeners accept only connections presenting a token they issued")                     \
-	X(socket_buffer_kib, "LAYERCAKE_SOCKET_BUFFER_KIB", 0, 0, 1048576,                        \
-	  "SO_SNDBUF/SO_RCVBUF of data sockets in KiB (0 = kernel autotuning)")                   \
-	X(ucx_data, "LAYERCAKE_UCX_DATA", 0, 0, 1,                                                \
+	  "a helper thread per listener for the second half of writes of 1 MiB or more")           \
+	X(connect_timeout_ms, "LAYERCAKE_CONNECT_TIMEOUT_MS", 5000, 1, 3600000,                    \
+	  "deadline for connecting and handshaking with a peer")                                   \
+	X(progress_timeout_ms, "LAYERCAKE_PROGRESS_TIMEOUT_MS", 10000, 1, 3600000,                 \
+	  "a lane with work and no progress for this long fails its batches (stalled)")            \
+	X(batch_timeout_ms, "LAYERCAKE_BATCH_TIMEOUT_MS", 30000, 1, 86400000,                      \
+	  "default deadline of a posted batch")                                                    \
+	X(require_token, "LAYERCAKE_REQUIRE_TOKEN", 1, 0, 1,                                       \
+	  "listeners accept only connections presenting a token they issued")                      \
+	X(socket_buffer_kib, "LAYERCAKE_SOCKET_BUFFER_KIB", 0, 0, 1048576,                         \
+	  "SO_SNDBUF/SO_RCVBUF of data sockets in KiB (0 = kernel autotuning)")                    \
+	X(ucx_data, "LAYERCAKE_UCX_DATA", 0, 0, 1,                                                 \
 	  "ucx data mode, chosen by the sender: 0 or am = active messages that D receives into "   \
 	  "the checked destination (revoke a hard stop on every UCX transport); 1 or put = "       \
-	  "one-sided puts (RDMA NICs)")                                                             \
-	X(ucx_err_mode, "LAYERCAKE_UCX_ERR_MODE", 0, 0, 1,                                        \
+	  "one-sided puts (RDMA NICs)")                                                            \
+	X(ucx_err_mode, "LAYERCAKE_UCX_ERR_MODE", 0, 0, 1,                                         \
 	  "ucx endpoints' error handling: 0 or peer = UCP_ERR_HANDLING_MODE_PEER (UCX 1.13 then "  \
 	  "leaves out shared memory); 1 or none = none (lets posix/sysv shared memory in)")        \
-	X(layerwise_interval, "LAYERCAKE_LAYERWISE_INTERVAL", 1, -1, 4096,                        \
-	  "layers per submission; <= 0 sends everything after the forward")                       \
-	X(session_ttl_ms, "LAYERCAKE_SESSION_TTL_MS", 30000, 0, 86400000,                         \
-	  "a failed session is blocked this long (0 disables blocking)")                          \
-	X(layer_timeout_ms, "LAYERCAKE_LAYER_TIMEOUT_MS", 60000, 1, 86400000,                     \
-	  "deadline for a layer's step to become ready after its batch was added")                \
-	X(metadata_timeout_ms, "LAYERCAKE_METADATA_TIMEOUT_MS", 30000, 1, 86400000,               \
-	  "deadline for a room's metadata after its last layer was ready")                        \
-	X(transfer_timeout_ms, "LAYERCAKE_TRANSFER_TIMEOUT_MS", 60000, 1, 86400000,               \
-	  "deadline for a posted layer group to be acknowledged by D")                            \
-	X(bootstrap_timeout_ms, "LAYERCAKE_BOOTSTRAP_TIMEOUT_MS", 120000, 1, 86400000,            \
-	  "deadline for a room to become Bootstrapped")                                           \
-	X(waiting_timeout_ms, "LAYERCAKE_WAITING_TIMEOUT_MS", 300000, 1, 86400000,                \
-	  "deadline for a Bootstrapped room to reach Success or Failed")                          \
-	X(heartbeat_interval_ms, "LAYERCAKE_HEARTBEAT_INTERVAL_MS", 5000, 100, 3600000,           \
-	  "D's interval between GET /health probes of each P")                                    \
-	X(heartbeat_misses, "LAYERCAKE_HEARTBEAT_MISSES", 2, 1, 1000,                             \
-	  "consecutive failed probes after which a P is declared dead")                           \
-	X(poll_spin_us, "LAYERCAKE_POLL_SPIN_US", 50, 0, 1000000,                                 \
-	  "adaptive polling of a GPU-written step counter: spin this long before sleeping")       \
-	X(poll_sleep_us, "LAYERCAKE_POLL_SLEEP_US", 20, 1, 1000000,                               \
-	  "adaptive polling: longest sleep between reads after spinning")                         \
-	X(ack_coalesce_us, "LAYERCAKE_ACK_COALESCE_US", 50, 0, 100000,                            \
+	X(layerwise_interval, "LAYERCAKE_LAYERWISE_INTERVAL", 1, -1, 4096,                         \
+	  "layers per submission; <= 0 sends everything after the forward")                        \
+	X(session_ttl_ms, "LAYERCAKE_SESSION_TTL_MS", 30000, 0, 86400000,                          \
+	  "a failed session is blocked this long (0 disables blocking)")                           \
+	X(layer_timeout_ms, "LAYERCAKE_LAYER_TIMEOUT_MS", 60000, 1, 86400000,                      \
+	  "deadline for a layer's step to become ready after its batch was added")                 \
+	X(metadata_timeout_ms, "LAYERCAKE_METADATA_TIMEOUT_MS", 30000, 1, 86400000,                \
+	  "deadline for a room's metadata after its last layer was ready")                         \
+	X(transfer_timeout_ms, "LAYERCAKE_TRANSFER_TIMEOUT_MS", 60000, 1, 86400000,                \
+	  "deadline for a posted layer group to be acknowledged by D")                             \
+	X(bootstrap_timeout_ms, "LAYERCAKE_BOOTSTRAP_TIMEOUT_MS", 120000, 1, 86400000,             \
+	  "deadline for a room to become Bootstrapped")                                            \
+	X(waiting_timeout_ms, "LAYERCAKE_WAITING_TIMEOUT_MS", 300000, 1, 86400000,                 \
+	  "deadline for a Bootstrapped room to reach Success or Failed")                           \
+	X(heartbeat_interval_ms, "LAYERCAKE_HEARTBEAT_INTERVAL_MS", 5000, 100, 3600000,            \
+	  "D's interval between GET /health probes of each P")                                     \
+	X(heartbeat_misses, "LAYERCAKE_HEARTBEAT_MISSES", 2, 1, 1000,                              \
+	  "consecutive failed probes after which a P is declared dead")                            \
+	X(poll_spin_us, "LAYERCAKE_POLL_SPIN_US", 50, 0, 1000000,                                  \
+	  "adaptive polling of a GPU-written step counter: spin this long before sleeping")        \
+	X(poll_sleep_us, "LAYERCAKE_POLL_SLEEP_US", 20, 1, 1000000,                                \
+	  "adaptive polling: longest sleep between reads after spinning")                          \
+	X(ack_coalesce_us, "LAYERCAKE_ACK_COALESCE_US", 50, 0, 100000,                             \
 	  "engine woken by acknowledgements alone waits this long for the rest of the burst "      \
 	  "(0: none)")                                                                             \
-	X(inline_submit, "LAYERCAKE_INLINE_SUBMIT", 1, 0, 1,                                      \
-	  "a CPU step record posts ready layer groups on the recording thread when the engine "   \
-	  "thread is idle (1), or only wakes the engine thread (0)")                              \
-	X(bootstrap_port, "LAYERCAKE_BOOTSTRAP_PORT", 8998, 0, 65535,                             \
+	X(inline_submit, "LAYERCAKE_INLINE_SUBMIT", 1, 0, 1,                                       \
+	  "a CPU step record posts ready layer groups on the recording thread when the engine "    \
+	  "thread is idle (1), or only wakes the engine thread (0)")                               \
+	X(bootstrap_port, "LAYERCAKE_BOOTSTRAP_PORT", 8998, 0, 65535,                              \
 	  "port of P's bootstrap HTTP server")
 
 #define LC__CONFIG_STR_TABLE(X)                                                                    \
-	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                 \
+	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                  \
 	  "folder holding bootstrap.secret and the CURVE keypair (curve.public, curve.secret)")    \
 	X(log, "LAYERCAKE_LOG", "warn",                                                            \
-	  "log level at start: off, error, warn, info, debug or trace (lc_log_set_level changes " \
+	  "log level at start: off, error, warn, info, debug or trace (lc_log_set_level changes "  \
 	  "it)")
 
 enum lc__config_field {
 #define LC__CFG_ENUM(field, env, def, min, max, help) LC__CFG_##field,
 	LC__CONFIG_TABLE(LC__CFG_ENUM)
 #undef LC__CFG_ENUM
-	LC__CFG_COUNT
+		LC__CFG_COUNT
 };
 
 typedef struct lc__config {
@@ -101,7 +100,7 @@ enum lc__config_str_field {
 #define LC__CFGS_ENUM(field, env, def, help) LC__CFGS_##field,
 	LC__CONFIG_STR_TABLE(LC__CFGS_ENUM)
 #undef LC__CFGS_ENUM
-	LC__CFGS_COUNT
+		LC__CFGS_COUNT
 };
 
 /* One integer knob from its default and the environment, for a caller

@@ -205,7 +205,7 @@ bool lc__ctx_token_accepted(lc_ctx_t *ctx, const uint8_t *token, bool has_token)
 /* ---- grants: what peers may write, per room ---- */
 
 int lc_grant_issue(lc_ctx_t *ctx, uint64_t room, const lc_region_t *r, uint64_t offset,
-		 uint64_t length)
+		   uint64_t length)
 {
 	if (!ctx || !r || r->ctx != ctx)
 		return -EINVAL;

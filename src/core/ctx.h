@@ -48,8 +48,8 @@ struct lc_ctx {
 	struct lc_conn *conns;         /* doubly linked through conn->ctx_next/prev */
 	struct lc_listener *listeners; /* linked through listener->ctx_next/prev */
 	struct lc__batch_timer *timer;
-	struct lc__io *io;                      /* created at first use, under objs_lock */
-	void *tp_state[LC__TRANSPORT_SLOTS];    /* by registry index, under objs_lock */
+	struct lc__io *io;                   /* created at first use, under objs_lock */
+	void *tp_state[LC__TRANSPORT_SLOTS]; /* by registry index, under objs_lock */
 };
 
 /* Fill a zeroed context's own state; undo with lc__ctx_fini. */

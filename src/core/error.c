@@ -16,8 +16,8 @@ int lc_version_number(void)
 const char *lc_strerror(int code)
 {
 	switch (code) {
-#define LC__ERR_TEXT(name, value, text)                                        \
-	case value:                                                            \
+#define LC__ERR_TEXT(name, value, text)                                                            \
+	case value:                                                                                \
 		return text;
 		LC_ERROR_CODES(LC__ERR_TEXT)
 #undef LC__ERR_TEXT
@@ -32,8 +32,8 @@ const char *lc_strerror(int code)
 const char *lc_err_name(int code)
 {
 	switch (code) {
-#define LC__ERR_NAME(name, value, text)                                        \
-	case value:                                                            \
+#define LC__ERR_NAME(name, value, text)                                                            \
+	case value:                                                                                \
 		return #name;
 		LC_ERROR_CODES(LC__ERR_NAME)
 #undef LC__ERR_NAME

@@ -205,7 +205,7 @@ static int room_add_range(lc__grant_room_t *g, uint32_t region, uint64_t offset,
 }
 
 int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
-		  uint64_t length)
+		    uint64_t length)
 {
 	int rc = 0;
 	if (length == 0 || offset + length < offset)

@@ -23,7 +23,7 @@ int lc__grant_table_create(lc__grant_table_t **out);
 void lc__grant_table_destroy(lc__grant_table_t *t);
 
 int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
-		  uint64_t length);
+		    uint64_t length);
 /* Returns the number of ranges revoked (0 if none). Waits for copies inside. */
 int lc__grant_revoke(lc__grant_table_t *t, uint64_t room);
 /* Revoke every room with a range in `region` (the region goes away). */

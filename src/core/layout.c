@@ -45,9 +45,9 @@ int lc_layout_create(const lc_buffer_t *buffers, size_t n, lc_layout_t **out)
 		if (b->layer < 0 || b->item_len == 0 || b->length % b->item_len ||
 		    b->kind > LC_BUFFER_OTHER || b->reserved) {
 			LC__WARN("layout: buffer %zu is invalid (layer %d, item_len %llu, length "
-				"%llu, kind %u)",
-				i, b->layer, (unsigned long long)b->item_len,
-				(unsigned long long)b->length, b->kind);
+				 "%llu, kind %u)",
+				 i, b->layer, (unsigned long long)b->item_len,
+				 (unsigned long long)b->length, b->kind);
 			return -EINVAL;
 		}
 		max_layer = LC__MAX(max_layer, b->layer);
@@ -131,11 +131,11 @@ int lc_layout_build(const lc_layout_params_t *p, lc_layout_t **out)
 	ncomp = model_components(p->model, kinds);
 	if (ncomp < 0 || p->layers == 0 || !p->item_len[0] || !p->pages) {
 		LC__WARN("layout: bad builder parameters (model %u, layers %u)", p->model,
-			p->layers);
+			 p->layers);
 		return -EINVAL;
 	}
-	if (p->state_components && (!p->state_layers || !p->state_layer_ids ||
-				    !p->state_item_len || !p->state_slots))
+	if (p->state_components &&
+	    (!p->state_layers || !p->state_layer_ids || !p->state_item_len || !p->state_slots))
 		return -EINVAL;
 	n = (size_t)ncomp * (p->layers + p->draft_layers) +
 	    (size_t)p->state_components * p->state_layers;
@@ -160,9 +160,9 @@ int lc_layout_build(const lc_layout_params_t *p, lc_layout_t **out)
 				bufs[i].length = item * p->pages;
 				bufs[i].kind = kinds[c];
 				bufs[i].flags = pass ? LC_BUFFER_DRAFT : 0;
-				bufs[i].layer = pass ? draft_base + (int32_t)l
-						     : (p->kv_layer_ids ? p->kv_layer_ids[l]
-									: (int32_t)l);
+				bufs[i].layer =
+					pass ? draft_base + (int32_t)l
+					     : (p->kv_layer_ids ? p->kv_layer_ids[l] : (int32_t)l);
 				bufs[i].base = p->bases ? p->bases[i] : NULL;
 			}
 		}

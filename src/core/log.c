@@ -22,8 +22,7 @@ int lc_log_level_parse(const char *text, lc_log_level_t *out)
 	if (!text || !out)
 		return -EINVAL;
 	for (int i = 0; i < (int)LC__ARRAY_SIZE(level_names); i++) {
-		if (!strcasecmp(text, level_names[i]) ||
-		    (text[0] == '0' + i && text[1] == '\0')) {
+		if (!strcasecmp(text, level_names[i]) || (text[0] == '0' + i && text[1] == '\0')) {
 			*out = (lc_log_level_t)i;
 			return 0;
 		}
@@ -62,9 +61,9 @@ void lc__log(lc_log_level_t level, const char *file, int line, const char *fmt, 
 	char msg[1024];
 	va_list ap;
 	const char *base = strrchr(file, '/');
-	int n = snprintf(msg, sizeof msg, "layercake %s [%d] %s:%d: ",
-			 level_names[level < 6 ? level : 5], (int)getpid(), base ? base + 1 : file,
-			 line);
+	int n = snprintf(msg, sizeof msg,
+			 "layercake %s [%d] %s:%d: ", level_names[level < 6 ? level : 5],
+			 (int)getpid(), base ? base + 1 : file, line);
 	if (n < 0)
 		return;
 	va_start(ap, fmt);

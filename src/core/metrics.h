@@ -5,36 +5,36 @@
 #ifndef LC_CORE_METRICS_H
 #define LC_CORE_METRICS_H
 
-#define LC__COUNTERS(X)                                                         \
-	X(batches_posted)                                                      \
-	X(batches_done)                                                        \
-	X(batches_failed)                                                      \
-	X(batches_expired)                                                     \
-	X(batches_cancelled)                                                   \
-	X(writes_posted)                                                       \
-	X(bytes_posted)                                                        \
-	X(writes_applied)                                                      \
-	X(bytes_applied)                                                       \
-	X(writes_rejected_region)                                              \
-	X(writes_rejected_range)                                               \
-	X(writes_rejected_grant)                                               \
-	X(grants_added)                                                        \
-	X(grants_revoked)                                                      \
-	X(conns_opened)                                                        \
-	X(conns_failed)                                                        \
-	X(conns_rejected_auth)                                                 \
-	X(frames_malformed)                                                    \
+#define LC__COUNTERS(X)                                                                            \
+	X(batches_posted)                                                                          \
+	X(batches_done)                                                                            \
+	X(batches_failed)                                                                          \
+	X(batches_expired)                                                                         \
+	X(batches_cancelled)                                                                       \
+	X(writes_posted)                                                                           \
+	X(bytes_posted)                                                                            \
+	X(writes_applied)                                                                          \
+	X(bytes_applied)                                                                           \
+	X(writes_rejected_region)                                                                  \
+	X(writes_rejected_range)                                                                   \
+	X(writes_rejected_grant)                                                                   \
+	X(grants_added)                                                                            \
+	X(grants_revoked)                                                                          \
+	X(conns_opened)                                                                            \
+	X(conns_failed)                                                                            \
+	X(conns_rejected_auth)                                                                     \
+	X(frames_malformed)                                                                        \
 	X(lanes_stalled)
 
 enum lc__counter {
 #define LC__CNT_ENUM(name) LC__CNT_##name,
 	LC__COUNTERS(LC__CNT_ENUM)
 #undef LC__CNT_ENUM
-	LC__CNT_COUNT
+		LC__CNT_COUNT
 };
 
-#define LC__COUNT_ADD(ctx, name, n)                                                      \
-	atomic_fetch_add_explicit(&(ctx)->counters[LC__CNT_##name], (uint64_t)(n),       \
+#define LC__COUNT_ADD(ctx, name, n)                                                                \
+	atomic_fetch_add_explicit(&(ctx)->counters[LC__CNT_##name], (uint64_t)(n),                 \
 				  memory_order_relaxed)
 #define LC__COUNT(ctx, name) LC__COUNT_ADD(ctx, name, 1)
 

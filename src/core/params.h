@@ -13,13 +13,13 @@
 
 #include "core/common.h"
 
-#define LC__PARAMS_COPY(dst, src)                                                                 \
-	do {                                                                                      \
-		memset((dst), 0, sizeof *(dst));                                                  \
-		if (src)                                                                          \
-			memcpy((dst), (src),                                                      \
-			       LC__MIN((src)->size ? (size_t)(src)->size : sizeof *(dst),         \
-				       sizeof *(dst)));                                           \
+#define LC__PARAMS_COPY(dst, src)                                                                  \
+	do {                                                                                       \
+		memset((dst), 0, sizeof *(dst));                                                   \
+		if (src)                                                                           \
+			memcpy((dst), (src),                                                       \
+			       LC__MIN((src)->size ? (size_t)(src)->size : sizeof *(dst),          \
+				       sizeof *(dst)));                                            \
 	} while (0)
 
 #endif

@@ -103,8 +103,8 @@ size_t lc__plan_count(const lc__plan_t *p, uint32_t begin, uint32_t end)
 }
 
 /* The hot loop: one descriptor per run. */
-static size_t emit_runs(const lc__xfer_t *x, const lc__run_t *runs, size_t nruns,
-			lc_write_t *out, uint64_t *bytes)
+static size_t emit_runs(const lc__xfer_t *x, const lc__run_t *runs, size_t nruns, lc_write_t *out,
+			uint64_t *bytes)
 {
 	const uint8_t *src = x->src_base;
 	const uint64_t stride = x->src_stride, dst = x->dst_base;
@@ -123,8 +123,8 @@ static size_t emit_runs(const lc__xfer_t *x, const lc__run_t *runs, size_t nruns
 	return nruns;
 }
 
-static size_t emit_pages(const lc__xfer_t *x, const lc__run_t *runs, size_t nruns,
-			 lc_write_t *out, uint64_t *bytes)
+static size_t emit_pages(const lc__xfer_t *x, const lc__run_t *runs, size_t nruns, lc_write_t *out,
+			 uint64_t *bytes)
 {
 	size_t n = 0;
 	for (size_t r = 0; r < nruns; r++)
@@ -161,8 +161,8 @@ size_t lc__plan_emit(const lc__plan_t *p, uint32_t begin, uint32_t end, lc_write
 	return n;
 }
 
-ssize_t lc__pair_slots(const int64_t *p, size_t np, const int64_t *d, size_t nd,
-		       int64_t *out_src, int64_t *out_dst)
+ssize_t lc__pair_slots(const int64_t *p, size_t np, const int64_t *d, size_t nd, int64_t *out_src,
+		       int64_t *out_dst)
 {
 	size_t n = 0;
 	if (!np || !nd)

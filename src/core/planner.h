@@ -75,8 +75,8 @@ static inline uint32_t lc__group_count(uint32_t layers, int64_t interval)
 		return layers ? 1 : 0;
 	return (uint32_t)((layers + (uint64_t)interval - 1) / (uint64_t)interval);
 }
-static inline void lc__group_range(uint32_t layers, int64_t interval, uint32_t k,
-				   uint32_t *begin, uint32_t *end)
+static inline void lc__group_range(uint32_t layers, int64_t interval, uint32_t k, uint32_t *begin,
+				   uint32_t *end)
 {
 	if (interval <= 0 || (uint64_t)interval >= layers) {
 		*begin = 0;
@@ -113,5 +113,5 @@ size_t lc__plan_emit(const lc__plan_t *p, uint32_t begin, uint32_t end, lc_write
  * pair in order; one P slot is broadcast over several D slots; any other
  * shape is -EINVAL. Pairs with a negative slot are dropped. out arrays hold
  * max(np, nd) entries. Returns the pair count. */
-ssize_t lc__pair_slots(const int64_t *p, size_t np, const int64_t *d, size_t nd,
-		       int64_t *out_src, int64_t *out_dst);
+ssize_t lc__pair_slots(const int64_t *p, size_t np, const int64_t *d, size_t nd, int64_t *out_src,
+		       int64_t *out_dst);

@@ -99,7 +99,8 @@ int lc__regions_remove(lc__regions_t *t, struct lc_region *r)
 	t->by_id[r->id - 1] = NULL;
 	for (size_t i = 0; i < t->n; i++) {
 		if (t->by_addr[i] == r) {
-			memmove(&t->by_addr[i], &t->by_addr[i + 1], (t->n - i - 1) * sizeof *t->by_addr);
+			memmove(&t->by_addr[i], &t->by_addr[i + 1],
+				(t->n - i - 1) * sizeof *t->by_addr);
 			t->n--;
 			break;
 		}
@@ -179,7 +180,8 @@ int lc_region_unpack(const void *buf, size_t len, lc_region_desc_t *out)
 	if (!buf || !out)
 		return -EINVAL;
 	if (len < LC__DESC_HEADER || lc__get_u32(p) != LC__DESC_MAGIC ||
-	    lc__get_u16(p + 4) != LC__DESC_VERSION || LC__DESC_HEADER + (size_t)lc__get_u16(p + 6) != len)
+	    lc__get_u16(p + 4) != LC__DESC_VERSION ||
+	    LC__DESC_HEADER + (size_t)lc__get_u16(p + 6) != len)
 		return LC_ERR_PROTO;
 	out->owner = lc__get_u64(p + 8);
 	out->region_id = lc__get_u32(p + 16);

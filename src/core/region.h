@@ -35,7 +35,7 @@ typedef struct lc__regions {
 	pthread_rwlock_t lock;
 	struct lc_region **by_id; /* index id-1; NULL once deregistered */
 	size_t id_cap;
-	uint32_t next_id;          /* ids start at 1 and are never reused */
+	uint32_t next_id;           /* ids start at 1 and are never reused */
 	struct lc_region **by_addr; /* live regions sorted by addr */
 	size_t n;
 } lc__regions_t;

@@ -6,8 +6,8 @@
 #include "core/histogram.h"
 #include "core/room.h"
 
-static const char *const status_names[] = {"Failed", "Bootstrapping", "Bootstrapped",
-					   "WaitingForInput", "Transferring", "Success"};
+static const char *const status_names[] = {"Failed",          "Bootstrapping", "Bootstrapped",
+					   "WaitingForInput", "Transferring",  "Success"};
 
 const char *lc_room_status_name(int status)
 {
@@ -19,8 +19,8 @@ const char *lc_room_status_name(int status)
 const char *lc_fail_reason_name(int reason)
 {
 	switch (reason) {
-#define LC__FAIL_NAME(name, value, text)                                       \
-	case value:                                                            \
+#define LC__FAIL_NAME(name, value, text)                                                           \
+	case value:                                                                                \
 		return text;
 		LC_FAIL_REASONS(LC__FAIL_NAME)
 #undef LC__FAIL_NAME
@@ -224,7 +224,7 @@ int lc__room_state_apply(lc__room_metrics_t *m, const lc__room_view_t *v, int st
 		if (status == old)
 			return 0;
 		LC__DEBUG("%s %llu: %s -> %s refused (final)", v->side, id,
-			 lc_room_status_name(old), lc_room_status_name(status));
+			  lc_room_status_name(old), lc_room_status_name(status));
 		return LC_ERR_STATE;
 	}
 	if (status == old || (status != LC_ROOM_FAILED && status < old))
@@ -247,12 +247,12 @@ int lc__room_state_apply(lc__room_metrics_t *m, const lc__room_view_t *v, int st
 		m->failed++;
 		m->failed_by_reason[fail_reason]++;
 		LC__WARN("%s %llu: %s -> Failed (%s): %s", v->side, id, lc_room_status_name(old),
-			lc_fail_reason_name(fail_reason), v->reason);
+			 lc_fail_reason_name(fail_reason), v->reason);
 	} else {
 		if (status == LC_ROOM_SUCCESS)
 			m->succeeded++;
 		LC__DEBUG("%s %llu: %s -> %s", v->side, id, lc_room_status_name(old),
-			 lc_room_status_name(status));
+			  lc_room_status_name(status));
 	}
 	return 1;
 }
@@ -260,10 +260,15 @@ int lc__room_state_apply(lc__room_metrics_t *m, const lc__room_view_t *v, int st
 int lc__room_set_state(lc__room_table_t *t, lc__room_t *r, int status, int fail_reason,
 		       const char *reason, uint64_t now_ns)
 {
-	lc__room_view_t v = {.id = r->id, .side = "room", .status = &r->status,
-			     .fail_reason = &r->fail_reason, .reason = r->reason,
-			     .reason_cap = sizeof(r->reason), .opened_ns = r->opened_ns,
-			     .bootstrapped_ns = &r->bootstrapped_ns, .final_ns = &r->final_ns};
+	lc__room_view_t v = {.id = r->id,
+			     .side = "room",
+			     .status = &r->status,
+			     .fail_reason = &r->fail_reason,
+			     .reason = r->reason,
+			     .reason_cap = sizeof(r->reason),
+			     .opened_ns = r->opened_ns,
+			     .bootstrapped_ns = &r->bootstrapped_ns,
+			     .final_ns = &r->final_ns};
 	int rc = lc__room_state_apply(&t->metrics, &v, status, fail_reason, reason, now_ns);
 	if (rc == 1 && lc__room_final(r))
 		r->notify_pending = true;

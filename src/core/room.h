@@ -44,12 +44,12 @@ typedef struct lc__room {
 	uint8_t *metadata;
 	size_t metadata_len;
 	bool has_metadata;
-	bool last_chunk_taken; /* the is_last chunk reached the engine */
-	bool notify_pending;   /* final status not yet delivered */
-	uint32_t tasks;        /* live tasks of the room */
+	bool last_chunk_taken;  /* the is_last chunk reached the engine */
+	bool notify_pending;    /* final status not yet delivered */
+	uint32_t tasks;         /* live tasks of the room */
 	uint64_t last_ready_ns; /* every layer of the last chunk ready (metadata clock) */
 	void *last_task;        /* the engine's live task of the last chunk, or NULL */
-	struct lc__room *next; /* hash chain */
+	struct lc__room *next;  /* hash chain */
 } lc__room_t;
 
 typedef struct lc__room_metrics {

@@ -10,8 +10,8 @@ void lc__session_fail(lc__session_t *s, uint64_t now_ns, const char *reason)
 	s->failures++;
 	s->failed_at_ns = now_ns ? now_ns : 1;
 	lc__reason(s->reason, sizeof(s->reason), "%s", reason ? reason : "failed");
-	LC__WARN("session %s failed (%llu failures): %s", s->name,
-		(unsigned long long)s->failures, s->reason);
+	LC__WARN("session %s failed (%llu failures): %s", s->name, (unsigned long long)s->failures,
+		 s->reason);
 }
 
 bool lc__session_blocked(lc__session_t *s, uint64_t now_ns, uint64_t ttl_ns)

@@ -57,8 +57,7 @@ uint64_t lc__steps_record_time(const lc__steps_t *s, uint64_t target)
 			       __ATOMIC_RELAXED);
 }
 
-void lc__steps_reserve(lc__steps_t *s, uint32_t layers, uint64_t *cache_begin,
-		       uint64_t *aux_begin)
+void lc__steps_reserve(lc__steps_t *s, uint32_t layers, uint64_t *cache_begin, uint64_t *aux_begin)
 {
 	*cache_begin = s->cursor[LC_STEP_CACHE];
 	*aux_begin = s->cursor[LC_STEP_AUX];

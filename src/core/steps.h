@@ -53,8 +53,7 @@ uint64_t lc__steps_record(lc__steps_t *s, int which);
 uint64_t lc__steps_record_time(const lc__steps_t *s, uint64_t target);
 /* A batch: returns the first cache and aux steps, advances the cursors by
  * (layers, 1). */
-void lc__steps_reserve(lc__steps_t *s, uint32_t layers, uint64_t *cache_begin,
-		       uint64_t *aux_begin);
+void lc__steps_reserve(lc__steps_t *s, uint32_t layers, uint64_t *cache_begin, uint64_t *aux_begin);
 
 /* Adaptive polling of a word written by an outside producer: spin for
  * spin_ns, then sleep, doubling from 1 us up to max_sleep_ns. */

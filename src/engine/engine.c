@@ -94,7 +94,7 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 		goto fail_lock;
 	e->started = true;
 	LC__INFO("engine %s: %u buffers, %u layers, interval %lld", e->name, e->layout->nbuf,
-		e->layout->layers, (long long)e->interval);
+		 e->layout->layers, (long long)e->interval);
 	*out = e;
 	return 0;
 

@@ -55,8 +55,8 @@
 typedef struct lc__esession {
 	lc__session_t *core; /* name, health */
 	lc_conn_t *conn;
-	lc__xfer_t *xfer;                  /* per layout buffer */
-	struct lc__esession *flush_next;   /* on e->to_flush while deferred posts wait */
+	lc__xfer_t *xfer;                /* per layout buffer */
+	struct lc__esession *flush_next; /* on e->to_flush while deferred posts wait */
 	bool to_flush;
 } lc__esession_t;
 
@@ -75,9 +75,9 @@ typedef struct lc__wreq {
 	lc__run_t *runs, *state_runs;
 	uint8_t *gstate; /* per group: LC__GROUP_* */
 	uint64_t *posted_ns;
-	uint32_t acked, lead;      /* groups acknowledged; leading ones */
-	uint32_t outstanding;      /* batches posted, not completed */
-	struct lc__wreq *hnext;    /* id map chain */
+	uint32_t acked, lead;   /* groups acknowledged; leading ones */
+	uint32_t outstanding;   /* batches posted, not completed */
+	struct lc__wreq *hnext; /* id map chain */
 } lc__wreq_t;
 
 /* One chunk of one room: the seed's LayerWiseTask. */
@@ -154,7 +154,7 @@ struct lc_engine {
 	lc__task_t *batch_head, **batch_tail; /* chunks of the open batch */
 	lc__task_t *inbox, **inbox_tail;      /* stamped, not yet taken */
 	lc__task_t *tasks;                    /* taken (the engine thread's list) */
-	lc__wreq_t **idmap; /* LC__IDMAP_N buckets */
+	lc__wreq_t **idmap;                   /* LC__IDMAP_N buckets */
 	uint64_t next_wreq_id;
 	lc__note_t *notes;
 	size_t nnotes, notes_cap;

@@ -61,7 +61,7 @@ static void queue_status(lc_engine_t *e, lc__room_t *r)
 		lc__note_t *n = note_new(e);
 		if (!n) {
 			LC__ERROR("room %llu: out of memory queueing the status for %s",
-				 (unsigned long long)r->id, d->session_name);
+				  (unsigned long long)r->id, d->session_name);
 			continue;
 		}
 		note_status(n, r, d);
@@ -196,7 +196,7 @@ static void on_completion(lc_engine_t *e, const lc_completion_t *c, uint64_t now
 	uint32_t g = c->tag;
 	if (g >= t->ngroups || w->gstate[g] != LC__GROUP_POSTED) {
 		LC__WARN("room %llu: unexpected completion for group %u", (unsigned long long)r->id,
-			g);
+			 g);
 		return;
 	}
 	w->outstanding--;

@@ -56,8 +56,8 @@ static int task_from_chunk(lc_engine_t *e, const lc_chunk_t *ch, lc__task_t **ou
 	t->src_local = dup_or_null(ch->src_local, ch->src_local_count, sizeof(int64_t), &oom);
 	t->nsrc_local = ch->src_local_count;
 	if (t->is_last) {
-		t->state_slots = dup_or_null(ch->state_slots, ch->state_slot_count,
-					     sizeof(int64_t), &oom);
+		t->state_slots =
+			dup_or_null(ch->state_slots, ch->state_slot_count, sizeof(int64_t), &oom);
 		t->nslots = t->state_slots ? ch->state_slot_count : 0;
 	}
 	if (oom) {

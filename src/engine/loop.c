@@ -21,9 +21,9 @@ static uint64_t run_pass(lc_engine_t *e, bool *waiting)
 {
 	uint64_t now = lc__now_ns(), next;
 	e->m.loop_iterations++;
-	lc__engine_intake(e, now);                    /* rule 1 */
-	lc__engine_drain_cq(e, now);                  /* rule 4 */
-	next = lc__engine_progress(e, now, waiting);  /* rules 2, 3, 5, 7 */
+	lc__engine_intake(e, now);                   /* rule 1 */
+	lc__engine_drain_cq(e, now);                 /* rule 4 */
+	next = lc__engine_progress(e, now, waiting); /* rules 2, 3, 5, 7 */
 	if (!e->room_scan_at || now >= e->room_scan_at)
 		e->room_scan_at = lc__engine_scan_rooms(e, now);
 	lc__earliest(&next, e->room_scan_at);

@@ -39,8 +39,7 @@ static void fail_rooms_of(lc_engine_t *e, lc__esession_t *s, const char *why)
 
 /* A fragment that does not fit its pages: counted and logged as bad input
  * (takes the lock for the counter). */
-static int bad_fragment(lc_engine_t *e, const lc_session_params_t *p, size_t i,
-			const char *problem)
+static int bad_fragment(lc_engine_t *e, const lc_session_params_t *p, size_t i, const char *problem)
 {
 	const lc_fragment_t *f = &p->fragments[i];
 	char what[256];
@@ -87,17 +86,16 @@ static int apply_fragments(lc_engine_t *e, lc__esession_t *s, const lc_session_p
 
 static int check_session_params(lc_engine_t *e, const lc_session_params_t *p)
 {
-	if (!p || p->size < offsetof(lc_session_params_t, buffer_region) || !p->name ||
-	    !*p->name || !p->url || (p->region_count && (!p->region_descs || !p->region_desc_lens)))
+	if (!p || p->size < offsetof(lc_session_params_t, buffer_region) || !p->name || !*p->name ||
+	    !p->url || (p->region_count && (!p->region_descs || !p->region_desc_lens)))
 		return -EINVAL;
 	if (!p->buffer_region && p->region_count != e->layout->nbuf) {
 		LC__WARN("session %s: %zu region descriptors for %u buffers", p->name,
-			p->region_count, e->layout->nbuf);
+			 p->region_count, e->layout->nbuf);
 		return -EINVAL;
 	}
-	const uint32_t *buf_region = p->size > offsetof(lc_session_params_t, buffer_region)
-					     ? p->buffer_region
-					     : NULL;
+	const uint32_t *buf_region =
+		p->size > offsetof(lc_session_params_t, buffer_region) ? p->buffer_region : NULL;
 	for (uint32_t b = 0; buf_region && b < e->layout->nbuf; b++)
 		if (buf_region[b] >= p->region_count)
 			return -EINVAL;
@@ -110,17 +108,15 @@ static int map_buffers(lc_engine_t *e, lc__esession_t *s, const lc_session_param
 		       uint32_t *ids)
 {
 	int rc;
-	const uint32_t *buf_region = p->size > offsetof(lc_session_params_t, buffer_region)
-					     ? p->buffer_region
-					     : NULL;
-	const uint64_t *buf_offset = p->size > offsetof(lc_session_params_t, buffer_offset)
-					     ? p->buffer_offset
-					     : NULL;
+	const uint32_t *buf_region =
+		p->size > offsetof(lc_session_params_t, buffer_region) ? p->buffer_region : NULL;
+	const uint64_t *buf_offset =
+		p->size > offsetof(lc_session_params_t, buffer_offset) ? p->buffer_offset : NULL;
 	for (size_t i = 0; i < p->region_count; i++)
 		if ((rc = lc_conn_import_region(s->conn, p->region_descs[i], p->region_desc_lens[i],
 						&ids[i]))) {
 			LC__WARN("session %s: importing region %zu: %s", p->name, i,
-				lc_strerror(rc));
+				 lc_strerror(rc));
 			return rc;
 		}
 	for (uint32_t b = 0; b < e->layout->nbuf; b++) {

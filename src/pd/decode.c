@@ -278,8 +278,8 @@ static int grant_pages(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages
 			if (ids[i] < 0 || (uint64_t)ids[j - 1] >= items)
 				return -EINVAL;
 			int rc = lc_grant_issue(d->ctx, r->room, d->regions[d->buf_region[b]],
-					      d->buf_offset[b] + (uint64_t)ids[i] * buf->item_len,
-					      (uint64_t)(j - i) * buf->item_len);
+						d->buf_offset[b] + (uint64_t)ids[i] * buf->item_len,
+						(uint64_t)(j - i) * buf->item_len);
 			if (rc < 0)
 				return rc;
 			i = j;

@@ -119,7 +119,7 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s)
 		/* Unknown rooms never create entries (bounded tables). */
 		LC__D_CTL_ADD(d, msgs_unexpected);
 		LC__DEBUG("decode %s: status for room %llu from P rank %u ignored", d->session,
-			 (unsigned long long)s->room, s->p_rank);
+			  (unsigned long long)s->room, s->p_rank);
 		return;
 	}
 	if (s->status == LC_ROOM_FAILED) {
@@ -165,7 +165,7 @@ static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m)
 		return;
 	LC__D_CTL_ADD(d, registrations_refused);
 	LC__ERROR("decode %s: P rank %u refused the registration: %s", d->session, m->p_rank,
-		 m->reason);
+		  m->reason);
 	for (int i = 0; i < d->npeers; i++) {
 		lc__ppeer_t *pe = d->peers[i];
 		if (!pe->info || (int)m->p_rank >= pe->info->world_size ||
@@ -192,7 +192,7 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 	if (lc__msg_decode(buf, len, m, why, sizeof why)) {
 		LC__D_CTL_ADD(d, msgs_malformed);
 		LC__WARN("decode %s: dropped a malformed message (%zu bytes): %s", d->session, len,
-			why);
+			 why);
 		free(m);
 		return;
 	}
@@ -210,7 +210,7 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 	default:
 		LC__D_CTL_ADD(d, msgs_unexpected);
 		LC__WARN("decode %s: unexpected %s message dropped", d->session,
-			lc__msg_type_name(m->type));
+			 lc__msg_type_name(m->type));
 	}
 	pthread_mutex_unlock(&d->lock);
 	lc__msg_free(m);

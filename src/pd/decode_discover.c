@@ -284,8 +284,8 @@ static bool peer_active(const lc_decode_t *d, const lc__ppeer_t *pe)
 static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe)
 {
 	LC__D_CTL_ADD(d, peers_dead);
-	LC__ERROR("decode %s: P at %s missed %d heartbeats: failing its rooms", d->session, pe->addr,
-		 pe->misses);
+	LC__ERROR("decode %s: P at %s missed %d heartbeats: failing its rooms", d->session,
+		  pe->addr, pe->misses);
 	for (lc_receiver_t *r = d->receivers; r; r = r->next)
 		if (r->peer == pe)
 			lc__decode_fail(d, r, LC_FAIL_SESSION_GONE, false,

@@ -48,7 +48,7 @@ static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
 	int rc = lc__bootstrap_register(p->bootstrap, &info, &o, why, sizeof why);
 	if (rc)
 		LC__ERROR("prefill %s: registering with bootstrap %s failed: %s", p->name,
-			 p->bootstrap, why);
+			  p->bootstrap, why);
 	return rc;
 }
 
@@ -135,7 +135,7 @@ int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefi
 			p->metrics_server = NULL;
 	}
 	LC__INFO("prefill %s: rank %d/%d (dp %d) serving %s", p->name, p->rank, p->world, p->dp,
-		p->endpoint);
+		 p->endpoint);
 	*out = p;
 	return 0;
 fail:

@@ -73,7 +73,7 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	if (!fail)
 		return;
 	LC__WARN("prefill %s: room %llu from %s: %s", p->name, (unsigned long long)t->room,
-		t->session, fail);
+		 t->session, fail);
 	if (dummy)
 		return;
 	lc__msg_t *m = calloc(1, sizeof *m);
@@ -103,7 +103,7 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 	if (rc) {
 		LC__P_CTL_ADD(p, msgs_malformed);
 		LC__WARN("prefill %s: dropped a malformed message (%zu bytes): %s", p->name, len,
-			why);
+			 why);
 		free(m);
 		return;
 	}
@@ -117,14 +117,14 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 	case LC__MSG_CANCEL:
 		LC__P_CTL_ADD(p, cancels);
 		rc = lc_engine_room_cancel(p->engine, m->cancel.room, m->cancel.reason);
-		LC__INFO("prefill %s: D %s cancelled room %llu (%s): %s", p->name, m->cancel.session,
-			(unsigned long long)m->cancel.room, m->cancel.reason,
-			rc ? lc_strerror(rc) : "ok");
+		LC__INFO("prefill %s: D %s cancelled room %llu (%s): %s", p->name,
+			 m->cancel.session, (unsigned long long)m->cancel.room, m->cancel.reason,
+			 rc ? lc_strerror(rc) : "ok");
 		break;
 	default:
 		LC__P_CTL_ADD(p, msgs_unexpected);
 		LC__WARN("prefill %s: unexpected %s message dropped", p->name,
-			lc__msg_type_name(m->type));
+			 lc__msg_type_name(m->type));
 	}
 	lc__msg_free(m);
 	free(m);

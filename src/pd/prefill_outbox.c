@@ -67,7 +67,7 @@ void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int st
 		}
 	} else {
 		LC__ERROR("prefill %s: out of memory queueing the status of room %llu", p->name,
-			 (unsigned long long)room);
+			  (unsigned long long)room);
 	}
 	pthread_mutex_unlock(&p->lock);
 	lc__prefill_wake(p);
@@ -105,7 +105,7 @@ int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
 	int rc = lc__msg_encode(m, &buf, &len);
 	if (rc) {
 		LC__ERROR("prefill %s: cannot encode %s: %s", p->name, lc__msg_type_name(m->type),
-			 lc_strerror(rc));
+			  lc_strerror(rc));
 		return rc;
 	}
 	rc = lc__push_send(push, buf, len, SEND_TIMEOUT_MS);
@@ -113,7 +113,7 @@ int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
 	if (rc) {
 		LC__P_CTL_ADD(p, send_failures);
 		LC__WARN("prefill %s: sending %s: %s", p->name, lc__msg_type_name(m->type),
-			lc_strerror(rc));
+			 lc_strerror(rc));
 	} else {
 		LC__P_CTL_ADD(p, msgs_sent);
 	}
@@ -147,8 +147,8 @@ void lc__prefill_flush(lc_prefill_t *p)
 		pthread_mutex_unlock(&p->lock);
 		if (!s || !s->push) {
 			LC__DEBUG("prefill %s: no session %s for a %s of room %llu", p->name,
-				 o->session, lc__msg_type_name(o->type),
-				 (unsigned long long)o->room);
+				  o->session, lc__msg_type_name(o->type),
+				  (unsigned long long)o->room);
 			continue;
 		}
 		memset(m, 0, sizeof *m);

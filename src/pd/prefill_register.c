@@ -212,7 +212,7 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g, c
 	}
 	lc__dsess_t *s = remember_session(p, g);
 	LC__INFO("prefill %s: D session %s registered (data %s, status %s)", p->name, g->session,
-		g->data_url, g->status_ep);
+		 g->data_url, g->status_ep);
 	if (s && s->push)
 		lc__prefill_send(p, s->push, reply);
 	free(reply);

@@ -84,7 +84,7 @@ static void deliver(lc__batch_t *b, int status, const char *reason)
 	count_outcome(c->ctx, status);
 	if (status && status != LC_ERR_CANCELLED)
 		LC__DEBUG("batch %llu room %llu on %s: %s: %s", (unsigned long long)b->id,
-			 (unsigned long long)b->room, c->url, lc_err_name(status), done.reason);
+			  (unsigned long long)b->room, c->url, lc_err_name(status), done.reason);
 	lc__batch_unref(b);
 }
 

@@ -74,8 +74,7 @@ void lc_listener_destroy(lc_listener_t *l)
 
 /* ---- connections ---- */
 
-int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *params,
-		   lc_conn_t **out)
+int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *params, lc_conn_t **out)
 {
 	lc_conn_params_t p;
 	/* params are required: a connection needs a completion queue. */
@@ -175,7 +174,8 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 		if (w->length == 0)
 			continue; /* lands nothing; complete with the rest */
 		if (!w->local || lc__source_find(c->ctx, w->local, w->length, &src)) {
-			LC__WARN("batch to %s: write %zu source %p+%llu is not in a registered region",
+			LC__WARN(
+				"batch to %s: write %zu source %p+%llu is not in a registered region",
 				c->url, i, w->local, (unsigned long long)w->length);
 			return LC_ERR_REGION;
 		}
@@ -185,8 +185,8 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 	return 0;
 }
 
-int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n,
-		  const lc_batch_params_t *params, uint64_t *batch_id)
+int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_batch_params_t *params,
+		  uint64_t *batch_id)
 {
 	lc_batch_params_t p = {0};
 	int rc;
@@ -208,7 +208,8 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n,
 	if (rc)
 		goto fail_free;
 
-	int64_t timeout_ms = p.timeout_ms ? p.timeout_ms : lc__ctx_cfg(c->ctx, LC__CFG_batch_timeout_ms);
+	int64_t timeout_ms = p.timeout_ms ? p.timeout_ms
+					  : lc__ctx_cfg(c->ctx, LC__CFG_batch_timeout_ms);
 	b->conn = c;
 	b->room = p.room;
 	b->tag = p.tag;

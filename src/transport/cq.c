@@ -131,8 +131,8 @@ int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
 		cq->head = (cq->head + 1) % cq->cap;
 		cq->count--;
 	}
-	if (!cq->arm_mode && n > 0 && cq->count == 0 &&
-	    read(cq->efd, &drain, sizeof drain) < 0 && errno != EAGAIN)
+	if (!cq->arm_mode && n > 0 && cq->count == 0 && read(cq->efd, &drain, sizeof drain) < 0 &&
+	    errno != EAGAIN)
 		LC__ERROR("completion queue eventfd read: %s", strerror(errno));
 	pthread_mutex_unlock(&cq->lock);
 	return n;

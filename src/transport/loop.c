@@ -155,7 +155,8 @@ static enum write_outcome apply_write(loop_conn_t *lc, loop_listener_t *ll, lc__
 	if (f->mask & LC_FAULT_DELAY)
 		delay_us(lc, b, f->delay_us);
 	if (listener_closed(ll)) {
-		lc__batch_fail(b, LC_ERR_PEER_CLOSED, "loop://%s closed during the batch", lc->name);
+		lc__batch_fail(b, LC_ERR_PEER_CLOSED, "loop://%s closed during the batch",
+			       lc->name);
 		return WRITE_FAILED;
 	}
 	if ((f->mask & LC_FAULT_FAIL_WRITE) && k == f->fail_write) {
@@ -187,11 +188,12 @@ static enum write_outcome apply_write(loop_conn_t *lc, loop_listener_t *ll, lc__
 	}
 	lc_ctx_t *rctx = ll->owner->ctx;
 	int rc = len ? lc__land_write(rctx, b->room, w->remote_region, w->remote_offset, w->local,
-				     len)
+				      len)
 		     : 0;
 	if (rc) {
-		lc__batch_fail(b, rc, "loop://%s rejected write %llu (region %u, offset %llu, "
-				      "%llu bytes, room %llu): %s",
+		lc__batch_fail(b, rc,
+			       "loop://%s rejected write %llu (region %u, offset %llu, "
+			       "%llu bytes, room %llu): %s",
 			       lc->name, (unsigned long long)k, w->remote_region,
 			       (unsigned long long)w->remote_offset, (unsigned long long)w->length,
 			       (unsigned long long)b->room, lc_strerror(rc));

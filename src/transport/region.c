@@ -28,7 +28,8 @@ int lc_region_deregister(lc_region_t *r)
 	lc_ctx_t *ctx = r->ctx;
 	int revoked = lc__grant_revoke_region(ctx->grants, r->id);
 	if (revoked)
-		LC__INFO("region %u deregistered with %d granted rooms; revoked them", r->id, revoked);
+		LC__INFO("region %u deregistered with %d granted rooms; revoked them", r->id,
+			 revoked);
 	return lc__regions_remove(&ctx->regions, r);
 }
 

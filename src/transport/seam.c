@@ -7,19 +7,20 @@
  * waits long for a bracket to close. */
 #define LAND_SLICE (4u << 20)
 
-int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
-		  uint64_t length, lc__land_t *l)
+int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, uint64_t length,
+		  lc__land_t *l)
 {
 	lc__region_info_t r;
 	if (lc__regions_get(&ctx->regions, region, &r)) {
 		LC__COUNT(ctx, writes_rejected_region);
 		LC__WARN("rejected write for room %llu: unknown region %u",
-			(unsigned long long)room, region);
+			 (unsigned long long)room, region);
 		return LC_ERR_REGION;
 	}
 	if (offset > r.len || length > r.len - offset) {
 		LC__COUNT(ctx, writes_rejected_range);
-		LC__WARN("rejected write for room %llu: [%llu, +%llu) outside region %u of %zu bytes",
+		LC__WARN(
+			"rejected write for room %llu: [%llu, +%llu) outside region %u of %zu bytes",
 			(unsigned long long)room, (unsigned long long)offset,
 			(unsigned long long)length, region, r.len);
 		return LC_ERR_OUT_OF_REGION;
@@ -28,12 +29,16 @@ int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset
 	if (lc__grant_lookup(ctx->grants, room, region, offset, length, &g)) {
 		LC__COUNT(ctx, writes_rejected_grant);
 		LC__WARN("rejected write for room %llu: region %u [%llu, +%llu) not granted",
-			(unsigned long long)room, region, (unsigned long long)offset,
-			(unsigned long long)length);
+			 (unsigned long long)room, region, (unsigned long long)offset,
+			 (unsigned long long)length);
 		return LC_ERR_GRANT;
 	}
-	*l = (lc__land_t){.ctx = ctx, .g = g, .dst = r.addr + offset, .room = room,
-			  .length = length, .region = region};
+	*l = (lc__land_t){.ctx = ctx,
+			  .g = g,
+			  .dst = r.addr + offset,
+			  .room = room,
+			  .length = length,
+			  .region = region};
 	return 0;
 }
 
@@ -76,8 +81,8 @@ void lc__land_revoked(lc__land_t *l)
 	LC__COUNT(l->ctx, writes_rejected_grant);
 }
 
-int lc__land_write(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
-		   const void *src, uint64_t length)
+int lc__land_write(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, const void *src,
+		   uint64_t length)
 {
 	lc__land_t l;
 	int rc = lc__land_open(ctx, room, region, offset, length, &l);

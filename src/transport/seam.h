@@ -37,8 +37,8 @@ typedef struct lc__land {
  * room's grant; count and log a rejection (LC_ERR_REGION, LC_ERR_OUT_OF_REGION,
  * LC_ERR_GRANT). On success *l holds a grant reference until
  * lc__land_done(). */
-int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
-		  uint64_t length, lc__land_t *l);
+int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, uint64_t length,
+		  lc__land_t *l);
 /* Bracket a direct landing into l->dst (or into any landing sharing l->g).
  * false once the room was revoked: nothing may land, and no exit is due. */
 bool lc__land_enter(const lc__land_t *l);
@@ -51,8 +51,8 @@ int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n)
 void lc__land_done(lc__land_t *l, bool landed);
 /* open + copy + done for a payload that is addressable as a whole (loop,
  * shm, UCX eager messages). */
-int lc__land_write(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
-		   const void *src, uint64_t length);
+int lc__land_write(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, const void *src,
+		   uint64_t length);
 /* A revoke cut a landing short: count it as a grant rejection. */
 void lc__land_revoked(lc__land_t *l);
 

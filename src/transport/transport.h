@@ -136,8 +136,7 @@ void lc__conn_fail_all(lc_conn_t *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* URL helpers: split "scheme://host:port[?query]". */
-int lc__url_host_port(const char *url, const char *scheme, char *host, size_t host_cap,
-		      int *port);
+int lc__url_host_port(const char *url, const char *scheme, char *host, size_t host_cap, int *port);
 /* Value of key in a URL query ("a=1&b=2"); returns 1 if found. */
 int lc__url_query_u64(const char *url, const char *key, uint64_t *out);
 

@@ -161,7 +161,9 @@ static void teardown(harness_t *h)
 
 static lc_write_t wr(harness_t *h, uint64_t src_off, uint64_t dst_off, uint64_t len)
 {
-	return (lc_write_t){.local = h->src + src_off, .remote_offset = dst_off, .length = len,
+	return (lc_write_t){.local = h->src + src_off,
+			    .remote_offset = dst_off,
+			    .length = len,
 			    .remote_region = h->remote};
 }
 
@@ -421,7 +423,8 @@ static void stalled_peer(harness_t *h)
 		lc_completion_t c = post_wait(h, &w, 1, ROOM, 0); /* connected and working */
 		expect_status(&c, 0);
 		/* Every further write waits 60 s: the peer looks stopped. */
-		lc_loop_faults_t f = {.size = sizeof f, .mask = LC_FAULT_DELAY, .delay_us = 60000000};
+		lc_loop_faults_t f = {
+			.size = sizeof f, .mask = LC_FAULT_DELAY, .delay_us = 60000000};
 		TU_OK(lc_loop_set_faults(h->conn, &f));
 	} else {
 		setup_remote(h);
@@ -559,7 +562,9 @@ static void case_bad_token(harness_t *h)
 	uint8_t desc[LC_REGION_DESC_MAX];
 	int dlen = lc_region_pack(h->dst_region, desc, sizeof desc);
 	for (int variant = 0; variant < 2; variant++) {
-		lc_conn_params_t p = {.size = sizeof p, .cq = h->cq, .token = h->token,
+		lc_conn_params_t p = {.size = sizeof p,
+				      .cq = h->cq,
+				      .token = h->token,
 				      .has_token = variant == 0};
 		p.token.bytes[3] ^= 0x40;
 		lc_conn_t *bad;

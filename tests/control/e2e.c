@@ -151,7 +151,8 @@ static int p_wave(lc_prefill_t **pf, lc_engine_t **eng, lc_sender_t *snd[8][8], 
 		all = true;
 		for (int r = 0; r < C.p_world; r++)
 			for (int i = 0; i < C.rooms; i++)
-				if (snd[r][i] && lc_sender_poll(snd[r][i], NULL) == LC_ROOM_BOOTSTRAPPING)
+				if (snd[r][i] &&
+				    lc_sender_poll(snd[r][i], NULL) == LC_ROOM_BOOTSTRAPPING)
 					all = false;
 	}
 	/* Chunked prefill: every rank runs the same forwards. */
@@ -170,8 +171,10 @@ static int p_wave(lc_prefill_t **pf, lc_engine_t **eng, lc_sender_t *snd[8][8], 
 				int64_t pages[PAGES];
 				for (int j = 0; j < n; j++)
 					pages[j] = C.prefix_pages + k * per + j + 1;
-				lc_chunk_t ch = {.size = sizeof ch, .room = (uint64_t)(C.room_base + i),
-						 .pages = pages, .page_count = (size_t)n,
+				lc_chunk_t ch = {.size = sizeof ch,
+						 .room = (uint64_t)(C.room_base + i),
+						 .pages = pages,
+						 .page_count = (size_t)n,
 						 .dst_index = (uint64_t)(k * per),
 						 .is_last = k == C.chunks - 1};
 				int rc = lc_engine_chunk_add(eng[r], &ch);
@@ -211,7 +214,7 @@ static int p_wave(lc_prefill_t **pf, lc_engine_t **eng, lc_sender_t *snd[8][8], 
 				lc_room_status_name(st), lc_fail_reason_name(info.fail_reason),
 				info.reason);
 			if (st != expect || (st == LC_ROOM_FAILED && expect_reason &&
-						 info.fail_reason != expect_reason))
+					     info.fail_reason != expect_reason))
 				failures++;
 			say("p-final %d %d", st, info.fail_reason);
 		}
@@ -235,9 +238,14 @@ static int p_main(int addr_fd, int quit_fd)
 		snprintf(name, sizeof name, "p%d", r);
 		uint64_t item = C.p_item ? C.p_item : ITEM;
 		side_init(&side[r], name, item, true, r % (C.p_world / C.p_dp), C.p_knobs);
-		lc_prefill_params_t pp = {.size = sizeof pp, .layout = side[r].layout,
-					  .bootstrap = addr, .name = name, .world_size = C.p_world,
-					  .dp_size = C.p_dp, .engine_rank = r, .metrics_server = b};
+		lc_prefill_params_t pp = {.size = sizeof pp,
+					  .layout = side[r].layout,
+					  .bootstrap = addr,
+					  .name = name,
+					  .world_size = C.p_world,
+					  .dp_size = C.p_dp,
+					  .engine_rank = r,
+					  .metrics_server = b};
 		TU_OK(lc_prefill_create(side[r].ctx, &pp, &pf[r]));
 		TU_OK(lc_prefill_engine(pf[r], &eng[r]));
 	}
@@ -309,16 +317,18 @@ static int d_verify(const side_t *s, int tp_rank)
 					if (pg[x] != want[x])
 						at = (long)x;
 				if (at >= 0) {
-					fprintf(stderr, "D%d: buffer %d page %d (room %d idx %d) "
-							"differs at %ld\n",
+					fprintf(stderr,
+						"D%d: buffer %d page %d (room %d idx %d) "
+						"differs at %ld\n",
 						tp_rank, b, q, room_index, j, at);
 					bad++;
 				}
 			} else {
 				for (size_t x = 0; x < s->item; x++)
 					if (pg[x] != CANARY) {
-						fprintf(stderr, "D%d: canary page %d of buffer %d "
-								"written\n",
+						fprintf(stderr,
+							"D%d: canary page %d of buffer %d "
+							"written\n",
 							tp_rank, q, b);
 						bad++;
 						break;
@@ -355,7 +365,7 @@ static void send_garbage(const char *bs_addr, lc_decode_t *d)
 		zmq_send(tx, "garbage", 7, 0);
 		zmq_send(tx, "", 0, 0);
 		uint8_t hdr[12] = {0x4c, 0x43, 0x43, 0x50, 1, 0, 5, 0, 200, 0, 0, 0};
-		zmq_send(tx, hdr, sizeof hdr, 0); /* status claiming 200 bytes */
+		zmq_send(tx, hdr, sizeof hdr, 0);  /* status claiming 200 bytes */
 		zmq_send(tx, "a", 1, ZMQ_SNDMORE); /* multi-part */
 		zmq_send(tx, "b", 1, 0);
 		if (t == 0) {
@@ -422,9 +432,14 @@ static int d_main(const char *bs_addr, int tp_rank, d_mode_t mode)
 	char name[16];
 	snprintf(name, sizeof name, "d%d", tp_rank);
 	side_init(&s, name, C.d_item, false, tp_rank, C.d_knobs);
-	lc_decode_params_t dp = {.size = sizeof dp, .layout = s.layout, .regions = &s.region,
-				 .region_count = 1, .listen_url = C.url, .session = C.d_session,
-				 .tp_size = C.d_procs, .tp_rank = tp_rank};
+	lc_decode_params_t dp = {.size = sizeof dp,
+				 .layout = s.layout,
+				 .regions = &s.region,
+				 .region_count = 1,
+				 .listen_url = C.url,
+				 .session = C.d_session,
+				 .tp_size = C.d_procs,
+				 .tp_rank = tp_rank};
 	int rc = lc_decode_create(s.ctx, &dp, &d);
 	if (rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) {
 		fprintf(stderr, "skip: %s\n", lc_strerror(rc));
@@ -453,7 +468,8 @@ static int d_main(const char *bs_addr, int tp_rank, d_mode_t mode)
 			int64_t pages[PAGES];
 			for (int j = 0; j < room_pages(); j++)
 				pages[j] = d_page(i, j);
-			lc_receiver_pages_t pg = {.size = sizeof pg, .pages = pages,
+			lc_receiver_pages_t pg = {.size = sizeof pg,
+						  .pages = pages,
 						  .page_count = (size_t)room_pages(),
 						  .prefix_len = (uint64_t)C.prefix_pages * 16,
 						  .aux_index = i};
@@ -490,7 +506,8 @@ static int d_main(const char *bs_addr, int tp_rank, d_mode_t mode)
 			failures++;
 		if (st == LC_ROOM_FAILED && C.d_reason && info.fail_reason != C.d_reason)
 			failures++;
-		if (st == LC_ROOM_FAILED && C.d_reason_text && !strstr(info.reason, C.d_reason_text))
+		if (st == LC_ROOM_FAILED && C.d_reason_text &&
+		    !strstr(info.reason, C.d_reason_text))
 			failures++;
 		if (st == LC_ROOM_SUCCESS) {
 			uint8_t meta[LC_METADATA_MAX], want[META_LEN];
@@ -751,9 +768,17 @@ static int case_curve_distinct_keypairs(void)
 
 static void base_cfg(void)
 {
-	C = (cfg_t){.url = "tcp://127.0.0.1:0", .p_world = 1, .p_dp = 1, .d_procs = 1,
-		    .rooms = 1, .chunks = 1, .total_pages = 8, .layer_sleep_us = 2000,
-		    .d_item = ITEM, .p_expect = LC_ROOM_SUCCESS, .d_expect = LC_ROOM_SUCCESS,
+	C = (cfg_t){.url = "tcp://127.0.0.1:0",
+		    .p_world = 1,
+		    .p_dp = 1,
+		    .d_procs = 1,
+		    .rooms = 1,
+		    .chunks = 1,
+		    .total_pages = 8,
+		    .layer_sleep_us = 2000,
+		    .d_item = ITEM,
+		    .p_expect = LC_ROOM_SUCCESS,
+		    .d_expect = LC_ROOM_SUCCESS,
 		    .room_base = ROOM0};
 }
 

@@ -80,22 +80,22 @@ enum fault {
 };
 
 static const char *const case_names[F_COUNT] = {
-	"d_killed",  "p_killed",         "d_stopped",         "link_down",
-	"loss10",    "delay50",          "step_never",        "metadata_never",
-	"bootstrap_unreachable", "room_reused", "d_cancels"};
+	"d_killed",    "p_killed",       "d_stopped",
+	"link_down",   "loss10",         "delay50",
+	"step_never",  "metadata_never", "bootstrap_unreachable",
+	"room_reused", "d_cancels"};
 
-static const char *const case_titles[F_COUNT] = {
-	"D killed (SIGKILL) at layer 3",
-	"P killed (SIGKILL) at layer 3",
-	"D stopped (SIGSTOP) for longer than the deadline",
-	"link down mid-transfer (veth)",
-	"10% packet loss (netem, both ways)",
-	"50 ms delay (netem, both ways)",
-	"step counter never reaches layer 4",
-	"metadata never published",
-	"bootstrap server unreachable",
-	"room id reused (while live, and after the end)",
-	"D cancels mid-transfer"};
+static const char *const case_titles[F_COUNT] = {"D killed (SIGKILL) at layer 3",
+						 "P killed (SIGKILL) at layer 3",
+						 "D stopped (SIGSTOP) for longer than the deadline",
+						 "link down mid-transfer (veth)",
+						 "10% packet loss (netem, both ways)",
+						 "50 ms delay (netem, both ways)",
+						 "step counter never reaches layer 4",
+						 "metadata never published",
+						 "bootstrap server unreachable",
+						 "room id reused (while live, and after the end)",
+						 "D cancels mid-transfer"};
 
 static enum fault F;
 static bool NET; /* D0 behind a veth pair in its own namespace */
@@ -330,8 +330,8 @@ static int netdelay_link(const char *args)
 	struct pollfd pf = {.fd = out[0], .events = POLLIN};
 	ssize_t n = pid > 0 && poll(&pf, 1, 5000) == 1 ? read(out[0], line, sizeof line - 1) : -1;
 	close(out[0]); /* its later output (statistics) is not needed */
-	if (n <= 0 || strncmp(line, "ready", 5) ||
-	    sh("ip link set %s netns %s", veth_p, ns_p) || sh("ip link set %s netns %s", veth_d, ns_d) ||
+	if (n <= 0 || strncmp(line, "ready", 5) || sh("ip link set %s netns %s", veth_p, ns_p) ||
+	    sh("ip link set %s netns %s", veth_d, ns_d) ||
 	    sh("ip -n %s addr add %s/24 dev %s", ns_p, IP_P, veth_p) ||
 	    sh("ip -n %s addr add %s/24 dev %s", ns_d, IP_D, veth_d) ||
 	    sh("ip -n %s link set %s mtu 65000 up", ns_p, veth_p) ||
@@ -340,8 +340,8 @@ static int netdelay_link(const char *args)
 				"not set up its TUN devices\n");
 		return TU_SKIP;
 	}
-	fprintf(stderr, "link: no tc netem here; lc_netdelay %s between TUN devices %s, %s\n",
-		args, veth_p, veth_d);
+	fprintf(stderr, "link: no tc netem here; lc_netdelay %s between TUN devices %s, %s\n", args,
+		veth_p, veth_d);
 	return 0;
 }
 
@@ -440,9 +440,15 @@ static int p_main(int p)
 	snprintf(host_port, sizeof host_port, "%s:%d", ip, lc_bootstrap_port(bs));
 	lc_prefill_t *pf;
 	lc_engine_t *eng;
-	lc_prefill_params_t pp = {.size = sizeof pp, .layout = s.layout, .bootstrap = host_port,
-				  .host = ip, .name = name, .world_size = 1, .dp_size = 1,
-				  .engine_rank = 0, .metrics_server = bs};
+	lc_prefill_params_t pp = {.size = sizeof pp,
+				  .layout = s.layout,
+				  .bootstrap = host_port,
+				  .host = ip,
+				  .name = name,
+				  .world_size = 1,
+				  .dp_size = 1,
+				  .engine_rank = 0,
+				  .metrics_server = bs};
 	TU_OK(lc_prefill_create(s.ctx, &pp, &pf));
 	TU_OK(lc_prefill_engine(pf, &eng));
 	snprintf(addr, sizeof addr, "%s", host_port);
@@ -459,7 +465,8 @@ static int p_main(int p)
 			all = true;
 			for (int d = 0; d < ND; d++)
 				for (int i = 0; i < R; i++)
-					if (lc_sender_poll(snd[d][i], NULL) == LC_ROOM_BOOTSTRAPPING)
+					if (lc_sender_poll(snd[d][i], NULL) ==
+					    LC_ROOM_BOOTSTRAPPING)
 						all = false;
 		}
 		bool stop_steps = false, done[ND][R] = {{false}};
@@ -474,14 +481,17 @@ static int p_main(int p)
 					int64_t pages[RP];
 					for (int j = 0; j < per; j++)
 						pages[j] = src_page(d, i, k * per + j);
-					lc_chunk_t ch = {.size = sizeof ch, .room = room_id(p, d, i),
-							 .pages = pages, .page_count = (size_t)per,
+					lc_chunk_t ch = {.size = sizeof ch,
+							 .room = room_id(p, d, i),
+							 .pages = pages,
+							 .page_count = (size_t)per,
 							 .dst_index = (uint64_t)(k * per),
 							 .is_last = k == CHUNKS - 1};
 					int rc = lc_engine_chunk_add(eng, &ch);
 					if (rc)
 						fprintf(stderr, "P%d room %llu chunk %d: %s\n", p,
-							(unsigned long long)ch.room, k, lc_strerror(rc));
+							(unsigned long long)ch.room, k,
+							lc_strerror(rc));
 				}
 			TU_OK(lc_engine_batch_end(eng));
 			say("batch %d %d %llu", w, k, (unsigned long long)now_ms());
@@ -568,11 +578,12 @@ static int d_verify(side_t *s, droom_t *rooms, int n, int d, int wave)
 			const uint8_t *pg = (uint8_t *)s->bases[b] + (size_t)q * ITEM;
 			int slot = q / RP, j = q % RP;
 			if (slot_ok[slot]) {
-				long at = tu_verify(pg, ITEM,
-						    seed_of(slot_p[slot], b,
-							    src_page(d, slot_i[slot], j)));
+				long at = tu_verify(
+					pg, ITEM,
+					seed_of(slot_p[slot], b, src_page(d, slot_i[slot], j)));
 				if (at >= 0) {
-					fprintf(stderr, "D%d wave %d: buffer %d page %d differs at %ld\n",
+					fprintf(stderr,
+						"D%d wave %d: buffer %d page %d differs at %ld\n",
 						d, wave, b, q, at);
 					bad++;
 				}
@@ -581,8 +592,9 @@ static int d_verify(side_t *s, droom_t *rooms, int n, int d, int wave)
 				 * write (unreachable P, refused claim). */
 				for (size_t x = 0; x < ITEM; x++)
 					if (pg[x] != CANARY) {
-						fprintf(stderr, "D%d wave %d: page %d of buffer %d "
-								"(never granted) written\n",
+						fprintf(stderr,
+							"D%d wave %d: page %d of buffer %d "
+							"(never granted) written\n",
 							d, wave, q, b);
 						bad++;
 						break;
@@ -605,8 +617,11 @@ static void d_send(droom_t *x)
 	int64_t pages[RP];
 	for (int j = 0; j < RP; j++)
 		pages[j] = x->slot * RP + j;
-	lc_receiver_pages_t pg = {.size = sizeof pg, .pages = pages, .page_count = RP,
-				  .prefix_len = 0, .aux_index = x->slot};
+	lc_receiver_pages_t pg = {.size = sizeof pg,
+				  .pages = pages,
+				  .page_count = RP,
+				  .prefix_len = 0,
+				  .aux_index = x->slot};
 	TU_OK(lc_receiver_send(x->r, &pg));
 	x->sent = true;
 }
@@ -624,9 +639,15 @@ static int d_main(int d)
 	side_t s;
 	side_init(&s, name, -1);
 	lc_decode_t *dec;
-	lc_decode_params_t dp = {.size = sizeof dp, .layout = s.layout, .regions = &s.region,
-				 .region_count = 1, .listen_url = listen, .host = ip,
-				 .session = session, .tp_size = 1, .tp_rank = 0};
+	lc_decode_params_t dp = {.size = sizeof dp,
+				 .layout = s.layout,
+				 .regions = &s.region,
+				 .region_count = 1,
+				 .listen_url = listen,
+				 .host = ip,
+				 .session = session,
+				 .tp_size = 1,
+				 .tp_rank = 0};
 	TU_OK(lc_decode_create(s.ctx, &dp, &dec));
 	TU_CHECK(wait_cmd("addrs", 30000, line, sizeof line), "no P addresses");
 	TU_CHECK(sscanf(line, "addrs %95s %95s %95s", paddr[0], paddr[1], dead) == 3, "%s", line);
@@ -640,11 +661,13 @@ static int d_main(int d)
 			memset(s.mem, CANARY, s.len); /* reused ids must land afresh */
 		for (int p = 0; p < NP; p++)
 			for (int i = 0; i < R; i++)
-				d_room_add(dec, dr, &n, paddr[p], p, i, p * R + i, room_id(p, d, i));
+				d_room_add(dec, dr, &n, paddr[p], p, i, p * R + i,
+					   room_id(p, d, i));
 		if (F == F_BOOTSTRAP_UNREACHABLE && d == 0) {
 			say("fault %llu", (unsigned long long)now_ms());
 			for (int i = 0; i < 2; i++)
-				d_room_add(dec, dr, &n, dead, -1, i, SLOT_DEAD + i, 9000 + (uint64_t)i);
+				d_room_add(dec, dr, &n, dead, -1, i, SLOT_DEAD + i,
+					   9000 + (uint64_t)i);
 		}
 		bool cancelled = false, conflict = false;
 		uint8_t *snap = NULL;
@@ -656,7 +679,8 @@ static int d_main(int d)
 				/* D1 claims one of D0's live rooms at P0. */
 				conflict = true;
 				say("fault %llu", (unsigned long long)now_ms());
-				d_room_add(dec, dr, &n, paddr[0], 0, 0, SLOT_CONFLICT, room_id(0, 0, 0));
+				d_room_add(dec, dr, &n, paddr[0], 0, 0, SLOT_CONFLICT,
+					   room_id(0, 0, 0));
 				left++;
 			}
 			int sent = 0;
@@ -669,8 +693,9 @@ static int d_main(int d)
 				if (st == LC_ROOM_BOOTSTRAPPED && !x->sent)
 					d_send(x);
 				sent += x->sent;
-				if (F == F_D_CANCELS && d == 0 && w == 0 && x->p == 0 && x->i == 0 &&
-				    !cancelled && x->sent && lc_receiver_layers_ready(x->r) >= 1) {
+				if (F == F_D_CANCELS && d == 0 && w == 0 && x->p == 0 &&
+				    x->i == 0 && !cancelled && x->sent &&
+				    lc_receiver_layers_ready(x->r) >= 1) {
 					cancelled = true;
 					snap = malloc(s.len);
 					uint64_t t = now_ms();
@@ -682,7 +707,8 @@ static int d_main(int d)
 					 * rooms are still being written). */
 					for (int b = 0; b < NBUF; b++)
 						memcpy(snap + (size_t)b * PAGES * ITEM,
-						       s.mem + (size_t)b * PAGES * ITEM, (size_t)RP * ITEM);
+						       s.mem + (size_t)b * PAGES * ITEM,
+						       (size_t)RP * ITEM);
 					say("fault %llu layers %d", (unsigned long long)t,
 					    lc_receiver_layers_ready(x->r));
 					say("final D %d %d %d %d %d %llu %s", x->p, d, x->slot, st,
@@ -704,7 +730,8 @@ static int d_main(int d)
 					int len = lc_receiver_metadata(x->r, meta, sizeof meta);
 					metadata_of(x->room, want);
 					if (len != META_LEN || memcmp(meta, want, META_LEN)) {
-						fprintf(stderr, "D%d: metadata of room %llu wrong\n", d,
+						fprintf(stderr,
+							"D%d: metadata of room %llu wrong\n", d,
 							(unsigned long long)x->room);
 						failures++;
 					}
@@ -723,8 +750,9 @@ static int d_main(int d)
 			for (int b = 0; b < NBUF; b++) {
 				size_t off = (size_t)b * PAGES * ITEM;
 				if (memcmp(snap + off, s.mem + off, (size_t)RP * ITEM)) {
-					fprintf(stderr, "D%d: buffer %d of the cancelled room "
-							"changed after the cancel\n",
+					fprintf(stderr,
+						"D%d: buffer %d of the cancelled room "
+						"changed after the cancel\n",
 						d, b);
 					bad++;
 				}
@@ -760,9 +788,14 @@ static int p_orphan_main(const char *dead)
 	side_t s;
 	side_init(&s, "p-orphan", 0);
 	lc_prefill_t *pf = NULL;
-	lc_prefill_params_t pp = {.size = sizeof pp, .layout = s.layout, .bootstrap = dead,
-				  .host = "127.0.0.1", .name = "p-orphan", .world_size = 1,
-				  .dp_size = 1, .engine_rank = 0};
+	lc_prefill_params_t pp = {.size = sizeof pp,
+				  .layout = s.layout,
+				  .bootstrap = dead,
+				  .host = "127.0.0.1",
+				  .name = "p-orphan",
+				  .world_size = 1,
+				  .dp_size = 1,
+				  .engine_rank = 0};
 	uint64_t t0 = now_ms();
 	int rc = lc_prefill_create(s.ctx, &pp, &pf);
 	say("orphan %d %llu %llu", rc, (unsigned long long)t0, (unsigned long long)now_ms());
@@ -785,8 +818,7 @@ typedef struct proc {
 static proc_t procs[5];
 static int nprocs;
 
-static proc_t *spawn(const char *name, const char *ns, int (*fn)(int), int arg,
-		     const char *sarg)
+static proc_t *spawn(const char *name, const char *ns, int (*fn)(int), int arg, const char *sarg)
 {
 	int o[2], c[2];
 	TU_CHECK(pipe(o) == 0 && pipe(c) == 0, "pipe");
@@ -988,36 +1020,57 @@ static int hb_deadline(void)
 
 static expect_t expectation(char side, int p, int d, int slot)
 {
-	expect_t e = {.status = LC_ROOM_SUCCESS, .reason = -1, .alt_reason = -1,
-		      .deadline_ms = K.bootstrap + K.waiting, .t0 = t_start,
+	expect_t e = {.status = LC_ROOM_SUCCESS,
+		      .reason = -1,
+		      .alt_reason = -1,
+		      .deadline_ms = K.bootstrap + K.waiting,
+		      .t0 = t_start,
 		      .deadline_knob = "bootstrap_timeout_ms + waiting_timeout_ms"};
 	bool p0 = p == 0, d0 = d == 0;
 	switch (F) {
 	case F_D_KILLED:
 		if (side == 'P' && d0)
-			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_TRANSFER, LC_FAIL_TRANSFER_TIMEOUT,
-				       K.transfer, t_fault, "transfer_timeout_ms"};
+			e = (expect_t){true,
+				       LC_ROOM_FAILED,
+				       LC_FAIL_TRANSFER,
+				       LC_FAIL_TRANSFER_TIMEOUT,
+				       K.transfer,
+				       t_fault,
+				       "transfer_timeout_ms"};
 		break;
 	case F_P_KILLED:
 		if (side == 'D' && p0)
-			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_SESSION_GONE, -1, hb_deadline(),
+			e = (expect_t){true,
+				       LC_ROOM_FAILED,
+				       LC_FAIL_SESSION_GONE,
+				       -1,
+				       hb_deadline(),
 				       t_fault,
 				       "(heartbeat_misses+1) x heartbeat_interval_ms + probes"};
 		break;
 	case F_D_STOPPED:
 		if (side == 'P' && d0)
-			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_TRANSFER_TIMEOUT, -1, K.transfer,
-				       t_fault, "transfer_timeout_ms"};
+			e = (expect_t){true,       LC_ROOM_FAILED, LC_FAIL_TRANSFER_TIMEOUT, -1,
+				       K.transfer, t_fault,        "transfer_timeout_ms"};
 		if (side == 'D' && d0) /* D0 learns it when it runs again */
-			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_TRANSFER_TIMEOUT, -1, 0, t_resume,
-				       "on resume (P's status is queued)"};
+			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_TRANSFER_TIMEOUT,          -1,
+				       0,    t_resume,       "on resume (P's status is queued)"};
 		break;
 	case F_LINK_DOWN:
 		if (side == 'P' && d0)
-			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_TRANSFER_TIMEOUT, LC_FAIL_TRANSFER,
-				       K.transfer, t_fault, "transfer_timeout_ms"};
+			e = (expect_t){true,
+				       LC_ROOM_FAILED,
+				       LC_FAIL_TRANSFER_TIMEOUT,
+				       LC_FAIL_TRANSFER,
+				       K.transfer,
+				       t_fault,
+				       "transfer_timeout_ms"};
 		if (side == 'D' && d0)
-			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_SESSION_GONE, -1, hb_deadline(),
+			e = (expect_t){true,
+				       LC_ROOM_FAILED,
+				       LC_FAIL_SESSION_GONE,
+				       -1,
+				       hb_deadline(),
 				       t_fault,
 				       "(heartbeat_misses+1) x heartbeat_interval_ms + probes"};
 		break;
@@ -1030,28 +1083,32 @@ static expect_t expectation(char side, int p, int d, int slot)
 		break;
 	case F_STEP_NEVER:
 		if (p0)
-			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_LAYER_TIMEOUT, -1, K.layer, t_fault,
-				       "layer_timeout_ms"};
+			e = (expect_t){true,    LC_ROOM_FAILED, LC_FAIL_LAYER_TIMEOUT, -1,
+				       K.layer, t_fault,        "layer_timeout_ms"};
 		break;
 	case F_METADATA_NEVER:
 		if (p0)
-			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_METADATA_TIMEOUT, -1, K.metadata,
-				       t_fault, "metadata_timeout_ms"};
+			e = (expect_t){true,       LC_ROOM_FAILED, LC_FAIL_METADATA_TIMEOUT, -1,
+				       K.metadata, t_fault,        "metadata_timeout_ms"};
 		break;
 	case F_BOOTSTRAP_UNREACHABLE:
 		if (side == 'D' && p < 0)
-			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_BOOTSTRAP_TIMEOUT, -1, K.bootstrap,
-				       t_fault, "bootstrap_timeout_ms"};
+			e = (expect_t){true,        LC_ROOM_FAILED, LC_FAIL_BOOTSTRAP_TIMEOUT, -1,
+				       K.bootstrap, t_fault,        "bootstrap_timeout_ms"};
 		break;
 	case F_ROOM_REUSED:
 		if (side == 'D' && slot == SLOT_CONFLICT)
-			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_BAD_INPUT, -1, K.bootstrap,
-				       t_fault, "bootstrap_timeout_ms"};
+			e = (expect_t){true,        LC_ROOM_FAILED, LC_FAIL_BAD_INPUT,     -1,
+				       K.bootstrap, t_fault,        "bootstrap_timeout_ms"};
 		break;
 	case F_D_CANCELS:
 		if (p0 && d0 && slot == 0)
-			e = (expect_t){true, LC_ROOM_FAILED, LC_FAIL_CANCELLED, -1,
-				       side == 'D' ? 0 : K.transfer, t_fault,
+			e = (expect_t){true,
+				       LC_ROOM_FAILED,
+				       LC_FAIL_CANCELLED,
+				       -1,
+				       side == 'D' ? 0 : K.transfer,
+				       t_fault,
 				       side == 'D' ? "synchronous (lc_receiver_cancel)"
 						   : "transfer_timeout_ms"};
 		break;
@@ -1092,8 +1149,9 @@ static void collect_finals(int from, int wave)
 				"heartbeat_misses probes) instead of retrying discovery until "
 				"bootstrap_timeout_ms as docs/control-plane.md says; a D that "
 				"starts before its P loses its rooms after ~2 heartbeat intervals\n");
-		fprintf(stderr, "%s wave %d %c P%d->D%d slot %d: %s (%s) after %ld ms "
-				"[want %s%s%s, deadline %d ms] %s%s\n",
+		fprintf(stderr,
+			"%s wave %d %c P%d->D%d slot %d: %s (%s) after %ld ms "
+			"[want %s%s%s, deadline %d ms] %s%s\n",
 			r.ok ? "ok  " : "FAIL", wave, r.side, r.p, r.d, r.slot, st_name(r.status),
 			lc_fail_reason_name(r.reason), r.measured_ms, st_name(r.e.status),
 			r.e.reason >= 0 ? " " : "",
@@ -1154,31 +1212,34 @@ static void write_json(bool pass, const char *notes)
 			}
 		if (!count)
 			continue;
-		fprintf(f, "%s{\"side\":\"%c\",\"rooms\":%d,\"outcome\":\"%s\",\"deadline_ms\":%d,"
-			   "\"worst_ms\":%ld,\"deadline\":",
+		fprintf(f,
+			"%s{\"side\":\"%c\",\"rooms\":%d,\"outcome\":\"%s\",\"deadline_ms\":%d,"
+			"\"worst_ms\":%ld,\"deadline\":",
 			nv++ ? "," : "", c, count, reason, deadline, worst);
 		json_str(f, knob);
 		fputc('}', f);
 	}
 	fputc(']', f);
-	fprintf(f, ",\"knobs\":{\"connect_timeout_ms\":%d,\"progress_timeout_ms\":%d,"
-		   "\"transfer_timeout_ms\":%d,\"layer_timeout_ms\":%d,\"metadata_timeout_ms\":%d,"
-		   "\"bootstrap_timeout_ms\":%d,\"waiting_timeout_ms\":%d,"
-		   "\"heartbeat_interval_ms\":%d,\"heartbeat_misses\":%d},\"notes\":",
+	fprintf(f,
+		",\"knobs\":{\"connect_timeout_ms\":%d,\"progress_timeout_ms\":%d,"
+		"\"transfer_timeout_ms\":%d,\"layer_timeout_ms\":%d,\"metadata_timeout_ms\":%d,"
+		"\"bootstrap_timeout_ms\":%d,\"waiting_timeout_ms\":%d,"
+		"\"heartbeat_interval_ms\":%d,\"heartbeat_misses\":%d},\"notes\":",
 		K.connect, K.progress, K.transfer, K.layer, K.metadata, K.bootstrap, K.waiting,
 		K.hb_interval, K.hb_misses);
 	json_str(f, notes);
 	fprintf(f, ",\"rooms\":[");
 	for (int k = 0; k < nresults; k++) {
 		result_t *r = &results[k];
-		fprintf(f, "%s{\"side\":\"%c\",\"p\":%d,\"d\":%d,\"slot\":%d,\"victim\":%s,"
-			   "\"status\":\"%s\",\"reason\":\"%s\",\"expected_status\":\"%s\","
-			   "\"expected_reason\":\"%s\",\"deadline_ms\":%d,\"measured_ms\":%ld,"
-			   "\"ok\":%s,\"text\":",
+		fprintf(f,
+			"%s{\"side\":\"%c\",\"p\":%d,\"d\":%d,\"slot\":%d,\"victim\":%s,"
+			"\"status\":\"%s\",\"reason\":\"%s\",\"expected_status\":\"%s\","
+			"\"expected_reason\":\"%s\",\"deadline_ms\":%d,\"measured_ms\":%ld,"
+			"\"ok\":%s,\"text\":",
 			k ? "," : "", r->side, r->p, r->d, r->slot, r->e.victim ? "true" : "false",
 			st_name(r->status), lc_fail_reason_name(r->reason), st_name(r->e.status),
-			r->e.reason >= 0 ? lc_fail_reason_name(r->e.reason) : "",
-			r->e.deadline_ms, r->measured_ms, r->ok ? "true" : "false");
+			r->e.reason >= 0 ? lc_fail_reason_name(r->e.reason) : "", r->e.deadline_ms,
+			r->measured_ms, r->ok ? "true" : "false");
 		json_str(f, r->text);
 		fputc('}', f);
 	}
@@ -1190,10 +1251,10 @@ static void write_json(bool pass, const char *notes)
 static void set_knobs(void)
 {
 	char v[32];
-#define KNOB(env, val)                                                                 \
-	do {                                                                           \
-		snprintf(v, sizeof v, "%d", (val));                                    \
-		setenv(env, v, 1);                                                     \
+#define KNOB(env, val)                                                                             \
+	do {                                                                                       \
+		snprintf(v, sizeof v, "%d", (val));                                                \
+		setenv(env, v, 1);                                                                 \
 	} while (0)
 	KNOB("LAYERCAKE_CONNECT_TIMEOUT_MS", K.connect);
 	KNOB("LAYERCAKE_PROGRESS_TIMEOUT_MS", K.progress);
@@ -1240,8 +1301,8 @@ static int run_case(void)
 		tell(D[d], "addrs %s %s %s", addr[0], addr[1], dead);
 	}
 	for (int d = 0; d < ND; d++)
-		TU_CHECK(wait_event((int)(D[d] - procs), "ready", 30000, 0) >= 0, "D%d did not start",
-			 d);
+		TU_CHECK(wait_event((int)(D[d] - procs), "ready", 30000, 0) >= 0,
+			 "D%d did not start", d);
 	int ip0 = (int)(P[0] - procs), id0 = (int)(D[0] - procs);
 	for (int w = 0; w < waves; w++) {
 		int from = nevents;
@@ -1256,7 +1317,8 @@ static int run_case(void)
 			case F_P_KILLED:
 			case F_D_STOPPED:
 			case F_LINK_DOWN:
-				TU_CHECK(wait_event(ip0, lk, 30000, from) >= 0, "P0 never reached %s", lk);
+				TU_CHECK(wait_event(ip0, lk, 30000, from) >= 0,
+					 "P0 never reached %s", lk);
 				t_fault = now_ms();
 				if (F == F_D_KILLED)
 					kill(D[0]->pid, SIGKILL);
@@ -1275,7 +1337,8 @@ static int run_case(void)
 				}
 				break;
 			case F_STEP_NEVER: /* the deadline counts from the batch */
-				TU_CHECK((k = wait_event(ip0, "batch 0 0 ", 30000, from)) >= 0, "batch");
+				TU_CHECK((k = wait_event(ip0, "batch 0 0 ", 30000, from)) >= 0,
+					 "batch");
 				t_fault = strtoull(events[k].line + 10, NULL, 10);
 				break;
 			case F_METADATA_NEVER:
@@ -1283,7 +1346,8 @@ static int run_case(void)
 			case F_D_CANCELS: {
 				int who = F == F_METADATA_NEVER ? ip0 : id0;
 				/* (D0 may have said it before the wave began here) */
-				TU_CHECK((k = wait_event(who, "fault ", 30000, 0)) >= 0, "no fault");
+				TU_CHECK((k = wait_event(who, "fault ", 30000, 0)) >= 0,
+					 "no fault");
 				t_fault = strtoull(events[k].line + 6, NULL, 10);
 				break;
 			}
@@ -1294,7 +1358,8 @@ static int run_case(void)
 				TU_CHECK(wait_event(ip0, "batch 0 0 ", 30000, from) >= 0,
 					 "P0 never bootstrapped");
 				tell(D[1], "conflict");
-				TU_CHECK((k = wait_event((int)(D[1] - procs), "fault ", 10000, from)) >= 0,
+				TU_CHECK((k = wait_event((int)(D[1] - procs), "fault ", 10000,
+							 from)) >= 0,
 					 "D1 never claimed");
 				t_fault = strtoull(events[k].line + 6, NULL, 10);
 				break;
@@ -1304,7 +1369,8 @@ static int run_case(void)
 		/* Every live process finishes the wave. */
 		for (int q = 0; q < 4; q++) {
 			proc_t *pr = q < NP ? P[q] : D[q - NP];
-			bool gone = (F == F_D_KILLED && pr == D[0]) || (F == F_P_KILLED && pr == P[0]);
+			bool gone = (F == F_D_KILLED && pr == D[0]) ||
+				    (F == F_P_KILLED && pr == P[0]);
 			if (gone)
 				continue;
 			char want[32];
@@ -1318,9 +1384,11 @@ static int run_case(void)
 		collect_finals(from, w);
 		for (int k2 = from; k2 < nevents; k2++) {
 			int dd, ww, bad;
-			if (sscanf(events[k2].line, "verify %d %d %d", &dd, &ww, &bad) == 3 && bad) {
-				fprintf(stderr, "FAIL D%d wave %d: %d pages not byte-exact or written "
-						"outside grants\n",
+			if (sscanf(events[k2].line, "verify %d %d %d", &dd, &ww, &bad) == 3 &&
+			    bad) {
+				fprintf(stderr,
+					"FAIL D%d wave %d: %d pages not byte-exact or written "
+					"outside grants\n",
 					dd, ww, bad);
 				fails++;
 			}
@@ -1368,11 +1436,12 @@ static int run_case(void)
 		unsigned long long a, b, c, r0, r1;
 		size_t g;
 		int who;
-		if (q < NP && sscanf(events[k].line, "p-check %d %llu %llu %llu %llu %llu", &who, &a,
-				     &b, &c, &r0, &r1) == 6) {
+		if (q < NP && sscanf(events[k].line, "p-check %d %llu %llu %llu %llu %llu", &who,
+				     &a, &b, &c, &r0, &r1) == 6) {
 			bool ok = !a && !b && !c && r1 < r0 + (64ull << 20);
-			fprintf(stderr, "%s P%d baseline: rooms_active %llu tasks_pending %llu "
-					"tasks_inflight %llu, RSS %llu -> %llu KiB\n",
+			fprintf(stderr,
+				"%s P%d baseline: rooms_active %llu tasks_pending %llu "
+				"tasks_inflight %llu, RSS %llu -> %llu KiB\n",
 				ok ? "ok  " : "FAIL", who, a, b, c, r0 >> 10, r1 >> 10);
 			fails += !ok;
 			snprintf(notes + strlen(notes), sizeof notes - strlen(notes),
@@ -1381,8 +1450,9 @@ static int run_case(void)
 		} else if (q >= NP && sscanf(events[k].line, "d-check %d %zu %llu %llu", &who, &g,
 					     &r0, &r1) == 4) {
 			bool ok = g == 0 && r1 < r0 + (64ull << 20);
-			fprintf(stderr, "%s D%d baseline: rooms with live grants %zu, RSS %llu -> "
-					"%llu KiB\n",
+			fprintf(stderr,
+				"%s D%d baseline: rooms with live grants %zu, RSS %llu -> "
+				"%llu KiB\n",
 				ok ? "ok  " : "FAIL", who, g, r0 >> 10, r1 >> 10);
 			fails += !ok;
 			snprintf(notes + strlen(notes), sizeof notes - strlen(notes),
@@ -1398,12 +1468,14 @@ static int run_case(void)
 		unsigned long long t0 = 0, t1 = 0;
 		if (k < 0 || sscanf(events[k].line, "orphan %d %llu %llu", &rc, &t0, &t1) != 3 ||
 		    rc != LC_ERR_UNREACHABLE || t1 - t0 > 2000 * 6 + 1550 + MARGIN_MS) {
-			fprintf(stderr, "FAIL lc_prefill_create with an unreachable bootstrap: %s\n",
+			fprintf(stderr,
+				"FAIL lc_prefill_create with an unreachable bootstrap: %s\n",
 				k < 0 ? "no answer" : events[k].line);
 			fails++;
 		} else {
-			fprintf(stderr, "ok   lc_prefill_create with an unreachable bootstrap: %s "
-					"after %llu ms\n",
+			fprintf(stderr,
+				"ok   lc_prefill_create with an unreachable bootstrap: %s "
+				"after %llu ms\n",
 				lc_err_name(rc), t1 - t0);
 			snprintf(notes + strlen(notes), sizeof notes - strlen(notes),
 				 "lc_prefill_create -> %s after %llu ms (bound 13550 ms); ",

@@ -155,12 +155,12 @@ int main(int argc, char **argv)
 		peer_info_t pi;
 		uint32_t rid;
 		read_all(to_p[0], &pi, sizeof pi);
-		lc_conn_params_t cp = {.size = sizeof cp, .cq = cq, .token = pi.token,
-				       .has_token = 1};
+		lc_conn_params_t cp = {
+			.size = sizeof cp, .cq = cq, .token = pi.token, .has_token = 1};
 		TU_OK(lc_conn_create(ctx, pi.url, &cp, &conn[i]));
 		TU_OK(lc_conn_import_region(conn[i], pi.desc, (size_t)pi.desc_len, &rid));
-		lc_write_t w = {.local = src + (size_t)i * BYTES, .length = BYTES,
-				.remote_region = rid};
+		lc_write_t w = {
+			.local = src + (size_t)i * BYTES, .length = BYTES, .remote_region = rid};
 		lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .user_data = (uint64_t)i};
 		uint64_t id;
 		TU_OK(lc_batch_post(conn[i], &w, 1, &bp, &id));

@@ -106,7 +106,8 @@ static size_t written_outside(uint64_t lo, uint64_t hi)
 static int raw_connect(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)T.port),
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)T.port),
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	TU_CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s",
 		 strerror(errno));
@@ -128,7 +129,8 @@ static void send_all(int fd, const void *p, size_t n)
 static void send_hello(int fd, const lc_token_t *tok)
 {
 	uint8_t f[LC__TCP_CTRL_LEN];
-	lc__tcp_ctrl_t h = {.type = LC__TCP_HELLO, .status = tok ? LC__TCP_HELLO_TOKEN : 0,
+	lc__tcp_ctrl_t h = {.type = LC__TCP_HELLO,
+			    .status = tok ? LC__TCP_HELLO_TOKEN : 0,
 			    .a = tok ? lc__get_u64(tok->bytes) : 0,
 			    .b = tok ? lc__get_u64(tok->bytes + 8) : 0};
 	lc__tcp_encode_ctrl(f, &h);
@@ -150,8 +152,8 @@ static void send_run(int fd, uint64_t room, uint64_t seq, const wdesc_t *w, uint
 	lc__tcp_run_hdr_t h = {.n = n, .room = room, .seq = seq};
 	lc__tcp_encode_run(f, &h);
 	for (uint32_t i = 0; i < n; i++) {
-		lc__tcp_desc_t d = {.region = w[i].region, .offset = w[i].offset,
-				    .length = w[i].length};
+		lc__tcp_desc_t d = {
+			.region = w[i].region, .offset = w[i].offset, .length = w[i].length};
 		lc__tcp_encode_desc(f + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN, &d);
 		if (w[i].reserved)
 			lc__put_u32(f + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN + 4, w[i].reserved);
@@ -231,7 +233,8 @@ static int case_tcp_token(void)
 	const struct {
 		const char *what;
 		const lc_token_t *tok;
-	} cases[] = {{"no token", NULL}, {"forged token (one bit off)", &forged},
+	} cases[] = {{"no token", NULL},
+		     {"forged token (one bit off)", &forged},
 		     {"revoked token", &revoked}};
 	uint64_t rej0 = counter("conns_rejected_auth");
 	for (size_t k = 0; k < LC__ARRAY_SIZE(cases); k++) {
@@ -247,7 +250,8 @@ static int case_tcp_token(void)
 	}
 	TU_CHECK(written_outside(0, 0) == 0, "bytes landed without a valid token");
 	TU_CHECK(counter("conns_rejected_auth") - rej0 == LC__ARRAY_SIZE(cases),
-		 "conns_rejected_auth %llu", (unsigned long long)(counter("conns_rejected_auth") - rej0));
+		 "conns_rejected_auth %llu",
+		 (unsigned long long)(counter("conns_rejected_auth") - rej0));
 	/* Frames before HELLO: a malformed lane, closed. */
 	uint64_t mal0 = counter("frames_malformed");
 	int fd = raw_connect();
@@ -288,8 +292,14 @@ static int case_tcp_outside(void)
 		int code;
 	} cases[] = {
 		{"unknown region", ROOM, {reg + 100, G_OFF, 4096, 0}, LC_ERR_REGION},
-		{"past the region's end", ROOM, {reg, REGION_LEN - 100, 4096, 0}, LC_ERR_OUT_OF_REGION},
-		{"offset + length wraps around", ROOM, {reg, UINT64_MAX - 15, 32, 0}, LC_ERR_OUT_OF_REGION},
+		{"past the region's end",
+		 ROOM,
+		 {reg, REGION_LEN - 100, 4096, 0},
+		 LC_ERR_OUT_OF_REGION},
+		{"offset + length wraps around",
+		 ROOM,
+		 {reg, UINT64_MAX - 15, 32, 0},
+		 LC_ERR_OUT_OF_REGION},
 		{"in the region, before the grant", ROOM, {reg, 0, 4096, 0}, LC_ERR_GRANT},
 		{"straddles the grant's end", ROOM, {reg, G_OFF + G_LEN - 16, 32, 0}, LC_ERR_GRANT},
 		{"straddles the grant's start", ROOM, {reg, G_OFF - 1, 2, 0}, LC_ERR_GRANT},
@@ -366,11 +376,22 @@ static int case_tcp_forged(void)
 {
 	target_up();
 	uint32_t reg = lc_region_id(T.region);
-	enum { BAD_MAGIC, BAD_VERSION, BAD_TYPE, SECOND_HELLO, CTRL_AS_DATA, SEQ_GAP, N_ZERO,
-	       N_TOO_MANY, RESERVED, HUGE_LENGTH, NCASES };
-	const char *what[NCASES] = {"wrong magic",      "wrong version",     "unknown type",
-				    "second HELLO",     "ACK sent by P",     "seq out of order",
-				    "run of 0 writes",  "run of 129 writes", "reserved field set",
+	enum {
+		BAD_MAGIC,
+		BAD_VERSION,
+		BAD_TYPE,
+		SECOND_HELLO,
+		CTRL_AS_DATA,
+		SEQ_GAP,
+		N_ZERO,
+		N_TOO_MANY,
+		RESERVED,
+		HUGE_LENGTH,
+		NCASES
+	};
+	const char *what[NCASES] = {"wrong magic",     "wrong version",     "unknown type",
+				    "second HELLO",    "ACK sent by P",     "seq out of order",
+				    "run of 0 writes", "run of 129 writes", "reserved field set",
 				    "length over 2^44"};
 	for (int k = 0; k < NCASES; k++) {
 		uint64_t mal0 = counter("frames_malformed");
@@ -456,12 +477,16 @@ static int case_http_bad_input(void)
 		return TU_SKIP;
 	TU_OK(rc);
 	lc_bootstrap_addr(b, addr, sizeof addr);
-	const char *bad[] = {"{{{", "{\"role\":\"Prefill\"", "[1,2,3]", "\"just a string\"",
-			     "{\"role\":\"Prefill\",\"world_size\":\"1\"}",
-			     "{\"role\":\"Prefill\",\"world_size\":1e400}",
-			     "{\"role\":\"Decode\",\"world_size\":1,\"dp_size\":1,\"rank_ip\":\"x\","
-			     "\"rank_port\":1,\"engine_rank\":0}",
-			     "{\"a\":" /* truncated */};
+	const char *bad[] = {
+		"{{{",
+		"{\"role\":\"Prefill\"",
+		"[1,2,3]",
+		"\"just a string\"",
+		"{\"role\":\"Prefill\",\"world_size\":\"1\"}",
+		"{\"role\":\"Prefill\",\"world_size\":1e400}",
+		"{\"role\":\"Decode\",\"world_size\":1,\"dp_size\":1,\"rank_ip\":\"x\","
+		"\"rank_port\":1,\"engine_rank\":0}",
+		"{\"a\":" /* truncated */};
 	for (size_t k = 0; k < LC__ARRAY_SIZE(bad); k++) {
 		int code = put(addr, bad[k], strlen(bad[k]), NULL);
 		TU_CHECK(code == 400, "malformed body %zu: HTTP %d", k, code);
@@ -487,7 +512,8 @@ static int case_http_bad_input(void)
 	free(deep);
 	/* Query strings. */
 	const char *q[] = {"engine_rank=x&target_dp_group=0", "engine_rank=-5&target_dp_group=0",
-			   "engine_rank=99999999999999999999&target_dp_group=0", "target_dp_group=0"};
+			   "engine_rank=99999999999999999999&target_dp_group=0",
+			   "target_dp_group=0"};
 	for (size_t k = 0; k < LC__ARRAY_SIZE(q); k++) {
 		char url[256], *resp = NULL;
 		size_t rl;
@@ -531,7 +557,8 @@ static int case_http_secret(void)
 		TU_OK(r);
 		lc_bootstrap_addr(b, addr, sizeof addr);
 		size_t n = strlen(PUT_BODY);
-		TU_CHECK(put(addr, PUT_BODY, n, NULL) == 401, "%s: PUT without a secret", ways[way]);
+		TU_CHECK(put(addr, PUT_BODY, n, NULL) == 401, "%s: PUT without a secret",
+			 ways[way]);
 		TU_CHECK(put(addr, PUT_BODY, n, "wrong") == 401, "%s: wrong secret", ways[way]);
 		TU_CHECK(put(addr, PUT_BODY, n, "s3cret-toke") == 401, "%s: prefix", ways[way]);
 		TU_CHECK(put(addr, PUT_BODY, n, "s3cret-token2") == 401, "%s: longer", ways[way]);
@@ -539,11 +566,13 @@ static int case_http_secret(void)
 		/* Unauthenticated requests do not change the rank table. */
 		char url[128], *resp = NULL;
 		size_t rl;
-		snprintf(url, sizeof url, "http://%s/route?engine_rank=-1&target_dp_group=-1", addr);
+		snprintf(url, sizeof url, "http://%s/route?engine_rank=-1&target_dp_group=-1",
+			 addr);
 		TU_CHECK(lc__http_request("GET", url, NULL, 0, NULL, 3000, &resp, &rl) == 404,
 			 "%s: a refused PUT registered something", ways[way]);
 		free(resp);
-		TU_CHECK(put(addr, PUT_BODY, n, "s3cret-token") == 200, "%s: right secret", ways[way]);
+		TU_CHECK(put(addr, PUT_BODY, n, "s3cret-token") == 200, "%s: right secret",
+			 ways[way]);
 		fprintf(stderr, "ok: secret from the %s: unauthenticated PUTs 401\n", ways[way]);
 		lc_bootstrap_stop(b);
 		unsetenv("LAYERCAKE_SECRET_DIR");
@@ -608,8 +637,8 @@ static int curve_p_start(curve_p_t *P, const char *pub, const char *sec, const c
 	write_line("curve.secret", sec);
 	write_line("authorized_keys", authorized);
 	setenv("LAYERCAKE_SECRET_DIR", keydir, 1);
-	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0,
-				    .secret = bs_secret};
+	lc_bootstrap_params_t bp = {
+		.size = sizeof bp, .host = "127.0.0.1", .port = 0, .secret = bs_secret};
 	int rc = lc_bootstrap_start(&bp, &P->b);
 	if (rc == LC_ENOTSUP)
 		return TU_SKIP;
@@ -619,11 +648,19 @@ static int curve_p_start(curve_p_t *P, const char *pub, const char *sec, const c
 	TU_OK(lc_mem_alloc(1 << 21, 0, (void **)&P->mem));
 	TU_OK(lc_region_register(P->ctx, P->mem, 1 << 21, &P->reg));
 	void *bases[2] = {P->mem, P->mem + (1 << 20)};
-	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA, .layers = 1,
-				 .pages = 256, .item_len = {4096, 4096}, .bases = bases};
+	lc_layout_params_t lp = {.size = sizeof lp,
+				 .model = LC_LAYOUT_MHA,
+				 .layers = 1,
+				 .pages = 256,
+				 .item_len = {4096, 4096},
+				 .bases = bases};
 	TU_OK(lc_layout_build(&lp, &P->layout));
-	lc_prefill_params_t pp = {.size = sizeof pp, .layout = P->layout, .bootstrap = P->addr,
-				  .world_size = 1, .dp_size = 1, .bootstrap_secret = bs_secret};
+	lc_prefill_params_t pp = {.size = sizeof pp,
+				  .layout = P->layout,
+				  .bootstrap = P->addr,
+				  .world_size = 1,
+				  .dp_size = 1,
+				  .bootstrap_secret = bs_secret};
 	TU_OK(lc_prefill_create(P->ctx, &pp, &P->pf));
 	TU_OK(lc_prefill_endpoint(P->pf, P->ep, sizeof P->ep));
 	return 0;
@@ -715,9 +752,11 @@ static int case_curve(void)
 	uint64_t r0 = lc__zctx_auth_refused(z);
 	TU_CHECK(!deliver(in, ep, spub, upub, usec), "an unknown client key got through");
 	TU_CHECK(lc__zctx_auth_refused(z) > r0, "the unknown key was not counted");
-	TU_CHECK(!deliver(in, ep, apub, apub, asec), "a client with the wrong server key got through");
-	fprintf(stderr, "ok: plain client, unknown key, wrong server key: refused "
-			"(%llu refusals counted)\n",
+	TU_CHECK(!deliver(in, ep, apub, apub, asec),
+		 "a client with the wrong server key got through");
+	fprintf(stderr,
+		"ok: plain client, unknown key, wrong server key: refused "
+		"(%llu refusals counted)\n",
 		(unsigned long long)lc__zctx_auth_refused(z));
 	/* Accepted: an authorized key, and the shared keypair itself. */
 	TU_CHECK(deliver(in, ep, spub, apub, asec), "an authorized key was refused");

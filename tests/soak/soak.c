@@ -150,9 +150,14 @@ static int p_main(int addr_fd)
 		char name[16];
 		snprintf(name, sizeof name, "p%d", r);
 		side_init(&side[r], name, P_PAGES, true, r == 0 ? 1 : 3);
-		lc_prefill_params_t pp = {.size = sizeof pp, .layout = side[r].layout,
-					  .bootstrap = addr, .name = name, .world_size = NRANKS,
-					  .dp_size = NRANKS, .engine_rank = r, .metrics_server = bs};
+		lc_prefill_params_t pp = {.size = sizeof pp,
+					  .layout = side[r].layout,
+					  .bootstrap = addr,
+					  .name = name,
+					  .world_size = NRANKS,
+					  .dp_size = NRANKS,
+					  .engine_rank = r,
+					  .metrics_server = bs};
 		TU_OK(lc_prefill_create(side[r].ctx, &pp, &pf[r]));
 		TU_OK(lc_prefill_engine(pf[r], &eng[r]));
 	}
@@ -191,14 +196,17 @@ static int p_main(int addr_fd)
 					int64_t pages[MAX_PAGES];
 					for (int j = 0; j < count; j++)
 						pages[j] = sp[k].src[first + j];
-					lc_chunk_t ch = {.size = sizeof ch, .room = sp[k].id,
-							 .pages = pages, .page_count = (size_t)count,
+					lc_chunk_t ch = {.size = sizeof ch,
+							 .room = sp[k].id,
+							 .pages = pages,
+							 .page_count = (size_t)count,
 							 .dst_index = (uint64_t)first,
 							 .is_last = c == sp[k].chunks - 1};
 					int rc = lc_engine_chunk_add(eng[r], &ch);
 					if (rc)
 						fprintf(stderr, "P: room %llu chunk %d: %s\n",
-							(unsigned long long)sp[k].id, c, lc_strerror(rc));
+							(unsigned long long)sp[k].id, c,
+							lc_strerror(rc));
 				}
 				TU_OK(lc_engine_batch_end(eng[r]));
 			}
@@ -272,9 +280,13 @@ static int d_main(int d, const char *addr)
 	side_t s;
 	side_init(&s, name, D_PAGES, false, 0);
 	lc_decode_t *dec;
-	lc_decode_params_t dp = {.size = sizeof dp, .layout = s.layout, .regions = &s.region,
-				 .region_count = 1, .listen_url = "tcp://127.0.0.1:0",
-				 .tp_size = 1, .tp_rank = 0};
+	lc_decode_params_t dp = {.size = sizeof dp,
+				 .layout = s.layout,
+				 .regions = &s.region,
+				 .region_count = 1,
+				 .listen_url = "tcp://127.0.0.1:0",
+				 .tp_size = 1,
+				 .tp_rank = 0};
 	TU_OK(lc_decode_create(s.ctx, &dp, &dec));
 	/* Checksums of every P page (the D side knows P's fill). */
 	static uint64_t sum[NBUF][P_PAGES];
@@ -319,7 +331,8 @@ static int d_main(int d, const char *addr)
 				lc_room_info_t info = {.size = sizeof info};
 				int stt = lc_receiver_poll(x->r, &info);
 				if (stt == LC_ROOM_BOOTSTRAPPED && !x->sent) {
-					lc_receiver_pages_t pg = {.size = sizeof pg, .pages = x->dst,
+					lc_receiver_pages_t pg = {.size = sizeof pg,
+								  .pages = x->dst,
 								  .page_count = (size_t)x->s.pages,
 								  .aux_index = -1};
 					TU_OK(lc_receiver_send(x->r, &pg));
@@ -353,7 +366,8 @@ static int d_main(int d, const char *addr)
 								fprintf(stderr,
 									"D%d: room %llu buffer %d "
 									"page %d: checksum mismatch\n",
-									d, (unsigned long long)x->s.id,
+									d,
+									(unsigned long long)x->s.id,
 									b, j);
 							mismatches++;
 						}
@@ -445,8 +459,8 @@ int main(int argc, char **argv)
 	buf[got > 0 ? got : 0] = '\0';
 	unsigned long long p_ok = 0, p_failed = 0, p_lost = 0, p_active = 0, p_bytes = 0,
 			   p_rss0 = 0, p_rss1 = 0;
-	unsigned long long d_ok = 0, d_failed = 0, d_lost = 0, d_mis = 0, d_pages = 0,
-			   d_bytes = 0, d_grants = 0, d_rss_growth = 0;
+	unsigned long long d_ok = 0, d_failed = 0, d_lost = 0, d_mis = 0, d_pages = 0, d_bytes = 0,
+			   d_grants = 0, d_rss_growth = 0;
 	int d_reports = 0, p_reports = 0;
 	for (char *save, *line = strtok_r(buf, "\n", &save); line;
 	     line = strtok_r(NULL, "\n", &save)) {
@@ -454,11 +468,13 @@ int main(int argc, char **argv)
 		int dd;
 		if (sscanf(line, "p %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
 			   &v[4], &v[5], &v[6]) == 7) {
-			p_ok = v[0], p_failed = v[1], p_lost = v[2], p_active = v[3], p_bytes = v[4];
+			p_ok = v[0], p_failed = v[1], p_lost = v[2], p_active = v[3],
+			p_bytes = v[4];
 			p_rss0 = v[5], p_rss1 = v[6];
 			p_reports++;
-		} else if (sscanf(line, "d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu", &dd, &v[0],
-				  &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]) == 10) {
+		} else if (sscanf(line, "d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu", &dd,
+				  &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
+				  &v[8]) == 10) {
 			d_ok += v[0], d_failed += v[1], d_lost += v[2], d_mis += v[3];
 			d_pages += v[4], d_bytes += v[5], d_grants += v[6];
 			if (v[8] > v[7] && v[8] - v[7] > d_rss_growth)
@@ -489,9 +505,9 @@ int main(int argc, char **argv)
 				"\"bytes_verified\":%llu,\"bytes_acked_at_p\":%llu,"
 				"\"mismatches\":%llu,\"seconds\":%.2f,\"rss_p_kib\":[%llu,%llu],"
 				"\"rss_d_max_growth_kib\":%llu}\n",
-				n_rooms, (unsigned long long)seed, wave, pass ? "true" : "false", p_ok,
-				p_failed, lost, d_ok, d_failed, d_pages, d_bytes, p_bytes, d_mis, secs,
-				p_rss0, p_rss1, d_rss_growth);
+				n_rooms, (unsigned long long)seed, wave, pass ? "true" : "false",
+				p_ok, p_failed, lost, d_ok, d_failed, d_pages, d_bytes, p_bytes,
+				d_mis, secs, p_rss0, p_rss1, d_rss_growth);
 			fclose(f);
 		}
 	}

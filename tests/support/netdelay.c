@@ -237,8 +237,9 @@ int main(int argc, char **argv)
 	}
 	rng_state = seed ? seed : 1;
 	/* P(drop) = loss_pct / 100 against a uniform 64-bit draw. */
-	uint64_t loss_threshold =
-		loss_pct >= 100 ? UINT64_MAX : (uint64_t)(loss_pct / 100.0 * 18446744073709551616.0);
+	uint64_t loss_threshold = loss_pct >= 100
+					  ? UINT64_MAX
+					  : (uint64_t)(loss_pct / 100.0 * 18446744073709551616.0);
 	prctl(PR_SET_TIMERSLACK, 1000UL); /* wake-ups to the microsecond */
 	pid_t parent = getppid();
 
@@ -250,7 +251,7 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
-	if (getppid() != parent) /* the parent died before that */
+	if (getppid() != parent)         /* the parent died before that */
 		kill(getpid(), SIGTERM); /* pending on the signalfd: stats, exit */
 	int fa = tun_open(names[0]);
 	int fb = fa >= 0 ? tun_open(names[1]) : -1;
@@ -282,7 +283,8 @@ int main(int argc, char **argv)
 		struct timespec ts, *tp = NULL;
 		if (next) {
 			uint64_t t = now_ns(), wait = next > t ? next - t : 0;
-			ts = (struct timespec){(time_t)(wait / 1000000000u), (long)(wait % 1000000000u)};
+			ts = (struct timespec){(time_t)(wait / 1000000000u),
+					       (long)(wait % 1000000000u)};
 			tp = &ts;
 		}
 		int n = ppoll(pf, 3, tp, NULL);

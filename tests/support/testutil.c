@@ -98,8 +98,8 @@ void tu_knobs(lc_ctx_t *ctx, const char *spec)
 	}
 }
 
-void tu_pool_init(tu_pool_t *p, const char *name, const char *knobs, int layers,
-		  uint64_t pages, uint64_t item)
+void tu_pool_init(tu_pool_t *p, const char *name, const char *knobs, int layers, uint64_t pages,
+		  uint64_t item)
 {
 	int nbuf = 2 * layers;
 	TU_CHECK(nbuf <= TU_POOL_MAX_BUFS, "%d buffers", nbuf);
@@ -113,9 +113,12 @@ void tu_pool_init(tu_pool_t *p, const char *name, const char *knobs, int layers,
 	TU_OK(lc_mem_alloc(p->len, LC_MEM_SHAREABLE, (void **)&p->mem));
 	for (int b = 0; b < nbuf; b++)
 		p->bases[b] = p->mem + (size_t)b * pages * item;
-	lc_layout_params_t lp = {.size = sizeof lp, .model = LC_LAYOUT_MHA,
-				 .layers = (uint32_t)layers, .pages = pages,
-				 .item_len = {item, item}, .bases = p->bases};
+	lc_layout_params_t lp = {.size = sizeof lp,
+				 .model = LC_LAYOUT_MHA,
+				 .layers = (uint32_t)layers,
+				 .pages = pages,
+				 .item_len = {item, item},
+				 .bases = p->bases};
 	TU_OK(lc_layout_build(&lp, &p->layout));
 	TU_OK(lc_region_register(p->ctx, p->mem, p->len, &p->region));
 }

@@ -10,20 +10,20 @@
 #define TU_SKIP 77
 
 /* Fail the test process with a message (for non-cmocka harnesses). */
-#define TU_CHECK(cond, ...)                                                     \
-	do {                                                                    \
-		if (!(cond)) {                                                  \
-			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-			fprintf(stderr, __VA_ARGS__);                           \
-			fprintf(stderr, "\n");                                  \
-			exit(1);                                                \
-		}                                                               \
+#define TU_CHECK(cond, ...)                                                                        \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);   \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fprintf(stderr, "\n");                                                     \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
-#define TU_OK(expr)                                                             \
-	do {                                                                    \
-		int tu_rc_ = (expr);                                            \
-		TU_CHECK(tu_rc_ >= 0, "%s returned %d (%s: %s)", #expr, tu_rc_, \
-			 lc_err_name(tu_rc_), lc_strerror(tu_rc_));             \
+#define TU_OK(expr)                                                                                \
+	do {                                                                                       \
+		int tu_rc_ = (expr);                                                               \
+		TU_CHECK(tu_rc_ >= 0, "%s returned %d (%s: %s)", #expr, tu_rc_,                    \
+			 lc_err_name(tu_rc_), lc_strerror(tu_rc_));                                \
 	} while (0)
 
 /* Deterministic bytes: fill/verify a buffer from a seed. */
@@ -37,7 +37,6 @@ lc_completion_t tu_wait_one(lc_cq_t *cq, int timeout_ms);
 /* Arm an alarm that kills the test process after `seconds` (belt and braces
  * under ctest's own timeout). */
 void tu_watchdog(unsigned seconds);
-
 
 /* One line (a newline is added) to a status pipe, as a child process reports
  * to its parent; a broken pipe ends the child (exit 3). */
@@ -61,8 +60,8 @@ typedef struct tu_pool {
 	void *bases[TU_POOL_MAX_BUFS];
 } tu_pool_t;
 
-void tu_pool_init(tu_pool_t *p, const char *name, const char *knobs, int layers,
-		  uint64_t pages, uint64_t item);
+void tu_pool_init(tu_pool_t *p, const char *name, const char *knobs, int layers, uint64_t pages,
+		  uint64_t item);
 void tu_pool_fini(tu_pool_t *p);
 
 #endif

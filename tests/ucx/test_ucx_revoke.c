@@ -83,8 +83,10 @@ static void sender(int rd, int wr, enum mode mode)
 	static lc_write_t w[REGION / BLOCK];
 	size_t n = REGION / BLOCK;
 	for (size_t i = 0; i < n; i++)
-		w[i] = (lc_write_t){.local = src + i * BLOCK, .remote_offset = i * BLOCK,
-				    .length = BLOCK, .remote_region = remote};
+		w[i] = (lc_write_t){.local = src + i * BLOCK,
+				    .remote_offset = i * BLOCK,
+				    .length = BLOCK,
+				    .remote_region = remote};
 	TU_OK(lc_batch_post(conn, w, n, &bp, &id));
 	char go = 1;
 	TU_CHECK(write(wr, &go, 1) == 1, "posted");
@@ -187,8 +189,9 @@ static int run(enum mode mode)
 	TU_CHECK(snap, "malloc");
 	memcpy(snap, dst, REGION);
 	size_t at_revoke = landed_bytes(snap);
-	fprintf(stderr, "revoke took %llu ms; %zu MiB landed before it returned (%zu MiB when "
-			"it was called)\n",
+	fprintf(stderr,
+		"revoke took %llu ms; %zu MiB landed before it returned (%zu MiB when "
+		"it was called)\n",
 		(unsigned long long)took, at_revoke >> 20, before >> 20);
 	/* A batch goes out in rounds of 64 MiB, each under its own lease: a
 	 * sender stopped between two rounds holds none, and the revoke rightly
@@ -198,8 +201,9 @@ static int run(enum mode mode)
 	if (mode == MODE_FENCE) {
 		fenced = took >= FENCE_MS - 50;
 		if (!fenced)
-			fprintf(stderr, "the sender held no lease when stopped (revoke took %llu ms): "
-					"nothing to fence\n",
+			fprintf(stderr,
+				"the sender held no lease when stopped (revoke took %llu ms): "
+				"nothing to fence\n",
 				(unsigned long long)took);
 		TU_CHECK(kill(pid, SIGCONT) == 0, "cont");
 	}
@@ -212,7 +216,8 @@ static int run(enum mode mode)
 	usleep(300000);
 	TU_CHECK(!memcmp(snap, dst, REGION), "bytes landed after lc_grant_revoke returned");
 	if (mode == MODE_CANCEL && cancelled)
-		TU_CHECK(status == LC_ERR_CANCELLED, "cancelled batch ended %s", lc_err_name(status));
+		TU_CHECK(status == LC_ERR_CANCELLED, "cancelled batch ended %s",
+			 lc_err_name(status));
 	else if (at_revoke < REGION)
 		TU_CHECK(status != 0, "a batch cut by revoke reported success");
 	fprintf(stderr, "sender's batch: %s\n", lc_err_name(status));

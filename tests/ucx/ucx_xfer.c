@@ -129,8 +129,8 @@ static int send_all(const char *info, size_t total_mib, size_t block_kib, int in
 	TU_CHECK(f, "open %s", info);
 	TU_CHECK(fgets(url, sizeof url, f), "url");
 	url[strcspn(url, "\n")] = 0;
-	TU_CHECK(fgets(line, sizeof line, f) && hex_get(line, tok.bytes, sizeof tok.bytes) ==
-							 sizeof tok.bytes,
+	TU_CHECK(fgets(line, sizeof line, f) &&
+			 hex_get(line, tok.bytes, sizeof tok.bytes) == sizeof tok.bytes,
 		 "token");
 	TU_CHECK(fgets(line, sizeof line, f), "descriptor");
 	dlen = hex_get(line, desc, sizeof desc);
@@ -153,7 +153,9 @@ static int send_all(const char *info, size_t total_mib, size_t block_kib, int in
 	TU_OK(lc_conn_import_region(conn, desc, dlen, &remote));
 
 	/* Warm up (connection, keys), then time the stream. */
-	lc_write_t w = {.local = src, .remote_offset = 0, .length = block < total ? block : total,
+	lc_write_t w = {.local = src,
+			.remote_offset = 0,
+			.length = block < total ? block : total,
 			.remote_region = remote};
 	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 30000};
 	uint64_t id;
@@ -177,8 +179,8 @@ static int send_all(const char *info, size_t total_mib, size_t block_kib, int in
 		int n = lc_cq_wait(cq, cs, 64, 30000);
 		TU_CHECK(n > 0, "no completion within 30 s");
 		for (int i = 0; i < n; i++) {
-			TU_CHECK(cs[i].status == 0, "batch failed: %s (%s)", lc_err_name(cs[i].status),
-				 cs[i].reason);
+			TU_CHECK(cs[i].status == 0, "batch failed: %s (%s)",
+				 lc_err_name(cs[i].status), cs[i].reason);
 			landed += cs[i].bytes;
 		}
 		outstanding -= n;

@@ -58,8 +58,8 @@ static int req(fixture_t *f, const char *method, const char *path, const char *b
 	free(last);
 	last = NULL;
 	snprintf(url, sizeof url, "%s%s", f->url, path);
-	int code = lc__http_request(method, url, body, body ? strlen(body) : 0, auth, 3000,
-				    &last, &len);
+	int code = lc__http_request(method, url, body, body ? strlen(body) : 0, auth, 3000, &last,
+				    &len);
 	if (out)
 		*out = last;
 	return code;
@@ -89,8 +89,8 @@ static void test_health_and_methods(void **state)
 	assert_int_equal(req(f, "PUT", "/metrics", "{}", NULL, NULL), 405);
 	assert_int_equal(req(f, "GET", "/nothing", NULL, NULL, NULL), 404);
 	/* Nothing registered yet. */
-	assert_int_equal(req(f, "GET", "/route?engine_rank=-1&target_dp_group=-1", NULL, NULL,
-			     NULL), 404);
+	assert_int_equal(
+		req(f, "GET", "/route?engine_rank=-1&target_dp_group=-1", NULL, NULL, NULL), 404);
 }
 
 static void test_register_and_discover(void **state)
@@ -99,34 +99,34 @@ static void test_register_and_discover(void **state)
 	char *body;
 	assert_int_equal(req(f, "PUT", "/route", put_body(4, 2, 0, 7000), NULL, &body), 200);
 	assert_int_equal(req(f, "PUT", "/route", put_body(4, 2, 3, 7003), NULL, NULL), 200);
-	assert_int_equal(req(f, "GET", "/route?engine_rank=-1&target_dp_group=-1", NULL, NULL,
-			     &body), 200);
+	assert_int_equal(
+		req(f, "GET", "/route?engine_rank=-1&target_dp_group=-1", NULL, NULL, &body), 200);
 	assert_non_null(strstr(body, "\"prefill_tp_size\":4"));
 	assert_non_null(strstr(body, "\"prefill_dp_size\":2"));
 	assert_non_null(strstr(body, "\"kv_item_lens\":[4096,4096]"));
 	assert_non_null(strstr(body, "\"registered_ranks\":2"));
 	/* engine_rank is the tp rank within the group: rank 3 = group 1, tp 1. */
-	assert_int_equal(req(f, "GET", "/route?engine_rank=1&target_dp_group=1", NULL, NULL,
-			     &body), 200);
+	assert_int_equal(req(f, "GET", "/route?engine_rank=1&target_dp_group=1", NULL, NULL, &body),
+			 200);
 	assert_non_null(strstr(body, "\"rank_port\":7003"));
 	/* Unknown ranks: 404, never 500. */
-	assert_int_equal(req(f, "GET", "/route?engine_rank=1&target_dp_group=0", NULL, NULL,
-			     &body), 404);
+	assert_int_equal(req(f, "GET", "/route?engine_rank=1&target_dp_group=0", NULL, NULL, &body),
+			 404);
 	assert_non_null(strstr(body, "unknown rank"));
-	assert_int_equal(req(f, "GET", "/route?engine_rank=5&target_dp_group=0", NULL, NULL,
-			     NULL), 404);
-	assert_int_equal(req(f, "GET", "/route?engine_rank=0&target_dp_group=9", NULL, NULL,
-			     NULL), 404);
+	assert_int_equal(req(f, "GET", "/route?engine_rank=5&target_dp_group=0", NULL, NULL, NULL),
+			 404);
+	assert_int_equal(req(f, "GET", "/route?engine_rank=0&target_dp_group=9", NULL, NULL, NULL),
+			 404);
 	/* Missing or malformed parameters: 400. */
 	assert_int_equal(req(f, "GET", "/route", NULL, NULL, NULL), 400);
 	assert_int_equal(req(f, "GET", "/route?engine_rank=0", NULL, NULL, NULL), 400);
-	assert_int_equal(req(f, "GET", "/route?engine_rank=x&target_dp_group=0", NULL, NULL,
-			     NULL), 400);
-	assert_int_equal(req(f, "GET", "/route?engine_rank=-3&target_dp_group=0", NULL, NULL,
-			     NULL), 400);
-	assert_int_equal(req(f, "GET",
-			     "/route?engine_rank=99999999999999999999&target_dp_group=0", NULL,
-			     NULL, NULL), 400);
+	assert_int_equal(req(f, "GET", "/route?engine_rank=x&target_dp_group=0", NULL, NULL, NULL),
+			 400);
+	assert_int_equal(req(f, "GET", "/route?engine_rank=-3&target_dp_group=0", NULL, NULL, NULL),
+			 400);
+	assert_int_equal(req(f, "GET", "/route?engine_rank=99999999999999999999&target_dp_group=0",
+			     NULL, NULL, NULL),
+			 400);
 	/* A different parallel layout or geometry later: 409 with a message. */
 	assert_int_equal(req(f, "PUT", "/route", put_body(8, 2, 1, 7001), NULL, &body), 409);
 	assert_non_null(strstr(body, "world_size"));
@@ -138,8 +138,8 @@ static void test_register_and_discover(void **state)
 	assert_non_null(strstr(body, "geometry"));
 	/* Re-registering a rank (a restarted P) replaces its endpoint. */
 	assert_int_equal(req(f, "PUT", "/route", put_body(4, 2, 0, 7100), NULL, NULL), 200);
-	assert_int_equal(req(f, "GET", "/route?engine_rank=0&target_dp_group=0", NULL, NULL,
-			     &body), 200);
+	assert_int_equal(req(f, "GET", "/route?engine_rank=0&target_dp_group=0", NULL, NULL, &body),
+			 200);
 	assert_non_null(strstr(body, "7100"));
 }
 
@@ -219,16 +219,20 @@ static void test_secret(void **state)
 	assert_int_equal(lc__http_request("PUT", url, body, strlen(body), NULL, 3000, &resp, &len),
 			 401);
 	free(resp);
-	assert_int_equal(lc__http_request("PUT", url, body, strlen(body), "wrong", 3000, &resp,
-					  &len), 401);
+	assert_int_equal(
+		lc__http_request("PUT", url, body, strlen(body), "wrong", 3000, &resp, &len), 401);
 	free(resp);
-	assert_int_equal(lc__http_request("PUT", url, body, strlen(body), "s3cret", 3000, &resp,
-					  &len), 200);
+	assert_int_equal(
+		lc__http_request("PUT", url, body, strlen(body), "s3cret", 3000, &resp, &len), 200);
 	free(resp);
 	/* The client helper with and without the secret. */
 	uint64_t lens[1] = {64};
-	lc__prefill_info_t info = {.world_size = 1, .dp_size = 1, .engine_rank = 0,
-				   .rank_ip = "127.0.0.1", .rank_port = 9, .nlens = 1,
+	lc__prefill_info_t info = {.world_size = 1,
+				   .dp_size = 1,
+				   .engine_rank = 0,
+				   .rank_ip = "127.0.0.1",
+				   .rank_port = 9,
+				   .nlens = 1,
 				   .kv_item_lens = lens};
 	char why[256];
 	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 1};
@@ -247,9 +251,14 @@ static void test_client(void **state)
 {
 	fixture_t *f = *state;
 	uint64_t lens[3] = {128, 128, 256};
-	lc__prefill_info_t info = {.world_size = 2, .dp_size = 1, .rank_ip = "127.0.0.1",
-				   .rank_port = 5555, .fingerprint = 0xabcdef0123456789ull,
-				   .layers = 3, .nlens = 3, .kv_item_lens = lens};
+	lc__prefill_info_t info = {.world_size = 2,
+				   .dp_size = 1,
+				   .rank_ip = "127.0.0.1",
+				   .rank_port = 5555,
+				   .fingerprint = 0xabcdef0123456789ull,
+				   .layers = 3,
+				   .nlens = 3,
+				   .kv_item_lens = lens};
 	char why[256];
 	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 2};
 	lc__parallel_info_t *pi = calloc(1, sizeof *pi);
@@ -258,7 +267,8 @@ static void test_client(void **state)
 	assert_int_equal(lc__bootstrap_register(f->addr, &info, &o, why, sizeof why), 0);
 	info.engine_rank = 1;
 	info.rank_port = 5556;
-	snprintf(info.curve_key, sizeof info.curve_key, "%s", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7");
+	snprintf(info.curve_key, sizeof info.curve_key, "%s",
+		 "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7");
 	assert_int_equal(lc__bootstrap_register(f->addr, &info, &o, why, sizeof why), 0);
 	assert_int_equal(lc__bootstrap_get_parallel(f->addr, &o, pi, why, sizeof why), 0);
 	assert_int_equal(pi->world_size, 2);
@@ -308,11 +318,13 @@ static void test_metrics(void **state)
 	assert_non_null(strstr(body, "# TYPE layercake_rooms_total counter"));
 	assert_non_null(strstr(body, "layercake_rooms_total{rank=\"\",outcome=\"success\""));
 	assert_non_null(strstr(body, "# TYPE layercake_room_transfer_seconds histogram"));
-	assert_non_null(strstr(body, "layercake_room_transfer_seconds_bucket{rank=\"\",le=\"+Inf\"} 0"));
+	assert_non_null(
+		strstr(body, "layercake_room_transfer_seconds_bucket{rank=\"\",le=\"+Inf\"} 0"));
 	int id = lc__bootstrap_source_add(f->b, fake_source, NULL);
 	assert_true(id > 0);
 	assert_int_equal(req(f, "GET", "/metrics", NULL, NULL, &body), 200);
-	assert_non_null(strstr(body, "layercake_rooms_total{rank=\"7\",outcome=\"success\",reason=\"none\"} 11"));
+	assert_non_null(strstr(
+		body, "layercake_rooms_total{rank=\"7\",outcome=\"success\",reason=\"none\"} 11"));
 	assert_non_null(strstr(body, "outcome=\"failed\",reason=\"cancelled\"} 2"));
 	assert_non_null(strstr(body, "layercake_room_transfer_seconds_count{rank=\"7\"} 1"));
 	assert_non_null(strstr(body, "event=\"msgs_malformed\"} 3"));
@@ -338,7 +350,9 @@ static void test_handler_direct(void **state)
 	size_t len;
 	static const char *const queries[] = {"engine_rank=&target_dp_group=",
 					      "engine_rank=1&&&target_dp_group=0",
-					      "engine_rank==1&target_dp_group=0", "&&&", "=",
+					      "engine_rank==1&target_dp_group=0",
+					      "&&&",
+					      "=",
 					      "engine_rank=-1&target_dp_group=0"};
 	for (size_t i = 0; i < LC__ARRAY_SIZE(queries); i++) {
 		int code = lc__bootstrap_handle(f->b, "GET", "/route", queries[i], NULL, NULL, 0,

@@ -55,8 +55,11 @@ static lc__msg_t make_register(lc__msg_buffer_t *bufs, const void **descs, size_
 		m.reg.token[i] = (uint8_t)(0xa0 + i);
 	m.reg.fingerprint = 0x0123456789abcdefull;
 	for (int i = 0; i < 3; i++)
-		bufs[i] = (lc__msg_buffer_t){.layer = i, .kind = LC_BUFFER_K, .region = (uint32_t)i % 2,
-					     .item_len = 4096, .offset = (uint64_t)i << 20};
+		bufs[i] = (lc__msg_buffer_t){.layer = i,
+					     .kind = LC_BUFFER_K,
+					     .region = (uint32_t)i % 2,
+					     .item_len = 4096,
+					     .offset = (uint64_t)i << 20};
 	bufs[2].flags = LC_BUFFER_DRAFT;
 	m.reg.nbuffers = 3;
 	m.reg.buffers = bufs;
@@ -180,9 +183,14 @@ static void test_info_round_trip(void **state)
 	size_t len;
 	memset(&m, 0, sizeof m);
 	m.type = LC__MSG_TRANSFER_INFO;
-	m.info = (lc__msg_transfer_info_t){.room = 0xfeedfacecafebeefull, .required_dst = 2,
-					   .prefix_len = 64, .aux_index = 9, .page_count = 5,
-					   .pages = pages, .slot_count = 2, .slots = slots};
+	m.info = (lc__msg_transfer_info_t){.room = 0xfeedfacecafebeefull,
+					   .required_dst = 2,
+					   .prefix_len = 64,
+					   .aux_index = 9,
+					   .page_count = 5,
+					   .pages = pages,
+					   .slot_count = 2,
+					   .slots = slots};
 	strcpy(m.info.session, "s");
 	strcpy(m.info.status_ep, "tcp://h:1");
 	uint8_t *buf = enc(&m, &len);
@@ -223,11 +231,14 @@ static void test_small_round_trips(void **state)
 	strcpy(m[0].cancel.session, "d1");
 	strcpy(m[0].cancel.reason, "client abort");
 	m[1].type = LC__MSG_STATUS;
-	m[1].status = (lc__msg_status_t){.room = 5, .p_rank = 2, .status = LC_ROOM_SUCCESS,
-					 .metadata_len = sizeof meta, .metadata = meta};
+	m[1].status = (lc__msg_status_t){.room = 5,
+					 .p_rank = 2,
+					 .status = LC_ROOM_SUCCESS,
+					 .metadata_len = sizeof meta,
+					 .metadata = meta};
 	m[2].type = LC__MSG_STATUS;
-	m[2].status = (lc__msg_status_t){.room = 6, .status = LC_ROOM_FAILED,
-					 .fail_reason = LC_FAIL_LAYER_TIMEOUT};
+	m[2].status = (lc__msg_status_t){
+		.room = 6, .status = LC_ROOM_FAILED, .fail_reason = LC_FAIL_LAYER_TIMEOUT};
 	strcpy(m[2].status.reason, "layer 3 never ready");
 	m[3].type = LC__MSG_LAYERS;
 	m[3].layers = (lc__msg_layers_t){.room = 8, .p_rank = 1, .layers = 61};
@@ -286,10 +297,11 @@ static void test_encode_refuses(void **state)
 	m.type = LC__MSG_STATUS;
 	m.status = (lc__msg_status_t){.status = 3};
 	assert_int_equal(lc__msg_encode(&m, &buf, &len), -EINVAL);
-	m.status = (lc__msg_status_t){.status = LC_ROOM_SUCCESS, .metadata_len = sizeof big,
-				      .metadata = big};
+	m.status = (lc__msg_status_t){
+		.status = LC_ROOM_SUCCESS, .metadata_len = sizeof big, .metadata = big};
 	assert_int_equal(lc__msg_encode(&m, &buf, &len), -EINVAL);
-	m.status = (lc__msg_status_t){.status = LC_ROOM_FAILED, .fail_reason = LC_FAIL_REASON_COUNT};
+	m.status =
+		(lc__msg_status_t){.status = LC_ROOM_FAILED, .fail_reason = LC_FAIL_REASON_COUNT};
 	assert_int_equal(lc__msg_encode(&m, &buf, &len), -EINVAL);
 	memset(&m, 0, sizeof m);
 	m.type = LC__MSG_TRANSFER_INFO;
@@ -314,7 +326,8 @@ static void test_encode_refuses(void **state)
 }
 
 /* Patch one field of a valid encoding and expect a refusal. */
-static void patch_fails_at(int line __attribute__((unused)), const uint8_t *buf, size_t len, size_t off, const void *v, size_t n)
+static void patch_fails_at(int line __attribute__((unused)), const uint8_t *buf, size_t len,
+			   size_t off, const void *v, size_t n)
 {
 	uint8_t *c = malloc(len);
 	memcpy(c, buf, len);
@@ -372,8 +385,8 @@ static void test_fields_out_of_range(void **state)
 	int64_t pages[2] = {1, 2};
 	memset(&m, 0, sizeof m);
 	m.type = LC__MSG_TRANSFER_INFO;
-	m.info = (lc__msg_transfer_info_t){.room = 1, .required_dst = 1, .page_count = 2,
-					   .pages = pages};
+	m.info = (lc__msg_transfer_info_t){
+		.room = 1, .required_dst = 1, .page_count = 2, .pages = pages};
 	strcpy(m.info.session, "ab");
 	strcpy(m.info.status_ep, "cd");
 	buf = enc(&m, &len);

@@ -19,9 +19,9 @@
 #include "layercake.h"
 #include "testutil.h"
 
-#define L 4        /* layers */
-#define PAGES 32   /* pages per buffer */
-#define ITEM 256   /* bytes per page */
+#define L 4      /* layers */
+#define PAGES 32 /* pages per buffer */
+#define ITEM 256 /* bytes per page */
 #define NBUF (2 * L)
 #define BUF_BYTES (PAGES * ITEM)
 #define MAXD 3
@@ -143,8 +143,8 @@ static fx_t *fx_new(const char *const *knobs, int external_counter)
 	assert_int_equal(lc_token_issue(f->d, &f->token), 0);
 	for (int i = 0; i < MAXD; i++) {
 		f->dmem[i] = calloc(1, NBUF * BUF_BYTES);
-		assert_int_equal(lc_region_register(f->d, f->dmem[i], NBUF * BUF_BYTES, &f->dregs[i]),
-				 0);
+		assert_int_equal(
+			lc_region_register(f->d, f->dmem[i], NBUF * BUF_BYTES, &f->dregs[i]), 0);
 	}
 	f->pmem = malloc(NBUF * BUF_BYTES);
 	tu_fill(f->pmem, NBUF * BUF_BYTES, 42);
@@ -152,12 +152,21 @@ static fx_t *fx_new(const char *const *knobs, int external_counter)
 	void *bases[NBUF];
 	for (int b = 0; b < NBUF; b++)
 		bases[b] = f->pmem + b * BUF_BYTES;
-	lc_layout_params_t lp = {.size = sizeof(lp), .model = LC_LAYOUT_MHA, .layers = L,
-				 .pages = PAGES, .item_len = {ITEM}, .bases = bases};
+	lc_layout_params_t lp = {.size = sizeof(lp),
+				 .model = LC_LAYOUT_MHA,
+				 .layers = L,
+				 .pages = PAGES,
+				 .item_len = {ITEM},
+				 .bases = bases};
 	assert_int_equal(lc_layout_build(&lp, &f->layout), 0);
-	lc_engine_params_t ep = {.size = sizeof(ep), .layout = f->layout, .name = "test",
-				 .status_cb = on_status, .status_arg = f, .landed_cb = on_landed,
-				 .landed_arg = f, .external_counter = external_counter};
+	lc_engine_params_t ep = {.size = sizeof(ep),
+				 .layout = f->layout,
+				 .name = "test",
+				 .status_cb = on_status,
+				 .status_arg = f,
+				 .landed_cb = on_landed,
+				 .landed_arg = f,
+				 .external_counter = external_counter};
 	assert_int_equal(lc_engine_create(f->p, &ep, &f->e), 0);
 	lc__engine_set_post_hook(f->e, on_post, f);
 	return f;
@@ -181,10 +190,17 @@ static int fx_session_on(fx_t *f, lc_engine_t *e, int i, const char *query, uint
 		offset[b] = (uint64_t)b * PAGES * d_item;
 	snprintf(name, sizeof(name), "d%d", i);
 	snprintf(url, sizeof(url), "%s%s", f->url, query ? query : "");
-	lc_session_params_t sp = {.size = sizeof(sp), .name = name, .url = url, .token = f->token,
-				  .has_token = 1, .region_descs = descs, .region_desc_lens = lens,
-				  .region_count = 1, .buffer_region = region,
-				  .buffer_offset = offset, .fragments = frags,
+	lc_session_params_t sp = {.size = sizeof(sp),
+				  .name = name,
+				  .url = url,
+				  .token = f->token,
+				  .has_token = 1,
+				  .region_descs = descs,
+				  .region_desc_lens = lens,
+				  .region_count = 1,
+				  .buffer_region = region,
+				  .buffer_offset = offset,
+				  .fragments = frags,
 				  .fragment_count = nfrags};
 	return lc_engine_session_add(e, &sp);
 }
@@ -210,23 +226,31 @@ static void fx_free(fx_t *f)
 }
 
 /* Destination for session i: D pages dst[0..n) (granted for the room). */
-static void fx_dst(fx_t *f, uint64_t room, int i, uint32_t required, const int64_t *dst,
-		   size_t n, int dummy)
+static void fx_dst(fx_t *f, uint64_t room, int i, uint32_t required, const int64_t *dst, size_t n,
+		   int dummy)
 {
 	char name[16];
 	snprintf(name, sizeof(name), "d%d", i);
 	if (!dummy)
 		assert_int_equal(lc_grant_issue(f->d, room, f->dregs[i], 0, NBUF * BUF_BYTES), 0);
-	lc_dst_params_t dp = {.size = sizeof(dp), .session = dummy ? NULL : name, .pages = dst,
-			      .page_count = n, .required_dst_count = required, .is_dummy = dummy};
+	lc_dst_params_t dp = {.size = sizeof(dp),
+			      .session = dummy ? NULL : name,
+			      .pages = dst,
+			      .page_count = n,
+			      .required_dst_count = required,
+			      .is_dummy = dummy};
 	assert_int_equal(lc_engine_room_dst_add(f->e, room, &dp), 0);
 }
 
 static int fx_chunk(fx_t *f, uint64_t room, const int64_t *src, size_t n, uint64_t dst_index,
 		    int last)
 {
-	lc_chunk_t c = {.size = sizeof(c), .room = room, .pages = src, .page_count = n,
-			.dst_index = dst_index, .is_last = last};
+	lc_chunk_t c = {.size = sizeof(c),
+			.room = room,
+			.pages = src,
+			.page_count = n,
+			.dst_index = dst_index,
+			.is_last = last};
 	return lc_engine_chunk_add(f->e, &c);
 }
 
@@ -902,8 +926,12 @@ static void two_p_ranks_fill_one_d_page(void **state)
 		void *bases[NBUF];
 		for (int b = 0; b < NBUF; b++)
 			bases[b] = mem[r] + (size_t)b * PAGES * (ITEM / 2);
-		lc_layout_params_t lp = {.size = sizeof(lp), .model = LC_LAYOUT_MHA, .layers = L,
-					 .pages = PAGES, .item_len = {ITEM / 2}, .bases = bases};
+		lc_layout_params_t lp = {.size = sizeof(lp),
+					 .model = LC_LAYOUT_MHA,
+					 .layers = L,
+					 .pages = PAGES,
+					 .item_len = {ITEM / 2},
+					 .bases = bases};
 		assert_int_equal(lc_layout_build(&lp, &lay[r]), 0);
 		lc_engine_params_t ep = {.size = sizeof(ep), .layout = lay[r], .name = "tp"};
 		assert_int_equal(lc_engine_create(f->p, &ep, &e[r]), 0);
@@ -911,12 +939,15 @@ static void two_p_ranks_fill_one_d_page(void **state)
 		tp_fragments(2, r, ITEM / 2, 1, 0, ITEM, fr);
 		assert_int_equal(fr[0].dst_offset, (uint64_t)r * ITEM / 2);
 		assert_int_equal(fx_session_on(f, e[r], 0, NULL, ITEM, fr, NBUF), 0);
-		lc_dst_params_t dp = {.size = sizeof(dp), .session = "d0", .pages = DST,
-				      .page_count = 6, .required_dst_count = 1};
+		lc_dst_params_t dp = {.size = sizeof(dp),
+				      .session = "d0",
+				      .pages = DST,
+				      .page_count = 6,
+				      .required_dst_count = 1};
 		assert_int_equal(lc_engine_room_dst_add(e[r], 22, &dp), 0);
 		assert_int_equal(lc_engine_room_metadata_set(e[r], 22, "m", 1), 0);
-		lc_chunk_t c = {.size = sizeof(c), .room = 22, .pages = SRC, .page_count = 6,
-				.is_last = 1};
+		lc_chunk_t c = {
+			.size = sizeof(c), .room = 22, .pages = SRC, .page_count = 6, .is_last = 1};
 		assert_int_equal(lc_engine_chunk_add(e[r], &c), 0);
 	}
 	for (int r = 0; r < 2; r++)
@@ -924,10 +955,10 @@ static void two_p_ranks_fill_one_d_page(void **state)
 	for (int b = 0; b < NBUF; b++)
 		for (int i = 0; i < 6; i++)
 			for (int r = 0; r < 2; r++)
-				assert_memory_equal(f->dmem[0] + b * BUF_BYTES + DST[i] * ITEM +
-							    r * (ITEM / 2),
-						    mem[r] + ((size_t)b * PAGES + SRC[i]) * (ITEM / 2),
-						    ITEM / 2);
+				assert_memory_equal(
+					f->dmem[0] + b * BUF_BYTES + DST[i] * ITEM + r * (ITEM / 2),
+					mem[r] + ((size_t)b * PAGES + SRC[i]) * (ITEM / 2),
+					ITEM / 2);
 	for (int r = 0; r < 2; r++) {
 		lc_engine_destroy(e[r]);
 		lc_layout_destroy(lay[r]);
@@ -966,7 +997,8 @@ int main(void)
 		cmocka_unit_test(fan_in_of_two_destinations),
 		cmocka_unit_test(fan_in_of_three_destinations),
 		cmocka_unit_test(second_destination_finishing_first_does_not_succeed_early),
-		cmocka_unit_test(failure_in_layer_k_fails_the_room_once_and_tells_every_destination),
+		cmocka_unit_test(
+			failure_in_layer_k_fails_the_room_once_and_tells_every_destination),
 		cmocka_unit_test(blocked_session_fails_new_rooms_until_it_registers_again),
 		cmocka_unit_test(session_ttl_expiry_unblocks),
 		cmocka_unit_test(layer_that_never_becomes_ready_expires),

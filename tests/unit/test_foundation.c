@@ -39,8 +39,8 @@ static void config_reads_environment_and_rejects_bad_values(void **state)
 	(void)state;
 	lc__config_t cfg;
 	setenv("LAYERCAKE_TCP_LANES", "7", 1);
-	setenv("LAYERCAKE_BATCH_TIMEOUT_MS", "abc", 1);   /* malformed: ignored */
-	setenv("LAYERCAKE_HEARTBEAT_MISSES", "0", 1);     /* below the minimum: ignored */
+	setenv("LAYERCAKE_BATCH_TIMEOUT_MS", "abc", 1); /* malformed: ignored */
+	setenv("LAYERCAKE_HEARTBEAT_MISSES", "0", 1);   /* below the minimum: ignored */
 	lc__config_load(&cfg);
 	assert_int_equal(LC__CFG(&cfg, tcp_lanes), 7);
 	assert_int_equal(LC__CFG(&cfg, batch_timeout_ms), 30000);
@@ -141,7 +141,8 @@ static void grant_table_grows_and_revokes_by_region(void **state)
 	lc__grant_room_t *g;
 	assert_int_equal(lc__grant_table_create(&t), 0);
 	for (uint64_t room = 1; room <= 5000; room++)
-		assert_int_equal(lc__grant_issue(t, room, (uint32_t)(room % 3 + 1), room * 10, 10), 0);
+		assert_int_equal(lc__grant_issue(t, room, (uint32_t)(room % 3 + 1), room * 10, 10),
+				 0);
 	assert_int_equal(lc__grant_rooms(t), 5000);
 	for (uint64_t room = 1; room <= 5000; room += 2)
 		assert_int_equal(lc__grant_revoke(t, room), 1);
@@ -289,7 +290,7 @@ static void armed_completion_queue_signals_only_a_sleeping_consumer(void **state
 	lc__cq_push(cq, &(lc_completion_t){.batch_id = 2});
 	assert_int_equal(poll(&p, 1, 0), 1); /* the sleeper is woken */
 	lc__cq_disarm(cq, true);
-	assert_int_equal(poll(&p, 1, 0), 0); /* cleared */
+	assert_int_equal(poll(&p, 1, 0), 0);                /* cleared */
 	lc__cq_push(cq, &(lc_completion_t){.batch_id = 3}); /* disarmed: quiet */
 	assert_int_equal(poll(&p, 1, 0), 0);
 	assert_int_equal(lc_cq_poll(cq, out, 4), 2);
@@ -334,14 +335,16 @@ static void urls_parse_hosts_ports_and_queries(void **state)
 	char host[64];
 	int port;
 	uint64_t v;
-	assert_int_equal(lc__url_host_port("tcp://127.0.0.1:8998", "tcp", host, sizeof host, &port), 0);
+	assert_int_equal(lc__url_host_port("tcp://127.0.0.1:8998", "tcp", host, sizeof host, &port),
+			 0);
 	assert_string_equal(host, "127.0.0.1");
 	assert_int_equal(port, 8998);
 	assert_int_equal(lc__url_host_port("tcp://[::1]:0", "tcp", host, sizeof host, &port), 0);
 	assert_string_equal(host, "::1");
 	assert_int_equal(port, 0);
 	assert_int_equal(lc__url_host_port("tcp://host", "tcp", host, sizeof host, &port), -EINVAL);
-	assert_int_equal(lc__url_host_port("tcp://h:70000", "tcp", host, sizeof host, &port), -EINVAL);
+	assert_int_equal(lc__url_host_port("tcp://h:70000", "tcp", host, sizeof host, &port),
+			 -EINVAL);
 	assert_int_equal(lc__url_host_port("shm://h:1", "tcp", host, sizeof host, &port), -EINVAL);
 	assert_int_equal(lc__url_query_u64("loop://x?a=1&fail_write=3", "fail_write", &v), 1);
 	assert_int_equal(v, 3);

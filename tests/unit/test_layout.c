@@ -10,8 +10,12 @@
 
 static lc_layout_t *build(uint32_t model, uint32_t layers, uint32_t draft)
 {
-	lc_layout_params_t p = {.size = sizeof(p), .model = model, .layers = layers,
-				.draft_layers = draft, .pages = 8, .item_len = {256, 128, 64}};
+	lc_layout_params_t p = {.size = sizeof(p),
+				.model = model,
+				.layers = layers,
+				.draft_layers = draft,
+				.pages = 8,
+				.item_len = {256, 128, 64}};
 	lc_layout_t *l = NULL;
 	assert_int_equal(lc_layout_build(&p, &l), 0);
 	return l;
@@ -106,10 +110,17 @@ static void state_buffers_are_addressed_by_slot_and_draft_ids_follow_them(void *
 {
 	/* Hybrid: KV layers 0 and 2, mamba layers 1 and 3, two components. */
 	int32_t kv_ids[] = {0, 2}, st_ids[] = {1, 3};
-	lc_layout_params_t p = {.size = sizeof(p), .model = LC_LAYOUT_MHA, .layers = 2,
-				.draft_layers = 1, .pages = 4, .item_len = {32},
-				.kv_layer_ids = kv_ids, .state_components = 2, .state_layers = 2,
-				.state_layer_ids = st_ids, .state_slots = 3,
+	lc_layout_params_t p = {.size = sizeof(p),
+				.model = LC_LAYOUT_MHA,
+				.layers = 2,
+				.draft_layers = 1,
+				.pages = 4,
+				.item_len = {32},
+				.kv_layer_ids = kv_ids,
+				.state_components = 2,
+				.state_layers = 2,
+				.state_layer_ids = st_ids,
+				.state_slots = 3,
 				.state_item_len = 1000};
 	lc_layout_t *l;
 	lc_buffer_t b;
@@ -130,8 +141,16 @@ static void state_buffers_are_addressed_by_slot_and_draft_ids_follow_them(void *
 static void general_builder_accepts_layers_without_buffers(void **state)
 {
 	lc_buffer_t bufs[] = {
-		{.base = (void *)0x1000, .length = 64, .item_len = 16, .layer = 2, .kind = LC_BUFFER_OTHER},
-		{.base = (void *)0x2000, .length = 64, .item_len = 16, .layer = 0, .kind = LC_BUFFER_OTHER},
+		{.base = (void *)0x1000,
+		 .length = 64,
+		 .item_len = 16,
+		 .layer = 2,
+		 .kind = LC_BUFFER_OTHER},
+		{.base = (void *)0x2000,
+		 .length = 64,
+		 .item_len = 16,
+		 .layer = 0,
+		 .kind = LC_BUFFER_OTHER},
 	};
 	lc_layout_t *l;
 	assert_int_equal(lc_layout_create(bufs, 2, &l), 0);
@@ -153,16 +172,19 @@ static void invalid_buffers_are_refused(void **state)
 	bad[0].layer = 0;
 	bad[0].item_len = 0;
 	assert_int_equal(lc_layout_create(bad, 1, &l), -EINVAL);
-	lc_layout_params_t p = {.size = sizeof(p), .model = 99, .layers = 1, .pages = 1,
-				.item_len = {1}};
+	lc_layout_params_t p = {
+		.size = sizeof(p), .model = 99, .layers = 1, .pages = 1, .item_len = {1}};
 	assert_int_equal(lc_layout_build(&p, &l), -EINVAL);
 	assert_null(l);
 }
 
 static void fingerprint_covers_geometry_not_addresses(void **state)
 {
-	lc_layout_params_t p = {.size = sizeof(p), .model = LC_LAYOUT_MHA, .layers = 4,
-				.pages = 8, .item_len = {256}};
+	lc_layout_params_t p = {.size = sizeof(p),
+				.model = LC_LAYOUT_MHA,
+				.layers = 4,
+				.pages = 8,
+				.item_len = {256}};
 	lc_layout_t *a, *b, *c, *d;
 	void *bases[8] = {(void *)1, (void *)2};
 	assert_int_equal(lc_layout_build(&p, &a), 0);

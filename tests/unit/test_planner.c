@@ -95,8 +95,11 @@ static void interval_zero_or_less_sends_all_layers_at_once(void **state)
 /* A 3-layer MHA layout with distinct item lengths for K and V. */
 static lc_layout_t *mha3(void)
 {
-	lc_layout_params_t p = {.size = sizeof(p), .model = LC_LAYOUT_MHA, .layers = 3,
-				.pages = 100, .item_len = {100, 10}};
+	lc_layout_params_t p = {.size = sizeof(p),
+				.model = LC_LAYOUT_MHA,
+				.layers = 3,
+				.pages = 100,
+				.item_len = {100, 10}};
 	void *bases[6];
 	for (int i = 0; i < 6; i++)
 		bases[i] = (void *)(uintptr_t)((i + 1) << 20);
@@ -146,8 +149,12 @@ static void fragments_move_a_byte_range_of_each_page(void **state)
 		lc__xfer_whole_page(&x[b], &l->bufs[b], 7, 0);
 		x[b].skip = 1;
 	}
-	x[0] = (lc__xfer_t){.src_base = (uint8_t *)l->bufs[0].base + 0, .src_stride = 100,
-			    .dst_base = 50, .dst_stride = 200, .bytes = 50, .dst_region = 7};
+	x[0] = (lc__xfer_t){.src_base = (uint8_t *)l->bufs[0].base + 0,
+			    .src_stride = 100,
+			    .dst_base = 50,
+			    .dst_stride = 200,
+			    .bytes = 50,
+			    .dst_region = 7};
 	int64_t s[] = {1, 2}, d[] = {3, 4};
 	lc__run_t runs[2];
 	lc__plan_t p = {.layout = l, .xfer = x, .runs = runs, .pages = 2};
@@ -167,9 +174,15 @@ static void fragments_move_a_byte_range_of_each_page(void **state)
 static void state_buffers_use_slot_runs_within_their_layer_group(void **state)
 {
 	int32_t st[] = {1};
-	lc_layout_params_t lp = {.size = sizeof(lp), .model = LC_LAYOUT_MLA, .layers = 1,
-				 .pages = 4, .item_len = {8}, .state_components = 1,
-				 .state_layers = 1, .state_layer_ids = st, .state_slots = 4,
+	lc_layout_params_t lp = {.size = sizeof(lp),
+				 .model = LC_LAYOUT_MLA,
+				 .layers = 1,
+				 .pages = 4,
+				 .item_len = {8},
+				 .state_components = 1,
+				 .state_layers = 1,
+				 .state_layer_ids = st,
+				 .state_slots = 4,
 				 .state_item_len = 1000};
 	void *sb[] = {(void *)0x100000};
 	void *kb[] = {(void *)0x200000};
@@ -211,8 +224,8 @@ static void slot_pairing_rules(void **state)
 static void resolve_off_off_pairs_positions(void **state)
 {
 	int64_t src[] = {10, 11, 12}, dst[] = {90, 91, 92, 93, 94}, os[3], od[3];
-	lc__resolve_in_t in = {.src = src, .positions = 3, .dst = dst, .dst_count = 5,
-			       .dst_begin = 2};
+	lc__resolve_in_t in = {
+		.src = src, .positions = 3, .dst = dst, .dst_count = 5, .dst_begin = 2};
 	assert_int_equal(lc__resolve(&in, os, od), 3);
 	assert_int_equal(os[0], 10);
 	assert_int_equal(od[0], 92);
@@ -223,8 +236,12 @@ static void resolve_on_off_takes_local_pages_and_masked_dst(void **state)
 {
 	uint8_t mask[] = {1, 0, 1, 1};
 	int64_t local[] = {70, 71, 72}, dst[] = {90, 91, 92, 93}, os[4], od[4];
-	lc__resolve_in_t in = {.src_mask = mask, .src_local = local, .src_local_count = 3,
-			       .positions = 4, .dst = dst, .dst_count = 4};
+	lc__resolve_in_t in = {.src_mask = mask,
+			       .src_local = local,
+			       .src_local_count = 3,
+			       .positions = 4,
+			       .dst = dst,
+			       .dst_count = 4};
 	assert_int_equal(lc__resolve(&in, os, od), 3);
 	assert_int_equal(os[1], 71);
 	assert_int_equal(od[1], 92);
@@ -238,8 +255,13 @@ static void resolve_off_on_takes_masked_src_and_dst_local_pages(void **state)
 	uint8_t dmask[] = {1, 0, 1, 0, 1};
 	int64_t dlocal[] = {50, 51, 52}, src[] = {10, 11, 12}, dst[] = {0, 0, 0, 0, 0};
 	int64_t os[3], od[3];
-	lc__resolve_in_t in = {.src = src, .positions = 3, .dst = dst, .dst_count = 5,
-			       .dst_begin = 2, .dst_mask = dmask, .dst_local = dlocal,
+	lc__resolve_in_t in = {.src = src,
+			       .positions = 3,
+			       .dst = dst,
+			       .dst_count = 5,
+			       .dst_begin = 2,
+			       .dst_mask = dmask,
+			       .dst_local = dlocal,
 			       .dst_local_count = 3};
 	assert_int_equal(lc__resolve(&in, os, od), 2);
 	assert_int_equal(os[0], 10);
@@ -253,9 +275,15 @@ static void resolve_on_on_keeps_positions_both_sides_own(void **state)
 	uint8_t smask[] = {1, 1, 0, 1}, dmask[] = {0, 1, 1, 1};
 	int64_t slocal[] = {70, 71, 72}, dlocal[] = {50, 51, 52}, dst[4] = {0};
 	int64_t os[4], od[4];
-	lc__resolve_in_t in = {.src_mask = smask, .src_local = slocal, .src_local_count = 3,
-			       .positions = 4, .dst = dst, .dst_count = 4, .dst_mask = dmask,
-			       .dst_local = dlocal, .dst_local_count = 3};
+	lc__resolve_in_t in = {.src_mask = smask,
+			       .src_local = slocal,
+			       .src_local_count = 3,
+			       .positions = 4,
+			       .dst = dst,
+			       .dst_count = 4,
+			       .dst_mask = dmask,
+			       .dst_local = dlocal,
+			       .dst_local_count = 3};
 	/* common = {1, 3}: src ranks 1 and 2, dst ranks 0 and 2 */
 	assert_int_equal(lc__resolve(&in, os, od), 2);
 	assert_int_equal(os[0], 71);
@@ -278,8 +306,12 @@ static void resolve_refuses_local_indices_out_of_range(void **state)
 {
 	uint8_t mask[] = {1, 1};
 	int64_t local[] = {70}, dst[] = {1, 2}, os[2], od[2];
-	lc__resolve_in_t in = {.src_mask = mask, .src_local = local, .src_local_count = 1,
-			       .positions = 2, .dst = dst, .dst_count = 2};
+	lc__resolve_in_t in = {.src_mask = mask,
+			       .src_local = local,
+			       .src_local_count = 1,
+			       .positions = 2,
+			       .dst = dst,
+			       .dst_count = 2};
 	assert_int_equal(lc__resolve(&in, os, od), -EINVAL);
 }
 
@@ -352,7 +384,8 @@ static void tp_fragments_cover_every_unit_once(void **state)
 				uint64_t di = 8 * 64 / (uint64_t)dt;
 				uint8_t hits[512] = {0};
 				for (int pr = 0; pr < pt; pr++)
-					if (tpf(pt, pr, 8 * 64 / (uint64_t)pt, dt, dr, di, 64, &f) == 1) {
+					if (tpf(pt, pr, 8 * 64 / (uint64_t)pt, dt, dr, di, 64,
+						&f) == 1) {
 						assert_true(f.dst_offset + f.bytes <= di);
 						for (uint64_t k = 0; k < f.bytes; k++)
 							hits[f.dst_offset + k]++;

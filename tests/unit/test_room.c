@@ -61,8 +61,7 @@ static void failed_is_sticky_and_keeps_its_first_reason(void **state)
 	assert_int_equal(lc__room_set_state(&t, r, LC_ROOM_SUCCESS, 0, NULL, 3000), LC_ERR_STATE);
 	assert_int_equal(lc__room_set_state(&t, r, LC_ROOM_BOOTSTRAPPED, 0, NULL, 3000),
 			 LC_ERR_STATE);
-	assert_int_equal(lc__room_set_state(&t, r, LC_ROOM_FAILED, LC_FAIL_TRANSFER, "other",
-					    3000),
+	assert_int_equal(lc__room_set_state(&t, r, LC_ROOM_FAILED, LC_FAIL_TRANSFER, "other", 3000),
 			 0);
 	assert_int_equal(r->status, LC_ROOM_FAILED);
 	assert_int_equal(r->fail_reason, LC_FAIL_LAYER_TIMEOUT);
@@ -118,8 +117,11 @@ static void destination_arrays_are_copied(void **state)
 {
 	lc__room_t *r = open_room(5);
 	int64_t pages[] = {4, 5, 6};
-	lc_dst_params_t d = {.size = sizeof(d), .session = "a", .required_dst_count = 1,
-			     .pages = pages, .page_count = 3};
+	lc_dst_params_t d = {.size = sizeof(d),
+			     .session = "a",
+			     .required_dst_count = 1,
+			     .pages = pages,
+			     .page_count = 3};
 	assert_int_equal(lc__room_add_dst(r, &d, NULL), 0);
 	pages[0] = 99;
 	assert_int_equal(r->dst[0].pages[0], 4);
@@ -159,10 +161,15 @@ static void any_holder_goes_through_the_same_table(void **state)
 	int status = LC_ROOM_BOOTSTRAPPING, fail_reason = 0;
 	char reason[LC_REASON_MAX] = "";
 	uint64_t bootstrapped = 0, final = 0;
-	lc__room_view_t v = {.id = 9, .side = "receiver room", .status = &status,
-			     .fail_reason = &fail_reason, .reason = reason,
-			     .reason_cap = sizeof reason, .opened_ns = 100,
-			     .bootstrapped_ns = &bootstrapped, .final_ns = &final};
+	lc__room_view_t v = {.id = 9,
+			     .side = "receiver room",
+			     .status = &status,
+			     .fail_reason = &fail_reason,
+			     .reason = reason,
+			     .reason_cap = sizeof reason,
+			     .opened_ns = 100,
+			     .bootstrapped_ns = &bootstrapped,
+			     .final_ns = &final};
 	assert_int_equal(lc__room_state_apply(&m, &v, LC_ROOM_BOOTSTRAPPED, 0, NULL, 200), 1);
 	assert_int_equal(bootstrapped, 200);
 	assert_int_equal(lc__room_state_apply(&m, &v, LC_ROOM_BOOTSTRAPPING, 0, NULL, 250), 0);
@@ -178,8 +185,7 @@ static void any_holder_goes_through_the_same_table(void **state)
 	assert_int_equal(m.failed, 1);
 	assert_int_equal(m.failed_by_reason[LC_FAIL_CANCELLED], 1);
 	assert_int_equal(m.latency.count, 1);
-	assert_int_equal(lc__room_state_apply(&m, &v, LC_ROOM_SUCCESS, 0, NULL, 500),
-			 LC_ERR_STATE);
+	assert_int_equal(lc__room_state_apply(&m, &v, LC_ROOM_SUCCESS, 0, NULL, 500), LC_ERR_STATE);
 	assert_int_equal(status, LC_ROOM_FAILED);
 }
 

@@ -266,7 +266,8 @@ static int io_get(lc_ctx_t *ctx, struct lc__io **out)
 		if (io) {
 			io->ctx = ctx;
 			pthread_mutex_init(&io->lock, NULL);
-			io->max_loops = (int)LC__MIN(lc__ctx_cfg(ctx, LC__CFG_io_threads), MAX_LOOPS);
+			io->max_loops =
+				(int)LC__MIN(lc__ctx_cfg(ctx, LC__CFG_io_threads), MAX_LOOPS);
 			ctx->io = io;
 		} else {
 			rc = -ENOMEM;

@@ -24,7 +24,7 @@ struct lc__shm_helper {
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	bool stop, busy; /* busy: a job is posted and not finished */
+	bool stop, busy;        /* busy: a job is posted and not finished */
 	const lc__land_t *land; /* the job: land len bytes of src at byte at */
 	const uint8_t *src;
 	uint64_t at, len;
@@ -114,8 +114,8 @@ int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t room, uint32
 
 /* The kernel copies from P's memory straight into place, inside the seam's
  * bracket, slice by slice. */
-int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region,
-		     uint64_t offset, uint64_t p_addr, uint64_t length)
+int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region, uint64_t offset,
+		     uint64_t p_addr, uint64_t length)
 {
 	lc__land_t l;
 	int rc = lc__land_open(ctx, room, region, offset, length, &l);

@@ -108,7 +108,7 @@ static void dconn_close(shm_listener_t *sl, dconn_t *dc, const char *why)
 {
 	if (why)
 		LC__DEBUG("shm://%s: closing connection from pid %ld: %s", sl->name, (long)dc->pid,
-			 why);
+			  why);
 	lc__io_fd_del(&sl->task, &dc->iofd);
 	close(dc->fd);
 	for (size_t i = 0; i < dc->nsrcs; i++)
@@ -125,8 +125,8 @@ static void dconn_close(shm_listener_t *sl, dconn_t *dc, const char *why)
 static void malformed(shm_listener_t *sl, dconn_t *dc, const char *what)
 {
 	LC__COUNT(sl->ctx, frames_malformed);
-	LC__WARN("shm://%s: malformed message from pid %ld (%s); closing the connection",
-		sl->name, (long)dc->pid, what);
+	LC__WARN("shm://%s: malformed message from pid %ld (%s); closing the connection", sl->name,
+		 (long)dc->pid, what);
 }
 
 static src_region_t *src_find(dconn_t *dc, uint32_t id)
@@ -149,21 +149,21 @@ static int src_map(shm_listener_t *sl, src_region_t *s, int fd, uint64_t off)
 	int seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
 		LC__WARN("shm://%s: source region %u: the passed fd is not a memfd", sl->name,
-			s->id);
+			 s->id);
 		return -1;
 	}
 	if (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
 		/* A peer that shrank an unsealed memfd would make our reads
 		 * fault (SIGBUS): use CMA, which fails with EFAULT instead. */
 		LC__INFO("shm://%s: source region %u: memfd cannot be sealed against "
-			"shrinking (%s); reading it with process_vm_readv",
-			sl->name, s->id, strerror(errno));
+			 "shrinking (%s); reading it with process_vm_readv",
+			 sl->name, s->id, strerror(errno));
 		return -1;
 	}
 	if (off > (uint64_t)st.st_size || s->len > (uint64_t)st.st_size - off) {
 		LC__WARN("shm://%s: source region %u: [%llu, +%llu) beyond the memfd (%lld bytes)",
-			sl->name, s->id, (unsigned long long)off, (unsigned long long)s->len,
-			(long long)st.st_size);
+			 sl->name, s->id, (unsigned long long)off, (unsigned long long)s->len,
+			 (long long)st.st_size);
 		return -1;
 	}
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
@@ -198,9 +198,9 @@ static void src_cma(shm_listener_t *sl, dconn_t *dc, src_region_t *s)
 		return;
 	s->err = -ENOTSUP;
 	LC__WARN("shm://%s: source region %u of pid %ld is not memfd-backed and cross-memory "
-		"attach is refused (%s); its writes fail: allocate sender memory with "
-		"lc_mem_alloc(LC_MEM_SHAREABLE)",
-		sl->name, s->id, (long)dc->pid, strerror(errno));
+		 "attach is refused (%s); its writes fail: allocate sender memory with "
+		 "lc_mem_alloc(LC_MEM_SHAREABLE)",
+		 sl->name, s->id, (long)dc->pid, strerror(errno));
 }
 
 static int on_region(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t len, int fd)
@@ -226,8 +226,10 @@ static int on_region(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t l
 	if (fd < 0 || src_map(sl, s, fd, r.offset))
 		src_cma(sl, dc, s);
 	LC__DEBUG("shm://%s: source region %u of pid %ld (%llu bytes): %s", sl->name, r.id,
-		 (long)dc->pid, (unsigned long long)r.len,
-		 s->err ? "unusable" : s->mode == SRC_MAP ? "mapped memfd" : "process_vm_readv");
+		  (long)dc->pid, (unsigned long long)r.len,
+		  s->err               ? "unusable"
+		  : s->mode == SRC_MAP ? "mapped memfd"
+				       : "process_vm_readv");
 	return 0;
 }
 
@@ -344,13 +346,15 @@ static int on_hello(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t le
 	lc__shm_welcome_t w = {.magic = LC__SHM_MAGIC, .version = LC__SHM_VERSION};
 	if (h.version != LC__SHM_VERSION) {
 		w.status = LC_ERR_PROTO;
-		LC__WARN("shm://%s: pid %ld speaks version %u, we speak %u", sl->name, (long)dc->pid,
-			h.version, LC__SHM_VERSION);
+		LC__WARN("shm://%s: pid %ld speaks version %u, we speak %u", sl->name,
+			 (long)dc->pid, h.version, LC__SHM_VERSION);
 	} else if (!lc__ctx_token_accepted(sl->ctx, h.token, h.flags & LC__SHM_HELLO_TOKEN)) {
 		w.status = LC_ERR_AUTH;
 		LC__COUNT(sl->ctx, conns_rejected_auth);
-		LC__WARN("shm://%s: rejected a connection from pid %ld: %s", sl->name, (long)dc->pid,
-			h.flags & LC__SHM_HELLO_TOKEN ? "token not accepted" : "no token presented");
+		LC__WARN("shm://%s: rejected a connection from pid %ld: %s", sl->name,
+			 (long)dc->pid,
+			 h.flags & LC__SHM_HELLO_TOKEN ? "token not accepted"
+						       : "no token presented");
 	}
 	int rc = lc__shm_send(dc->fd, buf, lc__shm_put_welcome(buf, &w), -1);
 	if (rc || w.status)
@@ -501,7 +505,7 @@ static void dconn_add(shm_listener_t *sl, int fd)
 	sl->conns.next = dc;
 	sl->nconns++;
 	LC__DEBUG("shm://%s: connection from pid %ld uid %ld", sl->name, (long)cred.pid,
-		 (long)cred.uid);
+		  (long)cred.uid);
 	return;
 refuse:
 	LC__WARN("shm://%s: refusing a connection (%zu open)", sl->name, sl->nconns);
@@ -622,7 +626,8 @@ int lc__shm_listen(lc_listener_t *l, const char *url)
 	snprintf(l->url, sizeof l->url, "shm://%s", sl->name);
 	if (lc__ctx_cfg(l->ctx, LC__CFG_shm_copy_threads) >= 2 &&
 	    sysconf(_SC_NPROCESSORS_ONLN) >= 2 && !(sl->helper = lc__shm_helper_start()))
-		LC__WARN("shm://%s: no copy helper thread; copying on the I/O loop alone", sl->name);
+		LC__WARN("shm://%s: no copy helper thread; copying on the I/O loop alone",
+			 sl->name);
 	rc = lc__io_attach(l->ctx, &sl->task, &listener_task_ops);
 	if (rc)
 		goto fail;

@@ -57,10 +57,10 @@ typedef struct shm_conn {
 	int fd;
 	lc__io_fd_t iofd;
 	enum pstate state;
-	bool readable, writable; /* as the last edges said */
-	bool want_connect;       /* handshake before the first post */
-	uint64_t deadline_ns;    /* handshake deadline in P_HELLO */
-	uint64_t progress_ns;    /* last ack, or when acks started being awaited */
+	bool readable, writable;                /* as the last edges said */
+	bool want_connect;                      /* handshake before the first post */
+	uint64_t deadline_ns;                   /* handshake deadline in P_HELLO */
+	uint64_t progress_ns;                   /* last ack, or when acks started being awaited */
 	uint32_t srcs[LC__SHM_MAX_SRC_REGIONS]; /* source regions D holds, oldest first */
 	size_t nsrcs;
 	uint8_t *out; /* one message waiting to be sent */
@@ -357,7 +357,8 @@ static bool p_on_acks(shm_conn_t *sc, const uint8_t *m, size_t len)
 		pbatch_t *pb = sc->head;
 		while (pb && pb->acked == pb->sent)
 			pb = pb->next;
-		if (!pb || pb->b->id != a.batch || a.writes == 0 || a.writes > pb->sent - pb->acked) {
+		if (!pb || pb->b->id != a.batch || a.writes == 0 ||
+		    a.writes > pb->sent - pb->acked) {
 			pthread_mutex_unlock(&sc->lock);
 			return false;
 		}
@@ -366,8 +367,9 @@ static bool p_on_acks(shm_conn_t *sc, const uint8_t *m, size_t len)
 		if (a.status == 0)
 			lc__batch_applied(pb->b, a.writes);
 		else
-			lc__batch_fail(pb->b, a.status, "%s: write %zu rejected by the receiver: %s",
-				       sc->c->url, pb->acked - a.writes, reject_text(a.status));
+			lc__batch_fail(pb->b, a.status,
+				       "%s: write %zu rejected by the receiver: %s", sc->c->url,
+				       pb->acked - a.writes, reject_text(a.status));
 	}
 	pop_done(sc);
 	pthread_mutex_unlock(&sc->lock);

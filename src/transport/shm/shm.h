@@ -60,7 +60,7 @@ void lc__shm_helper_stop(lc__shm_helper_t *h);
 int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t room, uint32_t region,
 		       uint64_t offset, const uint8_t *src, uint64_t length);
 /* Land `length` bytes at p_addr in process pid with process_vm_readv. */
-int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region,
-		     uint64_t offset, uint64_t p_addr, uint64_t length);
+int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region, uint64_t offset,
+		     uint64_t p_addr, uint64_t length);
 
 #endif

@@ -54,8 +54,8 @@ enum rphase { R_HELLO, R_HDR, R_RUN };
 
 /* One write of the run being received. */
 typedef struct rwrite {
-	uint8_t *dst;     /* NULL: rejected, the payload is discarded */
-	lc__land_t land;  /* the seam's landing, until the payload is in place */
+	uint8_t *dst;    /* NULL: rejected, the payload is discarded */
+	lc__land_t land; /* the seam's landing, until the payload is in place */
 	uint32_t region;
 	uint64_t offset, len;
 	int code, detail; /* the rejection, when dst is NULL */
@@ -193,9 +193,9 @@ static void revoked_run(rlane_t *r, lc__grant_room_t *g)
 	const rwrite_t *first = &r->run[r->run_i];
 	uint32_t n = 0;
 	LC__WARN("tcp: grant of room %llu revoked during a write to region %u [%llu, +%llu); "
-		"discarding the rest of the run",
-		(unsigned long long)r->room, first->region, (unsigned long long)first->offset,
-		(unsigned long long)first->len);
+		 "discarding the rest of the run",
+		 (unsigned long long)r->room, first->region, (unsigned long long)first->offset,
+		 (unsigned long long)first->len);
 	for (uint32_t i = r->run_i; i < r->run_n; i++, n++)
 		if (r->run[i].dst && r->run[i].land.g == g)
 			revoked_midway(r, &r->run[i]);
@@ -252,8 +252,8 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 	rlane_flush(r);
 	if (!ok) {
 		LC__COUNT(r->tl->ctx, conns_rejected_auth);
-		LC__WARN("tcp: rejected a connection: %s", has ? "unknown or revoked session token"
-							      : "no session token");
+		LC__WARN("tcp: rejected a connection: %s",
+			 has ? "unknown or revoked session token" : "no session token");
 		return LC_ERR_AUTH;
 	}
 	r->phase = R_HDR;
@@ -402,7 +402,7 @@ static void rlane_bad(rlane_t *r, int rc)
 		return; /* LC_ERR_AUTH: counted and logged by on_hello */
 	LC__COUNT(r->tl->ctx, frames_malformed);
 	LC__WARN("tcp: malformed frame after %llu writes on a lane; closing it",
-		(unsigned long long)r->seq);
+		 (unsigned long long)r->seq);
 }
 
 static void rlane_pump(rlane_t *r)
@@ -504,7 +504,7 @@ static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
 			rlane_pump(r);
 		if (r->phase == R_HELLO && !r->dead && now >= r->hello_deadline_ns) {
 			LC__WARN("tcp: no handshake within %llu ms; closing",
-				(unsigned long long)(tl->hello_ns / 1000000));
+				 (unsigned long long)(tl->hello_ns / 1000000));
 			r->dead = true;
 		}
 		if (r->dead) {

@@ -57,7 +57,7 @@ typedef struct seg {
 
 /* One allocation per posted batch: its segments. */
 struct segblock {
-	lc__batch_t *b; /* referenced until every segment is released */
+	lc__batch_t *b;   /* referenced until every segment is released */
 	segblock_t *next; /* submission queue */
 	size_t n, live;
 	seg_t segs[];
@@ -145,7 +145,8 @@ static size_t seg_sent(const lane_t *ln, const seg_t *s)
 /* Pop fully acknowledged segments that the cursor has left behind. */
 static void lane_pop_done(lane_t *ln)
 {
-	while (ln->head && ln->head != ln->cur && ln->head->acked == ln->head->end - ln->head->first) {
+	while (ln->head && ln->head != ln->cur &&
+	       ln->head->acked == ln->head->end - ln->head->first) {
 		seg_t *s = ln->head;
 		ln->head = s->next;
 		if (!ln->head)
@@ -226,7 +227,7 @@ static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
 	}
 	if (nseg && code != LC_ERR_CANCELLED)
 		LC__WARN("tcp://%s:%d lane %d: %s (%s; %zu segments failed)", tc->host, tc->port,
-			ln->idx, why, lc_err_name(code), nseg);
+			 ln->idx, why, lc_err_name(code), nseg);
 	else
 		LC__DEBUG("tcp://%s:%d lane %d: %s", tc->host, tc->port, ln->idx, why);
 	ln->head = ln->tail = ln->cur = NULL;
@@ -239,7 +240,7 @@ static void lane_malformed(lane_t *ln, const char *what)
 {
 	LC__COUNT(ln->tc->ctx, frames_malformed);
 	LC__WARN("tcp://%s:%d lane %d: malformed frame from the receiver: %s", ln->tc->host,
-		ln->tc->port, ln->idx, what);
+		 ln->tc->port, ln->idx, what);
 	lane_fail(ln, LC_ERR_PROTO, "malformed frame from the receiver: %s", what);
 }
 
@@ -314,7 +315,8 @@ static void lane_connected(lane_t *ln)
 	}
 	lc__tcp_encode_ctrl(hello, &h);
 	/* 24 bytes into a fresh socket's empty buffer: all or an error. */
-	if (send(ln->fd, hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof hello) {
+	if (send(ln->fd, hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+	    (ssize_t)sizeof hello) {
 		LC__COUNT(tc->ctx, conns_failed);
 		lane_fail(ln, LC_ERR_UNREACHABLE, "sending the handshake: %s", strerror(errno));
 		return;
@@ -473,8 +475,8 @@ typedef struct build_state {
 
 /* Describe one frame (writes [idx, idx+n) of s, `off` bytes already sent)
  * in tc->iov; false if it does not fit in this sendmsg. */
-static bool build_frame(lane_t *ln, build_state_t *st, seg_t *s, size_t idx, size_t n,
-			size_t off, uint64_t seq)
+static bool build_frame(lane_t *ln, build_state_t *st, seg_t *s, size_t idx, size_t n, size_t off,
+			uint64_t seq)
 {
 	tcp_conn_t *tc = ln->tc;
 	size_t tlen = LC__TCP_HDR_LEN + n * LC__TCP_DESC_LEN, bytes = tlen;

@@ -11,8 +11,8 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
 		sconn_t *sc = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
 				      ? lc__ucx_sc_by_ep(st, param->reply_ep)
 				      : NULL;
-		lc__ucx_on_write(st, sc && sc->authed ? sc : NULL, header, header_length, data, length,
-				 (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+		lc__ucx_on_write(st, sc && sc->authed ? sc : NULL, header, header_length, data,
+				 length, (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
 		return UCS_OK;
 	}
 	if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
@@ -58,11 +58,11 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
 	return UCS_OK;
 }
 
-#define AM_HANDLER(name, id)                                                                   \
-	static ucs_status_t name(void *arg, const void *h, size_t hl, void *d, size_t l,       \
-				 const ucp_am_recv_param_t *p)                                 \
-	{                                                                                      \
-		return am_cb(arg, h, hl, d, l, p, id);                                         \
+#define AM_HANDLER(name, id)                                                                       \
+	static ucs_status_t name(void *arg, const void *h, size_t hl, void *d, size_t l,           \
+				 const ucp_am_recv_param_t *p)                                     \
+	{                                                                                          \
+		return am_cb(arg, h, hl, d, l, p, id);                                             \
 	}
 AM_HANDLER(am_hello, UW_HELLO)
 AM_HANDLER(am_hello_reply, UW_HELLO_REPLY)
@@ -79,14 +79,16 @@ int lc__ucx_register_handlers(ustate_t *st, ucs_status_t *sp)
 		unsigned id;
 		ucp_am_recv_callback_t cb;
 	} handlers[] = {
-		{UW_HELLO, am_hello},   {UW_HELLO_REPLY, am_hello_reply}, {UW_LEASE, am_lease},
-		{UW_LEASE_REPLY, am_lease_reply}, {UW_DONE, am_done}, {UW_ACK, am_ack},
+		{UW_HELLO, am_hello},   {UW_HELLO_REPLY, am_hello_reply},
+		{UW_LEASE, am_lease},   {UW_LEASE_REPLY, am_lease_reply},
+		{UW_DONE, am_done},     {UW_ACK, am_ack},
 		{UW_REVOKE, am_revoke}, {UW_WRITE, am_write},
 	};
 	for (size_t i = 0; i < LC__ARRAY_SIZE(handlers); i++) {
 		ucp_am_handler_param_t hp = {
-			.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-				      UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
+			.field_mask =
+				UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+				UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
 			.id = handlers[i].id,
 			.flags = UCP_AM_FLAG_WHOLE_MSG,
 			.cb = handlers[i].cb,

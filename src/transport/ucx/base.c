@@ -48,7 +48,8 @@ int lc__ucx_map_status(ucs_status_t s, bool connected)
 int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_storage *out,
 		    socklen_t *len)
 {
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
 	struct addrinfo *ai;
 	char ps[16];
@@ -73,7 +74,7 @@ int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_st
 ucp_err_handling_mode_t lc__ucx_err_mode(lc_ctx_t *ctx)
 {
 	return lc__ctx_cfg(ctx, LC__CFG_ucx_err_mode) == 1 ? UCP_ERR_HANDLING_MODE_NONE
-							    : UCP_ERR_HANDLING_MODE_PEER;
+							   : UCP_ERR_HANDLING_MODE_PEER;
 }
 
 /* Data mode (config ucx_data, LAYERCAKE_UCX_DATA), chosen per batch when
@@ -113,8 +114,8 @@ ucs_status_t lc__ucx_msg_send(ucp_ep_h ep, unsigned id, msg_t *m)
 {
 	ustate_t *st = m->st;
 	ucp_request_param_t p = {
-		.op_attr_mask =
-			UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+				UCP_OP_ATTR_FIELD_FLAGS,
 		.cb.send = msg_sent,
 		.user_data = m,
 		.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER,
@@ -153,8 +154,8 @@ static void close_done(void *req, ucs_status_t status, void *user)
 void lc__ucx_ep_close_force(ustate_t *st, ucp_ep_h ep)
 {
 	ucp_request_param_t p = {
-		.op_attr_mask =
-			UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+				UCP_OP_ATTR_FIELD_FLAGS,
 		.cb.send = close_done,
 		.user_data = st,
 		.flags = UCP_EP_CLOSE_FLAG_FORCE,

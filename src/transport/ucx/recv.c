@@ -181,7 +181,11 @@ void lc__ucx_on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 		reply_lease(st, sc->ep, h.seq, -ENOMEM, 0);
 		return;
 	}
-	*ls = (lease_t){.st = st, .seq = h.seq, .room = h.room, .n = h.n, .w = w,
+	*ls = (lease_t){.st = st,
+			.seq = h.seq,
+			.room = h.room,
+			.n = h.n,
+			.w = w,
 			.am = (h.flags & UW_LEASE_F_AM) != 0};
 	int rc = lease_open(st, ls, d, &bad);
 	if (rc) {
@@ -274,8 +278,7 @@ static void recv_done(void *req, ucs_status_t status, size_t length, void *user)
 
 /* The write named by an UW_WRITE header: of an am lease of this
  * connection, of the right length, not received yet. */
-static lwrite_t *write_find(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen,
-			    size_t length)
+static lwrite_t *write_find(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, size_t length)
 {
 	uint64_t seq = 0, index = 0;
 	if (uw_write_decode(h, hlen, &seq, &index))
@@ -306,7 +309,8 @@ void lc__ucx_on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, 
 	if (!w)
 		return; /* dropped: a rendezvous is cancelled, nothing lands */
 	if (w->ls->revoke_seen_ns || !rndv) {
-		int rc = w->ls->revoke_seen_ns ? LC_ERR_GRANT : lc__land_copy(&w->land, 0, data, length);
+		int rc = w->ls->revoke_seen_ns ? LC_ERR_GRANT
+					       : lc__land_copy(&w->land, 0, data, length);
 		if (rc)
 			lc__land_revoked(&w->land);
 		write_done(w, rc == 0);
@@ -379,7 +383,8 @@ static void accept_pending(ustate_t *st)
 		}
 		sc->ul = cr->ul;
 		ucp_ep_params_t ep = {
-			.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+			.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
+				      UCP_EP_PARAM_FIELD_ERR_HANDLER |
 				      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
 			.conn_request = cr->req,
 			.err_mode = lc__ucx_err_mode(st->ctx),
@@ -412,8 +417,9 @@ static void sc_service(ustate_t *st, uint64_t now)
 			}
 			if (!ls->revoke_seen_ns) {
 				ls->revoke_seen_ns = now;
-				LC__DEBUG("ucx: room %llu revoked with a lease out; asking the sender",
-					 (unsigned long long)ls->room);
+				LC__DEBUG(
+					"ucx: room %llu revoked with a lease out; asking the sender",
+					(unsigned long long)ls->room);
 				msg_t *m = lc__ucx_msg_new(st, UW_REVOKE_LEN);
 				if (m)
 					uw_revoke_encode(m->data, ls->room);
@@ -424,8 +430,8 @@ static void sc_service(ustate_t *st, uint64_t now)
 		}
 		if (fence) {
 			LC__WARN("ucx: a sender did not release a revoked room within %llu ms; "
-				"closing its connection (fence)",
-				(unsigned long long)(sc->ul->fence_ns / 1000000));
+				 "closing its connection (fence)",
+				 (unsigned long long)(sc->ul->fence_ns / 1000000));
 			sc_close(st, sc);
 		}
 		if (sc->closed) {
@@ -449,7 +455,8 @@ static void do_listen(ustate_t *st, void *arg)
 {
 	listen_arg_t *a = arg;
 	ucp_listener_params_t lp = {
-		.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+		.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+			      UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
 		.sockaddr = {.addr = (const struct sockaddr *)&a->sa, .addrlen = a->salen},
 		.conn_handler = {.cb = conn_handler, .arg = a->ul},
 	};
@@ -457,8 +464,9 @@ static void do_listen(ustate_t *st, void *arg)
 	if (s != UCS_OK) {
 		LC__WARN("ucx: listening: %s", ucs_status_string(s));
 		a->rc = s == UCS_ERR_BUSY ? -EADDRINUSE
-			: s == UCS_ERR_UNSUPPORTED || s == UCS_ERR_NO_DEVICE ? LC_ERR_NO_TRANSPORT
-									     : lc__ucx_map_status(s, false);
+			: s == UCS_ERR_UNSUPPORTED || s == UCS_ERR_NO_DEVICE
+				? LC_ERR_NO_TRANSPORT
+				: lc__ucx_map_status(s, false);
 		return;
 	}
 	ucp_listener_attr_t at = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};

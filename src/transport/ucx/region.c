@@ -72,8 +72,8 @@ int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint
 	uw_key_t k;
 	if (uw_key_decode(blob, blob_len, &k)) {
 		LC__WARN("ucx: region %u's descriptor carries no ucx key (pack it after creating "
-			"the receiver's ucx listener)",
-			desc->region_id);
+			 "the receiver's ucx listener)",
+			 desc->region_id);
 		return LC_ERR_PROTO;
 	}
 	if (k.length < desc->length) {
@@ -144,7 +144,8 @@ static void do_pack(ustate_t *st, void *arg)
 			return;
 		}
 		ucp_mem_map_params_t mp = {
-			.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+			.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+				      UCP_MEM_MAP_PARAM_FIELD_LENGTH,
 			.address = a->info.addr,
 			.length = a->info.len,
 		};
@@ -158,7 +159,7 @@ static void do_pack(ustate_t *st, void *arg)
 		s = ucp_rkey_pack(st->uctx, m->memh, &m->rkey, &m->rkey_len);
 		if (s != UCS_OK) {
 			LC__WARN("ucx: packing the key of region %u: %s", a->info.id,
-				ucs_status_string(s));
+				 ucs_status_string(s));
 			ucp_mem_unmap(st->uctx, m->memh);
 			free(m);
 			a->rc = lc__ucx_map_status(s, false);
@@ -175,14 +176,15 @@ static void do_pack(ustate_t *st, void *arg)
 		a->rc = -ENOSPC;
 		return;
 	}
-	uw_key_t k = {.base = (uint64_t)(uintptr_t)m->addr, .length = m->len, .rkey = m->rkey,
+	uw_key_t k = {.base = (uint64_t)(uintptr_t)m->addr,
+		      .length = m->len,
+		      .rkey = m->rkey,
 		      .rkey_len = m->rkey_len};
 	uw_key_encode(a->buf, &k);
 	a->rc = (int)need;
 }
 
-int lc__ucx_pack_region(ustate_t *st, lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf,
-			size_t cap)
+int lc__ucx_pack_region(ustate_t *st, lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf, size_t cap)
 {
 	pthread_mutex_lock(&st->life_lock);
 	bool listening = st->nlisteners > 0;

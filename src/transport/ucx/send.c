@@ -110,13 +110,16 @@ static void send_lease(uconn_t *uc, uop_t *op)
 	lc__batch_t *b = op->b;
 	msg_t *m = lc__ucx_msg_new(uc->st, uw_lease_len(b->nwrites));
 	if (!m) {
-		lc__batch_fail(b, -ENOMEM, "ucx: no memory for the lease of %zu writes", b->nwrites);
+		lc__batch_fail(b, -ENOMEM, "ucx: no memory for the lease of %zu writes",
+			       b->nwrites);
 		op_release(op);
 		return;
 	}
 	op->seq = ++uc->next_seq;
 	op->am = lc__ucx_data_mode_am(uc->conn->ctx);
-	uw_lease_t h = {.seq = op->seq, .room = op->room, .n = (uint32_t)b->nwrites,
+	uw_lease_t h = {.seq = op->seq,
+			.room = op->room,
+			.n = (uint32_t)b->nwrites,
 			.flags = op->am ? UW_LEASE_F_AM : 0};
 	uw_lease_encode(m->data, &h);
 	for (size_t i = 0; i < b->nwrites; i++) {
@@ -160,8 +163,7 @@ static void op_flushed(uconn_t *uc, uop_t *op, ucs_status_t status)
 		op_release(op); /* the endpoint is broken: D releases on its error */
 		return;
 	}
-	if (op->b && op->nput < op->b->nwrites && !op->revoked &&
-	    !lc__batch_is_completed(op->b)) {
+	if (op->b && op->nput < op->b->nwrites && !op->revoked && !lc__batch_is_completed(op->b)) {
 		op->state = OP_LEASED; /* the next round of puts */
 		return;
 	}
@@ -210,7 +212,8 @@ static void start_puts(uconn_t *uc, uop_t *op)
 	if (op->am && !op->hdrs) {
 		op->hdrs = malloc(b->nwrites * UW_WRITE_HDR);
 		if (!op->hdrs) {
-			lc__batch_fail(b, -ENOMEM, "ucx: no memory for %zu write headers", b->nwrites);
+			lc__batch_fail(b, -ENOMEM, "ucx: no memory for %zu write headers",
+				       b->nwrites);
 			send_done(uc, op, -ENOMEM);
 			return;
 		}
@@ -230,7 +233,8 @@ static void start_puts(uconn_t *uc, uop_t *op)
 		if (op->am) {
 			uint8_t *h = op->hdrs + i * UW_WRITE_HDR;
 			ucp_request_param_t ap = {
-				.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+				.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+						UCP_OP_ATTR_FIELD_USER_DATA |
 						UCP_OP_ATTR_FIELD_FLAGS,
 				.cb.send = write_sent,
 				.user_data = op,
@@ -253,8 +257,9 @@ static void start_puts(uconn_t *uc, uop_t *op)
 		}
 		if (UCS_PTR_IS_ERR(rq)) {
 			err = UCS_PTR_STATUS(rq);
-			lc__batch_fail(b, lc__ucx_map_status(err, true), "ucx: put of write %zu to %s: %s", i,
-				       uc->conn->url, ucs_status_string(err));
+			lc__batch_fail(b, lc__ucx_map_status(err, true),
+				       "ucx: put of write %zu to %s: %s", i, uc->conn->url,
+				       ucs_status_string(err));
 			break;
 		}
 		if (rq)
@@ -327,7 +332,7 @@ void lc__ucx_on_hello_reply(uconn_t *uc, const uint8_t *d, size_t len)
 		uc->need_close = true;
 	} else {
 		uc_mark_dead(uc, status, "%s refused the connection: %s", uc->conn->url,
-			lc_strerror(status));
+			     lc_strerror(status));
 		uc->need_close = true;
 	}
 }
@@ -345,13 +350,14 @@ void lc__ucx_on_lease_reply(uconn_t *uc, const uint8_t *d, size_t len)
 	if (status) {
 		if (op->b) {
 			const lc_write_t *w = index < op->b->nwrites ? &op->b->writes[index] : NULL;
-			lc__batch_fail(op->b, status,
-				       "ucx://%s:%d rejected write %u (region %u, offset %llu, %llu "
-				       "bytes, room %llu): %s",
-				       uc->host, uc->port, index, w ? w->remote_region : 0,
-				       (unsigned long long)(w ? w->remote_offset : 0),
-				       (unsigned long long)(w ? w->length : 0),
-				       (unsigned long long)op->room, lc_strerror(status));
+			lc__batch_fail(
+				op->b, status,
+				"ucx://%s:%d rejected write %u (region %u, offset %llu, %llu "
+				"bytes, room %llu): %s",
+				uc->host, uc->port, index, w ? w->remote_region : 0,
+				(unsigned long long)(w ? w->remote_offset : 0),
+				(unsigned long long)(w ? w->length : 0),
+				(unsigned long long)op->room, lc_strerror(status));
 		}
 		op_release(op); /* D holds nothing for a refused lease */
 		return;
@@ -412,10 +418,10 @@ static void uc_err(void *arg, ucp_ep_h ep, ucs_status_t status)
 	int code = lc__ucx_map_status(status, connected);
 	if (connected)
 		uc_mark_dead(uc, code, "connection to %s broke: %s", uc->conn->url,
-			ucs_status_string(status));
+			     ucs_status_string(status));
 	else
 		uc_mark_dead(uc, code, "cannot connect to %s: %s", uc->conn->url,
-			ucs_status_string(status));
+			     ucs_status_string(status));
 	uc->need_close = true; /* not from inside the callback */
 }
 
@@ -428,7 +434,8 @@ static void do_connect(ustate_t *st, void *arg)
 	st->conns = uc;
 	uc->started = true;
 	uc->connect_deadline =
-		lc__now_ns() + (uint64_t)lc__ctx_cfg(st->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
+		lc__now_ns() +
+		(uint64_t)lc__ctx_cfg(st->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
 	int rc = lc__ucx_resolve(uc->host, uc->port, false, &sa, &salen);
 	if (rc) {
 		uc_mark_dead(uc, LC_ERR_UNREACHABLE, "cannot resolve %s", uc->host);
@@ -446,7 +453,7 @@ static void do_connect(ustate_t *st, void *arg)
 	if (s != UCS_OK) {
 		uc->ep = NULL;
 		uc_mark_dead(uc, LC_ERR_UNREACHABLE, "cannot connect to %s: %s", uc->conn->url,
-			ucs_status_string(s));
+			     ucs_status_string(s));
 		return;
 	}
 	msg_t *m = lc__ucx_msg_new(st, UW_HELLO_LEN);
@@ -459,8 +466,8 @@ static void do_connect(ustate_t *st, void *arg)
 	uw_hello_encode(m->data, &h);
 	s = lc__ucx_msg_send(uc->ep, UW_HELLO, m);
 	if (s != UCS_OK)
-		uc_mark_dead(uc, lc__ucx_map_status(s, false), "handshake with %s: %s", uc->conn->url,
-			ucs_status_string(s));
+		uc_mark_dead(uc, lc__ucx_map_status(s, false), "handshake with %s: %s",
+			     uc->conn->url, ucs_status_string(s));
 }
 
 int lc__ucx_conn_open(ustate_t *st, lc_conn_t *c, const char *url)
@@ -561,16 +568,19 @@ int lc__ucx_post(lc_conn_t *c, lc__batch_t *b)
 		const lc_write_t *w = &b->writes[i];
 		rregion_t *r = lc__ucx_region_find(uc, w->remote_region);
 		if (!r) {
-			lc__batch_fail(b, LC_ERR_REGION,
-				       "ucx: write %zu names region %u, which was not imported from %s",
-				       i, w->remote_region, c->url);
+			lc__batch_fail(
+				b, LC_ERR_REGION,
+				"ucx: write %zu names region %u, which was not imported from %s", i,
+				w->remote_region, c->url);
 			code = LC_ERR_REGION;
-		} else if (w->remote_offset > r->length || w->length > r->length - w->remote_offset) {
-			lc__batch_fail(b, LC_ERR_OUT_OF_REGION,
-				       "ucx: write %zu [%llu, +%llu) lies outside region %u of %llu bytes",
-				       i, (unsigned long long)w->remote_offset,
-				       (unsigned long long)w->length, r->id,
-				       (unsigned long long)r->length);
+		} else if (w->remote_offset > r->length ||
+			   w->length > r->length - w->remote_offset) {
+			lc__batch_fail(
+				b, LC_ERR_OUT_OF_REGION,
+				"ucx: write %zu [%llu, +%llu) lies outside region %u of %llu bytes",
+				i, (unsigned long long)w->remote_offset,
+				(unsigned long long)w->length, r->id,
+				(unsigned long long)r->length);
 			code = LC_ERR_OUT_OF_REGION;
 		}
 		op->rr[i] = r;
@@ -638,8 +648,8 @@ void lc__ucx_send_service(ustate_t *st, uint64_t now)
 			continue;
 		if (uc->state == UC_CONNECTING && now > uc->connect_deadline) {
 			uc_mark_dead(uc, LC_ERR_UNREACHABLE, "no handshake with %s within %lld ms",
-					     uc->conn->url,
-					     (long long)lc__ctx_cfg(st->ctx, LC__CFG_connect_timeout_ms));
+				     uc->conn->url,
+				     (long long)lc__ctx_cfg(st->ctx, LC__CFG_connect_timeout_ms));
 			uc_close_ep(uc);
 		}
 		uc_pump(uc);

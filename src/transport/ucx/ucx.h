@@ -76,9 +76,9 @@
 #include "transport/transport.h"
 #include "transport/ucx/wire.h"
 
-#define ROUND_BYTES (64ull << 20) /* puts per flush: bounds what a revoke waits for */
-#define SPIN_NS 200000ull          /* keep polling this long after activity */
-#define FENCE_MS_DEFAULT 2000      /* revoke waits this long for P's release */
+#define ROUND_BYTES (64ull << 20)        /* puts per flush: bounds what a revoke waits for */
+#define SPIN_NS 200000ull                /* keep polling this long after activity */
+#define FENCE_MS_DEFAULT 2000            /* revoke waits this long for P's release */
 #define REJECTED_LINGER_NS 2000000000ull /* a rejected endpoint is closed after */
 #define CLOSE_WAIT_NS 3000000000ull      /* bound on waiting for UCX requests */
 
@@ -93,8 +93,8 @@ typedef struct rregion {
 	uint64_t base; /* D's address of offset 0 */
 	uint8_t *rkey_buf;
 	size_t rkey_len;
-	bool stale;       /* rkey_buf replaced since rkey was unpacked */
-	ucp_rkey_h rkey;  /* thread only; unpacked on first use */
+	bool stale;      /* rkey_buf replaced since rkey was unpacked */
+	ucp_rkey_h rkey; /* thread only; unpacked on first use */
 } rregion_t;
 
 /* NEW -> LEASING -> LEASED -> PUTTING -> FLUSHED -> DONE_SENT -> (ACK) freed.
@@ -106,15 +106,15 @@ typedef struct uop {
 	uint64_t seq;
 	uint64_t room;
 	enum op_state state;
-	int pending;        /* UCX requests (flush, am writes) pointing at this op */
+	int pending; /* UCX requests (flush, am writes) pointing at this op */
 	ustate_t *st;
-	bool orphan;        /* detached: the flush callback frees it */
-	bool revoked;       /* D revoked the room: no puts, release the lease */
-	bool am;            /* data mode "am" (fixed when the lease is sent) */
+	bool orphan;  /* detached: the flush callback frees it */
+	bool revoked; /* D revoked the room: no puts, release the lease */
+	bool am;      /* data mode "am" (fixed when the lease is sent) */
 	ucs_status_t flush_status;
-	uint8_t *hdrs; /* data mode "am": per-write headers, valid until sent */
-	rregion_t **rr;     /* per write */
-	size_t nput;        /* writes actually put */
+	uint8_t *hdrs;  /* data mode "am": per-write headers, valid until sent */
+	rregion_t **rr; /* per write */
+	size_t nput;    /* writes actually put */
 	struct uop *next, *prev;
 } uop_t;
 
@@ -168,11 +168,11 @@ typedef struct lease {
 	uint64_t seq, room;
 	lc__grant_room_t *g; /* the bracket (entered while `entered`) */
 	bool entered;
-	bool am;             /* writes arrive as UW_WRITE: D counts each receive */
-	bool released;       /* off its connection; freed when recvs reaches 0 */
-	int recvs;           /* rendezvous receives outstanding */
-	uint32_t n, nopen;   /* writes; landings opened */
-	uint64_t landed;     /* writes counted by lc__land_done(, true) */
+	bool am;           /* writes arrive as UW_WRITE: D counts each receive */
+	bool released;     /* off its connection; freed when recvs reaches 0 */
+	int recvs;         /* rendezvous receives outstanding */
+	uint32_t n, nopen; /* writes; landings opened */
+	uint64_t landed;   /* writes counted by lc__land_done(, true) */
 	lwrite_t *w;
 	uint64_t revoke_seen_ns; /* 0 until the room's revoke was noticed */
 	struct lease *next;
