@@ -52,6 +52,9 @@
 	  "deadline for a room to become Bootstrapped")                                            \
 	X(waiting_timeout_ms, "LAYERCAKE_WAITING_TIMEOUT_MS", 300000, 1, 86400000,                 \
 	  "deadline for a Bootstrapped room to reach Success or Failed")                           \
+	X(landed_wait_ms, "LAYERCAKE_LANDED_WAIT_MS", 1000, 0, 600000,                             \
+	  "D: once every P rank said Success, how long to wait for the room's granted bytes to "   \
+	  "land (a late write on another lane) before failing the room")                           \
 	X(heartbeat_interval_ms, "LAYERCAKE_HEARTBEAT_INTERVAL_MS", 5000, 100, 3600000,            \
 	  "D's interval between GET /health probes of each P")                                     \
 	X(heartbeat_misses, "LAYERCAKE_HEARTBEAT_MISSES", 2, 1, 1000,                              \

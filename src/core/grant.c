@@ -21,6 +21,10 @@ struct lc__grant_room {
 	_Atomic int refs;    /* table's ref (while mapped) + receivers' refs */
 	_Atomic int active;  /* copies in progress */
 	_Atomic int revoked; /* set once; entry leaves the map at the same time */
+	/* Accounting (decode side): bytes of the merged ranges, written under the
+	 * table lock; bytes that landed, added by the seam without a lock. */
+	_Atomic uint64_t granted;
+	_Atomic uint64_t landed;
 };
 
 struct lc__grant_table {
@@ -165,11 +169,13 @@ static ptrdiff_t floor_range(const lc__grant_room_t *g, uint32_t region, uint64_
 static int room_add_range(lc__grant_room_t *g, uint32_t region, uint64_t offset, uint64_t length)
 {
 	uint64_t end = offset + length;
+	uint64_t before = 0; /* bytes the touched ranges held: granted grows by the rest */
 	ptrdiff_t i = floor_range(g, region, offset);
 	/* Merge with the range before if it touches or overlaps. */
 	if (i >= 0 && g->ranges[i].region == region &&
 	    g->ranges[i].offset + g->ranges[i].length >= offset) {
 		range_t *r = &g->ranges[i];
+		before = r->length;
 		if (r->offset + r->length < end)
 			r->length = end - r->offset;
 	} else {
@@ -192,6 +198,7 @@ static int room_add_range(lc__grant_room_t *g, uint32_t region, uint64_t offset,
 	while (j < g->n && g->ranges[j].region == region &&
 	       g->ranges[j].offset <= r->offset + r->length) {
 		uint64_t jend = g->ranges[j].offset + g->ranges[j].length;
+		before += g->ranges[j].length;
 		if (jend > r->offset + r->length)
 			r->length = jend - r->offset;
 		j++;
@@ -201,6 +208,7 @@ static int room_add_range(lc__grant_room_t *g, uint32_t region, uint64_t offset,
 		memmove(&g->ranges[i + 1], &g->ranges[j], (g->n - j) * sizeof *g->ranges);
 		g->n -= absorbed;
 	}
+	atomic_fetch_add(&g->granted, r->length - before);
 	return 0;
 }
 
@@ -337,4 +345,29 @@ bool lc__grant_enter(lc__grant_room_t *g)
 void lc__grant_exit(lc__grant_room_t *g)
 {
 	atomic_fetch_sub(&g->active, 1);
+}
+
+uint64_t lc__grant_landed(lc__grant_room_t *g, uint64_t bytes, bool *first_over)
+{
+	uint64_t prev = atomic_fetch_add_explicit(&g->landed, bytes, memory_order_relaxed);
+	uint64_t granted = atomic_load_explicit(&g->granted, memory_order_relaxed);
+	*first_over = false;
+	if (prev + bytes <= granted)
+		return 0;
+	*first_over = prev <= granted;
+	return prev >= granted ? bytes : prev + bytes - granted;
+}
+
+int lc__grant_room_bytes(lc__grant_table_t *t, uint64_t room, uint64_t *granted, uint64_t *landed)
+{
+	int rc = LC_ERR_GRANT;
+	pthread_mutex_lock(&t->lock);
+	lc__grant_room_t **slot = find_slot(t, room);
+	if (slot) {
+		*granted = atomic_load(&(*slot)->granted);
+		*landed = atomic_load(&(*slot)->landed);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return rc;
 }

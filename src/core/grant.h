@@ -8,6 +8,16 @@
  * the entry and waits until no copy is inside, so that after revoke returns
  * no write for the room can land. Entries are reference counted so that a
  * receiver may hold one across several partial copies (tcp payloads).
+ *
+ * Accounting: each room entry counts the bytes granted (the sum of its
+ * merged ranges: a range granted twice counts once) and the bytes that
+ * landed (every finished write, added by the memory seam, one relaxed
+ * atomic add per write). The counts live as long as the entry: a revoke
+ * drops them with the grant, and a later grant of the same room id starts
+ * from zero. Counting is per room, not per byte: a write landed twice counts
+ * twice, so `landed` may exceed `granted` (a replay or a duplicate, which
+ * the seam logs and counts); a duplicate that stands in for a missing
+ * write of the same size is not told apart by counting alone.
  */
 #ifndef LC_CORE_GRANT_H
 #define LC_CORE_GRANT_H
@@ -41,5 +51,13 @@ int lc__grant_lookup(lc__grant_table_t *t, uint64_t room, uint32_t region, uint6
 bool lc__grant_enter(lc__grant_room_t *g);
 void lc__grant_exit(lc__grant_room_t *g);
 void lc__grant_put(lc__grant_room_t *g);
+
+/* Count `bytes` landed in the room (any thread, no lock). Returns how many
+ * of them lie beyond the room's granted total (0 normally); *first_over is
+ * true for the write that first took the count past the grant. */
+uint64_t lc__grant_landed(lc__grant_room_t *g, uint64_t bytes, bool *first_over);
+/* The room's granted and landed totals (a snapshot under the table lock).
+ * LC_ERR_GRANT when the room has no live grant (never issued, or revoked). */
+int lc__grant_room_bytes(lc__grant_table_t *t, uint64_t room, uint64_t *granted, uint64_t *landed);
 
 #endif

@@ -18,6 +18,8 @@
 	X(writes_rejected_region)                                                                  \
 	X(writes_rejected_range)                                                                   \
 	X(writes_rejected_grant)                                                                   \
+	X(bytes_landed_over_grant)                                                                 \
+	X(rooms_short_landed)                                                                      \
 	X(grants_added)                                                                            \
 	X(grants_revoked)                                                                          \
 	X(conns_opened)                                                                            \

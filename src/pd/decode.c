@@ -18,6 +18,7 @@ static void load_knobs(lc_decode_t *d, lc_ctx_t *ctx)
 	const uint64_t ms = 1000000;
 	d->bootstrap_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_bootstrap_timeout_ms) * ms;
 	d->waiting_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_waiting_timeout_ms) * ms;
+	d->landed_wait_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_landed_wait_ms) * ms;
 	d->hb_interval_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_heartbeat_interval_ms) * ms;
 	d->hb_misses = (int)lc__ctx_cfg(ctx, LC__CFG_heartbeat_misses);
 	d->default_port = lc__ctx_cfg(ctx, LC__CFG_bootstrap_port);
@@ -354,6 +355,11 @@ int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 		goto out;
 	}
 	r->granted = true;
+	/* What every P rank together must land (merged: pages listed twice
+	 * count once); no grant at all is nothing to land. */
+	uint64_t landed;
+	if (lc__grant_room_bytes(d->ctx->grants, r->room, &r->grant_bytes, &landed))
+		r->grant_bytes = 0;
 	lc__msg_t *m = calloc(1, sizeof *m);
 	if (!m) {
 		rc = -ENOMEM;

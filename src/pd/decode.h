@@ -74,6 +74,8 @@ struct lc_receiver {
 	lc__dtarget_t got[LC__TP_MAX_TARGETS];
 	int responses;
 	bool sent, granted;
+	uint64_t grant_bytes; /* D's granted total for the room, at send */
+	uint64_t claimed_ns;  /* every target said Success; D's count decides (0: not yet) */
 	uint8_t *metadata;
 	size_t metadata_len;
 	bool has_metadata;
@@ -98,6 +100,7 @@ struct lc_decode {
 	char session[LC__MSG_STR_MAX];
 	int tp_size, tp_rank;
 	uint64_t bootstrap_ns, waiting_ns, hb_interval_ns;
+	uint64_t landed_wait_ns; /* a claimed room's bytes may still be landing this long */
 	int hb_misses;
 	int64_t default_port;
 	lc__zctx_t *z;

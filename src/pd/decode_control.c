@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ctx.h"
 #include "pd/decode.h"
 
 #ifdef LC_HAVE_ZMQ
@@ -110,6 +111,35 @@ static void keep_metadata(lc_receiver_t *r, const lc__msg_status_t *s)
 	}
 }
 
+/* Every target said Success (r->claimed_ns): D's own count decides. The
+ * room succeeds once every byte D granted for it has landed, across all P
+ * ranks (fan-in); bytes beyond the grant (duplicates) never make up for
+ * missing ones in the check, since landed only has to reach granted. A
+ * write still landing on another lane gets landed_wait_ns; after that the
+ * room fails, and the grant is revoked so that nothing lands later. */
+static void settle(lc_decode_t *d, lc_receiver_t *r, uint64_t now)
+{
+	uint64_t granted = r->grant_bytes, landed = 0;
+	if (r->granted && lc__grant_room_bytes(d->ctx->grants, r->room, &granted, &landed))
+		landed = 0; /* the grant went away under the room (region withdrawn) */
+	if (landed < granted) {
+		if (now < r->claimed_ns + d->landed_wait_ns)
+			return; /* check_deadlines asks again */
+		LC__COUNT(d->ctx, rooms_short_landed);
+		lc__decode_fail(d, r, LC_FAIL_TRANSFER, true,
+				"peer claimed success: %llu of %llu bytes landed",
+				(unsigned long long)landed, (unsigned long long)granted);
+		return;
+	}
+	for (int i = 0; i < r->plan.ntargets; i++)
+		r->got[i].layers = d->layout->layers;
+	if (r->granted) { /* every byte landed: nothing more may */
+		lc_grant_revoke(d->ctx, r->room);
+		r->granted = false;
+	}
+	lc__decode_set_state(d, r, LC_ROOM_SUCCESS);
+}
+
 static void handle_status(lc_decode_t *d, const lc__msg_status_t *s)
 {
 	LC__D_CTL_ADD(d, statuses);
@@ -131,19 +161,22 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s)
 				false, "P rank %u: %s", s->p_rank, s->reason);
 		return;
 	}
+	if (!r->sent) {
+		/* Nothing granted yet: no P rank can have finished the room. */
+		LC__D_CTL_ADD(d, msgs_unexpected);
+		LC__WARN("decode %s: Success for room %llu from P rank %u before D sent its "
+			 "pages: ignored",
+			 d->session, (unsigned long long)s->room, s->p_rank);
+		return;
+	}
 	if (!r->got[t].responded) {
 		r->got[t].responded = true;
 		r->responses++;
 	}
 	keep_metadata(r, s);
-	if (r->responses >= r->plan.required_responses) {
-		for (int i = 0; i < r->plan.ntargets; i++)
-			r->got[i].layers = d->layout->layers;
-		if (r->granted) { /* every write acknowledged: nothing more may land */
-			lc_grant_revoke(d->ctx, r->room);
-			r->granted = false;
-		}
-		lc__decode_set_state(d, r, LC_ROOM_SUCCESS);
+	if (r->responses >= r->plan.required_responses && !r->claimed_ns) {
+		r->claimed_ns = lc__now_ns();
+		settle(d, r, r->claimed_ns);
 	}
 }
 
@@ -217,6 +250,9 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 	free(m);
 }
 
+/* A room whose bytes are still landing is looked at this often. */
+#define LANDED_POLL_NS (2ull * 1000000)
+
 /* Deadlines of every state; returns ms until the next one (capped). */
 static int check_deadlines(lc_decode_t *d, uint64_t now)
 {
@@ -225,6 +261,17 @@ static int check_deadlines(lc_decode_t *d, uint64_t now)
 	for (lc_receiver_t *r = d->receivers; r; r = r->next) {
 		if (lc__decode_final(r))
 			continue;
+		if (r->claimed_ns) {
+			settle(d, r, now);
+			if (lc__decode_final(r))
+				continue;
+			/* Bytes still landing: look again soon, up to the wait's end. */
+			uint64_t dl =
+				LC__MIN(now + LANDED_POLL_NS, r->claimed_ns + d->landed_wait_ns);
+			if (dl < next)
+				next = dl;
+			continue;
+		}
 		if (r->status == LC_ROOM_BOOTSTRAPPING) {
 			uint64_t dl = r->created_ns + d->bootstrap_ns;
 			if (now >= dl)

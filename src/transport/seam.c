@@ -65,11 +65,27 @@ int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n)
 	return 0;
 }
 
+/* Decode-side accounting: the room's own count of what landed. */
+static void land_count(lc__land_t *l)
+{
+	bool first;
+	uint64_t over = lc__grant_landed(l->g, l->length, &first);
+	if (!over)
+		return;
+	LC__COUNT_ADD(l->ctx, bytes_landed_over_grant, over);
+	if (first)
+		LC__WARN("room %llu: more bytes landed than were granted (a duplicate or "
+			 "replayed write)",
+			 (unsigned long long)l->room);
+}
+
 void lc__land_done(lc__land_t *l, bool landed)
 {
 	if (landed) {
 		LC__COUNT(l->ctx, writes_applied);
 		LC__COUNT_ADD(l->ctx, bytes_applied, l->length);
+		if (l->g && l->length)
+			land_count(l);
 	}
 	if (l->g)
 		lc__grant_put(l->g);

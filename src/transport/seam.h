@@ -47,7 +47,10 @@ void lc__land_exit(const lc__land_t *l);
  * LC_ERR_GRANT if the room was revoked. */
 int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n);
 /* The write is finished: when `landed`, all of its bytes are in place and
- * are counted (writes_applied, bytes_applied). Releases the grant. */
+ * are counted (writes_applied, bytes_applied) and added to the room's
+ * landed bytes on its grant entry (lc__grant_landed: what D's Success check
+ * reads); bytes beyond the room's grant count bytes_landed_over_grant.
+ * Releases the grant. */
 void lc__land_done(lc__land_t *l, bool landed);
 /* open + copy + done for a payload that is addressable as a whole (loop,
  * shm, UCX eager messages). */
