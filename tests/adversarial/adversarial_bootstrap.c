@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,8 +103,10 @@ static int http(const char *method, const char *path, const char *body, size_t l
 	return code;
 }
 
-/* A metric's value from /metrics (the whole line's name and labels). */
-static unsigned long long metric(const char *name)
+/* A metric's value from /metrics (the whole line's name and labels); one
+ * not served yet reads 0 until `must` (checked after the requests, so that
+ * a server without the metric fails on what it accepted first). */
+static unsigned long long metric_(const char *name, bool must)
 {
 	char *m = NULL;
 	TU_CHECK(http("GET", "/metrics", NULL, 0, &m) == 200, "GET /metrics failed");
@@ -111,10 +114,13 @@ static unsigned long long metric(const char *name)
 	snprintf(line, sizeof line, "\n%s ", name); /* a sample, not its # HELP */
 	char *at = m ? strstr(m, line) : NULL;
 	unsigned long long v = 0;
-	TU_CHECK(at && sscanf(at + strlen(line), "%llu", &v) == 1, "no metric %s", name);
+	TU_CHECK((!must && !at) || (at && sscanf(at + strlen(line), "%llu", &v) == 1),
+		 "no metric %s", name);
 	free(m);
 	return v;
 }
+#define metric_before(name) metric_(name, false)
+#define metric(name) metric_(name, true)
 
 /* Lines of the server's stderr holding needle. */
 static int log_lines(const char *needle)
@@ -180,7 +186,7 @@ static void accepted(const char *fields)
 static int case_rank_ip(const char *cli)
 {
 	server_start(cli);
-	unsigned long long before = metric(INVALID);
+	unsigned long long before = metric_before(INVALID);
 	REFUSED("\"rank_ip\":\"*\"", "rank_ip");
 	REFUSED("\"rank_ip\":\"127.0.0.1:1/../x\"", "rank_ip");
 	REFUSED("\"rank_ip\":\"10.0.0.1:7000\"", "rank_ip");
@@ -215,7 +221,7 @@ static int case_rank_ip(const char *cli)
 static int case_fingerprint(const char *cli)
 {
 	server_start(cli);
-	unsigned long long before = metric(INVALID);
+	unsigned long long before = metric_before(INVALID);
 	REFUSED("\"rank_ip\":\"127.0.0.1\",\"layout_fingerprint\":\"-1\"", "layout_fingerprint");
 	REFUSED("\"rank_ip\":\"127.0.0.1\",\"layout_fingerprint\":\" 1f\"", "layout_fingerprint");
 	REFUSED("\"rank_ip\":\"127.0.0.1\",\"layout_fingerprint\":\"0x1f\"", "layout_fingerprint");
@@ -252,7 +258,7 @@ static int case_fingerprint(const char *cli)
 static int case_strings(const char *cli)
 {
 	server_start(cli);
-	unsigned long long before = metric(INVALID);
+	unsigned long long before = metric_before(INVALID);
 	/* An escaped NUL used to cut the string: "Prefill" and "127.0.0.1". */
 	REFUSED("\"role\":\"Prefill\\u0000x\",\"rank_ip\":\"127.0.0.1\"", "NUL");
 	REFUSED("\"rank_ip\":\"127.0.0.1\\u0000.evil\"", "NUL");
@@ -319,7 +325,7 @@ static int case_content_length(const char *cli)
 		"Content-Length: %zu\r\nTransfer-Encoding: chunked\r\n",
 	};
 	char req[1024], reply[4096];
-	unsigned long long before = metric("layercake_bootstrap_bad_headers_total");
+	unsigned long long before = metric_before("layercake_bootstrap_bad_headers_total");
 	for (size_t k = 0; k < LC__ARRAY_SIZE(heads); k++) {
 		char h[128];
 		snprintf(h, sizeof h, heads[k], blen, blen);
