@@ -132,7 +132,10 @@ typedef struct lc_token {
 	uint8_t bytes[LC_TOKEN_LEN];
 } lc_token_t;
 
-/* Create a random token and accept it from now on. */
+/* Create a random token (16 bytes from getrandom) and accept it from now
+ * on. Errors: -EINVAL, -ENOMEM, or -errno of getrandom (-ENOSYS, -EPERM...)
+ * when the kernel gives no random bytes: then no token exists, never a
+ * weaker one; logged and counted (random_failures). */
 LC_API int lc_token_issue(lc_ctx_t *ctx, lc_token_t *out);
 /* Stop accepting a token (connections already open stay open). */
 LC_API int lc_token_revoke(lc_ctx_t *ctx, const lc_token_t *token);

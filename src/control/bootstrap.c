@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "control/bootstrap_internal.h"
 #include "core/ctx.h"
@@ -60,7 +61,48 @@ typedef struct conn_state {
 	char *body;
 	size_t len;
 	bool too_big;
+	const char *bad_header; /* why the request's framing is refused, or NULL */
 } conn_state_t;
+
+typedef struct header_count {
+	int content_length, transfer_encoding;
+} header_count_t;
+
+static enum MHD_Result count_headers(void *cls, enum MHD_ValueKind kind, const char *key,
+				     const char *value)
+{
+	header_count_t *h = cls;
+	if (key && !strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
+		h->content_length++;
+	else if (key && !strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+		h->transfer_encoding++;
+	return MHD_YES;
+}
+
+/* Framing two parsers could read differently (request smuggling behind a
+ * proxy): libmicrohttpd takes the first of two Content-Lengths and lets
+ * chunked win over one. Refused here whatever the values. */
+static const char *framing_bad(struct MHD_Connection *c)
+{
+	header_count_t h = {0};
+	MHD_get_connection_values(c, MHD_HEADER_KIND, count_headers, &h);
+	if (h.content_length > 1)
+		return "more than one Content-Length header";
+	if (h.content_length && h.transfer_encoding)
+		return "Content-Length together with Transfer-Encoding";
+	return NULL;
+}
+
+/* The reply to a request refused for its headers: 400, counted, logged. */
+static int refuse_headers(lc_bootstrap_t *b, const char *why, char **resp, size_t *resp_len)
+{
+	LC__WARN("bootstrap: request refused (400): %s", why);
+	pthread_mutex_lock(&b->lock);
+	b->headers_invalid++;
+	b->requests[CODE_400]++;
+	pthread_mutex_unlock(&b->lock);
+	return lc__bs_reply_text(resp, resp_len, 400, "%s", why);
+}
 
 static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const char *key,
 				     const char *value)
@@ -86,10 +128,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 							     MHD_HTTP_HEADER_CONTENT_LENGTH);
 		if (cl && strtoull(cl, NULL, 10) > LC__BS_BODY_MAX)
 			st->too_big = true;
+		st->bad_header = framing_bad(c);
 		return MHD_YES;
 	}
 	if (*upload_size) {
-		if (!st->too_big && st->len + *upload_size <= LC__BS_BODY_MAX) {
+		if (st->bad_header) {
+			/* Not kept: the reply is a 400 whatever it holds. */
+		} else if (!st->too_big && st->len + *upload_size <= LC__BS_BODY_MAX) {
 			char *nb = realloc(st->body, st->len + *upload_size + 1);
 			if (!nb)
 				return MHD_NO;
@@ -106,7 +151,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	char *resp = NULL;
 	size_t resp_len = 0;
 	int code;
-	if (st->too_big) {
+	if (st->bad_header) {
+		code = refuse_headers(b, st->bad_header, &resp, &resp_len);
+	} else if (st->too_big) {
 		code = lc__bs_reply_text(&resp, &resp_len, 413, "body over %u bytes",
 					 LC__BS_BODY_MAX);
 		pthread_mutex_lock(&b->lock);
@@ -134,7 +181,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	else if (!strcmp(url, "/metrics") && code == 200)
 		ctype = "text/plain; version=0.0.4; charset=utf-8";
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-	if (st->too_big)
+	if (st->too_big || st->bad_header)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 	enum MHD_Result ret = MHD_queue_response(c, (unsigned)code, r);
 	MHD_destroy_response(r);

@@ -207,8 +207,9 @@ int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o, lc__p
 	out->layers = (uint32_t)layers;
 	out->fingerprint = 0;
 	out->nlens = 0;
-	if ((fp = lc__bs_json_str(j, "layout_fingerprint", false, 32, tmp, sizeof tmp)) && *fp)
-		out->fingerprint = strtoull(fp, NULL, 16);
+	if (!(fp = lc__bs_json_str(j, "layout_fingerprint", false, 32, tmp, sizeof tmp)) ||
+	    (*fp && lc__bs_fingerprint_parse(fp, &out->fingerprint)))
+		goto bad;
 	if (json_object_object_get_ex(j, "kv_item_lens", &lens) &&
 	    json_object_is_type(lens, json_type_array)) {
 		size_t n = LC__MIN(json_object_array_length(lens), (size_t)LC__BS_MAX_LENS);
@@ -246,7 +247,8 @@ int lc__bootstrap_get_rank(const char *addr, int tp_rank, int dp_group, const lc
 	if (j && (ip = lc__bs_json_str(j, "rank_ip", true, LC__BS_HOST_MAX, tmp, sizeof tmp)) &&
 	    !lc__bs_json_int(j, "rank_port", 1, 65535, &port, tmp, sizeof tmp) &&
 	    (key = lc__bs_json_str(j, "curve_public_key", false, LC__BS_KEY_MAX, tmp,
-				   sizeof tmp))) {
+				   sizeof tmp)) &&
+	    lc__bs_host_ok(ip) && lc__bs_curve_key_ok(key)) {
 		snprintf(out->rank_ip, sizeof out->rank_ip, "%s", ip);
 		out->rank_port = (int)port;
 		snprintf(out->curve_key, sizeof out->curve_key, "%s", key);

@@ -91,6 +91,8 @@ struct lc_bootstrap {
 	int nsources, next_source_id, sources_busy;
 	uint64_t requests[CODE_COUNT];
 	uint64_t puts_ok, puts_refused;
+	uint64_t puts_invalid;    /* PUTs refused with 400: a field failed its check */
+	uint64_t headers_invalid; /* requests refused for their headers */
 };
 
 /* ---- JSON (bootstrap_json.c) ---- */
@@ -107,6 +109,18 @@ int lc__bs_json_int(json_object *o, const char *key, int64_t lo, int64_t hi, int
  * optional one is absent; NULL with why. */
 const char *lc__bs_json_str(json_object *o, const char *key, bool required, size_t max, char *why,
 			    size_t cap);
+/* Why s (n bytes) is not valid UTF-8 free of NUL and control characters,
+ * or NULL when it is. lc__bs_json_str applies it to every string field. */
+const char *lc__bs_text_bad(const char *s, size_t n);
+/* rank_ip: an IPv4 or IPv6 literal (inet_pton) or an RFC 1123 host name;
+ * never "*", a port, a path or a wildcard. */
+bool lc__bs_host_ok(const char *s);
+/* layout_fingerprint: exactly LC__BS_FP_DIGITS hex digits, as P formats it
+ * ("%016llx"); no sign, prefix or space. 0, or -1 with *out untouched. */
+#define LC__BS_FP_DIGITS 16
+int lc__bs_fingerprint_parse(const char *s, uint64_t *out);
+/* curve_public_key: "" (CURVE off) or 40 characters of the z85 alphabet. */
+bool lc__bs_curve_key_ok(const char *s);
 /* A whole JSON object, or NULL. */
 json_object *lc__bs_parse_obj(const char *s, size_t len);
 

@@ -1,6 +1,8 @@
 /* JSON field checks, replies and a growing string for the bootstrap
  * server and client. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +111,47 @@ int lc__bs_json_int(json_object *o, const char *key, int64_t lo, int64_t hi, int
 	return 0;
 }
 
+/* Length of the UTF-8 sequence at p (n bytes left), or 0 when it is not
+ * one well-formed scalar value (RFC 3629: no overlong forms, surrogates or
+ * values past U+10FFFF); *cp gets the value. */
+static size_t utf8_seq(const unsigned char *p, size_t n, uint32_t *cp)
+{
+	size_t len = p[0] < 0x80                    ? 1
+		     : p[0] >= 0xc2 && p[0] <= 0xdf ? 2
+		     : (p[0] & 0xf0) == 0xe0        ? 3
+		     : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
+						    : 0;
+	if (!len || len > n)
+		return 0;
+	uint32_t v = len == 1 ? p[0] : p[0] & (0x7f >> len);
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		v = (v << 6) | (p[i] & 0x3f);
+	}
+	static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+	if (v < min[len] || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+		return 0;
+	*cp = v;
+	return len;
+}
+
+const char *lc__bs_text_bad(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		size_t k = utf8_seq((const unsigned char *)s + i, n - i, &cp);
+		if (!k)
+			return "is not valid UTF-8";
+		if (cp == 0)
+			return "holds a NUL";
+		if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f))
+			return "holds a control character";
+		i += k;
+	}
+	return NULL;
+}
+
 const char *lc__bs_json_str(json_object *o, const char *key, bool required, size_t max, char *why,
 			    size_t cap)
 {
@@ -123,11 +166,86 @@ const char *lc__bs_json_str(json_object *o, const char *key, bool required, size
 		return NULL;
 	}
 	const char *s = json_object_get_string(v);
-	if (strlen(s) >= max || (required && !*s)) {
+	/* json-c keeps an escaped \u0000 inside: the real length says so. */
+	size_t n = (size_t)json_object_get_string_len(v);
+	const char *bad = lc__bs_text_bad(s, n);
+	if (bad) {
+		snprintf(why, cap, "field \"%s\" %s", key, bad);
+		return NULL;
+	}
+	if (n >= max || (required && !n)) {
 		snprintf(why, cap, "field \"%s\" empty or longer than %zu", key, max - 1);
 		return NULL;
 	}
 	return s;
+}
+
+/* A DNS name per RFC 1123: labels of 1-63 letters, digits and '-', not
+ * starting or ending with '-', 253 characters at most (one trailing dot
+ * allowed). */
+static bool host_name_ok(const char *s)
+{
+	size_t n = strlen(s), label = 0;
+	if (n && s[n - 1] == '.')
+		n--;
+	if (!n || n > 253)
+		return false;
+	for (size_t i = 0; i <= n; i++) {
+		char c = i < n ? s[i] : '.';
+		if (c == '.') {
+			if (!label || s[i - 1] == '-')
+				return false;
+			label = 0;
+		} else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			   (c >= '0' && c <= '9') || (c == '-' && label)) {
+			if (++label > 63)
+				return false;
+		} else {
+			return false;
+		}
+	}
+	return true;
+}
+
+bool lc__bs_host_ok(const char *s)
+{
+	unsigned char a[sizeof(struct in6_addr)];
+	if (!s || !*s)
+		return false;
+	if (inet_pton(AF_INET, s, a) == 1 || inet_pton(AF_INET6, s, a) == 1)
+		return true;
+	/* All digits and dots but not an IPv4 literal (256.1.1.1, 1.2.3): no
+	 * resolver should be asked to make sense of it. */
+	if (strspn(s, "0123456789.") == strlen(s))
+		return false;
+	return host_name_ok(s);
+}
+
+int lc__bs_fingerprint_parse(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+	if (!s || strlen(s) != LC__BS_FP_DIGITS)
+		return -1;
+	for (int i = 0; i < LC__BS_FP_DIGITS; i++) {
+		char c = s[i];
+		unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+			     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+			     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+						    : 16u;
+		if (d > 15)
+			return -1;
+		v = (v << 4) | d;
+	}
+	*out = v;
+	return 0;
+}
+
+bool lc__bs_curve_key_ok(const char *s)
+{
+	static const char z85[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				  ".-:+=^!/*?&<>()[]{}@%$#";
+	size_t n = strlen(s);
+	return n == 0 || (n == 40 && strspn(s, z85) == n);
 }
 
 json_object *lc__bs_parse_obj(const char *s, size_t len)

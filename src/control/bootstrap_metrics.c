@@ -43,7 +43,7 @@ static void render_hist(lc__sbuf_t *s, const char *name, const char *labels,
 
 /* What the server itself counts, copied under its lock. */
 typedef struct server_counts {
-	uint64_t req[CODE_COUNT], puts_ok, puts_refused;
+	uint64_t req[CODE_COUNT], puts_ok, puts_refused, puts_invalid, headers_invalid;
 	int registered, world;
 } server_counts_t;
 
@@ -59,6 +59,8 @@ static lc__metrics_snapshot_t *snapshot(lc_bootstrap_t *b, server_counts_t *c, i
 	memcpy(c->req, b->requests, sizeof c->req);
 	c->puts_ok = b->puts_ok;
 	c->puts_refused = b->puts_refused;
+	c->puts_invalid = b->puts_invalid;
+	c->headers_invalid = b->headers_invalid;
 	c->registered = b->registered;
 	c->world = b->world_size;
 	pthread_mutex_unlock(&b->lock);
@@ -88,8 +90,16 @@ static void render_server(lc__sbuf_t *s, const server_counts_t *c)
 		      "# HELP layercake_bootstrap_registrations_total PUT /route outcomes.\n"
 		      "# TYPE layercake_bootstrap_registrations_total counter\n"
 		      "layercake_bootstrap_registrations_total{outcome=\"accepted\"} %llu\n"
-		      "layercake_bootstrap_registrations_total{outcome=\"refused\"} %llu\n",
-		      (unsigned long long)c->puts_ok, (unsigned long long)c->puts_refused);
+		      "layercake_bootstrap_registrations_total{outcome=\"refused\"} %llu\n"
+		      "layercake_bootstrap_registrations_total{outcome=\"invalid\"} %llu\n",
+		      (unsigned long long)c->puts_ok, (unsigned long long)c->puts_refused,
+		      (unsigned long long)c->puts_invalid);
+	lc__sb_printf(s,
+		      "# HELP layercake_bootstrap_bad_headers_total Requests refused for their "
+		      "headers (duplicate Content-Length, Content-Length with Transfer-Encoding).\n"
+		      "# TYPE layercake_bootstrap_bad_headers_total counter\n"
+		      "layercake_bootstrap_bad_headers_total %llu\n",
+		      (unsigned long long)c->headers_invalid);
 	lc__sb_printf(s,
 		      "# HELP layercake_bootstrap_ranks Registered P ranks and world size.\n"
 		      "# TYPE layercake_bootstrap_ranks gauge\n"

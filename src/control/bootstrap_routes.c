@@ -89,6 +89,16 @@ static int parse_rank(json_object *o, put_req_t *q, char *why, size_t cap)
 	if (!(q->ip = lc__bs_json_str(o, "rank_ip", true, LC__BS_HOST_MAX, why, cap)) ||
 	    !(q->key = lc__bs_json_str(o, "curve_public_key", false, LC__BS_KEY_MAX, why, cap)))
 		return -1;
+	/* D connects to what is stored here: only a host, never a wildcard,
+	 * a port or a path. */
+	if (!lc__bs_host_ok(q->ip)) {
+		snprintf(why, cap, "rank_ip \"%.64s\" is not a host name or an IP address", q->ip);
+		return -1;
+	}
+	if (!lc__bs_curve_key_ok(q->key)) {
+		snprintf(why, cap, "curve_public_key is not 40 characters of z85");
+		return -1;
+	}
 	return 0;
 }
 
@@ -99,14 +109,12 @@ static int parse_geometry(json_object *o, put_req_t *q, char *why, size_t cap)
 	json_object *lens;
 	if (!(fp = lc__bs_json_str(o, "layout_fingerprint", false, 32, why, cap)))
 		return -1;
-	if (*fp) {
-		char *end;
-		errno = 0;
-		q->fingerprint = strtoull(fp, &end, 16);
-		if (errno || *end || end == fp) {
-			snprintf(why, cap, "layout_fingerprint \"%s\" is not hex", fp);
-			return -1;
-		}
+	/* Absent means 0; present, exactly what P formats: 16 hex digits. */
+	if (json_object_object_get_ex(o, "layout_fingerprint", NULL) &&
+	    lc__bs_fingerprint_parse(fp, &q->fingerprint)) {
+		snprintf(why, cap, "layout_fingerprint \"%.32s\" is not %d hex digits", fp,
+			 LC__BS_FP_DIGITS);
+		return -1;
 	}
 	if (json_object_object_get_ex(o, "layers", NULL) &&
 	    lc__bs_json_int(o, "layers", 0, 1 << 20, &q->layers, why, cap))
@@ -205,17 +213,21 @@ static int handle_put(lc_bootstrap_t *b, const char *auth, const char *body, siz
 	if (!body_len)
 		return lc__bs_reply_text(resp, resp_len, 400, "empty body");
 	json_object *o = parse_body(body, body_len, why, sizeof why);
-	if (!o)
-		return lc__bs_reply_text(resp, resp_len, strcmp(why, "out of memory") ? 400 : 500,
-					 "%s", why);
-	put_req_t *q = calloc(1, sizeof *q);
+	put_req_t *q = o ? calloc(1, sizeof *q) : NULL;
 	int code = 500;
-	if (!q)
+	if (!o)
+		code = strcmp(why, "out of memory") ? 400 : 500;
+	else if (!q)
 		snprintf(why, sizeof why, "out of memory");
 	else if (parse_rank(o, q, why, sizeof why) || parse_geometry(o, q, why, sizeof why))
 		code = 400;
 	else
 		code = store_rank(b, q, why, sizeof why);
+	if (code == 400) {
+		pthread_mutex_lock(&b->lock);
+		b->puts_invalid++;
+		pthread_mutex_unlock(&b->lock);
+	}
 	if (code == 200)
 		LC__INFO("bootstrap: rank %lld registered at %s:%lld", (long long)q->rank, q->ip,
 			 (long long)q->port);

@@ -24,12 +24,21 @@
 #define LC__MSG_HEADER 12
 #define LC__MSG_MAX (16u << 20)       /* largest message, bytes */
 #define LC__MSG_STR_MAX 256           /* strings hold at most 255 bytes */
-#define LC__MSG_MAX_PAGES (1u << 21)  /* pages of one transfer info */
 #define LC__MSG_MAX_SLOTS 64          /* state slots of one transfer info */
 #define LC__MSG_MAX_BUFFERS 4096      /* buffers of a registration */
 #define LC__MSG_MAX_REGIONS 1024      /* region descriptors of a registration */
 #define LC__MSG_MAX_FANIN 4096        /* required_dst_info_num */
 #define LC__MSG_MAX_LAYERS (1u << 20) /* layers landed */
+/* Pages of one transfer info: as many as fit in a message after every
+ * other field of a TRANSFER_INFO at its largest (header, room, two full
+ * strings, the fixed fields, both counts and LC__MSG_MAX_SLOTS slots), so
+ * that a transfer info the API accepts can always be encoded. */
+#define LC__MSG_INFO_FIXED_MAX                                                                     \
+	(LC__MSG_HEADER + 8 + 2 * (2 + LC__MSG_STR_MAX - 1) + 4 + 4 + 8 + 8 + 4 + 4 +              \
+	 8 * LC__MSG_MAX_SLOTS)
+#define LC__MSG_MAX_PAGES ((LC__MSG_MAX - LC__MSG_INFO_FIXED_MAX) / 8)
+_Static_assert(LC__MSG_INFO_FIXED_MAX + 8ull * LC__MSG_MAX_PAGES <= LC__MSG_MAX,
+	       "a maximal transfer info must fit in one message");
 
 enum lc__msg_type {
 	LC__MSG_REGISTER = 1,       /* D -> P: session registration */

@@ -90,8 +90,15 @@ static inline uint64_t lc__get_u64(const uint8_t *p)
 	return v;
 }
 
-/* 64-bit random value from getrandom (falls back to time and address mixing). */
-uint64_t lc__random_u64(void);
+/* len random bytes from getrandom(2), retried on EINTR and short reads.
+ * Never a made-up value: if the kernel gives none, returns -errno (-EIO for
+ * a zero read), logs an error and counts it (lc__random_failures), and buf
+ * is not to be used. Tokens, owner ids and names all come from here. */
+int lc__random_bytes(void *buf, size_t len);
+/* One 64-bit value the same way; *out written only on success. */
+int lc__random_u64(uint64_t *out);
+/* Failures of lc__random_bytes in this process so far. */
+uint64_t lc__random_failures(void);
 
 /* FNV-1a 64 over bytes, for fingerprints and checks (not for security). */
 static inline uint64_t lc__fnv1a(uint64_t h, const void *data, size_t n)

@@ -18,7 +18,10 @@ int lc__ctx_init(lc_ctx_t *ctx, const char *name)
 {
 	int rc;
 	snprintf(ctx->name, sizeof ctx->name, "%s", name ? name : "ctx");
-	ctx->uid = lc__random_u64();
+	/* The owner id in every region descriptor: random or no context. */
+	rc = lc__random_u64(&ctx->uid);
+	if (rc)
+		return rc;
 	pthread_mutex_init(&ctx->cfg_lock, NULL);
 	pthread_mutex_init(&ctx->token_lock, NULL);
 	pthread_mutex_init(&ctx->objs_lock, NULL);
@@ -143,9 +146,12 @@ int lc_token_issue(lc_ctx_t *ctx, lc_token_t *out)
 	if (!ctx || !out)
 		return -EINVAL;
 	lc_token_t t;
-	for (size_t i = 0; i < LC_TOKEN_LEN; i += 8) {
-		uint64_t r = lc__random_u64();
-		memcpy(t.bytes + i, &r, 8);
+	int rc = lc__random_bytes(t.bytes, LC_TOKEN_LEN);
+	if (rc) {
+		LC__COUNT(ctx, random_failures);
+		LC__ERROR("context %s: no token issued: the kernel gave no random bytes",
+			  ctx->name);
+		return rc;
 	}
 	pthread_mutex_lock(&ctx->token_lock);
 	if (ctx->ntokens == ctx->token_cap) {

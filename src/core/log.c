@@ -1,5 +1,7 @@
 /* The process-wide logger: level from LAYERCAKE_LOG, stderr by default. */
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,11 +92,38 @@ void lc__reason(char *buf, size_t cap, const char *fmt, ...)
 	va_end(ap);
 }
 
-uint64_t lc__random_u64(void)
+static _Atomic uint64_t random_failures;
+
+uint64_t lc__random_failures(void)
+{
+	return random_failures;
+}
+
+int lc__random_bytes(void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = getrandom(p + got, len - got, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			int e = n < 0 && errno ? errno : EIO;
+			random_failures++;
+			LC__ERROR("getrandom failed (%s): no secret is made without it",
+				  strerror(e));
+			return -e;
+		}
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+int lc__random_u64(uint64_t *out)
 {
 	uint64_t v;
-	if (getrandom(&v, sizeof v, 0) == (ssize_t)sizeof v)
-		return v;
-	v = lc__now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
-	return v * 6364136223846793005ull + 1442695040888963407ull;
+	int rc = lc__random_bytes(&v, sizeof v);
+	if (!rc)
+		*out = v;
+	return rc;
 }

@@ -26,6 +26,7 @@
 	X(conns_failed)                                                                            \
 	X(conns_rejected_auth)                                                                     \
 	X(frames_malformed)                                                                        \
+	X(random_failures)                                                                         \
 	X(lanes_stalled)
 
 enum lc__counter {

@@ -1,8 +1,10 @@
 /* The control-plane codec: round trips, every truncation, fields out of
  * range, oversize and corrupted messages. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -217,6 +219,47 @@ static void test_info_round_trip(void **state)
 	assert_null(out.info.pages);
 	lc__msg_free(&out);
 	free(buf);
+}
+
+/* The page cap and the message cap agree: a transfer info at every
+ * maximum (pages, slots, both strings) encodes, fits in LC__MSG_MAX and
+ * decodes; one page more is refused as out of range, not as oversize. */
+static void test_maximal_info_fits(void **state)
+{
+	lc__msg_t m, out;
+	size_t len;
+	int64_t *pages = calloc(LC__MSG_MAX_PAGES + 1, sizeof *pages);
+	int64_t slots[LC__MSG_MAX_SLOTS];
+	assert_non_null(pages);
+	for (uint32_t i = 0; i <= LC__MSG_MAX_PAGES; i++)
+		pages[i] = INT64_MAX - i;
+	for (int i = 0; i < LC__MSG_MAX_SLOTS; i++)
+		slots[i] = i;
+	memset(&m, 0, sizeof m);
+	m.type = LC__MSG_TRANSFER_INFO;
+	m.info = (lc__msg_transfer_info_t){.room = UINT64_MAX,
+					   .required_dst = LC__MSG_MAX_FANIN,
+					   .prefix_len = UINT64_MAX,
+					   .aux_index = INT64_MAX,
+					   .page_count = LC__MSG_MAX_PAGES,
+					   .pages = pages,
+					   .slot_count = LC__MSG_MAX_SLOTS,
+					   .slots = slots};
+	memset(m.info.session, 's', LC__MSG_STR_MAX - 1);
+	memset(m.info.status_ep, 'e', LC__MSG_STR_MAX - 1);
+	uint8_t *buf = NULL;
+	assert_int_equal(lc__msg_encode(&m, &buf, &len), 0);
+	assert_true(len <= LC__MSG_MAX);
+	assert_int_equal(lc__msg_decode(buf, len, &out, NULL, 0), 0);
+	assert_int_equal(out.info.page_count, LC__MSG_MAX_PAGES);
+	assert_true(out.info.pages[LC__MSG_MAX_PAGES - 1] == pages[LC__MSG_MAX_PAGES - 1]);
+	lc__msg_free(&out);
+	free(buf);
+	buf = NULL;
+	m.info.page_count = LC__MSG_MAX_PAGES + 1;
+	assert_int_equal(lc__msg_encode(&m, &buf, &len), -EINVAL);
+	assert_null(buf);
+	free(pages);
 }
 
 static void test_small_round_trips(void **state)
@@ -485,6 +528,7 @@ int main(void)
 		cmocka_unit_test(test_register_carries_a_curve_key),
 		cmocka_unit_test(test_register_carries_a_tp_size),
 		cmocka_unit_test(test_info_round_trip),
+		cmocka_unit_test(test_maximal_info_fits),
 		cmocka_unit_test(test_small_round_trips),
 		cmocka_unit_test(test_encode_refuses),
 		cmocka_unit_test(test_fields_out_of_range),

@@ -20,8 +20,11 @@ int lc__shm_name_from_url(const char *url, char *name, size_t cap, bool listenin
 	if (len == 0 || (len == 4 && !strncmp(n, "auto", 4))) {
 		if (!listening)
 			return -EINVAL;
-		snprintf(name, cap, "lc-%ld-%016llx", (long)getpid(),
-			 (unsigned long long)lc__random_u64());
+		uint64_t r;
+		int rc = lc__random_u64(&r);
+		if (rc)
+			return rc;
+		snprintf(name, cap, "lc-%ld-%016llx", (long)getpid(), (unsigned long long)r);
 		return 0;
 	}
 	if (len > LC__SHM_NAME_MAX || len + 1 > cap)
