@@ -37,6 +37,11 @@
 #define OUT_FRAMES (LC__TCP_MAX_RUN + 16u)
 #define OUT_CAP (OUT_FRAMES * LC__TCP_CTRL_LEN)
 #define MAX_ACCEPTED 1024
+/* Connections accepted per event on the listening socket (level-triggered:
+ * the rest come next round), well under tcp_pending_per_addr's default, so
+ * that a real peer's HELLO is read before newer connections can make it
+ * the oldest pending one. */
+#define ACCEPT_BURST 16
 /* What an fd of a listener task is. */
 #define LISTEN_TAG 0
 #define LANE_TAG 1
@@ -516,7 +521,8 @@ static void rlane_add(tcp_listener_t *tl, int fd, const struct sockaddr_storage 
 		close(fd);
 		return;
 	}
-	*r = (rlane_t){.tl = tl, .fd = fd, .phase = R_HELLO, .writable = true};
+	/* Readable at once: a peer's HELLO usually came with the connection. */
+	*r = (rlane_t){.tl = tl, .fd = fd, .phase = R_HELLO, .readable = true, .writable = true};
 	r->hello_deadline_ns = lc__now_ns() + tl->hello_ns;
 	memcpy(r->peer, key, len);
 	r->peer_len = len;
@@ -534,9 +540,9 @@ static void rlane_add(tcp_listener_t *tl, int fd, const struct sockaddr_storage 
 	tl->nlanes++;
 }
 
-static void accept_all(tcp_listener_t *tl)
+static void accept_burst(tcp_listener_t *tl)
 {
-	for (;;) {
+	for (int k = 0; k < ACCEPT_BURST; k++) {
 		struct sockaddr_storage a = {0};
 		socklen_t alen = sizeof a;
 		int fd =
@@ -585,7 +591,7 @@ static void listener_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events,
 {
 	tcp_listener_t *tl = LC__CONTAINER_OF(t, tcp_listener_t, task);
 	if (f->tag == LISTEN_TAG) {
-		accept_all(tl);
+		accept_burst(tl);
 		return;
 	}
 	rlane_t *r = LC__CONTAINER_OF(f, rlane_t, iofd);
