@@ -73,7 +73,10 @@
 	  "connection is closed (conns_evicted_pending)")                                          \
 	X(tcp_pending_per_addr, "LAYERCAKE_TCP_PENDING_PER_ADDR", 64, 1, 1024,                     \
 	  "connections from one source address a tcp listener holds before their handshake; "      \
-	  "past it that address's oldest is closed (conns_evicted_pending)")
+	  "past it that address's oldest is closed (conns_evicted_pending)")                       \
+	X(shm_pending_max, "LAYERCAKE_SHM_PENDING_MAX", 64, 1, 1024,                               \
+	  "connections an shm listener holds before their handshake; past it the oldest such "     \
+	  "connection is closed (conns_evicted_pending)")
 
 #define LC__CONFIG_STR_TABLE(X)                                                                    \
 	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                  \
