@@ -15,6 +15,7 @@
  *   listener_flood  ~1,100 idle TCP connections (no handshake) at D's data
  *                   listener, then a real P writes D's rooms: they succeed
  *                   and D counts the connections it closed.
+ *   listener_flood_shm  the same against an shm:// listener (unix socket).
  *
  * Exit 0 pass, 1 fail, 77 skipped (a facility missing here).
  */
@@ -39,6 +40,7 @@
 
 #include "control/codec.h"
 #include "pd/decode.h"
+#include "transport/shm/shm.h"
 #include "testutil.h"
 
 #define LAYERS 4
@@ -203,7 +205,7 @@ static int d_check_room(lc_receiver_t *rcv, const tu_pool_t *s, int i)
 	return bad ? 1 : 0;
 }
 
-static int d_main(const char *bs_addr, int go_fd)
+static int d_main(const char *bs_addr, const char *listen_url, int go_fd)
 {
 	tu_pool_t s;
 	lc_decode_t *d;
@@ -214,7 +216,7 @@ static int d_main(const char *bs_addr, int go_fd)
 				 .layout = s.layout,
 				 .regions = &s.region,
 				 .region_count = 1,
-				 .listen_url = "tcp://127.0.0.1:0"};
+				 .listen_url = listen_url};
 	int rc = lc_decode_create(s.ctx, &dp, &d);
 	if (rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) {
 		fprintf(stderr, "skip: %s\n", lc_strerror(rc));
@@ -352,9 +354,15 @@ static int p_child(void *arg, int go_fd)
 	return p_main((p_mode_t)(intptr_t)arg, go_fd);
 }
 
+/* D's bootstrap address and listener URL. */
+typedef struct d_arg {
+	const char *bs_addr, *url;
+} d_arg_t;
+
 static int d_child(void *arg, int go_fd)
 {
-	return d_main(arg, go_fd);
+	const d_arg_t *a = arg;
+	return d_main(a->bs_addr, a->url, go_fd);
 }
 
 /* P up: its bootstrap address and control endpoint. */
@@ -453,7 +461,7 @@ static int case_cancel_unknown(void)
 	proc_t p, d;
 	char addr[64], ep[300], line[128];
 	start_p(&p, P_ROOMS, addr, ep);
-	spawn(&d, d_child, addr);
+	spawn(&d, d_child, &(d_arg_t){addr, "tcp://127.0.0.1:0"});
 	go(&d);
 	TU_CHECK(wait_line(&p, "bootstrapped", 20000, NULL, 0), "P never bootstrapped");
 	/* Every room id in use, from two sessions P never registered (one
@@ -494,18 +502,30 @@ static int case_cancel_unknown(void)
 
 /* ---- listener_flood ---- */
 
-/* Idle connections to port: no byte is ever sent on them. */
-static int flood_connect(int port, int *fds, int n)
+/* Idle connections to D's listener url: no byte is ever sent on them. */
+static int flood_connect(const char *url, int *fds, int n)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_port = htons((uint16_t)port),
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_un un;
+	struct sockaddr *a = (struct sockaddr *)&in;
+	socklen_t alen = sizeof in;
+	bool shm = !strncmp(url, "shm://", 6);
+	char name[LC__SHM_NAME_MAX + 1];
+	if (shm) {
+		TU_OK(lc__shm_name_from_url(url, name, sizeof name, false));
+		alen = lc__shm_addr(name, &un);
+		a = (struct sockaddr *)&un;
+	} else {
+		in.sin_port = htons((uint16_t)atoi(strrchr(url, ':') + 1));
+	}
 	int k = 0;
 	for (; k < n; k++) {
-		fds[k] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		fds[k] = socket(shm ? AF_UNIX : AF_INET,
+				(shm ? SOCK_SEQPACKET : SOCK_STREAM) | SOCK_NONBLOCK | SOCK_CLOEXEC,
+				0);
 		if (fds[k] < 0)
 			break;
-		if (connect(fds[k], (struct sockaddr *)&a, sizeof a) && errno != EINPROGRESS) {
+		if (connect(fds[k], a, alen) && errno != EINPROGRESS && errno != EAGAIN) {
 			close(fds[k]);
 			break;
 		}
@@ -515,7 +535,7 @@ static int flood_connect(int port, int *fds, int n)
 	return k;
 }
 
-static int case_listener_flood(void)
+static int case_listener_flood(const char *listen_url)
 {
 	/* Enough descriptors for the flood here and at D (which inherits). */
 	struct rlimit rl;
@@ -530,16 +550,16 @@ static int case_listener_flood(void)
 	proc_t p, d;
 	char addr[64], ep[300], line[512], url[300];
 	start_p(&p, P_ROOMS, addr, ep);
-	spawn(&d, d_child, addr);
+	spawn(&d, d_child, &(d_arg_t){addr, listen_url});
 	TU_CHECK(wait_line(&d, "d-url ", 15000, line, sizeof line) &&
 			 sscanf(line, "d-url %299s", url) == 1,
 		 "D did not start");
-	if (strncmp(url, "tcp://", 6)) {
+	if (strncmp(url, listen_url, 6)) {
 		fprintf(stderr, "skip: D's listener is %s\n", url);
 		return TU_SKIP;
 	}
 	static int fds[FLOOD];
-	int n = flood_connect(atoi(strrchr(url, ':') + 1), fds, FLOOD);
+	int n = flood_connect(url, fds, FLOOD);
 	fprintf(stderr, "flood: %d idle connections open\n", n);
 	TU_CHECK(n >= 1030, "only %d connections", n);
 	usleep(1000000); /* D has accepted them all */
@@ -570,7 +590,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	tu_watchdog(110);
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s shutdown_race|cancel_unknown|listener_flood\n", argv[0]);
+		fprintf(stderr, "usage: %s shutdown_race|cancel_unknown|listener_flood[_shm]\n",
+			argv[0]);
 		return 2;
 	}
 	if (!strcmp(argv[1], "shutdown_race"))
@@ -578,7 +599,9 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "cancel_unknown"))
 		return case_cancel_unknown();
 	if (!strcmp(argv[1], "listener_flood"))
-		return case_listener_flood();
+		return case_listener_flood("tcp://127.0.0.1:0");
+	if (!strcmp(argv[1], "listener_flood_shm"))
+		return case_listener_flood("shm://auto");
 	fprintf(stderr, "unknown case %s\n", argv[1]);
 	return 2;
 }
