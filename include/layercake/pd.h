@@ -110,8 +110,9 @@ LC_API int lc_prefill_engine(lc_prefill_t *prefill, lc_engine_t **out);
 LC_API int lc_prefill_endpoint(const lc_prefill_t *prefill, char *buf, size_t cap);
 /* Control-plane counters by name ("msgs_malformed", "registrations",
  * "registrations_refused", "transfer_infos", "cancels", "statuses",
- * "layer_updates", "msgs_sent", "msgs_received", "send_failures"...).
- * -ENOENT for an unknown name. */
+ * "layer_updates", "msgs_sent", "msgs_received", "send_failures"...;
+ * "cancels_refused": CANCELs from an unregistered session, or for a room
+ * that session is not a destination of). -ENOENT for an unknown name. */
 LC_API int lc_prefill_counter(lc_prefill_t *prefill, const char *name, uint64_t *out);
 
 /* A sender: P's handle on one room (the request's bootstrap_room). */

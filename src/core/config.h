@@ -70,7 +70,16 @@
 	  "a CPU step record posts ready layer groups on the recording thread when the engine "    \
 	  "thread is idle (1), or only wakes the engine thread (0)")                               \
 	X(bootstrap_port, "LAYERCAKE_BOOTSTRAP_PORT", 8998, 0, 65535,                              \
-	  "port of P's bootstrap HTTP server")
+	  "port of P's bootstrap HTTP server")                                                     \
+	X(tcp_pending_max, "LAYERCAKE_TCP_PENDING_MAX", 256, 1, 1024,                              \
+	  "connections a tcp listener holds before their handshake; past it the oldest such "      \
+	  "connection is closed (conns_evicted_pending)")                                          \
+	X(tcp_pending_per_addr, "LAYERCAKE_TCP_PENDING_PER_ADDR", 64, 1, 1024,                     \
+	  "connections from one source address a tcp listener holds before their handshake; "      \
+	  "past it that address's oldest is closed (conns_evicted_pending)")                       \
+	X(shm_pending_max, "LAYERCAKE_SHM_PENDING_MAX", 64, 1, 1024,                               \
+	  "connections an shm listener holds before their handshake; past it the oldest such "     \
+	  "connection is closed (conns_evicted_pending)")
 
 #define LC__CONFIG_STR_TABLE(X)                                                                    \
 	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                  \

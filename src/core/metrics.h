@@ -27,7 +27,8 @@
 	X(conns_rejected_auth)                                                                     \
 	X(frames_malformed)                                                                        \
 	X(random_failures)                                                                         \
-	X(lanes_stalled)
+	X(lanes_stalled)                                                                           \
+	X(conns_evicted_pending)
 
 enum lc__counter {
 #define LC__CNT_ENUM(name) LC__CNT_##name,

@@ -20,4 +20,11 @@ typedef void (*lc__post_hook_fn)(void *arg, uint64_t room, uint32_t group, uint6
 				 uint64_t post_ns, uint64_t iteration, bool inline_pass);
 void lc__engine_set_post_hook(lc_engine_t *e, lc__post_hook_fn fn, void *arg);
 
+/* lc_engine_room_cancel on behalf of a peer: only a session that is one of
+ * the room's destinations (a dummy one included) may cancel it. Returns
+ * 0, -ENOENT (unknown room), -EPERM (session not a destination of the
+ * room), LC_ERR_STATE (the room already ended). */
+int lc__engine_room_cancel_from(lc_engine_t *e, uint64_t room, const char *session,
+				const char *reason);
+
 #endif

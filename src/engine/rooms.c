@@ -120,6 +120,35 @@ int lc_engine_room_cancel(lc_engine_t *e, uint64_t room, const char *reason)
 	return rc;
 }
 
+static bool room_has_session(const lc__room_t *r, const char *session)
+{
+	for (uint32_t i = 0; i < r->ndst; i++)
+		if (r->dst[i].session_name && !strcmp(r->dst[i].session_name, session))
+			return true;
+	return false;
+}
+
+int lc__engine_room_cancel_from(lc_engine_t *e, uint64_t room, const char *session,
+				const char *reason)
+{
+	int rc = 0;
+	if (!e || !session)
+		return -EINVAL;
+	pthread_mutex_lock(&e->lock);
+	lc__room_t *r = lc__room_find(&e->rooms, room);
+	if (!r)
+		rc = -ENOENT;
+	else if (!room_has_session(r, session))
+		rc = -EPERM;
+	else if (lc__room_final(r))
+		rc = LC_ERR_STATE;
+	else
+		lc__engine_fail_room(e, r, LC_FAIL_CANCELLED, "cancelled: %s",
+				     reason ? reason : "no reason");
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
 /* Layers landed at every real destination. */
 static uint32_t landed_min(const lc__room_t *r)
 {

@@ -150,15 +150,20 @@ void lc_prefill_destroy(lc_prefill_t *p)
 		return;
 	if (p->metrics_server)
 		lc__bootstrap_source_remove(p->metrics_server, p->source_id);
-	/* The engine first: its final statuses are queued, then flushed by the
-	 * control thread before it stops. */
-	lc_engine_destroy(p->engine);
-	p->engine = NULL;
+	/* The control thread first: it hands D's messages to the engine, and
+	 * anyone may send those (a dummy transfer info needs no registration),
+	 * so it must be gone before the engine is. The engine's final
+	 * statuses are then queued by its callbacks and sent from here, the
+	 * only thread left that uses the session sockets. */
 	if (p->started) {
 		atomic_store(&p->stop, true);
 		lc__prefill_wake(p);
 		pthread_join(p->thread, NULL);
+		p->started = false;
 	}
+	lc_engine_destroy(p->engine);
+	p->engine = NULL;
+	lc__prefill_flush(p);
 	for (size_t i = 0; i < p->nsessions; i++) {
 		lc__push_close(p->sessions[i]->push);
 		free(p->sessions[i]);
@@ -201,6 +206,10 @@ int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
 			*out = atomic_load(&p->ctl[i]);
 			return 0;
 		}
+	if (!strcmp(name, "cancels_refused")) {
+		*out = atomic_load(&p->cancels_refused);
+		return 0;
+	}
 	return -ENOENT;
 }
 

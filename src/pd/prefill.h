@@ -17,6 +17,9 @@
  * `lock` protects the session table, the outbound queue and the sender
  * list; it is never held while calling into the engine or sending, and
  * engine calls never run with it held (lock order: none needed).
+ * Teardown: lc_prefill_destroy joins the control thread before it
+ * destroys the engine (no D message reaches a dying engine), then sends
+ * the engine's final statuses itself.
  */
 #ifndef LC_PD_PREFILL_H
 #define LC_PD_PREFILL_H
@@ -77,6 +80,7 @@ struct lc_prefill {
 	bool started;
 	_Atomic bool stop;
 	_Atomic uint64_t ctl[LC__CTL_COUNT];
+	_Atomic uint64_t cancels_refused; /* lc_prefill_counter "cancels_refused" */
 	lc_bootstrap_t *metrics_server;
 	int source_id;
 

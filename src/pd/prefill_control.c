@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/engine.h"
 #include "pd/prefill.h"
 
 #ifdef LC_HAVE_ZMQ
@@ -50,7 +51,9 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 		rc = -ENOENT;
 	} else {
 		lc_dst_params_t d = {.size = sizeof d,
-				     .session = dummy ? NULL : t->session,
+				     /* A dummy keeps the name of a registered
+				      * session, so that it may cancel. */
+				     .session = dummy && !s ? NULL : t->session,
 				     .pages = t->pages,
 				     .page_count = t->page_count,
 				     .prefix_len = t->prefix_len,
@@ -92,6 +95,27 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	free(m);
 }
 
+/* A CANCEL is taken only from a registered session, for a room that
+ * session is a destination of (anyone can name a room id). */
+static void handle_cancel(lc_prefill_t *p, const lc__msg_cancel_t *c)
+{
+	LC__P_CTL_ADD(p, cancels);
+	pthread_mutex_lock(&p->lock);
+	bool known = lc__prefill_session_find(p, c->session) != NULL;
+	pthread_mutex_unlock(&p->lock);
+	int rc = known ? lc__engine_room_cancel_from(p->engine, c->room, c->session, c->reason)
+		       : -ENOENT;
+	if (!known || rc == -EPERM) {
+		atomic_fetch_add(&p->cancels_refused, 1);
+		LC__WARN("prefill %s: refused a cancel of room %llu from %s: %s", p->name,
+			 (unsigned long long)c->room, c->session,
+			 known ? "not a destination of the room" : "session not registered");
+		return;
+	}
+	LC__INFO("prefill %s: D %s cancelled room %llu (%s): %s", p->name, c->session,
+		 (unsigned long long)c->room, c->reason, rc ? lc_strerror(rc) : "ok");
+}
+
 static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const char *peer)
 {
 	lc__msg_t *m = calloc(1, sizeof *m);
@@ -115,11 +139,7 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 		handle_info(p, &m->info);
 		break;
 	case LC__MSG_CANCEL:
-		LC__P_CTL_ADD(p, cancels);
-		rc = lc_engine_room_cancel(p->engine, m->cancel.room, m->cancel.reason);
-		LC__INFO("prefill %s: D %s cancelled room %llu (%s): %s", p->name,
-			 m->cancel.session, (unsigned long long)m->cancel.room, m->cancel.reason,
-			 rc ? lc_strerror(rc) : "ok");
+		handle_cancel(p, &m->cancel);
 		break;
 	default:
 		LC__P_CTL_ADD(p, msgs_unexpected);

@@ -35,6 +35,10 @@
 
 /* Connections one listener serves at a time. */
 #define MAX_CONNS 1024
+/* Connections accepted per event on the listening socket (level-triggered:
+ * the rest come next round), so that a real peer's HELLO is read before
+ * newer connections can make it the oldest pending one. */
+#define ACCEPT_BURST 16
 /* Source regions up to this size get their mapping pre-faulted. */
 #define POPULATE_MAX (4ull << 30)
 #ifndef MADV_POPULATE_READ
@@ -87,8 +91,10 @@ typedef struct shm_listener {
 	lc__io_fd_t liofd;  /* the listening socket (LISTEN_TAG) */
 	_Atomic int stop;   /* closing: cut a long WRITES message short */
 	uint64_t hello_ns;  /* connect_timeout_ms */
-	dconn_t conns;      /* sentinel */
+	dconn_t conns;      /* sentinel; newest first */
 	size_t nconns;
+	size_t pending_max; /* connections before their HELLO (shm_pending_max) */
+	uint64_t evicted;
 	lc__shm_helper_t *helper; /* second copy thread, NULL: copy alone */
 } shm_listener_t;
 
@@ -482,11 +488,35 @@ static enum serve dconn_serve(shm_listener_t *sl, dconn_t *dc)
 	return SERVE_MORE;
 }
 
+/* Room for one more connection before its handshake: past shm_pending_max
+ * (or with the listener full) the oldest connection still without a HELLO
+ * is closed, so that idle connections cannot keep a real peer out.
+ * Connections that completed the handshake are never closed here. */
+static void make_room(shm_listener_t *sl)
+{
+	size_t pending = 0;
+	dconn_t *oldest = NULL;
+	for (dconn_t *dc = sl->conns.next; dc != &sl->conns; dc = dc->next)
+		if (!dc->ready) {
+			pending++;
+			oldest = dc;
+		}
+	if (!oldest || (pending < sl->pending_max && sl->nconns < MAX_CONNS))
+		return;
+	LC__COUNT(sl->ctx, conns_evicted_pending);
+	if (sl->evicted++ % 1024 == 0)
+		LC__WARN("shm://%s: closing the oldest connection without a handshake to take a "
+			 "new one (%llu closed so far)",
+			 sl->name, (unsigned long long)sl->evicted);
+	dconn_close(sl, oldest, "too many connections without a handshake");
+}
+
 static void dconn_add(shm_listener_t *sl, int fd)
 {
 	struct ucred cred;
 	socklen_t cl = sizeof cred;
 	dconn_t *dc = NULL;
+	make_room(sl);
 	if (sl->nconns >= MAX_CONNS || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) ||
 	    !(dc = calloc(1, sizeof *dc)) || !(dc->in = malloc(LC__SHM_MSG_MAX)) ||
 	    !(dc->acks = malloc(LC__SHM_ACKS_MAX)))
@@ -517,9 +547,9 @@ refuse:
 	close(fd);
 }
 
-static void accept_all(shm_listener_t *sl)
+static void accept_burst(shm_listener_t *sl)
 {
-	for (;;) {
+	for (int k = 0; k < ACCEPT_BURST; k++) {
 		int fd = accept4(sl->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
@@ -562,7 +592,7 @@ static void listener_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events,
 	shm_listener_t *sl = LC__CONTAINER_OF(t, shm_listener_t, task);
 	(void)now;
 	if (f->tag == LISTEN_TAG) {
-		accept_all(sl);
+		accept_burst(sl);
 		return;
 	}
 	dconn_t *dc = LC__CONTAINER_OF(f, dconn_t, iofd);
@@ -618,6 +648,7 @@ int lc__shm_listen(lc_listener_t *l, const char *url)
 	sl->lfd = -1;
 	sl->conns.next = sl->conns.prev = &sl->conns;
 	sl->hello_ns = (uint64_t)lc__ctx_cfg(l->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
+	sl->pending_max = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_shm_pending_max);
 	rc = lc__shm_name_from_url(url, sl->name, sizeof sl->name, true);
 	if (!rc)
 		rc = listen_socket(sl);

@@ -37,6 +37,11 @@
 #define OUT_FRAMES (LC__TCP_MAX_RUN + 16u)
 #define OUT_CAP (OUT_FRAMES * LC__TCP_CTRL_LEN)
 #define MAX_ACCEPTED 1024
+/* Connections accepted per event on the listening socket (level-triggered:
+ * the rest come next round), well under tcp_pending_per_addr's default, so
+ * that a real peer's HELLO is read before newer connections can make it
+ * the oldest pending one. */
+#define ACCEPT_BURST 16
 /* What an fd of a listener task is. */
 #define LISTEN_TAG 0
 #define LANE_TAG 1
@@ -68,6 +73,8 @@ typedef struct rlane {
 	enum rphase phase;
 	bool readable, writable, paused, dead;
 	uint64_t hello_deadline_ns;
+	uint8_t peer[16]; /* source address (4 or 16 bytes), for the pending caps */
+	uint8_t peer_len;
 	/* the WRITES frame being received: write run_i has `done` bytes */
 	uint64_t room;
 	uint32_t run_n, run_i;
@@ -93,6 +100,8 @@ typedef struct tcp_listener {
 	rlane_t *lanes;     /* doubly linked */
 	size_t nlanes;
 	uint64_t hello_ns;
+	size_t pending_max, pending_per_addr; /* lanes before their HELLO */
+	uint64_t evicted;
 	int sockbuf;
 	uint8_t scratch[SCRATCH_LEN];
 } tcp_listener_t;
@@ -450,16 +459,73 @@ static void rlane_close(tcp_listener_t *tl, rlane_t *r)
 	free(r);
 }
 
-static void rlane_add(tcp_listener_t *tl, int fd)
+/* The source address of an accepted connection, as the pending caps key it. */
+static void peer_key(const struct sockaddr_storage *a, uint8_t key[16], uint8_t *len)
+{
+	*len = 0;
+	if (a->ss_family == AF_INET) {
+		memcpy(key, &((const struct sockaddr_in *)a)->sin_addr, 4);
+		*len = 4;
+	} else if (a->ss_family == AF_INET6) {
+		memcpy(key, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
+		*len = 16;
+	}
+}
+
+static bool same_peer(const rlane_t *r, const uint8_t *key, uint8_t len)
+{
+	return r->peer_len == len && !memcmp(r->peer, key, len);
+}
+
+/* Room for one more connection before its handshake: past a cap the
+ * oldest lane still waiting for its HELLO is closed (that address's own
+ * when the address has its share), so that idle connections cannot keep a
+ * real peer out. Lanes that authenticated are never closed here. */
+static void make_room(tcp_listener_t *tl, const uint8_t *key, uint8_t len)
+{
+	size_t all = 0, same = 0;
+	rlane_t *old_all = NULL, *old_same = NULL;
+	/* Newest first: the last one found is the oldest. */
+	for (rlane_t *r = tl->lanes; r; r = r->next) {
+		if (r->phase != R_HELLO || r->dead)
+			continue;
+		all++;
+		old_all = r;
+		if (same_peer(r, key, len)) {
+			same++;
+			old_same = r;
+		}
+	}
+	rlane_t *v = same >= tl->pending_per_addr                           ? old_same
+		     : all >= tl->pending_max || tl->nlanes >= MAX_ACCEPTED ? old_all
+									    : NULL;
+	if (!v)
+		return;
+	LC__COUNT(tl->ctx, conns_evicted_pending);
+	if (tl->evicted++ % 1024 == 0)
+		LC__WARN("tcp: closing the oldest connection without a handshake to take a new "
+			 "one (%s cap; %llu closed so far)",
+			 v == old_same && same >= tl->pending_per_addr ? "per-address" : "listener",
+			 (unsigned long long)tl->evicted);
+	rlane_close(tl, v);
+}
+
+static void rlane_add(tcp_listener_t *tl, int fd, const struct sockaddr_storage *a)
 {
 	rlane_t *r = NULL;
+	uint8_t key[16], len;
+	peer_key(a, key, &len);
+	make_room(tl, key, len);
 	if (tl->nlanes >= MAX_ACCEPTED || !(r = calloc(1, sizeof *r))) {
 		LC__WARN("tcp: refusing a connection (%zu open)", tl->nlanes);
 		close(fd);
 		return;
 	}
-	*r = (rlane_t){.tl = tl, .fd = fd, .phase = R_HELLO, .writable = true};
+	/* Readable at once: a peer's HELLO usually came with the connection. */
+	*r = (rlane_t){.tl = tl, .fd = fd, .phase = R_HELLO, .readable = true, .writable = true};
 	r->hello_deadline_ns = lc__now_ns() + tl->hello_ns;
+	memcpy(r->peer, key, len);
+	r->peer_len = len;
 	lc__tcp_sockopts(fd, 0); /* buffers are inherited from the listening socket */
 	if (lc__io_fd_add(&tl->task, &r->iofd, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
 			  LANE_TAG)) {
@@ -474,10 +540,13 @@ static void rlane_add(tcp_listener_t *tl, int fd)
 	tl->nlanes++;
 }
 
-static void accept_all(tcp_listener_t *tl)
+static void accept_burst(tcp_listener_t *tl)
 {
-	for (;;) {
-		int fd = accept4(tl->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	for (int k = 0; k < ACCEPT_BURST; k++) {
+		struct sockaddr_storage a = {0};
+		socklen_t alen = sizeof a;
+		int fd =
+			accept4(tl->fd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
 				LC__WARN("tcp: accept: %s", strerror(errno));
@@ -485,7 +554,7 @@ static void accept_all(tcp_listener_t *tl)
 				return;
 			continue;
 		}
-		rlane_add(tl, fd);
+		rlane_add(tl, fd, &a);
 	}
 }
 
@@ -522,7 +591,7 @@ static void listener_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events,
 {
 	tcp_listener_t *tl = LC__CONTAINER_OF(t, tcp_listener_t, task);
 	if (f->tag == LISTEN_TAG) {
-		accept_all(tl);
+		accept_burst(tl);
 		return;
 	}
 	rlane_t *r = LC__CONTAINER_OF(f, rlane_t, iofd);
@@ -610,6 +679,8 @@ int lc__tcp_listen(lc_listener_t *l, const char *url)
 	tl->l = l;
 	tl->ctx = l->ctx;
 	tl->hello_ns = (uint64_t)lc__ctx_cfg(l->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
+	tl->pending_max = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_tcp_pending_max);
+	tl->pending_per_addr = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_tcp_pending_per_addr);
 	tl->sockbuf = lc__tcp_sockbuf(l->ctx);
 	rc = listen_socket(tl, host, port);
 	if (rc)

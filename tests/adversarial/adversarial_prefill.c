@@ -1,0 +1,607 @@
+/*
+ * Adversarial tests of the prefill side and the tcp:// listener (issue 13,
+ * findings 2, 6 and 8): a real P and a real D as separate processes (fork),
+ * real ZeroMQ and TCP sockets on 127.0.0.1, and an attacker that forges
+ * control messages with the codec or holds idle connections.
+ *
+ *     adversarial_prefill <case>
+ *
+ *   shutdown_race   dummy TRANSFER_INFOs and CANCELs stream at P's control
+ *                   endpoint from another process while P runs
+ *                   lc_prefill_destroy; 20 times; P must exit cleanly.
+ *   cancel_unknown  CANCELs naming an unregistered session, for every room
+ *                   id in use: the real D's rooms still succeed, byte-exact,
+ *                   and P counts the refusals.
+ *   listener_flood  ~1,100 idle TCP connections (no handshake) at D's data
+ *                   listener, then a real P writes D's rooms: they succeed
+ *                   and D counts the connections it closed.
+ *   listener_flood_shm  the same against an shm:// listener (unix socket).
+ *
+ * Exit 0 pass, 1 fail, 77 skipped (a facility missing here).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "control/codec.h"
+#include "pd/decode.h"
+#include "transport/shm/shm.h"
+#include "testutil.h"
+
+#define LAYERS 4
+#define NBUF (2 * LAYERS)
+#define PAGES 64
+#define ITEM 4096
+#define NPAGES 8 /* pages per room */
+#define ROOMS 3
+#define ROOM0 500
+#define CANARY 0x5a
+#define META_LEN 64
+#define FLOOD 1100
+#define RACE_RUNS 20
+
+static int status_fd = -1; /* child -> parent progress lines */
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+#define say(...) tu_say(status_fd, __VA_ARGS__)
+
+static uint64_t seed_of(int b, int p)
+{
+	return 7000 + (uint64_t)b * PAGES + (uint64_t)p;
+}
+
+/* Room i's page j: P page 1 + j, D page PAGES - 1 - (i * NPAGES + j). */
+static int64_t d_page(int i, int j)
+{
+	return PAGES - 1 - (i * NPAGES + j);
+}
+
+/* One byte from the parent (or EOF) on fd. */
+static void wait_byte(int fd)
+{
+	char c;
+	if (read(fd, &c, 1) < 0)
+		_exit(3);
+}
+
+/* ==== P process ==== */
+
+typedef enum p_mode { P_SHUTDOWN, P_ROOMS } p_mode_t;
+
+static int p_forward(lc_engine_t *eng, lc_sender_t **snd)
+{
+	int64_t pages[NPAGES];
+	for (int j = 0; j < NPAGES; j++)
+		pages[j] = 1 + j;
+	TU_OK(lc_engine_batch_begin(eng, 0));
+	for (int i = 0; i < ROOMS; i++) {
+		lc_chunk_t ch = {.size = sizeof ch,
+				 .room = ROOM0 + (uint64_t)i,
+				 .pages = pages,
+				 .page_count = NPAGES,
+				 .is_last = 1};
+		if (lc_sender_poll(snd[i], NULL) != LC_ROOM_FAILED)
+			lc_engine_chunk_add(eng, &ch);
+	}
+	TU_OK(lc_engine_batch_end(eng));
+	for (int l = 0; l < LAYERS; l++) {
+		usleep(2000);
+		TU_OK(lc_engine_record_cache(eng));
+	}
+	TU_OK(lc_engine_record_aux(eng));
+	for (int i = 0; i < ROOMS; i++) {
+		uint8_t meta[META_LEN];
+		tu_fill(meta, sizeof meta, ROOM0 + (uint64_t)i);
+		lc_sender_metadata_set(snd[i], meta, sizeof meta);
+	}
+	int failures = 0;
+	uint64_t dl = now_ms() + 15000;
+	for (int i = 0; i < ROOMS; i++) {
+		lc_room_info_t info = {.size = sizeof info};
+		int st;
+		while ((st = lc_sender_poll(snd[i], &info)) != LC_ROOM_SUCCESS &&
+		       st != LC_ROOM_FAILED && now_ms() < dl)
+			usleep(2000);
+		fprintf(stderr, "P room %d: %s %s\n", ROOM0 + i, lc_room_status_name(st),
+			info.reason);
+		failures += st != LC_ROOM_SUCCESS;
+	}
+	return failures;
+}
+
+static int p_main(p_mode_t mode, int go_fd)
+{
+	tu_pool_t s;
+	lc_bootstrap_t *b;
+	lc_prefill_t *pf;
+	lc_engine_t *eng;
+	lc_sender_t *snd[ROOMS] = {0};
+	char addr[64], ep[300];
+	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+	TU_OK(lc_bootstrap_start(&bp, &b));
+	TU_OK(lc_bootstrap_addr(b, addr, sizeof addr));
+	tu_pool_init(&s, "p0", NULL, LAYERS, PAGES, ITEM);
+	for (int k = 0; k < NBUF; k++)
+		for (int p = 0; p < PAGES; p++)
+			tu_fill((uint8_t *)s.bases[k] + (size_t)p * ITEM, ITEM, seed_of(k, p));
+	lc_prefill_params_t pp = {.size = sizeof pp,
+				  .layout = s.layout,
+				  .bootstrap = addr,
+				  .name = "p0",
+				  .world_size = 1,
+				  .dp_size = 1};
+	TU_OK(lc_prefill_create(s.ctx, &pp, &pf));
+	TU_OK(lc_prefill_engine(pf, &eng));
+	TU_OK(lc_prefill_endpoint(pf, ep, sizeof ep));
+	say("addr %s %s", addr, ep);
+	int failures = 0;
+	if (mode == P_ROOMS) {
+		for (int i = 0; i < ROOMS; i++)
+			TU_OK(lc_sender_create(pf, ROOM0 + (uint64_t)i, &snd[i]));
+		uint64_t dl = now_ms() + 15000;
+		for (int i = 0; i < ROOMS; i++)
+			while (lc_sender_poll(snd[i], NULL) == LC_ROOM_BOOTSTRAPPING &&
+			       now_ms() < dl)
+				usleep(2000);
+		say("bootstrapped");
+		wait_byte(go_fd);
+		failures = p_forward(eng, snd);
+		uint64_t refused = 0;
+		lc_prefill_counter(pf, "cancels_refused", &refused);
+		say("p-done %d %llu", failures, (unsigned long long)refused);
+	}
+	wait_byte(go_fd); /* P_SHUTDOWN: go; P_ROOMS: quit */
+	for (int i = 0; i < ROOMS; i++)
+		lc_sender_destroy(snd[i]);
+	lc_prefill_destroy(pf);
+	tu_pool_fini(&s);
+	lc_bootstrap_stop(b);
+	return 0;
+}
+
+/* ==== D process ==== */
+
+static int d_check_room(lc_receiver_t *rcv, const tu_pool_t *s, int i)
+{
+	lc_room_info_t info = {.size = sizeof info};
+	int st;
+	uint64_t dl = now_ms() + 15000;
+	while ((st = lc_receiver_poll(rcv, &info)) != LC_ROOM_SUCCESS && st != LC_ROOM_FAILED &&
+	       now_ms() < dl)
+		usleep(1000);
+	fprintf(stderr, "D room %d: %s (%s) %s\n", ROOM0 + i, lc_room_status_name(st),
+		lc_fail_reason_name(info.fail_reason), info.reason);
+	if (st != LC_ROOM_SUCCESS)
+		return 1;
+	int bad = 0;
+	for (int b = 0; b < NBUF; b++)
+		for (int j = 0; j < NPAGES; j++) {
+			const uint8_t *pg = (const uint8_t *)s->bases[b] + d_page(i, j) * ITEM;
+			bad += tu_verify(pg, ITEM, seed_of(b, 1 + j)) >= 0;
+		}
+	if (bad)
+		fprintf(stderr, "D room %d: %d pages differ from P's\n", ROOM0 + i, bad);
+	return bad ? 1 : 0;
+}
+
+static int d_main(const char *bs_addr, const char *listen_url, int go_fd)
+{
+	tu_pool_t s;
+	lc_decode_t *d;
+	lc_receiver_t *rcv[ROOMS];
+	tu_pool_init(&s, "d0", NULL, LAYERS, PAGES, ITEM);
+	memset(s.mem, CANARY, s.len);
+	lc_decode_params_t dp = {.size = sizeof dp,
+				 .layout = s.layout,
+				 .regions = &s.region,
+				 .region_count = 1,
+				 .listen_url = listen_url};
+	int rc = lc_decode_create(s.ctx, &dp, &d);
+	if (rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) {
+		fprintf(stderr, "skip: %s\n", lc_strerror(rc));
+		return TU_SKIP;
+	}
+	TU_OK(rc);
+	say("d-url %s", d->data_url);
+	wait_byte(go_fd);
+	for (int i = 0; i < ROOMS; i++)
+		TU_OK(lc_receiver_create(d, bs_addr, ROOM0 + (uint64_t)i, &rcv[i]));
+	bool sent[ROOMS] = {0};
+	uint64_t dl = now_ms() + 15000;
+	for (int left = ROOMS; left && now_ms() < dl; usleep(1000))
+		for (int i = 0; i < ROOMS; i++) {
+			int st = sent[i] ? -1 : lc_receiver_poll(rcv[i], NULL);
+			if (st != LC_ROOM_BOOTSTRAPPED && st != LC_ROOM_FAILED)
+				continue;
+			int64_t pages[NPAGES];
+			for (int j = 0; j < NPAGES; j++)
+				pages[j] = d_page(i, j);
+			lc_receiver_pages_t pg = {.size = sizeof pg,
+						  .pages = pages,
+						  .page_count = NPAGES,
+						  .aux_index = i};
+			if (st == LC_ROOM_BOOTSTRAPPED)
+				TU_OK(lc_receiver_send(rcv[i], &pg));
+			sent[i] = true;
+			left--;
+		}
+	say("sent");
+	int failures = 0;
+	for (int i = 0; i < ROOMS; i++)
+		failures += d_check_room(rcv[i], &s, i);
+	uint64_t evicted = 0;
+	lc_ctx_counter_by_name(s.ctx, "conns_evicted_pending", &evicted);
+	say("d-done %d %llu", failures, (unsigned long long)evicted);
+	for (int i = 0; i < ROOMS; i++)
+		lc_receiver_destroy(rcv[i]);
+	lc_decode_destroy(d);
+	tu_pool_fini(&s);
+	return failures ? 1 : 0;
+}
+
+/* ==== the parent ==== */
+
+typedef struct proc {
+	pid_t pid;
+	int status_fd; /* its progress lines */
+	int go_fd;     /* a byte (or EOF) lets it go on */
+	char buf[4096];
+	size_t len;
+} proc_t;
+
+typedef int (*child_fn)(void *arg, int go_fd);
+
+static void spawn(proc_t *pr, child_fn fn, void *arg)
+{
+	int st[2], go[2];
+	TU_CHECK(pipe(st) == 0 && pipe(go) == 0, "pipe");
+	memset(pr, 0, sizeof *pr);
+	pr->pid = fork();
+	TU_CHECK(pr->pid >= 0, "fork");
+	if (pr->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(st[0]);
+		close(go[1]);
+		status_fd = st[1];
+		_exit(fn(arg, go[0]));
+	}
+	close(st[1]);
+	close(go[0]);
+	pr->status_fd = st[0];
+	pr->go_fd = go[1];
+}
+
+static void go(proc_t *pr)
+{
+	TU_CHECK(write(pr->go_fd, "g", 1) == 1, "go pipe");
+}
+
+/* The next progress line starting with prefix (false at EOF or timeout). */
+static bool wait_line(proc_t *p, const char *prefix, int timeout_ms, char *out, size_t cap)
+{
+	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
+	for (;;) {
+		char *nl;
+		while ((nl = memchr(p->buf, '\n', p->len))) {
+			*nl = '\0';
+			bool hit = !strncmp(p->buf, prefix, strlen(prefix));
+			if (hit && out)
+				snprintf(out, cap, "%.*s", (int)cap - 1, p->buf);
+			size_t used = (size_t)(nl - p->buf) + 1;
+			memmove(p->buf, nl + 1, p->len - used);
+			p->len -= used;
+			if (hit)
+				return true;
+		}
+		if (now_ms() >= dl)
+			return false;
+		struct timeval tv = {0, 50000};
+		fd_set fds;
+		FD_ZERO(&fds);
+		FD_SET(p->status_fd, &fds);
+		if (select(p->status_fd + 1, &fds, NULL, NULL, &tv) > 0) {
+			ssize_t n = read(p->status_fd, p->buf + p->len, sizeof p->buf - 1 - p->len);
+			if (n <= 0)
+				return false;
+			p->len += (size_t)n;
+		}
+	}
+}
+
+/* Exit status, 128 + signal, or 124 after timeout_ms (then killed). */
+static int reap(proc_t *p, int timeout_ms)
+{
+	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
+	int st;
+	while (now_ms() < dl) {
+		if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+			close(p->status_fd);
+			close(p->go_fd);
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		}
+		usleep(5000);
+	}
+	kill(p->pid, SIGKILL);
+	waitpid(p->pid, &st, 0);
+	close(p->status_fd);
+	close(p->go_fd);
+	return 124;
+}
+
+static int p_child(void *arg, int go_fd)
+{
+	return p_main((p_mode_t)(intptr_t)arg, go_fd);
+}
+
+/* D's bootstrap address and listener URL. */
+typedef struct d_arg {
+	const char *bs_addr, *url;
+} d_arg_t;
+
+static int d_child(void *arg, int go_fd)
+{
+	const d_arg_t *a = arg;
+	return d_main(a->bs_addr, a->url, go_fd);
+}
+
+/* P up: its bootstrap address and control endpoint. */
+static void start_p(proc_t *p, p_mode_t mode, char *addr, char *ep)
+{
+	char line[512];
+	spawn(p, p_child, (void *)(intptr_t)mode);
+	TU_CHECK(wait_line(p, "addr ", 15000, line, sizeof line) &&
+			 sscanf(line, "addr %63s %299s", addr, ep) == 2,
+		 "P did not start");
+}
+
+static void *push_to(void *zc, const char *ep)
+{
+	void *tx = zmq_socket(zc, ZMQ_PUSH);
+	int linger = 0, hwm = 100000;
+	zmq_setsockopt(tx, ZMQ_LINGER, &linger, sizeof linger);
+	zmq_setsockopt(tx, ZMQ_SNDHWM, &hwm, sizeof hwm);
+	TU_CHECK(zmq_connect(tx, ep) == 0, "connect %s", ep);
+	return tx;
+}
+
+static void send_msg(void *tx, const lc__msg_t *m, int flags)
+{
+	uint8_t *buf;
+	size_t len;
+	TU_OK(lc__msg_encode(m, &buf, &len));
+	zmq_send(tx, buf, len, flags);
+	free(buf);
+}
+
+static void forge_cancel(lc__msg_t *m, uint64_t room, const char *session)
+{
+	memset(m, 0, sizeof *m);
+	m->type = LC__MSG_CANCEL;
+	m->cancel.room = room;
+	snprintf(m->cancel.session, sizeof m->cancel.session, "%s", session);
+	snprintf(m->cancel.reason, sizeof m->cancel.reason, "forged");
+}
+
+/* ---- shutdown_race ---- */
+
+/* The attacker: dummy transfer infos (no registration needed) and cancels,
+ * as fast as the socket takes them, until killed. */
+static int flood_child(void *arg, int go_fd)
+{
+	const char *ep = arg;
+	LC__UNUSED(go_fd);
+	void *zc = zmq_ctx_new();
+	void *tx = push_to(zc, ep);
+	lc__msg_t m;
+	say("flooding");
+	for (uint64_t k = 0;; k++) {
+		memset(&m, 0, sizeof m);
+		m.type = LC__MSG_TRANSFER_INFO;
+		m.info.room = 1000 + k;
+		snprintf(m.info.session, sizeof m.info.session, "attacker");
+		snprintf(m.info.status_ep, sizeof m.info.status_ep, "tcp://127.0.0.1:1");
+		m.info.required_dst = 1;
+		m.info.flags = LC__INFO_DUMMY;
+		m.info.aux_index = -1;
+		send_msg(tx, &m, ZMQ_DONTWAIT);
+		forge_cancel(&m, 1000 + k - (k > 8 ? 8 : 0), "attacker");
+		send_msg(tx, &m, ZMQ_DONTWAIT);
+	}
+	return 0;
+}
+
+static int case_shutdown_race(void)
+{
+	int crashed = 0;
+	for (int run = 0; run < RACE_RUNS; run++) {
+		proc_t p, a;
+		char addr[64], ep[300];
+		start_p(&p, P_SHUTDOWN, addr, ep);
+		spawn(&a, flood_child, ep);
+		TU_CHECK(wait_line(&a, "flooding", 10000, NULL, 0), "attacker did not start");
+		usleep(100000 + 10000 * (useconds_t)(run % 5));
+		go(&p);
+		int rc = reap(&p, 20000);
+		kill(a.pid, SIGKILL);
+		reap(&a, 5000);
+		if (rc) {
+			fprintf(stderr, "run %d: P exited %d\n", run, rc);
+			crashed++;
+		}
+	}
+	fprintf(stderr, "%d of %d runs crashed\n", crashed, RACE_RUNS);
+	return crashed ? 1 : 0;
+}
+
+/* ---- cancel_unknown ---- */
+
+static int case_cancel_unknown(void)
+{
+	proc_t p, d;
+	char addr[64], ep[300], line[128];
+	start_p(&p, P_ROOMS, addr, ep);
+	spawn(&d, d_child, &(d_arg_t){addr, "tcp://127.0.0.1:0"});
+	go(&d);
+	TU_CHECK(wait_line(&p, "bootstrapped", 20000, NULL, 0), "P never bootstrapped");
+	/* Every room id in use, from two sessions P never registered (one
+	 * shaped like a D's session id). */
+	void *zc = zmq_ctx_new();
+	void *tx = push_to(zc, ep);
+	lc__msg_t m;
+	for (int i = 0; i < ROOMS; i++) {
+		forge_cancel(&m, ROOM0 + (uint64_t)i, "mallory@127.0.0.1:1");
+		send_msg(tx, &m, 0);
+		forge_cancel(&m, ROOM0 + (uint64_t)i, "d0@127.0.0.1:1");
+		send_msg(tx, &m, 0);
+	}
+	usleep(500000); /* P's control thread takes them before the forward */
+	go(&p);
+	int rc = reap(&d, 30000);
+	int failures = rc != 0;
+	if (rc)
+		fprintf(stderr, "D exited %d\n", rc);
+	unsigned long long refused = 0;
+	int pfail = -1;
+	if (!wait_line(&p, "p-done", 20000, line, sizeof line) ||
+	    sscanf(line, "p-done %d %llu", &pfail, &refused) != 2 || pfail ||
+	    refused != 2 * ROOMS) {
+		fprintf(stderr, "P: '%s' (want p-done 0 %d)\n", line, 2 * ROOMS);
+		failures++;
+	}
+	go(&p);
+	rc = reap(&p, 20000);
+	if (rc) {
+		fprintf(stderr, "P exited %d\n", rc);
+		failures++;
+	}
+	zmq_close(tx);
+	zmq_ctx_term(zc);
+	return failures ? 1 : 0;
+}
+
+/* ---- listener_flood ---- */
+
+/* Idle connections to D's listener url: no byte is ever sent on them. */
+static int flood_connect(const char *url, int *fds, int n)
+{
+	struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_un un;
+	struct sockaddr *a = (struct sockaddr *)&in;
+	socklen_t alen = sizeof in;
+	bool shm = !strncmp(url, "shm://", 6);
+	char name[LC__SHM_NAME_MAX + 1];
+	if (shm) {
+		TU_OK(lc__shm_name_from_url(url, name, sizeof name, false));
+		alen = lc__shm_addr(name, &un);
+		a = (struct sockaddr *)&un;
+	} else {
+		in.sin_port = htons((uint16_t)atoi(strrchr(url, ':') + 1));
+	}
+	int k = 0;
+	for (; k < n; k++) {
+		fds[k] = socket(shm ? AF_UNIX : AF_INET,
+				(shm ? SOCK_SEQPACKET : SOCK_STREAM) | SOCK_NONBLOCK | SOCK_CLOEXEC,
+				0);
+		if (fds[k] < 0)
+			break;
+		if (connect(fds[k], a, alen) && errno != EINPROGRESS && errno != EAGAIN) {
+			close(fds[k]);
+			break;
+		}
+		if (k % 64 == 63)
+			usleep(5000); /* let D drain its accept queue (backlog 128) */
+	}
+	return k;
+}
+
+static int case_listener_flood(const char *listen_url)
+{
+	/* Enough descriptors for the flood here and at D (which inherits). */
+	struct rlimit rl;
+	TU_CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0, "getrlimit");
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < FLOOD + 256) {
+		fprintf(stderr, "skip: RLIMIT_NOFILE hard limit %llu\n",
+			(unsigned long long)rl.rlim_max);
+		return TU_SKIP;
+	}
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? 4 * FLOOD : rl.rlim_max;
+	TU_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit");
+	proc_t p, d;
+	char addr[64], ep[300], line[512], url[300];
+	start_p(&p, P_ROOMS, addr, ep);
+	spawn(&d, d_child, &(d_arg_t){addr, listen_url});
+	TU_CHECK(wait_line(&d, "d-url ", 15000, line, sizeof line) &&
+			 sscanf(line, "d-url %299s", url) == 1,
+		 "D did not start");
+	if (strncmp(url, listen_url, 6)) {
+		fprintf(stderr, "skip: D's listener is %s\n", url);
+		return TU_SKIP;
+	}
+	static int fds[FLOOD];
+	int n = flood_connect(url, fds, FLOOD);
+	fprintf(stderr, "flood: %d idle connections open\n", n);
+	TU_CHECK(n >= 1030, "only %d connections", n);
+	usleep(1000000); /* D has accepted them all */
+	go(&d);
+	TU_CHECK(wait_line(&p, "bootstrapped", 20000, NULL, 0), "P never bootstrapped");
+	go(&p);
+	int failures = 0;
+	unsigned long long evicted = 0;
+	int dfail = -1;
+	if (!wait_line(&d, "d-done", 30000, line, sizeof line) ||
+	    sscanf(line, "d-done %d %llu", &dfail, &evicted) != 2 || dfail || evicted == 0) {
+		fprintf(stderr, "D: '%s' (want d-done 0 and evictions)\n", line);
+		failures++;
+	}
+	fprintf(stderr, "D closed %llu idle connections\n", evicted);
+	int rc = reap(&d, 20000);
+	failures += rc != 0;
+	go(&p);
+	rc = reap(&p, 20000);
+	failures += rc != 0;
+	for (int k = 0; k < n; k++)
+		close(fds[k]);
+	return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	tu_watchdog(110);
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s shutdown_race|cancel_unknown|listener_flood[_shm]\n",
+			argv[0]);
+		return 2;
+	}
+	if (!strcmp(argv[1], "shutdown_race"))
+		return case_shutdown_race();
+	if (!strcmp(argv[1], "cancel_unknown"))
+		return case_cancel_unknown();
+	if (!strcmp(argv[1], "listener_flood"))
+		return case_listener_flood("tcp://127.0.0.1:0");
+	if (!strcmp(argv[1], "listener_flood_shm"))
+		return case_listener_flood("shm://auto");
+	fprintf(stderr, "unknown case %s\n", argv[1]);
+	return 2;
+}
