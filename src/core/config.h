@@ -79,7 +79,14 @@
 	  "past it that address's oldest is closed (conns_evicted_pending)")                       \
 	X(shm_pending_max, "LAYERCAKE_SHM_PENDING_MAX", 64, 1, 1024,                               \
 	  "connections an shm listener holds before their handshake; past it the oldest such "     \
-	  "connection is closed (conns_evicted_pending)")
+	  "connection is closed (conns_evicted_pending)")                                          \
+	X(p_sessions_max, "LAYERCAKE_P_SESSIONS_MAX", 256, 1, 4096,                                \
+	  "D sessions a P rank holds; when full, idle ones (no live room), oldest activity "       \
+	  "first, are evicted (sessions_evicted) and a newcomer is refused only when every "       \
+	  "session has a live room (sessions_refused_full)")                                       \
+	X(p_rooms_max, "LAYERCAKE_P_ROOMS_MAX", 65536, 1, 16777216,                                \
+	  "rooms a P rank's engine holds; a transfer info that would open one more is refused "    \
+	  "before allocation (rooms_refused_cap)")
 
 #define LC__CONFIG_STR_TABLE(X)                                                                    \
 	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                  \

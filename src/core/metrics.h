@@ -28,7 +28,11 @@
 	X(frames_malformed)                                                                        \
 	X(random_failures)                                                                         \
 	X(lanes_stalled)                                                                           \
-	X(conns_evicted_pending)
+	X(conns_evicted_pending)                                                                   \
+	X(sessions_evicted)                                                                        \
+	X(sessions_refused_full)                                                                   \
+	X(rooms_refused_cap)                                                                       \
+	X(infos_refused_unknown)
 
 enum lc__counter {
 #define LC__CNT_ENUM(name) LC__CNT_##name,

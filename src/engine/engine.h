@@ -27,4 +27,9 @@ void lc__engine_set_post_hook(lc_engine_t *e, lc__post_hook_fn fn, void *arg);
 int lc__engine_room_cancel_from(lc_engine_t *e, uint64_t room, const char *session,
 				const char *reason);
 
+/* For each of n session names, whether an unfinished room has a
+ * destination on it (live[i]; false for a name the engine does not know).
+ * A P rank evicts only sessions that are not live. 0, -EINVAL, -ENOMEM. */
+int lc__engine_sessions_live(lc_engine_t *e, const char *const *names, size_t n, bool *live);
+
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ctx.h"
 #include "engine/engine_int.h"
 
 int lc_engine_room_open(lc_engine_t *e, uint64_t room)
@@ -35,6 +36,22 @@ static int check_dst(lc_engine_t *e, const lc_dst_params_t *d, lc__session_t **c
 	return 0;
 }
 
+/* Whether one more room fits under p_rooms_max (engine lock held). A
+ * refusal happens before any allocation; it is counted, and logged once
+ * per 1,024 so that a flood cannot flood the log too. */
+static int room_cap_check(lc_engine_t *e, uint64_t room, int64_t max)
+{
+	if ((int64_t)e->rooms.count < max)
+		return 0;
+	uint64_t n = LC__COUNT(e->ctx, rooms_refused_cap) + 1;
+	if (n % 1024 == 1)
+		LC__WARN("engine %s: room %llu refused: %zu rooms open (p_rooms_max %lld); "
+			 "%llu refused so far",
+			 e->name, (unsigned long long)room, e->rooms.count, (long long)max,
+			 (unsigned long long)n);
+	return -ENOSPC;
+}
+
 int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t *p)
 {
 	lc__room_t *r;
@@ -45,11 +62,13 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 		return -EINVAL;
 	lc_dst_params_t d = {0};
 	memcpy(&d, p, LC__MIN(p->size, sizeof(d)));
+	int64_t max = lc__ctx_cfg(e->ctx, LC__CFG_p_rooms_max); /* not under the lock */
 	pthread_mutex_lock(&e->lock);
 	if ((rc = check_dst(e, &d, &core)))
 		goto out;
 	r = lc__room_find(&e->rooms, room);
-	if (!r && (rc = lc__room_open(&e->rooms, room, now, &r)))
+	if (!r &&
+	    ((rc = room_cap_check(e, room, max)) || (rc = lc__room_open(&e->rooms, room, now, &r))))
 		goto out;
 	if ((rc = lc__room_add_dst(r, &d, core ? core->owner : NULL))) {
 		if (rc != LC_ERR_STATE || !lc__room_final(r))

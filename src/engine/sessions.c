@@ -234,3 +234,53 @@ int lc_engine_session_blocked(lc_engine_t *e, const char *name, uint64_t *failur
 	pthread_mutex_unlock(&e->lock);
 	return rc;
 }
+
+typedef struct owner_ref {
+	const lc__esession_t *s;
+	size_t index;
+} owner_ref_t;
+
+static int owner_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)((const owner_ref_t *)a)->s;
+	uintptr_t y = (uintptr_t)((const owner_ref_t *)b)->s;
+	return (x > y) - (x < y);
+}
+
+/* One pass over the rooms: a session is live while an unfinished room has
+ * a destination on it. The sessions are sorted once so that the pass costs
+ * O(rooms x log n), whatever n. */
+int lc__engine_sessions_live(lc_engine_t *e, const char *const *names, size_t n, bool *live)
+{
+	if (!e || (n && (!names || !live)))
+		return -EINVAL;
+	owner_ref_t *own = calloc(n ? n : 1, sizeof *own);
+	if (!own)
+		return -ENOMEM;
+	size_t k = 0;
+	pthread_mutex_lock(&e->lock);
+	for (size_t i = 0; i < n; i++) {
+		live[i] = false;
+		lc__session_t *core = lc__session_find(&e->sessions, names[i]);
+		if (core && core->owner)
+			own[k++] = (owner_ref_t){core->owner, i};
+	}
+	qsort(own, k, sizeof *own, owner_cmp);
+	for (size_t b = 0; k && b < e->rooms.nbuckets; b++)
+		for (lc__room_t *r = e->rooms.buckets[b]; r; r = r->next) {
+			if (lc__room_final(r))
+				continue;
+			for (uint32_t i = 0; i < r->ndst; i++) {
+				owner_ref_t key = {r->dst[i].session, 0};
+				owner_ref_t *hit =
+					r->dst[i].session
+						? bsearch(&key, own, k, sizeof *own, owner_cmp)
+						: NULL;
+				if (hit)
+					live[hit->index] = true;
+			}
+		}
+	pthread_mutex_unlock(&e->lock);
+	free(own);
+	return 0;
+}

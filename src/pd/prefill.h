@@ -31,6 +31,7 @@
 #include "control/codec.h"
 #include "core/layout.h"
 
+/* The session table's size: the p_sessions_max knob's ceiling. */
 #define LC__P_MAX_SESSIONS 4096
 
 /* One registered D session as the control plane knows it. */
@@ -39,6 +40,7 @@ typedef struct lc__dsess {
 	char status_ep[LC__MSG_STR_MAX];
 	char key[LC__MSG_CURVE_KEY_LEN + 1]; /* D's CURVE key; "": this P's own */
 	lc__push_t *push;                    /* used by the control thread only */
+	uint64_t active_ns;                  /* last REGISTER or TRANSFER_INFO (control thread) */
 } lc__dsess_t;
 
 /* A message the engine asked for, queued for the control thread. */

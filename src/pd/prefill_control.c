@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/ctx.h"
 #include "engine/engine.h"
 #include "pd/prefill.h"
 
@@ -35,6 +36,33 @@ static void note_prefix(lc_prefill_t *p, uint64_t room, uint64_t prefix_len)
 	pthread_mutex_unlock(&p->lock);
 }
 
+/* Whether this P rank has a sender for the room (lock held). */
+static bool room_known(lc_prefill_t *p, uint64_t room)
+{
+	lc_sender_t *s = p->senders;
+	while (s && s->room != room)
+		s = s->next;
+	return s != NULL;
+}
+
+/* A dummy from no registered session opens a room only where P already has
+ * a sender for it: anyone could name a fresh room id, and each would cost P
+ * an engine room. Counted, logged once per 1,024. */
+static bool dummy_refused(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
+{
+	pthread_mutex_lock(&p->lock);
+	bool known = room_known(p, t->room);
+	pthread_mutex_unlock(&p->lock);
+	if (known)
+		return false;
+	uint64_t n = LC__COUNT(p->ctx, infos_refused_unknown) + 1;
+	if (n % 1024 == 1)
+		LC__WARN("prefill %s: refused a dummy transfer info for unknown room %llu from "
+			 "unregistered %s (%llu so far)",
+			 p->name, (unsigned long long)t->room, t->session, (unsigned long long)n);
+	return true;
+}
+
 static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 {
 	LC__P_CTL_ADD(p, transfer_infos);
@@ -45,6 +73,10 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	const char *fail = NULL;
 	char why[LC_REASON_MAX];
 	int rc = 0;
+	if (s)
+		s->active_ns = lc__now_ns();
+	else if (dummy && dummy_refused(p, t))
+		return;
 	if (!s && !dummy) {
 		/* A missed registration (P restarted): tell D instead of dying. */
 		fail = "session not registered with this P rank (P restarted?); register again";

@@ -2,16 +2,20 @@
  * Whether this P rank takes a D's registration (pd/prefill.h has the
  * structures): the declared CURVE key must be the authenticated one, the
  * page geometry must match (or, with D's TP size, pair across TP through
- * core/topology.c), and the session table has room. An accepted session
+ * core/topology.c), and the session table has room (p_sessions_max; idle
+ * sessions are evicted to make it). An accepted session
  * goes to the engine and is answered; a refused one is answered with the
  * first difference found. Control thread.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ctx.h"
 #include "core/topology.h"
+#include "engine/engine.h"
 #include "pd/prefill.h"
 
 static const char *kind_name(uint32_t k)
@@ -124,18 +128,90 @@ static int engine_session(lc_prefill_t *p, const lc__msg_register_t *g, uint32_t
 				  .fragments = frags,
 				  .fragment_count = (size_t)nfrags};
 	memcpy(sp.token.bytes, g->token, LC_TOKEN_LEN);
-	pthread_mutex_lock(&p->lock);
-	bool full = !lc__prefill_session_find(p, g->session) && p->nsessions >= LC__P_MAX_SESSIONS;
-	pthread_mutex_unlock(&p->lock);
-	int rc = 0;
-	if (full) {
-		rc = -ENOSPC;
-		snprintf(why, cap, "P rank %d has %d sessions already", p->rank,
-			 LC__P_MAX_SESSIONS);
-	} else if ((rc = lc_engine_session_add(p->engine, &sp))) {
+	int rc = lc_engine_session_add(p->engine, &sp);
+	if (rc)
 		snprintf(why, cap, "session refused by the engine: %s", lc_strerror(rc));
-	}
 	return rc;
+}
+
+/* Forget session s: at the engine (it has no live room), then
+ * here. Control thread, which alone adds and removes sessions. */
+static void evict(lc_prefill_t *p, lc__dsess_t *s)
+{
+	lc_engine_session_remove(p->engine, s->name); /* -ENOENT: a replica's */
+	pthread_mutex_lock(&p->lock);
+	for (size_t i = 0; i < p->nsessions; i++)
+		if (p->sessions[i] == s) {
+			p->sessions[i] = p->sessions[--p->nsessions];
+			break;
+		}
+	pthread_mutex_unlock(&p->lock);
+	LC__INFO("prefill %s: evicted idle D session %s", p->name, s->name);
+	LC__COUNT(p->ctx, sessions_evicted);
+	lc__push_close(s->push);
+	free(s);
+}
+
+static int by_activity(const void *a, const void *b)
+{
+	uint64_t x = (*(lc__dsess_t *const *)a)->active_ns;
+	uint64_t y = (*(lc__dsess_t *const *)b)->active_ns;
+	return (x > y) - (x < y);
+}
+
+/* Evict up to want sessions with no live room, oldest activity first. A
+ * session with a live room is never evicted. Returns how many went. */
+static size_t evict_idle(lc_prefill_t *p, size_t want)
+{
+	size_t n = p->nsessions, idle = 0, gone = 0;
+	lc__dsess_t **list = calloc(n, sizeof *list);
+	const char **names = calloc(n, sizeof *names);
+	bool *live = calloc(n, sizeof *live);
+	if (!list || !names || !live)
+		goto out;
+	pthread_mutex_lock(&p->lock);
+	memcpy(list, p->sessions, n * sizeof *list);
+	pthread_mutex_unlock(&p->lock);
+	for (size_t i = 0; i < n; i++)
+		names[i] = list[i]->name;
+	if (lc__engine_sessions_live(p->engine, names, n, live))
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		if (!live[i])
+			list[idle++] = list[i];
+	qsort(list, idle, sizeof *list, by_activity);
+	for (; gone < want && gone < idle; gone++)
+		evict(p, list[gone]);
+	if (gone)
+		malloc_trim(0); /* a flood's freed sessions go back to the system */
+out:
+	free(list);
+	free(names);
+	free(live);
+	return gone;
+}
+
+/* Room in the table for a newcomer (a name not in it): at p_sessions_max,
+ * idle sessions are evicted until an eighth of the table is free, so that
+ * a flood pays for one scan of the rooms per eighth. -ENOSPC when every
+ * session has a live room. */
+static int make_room(lc_prefill_t *p, const char *name, char *why, size_t cap)
+{
+	size_t max = (size_t)lc__ctx_cfg(p->ctx, LC__CFG_p_sessions_max);
+	max = LC__MIN(max, (size_t)LC__P_MAX_SESSIONS);
+	pthread_mutex_lock(&p->lock);
+	bool known = lc__prefill_session_find(p, name) != NULL;
+	size_t n = p->nsessions;
+	pthread_mutex_unlock(&p->lock);
+	if (known || n < max)
+		return 0;
+	size_t keep = max - LC__MAX(max / 8, (size_t)1);
+	if (evict_idle(p, n - keep))
+		return 0;
+	LC__COUNT(p->ctx, sessions_refused_full);
+	snprintf(why, cap, "P rank %d has %zu sessions, each with a live room (p_sessions_max)",
+		 p->rank, n);
+	return -ENOSPC;
 }
 
 /* Hand D's session to the engine. A replica rank (heterogeneous TP, no
@@ -167,11 +243,13 @@ static lc__dsess_t *remember_session(lc_prefill_t *p, const lc__msg_register_t *
 	lc__dsess_t *s = lc__prefill_session_find(p, g->session);
 	const char *key = g->flags & LC__REG_HAS_CURVE_KEY ? g->curve_key : "";
 	bool reconnect = !s || strcmp(s->status_ep, g->status_ep) || strcmp(s->key, key);
-	if (!s && (s = calloc(1, sizeof *s))) {
+	if (!s && p->nsessions < LC__P_MAX_SESSIONS && (s = calloc(1, sizeof *s))) {
 		snprintf(s->name, sizeof s->name, "%s", g->session);
 		p->sessions[p->nsessions++] = s;
 	}
 	pthread_mutex_unlock(&p->lock);
+	if (s)
+		s->active_ns = lc__now_ns();
 	if (s && reconnect) {
 		lc__push_close(s->push);
 		s->push = NULL;
@@ -194,6 +272,8 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g, c
 	reply->reply.p_rank = (uint32_t)p->rank;
 	LC__P_CTL_ADD(p, registrations);
 	int rc = check_register(p, g, peer, why, sizeof why);
+	if (!rc)
+		rc = make_room(p, g->session, why, sizeof why);
 	if (!rc)
 		rc = add_session(p, g, why, sizeof why);
 	if (rc) {

@@ -1,0 +1,603 @@
+/*
+ * Adversarial tests of P's bounds (issue 13, finding 7): a real P and a
+ * real D as separate processes (fork), real ZeroMQ sockets on 127.0.0.1,
+ * and the parent playing the attacker with the codec. P's threads
+ * (/proc/PID/task), descriptors (/proc/PID/fd) and resident memory
+ * (/proc/PID/status VmRSS) are read before and after the flood.
+ *
+ *     adversarial_caps <case>
+ *
+ *   session_flood  2,000 forged REGISTERs, each with its own session name
+ *                  (a valid geometry, a data URL and status endpoint that
+ *                  lead nowhere): P keeps at most p_sessions_max (256)
+ *                  sessions, evicting idle ones, so its threads, fds and
+ *                  RSS stay bounded; then a real D registers and its rooms
+ *                  succeed, byte-exact.
+ *   room_flood     50,000 dummy TRANSFER_INFOs for fresh room ids from a
+ *                  session P never registered: P opens no room for them
+ *                  (infos_refused_unknown), its RSS stays bounded, and a
+ *                  real D's rooms succeed.
+ *
+ * Exit 0 pass, 1 fail, 77 skipped (a facility missing here).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/select.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "control/codec.h"
+#include "pd/decode.h"
+#include "testutil.h"
+
+#define LAYERS 4
+#define NBUF (2 * LAYERS)
+#define PAGES 64
+#define ITEM 4096
+#define NPAGES 8 /* pages per room */
+#define ROOMS 3
+#define ROOM0 500
+#define CANARY 0x5a
+#define META_LEN 64
+#define SESSION_FLOOD 2000
+#define ROOM_FLOOD 50000
+
+/* The bounds stated for P after a flood, over its own figures before. */
+#define MAX_MORE_THREADS 16
+#define MAX_MORE_FDS 512
+#define MAX_MORE_RSS_KB_SESSIONS (40 * 1024)
+#define MAX_MORE_RSS_KB_ROOMS (12 * 1024)
+
+static int status_fd = -1; /* child -> parent progress lines */
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+#define say(...) tu_say(status_fd, __VA_ARGS__)
+
+static uint64_t seed_of(int b, int p)
+{
+	return 7000 + (uint64_t)b * PAGES + (uint64_t)p;
+}
+
+/* Room i's page j: P page 1 + j, D page PAGES - 1 - (i * NPAGES + j). */
+static int64_t d_page(int i, int j)
+{
+	return PAGES - 1 - (i * NPAGES + j);
+}
+
+/* One byte from the parent (or EOF) on fd. */
+static void wait_byte(int fd)
+{
+	char c;
+	if (read(fd, &c, 1) < 0)
+		_exit(3);
+}
+
+/* ==== P process ==== */
+
+static int p_forward(lc_engine_t *eng, lc_sender_t **snd)
+{
+	int64_t pages[NPAGES];
+	for (int j = 0; j < NPAGES; j++)
+		pages[j] = 1 + j;
+	TU_OK(lc_engine_batch_begin(eng, 0));
+	for (int i = 0; i < ROOMS; i++) {
+		lc_chunk_t ch = {.size = sizeof ch,
+				 .room = ROOM0 + (uint64_t)i,
+				 .pages = pages,
+				 .page_count = NPAGES,
+				 .is_last = 1};
+		if (lc_sender_poll(snd[i], NULL) != LC_ROOM_FAILED)
+			lc_engine_chunk_add(eng, &ch);
+	}
+	TU_OK(lc_engine_batch_end(eng));
+	for (int l = 0; l < LAYERS; l++) {
+		usleep(2000);
+		TU_OK(lc_engine_record_cache(eng));
+	}
+	TU_OK(lc_engine_record_aux(eng));
+	for (int i = 0; i < ROOMS; i++) {
+		uint8_t meta[META_LEN];
+		tu_fill(meta, sizeof meta, ROOM0 + (uint64_t)i);
+		lc_sender_metadata_set(snd[i], meta, sizeof meta);
+	}
+	int failures = 0;
+	uint64_t dl = now_ms() + 15000;
+	for (int i = 0; i < ROOMS; i++) {
+		lc_room_info_t info = {.size = sizeof info};
+		int st;
+		while ((st = lc_sender_poll(snd[i], &info)) != LC_ROOM_SUCCESS &&
+		       st != LC_ROOM_FAILED && now_ms() < dl)
+			usleep(2000);
+		fprintf(stderr, "P room %d: %s %s\n", ROOM0 + i, lc_room_status_name(st),
+			info.reason);
+		failures += st != LC_ROOM_SUCCESS;
+	}
+	return failures;
+}
+
+/* Wait (bounded) until P's control thread has taken n messages of a kind,
+ * then a little longer for the last one to finish. */
+static void p_wait_counter(lc_prefill_t *pf, const char *name, uint64_t n)
+{
+	uint64_t v = 0, dl = now_ms() + 25000;
+	while (lc_prefill_counter(pf, name, &v) == 0 && v < n && now_ms() < dl)
+		usleep(10000);
+	usleep(300000);
+	say("flooded %llu", (unsigned long long)v);
+}
+
+static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
+{
+	tu_pool_t s;
+	lc_bootstrap_t *b;
+	lc_prefill_t *pf;
+	lc_engine_t *eng;
+	lc_sender_t *snd[ROOMS] = {0};
+	char addr[64], ep[300];
+	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+	TU_OK(lc_bootstrap_start(&bp, &b));
+	TU_OK(lc_bootstrap_addr(b, addr, sizeof addr));
+	tu_pool_init(&s, "p0", NULL, LAYERS, PAGES, ITEM);
+	for (int k = 0; k < NBUF; k++)
+		for (int p = 0; p < PAGES; p++)
+			tu_fill((uint8_t *)s.bases[k] + (size_t)p * ITEM, ITEM, seed_of(k, p));
+	lc_prefill_params_t pp = {.size = sizeof pp,
+				  .layout = s.layout,
+				  .bootstrap = addr,
+				  .name = "p0",
+				  .world_size = 1,
+				  .dp_size = 1};
+	TU_OK(lc_prefill_create(s.ctx, &pp, &pf));
+	TU_OK(lc_prefill_engine(pf, &eng));
+	TU_OK(lc_prefill_endpoint(pf, ep, sizeof ep));
+	say("addr %s %s", addr, ep);
+	wait_byte(go_fd); /* the attacker has sent everything */
+	p_wait_counter(pf, flood_counter, flood_n);
+	wait_byte(go_fd); /* the parent has measured: the real rooms */
+	for (int i = 0; i < ROOMS; i++)
+		TU_OK(lc_sender_create(pf, ROOM0 + (uint64_t)i, &snd[i]));
+	uint64_t dl = now_ms() + 15000;
+	for (int i = 0; i < ROOMS; i++)
+		while (lc_sender_poll(snd[i], NULL) == LC_ROOM_BOOTSTRAPPING && now_ms() < dl)
+			usleep(2000);
+	say("bootstrapped");
+	wait_byte(go_fd);
+	int failures = p_forward(eng, snd);
+	uint64_t ev = 0, full = 0, unk = 0, cap = 0;
+	lc_ctx_counter_by_name(s.ctx, "sessions_evicted", &ev);
+	lc_ctx_counter_by_name(s.ctx, "sessions_refused_full", &full);
+	lc_ctx_counter_by_name(s.ctx, "infos_refused_unknown", &unk);
+	lc_ctx_counter_by_name(s.ctx, "rooms_refused_cap", &cap);
+	say("p-done %d evicted %llu refused_full %llu infos_refused %llu rooms_refused %llu",
+	    failures, (unsigned long long)ev, (unsigned long long)full, (unsigned long long)unk,
+	    (unsigned long long)cap);
+	wait_byte(go_fd); /* quit */
+	for (int i = 0; i < ROOMS; i++)
+		lc_sender_destroy(snd[i]);
+	lc_prefill_destroy(pf);
+	tu_pool_fini(&s);
+	lc_bootstrap_stop(b);
+	return failures ? 1 : 0;
+}
+
+/* ==== D process ==== */
+
+static int d_check_room(lc_receiver_t *rcv, const tu_pool_t *s, int i)
+{
+	lc_room_info_t info = {.size = sizeof info};
+	int st;
+	uint64_t dl = now_ms() + 15000;
+	while ((st = lc_receiver_poll(rcv, &info)) != LC_ROOM_SUCCESS && st != LC_ROOM_FAILED &&
+	       now_ms() < dl)
+		usleep(1000);
+	fprintf(stderr, "D room %d: %s (%s) %s\n", ROOM0 + i, lc_room_status_name(st),
+		lc_fail_reason_name(info.fail_reason), info.reason);
+	if (st != LC_ROOM_SUCCESS)
+		return 1;
+	int bad = 0;
+	for (int b = 0; b < NBUF; b++)
+		for (int j = 0; j < NPAGES; j++) {
+			const uint8_t *pg = (const uint8_t *)s->bases[b] + d_page(i, j) * ITEM;
+			bad += tu_verify(pg, ITEM, seed_of(b, 1 + j)) >= 0;
+		}
+	if (bad)
+		fprintf(stderr, "D room %d: %d pages differ from P's\n", ROOM0 + i, bad);
+	return bad ? 1 : 0;
+}
+
+static int d_main(const char *bs_addr, const char *listen_url, int go_fd)
+{
+	tu_pool_t s;
+	lc_decode_t *d;
+	lc_receiver_t *rcv[ROOMS];
+	tu_pool_init(&s, "d0", NULL, LAYERS, PAGES, ITEM);
+	memset(s.mem, CANARY, s.len);
+	lc_decode_params_t dp = {.size = sizeof dp,
+				 .layout = s.layout,
+				 .regions = &s.region,
+				 .region_count = 1,
+				 .listen_url = listen_url};
+	int rc = lc_decode_create(s.ctx, &dp, &d);
+	if (rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) {
+		fprintf(stderr, "skip: %s\n", lc_strerror(rc));
+		return TU_SKIP;
+	}
+	TU_OK(rc);
+	say("d-url %s", d->data_url);
+	wait_byte(go_fd);
+	for (int i = 0; i < ROOMS; i++)
+		TU_OK(lc_receiver_create(d, bs_addr, ROOM0 + (uint64_t)i, &rcv[i]));
+	bool sent[ROOMS] = {0};
+	uint64_t dl = now_ms() + 15000;
+	for (int left = ROOMS; left && now_ms() < dl; usleep(1000))
+		for (int i = 0; i < ROOMS; i++) {
+			int st = sent[i] ? -1 : lc_receiver_poll(rcv[i], NULL);
+			if (st != LC_ROOM_BOOTSTRAPPED && st != LC_ROOM_FAILED)
+				continue;
+			int64_t pages[NPAGES];
+			for (int j = 0; j < NPAGES; j++)
+				pages[j] = d_page(i, j);
+			lc_receiver_pages_t pg = {.size = sizeof pg,
+						  .pages = pages,
+						  .page_count = NPAGES,
+						  .aux_index = i};
+			if (st == LC_ROOM_BOOTSTRAPPED)
+				TU_OK(lc_receiver_send(rcv[i], &pg));
+			sent[i] = true;
+			left--;
+		}
+	say("sent");
+	int failures = 0;
+	for (int i = 0; i < ROOMS; i++)
+		failures += d_check_room(rcv[i], &s, i);
+	uint64_t evicted = 0;
+	lc_ctx_counter_by_name(s.ctx, "conns_evicted_pending", &evicted);
+	say("d-done %d %llu", failures, (unsigned long long)evicted);
+	for (int i = 0; i < ROOMS; i++)
+		lc_receiver_destroy(rcv[i]);
+	lc_decode_destroy(d);
+	tu_pool_fini(&s);
+	return failures ? 1 : 0;
+}
+
+/* ==== the parent ==== */
+
+typedef struct proc {
+	pid_t pid;
+	int status_fd; /* its progress lines */
+	int go_fd;     /* a byte (or EOF) lets it go on */
+	char buf[4096];
+	size_t len;
+} proc_t;
+
+typedef int (*child_fn)(void *arg, int go_fd);
+
+static void spawn(proc_t *pr, child_fn fn, void *arg)
+{
+	int st[2], go[2];
+	TU_CHECK(pipe(st) == 0 && pipe(go) == 0, "pipe");
+	memset(pr, 0, sizeof *pr);
+	pr->pid = fork();
+	TU_CHECK(pr->pid >= 0, "fork");
+	if (pr->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(st[0]);
+		close(go[1]);
+		status_fd = st[1];
+		_exit(fn(arg, go[0]));
+	}
+	close(st[1]);
+	close(go[0]);
+	pr->status_fd = st[0];
+	pr->go_fd = go[1];
+}
+
+static void go(proc_t *pr)
+{
+	TU_CHECK(write(pr->go_fd, "g", 1) == 1, "go pipe");
+}
+
+/* The next progress line starting with prefix (false at EOF or timeout). */
+static bool wait_line(proc_t *p, const char *prefix, int timeout_ms, char *out, size_t cap)
+{
+	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
+	for (;;) {
+		char *nl;
+		while ((nl = memchr(p->buf, '\n', p->len))) {
+			*nl = '\0';
+			bool hit = !strncmp(p->buf, prefix, strlen(prefix));
+			if (hit && out)
+				snprintf(out, cap, "%.*s", (int)cap - 1, p->buf);
+			size_t used = (size_t)(nl - p->buf) + 1;
+			memmove(p->buf, nl + 1, p->len - used);
+			p->len -= used;
+			if (hit)
+				return true;
+		}
+		if (now_ms() >= dl)
+			return false;
+		struct timeval tv = {0, 50000};
+		fd_set fds;
+		FD_ZERO(&fds);
+		FD_SET(p->status_fd, &fds);
+		if (select(p->status_fd + 1, &fds, NULL, NULL, &tv) > 0) {
+			ssize_t n = read(p->status_fd, p->buf + p->len, sizeof p->buf - 1 - p->len);
+			if (n <= 0)
+				return false;
+			p->len += (size_t)n;
+		}
+	}
+}
+
+/* Exit status, 128 + signal, or 124 after timeout_ms (then killed). */
+static int reap(proc_t *p, int timeout_ms)
+{
+	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
+	int st;
+	while (now_ms() < dl) {
+		if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+			close(p->status_fd);
+			close(p->go_fd);
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		}
+		usleep(5000);
+	}
+	kill(p->pid, SIGKILL);
+	waitpid(p->pid, &st, 0);
+	close(p->status_fd);
+	close(p->go_fd);
+	return 124;
+}
+
+static void *push_to(void *zc, const char *ep)
+{
+	void *tx = zmq_socket(zc, ZMQ_PUSH);
+	int linger = 0, hwm = 100000;
+	zmq_setsockopt(tx, ZMQ_LINGER, &linger, sizeof linger);
+	zmq_setsockopt(tx, ZMQ_SNDHWM, &hwm, sizeof hwm);
+	TU_CHECK(zmq_connect(tx, ep) == 0, "connect %s", ep);
+	return tx;
+}
+
+static void send_msg(void *tx, const lc__msg_t *m, int flags)
+{
+	uint8_t *buf;
+	size_t len;
+	TU_OK(lc__msg_encode(m, &buf, &len));
+	zmq_send(tx, buf, len, flags);
+	free(buf);
+}
+
+typedef struct p_arg {
+	const char *counter;
+	uint64_t n;
+} p_arg_t;
+
+static int p_child(void *arg, int go_fd)
+{
+	const p_arg_t *a = arg;
+	return p_main(a->counter, a->n, go_fd);
+}
+
+/* D's bootstrap address and listener URL. */
+typedef struct d_arg {
+	const char *bs_addr, *url;
+} d_arg_t;
+
+static int d_child(void *arg, int go_fd)
+{
+	const d_arg_t *a = arg;
+	return d_main(a->bs_addr, a->url, go_fd);
+}
+
+/* ---- P's resources, from /proc ---- */
+
+typedef struct usage {
+	long threads, fds, rss_kb;
+} usage_t;
+
+static long count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	long n = 0;
+	if (!d)
+		return -1;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static usage_t usage_of(pid_t pid)
+{
+	usage_t u = {-1, -1, -1};
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	u.threads = count_dir(path);
+	snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+	u.fds = count_dir(path);
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "VmRSS: %ld kB", &u.rss_kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return u;
+}
+
+/* Whether P stayed within the stated bounds over its figures before. */
+static int check_bounds(const usage_t *a, const usage_t *b, long more_rss_kb)
+{
+	fprintf(stderr,
+		"P before: %ld threads, %ld fds, %ld kB RSS; after: %ld threads, %ld fds, "
+		"%ld kB RSS\n",
+		a->threads, a->fds, a->rss_kb, b->threads, b->fds, b->rss_kb);
+	int bad = 0;
+	if (a->threads < 0 || a->fds < 0 || a->rss_kb < 0 || b->threads < 0 || b->fds < 0 ||
+	    b->rss_kb < 0) {
+		fprintf(stderr, "could not read /proc\n");
+		return 1;
+	}
+	if (b->threads > a->threads + MAX_MORE_THREADS) {
+		fprintf(stderr, "threads grew by %ld (bound %d)\n", b->threads - a->threads,
+			MAX_MORE_THREADS);
+		bad++;
+	}
+	if (b->fds > a->fds + MAX_MORE_FDS) {
+		fprintf(stderr, "fds grew by %ld (bound %d)\n", b->fds - a->fds, MAX_MORE_FDS);
+		bad++;
+	}
+	if (b->rss_kb > a->rss_kb + more_rss_kb) {
+		fprintf(stderr, "RSS grew by %ld kB (bound %ld kB)\n", b->rss_kb - a->rss_kb,
+			more_rss_kb);
+		bad++;
+	}
+	return bad;
+}
+
+/* ---- the attacker ---- */
+
+/* A REGISTER P takes (its geometry matches P's), for a D that does not
+ * exist: the data URL and the status endpoint lead to a closed port. */
+static void forge_register(lc__msg_t *m, const tu_pool_t *s, lc__msg_buffer_t *bufs,
+			   const void **descs, size_t *lens, int k)
+{
+	memset(m, 0, sizeof *m);
+	m->type = LC__MSG_REGISTER;
+	snprintf(m->reg.session, sizeof m->reg.session, "mallory%d@127.0.0.1:1", k);
+	snprintf(m->reg.status_ep, sizeof m->reg.status_ep, "tcp://127.0.0.1:1");
+	snprintf(m->reg.data_url, sizeof m->reg.data_url, "tcp://127.0.0.1:1");
+	m->reg.flags = LC__REG_HAS_TOKEN;
+	m->reg.fingerprint = s->layout->fingerprint;
+	for (uint32_t i = 0; i < s->layout->nbuf; i++) {
+		const lc_buffer_t *b = &s->layout->bufs[i];
+		bufs[i] = (lc__msg_buffer_t){.layer = b->layer,
+					     .kind = b->kind,
+					     .flags = b->flags,
+					     .item_len = b->item_len,
+					     .region = 0,
+					     .offset = (uint64_t)((uint8_t *)s->bases[i] - s->mem)};
+	}
+	m->reg.nbuffers = s->layout->nbuf;
+	m->reg.buffers = bufs;
+	m->reg.nregions = 1;
+	m->reg.region_descs = descs;
+	m->reg.region_desc_lens = lens;
+}
+
+static void flood_sessions(void *tx)
+{
+	tu_pool_t s;
+	tu_pool_init(&s, "mallory", NULL, LAYERS, PAGES, ITEM);
+	static uint8_t desc[LC_REGION_DESC_MAX];
+	int n = lc_region_pack(s.region, desc, sizeof desc);
+	TU_CHECK(n > 0, "lc_region_pack: %d", n);
+	const void *descs[1] = {desc};
+	size_t lens[1] = {(size_t)n};
+	lc__msg_buffer_t bufs[NBUF];
+	lc__msg_t m;
+	for (int k = 0; k < SESSION_FLOOD; k++) {
+		forge_register(&m, &s, bufs, descs, lens, k);
+		send_msg(tx, &m, 0);
+	}
+	tu_pool_fini(&s);
+}
+
+static void flood_rooms(void *tx)
+{
+	lc__msg_t m;
+	for (int k = 0; k < ROOM_FLOOD; k++) {
+		memset(&m, 0, sizeof m);
+		m.type = LC__MSG_TRANSFER_INFO;
+		m.info.room = 1000 + (uint64_t)k;
+		snprintf(m.info.session, sizeof m.info.session, "mallory@127.0.0.1:1");
+		snprintf(m.info.status_ep, sizeof m.info.status_ep, "tcp://127.0.0.1:1");
+		m.info.required_dst = 1;
+		m.info.flags = LC__INFO_DUMMY;
+		m.info.aux_index = -1;
+		send_msg(tx, &m, 0);
+	}
+}
+
+/* P up, the flood, P measured, then a real D's rooms. */
+static int run_case(bool sessions)
+{
+	proc_t p, d;
+	char addr[64], ep[300], line[512];
+	p_arg_t pa = {sessions ? "registrations" : "transfer_infos",
+		      sessions ? SESSION_FLOOD : ROOM_FLOOD};
+	spawn(&p, p_child, &pa);
+	TU_CHECK(wait_line(&p, "addr ", 15000, line, sizeof line) &&
+			 sscanf(line, "addr %63s %299s", addr, ep) == 2,
+		 "P did not start");
+	usleep(200000);
+	usage_t before = usage_of(p.pid);
+	void *zc = zmq_ctx_new();
+	void *tx = push_to(zc, ep);
+	if (sessions)
+		flood_sessions(tx);
+	else
+		flood_rooms(tx);
+	go(&p);
+	TU_CHECK(wait_line(&p, "flooded ", 30000, line, sizeof line), "P never took the flood");
+	fprintf(stderr, "%s\n", line);
+	usage_t after = usage_of(p.pid);
+	int failures = check_bounds(&before, &after,
+				    sessions ? MAX_MORE_RSS_KB_SESSIONS : MAX_MORE_RSS_KB_ROOMS);
+	spawn(&d, d_child, &(d_arg_t){addr, "tcp://127.0.0.1:0"});
+	go(&d);
+	go(&p);
+	TU_CHECK(wait_line(&p, "bootstrapped", 20000, NULL, 0), "P never bootstrapped");
+	go(&p);
+	int rc = reap(&d, 30000);
+	if (rc)
+		fprintf(stderr, "D exited %d\n", rc);
+	failures += rc != 0;
+	int pfail = -1;
+	if (!wait_line(&p, "p-done", 20000, line, sizeof line) ||
+	    sscanf(line, "p-done %d", &pfail) != 1 || pfail) {
+		fprintf(stderr, "P: '%s' (want p-done 0)\n", line);
+		failures++;
+	}
+	fprintf(stderr, "%s\n", line);
+	go(&p);
+	rc = reap(&p, 20000);
+	if (rc)
+		fprintf(stderr, "P exited %d\n", rc);
+	failures += rc != 0;
+	zmq_close(tx);
+	zmq_ctx_term(zc);
+	return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	tu_watchdog(110);
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s session_flood|room_flood\n", argv[0]);
+		return 2;
+	}
+	if (!strcmp(argv[1], "session_flood"))
+		return run_case(true);
+	if (!strcmp(argv[1], "room_flood"))
+		return run_case(false);
+	fprintf(stderr, "unknown case %s\n", argv[1]);
+	return 2;
+}
