@@ -18,7 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,7 +37,7 @@ typedef struct opts {
 	const char *transport;
 	size_t region, block, batch, total;
 	int lanes, inflight;
-	bool json;
+	bool json, baseline;
 } opts_t;
 
 typedef struct result {
@@ -63,7 +67,7 @@ typedef struct receiver {
 static const char help[] =
 	"usage: layercake bench transport [--transport tcp|shm|loop|ucx] [--region-mib M]\n"
 	"           [--block-kib K] [--batch B] [--total-mib T] [--lanes N]\n"
-	"           [--inflight N] [--json]\n\n"
+	"           [--inflight N] [--json] [--no-baseline]\n\n"
 	"    Streams T MiB (default 2048) from a sender region to a receiver region\n"
 	"    of M MiB (default 1024) each, as batches of B (default 1) writes of K KiB\n"
 	"    (default 4096), wrapping around the regions, with at most N batches in\n"
@@ -71,7 +75,12 @@ static const char help[] =
 	"    processes (loop: one). Regions come from lc_mem_alloc (2 MiB aligned,\n"
 	"    huge pages, touched before timing). Prints GB/s (10^9 bytes/s) and the\n"
 	"    post-to-completion latency of batches (p50, p99); with --json exactly one\n"
-	"    JSON object on stdout. Compare with `baseline tcp T M K` run beside it.\n"
+	"    JSON object on stdout. The same run first measures the physical\n"
+	"    baseline the way ../shared/tools/baseline.c does (tcp, and ucx with\n"
+	"    UCX_TLS=tcp: one loopback TCP connection between two processes, T MiB in\n"
+	"    K KiB chunks through M MiB regions; otherwise one memcpy of M MiB, best\n"
+	"    of 5) and prints it with\n"
+	"    the ratio (baseline_gbps, ratio; --no-baseline skips it: 0 and 0).\n"
 	"    --lanes sets tcp lanes (default: config tcp_lanes).\n";
 
 static double now_s(void)
@@ -103,12 +112,18 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
-	static const struct option longs[] = {{"transport", 1, 0, 't'}, {"region-mib", 1, 0, 'r'},
-					      {"block-kib", 1, 0, 'k'}, {"batch", 1, 0, 'b'},
-					      {"total-mib", 1, 0, 'T'}, {"lanes", 1, 0, 'l'},
-					      {"inflight", 1, 0, 'i'},  {"json", 0, 0, 'j'},
-					      {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
-	*o = (opts_t){"tcp", 1024u << 20, 4096u << 10, 1, 2048u << 20, 0, 0, false};
+	static const struct option longs[] = {{"transport", 1, 0, 't'},
+					      {"region-mib", 1, 0, 'r'},
+					      {"block-kib", 1, 0, 'k'},
+					      {"batch", 1, 0, 'b'},
+					      {"total-mib", 1, 0, 'T'},
+					      {"lanes", 1, 0, 'l'},
+					      {"inflight", 1, 0, 'i'},
+					      {"json", 0, 0, 'j'},
+					      {"no-baseline", 0, 0, 'n'},
+					      {"help", 0, 0, 'h'},
+					      {0, 0, 0, 0}};
+	*o = (opts_t){"tcp", 1024u << 20, 4096u << 10, 1, 2048u << 20, 0, 0, false, true};
 	optind = 1;
 	for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
 		int rc = 0;
@@ -136,6 +151,9 @@ static int parse_opts(int argc, char **argv, opts_t *o)
 			break;
 		case 'j':
 			o->json = true;
+			break;
+		case 'n':
+			o->baseline = false;
 			break;
 		case 'h':
 			fputs(help, stdout);
@@ -460,21 +478,157 @@ static int run_one_process(const opts_t *o, result_t *res)
 	return rc;
 }
 
-static void print_result(const opts_t *o, const result_t *r, int lanes)
+/* ---- the physical baseline, measured in the same run ------------------- */
+
+/* A touched region, 2 MiB aligned and advised as huge pages, as
+ * ../shared/tools/baseline.c allocates it (the value is non-zero so the
+ * memset cannot become calloc). */
+static char *baseline_region(size_t n, int value)
+{
+	size_t huge = 2u << 20;
+	char *p = aligned_alloc(huge, (n + huge - 1) & ~(huge - 1));
+	if (!p)
+		return NULL;
+	madvise(p, n, MADV_HUGEPAGE);
+	memset(p, value, n);
+	return p;
+}
+
+/* baseline.c's "memcpy": one copy of a region, best of 5, GB/s. */
+static double baseline_memcpy(size_t n)
+{
+	char *a = baseline_region(n, 1), *b = baseline_region(n, 2);
+	double best = 0;
+	for (int r = 0; a && b && r < 5; r++) {
+		double t = now_s();
+		memcpy(b, a, n);
+		t = now_s() - t;
+		a[r] = b[n - 1 - r]; /* keep the copy observable */
+		if (t > 0 && (best == 0 || t < best))
+			best = t;
+	}
+	free(a);
+	free(b);
+	return best > 0 ? (double)n / best / 1e9 : 0;
+}
+
+/* The writer of baseline_tcp (child process). */
+static void baseline_tcp_writer(const struct sockaddr_in *a, size_t total, size_t region,
+				size_t chunk)
+{
+	char *src = baseline_region(region, 3);
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+	if (!src || c < 0 || connect(c, (const void *)a, sizeof(*a)))
+		_exit(1);
+	for (size_t sent = 0, off = 0; sent < total;) {
+		size_t want = total - sent < chunk ? total - sent : chunk;
+		ssize_t w = write(c, src + off, want);
+		if (w <= 0)
+			_exit(1);
+		sent += (size_t)w;
+		off += (size_t)w;
+		if (off + chunk > region)
+			off = 0;
+	}
+	close(c);
+	_exit(0);
+}
+
+/* baseline.c's "tcp": one loopback TCP connection between two processes,
+ * `total` bytes in `chunk` writes and reads wrapping around regions of
+ * `region` bytes, GB/s (0 on failure). */
+static double baseline_tcp(size_t total, size_t region, size_t chunk)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t alen = sizeof(a);
+	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	double gbps = 0;
+	if (ls < 0 || bind(ls, (void *)&a, sizeof(a)) || listen(ls, 1) ||
+	    getsockname(ls, (void *)&a, &alen)) {
+		if (ls >= 0)
+			close(ls);
+		return 0;
+	}
+	pid_t pid = fork();
+	if (pid == 0)
+		baseline_tcp_writer(&a, total, region, chunk);
+	char *dst = pid > 0 ? baseline_region(region, 0x5a) : NULL;
+	int s = dst ? accept(ls, NULL, NULL) : -1;
+	if (s >= 0) {
+		double t = now_s();
+		size_t got = 0, off = 0;
+		for (ssize_t k; got < total && (k = read(s, dst + off, chunk)) > 0;) {
+			got += (size_t)k;
+			off += (size_t)k;
+			if (off + chunk > region)
+				off = 0;
+		}
+		t = now_s() - t;
+		if (got == total && t > 0)
+			gbps = (double)got / t / 1e9;
+		close(s);
+	}
+	if (pid > 0) {
+		if (s < 0)
+			kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	free(dst);
+	close(ls);
+	return gbps;
+}
+
+/* Whether UCX is limited to TCP (UCX_TLS names tcp and no shared-memory
+ * transport); otherwise UCX may carry the bytes through shared memory. */
+static bool ucx_tcp_only(void)
+{
+	static const char *const shared[] = {"sm",  "shm",   "posix", "sysv",
+					     "cma", "xpmem", "knem",  "all"};
+	const char *tls = getenv("UCX_TLS");
+	if (!tls || !strstr(tls, "tcp"))
+		return false;
+	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++)
+		if (strstr(tls, shared[i]))
+			return false;
+	return true;
+}
+
+/* The baseline for o's transport: what its bytes physically cross (tcp;
+ * ucx with UCX_TLS limited to tcp: loopback TCP; otherwise one memcpy). */
+static double baseline_gbps(const opts_t *o, const char **kind)
+{
+	if (!o->baseline) {
+		*kind = "none";
+		return 0;
+	}
+	if (!strcmp(o->transport, "tcp") || (!strcmp(o->transport, "ucx") && ucx_tcp_only())) {
+		*kind = "tcp";
+		return baseline_tcp(o->total, o->region, o->block);
+	}
+	*kind = "memcpy";
+	return baseline_memcpy(o->region);
+}
+
+static void print_result(const opts_t *o, const result_t *r, int lanes, double base,
+			 const char *kind)
 {
 	double gbps = (double)r->bytes / r->seconds / 1e9;
+	double ratio = base > 0 ? gbps / base : 0;
 	if (o->json) {
 		printf("{\"transport\":\"%s\",\"block_kib\":%zu,\"batch\":%zu,\"total_mib\":%zu,"
 		       "\"region_mib\":%zu,\"lanes\":%d,\"inflight\":%d,\"seconds\":%.6f,"
-		       "\"batches\":%zu,\"gbps\":%.3f,\"p50_batch_us\":%.1f,\"p99_batch_us\":%.1f}\n",
+		       "\"batches\":%zu,\"gbps\":%.3f,\"p50_batch_us\":%.1f,\"p99_batch_us\":%.1f,"
+		       "\"baseline\":\"%s\",\"baseline_gbps\":%.3f,\"ratio\":%.3f}\n",
 		       o->transport, o->block >> 10, o->batch, o->total >> 20, o->region >> 20,
-		       lanes, r->inflight, r->seconds, r->batches, gbps, r->p50_us, r->p99_us);
+		       lanes, r->inflight, r->seconds, r->batches, gbps, r->p50_us, r->p99_us, kind,
+		       base, ratio);
 		return;
 	}
 	printf("bench transport %s: %zu MiB in %zu KiB blocks, batch %zu, lanes %d, %d in flight: "
-	       "%.3f GB/s, batch p50 %.0f us, p99 %.0f us (%zu batches, %.3f s)\n",
+	       "%.3f GB/s, batch p50 %.0f us, p99 %.0f us (%zu batches, %.3f s); "
+	       "baseline %s %.3f GB/s, ratio %.2f\n",
 	       o->transport, o->total >> 20, o->block >> 10, o->batch, lanes, r->inflight, gbps,
-	       r->p50_us, r->p99_us, r->batches, r->seconds);
+	       r->p50_us, r->p99_us, r->batches, r->seconds, kind, base, ratio);
 }
 
 /* Lanes as the connection will use them, for the report. */
@@ -509,6 +663,8 @@ int lc__bench_transport(int argc, char **argv)
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	const char *kind;
+	double base = baseline_gbps(&o, &kind);
 	rc = !strcmp(o.transport, "loop") ? run_one_process(&o, &res) : run_two_processes(&o, &res);
 	if (rc) {
 		fprintf(stderr, "bench transport %s failed: %s\n", o.transport, lc_strerror(rc));
@@ -517,6 +673,6 @@ int lc__bench_transport(int argc, char **argv)
 	if (res.rx_bytes < o.total)
 		fprintf(stderr, "bench transport: receiver counted %llu bytes applied of %zu\n",
 			(unsigned long long)res.rx_bytes, o.total);
-	print_result(&o, &res, effective_lanes(&o));
+	print_result(&o, &res, effective_lanes(&o), base, kind);
 	return 0;
 }

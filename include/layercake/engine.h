@@ -190,7 +190,9 @@ LC_API double lc_histogram_quantile_us(const lc_histogram_t *h, double q);
  * Threading contract: every lc_engine_* call may come from any thread; the
  * batch calls (batch_begin, chunk_add, batch_end) belong to the one thread
  * that launches forwards (the scheduler) and must not interleave with each
- * other from several threads. lc_engine_record_cache/aux are lock-free.
+ * other from several threads. lc_engine_record_cache/aux never wait for the
+ * engine lock; what else they may wait for depends on inline_submit (see
+ * them below): only with inline_submit=0 do they never block.
  * Callbacks run on the engine thread with no engine lock held; they may
  * call lc_engine_* functions except lc_engine_destroy, and should return
  * quickly (they delay every room's writes).
@@ -246,9 +248,27 @@ enum lc_step_counter { LC_STEP_CACHE = 0, LC_STEP_AUX = 1 };
 
 /* CPU producer: advance the cache counter by one (one layer of the current
  * forward written), or the aux counter by one (the batch's metadata
- * written), and wake the engine. Lock-free, any thread, never blocks. Every
- * non-idle batch needs exactly layer_count cache records and one aux
- * record, in order. */
+ * written), and wake the engine. Any thread. Every non-idle batch needs
+ * exactly layer_count cache records and one aux record, in order. Returns
+ * 0, or -EINVAL for a NULL engine.
+ *
+ * What the calling thread may wait for depends on the context's knob
+ * inline_submit (LAYERCAKE_INLINE_SUBMIT):
+ * - inline_submit=1 (the default, inline submission): if the engine lock is
+ *   free (pthread_mutex_trylock, never waits for it), the call runs the
+ *   engine's posting pass on the caller's thread under the engine lock: it
+ *   takes the data plane's connection and transport locks briefly (waiting
+ *   if another thread holds one), may allocate (malloc), and may take in a
+ *   batch handed over by lc_engine_batch_end. Its cost grows with the rooms
+ *   and destinations the step made ready (about 0.4 us each). If the lock
+ *   is held, it behaves as with 0.
+ * - inline_submit=0, the never-blocking mode: a lock-free compare-and-swap
+ *   on the counter word (retried only if another recorder raced it), a
+ *   clock read (vDSO), an atomic load, and, when the engine thread sleeps,
+ *   one write(2) to its non-blocking eventfd. No lock, no allocation, no
+ *   other system call; all posting happens on the engine thread.
+ * Use inline_submit=0 where the recording thread must never block (a
+ * real-time or GPU-stream callback thread). */
 LC_API int lc_engine_record_cache(lc_engine_t *engine);
 LC_API int lc_engine_record_aux(lc_engine_t *engine);
 /* Address of a counter word (enum lc_step_counter) for an outside producer

@@ -56,6 +56,9 @@ typedef struct fx {
 	bool watch_thread; /* count posts made on `watched` (inline submission) */
 	pthread_t watched;
 	uint64_t posts_on_watched;
+	/* on_post parks while hold_posts is set (engine lock held by its
+	 * thread); held says it parked, hold_expired that it gave up. */
+	bool hold_posts, held, hold_expired;
 	/* what a successful room must have delivered, for the in-callback check */
 	int64_t expect_src[PAGES], expect_dst[PAGES];
 	size_t expect_n;
@@ -122,6 +125,16 @@ static void on_post(void *arg, uint64_t room, uint32_t group, uint64_t ready_ns,
 		f->first_iter = iteration;
 	f->last_iter = iteration;
 	pthread_cond_broadcast(&f->cond);
+	if (f->hold_posts) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 10;
+		f->held = true;
+		pthread_cond_broadcast(&f->cond);
+		while (f->hold_posts && !f->hold_expired)
+			if (pthread_cond_timedwait(&f->cond, &f->lock, &ts))
+				f->hold_expired = true;
+	}
 	pthread_mutex_unlock(&f->lock);
 }
 
@@ -427,6 +440,52 @@ static void a_record_posts_on_the_recording_thread_when_the_engine_sleeps(void *
 	f = fx_new(no_coalesce, 0);
 	run_paced_room(f, 13);
 	assert_int_equal(metrics(f).rooms_succeeded, 1);
+	fx_free(f);
+}
+
+/* The never-blocking mode (inline_submit=0): records return while the
+ * engine thread holds the engine lock, parked in the post hook of the first
+ * layer's pass. A record that waited for it would return only after the
+ * hook gave up (hold_expired). */
+static void records_do_not_wait_for_the_engine_lock_with_inline_submit_off(void **state)
+{
+	static const char *const off[] = {"inline_submit", "0", NULL};
+	fx_t *f = fx_new(off, 0);
+	fx_session(f, 0, NULL);
+	fx_dst(f, 14, 0, 1, DST, 6, 0);
+	expect(f, SRC, DST, 6);
+	assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+	assert_int_equal(fx_chunk(f, 14, SRC, 6, 0, 1), 0);
+	assert_int_equal(lc_engine_batch_end(f->e), 0);
+	pthread_mutex_lock(&f->lock);
+	f->hold_posts = true;
+	pthread_mutex_unlock(&f->lock);
+	record_layers(f, 1);
+
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 20;
+	pthread_mutex_lock(&f->lock);
+	while (!f->held)
+		if (pthread_cond_timedwait(&f->cond, &f->lock, &ts)) {
+			pthread_mutex_unlock(&f->lock);
+			fail_msg("the engine thread never posted the first layer");
+		}
+	pthread_mutex_unlock(&f->lock);
+
+	record_layers(f, L - 1);
+	assert_int_equal(lc_engine_record_aux(f->e), 0);
+	pthread_mutex_lock(&f->lock);
+	assert_false(f->hold_expired);
+	f->hold_posts = false;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 14, "t", 1), 0);
+	wait_events(f, 1);
+	assert_int_equal(f->ev[0].status, LC_ROOM_SUCCESS);
+	assert_true(f->ev[0].bytes_ok);
+	assert_int_equal(metrics(f).inline_submits, 0);
 	fx_free(f);
 }
 
@@ -989,6 +1048,7 @@ int main(void)
 	tu_watchdog(100);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(layers_stream_while_the_producer_records_them),
+		cmocka_unit_test(records_do_not_wait_for_the_engine_lock_with_inline_submit_off),
 		cmocka_unit_test(every_ready_group_goes_out_in_one_iteration),
 		cmocka_unit_test(a_record_posts_on_the_recording_thread_when_the_engine_sleeps),
 		cmocka_unit_test(batches_are_stamped_and_empty_batches_still_reserve),

@@ -14,9 +14,10 @@
  *   recv.c    D: listeners, accepted connections, leases, landing writes
  *   region.c  region maps and keys (D), imported regions (P)
  *
- * ucx://HOST:PORT: writes as UCP one-sided puts (RDMA, shared memory, TCP,
- * whatever UCX_TLS lets UCX pick), with the receiver still in charge of
- * what may land. See docs/transport-ucx.md for the design; in short:
+ * ucx://HOST:PORT: writes as UCP active messages (data mode "am", the
+ * default) or, with LAYERCAKE_UCX_DATA=put, one-sided puts (RDMA, shared
+ * memory, TCP, whatever UCX_TLS lets UCX pick), with the receiver still in
+ * charge of what may land. See docs/transport-ucx.md for the design; in short:
  *
  * - One UCP context and worker per layercake context, progressed by one
  *   task on the context's I/O core (transport/io/io.h). The state
