@@ -218,6 +218,8 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 	LC__D_CTL_ADD(d, registrations);
 	pr->registered = true;
 	pr->reg_pending = true;
+	pr->reg_epoch++;
+	pr->reg_sent_ns = lc__now_ns();
 	LC__INFO("decode %s: registered with P rank %d at %s", d->session, rank, pr->endpoint);
 	return 0;
 }
@@ -270,6 +272,7 @@ static void discover_one(lc_decode_t *d, uint64_t room)
 			return;
 		if (!pr->registered && register_rank(d, r, pr, rank))
 			return;
+		r->got[i].reg_epoch = pr->reg_epoch;
 	}
 	r->reason[0] = '\0';
 	lc__decode_set_state(d, r, LC_ROOM_BOOTSTRAPPED);
