@@ -14,6 +14,10 @@
  *                          after a cancel or a D paused with SIGSTOP): P's
  *                          writes are refused (LC_ERR_GRANT), that room
  *                          fails; round 2 on the same session succeeds.
+ *   sigstop_no_lockout     D is stopped (SIGSTOP) while P writes round 1:
+ *                          P's acknowledgement deadline (500 ms here) fails
+ *                          the rooms and blocks the session; D continues
+ *                          (SIGCONT) and its very next round succeeds.
  *
  * Exit 0 pass, 1 fail, 77 skipped (a facility missing here).
  */
@@ -46,7 +50,8 @@
 #define META_LEN 64
 #define NO_REVOKE (-1)
 
-static int status_fd = -1; /* child -> parent progress lines */
+static int status_fd = -1;         /* child -> parent progress lines */
+static const char *p_knobs = NULL; /* P's knobs, set before P is forked */
 
 static uint64_t now_ms(void)
 {
@@ -157,7 +162,7 @@ static int p_main(int go_fd)
 	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
 	TU_OK(lc_bootstrap_start(&bp, &b));
 	TU_OK(lc_bootstrap_addr(b, addr, sizeof addr));
-	tu_pool_init(&s, "p0", NULL, LAYERS, PAGES, ITEM);
+	tu_pool_init(&s, "p0", p_knobs, LAYERS, PAGES, ITEM);
 	for (int k = 0; k < NBUF; k++)
 		for (int p = 0; p < PAGES; p++)
 			tu_fill((uint8_t *)s.bases[k] + (size_t)p * ITEM, ITEM, seed_of(k, p));
@@ -530,18 +535,61 @@ static int case_late_write(void)
 	return finish(&p, &d, failures);
 }
 
+/* ---- sigstop_no_lockout (finding 5: a D that comes back) ---- */
+
+static int case_sigstop(void)
+{
+	proc_t p, d;
+	char addr[64], d_ep[300], session[256], line[128];
+	d_arg_t da = {.revoke_round = NO_REVOKE};
+	p_knobs = "transfer_timeout_ms=500";
+	start(&p, &d, &da, addr, d_ep, session);
+	int failures = 0, mask = -1, r = -1;
+	if ((mask = run_round(&p, &d, 0)) != ALL) {
+		fprintf(stderr, "round 0: mask %d (want %d)\n", mask, ALL);
+		return finish(&p, &d, 1);
+	}
+	/* Round 1: D stops after sending its pages, before P writes; P gives
+	 * up on the acknowledgements while D is stopped. */
+	send_byte(&d, 'g');
+	send_byte(&p, 'g');
+	TU_CHECK(wait_line(&d, "d-sent", 10000, NULL, 0) && wait_line(&p, "p-boot", 10000, NULL, 0),
+		 "round 1 did not start");
+	TU_CHECK(kill(d.pid, SIGSTOP) == 0, "SIGSTOP");
+	send_byte(&p, 'g');
+	bool p_done = wait_line(&p, "p-round", 15000, NULL, 0);
+	TU_CHECK(kill(d.pid, SIGCONT) == 0, "SIGCONT");
+	TU_CHECK(p_done, "P's round 1 did not end while D was stopped");
+	TU_CHECK(wait_line(&d, "d-round", 15000, line, sizeof line) &&
+			 sscanf(line, "d-round %d %d", &r, &mask) == 2 && r == 1,
+		 "D's round 1 did not end");
+	fprintf(stderr, "round 1 (D stopped): D success mask %d\n", mask);
+	/* D is back: its very next round works. */
+	for (int round = 2; round <= 3 && !failures; round++)
+		if ((mask = run_round(&p, &d, round)) != ALL) {
+			fprintf(stderr, "round %d after SIGCONT: mask %d (want %d)\n", round, mask,
+				ALL);
+			failures++;
+		}
+	return finish(&p, &d, failures);
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
 	tu_watchdog(110);
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s forged_register_reply|late_write_no_lockout\n", argv[0]);
+		fprintf(stderr,
+			"usage: %s forged_register_reply|late_write_no_lockout|sigstop_no_lockout\n",
+			argv[0]);
 		return 2;
 	}
 	if (!strcmp(argv[1], "forged_register_reply"))
 		return case_forged_register_reply();
 	if (!strcmp(argv[1], "late_write_no_lockout"))
 		return case_late_write();
+	if (!strcmp(argv[1], "sigstop_no_lockout"))
+		return case_sigstop();
 	fprintf(stderr, "unknown case %s\n", argv[1]);
 	return 2;
 }
