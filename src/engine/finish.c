@@ -185,6 +185,15 @@ void lc__engine_try_finish(lc_engine_t *e, lc__room_t *r)
 
 /* ---- completions (rule 4) ------------------------------------------------ */
 
+/* A write D refused (late, revoked, outside its grant or region) or one
+ * cancelled here says nothing about the link or the peer: it fails its room
+ * only. Blocking the session for it would lock out a healthy D (rule 5). */
+static bool refused_by_d(int status)
+{
+	return status == LC_ERR_CANCELLED || status == LC_ERR_GRANT || status == LC_ERR_REGION ||
+	       status == LC_ERR_OUT_OF_REGION;
+}
+
 /* A group counts only when the data plane reports it applied at D. */
 static void on_completion(lc_engine_t *e, const lc_completion_t *c, uint64_t now)
 {
@@ -211,7 +220,7 @@ static void on_completion(lc_engine_t *e, const lc_completion_t *c, uint64_t now
 		return;
 	}
 	e->m.batches_failed++;
-	if (c->status != LC_ERR_CANCELLED) {
+	if (!refused_by_d(c->status)) {
 		const char *why = c->reason[0] ? c->reason : lc_strerror(c->status);
 		lc__session_fail(w->sess->core, now, why);
 		e->m.session_failures++;

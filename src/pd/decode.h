@@ -34,12 +34,22 @@
 
 #define LC__D_MAX_PEERS 256
 #define LC__D_RETRY_NS (200ull * 1000000) /* lookup errors are retried this often */
+/* A refused registration is tried again after this, by the next room that
+ * needs the P rank: a refusal (real or forged) never sticks. */
+#define LC__D_REFUSED_RETRY_NS (500ull * 1000000)
+/* A REGISTER unanswered this long is no longer outstanding: no reply is
+ * believed for it afterwards. */
+#define LC__D_REPLY_WAIT_NS (10000ull * 1000000)
 
 /* One P rank as this D knows it. */
 typedef struct lc__prank {
-	bool resolved;   /* endpoint known */
-	bool registered; /* registration sent since the last reset */
-	int refused;     /* registration refused: the code */
+	bool resolved;        /* endpoint known */
+	bool registered;      /* registration sent since the last reset */
+	bool reg_pending;     /* a REGISTER sent and not yet answered */
+	uint32_t reg_epoch;   /* REGISTERs sent so far */
+	uint64_t reg_sent_ns; /* when the last one went */
+	int refused;          /* the last registration refused: the code (0: none) */
+	uint64_t retry_ns;    /* refused: register again no sooner than this */
 	char refuse_reason[LC__MSG_STR_MAX];
 	char endpoint[300];
 	char key[LC__BS_KEY_MAX];
@@ -60,6 +70,7 @@ typedef struct lc__ppeer {
 typedef struct lc__dtarget {
 	bool responded;
 	uint32_t layers;
+	uint32_t reg_epoch; /* the rank's registration the room went out under */
 } lc__dtarget_t;
 
 struct lc_receiver {

@@ -140,6 +140,24 @@ static void settle(lc_decode_t *d, lc_receiver_t *r, uint64_t now)
 	lc__decode_set_state(d, r, LC_ROOM_SUCCESS);
 }
 
+/* A session P no longer knows, or one P blocked after a failure of the
+ * link or of this D (an acknowledgement timeout: a D back from SIGSTOP):
+ * the next room registers again, which clears P's block. Only for a room
+ * that went out under the rank's current registration: a late status of
+ * an older room must not undo a registration made since (that would fail
+ * the rooms opened under it at P). */
+static void forget_registration(lc_receiver_t *r, int t, const lc__msg_status_t *s)
+{
+	if (s->fail_reason != LC_FAIL_SESSION_GONE && s->fail_reason != LC_FAIL_SESSION_BLOCKED &&
+	    s->fail_reason != LC_FAIL_TRANSFER_TIMEOUT)
+		return;
+	if (!r->peer->ranks || (int)s->p_rank >= r->peer->info->world_size)
+		return;
+	lc__prank_t *pr = &r->peer->ranks[s->p_rank];
+	if (r->got[t].reg_epoch == pr->reg_epoch)
+		pr->registered = false;
+}
+
 static void handle_status(lc_decode_t *d, const lc__msg_status_t *s)
 {
 	LC__D_CTL_ADD(d, statuses);
@@ -153,10 +171,7 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s)
 		return;
 	}
 	if (s->status == LC_ROOM_FAILED) {
-		/* A session P no longer knows: register again next time. */
-		if (s->fail_reason == LC_FAIL_SESSION_GONE && r->peer->ranks &&
-		    (int)s->p_rank < r->peer->info->world_size)
-			r->peer->ranks[s->p_rank].registered = false;
+		forget_registration(r, t, s);
 		lc__decode_fail(d, r, s->fail_reason ? (int)s->fail_reason : LC_FAIL_TRANSFER,
 				false, "P rank %u: %s", s->p_rank, s->reason);
 		return;
@@ -192,26 +207,52 @@ static void handle_layers(lc_decode_t *d, const lc__msg_layers_t *m)
 		LC__D_CTL_ADD(d, msgs_unexpected);
 }
 
+/* A REGISTER_REPLY is believed only when it answers a REGISTER of this
+ * session that is still outstanding at that P rank; anything else (a
+ * forgery, a duplicate) is counted and dropped. A refusal fails the rooms
+ * waiting on the rank and is tried again later (LC__D_REFUSED_RETRY_NS):
+ * it never blocks this D from the P for good. */
 static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m)
 {
-	if (!m->result)
-		return;
-	LC__D_CTL_ADD(d, registrations_refused);
-	LC__ERROR("decode %s: P rank %u refused the registration: %s", d->session, m->p_rank,
-		  m->reason);
-	for (int i = 0; i < d->npeers; i++) {
+	bool matched = false;
+	uint64_t now = lc__now_ns();
+	for (int i = 0; strcmp(m->session, d->session) == 0 && i < d->npeers; i++) {
 		lc__ppeer_t *pe = d->peers[i];
 		if (!pe->info || (int)m->p_rank >= pe->info->world_size ||
-		    !pe->ranks[m->p_rank].registered)
+		    !pe->ranks[m->p_rank].reg_pending)
 			continue;
+		if (now - pe->ranks[m->p_rank].reg_sent_ns > LC__D_REPLY_WAIT_NS) {
+			pe->ranks[m->p_rank].reg_pending = false; /* never answered */
+			continue;
+		}
 		lc__prank_t *pr = &pe->ranks[m->p_rank];
+		matched = true;
+		pr->reg_pending = false;
+		if (!m->result) {
+			pr->refused = 0;
+			continue;
+		}
+		pr->registered = false;
 		pr->refused = m->result;
+		pr->retry_ns = now + LC__D_REFUSED_RETRY_NS;
 		snprintf(pr->refuse_reason, sizeof pr->refuse_reason, "%s", m->reason);
 		for (lc_receiver_t *r = d->receivers; r; r = r->next)
 			if (r->peer == pe && target_of(r, m->p_rank) >= 0)
 				lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
 						"P rank %u refused this D: %s", m->p_rank,
 						m->reason);
+	}
+	if (!matched) {
+		LC__D_CTL_ADD(d, msgs_unexpected);
+		LC__WARN("decode %s: registration reply from P rank %u answers no outstanding "
+			 "registration: dropped",
+			 d->session, m->p_rank);
+		return;
+	}
+	if (m->result) {
+		LC__D_CTL_ADD(d, registrations_refused);
+		LC__ERROR("decode %s: P rank %u refused the registration: %s", d->session,
+			  m->p_rank, m->reason);
 	}
 }
 

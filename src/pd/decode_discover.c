@@ -217,6 +217,9 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 	LC__D_CTL_ADD(d, msgs_sent);
 	LC__D_CTL_ADD(d, registrations);
 	pr->registered = true;
+	pr->reg_pending = true;
+	pr->reg_epoch++;
+	pr->reg_sent_ns = lc__now_ns();
 	LC__INFO("decode %s: registered with P rank %d at %s", d->session, rank, pr->endpoint);
 	return 0;
 }
@@ -258,15 +261,18 @@ static void discover_one(lc_decode_t *d, uint64_t room)
 	for (int i = 0; i < r->plan.ntargets; i++) {
 		int rank = r->plan.targets[i].rank;
 		lc__prank_t *pr = &pe->ranks[rank];
-		if (pr->refused) {
-			lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
-					"P rank %d refused this D: %s", rank, pr->refuse_reason);
+		if (pr->refused && !pr->registered && lc__now_ns() < pr->retry_ns) {
+			/* Refused a moment ago: this room registers again then. */
+			lc__reason(r->reason, sizeof r->reason, "P rank %d refused this D: %s",
+				   rank, pr->refuse_reason);
+			r->next_try_ns = pr->retry_ns;
 			return;
 		}
 		if (!pr->resolved && !(r = resolve_rank(d, room, pe, rank)))
 			return;
 		if (!pr->registered && register_rank(d, r, pr, rank))
 			return;
+		r->got[i].reg_epoch = pr->reg_epoch;
 	}
 	r->reason[0] = '\0';
 	lc__decode_set_state(d, r, LC_ROOM_BOOTSTRAPPED);
