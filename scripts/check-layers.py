@@ -39,10 +39,6 @@ LAYER_OF_PATH = [
     ("src/control/", "control"),
     ("src/engine/", "engine"),
     ("src/pd/", "pd"),
-    ("src/api/prefill.c", "pd"),  # prefill/decode, until they move to src/pd/
-    ("src/api/prefill.h", "pd"),
-    ("src/api/decode.c", "pd"),
-    ("src/api/decode.h", "pd"),
     ("src/api/", "api"),  # thin public entry points
 ]
 RANK = {"core": 0, "transport": 1, "control": 1, "engine": 2, "pd": 3, "api": 4}

@@ -1,5 +1,5 @@
 /*
- * The decode side's public calls (pd/decode.h has the structures, the
+ * The decode side's public calls (pd/decode_int.h has the structures, the
  * threads and the locking): lc_decode_* for a D rank, lc_receiver_* for a
  * room.
  */
@@ -10,7 +10,7 @@
 
 #include "core/ctx.h"
 #include "core/params.h"
-#include "pd/decode.h"
+#include "pd/decode_int.h"
 
 #ifdef LC_HAVE_ZMQ
 static void load_knobs(lc_decode_t *d, lc_ctx_t *ctx)

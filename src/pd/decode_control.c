@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/ctx.h"
-#include "pd/decode.h"
+#include "pd/decode_int.h"
 
 #ifdef LC_HAVE_ZMQ
 #include <zmq.h>

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pd/decode.h"
+#include "pd/decode_int.h"
 
 lc__ppeer_t *lc__decode_peer_get(lc_decode_t *d, const char *addr)
 {

@@ -1,5 +1,5 @@
 /*
- * The prefill side's public calls (pd/prefill.h has the structures, the
+ * The prefill side's public calls (pd/prefill_int.h has the structures, the
  * threads and the locking): lc_prefill_* for a P rank, lc_sender_* for a
  * room.
  */
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "core/params.h"
-#include "pd/prefill.h"
+#include "pd/prefill_int.h"
 
 #ifdef LC_HAVE_ZMQ
 static int metrics_source(void *arg, lc__metrics_snapshot_t *out)

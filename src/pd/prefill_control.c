@@ -1,5 +1,5 @@
 /*
- * The prefill side's control thread (pd/prefill.h has the structures and
+ * The prefill side's control thread (pd/prefill_int.h has the structures and
  * the locking): D's messages come in (registrations are decided in
  * prefill_register.c; transfer infos and cancels go to the engine here),
  * and each round flushes what the engine queued (prefill_outbox.c).
@@ -12,7 +12,7 @@
 
 #include "core/ctx.h"
 #include "engine/engine.h"
-#include "pd/prefill.h"
+#include "pd/prefill_int.h"
 
 #ifdef LC_HAVE_ZMQ
 #include <zmq.h>

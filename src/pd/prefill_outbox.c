@@ -1,5 +1,5 @@
 /*
- * The prefill side's outbox (pd/prefill.h has the structures and the
+ * The prefill side's outbox (pd/prefill_int.h has the structures and the
  * locking): engine callbacks queue statuses and "layers landed" updates
  * (engine thread, never sending), the control thread sends them to each D
  * session, and every message P sends goes through lc__prefill_send.
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pd/prefill.h"
+#include "pd/prefill_int.h"
 
 #define SEND_TIMEOUT_MS 200
 

@@ -1,5 +1,5 @@
 /*
- * Whether this P rank takes a D's registration (pd/prefill.h has the
+ * Whether this P rank takes a D's registration (pd/prefill_int.h has the
  * structures): the declared CURVE key must be the authenticated one, the
  * page geometry must match (or, with D's TP size, pair across TP through
  * core/topology.c), and the session table has room (p_sessions_max; idle
@@ -16,7 +16,7 @@
 #include "core/ctx.h"
 #include "core/topology.h"
 #include "engine/engine.h"
-#include "pd/prefill.h"
+#include "pd/prefill_int.h"
 
 static const char *kind_name(uint32_t k)
 {

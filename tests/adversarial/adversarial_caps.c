@@ -36,7 +36,7 @@
 #include <zmq.h>
 
 #include "control/codec.h"
-#include "pd/decode.h"
+#include "pd/decode_int.h"
 #include "testutil.h"
 
 #define LAYERS 4

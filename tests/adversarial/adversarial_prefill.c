@@ -39,8 +39,8 @@
 #include <zmq.h>
 
 #include "control/codec.h"
-#include "pd/decode.h"
-#include "transport/shm/shm.h"
+#include "pd/decode_int.h"
+#include "transport/shm/shm_int.h"
 #include "testutil.h"
 
 #define LAYERS 4

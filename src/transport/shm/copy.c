@@ -1,5 +1,5 @@
 /*
- * The receiver's copy paths (shm.h): a mapped source split between the
+ * The receiver's copy paths (shm_int.h): a mapped source split between the
  * loop thread and an optional helper thread, and process_vm_readv (CMA)
  * for sources that could not be mapped. Both land through the memory seam
  * in bracketed slices, so a revoke waits for at most one slice.
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <sys/uio.h>
 
-#include "transport/shm/shm.h"
+#include "transport/shm/shm_int.h"
 
 /* Bytes landed per bracket by CMA: a revoke waits at most this long. */
 #define COPY_SLICE (4u << 20)

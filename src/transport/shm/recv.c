@@ -31,7 +31,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "transport/shm/shm.h"
+#include "transport/shm/shm_int.h"
 
 /* Connections one listener serves at a time. */
 #define MAX_CONNS 1024

@@ -28,7 +28,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "transport/shm/shm.h"
+#include "transport/shm/shm_int.h"
 
 typedef struct pbatch {
 	lc__batch_t *b; /* referenced */

@@ -18,7 +18,7 @@
  * loop threads with every other tcp and shm connection of the context; only
  * shm_copy_threads=2 adds a copy helper thread per listener.
  */
-#include "transport/shm/shm.h"
+#include "transport/shm/shm_int.h"
 
 const lc__transport_ops_t lc__shm_ops = {
 	.scheme = "shm",

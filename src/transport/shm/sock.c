@@ -6,7 +6,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "transport/shm/shm.h"
+#include "transport/shm/shm_int.h"
 
 #define ABSTRACT_PREFIX "layercake-shm-"
 

@@ -21,7 +21,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_int.h"
 
 /* How much one read may put in the staging buffer (which also holds a
  * partial header and table): small, so that payload bytes that land there

@@ -20,7 +20,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_int.h"
 
 /* iovecs per sendmsg (IOV_MAX) and room for the headers and tables of the
  * frames they carry (at most one 24-byte header and one descriptor per

@@ -4,7 +4,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_int.h"
 
 void lc__tcp_sockopts(int fd, int sockbuf)
 {

@@ -1,6 +1,6 @@
 /* tcp:// ops table: the sender (send.c) and the receiver (recv.c). */
 
-#include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_int.h"
 
 const lc__transport_ops_t lc__tcp_ops = {
 	.scheme = "tcp",

@@ -1,6 +1,6 @@
 /* Active messages: the dispatch of every message id to P's (send.c) and
  * D's (recv.c) handlers, registered on the worker when the engine starts. */
-#include "transport/ucx/ucx.h"
+#include "transport/ucx/ucx_int.h"
 
 static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, void *data,
 			  size_t length, const ucp_am_recv_param_t *param, unsigned id)

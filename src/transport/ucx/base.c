@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "transport/io/io.h"
-#include "transport/ucx/ucx.h"
+#include "transport/ucx/ucx_int.h"
 
 /* A UCX status as a layercake code; `connected` tells a refused connection
  * (unreachable) from one that broke (peer closed). */

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "transport/io/io.h"
-#include "transport/ucx/ucx.h"
+#include "transport/ucx/ucx_int.h"
 
 static bool uc_busy(ustate_t *st)
 {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transport/ucx/ucx.h"
+#include "transport/ucx/ucx_int.h"
 
 bool lc__ucx_ensure_rkey(uconn_t *uc, rregion_t *r, ucs_status_t *err)
 {

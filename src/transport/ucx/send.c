@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transport/ucx/ucx.h"
+#include "transport/ucx/ucx_int.h"
 
 static void op_unlink(uop_t *op)
 {

@@ -1,5 +1,5 @@
-/* The ucx transport's ops table (src/transport/ucx/ucx.h has the design). */
-#include "transport/ucx/ucx.h"
+/* The ucx transport's ops table (src/transport/ucx/ucx_int.h has the design). */
+#include "transport/ucx/ucx_int.h"
 
 /* The entry points that start or stop the context's engine hold a
  * reference on it around the folder's own functions, so that none of

@@ -20,8 +20,8 @@
  * may run under it (both are bounded: microseconds, and a zero send
  * timeout).
  */
-#ifndef LC_PD_DECODE_H
-#define LC_PD_DECODE_H
+#ifndef LC_PD_DECODE_INT_H
+#define LC_PD_DECODE_INT_H
 
 #include <pthread.h>
 

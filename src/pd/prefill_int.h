@@ -21,8 +21,8 @@
  * destroys the engine (no D message reaches a dying engine), then sends
  * the engine's final statuses itself.
  */
-#ifndef LC_PD_PREFILL_H
-#define LC_PD_PREFILL_H
+#ifndef LC_PD_PREFILL_INT_H
+#define LC_PD_PREFILL_INT_H
 
 #include <pthread.h>
 

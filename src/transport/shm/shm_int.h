@@ -3,8 +3,8 @@
  * (recv.c, copy.c) and the socket helpers (shm.c) share. The wire format is
  * wire.h; the design is docs/transport-shm.md.
  */
-#ifndef LC_TRANSPORT_SHM_SHM_H
-#define LC_TRANSPORT_SHM_SHM_H
+#ifndef LC_TRANSPORT_SHM_SHM_INT_H
+#define LC_TRANSPORT_SHM_SHM_INT_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -9,8 +9,8 @@
  *   tcp.c   the ops table
  * See docs/transport-tcp.md.
  */
-#ifndef LC_TRANSPORT_TCP_TCP_H
-#define LC_TRANSPORT_TCP_TCP_H
+#ifndef LC_TRANSPORT_TCP_TCP_INT_H
+#define LC_TRANSPORT_TCP_TCP_INT_H
 
 #include "transport/io/io.h"
 #include "transport/tcp/wire.h"

@@ -63,8 +63,8 @@
  * uc->lock is a leaf except that the generic lc__batch_* functions
  * (conn->lock, cq->lock) may be called under it.
  */
-#ifndef LC_TRANSPORT_UCX_UCX_H
-#define LC_TRANSPORT_UCX_UCX_H
+#ifndef LC_TRANSPORT_UCX_UCX_INT_H
+#define LC_TRANSPORT_UCX_UCX_INT_H
 
 #include <stdarg.h>
 #include <stdbool.h>
