@@ -37,6 +37,7 @@
 
 #include "control/codec.h"
 #include "pd/decode_int.h"
+#include "harness.h"
 #include "testutil.h"
 
 #define LAYERS 4
@@ -64,16 +65,7 @@
 #define RSS_CHECKED 1
 #endif
 
-static int status_fd = -1; /* child -> parent progress lines */
-
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-#define say(...) tu_say(status_fd, __VA_ARGS__)
+#define say(...) tu_say(adv_status_fd, __VA_ARGS__)
 
 static uint64_t seed_of(int b, int p)
 {
@@ -84,14 +76,6 @@ static uint64_t seed_of(int b, int p)
 static int64_t d_page(int i, int j)
 {
 	return PAGES - 1 - (i * NPAGES + j);
-}
-
-/* One byte from the parent (or EOF) on fd. */
-static void wait_byte(int fd)
-{
-	char c;
-	if (read(fd, &c, 1) < 0)
-		_exit(3);
 }
 
 /* ==== P process ==== */
@@ -123,12 +107,12 @@ static int p_forward(lc_engine_t *eng, lc_sender_t **snd)
 		lc_sender_metadata_set(snd[i], meta, sizeof meta);
 	}
 	int failures = 0;
-	uint64_t dl = now_ms() + 15000;
+	uint64_t dl = adv_now_ms() + 15000;
 	for (int i = 0; i < ROOMS; i++) {
 		lc_room_info_t info = {.size = sizeof info};
 		int st;
 		while ((st = lc_sender_poll(snd[i], &info)) != LC_ROOM_SUCCESS &&
-		       st != LC_ROOM_FAILED && now_ms() < dl)
+		       st != LC_ROOM_FAILED && adv_now_ms() < dl)
 			usleep(2000);
 		fprintf(stderr, "P room %d: %s %s\n", ROOM0 + i, lc_room_status_name(st),
 			info.reason);
@@ -141,8 +125,8 @@ static int p_forward(lc_engine_t *eng, lc_sender_t **snd)
  * then a little longer for the last one to finish. */
 static void p_wait_counter(lc_prefill_t *pf, const char *name, uint64_t n)
 {
-	uint64_t v = 0, dl = now_ms() + 25000;
-	while (lc_prefill_counter(pf, name, &v) == 0 && v < n && now_ms() < dl)
+	uint64_t v = 0, dl = adv_now_ms() + 25000;
+	while (lc_prefill_counter(pf, name, &v) == 0 && v < n && adv_now_ms() < dl)
 		usleep(10000);
 	usleep(300000);
 	say("flooded %llu", (unsigned long long)v);
@@ -173,17 +157,17 @@ static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
 	TU_OK(lc_prefill_engine(pf, &eng));
 	TU_OK(lc_prefill_endpoint(pf, ep, sizeof ep));
 	say("addr %s %s", addr, ep);
-	wait_byte(go_fd); /* the attacker has sent everything */
+	adv_wait_byte(go_fd); /* the attacker has sent everything */
 	p_wait_counter(pf, flood_counter, flood_n);
-	wait_byte(go_fd); /* the parent has measured: the real rooms */
+	adv_wait_byte(go_fd); /* the parent has measured: the real rooms */
 	for (int i = 0; i < ROOMS; i++)
 		TU_OK(lc_sender_create(pf, ROOM0 + (uint64_t)i, &snd[i]));
-	uint64_t dl = now_ms() + 15000;
+	uint64_t dl = adv_now_ms() + 15000;
 	for (int i = 0; i < ROOMS; i++)
-		while (lc_sender_poll(snd[i], NULL) == LC_ROOM_BOOTSTRAPPING && now_ms() < dl)
+		while (lc_sender_poll(snd[i], NULL) == LC_ROOM_BOOTSTRAPPING && adv_now_ms() < dl)
 			usleep(2000);
 	say("bootstrapped");
-	wait_byte(go_fd);
+	adv_wait_byte(go_fd);
 	int failures = p_forward(eng, snd);
 	uint64_t ev = 0, full = 0, unk = 0, cap = 0;
 	lc_ctx_counter_by_name(s.ctx, "sessions_evicted", &ev);
@@ -193,7 +177,7 @@ static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
 	say("p-done %d evicted %llu refused_full %llu infos_refused %llu rooms_refused %llu",
 	    failures, (unsigned long long)ev, (unsigned long long)full, (unsigned long long)unk,
 	    (unsigned long long)cap);
-	wait_byte(go_fd); /* quit */
+	adv_wait_byte(go_fd); /* quit */
 	for (int i = 0; i < ROOMS; i++)
 		lc_sender_destroy(snd[i]);
 	lc_prefill_destroy(pf);
@@ -208,9 +192,9 @@ static int d_check_room(lc_receiver_t *rcv, const tu_pool_t *s, int i)
 {
 	lc_room_info_t info = {.size = sizeof info};
 	int st;
-	uint64_t dl = now_ms() + 15000;
+	uint64_t dl = adv_now_ms() + 15000;
 	while ((st = lc_receiver_poll(rcv, &info)) != LC_ROOM_SUCCESS && st != LC_ROOM_FAILED &&
-	       now_ms() < dl)
+	       adv_now_ms() < dl)
 		usleep(1000);
 	fprintf(stderr, "D room %d: %s (%s) %s\n", ROOM0 + i, lc_room_status_name(st),
 		lc_fail_reason_name(info.fail_reason), info.reason);
@@ -246,12 +230,12 @@ static int d_main(const char *bs_addr, const char *listen_url, int go_fd)
 	}
 	TU_OK(rc);
 	say("d-url %s", d->data_url);
-	wait_byte(go_fd);
+	adv_wait_byte(go_fd);
 	for (int i = 0; i < ROOMS; i++)
 		TU_OK(lc_receiver_create(d, bs_addr, ROOM0 + (uint64_t)i, &rcv[i]));
 	bool sent[ROOMS] = {0};
-	uint64_t dl = now_ms() + 15000;
-	for (int left = ROOMS; left && now_ms() < dl; usleep(1000))
+	uint64_t dl = adv_now_ms() + 15000;
+	for (int left = ROOMS; left && adv_now_ms() < dl; usleep(1000))
 		for (int i = 0; i < ROOMS; i++) {
 			int st = sent[i] ? -1 : lc_receiver_poll(rcv[i], NULL);
 			if (st != LC_ROOM_BOOTSTRAPPED && st != LC_ROOM_FAILED)
@@ -283,112 +267,6 @@ static int d_main(const char *bs_addr, const char *listen_url, int go_fd)
 }
 
 /* ==== the parent ==== */
-
-typedef struct proc {
-	pid_t pid;
-	int status_fd; /* its progress lines */
-	int go_fd;     /* a byte (or EOF) lets it go on */
-	char buf[4096];
-	size_t len;
-} proc_t;
-
-typedef int (*child_fn)(void *arg, int go_fd);
-
-static void spawn(proc_t *pr, child_fn fn, void *arg)
-{
-	int st[2], go[2];
-	TU_CHECK(pipe(st) == 0 && pipe(go) == 0, "pipe");
-	memset(pr, 0, sizeof *pr);
-	pr->pid = fork();
-	TU_CHECK(pr->pid >= 0, "fork");
-	if (pr->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		close(st[0]);
-		close(go[1]);
-		status_fd = st[1];
-		_exit(fn(arg, go[0]));
-	}
-	close(st[1]);
-	close(go[0]);
-	pr->status_fd = st[0];
-	pr->go_fd = go[1];
-}
-
-static void go(proc_t *pr)
-{
-	TU_CHECK(write(pr->go_fd, "g", 1) == 1, "go pipe");
-}
-
-/* The next progress line starting with prefix (false at EOF or timeout). */
-static bool wait_line(proc_t *p, const char *prefix, int timeout_ms, char *out, size_t cap)
-{
-	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
-	for (;;) {
-		char *nl;
-		while ((nl = memchr(p->buf, '\n', p->len))) {
-			*nl = '\0';
-			bool hit = !strncmp(p->buf, prefix, strlen(prefix));
-			if (hit && out)
-				snprintf(out, cap, "%.*s", (int)cap - 1, p->buf);
-			size_t used = (size_t)(nl - p->buf) + 1;
-			memmove(p->buf, nl + 1, p->len - used);
-			p->len -= used;
-			if (hit)
-				return true;
-		}
-		if (now_ms() >= dl)
-			return false;
-		struct timeval tv = {0, 50000};
-		fd_set fds;
-		FD_ZERO(&fds);
-		FD_SET(p->status_fd, &fds);
-		if (select(p->status_fd + 1, &fds, NULL, NULL, &tv) > 0) {
-			ssize_t n = read(p->status_fd, p->buf + p->len, sizeof p->buf - 1 - p->len);
-			if (n <= 0)
-				return false;
-			p->len += (size_t)n;
-		}
-	}
-}
-
-/* Exit status, 128 + signal, or 124 after timeout_ms (then killed). */
-static int reap(proc_t *p, int timeout_ms)
-{
-	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
-	int st;
-	while (now_ms() < dl) {
-		if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
-			close(p->status_fd);
-			close(p->go_fd);
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-		}
-		usleep(5000);
-	}
-	kill(p->pid, SIGKILL);
-	waitpid(p->pid, &st, 0);
-	close(p->status_fd);
-	close(p->go_fd);
-	return 124;
-}
-
-static void *push_to(void *zc, const char *ep)
-{
-	void *tx = zmq_socket(zc, ZMQ_PUSH);
-	int linger = 0, hwm = 100000;
-	zmq_setsockopt(tx, ZMQ_LINGER, &linger, sizeof linger);
-	zmq_setsockopt(tx, ZMQ_SNDHWM, &hwm, sizeof hwm);
-	TU_CHECK(zmq_connect(tx, ep) == 0, "connect %s", ep);
-	return tx;
-}
-
-static void send_msg(void *tx, const lc__msg_t *m, int flags)
-{
-	uint8_t *buf;
-	size_t len;
-	TU_OK(lc__msg_encode(m, &buf, &len));
-	zmq_send(tx, buf, len, flags);
-	free(buf);
-}
 
 typedef struct p_arg {
 	const char *counter;
@@ -521,7 +399,7 @@ static void flood_sessions(void *tx)
 	lc__msg_t m;
 	for (int k = 0; k < SESSION_FLOOD; k++) {
 		forge_register(&m, &s, bufs, descs, lens, k);
-		send_msg(tx, &m, 0);
+		adv_send_msg(tx, &m, 0);
 	}
 	tu_pool_fini(&s);
 }
@@ -538,53 +416,53 @@ static void flood_rooms(void *tx)
 		m.info.required_dst = 1;
 		m.info.flags = LC__INFO_DUMMY;
 		m.info.aux_index = -1;
-		send_msg(tx, &m, 0);
+		adv_send_msg(tx, &m, 0);
 	}
 }
 
 /* P up, the flood, P measured, then a real D's rooms. */
 static int run_case(bool sessions)
 {
-	proc_t p, d;
+	adv_proc_t p, d;
 	char addr[64], ep[300], line[512];
 	p_arg_t pa = {sessions ? "registrations" : "transfer_infos",
 		      sessions ? SESSION_FLOOD : ROOM_FLOOD};
-	spawn(&p, p_child, &pa);
-	TU_CHECK(wait_line(&p, "addr ", 15000, line, sizeof line) &&
+	adv_spawn(&p, p_child, &pa);
+	TU_CHECK(adv_wait_line(&p, "addr ", 15000, line, sizeof line) &&
 			 sscanf(line, "addr %63s %299s", addr, ep) == 2,
 		 "P did not start");
 	usleep(200000);
 	usage_t before = usage_of(p.pid);
 	void *zc = zmq_ctx_new();
-	void *tx = push_to(zc, ep);
+	void *tx = adv_push_to(zc, ep);
 	if (sessions)
 		flood_sessions(tx);
 	else
 		flood_rooms(tx);
-	go(&p);
-	TU_CHECK(wait_line(&p, "flooded ", 30000, line, sizeof line), "P never took the flood");
+	adv_go(&p);
+	TU_CHECK(adv_wait_line(&p, "flooded ", 30000, line, sizeof line), "P never took the flood");
 	fprintf(stderr, "%s\n", line);
 	usage_t after = usage_of(p.pid);
 	int failures = check_bounds(&before, &after,
 				    sessions ? MAX_MORE_RSS_KB_SESSIONS : MAX_MORE_RSS_KB_ROOMS);
-	spawn(&d, d_child, &(d_arg_t){addr, "tcp://127.0.0.1:0"});
-	go(&d);
-	go(&p);
-	TU_CHECK(wait_line(&p, "bootstrapped", 20000, NULL, 0), "P never bootstrapped");
-	go(&p);
-	int rc = reap(&d, 30000);
+	adv_spawn(&d, d_child, &(d_arg_t){addr, "tcp://127.0.0.1:0"});
+	adv_go(&d);
+	adv_go(&p);
+	TU_CHECK(adv_wait_line(&p, "bootstrapped", 20000, NULL, 0), "P never bootstrapped");
+	adv_go(&p);
+	int rc = adv_reap(&d, 30000);
 	if (rc)
 		fprintf(stderr, "D exited %d\n", rc);
 	failures += rc != 0;
 	int pfail = -1;
-	if (!wait_line(&p, "p-done", 20000, line, sizeof line) ||
+	if (!adv_wait_line(&p, "p-done", 20000, line, sizeof line) ||
 	    sscanf(line, "p-done %d", &pfail) != 1 || pfail) {
 		fprintf(stderr, "P: '%s' (want p-done 0)\n", line);
 		failures++;
 	}
 	fprintf(stderr, "%s\n", line);
-	go(&p);
-	rc = reap(&p, 20000);
+	adv_go(&p);
+	rc = adv_reap(&p, 20000);
 	if (rc)
 		fprintf(stderr, "P exited %d\n", rc);
 	failures += rc != 0;

@@ -37,6 +37,7 @@
 
 #include "control/codec.h"
 #include "pd/decode_int.h"
+#include "harness.h"
 #include "testutil.h"
 
 #define LAYERS 4
@@ -50,17 +51,9 @@
 #define META_LEN 64
 #define NO_REVOKE (-1)
 
-static int status_fd = -1;         /* child -> parent progress lines */
 static const char *p_knobs = NULL; /* P's knobs, set before P is forked */
 
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-#define say(...) tu_say(status_fd, __VA_ARGS__)
+#define say(...) tu_say(adv_status_fd, __VA_ARGS__)
 
 static uint64_t seed_of(int b, int p)
 {
@@ -76,15 +69,6 @@ static uint64_t room_of(int round, int i)
 static int64_t d_page(int i, int j)
 {
 	return PAGES - 1 - (i * NPAGES + j);
-}
-
-/* One byte from the parent: 'g' goes on, 'q' (or EOF) quits. */
-static char wait_byte(int fd)
-{
-	char c;
-	if (read(fd, &c, 1) != 1)
-		return 'q';
-	return c;
 }
 
 /* ==== P process: one round of ROOMS rooms per 'g' ==== */
@@ -125,22 +109,23 @@ static void p_round(lc_prefill_t *pf, lc_engine_t *eng, int round, int go_fd)
 	bool fwd[ROOMS];
 	for (int i = 0; i < ROOMS; i++)
 		TU_OK(lc_sender_create(pf, room_of(round, i), &snd[i]));
-	uint64_t dl = now_ms() + 6000;
+	uint64_t dl = adv_now_ms() + 6000;
 	for (int i = 0; i < ROOMS; i++) {
 		int st;
 		while ((st = lc_sender_poll(snd[i], NULL)) == LC_ROOM_BOOTSTRAPPING &&
-		       now_ms() < dl)
+		       adv_now_ms() < dl)
 			usleep(2000);
 		fwd[i] = st != LC_ROOM_BOOTSTRAPPING && st != LC_ROOM_FAILED;
 	}
 	say("p-boot %d", round);
-	wait_byte(go_fd);
+	adv_wait_byte(go_fd);
 	p_forward(eng, snd, fwd, round);
-	dl = now_ms() + 8000;
+	dl = adv_now_ms() + 8000;
 	for (int i = 0; i < ROOMS; i++) {
 		lc_room_info_t info = {.size = sizeof info};
 		int st = lc_sender_poll(snd[i], &info);
-		while (fwd[i] && st != LC_ROOM_SUCCESS && st != LC_ROOM_FAILED && now_ms() < dl) {
+		while (fwd[i] && st != LC_ROOM_SUCCESS && st != LC_ROOM_FAILED &&
+		       adv_now_ms() < dl) {
 			usleep(2000);
 			st = lc_sender_poll(snd[i], &info);
 		}
@@ -176,7 +161,7 @@ static int p_main(int go_fd)
 	TU_OK(lc_prefill_engine(pf, &eng));
 	TU_OK(lc_prefill_endpoint(pf, ep, sizeof ep));
 	say("addr %s %s", addr, ep);
-	for (int round = 0; wait_byte(go_fd) == 'g'; round++)
+	for (int round = 0; adv_wait_byte(go_fd) == 'g'; round++)
 		p_round(pf, eng, round, go_fd);
 	lc_prefill_destroy(pf);
 	tu_pool_fini(&s);
@@ -197,7 +182,7 @@ static int d_check_room(lc_receiver_t *rcv, const tu_pool_t *s, int round, int i
 	lc_room_info_t info = {.size = sizeof info};
 	int st;
 	while ((st = lc_receiver_poll(rcv, &info)) != LC_ROOM_SUCCESS && st != LC_ROOM_FAILED &&
-	       now_ms() < dl)
+	       adv_now_ms() < dl)
 		usleep(1000);
 	fprintf(stderr, "D round %d room %llu: %s (%s) %s\n", round,
 		(unsigned long long)room_of(round, i), lc_room_status_name(st),
@@ -227,8 +212,8 @@ static void d_round(lc_decode_t *d, tu_pool_t *s, const d_arg_t *a, int round)
 	for (int i = 0; i < ROOMS; i++)
 		TU_OK(lc_receiver_create(d, a->bs_addr, room_of(round, i), &rcv[i]));
 	bool sent[ROOMS] = {0};
-	uint64_t dl = now_ms() + 6000;
-	for (int left = ROOMS; left && now_ms() < dl; usleep(1000))
+	uint64_t dl = adv_now_ms() + 6000;
+	for (int left = ROOMS; left && adv_now_ms() < dl; usleep(1000))
 		for (int i = 0; i < ROOMS; i++) {
 			int st = sent[i] ? -1 : lc_receiver_poll(rcv[i], NULL);
 			if (st != LC_ROOM_BOOTSTRAPPED && st != LC_ROOM_FAILED)
@@ -252,7 +237,7 @@ static void d_round(lc_decode_t *d, tu_pool_t *s, const d_arg_t *a, int round)
 		}
 	say("d-sent %d", round);
 	int mask = 0;
-	dl = now_ms() + 10000;
+	dl = adv_now_ms() + 10000;
 	for (int i = 0; i < ROOMS; i++)
 		mask |= d_check_room(rcv[i], s, round, i, dl) << i;
 	for (int i = 0; i < ROOMS; i++)
@@ -267,8 +252,8 @@ static void d_wait_forged(lc_decode_t *d)
 	uint64_t base = atomic_load(&d->ctl[LC__CTL_msgs_unexpected]) +
 			atomic_load(&d->ctl[LC__CTL_registrations_refused]);
 	say("d-waiting");
-	uint64_t dl = now_ms() + 5000;
-	while (now_ms() < dl &&
+	uint64_t dl = adv_now_ms() + 5000;
+	while (adv_now_ms() < dl &&
 	       atomic_load(&d->ctl[LC__CTL_msgs_unexpected]) +
 			       atomic_load(&d->ctl[LC__CTL_registrations_refused]) ==
 		       base)
@@ -299,7 +284,7 @@ static int d_main(const d_arg_t *a, int go_fd)
 	TU_OK(rc);
 	say("d-ep %s %s", d->endpoint, d->session);
 	char c;
-	for (int round = 0; (c = wait_byte(go_fd)) != 'q';)
+	for (int round = 0; (c = adv_wait_byte(go_fd)) != 'q';)
 		if (c == 'w')
 			d_wait_forged(d);
 		else
@@ -310,92 +295,6 @@ static int d_main(const d_arg_t *a, int go_fd)
 }
 
 /* ==== the parent ==== */
-
-typedef struct proc {
-	pid_t pid;
-	int status_fd; /* its progress lines */
-	int go_fd;     /* a byte (or EOF) lets it go on */
-	char buf[4096];
-	size_t len;
-} proc_t;
-
-typedef int (*child_fn)(void *arg, int go_fd);
-
-static void spawn(proc_t *pr, child_fn fn, void *arg)
-{
-	int st[2], go[2];
-	TU_CHECK(pipe(st) == 0 && pipe(go) == 0, "pipe");
-	memset(pr, 0, sizeof *pr);
-	pr->pid = fork();
-	TU_CHECK(pr->pid >= 0, "fork");
-	if (pr->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		close(st[0]);
-		close(go[1]);
-		status_fd = st[1];
-		_exit(fn(arg, go[0]));
-	}
-	close(st[1]);
-	close(go[0]);
-	pr->status_fd = st[0];
-	pr->go_fd = go[1];
-}
-
-static void send_byte(proc_t *pr, char c)
-{
-	TU_CHECK(write(pr->go_fd, &c, 1) == 1, "go pipe");
-}
-
-/* The next progress line starting with prefix (false at EOF or timeout). */
-static bool wait_line(proc_t *p, const char *prefix, int timeout_ms, char *out, size_t cap)
-{
-	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
-	for (;;) {
-		char *nl;
-		while ((nl = memchr(p->buf, '\n', p->len))) {
-			*nl = '\0';
-			bool hit = !strncmp(p->buf, prefix, strlen(prefix));
-			if (hit && out)
-				snprintf(out, cap, "%.*s", (int)cap - 1, p->buf);
-			size_t used = (size_t)(nl - p->buf) + 1;
-			memmove(p->buf, nl + 1, p->len - used);
-			p->len -= used;
-			if (hit)
-				return true;
-		}
-		if (now_ms() >= dl)
-			return false;
-		struct timeval tv = {0, 50000};
-		fd_set fds;
-		FD_ZERO(&fds);
-		FD_SET(p->status_fd, &fds);
-		if (select(p->status_fd + 1, &fds, NULL, NULL, &tv) > 0) {
-			ssize_t n = read(p->status_fd, p->buf + p->len, sizeof p->buf - 1 - p->len);
-			if (n <= 0)
-				return false;
-			p->len += (size_t)n;
-		}
-	}
-}
-
-/* Exit status, 128 + signal, or 124 after timeout_ms (then killed). */
-static int reap(proc_t *p, int timeout_ms)
-{
-	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
-	int st;
-	close(p->go_fd); /* EOF: quit */
-	while (now_ms() < dl) {
-		if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
-			close(p->status_fd);
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-		}
-		usleep(5000);
-	}
-	kill(p->pid, SIGKILL);
-	waitpid(p->pid, &st, 0);
-	close(p->status_fd);
-	return 124;
-}
 
 static int p_child(void *arg, int go_fd)
 {
@@ -410,47 +309,48 @@ static int d_child(void *arg, int go_fd)
 
 /* One round paced by the parent: D's pages are sent (and any revoke done)
  * before P writes. Returns D's success mask, -1 if a process stalled. */
-static int run_round(proc_t *p, proc_t *d, int round)
+static int run_round(adv_proc_t *p, adv_proc_t *d, int round)
 {
 	char line[128];
 	int r = -1, mask = -1;
-	send_byte(d, 'g');
-	send_byte(p, 'g');
-	if (!wait_line(d, "d-sent", 10000, NULL, 0) || !wait_line(p, "p-boot", 10000, NULL, 0))
+	adv_send_byte(d, 'g');
+	adv_send_byte(p, 'g');
+	if (!adv_wait_line(d, "d-sent", 10000, NULL, 0) ||
+	    !adv_wait_line(p, "p-boot", 10000, NULL, 0))
 		return -1;
-	send_byte(p, 'g');
-	if (!wait_line(d, "d-round", 15000, line, sizeof line) ||
+	adv_send_byte(p, 'g');
+	if (!adv_wait_line(d, "d-round", 15000, line, sizeof line) ||
 	    sscanf(line, "d-round %d %d", &r, &mask) != 2 || r != round)
 		return -1;
-	if (!wait_line(p, "p-round", 15000, NULL, 0))
+	if (!adv_wait_line(p, "p-round", 15000, NULL, 0))
 		return -1;
 	fprintf(stderr, "round %d: D success mask %d\n", round, mask);
 	return mask;
 }
 
 /* P and D up, D's control endpoint and session known. */
-static void start(proc_t *p, proc_t *d, d_arg_t *da, char *addr, char *d_ep, char *session)
+static void start(adv_proc_t *p, adv_proc_t *d, d_arg_t *da, char *addr, char *d_ep, char *session)
 {
 	char line[512], ep[300];
-	spawn(p, p_child, NULL);
-	TU_CHECK(wait_line(p, "addr ", 15000, line, sizeof line) &&
+	adv_spawn(p, p_child, NULL);
+	TU_CHECK(adv_wait_line(p, "addr ", 15000, line, sizeof line) &&
 			 sscanf(line, "addr %63s %299s", addr, ep) == 2,
 		 "P did not start");
 	da->bs_addr = addr;
-	spawn(d, d_child, da);
-	TU_CHECK(wait_line(d, "d-ep ", 15000, line, sizeof line) &&
+	adv_spawn(d, d_child, da);
+	TU_CHECK(adv_wait_line(d, "d-ep ", 15000, line, sizeof line) &&
 			 sscanf(line, "d-ep %299s %255s", d_ep, session) == 2,
 		 "D did not start");
 }
 
-static int finish(proc_t *p, proc_t *d, int failures)
+static int finish(adv_proc_t *p, adv_proc_t *d, int failures)
 {
-	int rc = reap(d, 15000);
+	int rc = adv_reap(d, 15000);
 	if (rc && rc != TU_SKIP) {
 		fprintf(stderr, "D exited %d\n", rc);
 		failures++;
 	}
-	if ((rc = reap(p, 15000))) {
+	if ((rc = adv_reap(p, 15000))) {
 		fprintf(stderr, "P exited %d\n", rc);
 		failures++;
 	}
@@ -463,7 +363,7 @@ static int finish(proc_t *p, proc_t *d, int failures)
 
 static int case_forged_register_reply(void)
 {
-	proc_t p, d;
+	adv_proc_t p, d;
 	char addr[64], d_ep[300], session[256];
 	d_arg_t da = {.revoke_round = NO_REVOKE};
 	start(&p, &d, &da, addr, d_ep, session);
@@ -474,8 +374,8 @@ static int case_forged_register_reply(void)
 	}
 	/* The attacker: a refusal that answers no REGISTER, at D's control
 	 * endpoint, naming D's session and P's rank. */
-	send_byte(&d, 'w');
-	TU_CHECK(wait_line(&d, "d-waiting", 5000, NULL, 0), "D did not wait");
+	adv_send_byte(&d, 'w');
+	TU_CHECK(adv_wait_line(&d, "d-waiting", 5000, NULL, 0), "D did not wait");
 	void *zc = zmq_ctx_new();
 	void *tx = zmq_socket(zc, ZMQ_PUSH);
 	int linger = 1000;
@@ -493,7 +393,7 @@ static int case_forged_register_reply(void)
 	TU_OK(lc__msg_encode(&m, &buf, &len));
 	TU_CHECK(zmq_send(tx, buf, len, 0) == (int)len, "send: %s", zmq_strerror(zmq_errno()));
 	free(buf);
-	TU_CHECK(wait_line(&d, "d-forged", 10000, NULL, 0), "D never saw the forged reply");
+	TU_CHECK(adv_wait_line(&d, "d-forged", 10000, NULL, 0), "D never saw the forged reply");
 	/* D's next rooms to that P: every one succeeds. */
 	for (int round = 1; round <= 2 && !failures; round++)
 		if ((mask = run_round(&p, &d, round)) != ALL) {
@@ -510,7 +410,7 @@ static int case_forged_register_reply(void)
 
 static int case_late_write(void)
 {
-	proc_t p, d;
+	adv_proc_t p, d;
 	char addr[64], d_ep[300], session[256];
 	d_arg_t da = {.revoke_round = 1};
 	start(&p, &d, &da, addr, d_ep, session);
@@ -539,7 +439,7 @@ static int case_late_write(void)
 
 static int case_sigstop(void)
 {
-	proc_t p, d;
+	adv_proc_t p, d;
 	char addr[64], d_ep[300], session[256], line[128];
 	d_arg_t da = {.revoke_round = NO_REVOKE};
 	p_knobs = "transfer_timeout_ms=500";
@@ -551,16 +451,17 @@ static int case_sigstop(void)
 	}
 	/* Round 1: D stops after sending its pages, before P writes; P gives
 	 * up on the acknowledgements while D is stopped. */
-	send_byte(&d, 'g');
-	send_byte(&p, 'g');
-	TU_CHECK(wait_line(&d, "d-sent", 10000, NULL, 0) && wait_line(&p, "p-boot", 10000, NULL, 0),
+	adv_send_byte(&d, 'g');
+	adv_send_byte(&p, 'g');
+	TU_CHECK(adv_wait_line(&d, "d-sent", 10000, NULL, 0) &&
+			 adv_wait_line(&p, "p-boot", 10000, NULL, 0),
 		 "round 1 did not start");
 	TU_CHECK(kill(d.pid, SIGSTOP) == 0, "SIGSTOP");
-	send_byte(&p, 'g');
-	bool p_done = wait_line(&p, "p-round", 15000, NULL, 0);
+	adv_send_byte(&p, 'g');
+	bool p_done = adv_wait_line(&p, "p-round", 15000, NULL, 0);
 	TU_CHECK(kill(d.pid, SIGCONT) == 0, "SIGCONT");
 	TU_CHECK(p_done, "P's round 1 did not end while D was stopped");
-	TU_CHECK(wait_line(&d, "d-round", 15000, line, sizeof line) &&
+	TU_CHECK(adv_wait_line(&d, "d-round", 15000, line, sizeof line) &&
 			 sscanf(line, "d-round %d %d", &r, &mask) == 2 && r == 1,
 		 "D's round 1 did not end");
 	fprintf(stderr, "round 1 (D stopped): D success mask %d\n", mask);

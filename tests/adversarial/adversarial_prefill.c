@@ -41,6 +41,7 @@
 #include "control/codec.h"
 #include "pd/decode_int.h"
 #include "transport/shm/shm_int.h"
+#include "harness.h"
 #include "testutil.h"
 
 #define LAYERS 4
@@ -55,16 +56,7 @@
 #define FLOOD 1100
 #define RACE_RUNS 20
 
-static int status_fd = -1; /* child -> parent progress lines */
-
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-#define say(...) tu_say(status_fd, __VA_ARGS__)
+#define say(...) tu_say(adv_status_fd, __VA_ARGS__)
 
 static uint64_t seed_of(int b, int p)
 {
@@ -75,14 +67,6 @@ static uint64_t seed_of(int b, int p)
 static int64_t d_page(int i, int j)
 {
 	return PAGES - 1 - (i * NPAGES + j);
-}
-
-/* One byte from the parent (or EOF) on fd. */
-static void wait_byte(int fd)
-{
-	char c;
-	if (read(fd, &c, 1) < 0)
-		_exit(3);
 }
 
 /* ==== P process ==== */
@@ -116,12 +100,12 @@ static int p_forward(lc_engine_t *eng, lc_sender_t **snd)
 		lc_sender_metadata_set(snd[i], meta, sizeof meta);
 	}
 	int failures = 0;
-	uint64_t dl = now_ms() + 15000;
+	uint64_t dl = adv_now_ms() + 15000;
 	for (int i = 0; i < ROOMS; i++) {
 		lc_room_info_t info = {.size = sizeof info};
 		int st;
 		while ((st = lc_sender_poll(snd[i], &info)) != LC_ROOM_SUCCESS &&
-		       st != LC_ROOM_FAILED && now_ms() < dl)
+		       st != LC_ROOM_FAILED && adv_now_ms() < dl)
 			usleep(2000);
 		fprintf(stderr, "P room %d: %s %s\n", ROOM0 + i, lc_room_status_name(st),
 			info.reason);
@@ -159,19 +143,19 @@ static int p_main(p_mode_t mode, int go_fd)
 	if (mode == P_ROOMS) {
 		for (int i = 0; i < ROOMS; i++)
 			TU_OK(lc_sender_create(pf, ROOM0 + (uint64_t)i, &snd[i]));
-		uint64_t dl = now_ms() + 15000;
+		uint64_t dl = adv_now_ms() + 15000;
 		for (int i = 0; i < ROOMS; i++)
 			while (lc_sender_poll(snd[i], NULL) == LC_ROOM_BOOTSTRAPPING &&
-			       now_ms() < dl)
+			       adv_now_ms() < dl)
 				usleep(2000);
 		say("bootstrapped");
-		wait_byte(go_fd);
+		adv_wait_byte(go_fd);
 		failures = p_forward(eng, snd);
 		uint64_t refused = 0;
 		lc_prefill_counter(pf, "cancels_refused", &refused);
 		say("p-done %d %llu", failures, (unsigned long long)refused);
 	}
-	wait_byte(go_fd); /* P_SHUTDOWN: go; P_ROOMS: quit */
+	adv_wait_byte(go_fd); /* P_SHUTDOWN: go; P_ROOMS: quit */
 	for (int i = 0; i < ROOMS; i++)
 		lc_sender_destroy(snd[i]);
 	lc_prefill_destroy(pf);
@@ -186,9 +170,9 @@ static int d_check_room(lc_receiver_t *rcv, const tu_pool_t *s, int i)
 {
 	lc_room_info_t info = {.size = sizeof info};
 	int st;
-	uint64_t dl = now_ms() + 15000;
+	uint64_t dl = adv_now_ms() + 15000;
 	while ((st = lc_receiver_poll(rcv, &info)) != LC_ROOM_SUCCESS && st != LC_ROOM_FAILED &&
-	       now_ms() < dl)
+	       adv_now_ms() < dl)
 		usleep(1000);
 	fprintf(stderr, "D room %d: %s (%s) %s\n", ROOM0 + i, lc_room_status_name(st),
 		lc_fail_reason_name(info.fail_reason), info.reason);
@@ -224,12 +208,12 @@ static int d_main(const char *bs_addr, const char *listen_url, int go_fd)
 	}
 	TU_OK(rc);
 	say("d-url %s", d->data_url);
-	wait_byte(go_fd);
+	adv_wait_byte(go_fd);
 	for (int i = 0; i < ROOMS; i++)
 		TU_OK(lc_receiver_create(d, bs_addr, ROOM0 + (uint64_t)i, &rcv[i]));
 	bool sent[ROOMS] = {0};
-	uint64_t dl = now_ms() + 15000;
-	for (int left = ROOMS; left && now_ms() < dl; usleep(1000))
+	uint64_t dl = adv_now_ms() + 15000;
+	for (int left = ROOMS; left && adv_now_ms() < dl; usleep(1000))
 		for (int i = 0; i < ROOMS; i++) {
 			int st = sent[i] ? -1 : lc_receiver_poll(rcv[i], NULL);
 			if (st != LC_ROOM_BOOTSTRAPPED && st != LC_ROOM_FAILED)
@@ -262,93 +246,6 @@ static int d_main(const char *bs_addr, const char *listen_url, int go_fd)
 
 /* ==== the parent ==== */
 
-typedef struct proc {
-	pid_t pid;
-	int status_fd; /* its progress lines */
-	int go_fd;     /* a byte (or EOF) lets it go on */
-	char buf[4096];
-	size_t len;
-} proc_t;
-
-typedef int (*child_fn)(void *arg, int go_fd);
-
-static void spawn(proc_t *pr, child_fn fn, void *arg)
-{
-	int st[2], go[2];
-	TU_CHECK(pipe(st) == 0 && pipe(go) == 0, "pipe");
-	memset(pr, 0, sizeof *pr);
-	pr->pid = fork();
-	TU_CHECK(pr->pid >= 0, "fork");
-	if (pr->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		close(st[0]);
-		close(go[1]);
-		status_fd = st[1];
-		_exit(fn(arg, go[0]));
-	}
-	close(st[1]);
-	close(go[0]);
-	pr->status_fd = st[0];
-	pr->go_fd = go[1];
-}
-
-static void go(proc_t *pr)
-{
-	TU_CHECK(write(pr->go_fd, "g", 1) == 1, "go pipe");
-}
-
-/* The next progress line starting with prefix (false at EOF or timeout). */
-static bool wait_line(proc_t *p, const char *prefix, int timeout_ms, char *out, size_t cap)
-{
-	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
-	for (;;) {
-		char *nl;
-		while ((nl = memchr(p->buf, '\n', p->len))) {
-			*nl = '\0';
-			bool hit = !strncmp(p->buf, prefix, strlen(prefix));
-			if (hit && out)
-				snprintf(out, cap, "%.*s", (int)cap - 1, p->buf);
-			size_t used = (size_t)(nl - p->buf) + 1;
-			memmove(p->buf, nl + 1, p->len - used);
-			p->len -= used;
-			if (hit)
-				return true;
-		}
-		if (now_ms() >= dl)
-			return false;
-		struct timeval tv = {0, 50000};
-		fd_set fds;
-		FD_ZERO(&fds);
-		FD_SET(p->status_fd, &fds);
-		if (select(p->status_fd + 1, &fds, NULL, NULL, &tv) > 0) {
-			ssize_t n = read(p->status_fd, p->buf + p->len, sizeof p->buf - 1 - p->len);
-			if (n <= 0)
-				return false;
-			p->len += (size_t)n;
-		}
-	}
-}
-
-/* Exit status, 128 + signal, or 124 after timeout_ms (then killed). */
-static int reap(proc_t *p, int timeout_ms)
-{
-	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
-	int st;
-	while (now_ms() < dl) {
-		if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
-			close(p->status_fd);
-			close(p->go_fd);
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-		}
-		usleep(5000);
-	}
-	kill(p->pid, SIGKILL);
-	waitpid(p->pid, &st, 0);
-	close(p->status_fd);
-	close(p->go_fd);
-	return 124;
-}
-
 static int p_child(void *arg, int go_fd)
 {
 	return p_main((p_mode_t)(intptr_t)arg, go_fd);
@@ -366,32 +263,13 @@ static int d_child(void *arg, int go_fd)
 }
 
 /* P up: its bootstrap address and control endpoint. */
-static void start_p(proc_t *p, p_mode_t mode, char *addr, char *ep)
+static void start_p(adv_proc_t *p, p_mode_t mode, char *addr, char *ep)
 {
 	char line[512];
-	spawn(p, p_child, (void *)(intptr_t)mode);
-	TU_CHECK(wait_line(p, "addr ", 15000, line, sizeof line) &&
+	adv_spawn(p, p_child, (void *)(intptr_t)mode);
+	TU_CHECK(adv_wait_line(p, "addr ", 15000, line, sizeof line) &&
 			 sscanf(line, "addr %63s %299s", addr, ep) == 2,
 		 "P did not start");
-}
-
-static void *push_to(void *zc, const char *ep)
-{
-	void *tx = zmq_socket(zc, ZMQ_PUSH);
-	int linger = 0, hwm = 100000;
-	zmq_setsockopt(tx, ZMQ_LINGER, &linger, sizeof linger);
-	zmq_setsockopt(tx, ZMQ_SNDHWM, &hwm, sizeof hwm);
-	TU_CHECK(zmq_connect(tx, ep) == 0, "connect %s", ep);
-	return tx;
-}
-
-static void send_msg(void *tx, const lc__msg_t *m, int flags)
-{
-	uint8_t *buf;
-	size_t len;
-	TU_OK(lc__msg_encode(m, &buf, &len));
-	zmq_send(tx, buf, len, flags);
-	free(buf);
 }
 
 static void forge_cancel(lc__msg_t *m, uint64_t room, const char *session)
@@ -412,7 +290,7 @@ static int flood_child(void *arg, int go_fd)
 	const char *ep = arg;
 	LC__UNUSED(go_fd);
 	void *zc = zmq_ctx_new();
-	void *tx = push_to(zc, ep);
+	void *tx = adv_push_to(zc, ep);
 	lc__msg_t m;
 	say("flooding");
 	for (uint64_t k = 0;; k++) {
@@ -424,9 +302,9 @@ static int flood_child(void *arg, int go_fd)
 		m.info.required_dst = 1;
 		m.info.flags = LC__INFO_DUMMY;
 		m.info.aux_index = -1;
-		send_msg(tx, &m, ZMQ_DONTWAIT);
+		adv_send_msg(tx, &m, ZMQ_DONTWAIT);
 		forge_cancel(&m, 1000 + k - (k > 8 ? 8 : 0), "attacker");
-		send_msg(tx, &m, ZMQ_DONTWAIT);
+		adv_send_msg(tx, &m, ZMQ_DONTWAIT);
 	}
 	return 0;
 }
@@ -435,16 +313,16 @@ static int case_shutdown_race(void)
 {
 	int crashed = 0;
 	for (int run = 0; run < RACE_RUNS; run++) {
-		proc_t p, a;
+		adv_proc_t p, a;
 		char addr[64], ep[300];
 		start_p(&p, P_SHUTDOWN, addr, ep);
-		spawn(&a, flood_child, ep);
-		TU_CHECK(wait_line(&a, "flooding", 10000, NULL, 0), "attacker did not start");
+		adv_spawn(&a, flood_child, ep);
+		TU_CHECK(adv_wait_line(&a, "flooding", 10000, NULL, 0), "attacker did not start");
 		usleep(100000 + 10000 * (useconds_t)(run % 5));
-		go(&p);
-		int rc = reap(&p, 20000);
+		adv_go(&p);
+		int rc = adv_reap(&p, 20000);
 		kill(a.pid, SIGKILL);
-		reap(&a, 5000);
+		adv_reap(&a, 5000);
 		if (rc) {
 			fprintf(stderr, "run %d: P exited %d\n", run, rc);
 			crashed++;
@@ -458,39 +336,39 @@ static int case_shutdown_race(void)
 
 static int case_cancel_unknown(void)
 {
-	proc_t p, d;
+	adv_proc_t p, d;
 	char addr[64], ep[300], line[128];
 	start_p(&p, P_ROOMS, addr, ep);
-	spawn(&d, d_child, &(d_arg_t){addr, "tcp://127.0.0.1:0"});
-	go(&d);
-	TU_CHECK(wait_line(&p, "bootstrapped", 20000, NULL, 0), "P never bootstrapped");
+	adv_spawn(&d, d_child, &(d_arg_t){addr, "tcp://127.0.0.1:0"});
+	adv_go(&d);
+	TU_CHECK(adv_wait_line(&p, "bootstrapped", 20000, NULL, 0), "P never bootstrapped");
 	/* Every room id in use, from two sessions P never registered (one
 	 * shaped like a D's session id). */
 	void *zc = zmq_ctx_new();
-	void *tx = push_to(zc, ep);
+	void *tx = adv_push_to(zc, ep);
 	lc__msg_t m;
 	for (int i = 0; i < ROOMS; i++) {
 		forge_cancel(&m, ROOM0 + (uint64_t)i, "mallory@127.0.0.1:1");
-		send_msg(tx, &m, 0);
+		adv_send_msg(tx, &m, 0);
 		forge_cancel(&m, ROOM0 + (uint64_t)i, "d0@127.0.0.1:1");
-		send_msg(tx, &m, 0);
+		adv_send_msg(tx, &m, 0);
 	}
 	usleep(500000); /* P's control thread takes them before the forward */
-	go(&p);
-	int rc = reap(&d, 30000);
+	adv_go(&p);
+	int rc = adv_reap(&d, 30000);
 	int failures = rc != 0;
 	if (rc)
 		fprintf(stderr, "D exited %d\n", rc);
 	unsigned long long refused = 0;
 	int pfail = -1;
-	if (!wait_line(&p, "p-done", 20000, line, sizeof line) ||
+	if (!adv_wait_line(&p, "p-done", 20000, line, sizeof line) ||
 	    sscanf(line, "p-done %d %llu", &pfail, &refused) != 2 || pfail ||
 	    refused != 2 * ROOMS) {
 		fprintf(stderr, "P: '%s' (want p-done 0 %d)\n", line, 2 * ROOMS);
 		failures++;
 	}
-	go(&p);
-	rc = reap(&p, 20000);
+	adv_go(&p);
+	rc = adv_reap(&p, 20000);
 	if (rc) {
 		fprintf(stderr, "P exited %d\n", rc);
 		failures++;
@@ -547,11 +425,11 @@ static int case_listener_flood(const char *listen_url)
 	}
 	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? 4 * FLOOD : rl.rlim_max;
 	TU_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit");
-	proc_t p, d;
+	adv_proc_t p, d;
 	char addr[64], ep[300], line[512], url[300];
 	start_p(&p, P_ROOMS, addr, ep);
-	spawn(&d, d_child, &(d_arg_t){addr, listen_url});
-	TU_CHECK(wait_line(&d, "d-url ", 15000, line, sizeof line) &&
+	adv_spawn(&d, d_child, &(d_arg_t){addr, listen_url});
+	TU_CHECK(adv_wait_line(&d, "d-url ", 15000, line, sizeof line) &&
 			 sscanf(line, "d-url %299s", url) == 1,
 		 "D did not start");
 	if (strncmp(url, listen_url, 6)) {
@@ -563,22 +441,22 @@ static int case_listener_flood(const char *listen_url)
 	fprintf(stderr, "flood: %d idle connections open\n", n);
 	TU_CHECK(n >= 1030, "only %d connections", n);
 	usleep(1000000); /* D has accepted them all */
-	go(&d);
-	TU_CHECK(wait_line(&p, "bootstrapped", 20000, NULL, 0), "P never bootstrapped");
-	go(&p);
+	adv_go(&d);
+	TU_CHECK(adv_wait_line(&p, "bootstrapped", 20000, NULL, 0), "P never bootstrapped");
+	adv_go(&p);
 	int failures = 0;
 	unsigned long long evicted = 0;
 	int dfail = -1;
-	if (!wait_line(&d, "d-done", 30000, line, sizeof line) ||
+	if (!adv_wait_line(&d, "d-done", 30000, line, sizeof line) ||
 	    sscanf(line, "d-done %d %llu", &dfail, &evicted) != 2 || dfail || evicted == 0) {
 		fprintf(stderr, "D: '%s' (want d-done 0 and evictions)\n", line);
 		failures++;
 	}
 	fprintf(stderr, "D closed %llu idle connections\n", evicted);
-	int rc = reap(&d, 20000);
+	int rc = adv_reap(&d, 20000);
 	failures += rc != 0;
-	go(&p);
-	rc = reap(&p, 20000);
+	adv_go(&p);
+	rc = adv_reap(&p, 20000);
 	failures += rc != 0;
 	for (int k = 0; k < n; k++)
 		close(fds[k]);
