@@ -65,7 +65,10 @@ typedef struct lc__rank_info {
 	X(statuses)                                                                                \
 	X(layer_updates)                                                                           \
 	X(heartbeat_failures)                                                                      \
-	X(peers_dead)
+	X(peers_dead)                                                                              \
+	X(session_mismatches)                                                                      \
+	X(session_incarnations)                                                                    \
+	X(msgs_old_version)
 
 enum lc__ctl_counter {
 #define LC__CTL_ENUM(name) LC__CTL_##name,

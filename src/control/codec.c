@@ -409,6 +409,8 @@ int lc__msg_encode(const lc__msg_t *m, uint8_t **out, size_t *out_len)
 	w_u16(&w, (uint16_t)m->type);
 	w_u32(&w, 0); /* length, patched below */
 	const char *bad = encode_body(&w, m);
+	if (!bad)
+		w_bytes(&w, m->secret, LC__MSG_SECRET_LEN);
 	if (bad && !w.err)
 		w.err = -EINVAL;
 	if (w.err) {
@@ -639,6 +641,9 @@ int lc__msg_decode(const void *buf, size_t len, lc__msg_t *msg, char *why, size_
 	default:
 		r_fail(&r, "unknown message type %u", type);
 	}
+	const uint8_t *secret = r_take(&r, LC__MSG_SECRET_LEN, "session secret");
+	if (secret)
+		memcpy(m.secret, secret, LC__MSG_SECRET_LEN);
 	if (!r.err && r.off != len)
 		r_fail(&r, "%zu trailing bytes after %s", len - r.off, lc__msg_type_name(type));
 	if (r.err) {
@@ -667,6 +672,50 @@ void lc__msg_free(lc__msg_t *m)
 	m->reg.region_blob = NULL;
 	m->info.pages = m->info.slots = NULL;
 	m->status.metadata = NULL;
+}
+
+int lc__msg_peek_version(const void *buf, size_t len)
+{
+	if (!buf || len < LC__MSG_HEADER || lc__get_u32(buf) != LC__MSG_MAGIC)
+		return -1;
+	return lc__get_u16((const uint8_t *)buf + 4);
+}
+
+/* Version 1 (before session secrets): a REGISTER began with its session and
+ * status endpoint; a REGISTER_REPLY was session, p_rank, result, reason. */
+int lc__msg_refuse_v1_register(const void *buf, size_t len, uint32_t p_rank, int32_t result,
+			       const char *reason, char *ep, size_t ep_cap, uint8_t **out,
+			       size_t *out_len)
+{
+	reader_t r = {.p = buf, .len = len};
+	char session[LC__MSG_STR_MAX];
+	if (!out || !out_len || !ep || !ep_cap || result > 0 || !reason)
+		return -EINVAL;
+	if (lc__msg_peek_version(buf, len) != 1 || lc__get_u16((const uint8_t *)buf + 6) != 1 ||
+	    lc__get_u32((const uint8_t *)buf + 8) != len)
+		return LC_ERR_PROTO;
+	r.off = LC__MSG_HEADER;
+	r_str(&r, session, sizeof session, false, "session");
+	r_str(&r, ep, ep_cap, false, "status endpoint");
+	if (r.err)
+		return r.err;
+	writer_t w = {0};
+	w_u32(&w, LC__MSG_MAGIC);
+	w_u16(&w, 1);
+	w_u16(&w, LC__MSG_REGISTER_REPLY);
+	w_u32(&w, 0);
+	w_str(&w, session, sizeof session);
+	w_u32(&w, p_rank);
+	w_u32(&w, (uint32_t)result);
+	w_str(&w, reason, LC__MSG_STR_MAX);
+	if (w.err) {
+		free(w.p);
+		return w.err;
+	}
+	lc__put_u32(w.p + 8, (uint32_t)w.len);
+	*out = w.p;
+	*out_len = w.len;
+	return 0;
 }
 
 const char *lc__msg_type_name(int type)

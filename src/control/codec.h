@@ -5,6 +5,8 @@
  * Frame: a 12-byte header, then the body.
  *     u32 magic "LCCP" (0x5043434c)   u16 version (LC__MSG_VERSION)
  *     u16 type (enum lc__msg_type)    u32 total length (header + body)
+ * Every body (version 2) ends with the 16-byte session secret: the one the
+ * D session registered with (pd/prefill_register.c, docs/security.md).
  * Strings are u16 length + bytes (no NUL inside, shorter than
  * LC__MSG_STR_MAX); arrays are a u32 count + fixed-size elements. A decoder
  * rejects a wrong magic, version or type, a length that disagrees with the
@@ -20,7 +22,8 @@
 #include "core/common.h"
 
 #define LC__MSG_MAGIC 0x5043434cu /* "LCCP" little-endian */
-#define LC__MSG_VERSION 1
+#define LC__MSG_VERSION 2
+#define LC__MSG_SECRET_LEN 16 /* the session secret closing every body */
 #define LC__MSG_HEADER 12
 #define LC__MSG_MAX (16u << 20)       /* largest message, bytes */
 #define LC__MSG_STR_MAX 256           /* strings hold at most 255 bytes */
@@ -35,7 +38,7 @@
  * that a transfer info the API accepts can always be encoded. */
 #define LC__MSG_INFO_FIXED_MAX                                                                     \
 	(LC__MSG_HEADER + 8 + 2 * (2 + LC__MSG_STR_MAX - 1) + 4 + 4 + 8 + 8 + 4 + 4 +              \
-	 8 * LC__MSG_MAX_SLOTS)
+	 8 * LC__MSG_MAX_SLOTS + LC__MSG_SECRET_LEN)
 #define LC__MSG_MAX_PAGES ((LC__MSG_MAX - LC__MSG_INFO_FIXED_MAX) / 8)
 _Static_assert(LC__MSG_INFO_FIXED_MAX + 8ull * LC__MSG_MAX_PAGES <= LC__MSG_MAX,
 	       "a maximal transfer info must fit in one message");
@@ -141,6 +144,11 @@ typedef struct lc__msg_layers {
 
 typedef struct lc__msg {
 	int type; /* enum lc__msg_type */
+	/* The session secret (every type): D's for its session at one P rank,
+	 * sent by D in REGISTER, TRANSFER_INFO and CANCEL, echoed by P in
+	 * REGISTER_REPLY, STATUS and LAYERS. The codec carries it; the ranks
+	 * check it (constant-time). */
+	uint8_t secret[LC__MSG_SECRET_LEN];
 	lc__msg_register_t reg;
 	lc__msg_register_reply_t reply;
 	lc__msg_transfer_info_t info;
@@ -158,6 +166,17 @@ int lc__msg_encode(const lc__msg_t *msg, uint8_t **out, size_t *out_len);
  * one-line reason into why (may be NULL). */
 int lc__msg_decode(const void *buf, size_t len, lc__msg_t *msg, char *why, size_t why_cap);
 void lc__msg_free(lc__msg_t *msg);
+/* The version in a buffer's header, or -1 when the buffer does not start
+ * with a header of this protocol (short, or another magic). */
+int lc__msg_peek_version(const void *buf, size_t len);
+/* An old D's version-1 REGISTER refused in the words that D understands: a
+ * version-1 REGISTER_REPLY naming its session, with result and reason. The
+ * REGISTER's status endpoint goes to ep[ep_cap]. Returns 0 and a fresh
+ * buffer (free()), or LC_ERR_PROTO when buf is no readable version-1
+ * REGISTER, -EINVAL, -ENOMEM. */
+int lc__msg_refuse_v1_register(const void *buf, size_t len, uint32_t p_rank, int32_t result,
+			       const char *reason, char *ep, size_t ep_cap, uint8_t **out,
+			       size_t *out_len);
 /* "register", "status"...; "unknown". */
 const char *lc__msg_type_name(int type);
 

@@ -100,6 +100,17 @@ int lc__random_u64(uint64_t *out);
 /* Failures of lc__random_bytes in this process so far. */
 uint64_t lc__random_failures(void);
 
+/* Whether n bytes at a and b are equal, in a time that does not depend on
+ * where they differ (for secrets). */
+static inline bool lc__ct_equal(const void *a, const void *b, size_t n)
+{
+	const uint8_t *x = a, *y = b;
+	uint8_t diff = 0;
+	for (size_t i = 0; i < n; i++)
+		diff |= (uint8_t)(x[i] ^ y[i]);
+	return diff == 0;
+}
+
 /* FNV-1a 64 over bytes, for fingerprints and checks (not for security). */
 static inline uint64_t lc__fnv1a(uint64_t h, const void *data, size_t n)
 {

@@ -298,6 +298,8 @@ static int send_info(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages_t
 	lc__msg_transfer_info_t *t = &m->info;
 	memset(m, 0, sizeof *m);
 	m->type = LC__MSG_TRANSFER_INFO;
+	if (pr)
+		memcpy(m->secret, pr->secret, LC__MSG_SECRET_LEN);
 	t->room = r->room;
 	snprintf(t->session, sizeof t->session, "%s", d->session);
 	snprintf(t->status_ep, sizeof t->status_ep, "%s", d->endpoint);

@@ -55,14 +55,17 @@ static void send_cancel(lc_decode_t *d, lc_receiver_t *r, const char *reason)
 	m->cancel.room = r->room;
 	snprintf(m->cancel.session, sizeof m->cancel.session, "%s", d->session);
 	snprintf(m->cancel.reason, sizeof m->cancel.reason, "%s", reason);
-	uint8_t *buf;
-	size_t len;
-	if (!lc__msg_encode(m, &buf, &len)) {
-		for (int i = 0; i < r->plan.ntargets; i++) {
-			lc__prank_t *pr = &pe->ranks[r->plan.targets[i].rank];
-			if (pr->push && !lc__push_send(pr->push, buf, len, 0))
-				LC__D_CTL_ADD(d, msgs_sent);
-		}
+	for (int i = 0; i < r->plan.ntargets; i++) {
+		lc__prank_t *pr = &pe->ranks[r->plan.targets[i].rank];
+		uint8_t *buf;
+		size_t len;
+		if (!pr->push || !pr->has_secret) /* never registered: P knows no room of it */
+			continue;
+		memcpy(m->secret, pr->secret, LC__MSG_SECRET_LEN); /* each rank its own */
+		if (lc__msg_encode(m, &buf, &len))
+			continue;
+		if (!lc__push_send(pr->push, buf, len, 0))
+			LC__D_CTL_ADD(d, msgs_sent);
 		free(buf);
 	}
 	free(m);
@@ -158,8 +161,37 @@ static void forget_registration(lc_receiver_t *r, int t, const lc__msg_status_t 
 		pr->registered = false;
 }
 
-static void handle_status(lc_decode_t *d, const lc__msg_status_t *s)
+/* A STATUS, LAYERS or REGISTER_REPLY of P rank p_rank of peer pe must carry
+ * the secret this D registered with at that rank (constant-time compare).
+ * False (counted in session_mismatches, logged once per 1,024) when it does
+ * not: the message is dropped. */
+static bool proven(lc_decode_t *d, const lc__ppeer_t *pe, uint32_t p_rank, const uint8_t *secret,
+		   const char *what)
 {
+	if (pe && pe->info && pe->ranks && p_rank < (uint32_t)pe->info->world_size &&
+	    pe->ranks[p_rank].has_secret &&
+	    lc__ct_equal(pe->ranks[p_rank].secret, secret, LC__MSG_SECRET_LEN))
+		return true;
+	uint64_t n = LC__D_CTL_ADD(d, session_mismatches) + 1;
+	if (n % 1024 == 1)
+		LC__WARN("decode %s: a %s from P rank %u without this session's secret at that "
+			 "rank: dropped (%llu so far)",
+			 d->session, what, p_rank, (unsigned long long)n);
+	return false;
+}
+
+/* The proof of a message about room (an unknown room passes: dropped below). */
+static bool room_proven(lc_decode_t *d, uint64_t room, uint32_t p_rank, const uint8_t *secret,
+			const char *what)
+{
+	lc_receiver_t *r = lc__decode_find(d, room);
+	return !r || proven(d, r->peer, p_rank, secret, what);
+}
+
+static void handle_status(lc_decode_t *d, const lc__msg_status_t *s, const uint8_t *secret)
+{
+	if (!room_proven(d, s->room, s->p_rank, secret, "status"))
+		return;
 	LC__D_CTL_ADD(d, statuses);
 	lc_receiver_t *r = lc__decode_find(d, s->room);
 	int t = r ? target_of(r, s->p_rank) : -1;
@@ -195,8 +227,10 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s)
 	}
 }
 
-static void handle_layers(lc_decode_t *d, const lc__msg_layers_t *m)
+static void handle_layers(lc_decode_t *d, const lc__msg_layers_t *m, const uint8_t *secret)
 {
+	if (!room_proven(d, m->room, m->p_rank, secret, "layer update"))
+		return;
 	LC__D_CTL_ADD(d, layer_updates);
 	lc_receiver_t *r = lc__decode_find(d, m->room);
 	int t = r ? target_of(r, m->p_rank) : -1;
@@ -212,14 +246,15 @@ static void handle_layers(lc_decode_t *d, const lc__msg_layers_t *m)
  * forgery, a duplicate) is counted and dropped. A refusal fails the rooms
  * waiting on the rank and is tried again later (LC__D_REFUSED_RETRY_NS):
  * it never blocks this D from the P for good. */
-static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m)
+static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m, const uint8_t *secret)
 {
 	bool matched = false;
 	uint64_t now = lc__now_ns();
 	for (int i = 0; strcmp(m->session, d->session) == 0 && i < d->npeers; i++) {
 		lc__ppeer_t *pe = d->peers[i];
 		if (!pe->info || (int)m->p_rank >= pe->info->world_size ||
-		    !pe->ranks[m->p_rank].reg_pending)
+		    !pe->ranks[m->p_rank].reg_pending ||
+		    !proven(d, pe, m->p_rank, secret, "registration reply"))
 			continue;
 		if (now - pe->ranks[m->p_rank].reg_sent_ns > LC__D_REPLY_WAIT_NS) {
 			pe->ranks[m->p_rank].reg_pending = false; /* never answered */
@@ -264,6 +299,15 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 		return;
 	LC__D_CTL_ADD(d, msgs_received);
 	if (lc__msg_decode(buf, len, m, why, sizeof why)) {
+		int version = lc__msg_peek_version(buf, len);
+		if (version >= 0 && version != LC__MSG_VERSION) {
+			LC__D_CTL_ADD(d, msgs_old_version);
+			LC__ERROR("decode %s: a P speaks control message version %d, this D speaks "
+				  "%d: dropped; run one library version on both sides",
+				  d->session, version, LC__MSG_VERSION);
+			free(m);
+			return;
+		}
 		LC__D_CTL_ADD(d, msgs_malformed);
 		LC__WARN("decode %s: dropped a malformed message (%zu bytes): %s", d->session, len,
 			 why);
@@ -273,13 +317,13 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 	pthread_mutex_lock(&d->lock);
 	switch (m->type) {
 	case LC__MSG_STATUS:
-		handle_status(d, &m->status);
+		handle_status(d, &m->status, m->secret);
 		break;
 	case LC__MSG_LAYERS:
-		handle_layers(d, &m->layers);
+		handle_layers(d, &m->layers, m->secret);
 		break;
 	case LC__MSG_REGISTER_REPLY:
-		handle_reply(d, &m->reply);
+		handle_reply(d, &m->reply, m->secret);
 		break;
 	default:
 		LC__D_CTL_ADD(d, msgs_unexpected);

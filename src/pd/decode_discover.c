@@ -73,9 +73,11 @@ static int geometry_check(lc_decode_t *d, const lc__parallel_info_t *pi, char *w
 
 /* split: D's geometry differs from P's (heterogeneous TP): D's TP size
  * goes along, for P's lc_tp_fragment. */
-static void fill_register(lc_decode_t *d, bool split, lc__msg_t *m, lc__msg_buffer_t *bufs)
+static void fill_register(lc_decode_t *d, bool split, const lc__prank_t *pr, lc__msg_t *m,
+			  lc__msg_buffer_t *bufs)
 {
 	m->type = LC__MSG_REGISTER;
+	memcpy(m->secret, pr->secret, LC__MSG_SECRET_LEN);
 	snprintf(m->reg.session, sizeof m->reg.session, "%s", d->session);
 	snprintf(m->reg.status_ep, sizeof m->reg.status_ep, "%s", d->endpoint);
 	snprintf(m->reg.data_url, sizeof m->reg.data_url, "%s", d->data_url);
@@ -108,13 +110,14 @@ static void fill_register(lc_decode_t *d, bool split, lc__msg_t *m, lc__msg_buff
 	m->reg.region_desc_lens = d->desc_lens;
 }
 
-static int encode_register(lc_decode_t *d, bool split, uint8_t **buf, size_t *len)
+static int encode_register(lc_decode_t *d, bool split, const lc__prank_t *pr, uint8_t **buf,
+			   size_t *len)
 {
 	lc__msg_t *m = calloc(1, sizeof *m);
 	lc__msg_buffer_t *bufs = calloc(d->layout->nbuf, sizeof *bufs);
 	int rc = -ENOMEM;
 	if (m && bufs) {
-		fill_register(d, split, m, bufs);
+		fill_register(d, split, pr, m, bufs);
 		rc = lc__msg_encode(m, buf, len);
 	}
 	free(bufs);
@@ -203,7 +206,13 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 		lc__decode_fail(d, r, LC_FAIL_TRANSFER, false, "cannot connect to P rank %d", rank);
 		return -1;
 	}
-	if (encode_register(d, lc__tp_split(&t), &buf, &len)) {
+	if (!pr->has_secret && lc__random_bytes(pr->secret, LC__MSG_SECRET_LEN)) {
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
+				"no session secret for P rank %d: getrandom failed", rank);
+		return -1;
+	}
+	pr->has_secret = true;
+	if (encode_register(d, lc__tp_split(&t), pr, &buf, &len)) {
 		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "cannot encode the registration");
 		return -1;
 	}

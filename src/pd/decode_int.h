@@ -51,6 +51,11 @@ typedef struct lc__prank {
 	int refused;          /* the last registration refused: the code (0: none) */
 	uint64_t retry_ns;    /* refused: register again no sooner than this */
 	char refuse_reason[LC__MSG_STR_MAX];
+	/* The session secret at this rank (128 bits from getrandom, made at the
+	 * first REGISTER, kept across registrations): D's messages to the rank
+	 * carry it, the rank's messages to D must (docs/security.md). */
+	bool has_secret;
+	uint8_t secret[LC__MSG_SECRET_LEN];
 	char endpoint[300];
 	char key[LC__BS_KEY_MAX];
 	lc__push_t *push;

@@ -63,13 +63,16 @@ static bool dummy_refused(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	return true;
 }
 
-static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
+/* A transfer info binds the room to the incarnation whose secret it carries
+ * (lc__prefill_session_owned); one that proves none is treated as from no
+ * registered session. */
+static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 {
+	const lc__msg_transfer_info_t *t = &msg->info;
 	LC__P_CTL_ADD(p, transfer_infos);
 	bool dummy = t->flags & LC__INFO_DUMMY;
-	pthread_mutex_lock(&p->lock);
-	lc__dsess_t *s = lc__prefill_session_find(p, t->session);
-	pthread_mutex_unlock(&p->lock);
+	lc__dsess_t *s =
+		lc__prefill_session_owned(p, t->session, msg->secret, peer, "transfer info");
 	const char *fail = NULL;
 	char why[LC_REASON_MAX];
 	int rc = 0;
@@ -85,7 +88,7 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 		lc_dst_params_t d = {.size = sizeof d,
 				     /* A dummy keeps the name of a registered
 				      * session, so that it may cancel. */
-				     .session = dummy && !s ? NULL : t->session,
+				     .session = s ? s->ename : NULL,
 				     .pages = t->pages,
 				     .page_count = t->page_count,
 				     .prefix_len = t->prefix_len,
@@ -120,6 +123,7 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	m->status.status = LC_ROOM_FAILED;
 	m->status.fail_reason = rc == -ENOENT ? LC_FAIL_SESSION_GONE : LC_FAIL_BAD_INPUT;
 	snprintf(m->status.reason, sizeof m->status.reason, "%s", fail);
+	memcpy(m->secret, s ? s->secret : msg->secret, LC__MSG_SECRET_LEN);
 	if (s && s->push)
 		lc__prefill_send(p, s->push, m);
 	else
@@ -127,25 +131,56 @@ static void handle_info(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	free(m);
 }
 
-/* A CANCEL is taken only from a registered session, for a room that
- * session is a destination of (anyone can name a room id). */
-static void handle_cancel(lc_prefill_t *p, const lc__msg_cancel_t *c)
+/* A CANCEL is taken only from a registered session that proves it (its
+ * secret), for a room that incarnation is a destination of (anyone can name
+ * a room id). */
+static void handle_cancel(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 {
+	const lc__msg_cancel_t *c = &msg->cancel;
 	LC__P_CTL_ADD(p, cancels);
-	pthread_mutex_lock(&p->lock);
-	bool known = lc__prefill_session_find(p, c->session) != NULL;
-	pthread_mutex_unlock(&p->lock);
-	int rc = known ? lc__engine_room_cancel_from(p->engine, c->room, c->session, c->reason)
+	lc__dsess_t *s = lc__prefill_session_owned(p, c->session, msg->secret, peer, "cancel");
+	bool known = s != NULL;
+	int rc = known ? lc__engine_room_cancel_from(p->engine, c->room, s->ename, c->reason)
 		       : -ENOENT;
 	if (!known || rc == -EPERM) {
 		atomic_fetch_add(&p->cancels_refused, 1);
 		LC__WARN("prefill %s: refused a cancel of room %llu from %s: %s", p->name,
 			 (unsigned long long)c->room, c->session,
-			 known ? "not a destination of the room" : "session not registered");
+			 known ? "not a destination of the room"
+			       : "no registered session with that secret");
 		return;
 	}
 	LC__INFO("prefill %s: D %s cancelled room %llu (%s): %s", p->name, c->session,
 		 (unsigned long long)c->room, c->reason, rc ? lc_strerror(rc) : "ok");
+}
+
+/* A message of another protocol version: counted and logged, once per
+ * 1,024, naming both versions; an old D's REGISTER is answered with a
+ * refusal in its own version, so that its rooms fail with the reason. */
+static void other_version(lc_prefill_t *p, const void *buf, size_t len, int version,
+			  const char *peer)
+{
+	char ep[LC__MSG_STR_MAX], reason[160];
+	uint8_t *out;
+	size_t out_len;
+	lc__push_t *push;
+	uint64_t n = LC__P_CTL_ADD(p, msgs_old_version) + 1;
+	if (n % 1024 == 1)
+		LC__ERROR("prefill %s: a peer speaks control message version %d, this P speaks "
+			  "%d: dropped (%llu so far); run one library version on both sides",
+			  p->name, version, LC__MSG_VERSION, (unsigned long long)n);
+	snprintf(reason, sizeof reason,
+		 "P speaks control message version %d, this D version %d: upgrade D",
+		 LC__MSG_VERSION, version);
+	if (lc__msg_refuse_v1_register(buf, len, (uint32_t)p->rank, LC_ERR_PROTO, reason, ep,
+				       sizeof ep, &out, &out_len))
+		return;
+	if (!lc__push_connect(p->z, ep, peer[0] ? peer : NULL, &push)) {
+		if (!lc__push_send(push, out, out_len, 200))
+			LC__P_CTL_ADD(p, msgs_sent);
+		lc__push_close(push);
+	}
+	free(out);
 }
 
 static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const char *peer)
@@ -156,6 +191,12 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 		return;
 	LC__P_CTL_ADD(p, msgs_received);
 	int rc = lc__msg_decode(buf, len, m, why, sizeof why);
+	int version = lc__msg_peek_version(buf, len);
+	if (rc && version >= 0 && version != LC__MSG_VERSION) {
+		other_version(p, buf, len, version, peer);
+		free(m);
+		return;
+	}
 	if (rc) {
 		LC__P_CTL_ADD(p, msgs_malformed);
 		LC__WARN("prefill %s: dropped a malformed message (%zu bytes): %s", p->name, len,
@@ -165,13 +206,13 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 	}
 	switch (m->type) {
 	case LC__MSG_REGISTER:
-		lc__prefill_handle_register(p, &m->reg, peer);
+		lc__prefill_handle_register(p, m, peer);
 		break;
 	case LC__MSG_TRANSFER_INFO:
-		handle_info(p, &m->info);
+		handle_info(p, m, peer);
 		break;
 	case LC__MSG_CANCEL:
-		handle_cancel(p, &m->cancel);
+		handle_cancel(p, m, peer);
 		break;
 	default:
 		LC__P_CTL_ADD(p, msgs_unexpected);

@@ -34,9 +34,20 @@
 /* The session table's size: the p_sessions_max knob's ceiling. */
 #define LC__P_MAX_SESSIONS 4096
 
-/* One registered D session as the control plane knows it. */
+/* An engine session name: a session id and "#N". */
+#define LC__P_ENAME_MAX (LC__MSG_STR_MAX + 24)
+
+/* One registered D session as the control plane knows it: one incarnation
+ * of a session id, owned by whoever knows its secret (and, with CURVE, holds
+ * the key that registered it). A D that registers again with the same
+ * secret refreshes its incarnation; another secret makes another
+ * incarnation beside it, with its own engine session (ename), so that what
+ * was bound to one (its rooms, its statuses) never reaches the other. */
 typedef struct lc__dsess {
-	char name[LC__MSG_STR_MAX];
+	char name[LC__MSG_STR_MAX];           /* the session id D chose */
+	char ename[LC__P_ENAME_MAX];          /* the engine's name: name, or name#N */
+	uint8_t secret[LC__MSG_SECRET_LEN];   /* from D's REGISTER; never all zero */
+	char peer[LC__MSG_CURVE_KEY_LEN + 1]; /* CURVE key that registered it; "": none */
 	char status_ep[LC__MSG_STR_MAX];
 	char key[LC__MSG_CURVE_KEY_LEN + 1]; /* D's CURVE key; "": this P's own */
 	lc__push_t *push;                    /* used by the control thread only */
@@ -47,7 +58,7 @@ typedef struct lc__dsess {
 typedef struct lc__outmsg {
 	int type; /* LC__MSG_STATUS or LC__MSG_LAYERS */
 	uint64_t room;
-	char session[LC__MSG_STR_MAX];
+	char session[LC__P_ENAME_MAX]; /* the engine's name of the session */
 	int status, fail_reason;
 	char reason[LC_REASON_MAX];
 	uint8_t *metadata;
@@ -114,9 +125,19 @@ void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int st
 void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32_t layers);
 /* Send what the engine queued (control thread). */
 void lc__prefill_flush(lc_prefill_t *p);
-/* The session named so, or NULL (lock held, or on the control thread,
- * which alone adds and replaces sessions). */
-lc__dsess_t *lc__prefill_session_find(lc_prefill_t *p, const char *name);
+/* Session lookups (lock held, or on the control thread, which alone adds
+ * and removes sessions), NULL when none: the incarnation of session id
+ * `name` whose secret is `secret` (constant-time compare); the one the
+ * engine knows as `ename`; any incarnation of `name`. */
+lc__dsess_t *lc__prefill_session_find(lc_prefill_t *p, const char *name, const uint8_t *secret);
+lc__dsess_t *lc__prefill_session_by_ename(lc_prefill_t *p, const char *ename);
+lc__dsess_t *lc__prefill_session_any(lc_prefill_t *p, const char *name);
+/* The incarnation a D message about session `name` proves (its secret and,
+ * when the incarnation was registered over CURVE, the sender's key `peer`),
+ * or NULL. A known id that nothing matches is counted (session_mismatches)
+ * and logged, once per 1,024. Control thread. */
+lc__dsess_t *lc__prefill_session_owned(lc_prefill_t *p, const char *name, const uint8_t *secret,
+				       const char *peer, const char *what);
 /* Encode and send (bounded wait); counts and logs a failure. */
 int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m);
 /* To an endpoint without a session (a refused or unknown D); key: D's
@@ -130,8 +151,9 @@ void *lc__prefill_control_main(void *arg);
 
 /* ---- prefill_register.c ---- */
 
-/* A D's REGISTER; peer: the CURVE key it authenticated with ("" without
- * CURVE). Always answers (REGISTER_REPLY), never fails the thread. */
-void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g, const char *peer);
+/* A D's REGISTER (m->reg, with its secret); peer: the CURVE key it
+ * authenticated with ("" without CURVE). Always answers (REGISTER_REPLY,
+ * with the registrant's secret), never fails the thread. */
+void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_t *m, const char *peer);
 
 #endif

@@ -2,7 +2,9 @@
  * The prefill side's outbox (pd/prefill_int.h has the structures and the
  * locking): engine callbacks queue statuses and "layers landed" updates
  * (engine thread, never sending), the control thread sends them to each D
- * session, and every message P sends goes through lc__prefill_send.
+ * session, and every message P sends goes through lc__prefill_send. The
+ * engine names a session by its incarnation (lc__dsess_t.ename), and each
+ * message carries that incarnation's secret.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,11 +23,49 @@ void lc__prefill_wake(lc_prefill_t *p)
 	LC__UNUSED(rc);
 }
 
-lc__dsess_t *lc__prefill_session_find(lc_prefill_t *p, const char *name)
+lc__dsess_t *lc__prefill_session_find(lc_prefill_t *p, const char *name, const uint8_t *secret)
+{
+	lc__dsess_t *hit = NULL;
+	for (size_t i = 0; i < p->nsessions; i++)
+		if (!strcmp(p->sessions[i]->name, name) &&
+		    lc__ct_equal(p->sessions[i]->secret, secret, LC__MSG_SECRET_LEN))
+			hit = p->sessions[i];
+	return hit;
+}
+
+lc__dsess_t *lc__prefill_session_by_ename(lc_prefill_t *p, const char *ename)
+{
+	for (size_t i = 0; i < p->nsessions; i++)
+		if (!strcmp(p->sessions[i]->ename, ename))
+			return p->sessions[i];
+	return NULL;
+}
+
+lc__dsess_t *lc__prefill_session_any(lc_prefill_t *p, const char *name)
 {
 	for (size_t i = 0; i < p->nsessions; i++)
 		if (!strcmp(p->sessions[i]->name, name))
 			return p->sessions[i];
+	return NULL;
+}
+
+lc__dsess_t *lc__prefill_session_owned(lc_prefill_t *p, const char *name, const uint8_t *secret,
+				       const char *peer, const char *what)
+{
+	pthread_mutex_lock(&p->lock);
+	lc__dsess_t *s = lc__prefill_session_find(p, name, secret);
+	bool known = s || lc__prefill_session_any(p, name);
+	pthread_mutex_unlock(&p->lock);
+	if (s && (!s->peer[0] || !strcmp(s->peer, peer)))
+		return s;
+	if (!known)
+		return NULL;
+	uint64_t n = LC__P_CTL_ADD(p, session_mismatches) + 1;
+	if (n % 1024 == 1)
+		LC__WARN("prefill %s: a %s for session %s proves no incarnation of it (%s); "
+			 "dropped (%llu so far)",
+			 p->name, what, name, s ? "sent with another CURVE key" : "wrong secret",
+			 (unsigned long long)n);
 	return NULL;
 }
 
@@ -143,7 +183,7 @@ void lc__prefill_flush(lc_prefill_t *p)
 		/* Sessions are only added or replaced by this thread, so the
 		 * entry stays valid after the lock is dropped. */
 		pthread_mutex_lock(&p->lock);
-		lc__dsess_t *s = lc__prefill_session_find(p, o->session);
+		lc__dsess_t *s = lc__prefill_session_by_ename(p, o->session);
 		pthread_mutex_unlock(&p->lock);
 		if (!s || !s->push) {
 			LC__DEBUG("prefill %s: no session %s for a %s of room %llu", p->name,
@@ -153,6 +193,7 @@ void lc__prefill_flush(lc_prefill_t *p)
 		}
 		memset(m, 0, sizeof *m);
 		m->type = o->type;
+		memcpy(m->secret, s->secret, LC__MSG_SECRET_LEN);
 		if (o->type == LC__MSG_STATUS) {
 			m->status.room = o->room;
 			m->status.p_rank = (uint32_t)p->rank;

@@ -1,11 +1,19 @@
 /*
  * Whether this P rank takes a D's registration (pd/prefill_int.h has the
  * structures): the declared CURVE key must be the authenticated one, the
- * page geometry must match (or, with D's TP size, pair across TP through
- * core/topology.c), and the session table has room (p_sessions_max; idle
- * sessions are evicted to make it). An accepted session
- * goes to the engine and is answered; a refused one is answered with the
- * first difference found. Control thread.
+ * session secret must be set, the page geometry must match (or, with D's TP
+ * size, pair across TP through core/topology.c), and the session table has
+ * room (p_sessions_max; idle sessions are evicted to make it). An accepted
+ * session goes to the engine and is answered; a refused one is answered
+ * with the first difference found. Control thread.
+ *
+ * Sessions are owned (docs/security.md): P keys them by (session id,
+ * secret). The same secret refreshes the incarnation that holds it (and,
+ * with CURVE, only from the key that registered it); another secret makes a
+ * new incarnation beside the old one, under its own engine name, so that a
+ * restarted D works at once and a REGISTER that copies D's id gets nothing
+ * of D's rooms. An old incarnation goes when the table needs room and it
+ * has no live room (evict_idle).
  */
 #include <errno.h>
 #include <malloc.h>
@@ -94,10 +102,21 @@ static bool key_lie(const lc__msg_register_t *g, const char *peer)
 	return (g->flags & LC__REG_HAS_CURVE_KEY) && peer[0] && strcmp(peer, g->curve_key);
 }
 
-/* Why P refuses this registration before touching the engine, or 0. */
-static int check_register(const lc_prefill_t *p, const lc__msg_register_t *g, const char *peer,
-			  char *why, size_t cap)
+static bool secret_unset(const uint8_t *secret)
 {
+	static const uint8_t zero[LC__MSG_SECRET_LEN];
+	return lc__ct_equal(secret, zero, LC__MSG_SECRET_LEN);
+}
+
+/* Why P refuses this registration before touching the engine, or 0. */
+static int check_register(const lc_prefill_t *p, const lc__msg_t *m, const char *peer, char *why,
+			  size_t cap)
+{
+	const lc__msg_register_t *g = &m->reg;
+	if (secret_unset(m->secret)) {
+		snprintf(why, cap, "no session secret (all zero)");
+		return LC_ERR_AUTH;
+	}
 	if (key_lie(g, peer)) {
 		snprintf(why, cap,
 			 "declared CURVE key %.8s... is not the key %.8s... the session "
@@ -108,16 +127,16 @@ static int check_register(const lc_prefill_t *p, const lc__msg_register_t *g, co
 	return geometry_diff(p, g, why, cap);
 }
 
-static int engine_session(lc_prefill_t *p, const lc__msg_register_t *g, uint32_t *bregion,
-			  uint64_t *boffset, const lc_fragment_t *frags, int nfrags, char *why,
-			  size_t cap)
+static int engine_session(lc_prefill_t *p, const lc__msg_register_t *g, const char *ename,
+			  uint32_t *bregion, uint64_t *boffset, const lc_fragment_t *frags,
+			  int nfrags, char *why, size_t cap)
 {
 	for (uint32_t i = 0; i < g->nbuffers; i++) {
 		bregion[i] = g->buffers[i].region;
 		boffset[i] = g->buffers[i].offset;
 	}
 	lc_session_params_t sp = {.size = sizeof sp,
-				  .name = g->session,
+				  .name = ename,
 				  .url = g->data_url,
 				  .has_token = !!(g->flags & LC__REG_HAS_TOKEN),
 				  .region_descs = g->region_descs,
@@ -138,7 +157,7 @@ static int engine_session(lc_prefill_t *p, const lc__msg_register_t *g, uint32_t
  * here. Control thread, which alone adds and removes sessions. */
 static void evict(lc_prefill_t *p, lc__dsess_t *s)
 {
-	lc_engine_session_remove(p->engine, s->name); /* -ENOENT: a replica's */
+	lc_engine_session_remove(p->engine, s->ename); /* -ENOENT: a replica's */
 	pthread_mutex_lock(&p->lock);
 	for (size_t i = 0; i < p->nsessions; i++)
 		if (p->sessions[i] == s) {
@@ -173,7 +192,7 @@ static size_t evict_idle(lc_prefill_t *p, size_t want)
 	memcpy(list, p->sessions, n * sizeof *list);
 	pthread_mutex_unlock(&p->lock);
 	for (size_t i = 0; i < n; i++)
-		names[i] = list[i]->name;
+		names[i] = list[i]->ename;
 	if (lc__engine_sessions_live(p->engine, names, n, live))
 		goto out;
 	for (size_t i = 0; i < n; i++)
@@ -191,19 +210,18 @@ out:
 	return gone;
 }
 
-/* Room in the table for a newcomer (a name not in it): at p_sessions_max,
+/* Room in the table for a newcomer (a new incarnation): at p_sessions_max,
  * idle sessions are evicted until an eighth of the table is free, so that
  * a flood pays for one scan of the rooms per eighth. -ENOSPC when every
  * session has a live room. */
-static int make_room(lc_prefill_t *p, const char *name, char *why, size_t cap)
+static int make_room(lc_prefill_t *p, char *why, size_t cap)
 {
 	size_t max = (size_t)lc__ctx_cfg(p->ctx, LC__CFG_p_sessions_max);
 	max = LC__MIN(max, (size_t)LC__P_MAX_SESSIONS);
 	pthread_mutex_lock(&p->lock);
-	bool known = lc__prefill_session_find(p, name) != NULL;
 	size_t n = p->nsessions;
 	pthread_mutex_unlock(&p->lock);
-	if (known || n < max)
+	if (n < max)
 		return 0;
 	size_t keep = max - LC__MAX(max / 8, (size_t)1);
 	if (evict_idle(p, n - keep))
@@ -217,7 +235,8 @@ static int make_room(lc_prefill_t *p, const char *name, char *why, size_t cap)
 /* Hand D's session to the engine. A replica rank (heterogeneous TP, no
  * fragment for this D) adds none: only dummy infos, which name no
  * session, come from it. */
-static int add_session(lc_prefill_t *p, const lc__msg_register_t *g, char *why, size_t cap)
+static int add_session(lc_prefill_t *p, const lc__msg_register_t *g, const char *ename, char *why,
+		       size_t cap)
 {
 	bool split = g->flags & LC__REG_HAS_TP;
 	uint32_t *bregion = malloc(g->nbuffers * sizeof *bregion);
@@ -229,25 +248,71 @@ static int add_session(lc_prefill_t *p, const lc__msg_register_t *g, char *why, 
 	if (!rc && split && (nfrags = tp_fragments(p, g, frags, why, cap)) < 0)
 		rc = nfrags;
 	if (!rc && !(split && !nfrags))
-		rc = engine_session(p, g, bregion, boffset, frags, nfrags, why, cap);
+		rc = engine_session(p, g, ename, bregion, boffset, frags, nfrags, why, cap);
 	free(bregion);
 	free(boffset);
 	free(frags);
 	return rc;
 }
 
-/* Accepted: remember where the session's statuses go. */
-static lc__dsess_t *remember_session(lc_prefill_t *p, const lc__msg_register_t *g)
+/* The engine name of a new incarnation of session id `name`: the id itself
+ * while no session uses it, else "name#N", never one in use (a D may choose
+ * an id that looks like another's incarnation). Lock held. */
+static void pick_ename(lc_prefill_t *p, const char *name, char *out, size_t cap)
+{
+	static _Atomic uint64_t next = 1;
+	snprintf(out, cap, "%s", name);
+	while (lc__prefill_session_by_ename(p, out))
+		snprintf(out, cap, "%s#%llu", name, (unsigned long long)atomic_fetch_add(&next, 1));
+}
+
+/* The incarnation this REGISTER refreshes (its secret) or NULL for a new
+ * one, in *out; LC_ERR_AUTH when the incarnation was registered over CURVE
+ * by another key. Its engine name goes to ename. */
+static int incarnation(lc_prefill_t *p, const lc__msg_t *m, const char *peer, char *ename,
+		       size_t cap, char *why, size_t why_cap)
 {
 	pthread_mutex_lock(&p->lock);
-	lc__dsess_t *s = lc__prefill_session_find(p, g->session);
+	lc__dsess_t *s = lc__prefill_session_find(p, m->reg.session, m->secret);
+	if (s)
+		snprintf(ename, cap, "%s", s->ename);
+	else
+		pick_ename(p, m->reg.session, ename, cap);
+	bool other_key = s && s->peer[0] && strcmp(s->peer, peer);
+	pthread_mutex_unlock(&p->lock);
+	if (other_key) {
+		LC__P_CTL_ADD(p, session_mismatches);
+		snprintf(why, why_cap, "session %s is bound to the CURVE key %.8s..., not %.8s...",
+			 m->reg.session, s->peer, peer);
+		return LC_ERR_AUTH;
+	}
+	return s ? 0 : make_room(p, why, why_cap);
+}
+
+/* Accepted: remember where the incarnation's statuses go. */
+static lc__dsess_t *remember_session(lc_prefill_t *p, const lc__msg_t *m, const char *ename,
+				     const char *peer)
+{
+	const lc__msg_register_t *g = &m->reg;
+	pthread_mutex_lock(&p->lock);
+	lc__dsess_t *s = lc__prefill_session_by_ename(p, ename);
+	bool twin = !s && lc__prefill_session_any(p, g->session);
 	const char *key = g->flags & LC__REG_HAS_CURVE_KEY ? g->curve_key : "";
 	bool reconnect = !s || strcmp(s->status_ep, g->status_ep) || strcmp(s->key, key);
 	if (!s && p->nsessions < LC__P_MAX_SESSIONS && (s = calloc(1, sizeof *s))) {
 		snprintf(s->name, sizeof s->name, "%s", g->session);
+		snprintf(s->ename, sizeof s->ename, "%s", ename);
+		memcpy(s->secret, m->secret, LC__MSG_SECRET_LEN);
+		snprintf(s->peer, sizeof s->peer, "%s", peer);
 		p->sessions[p->nsessions++] = s;
 	}
 	pthread_mutex_unlock(&p->lock);
+	if (twin) {
+		LC__P_CTL_ADD(p, session_incarnations);
+		LC__INFO("prefill %s: D session %s registered with another secret: a new "
+			 "incarnation (%s) beside the earlier one, which keeps its rooms",
+			 p->name, g->session, ename);
+	}
 	if (s)
 		s->active_ns = lc__now_ns();
 	if (s && reconnect) {
@@ -261,21 +326,23 @@ static lc__dsess_t *remember_session(lc_prefill_t *p, const lc__msg_register_t *
 }
 
 /* peer: the CURVE key the sender authenticated with ("" without CURVE). */
-void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g, const char *peer)
+void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_t *m, const char *peer)
 {
-	char why[LC__MSG_STR_MAX] = "";
+	const lc__msg_register_t *g = &m->reg;
+	char why[LC__MSG_STR_MAX] = "", ename[LC__P_ENAME_MAX];
 	lc__msg_t *reply = calloc(1, sizeof *reply);
 	if (!reply)
 		return;
 	reply->type = LC__MSG_REGISTER_REPLY;
 	snprintf(reply->reply.session, sizeof reply->reply.session, "%s", g->session);
 	reply->reply.p_rank = (uint32_t)p->rank;
+	memcpy(reply->secret, m->secret, LC__MSG_SECRET_LEN); /* the registrant's own */
 	LC__P_CTL_ADD(p, registrations);
-	int rc = check_register(p, g, peer, why, sizeof why);
+	int rc = check_register(p, m, peer, why, sizeof why);
 	if (!rc)
-		rc = make_room(p, g->session, why, sizeof why);
+		rc = incarnation(p, m, peer, ename, sizeof ename, why, sizeof why);
 	if (!rc)
-		rc = add_session(p, g, why, sizeof why);
+		rc = add_session(p, g, ename, why, sizeof why);
 	if (rc) {
 		LC__P_CTL_ADD(p, registrations_refused);
 		LC__ERROR("prefill %s: refused D session %s: %s", p->name, g->session, why);
@@ -290,7 +357,7 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_register_t *g, c
 		free(reply);
 		return;
 	}
-	lc__dsess_t *s = remember_session(p, g);
+	lc__dsess_t *s = remember_session(p, m, ename, peer);
 	LC__INFO("prefill %s: D session %s registered (data %s, status %s)", p->name, g->session,
 		 g->data_url, g->status_ep);
 	if (s && s->push)

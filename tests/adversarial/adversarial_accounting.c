@@ -36,6 +36,7 @@
 #include <zmq.h>
 
 #include "control/codec.h"
+#include "pd/prefill_int.h"
 #include "testutil.h"
 
 #define LAYERS 4
@@ -58,6 +59,7 @@ typedef struct cfg {
 
 static cfg_t C;
 static int status_fd = -1;
+static lc_prefill_t *liars[MAX_P]; /* the P ranks, for the session secret */
 
 #define say(...) tu_say(status_fd, __VA_ARGS__)
 
@@ -86,13 +88,19 @@ static uint64_t p_item(void)
 /* ==== P ==== */
 
 /* The lie: a STATUS Success for the room from P rank `rank`, over ZeroMQ to
- * D's control endpoint, with the metadata a real P would send. */
+ * D's control endpoint, with the metadata a real P would send and the
+ * session secret that rank holds (a lying P is one D registered with). */
 static void claim_success(const char *d_ep, int rank)
 {
 	uint8_t meta[META_LEN];
 	metadata_of(meta);
 	lc__msg_t m;
 	memset(&m, 0, sizeof m);
+	lc_prefill_t *pf = liars[rank];
+	pthread_mutex_lock(&pf->lock);
+	TU_CHECK(pf->nsessions == 1, "P rank %d has %zu sessions", rank, pf->nsessions);
+	memcpy(m.secret, pf->sessions[0]->secret, LC__MSG_SECRET_LEN);
+	pthread_mutex_unlock(&pf->lock);
 	m.type = LC__MSG_STATUS;
 	m.status.room = ROOM;
 	m.status.p_rank = (uint32_t)rank;
@@ -219,6 +227,7 @@ static int p_main(int addr_fd, int ep_fd, int quit_fd)
 		TU_OK(lc_prefill_create(side[r].ctx, &pp, &pf[r]));
 		TU_OK(lc_prefill_engine(pf[r], &eng[r]));
 		TU_OK(lc_sender_create(pf[r], ROOM, &snd[r]));
+		liars[r] = pf[r];
 	}
 	TU_CHECK(write(addr_fd, addr, sizeof addr) == (ssize_t)sizeof addr, "addr");
 	close(addr_fd);

@@ -217,6 +217,8 @@ static void forge_register(lc__msg_t *m, const tu_pool_t *s, lc__msg_buffer_t *b
 	memset(m, 0, sizeof *m);
 	m->type = LC__MSG_REGISTER;
 	snprintf(m->reg.session, sizeof m->reg.session, "mallory%d@127.0.0.1:1", k);
+	memcpy(m->secret, &k, sizeof k); /* a secret of its own, never all zero */
+	m->secret[LC__MSG_SECRET_LEN - 1] = 1;
 	snprintf(m->reg.status_ep, sizeof m->reg.status_ep, "tcp://127.0.0.1:1");
 	snprintf(m->reg.data_url, sizeof m->reg.data_url, "tcp://127.0.0.1:1");
 	m->reg.flags = LC__REG_HAS_TOKEN;

@@ -247,21 +247,25 @@ static void d_round(lc_decode_t *d, tu_pool_t *s, const d_arg_t *a, int round)
 
 /* Until the control thread has taken one more refused or unexpected
  * message than when called (the forged reply), then a little longer. */
+static uint64_t d_dropped(lc_decode_t *d)
+{
+	return atomic_load(&d->ctl[LC__CTL_msgs_unexpected]) +
+	       atomic_load(&d->ctl[LC__CTL_registrations_refused]) +
+	       atomic_load(&d->ctl[LC__CTL_session_mismatches]);
+}
+
 static void d_wait_forged(lc_decode_t *d)
 {
-	uint64_t base = atomic_load(&d->ctl[LC__CTL_msgs_unexpected]) +
-			atomic_load(&d->ctl[LC__CTL_registrations_refused]);
+	uint64_t base = d_dropped(d);
 	say("d-waiting");
 	uint64_t dl = adv_now_ms() + 5000;
-	while (adv_now_ms() < dl &&
-	       atomic_load(&d->ctl[LC__CTL_msgs_unexpected]) +
-			       atomic_load(&d->ctl[LC__CTL_registrations_refused]) ==
-		       base)
+	while (adv_now_ms() < dl && d_dropped(d) == base)
 		usleep(1000);
 	usleep(200000);
-	fprintf(stderr, "D: unexpected %llu, refused %llu\n",
+	fprintf(stderr, "D: unexpected %llu, refused %llu, without the secret %llu\n",
 		(unsigned long long)atomic_load(&d->ctl[LC__CTL_msgs_unexpected]),
-		(unsigned long long)atomic_load(&d->ctl[LC__CTL_registrations_refused]));
+		(unsigned long long)atomic_load(&d->ctl[LC__CTL_registrations_refused]),
+		(unsigned long long)atomic_load(&d->ctl[LC__CTL_session_mismatches]));
 	say("d-forged");
 }
 

@@ -364,7 +364,7 @@ static void send_garbage(const char *bs_addr, lc_decode_t *d)
 		TU_CHECK(zmq_connect(tx, targets[t]) == 0, "connect");
 		zmq_send(tx, "garbage", 7, 0);
 		zmq_send(tx, "", 0, 0);
-		uint8_t hdr[12] = {0x4c, 0x43, 0x43, 0x50, 1, 0, 5, 0, 200, 0, 0, 0};
+		uint8_t hdr[12] = {0x4c, 0x43, 0x43, 0x50, LC__MSG_VERSION, 0, 5, 0, 200, 0, 0, 0};
 		zmq_send(tx, hdr, sizeof hdr, 0);  /* status claiming 200 bytes */
 		zmq_send(tx, "a", 1, ZMQ_SNDMORE); /* multi-part */
 		zmq_send(tx, "b", 1, 0);
@@ -378,6 +378,7 @@ static void send_garbage(const char *bs_addr, lc_decode_t *d)
 			memset(&m, 0, sizeof m);
 			m.type = LC__MSG_REGISTER;
 			snprintf(m.reg.session, sizeof m.reg.session, "intruder");
+			memset(m.secret, 0x17, sizeof m.secret); /* any: P checks geometry */
 			snprintf(m.reg.status_ep, sizeof m.reg.status_ep, "%s", my_ep);
 			snprintf(m.reg.data_url, sizeof m.reg.data_url, "tcp://127.0.0.1:1");
 			for (int b = 0; b < NBUF; b++)

@@ -915,6 +915,7 @@ static int case_curve_declared_key(void)
 		memset(&m, 0, sizeof m);
 		m.type = LC__MSG_REGISTER;
 		snprintf(m.reg.session, sizeof m.reg.session, "d%d", k);
+		memset(m.secret, 0x5e, sizeof m.secret);
 		snprintf(m.reg.status_ep, sizeof m.reg.status_ep, "%s", d_ep);
 		snprintf(m.reg.data_url, sizeof m.reg.data_url, "tcp://127.0.0.1:9");
 		m.reg.flags = LC__REG_HAS_CURVE_KEY;

@@ -393,8 +393,10 @@ static void test_fields_out_of_range(void **state)
 	uint8_t *buf = enc(&m, &len);
 	lc__put_u32(v4, 0xdeadbeef);
 	patch_fails(buf, len, 0, v4, 4); /* magic */
-	lc__put_u16(v2, 2);
+	lc__put_u16(v2, LC__MSG_VERSION + 1);
 	patch_fails(buf, len, 4, v2, 2); /* version */
+	lc__put_u16(v2, 1);
+	patch_fails(buf, len, 4, v2, 2); /* version 1, before session secrets */
 	lc__put_u16(v2, 0);
 	patch_fails(buf, len, 6, v2, 2); /* type 0 */
 	lc__put_u16(v2, 7);
@@ -520,6 +522,86 @@ static void test_oversize_and_garbage(void **state)
 	free(buf);
 }
 
+/* Every message ends with the session secret, kept bit for bit; without it
+ * the message is truncated. */
+static void test_secret_closes_every_message(void **state)
+{
+	lc__msg_t m, out;
+	size_t len, plain;
+	memset(&m, 0, sizeof m);
+	m.type = LC__MSG_LAYERS;
+	m.layers = (lc__msg_layers_t){.room = 3, .p_rank = 1, .layers = 2};
+	uint8_t *buf = enc(&m, &plain);
+	assert_int_equal(plain, LC__MSG_HEADER + 16 + LC__MSG_SECRET_LEN);
+	free(buf);
+	for (int i = 0; i < LC__MSG_SECRET_LEN; i++)
+		m.secret[i] = (uint8_t)(0xc0 + i);
+	buf = enc(&m, &len);
+	assert_int_equal(len, plain);
+	assert_memory_equal(buf + len - LC__MSG_SECRET_LEN, m.secret, LC__MSG_SECRET_LEN);
+	assert_int_equal(lc__msg_decode(buf, len, &out, NULL, 0), 0);
+	assert_memory_equal(out.secret, m.secret, LC__MSG_SECRET_LEN);
+	/* Without the secret: truncated (the header length agreeing). */
+	lc__put_u32(buf + 8, (uint32_t)(len - LC__MSG_SECRET_LEN));
+	decode_fails(buf, len - LC__MSG_SECRET_LEN);
+	assert_int_equal(lc__msg_peek_version(buf, len), LC__MSG_VERSION);
+	assert_int_equal(lc__msg_peek_version(buf, 4), -1);
+	free(buf);
+}
+
+/* An old D's version-1 REGISTER gets a version-1 REGISTER_REPLY it reads:
+ * its session, P's rank, the refusal and the reason. */
+static void test_v1_register_refused_in_v1(void **state)
+{
+	uint8_t v1[12 + 2 + 2 + 2 + 9 + 8];
+	size_t n = 0;
+	lc__put_u32(v1, LC__MSG_MAGIC);
+	lc__put_u16(v1 + 4, 1);
+	lc__put_u16(v1 + 6, LC__MSG_REGISTER);
+	n = 12;
+	lc__put_u16(v1 + n, 2);
+	memcpy(v1 + n + 2, "d0", 2);
+	n += 4;
+	lc__put_u16(v1 + n, 9);
+	memcpy(v1 + n + 2, "tcp://h:1", 9);
+	n += 11;
+	memset(v1 + n, 0, 8); /* the rest of a v1 REGISTER is not read */
+	n += 8;
+	lc__put_u32(v1 + 8, (uint32_t)n);
+	char ep[64];
+	uint8_t *out;
+	size_t out_len;
+	assert_int_equal(lc__msg_refuse_v1_register(v1, n, 3, LC_ERR_PROTO, "upgrade D", ep,
+						    sizeof ep, &out, &out_len),
+			 0);
+	assert_string_equal(ep, "tcp://h:1");
+	assert_int_equal(lc__msg_peek_version(out, out_len), 1);
+	assert_int_equal(lc__get_u16(out + 6), LC__MSG_REGISTER_REPLY);
+	assert_int_equal(lc__get_u32(out + 8), out_len);
+	assert_int_equal(lc__get_u16(out + 12), 2);
+	assert_memory_equal(out + 14, "d0", 2);
+	assert_int_equal(lc__get_u32(out + 16), 3);
+	assert_int_equal((int32_t)lc__get_u32(out + 20), LC_ERR_PROTO);
+	assert_int_equal(lc__get_u16(out + 24), 9);
+	assert_memory_equal(out + 26, "upgrade D", 9);
+	assert_int_equal(out_len, 35);
+	free(out);
+	/* Not a v1 REGISTER: a v2 message, another type, a short one. */
+	lc__put_u16(v1 + 4, 2);
+	assert_int_equal(lc__msg_refuse_v1_register(v1, n, 3, LC_ERR_PROTO, "x", ep, sizeof ep,
+						    &out, &out_len),
+			 LC_ERR_PROTO);
+	lc__put_u16(v1 + 4, 1);
+	lc__put_u16(v1 + 6, LC__MSG_CANCEL);
+	assert_int_equal(lc__msg_refuse_v1_register(v1, n, 3, LC_ERR_PROTO, "x", ep, sizeof ep,
+						    &out, &out_len),
+			 LC_ERR_PROTO);
+	lc__put_u16(v1 + 6, LC__MSG_REGISTER);
+	assert_int_equal(lc__msg_refuse_v1_register(v1, 14, 3, LC_ERR_PROTO, "x", ep, sizeof ep,
+						    &out, &out_len),
+			 LC_ERR_PROTO);
+}
+
 int main(void)
 {
 	lc_log_set_level(LC_LOG_OFF);
@@ -533,6 +615,8 @@ int main(void)
 		cmocka_unit_test(test_encode_refuses),
 		cmocka_unit_test(test_fields_out_of_range),
 		cmocka_unit_test(test_oversize_and_garbage),
+		cmocka_unit_test(test_secret_closes_every_message),
+		cmocka_unit_test(test_v1_register_refused_in_v1),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
