@@ -112,7 +112,11 @@ LC_API int lc_prefill_endpoint(const lc_prefill_t *prefill, char *buf, size_t ca
  * "registrations_refused", "transfer_infos", "cancels", "statuses",
  * "layer_updates", "msgs_sent", "msgs_received", "send_failures"...;
  * "cancels_refused": CANCELs from an unregistered session, or for a room
- * that session is not a destination of). -ENOENT for an unknown name. */
+ * that session is not a destination of; "session_mismatches": messages
+ * naming a known session without its secret (or, with CURVE, from another
+ * key); "session_incarnations": REGISTERs of a known session id with a new
+ * secret; "msgs_old_version": messages of another protocol version).
+ * -ENOENT for an unknown name. */
 LC_API int lc_prefill_counter(lc_prefill_t *prefill, const char *name, uint64_t *out);
 
 /* A sender: P's handle on one room (the request's bootstrap_room). */
@@ -183,7 +187,8 @@ LC_API void lc_decode_destroy(lc_decode_t *decode);
 /* The control endpoint P ranks send to ("tcp://host:port"). */
 LC_API int lc_decode_endpoint(const lc_decode_t *decode, char *buf, size_t cap);
 /* Counters by name, as lc_prefill_counter ("heartbeat_failures",
- * "peers_dead" too). */
+ * "peers_dead" too; "session_mismatches": P messages without the secret
+ * this D registered with at that P rank, dropped). */
 LC_API int lc_decode_counter(lc_decode_t *decode, const char *name, uint64_t *out);
 
 /* A receiver: D's handle on one room. */
