@@ -165,7 +165,7 @@ static void evict(lc_prefill_t *p, lc__dsess_t *s)
 			break;
 		}
 	pthread_mutex_unlock(&p->lock);
-	LC__INFO("prefill %s: evicted idle D session %s", p->name, s->name);
+	LC__INFO("prefill %s: evicted idle D session %s", p->name, s->ename);
 	LC__COUNT(p->ctx, sessions_evicted);
 	lc__push_close(s->push);
 	free(s);
@@ -266,9 +266,10 @@ static void pick_ename(lc_prefill_t *p, const char *name, char *out, size_t cap)
 		snprintf(out, cap, "%s#%llu", name, (unsigned long long)atomic_fetch_add(&next, 1));
 }
 
-/* The incarnation this REGISTER refreshes (its secret) or NULL for a new
- * one, in *out; LC_ERR_AUTH when the incarnation was registered over CURVE
- * by another key. Its engine name goes to ename. */
+/* The engine name (to ename) of the incarnation this REGISTER refreshes
+ * (the one with its secret), or of a new one, for which the table makes
+ * room. LC_ERR_AUTH when the incarnation was registered over CURVE by
+ * another key: a secret alone does not move a session to another key. */
 static int incarnation(lc_prefill_t *p, const lc__msg_t *m, const char *peer, char *ename,
 		       size_t cap, char *why, size_t why_cap)
 {
