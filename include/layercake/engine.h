@@ -211,6 +211,25 @@ typedef void (*lc_room_status_cb)(void *arg, uint64_t room, const char *session,
  * landed at `session` (acknowledged). Called when the number grows. */
 typedef void (*lc_layers_landed_cb)(void *arg, uint64_t room, const char *session, uint32_t layers);
 
+/* What lc_room_status_cb says, and what it cannot: the room checksum. */
+enum lc_room_final_flags {
+	/* `checksum` holds the sum of every byte posted to this destination
+	 * (knob room_checksum; docs/security.md). */
+	LC_FINAL_HAS_CHECKSUM = 1u << 0,
+};
+typedef struct lc_room_final {
+	size_t size; /* sizeof(lc_room_final_t) as the library knows it */
+	uint64_t room;
+	const char *session;
+	int status, fail_reason;
+	const char *reason_text;
+	const void *metadata;
+	size_t metadata_len;
+	uint32_t flags; /* LC_FINAL_* */
+	uint64_t checksum;
+} lc_room_final_t;
+typedef void (*lc_room_final_cb)(void *arg, const lc_room_final_t *final);
+
 typedef struct lc_engine_params {
 	size_t size;               /* sizeof(lc_engine_params_t) */
 	const lc_layout_t *layout; /* copied; buffers must lie in regions of ctx */
@@ -229,6 +248,9 @@ typedef struct lc_engine_params {
 	 * memory); NULL uses words the engine allocates (lc_engine_counter). */
 	uint64_t *cache_word;
 	uint64_t *aux_word;
+	/* Called instead of status_cb when set: the same, plus the checksum. */
+	lc_room_final_cb final_cb;
+	void *final_arg;
 } lc_engine_params_t;
 
 /* Create an engine on ctx and start its thread. Reads the knobs
