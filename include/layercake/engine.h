@@ -256,7 +256,7 @@ typedef struct lc_engine_params {
 /* Create an engine on ctx and start its thread. Reads the knobs
  * layerwise_interval, session_ttl_ms, layer_timeout_ms, metadata_timeout_ms,
  * transfer_timeout_ms, bootstrap_timeout_ms, waiting_timeout_ms,
- * poll_spin_us and poll_sleep_us from ctx. Errors: -EINVAL (no layout,
+ * poll_spin_us, poll_sleep_us and room_checksum from ctx. Errors: -EINVAL (no layout,
  * misaligned words), -ENOMEM, or a thread/eventfd errno. */
 LC_API int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_t **out);
 /* Stop the thread; rooms not finished fail with LC_FAIL_STOPPED (status
