@@ -30,6 +30,18 @@ static uint64_t power(uint64_t k, uint64_t e)
 	return r;
 }
 
+#define CHAINS 8
+
+/* acc * k + w modulo P, lazily: acc < 2^62 in and out (the same residue,
+ * not fully reduced), any w. acc * k < 2^123: its low 61 bits plus the
+ * rest, plus w folded once, stay below 2^64; one more fold is < 2^62. */
+static inline uint64_t step(uint64_t acc, uint64_t k, uint64_t w)
+{
+	unsigned __int128 x = (unsigned __int128)acc * k;
+	uint64_t s = ((uint64_t)x & P) + (uint64_t)(x >> 61) + (w & P) + (w >> 61);
+	return (s & P) + (s >> 61);
+}
+
 /* A region's key: a mix of its id (splitmix64), in [2, P - 1]. */
 static uint64_t key(uint32_t region)
 {
@@ -75,18 +87,18 @@ uint64_t lc__sum_range(uint32_t region, uint64_t offset, const void *buf, size_t
 	}
 	size_t words = len / 8;
 	if (words) {
-		/* Horner's rule on four interleaved chains (k^4 each), so that
-		 * the multiplications do not wait on one another. */
-		uint64_t k4 = power(k, 4), acc[4] = {0, 0, 0, 0};
-		size_t m = words / 4;
+		/* Horner's rule on CHAINS interleaved chains (k^CHAINS each), so
+		 * that the multiplications do not wait on one another; inside a
+		 * chain values are kept below 2^62, not fully reduced. */
+		uint64_t kc = power(k, CHAINS), acc[CHAINS] = {0};
+		size_t m = words / CHAINS;
 		for (size_t i = m; i-- > 0;)
-			for (unsigned j = 0; j < 4; j++)
-				acc[j] = lc__sum_add(mul(acc[j], k4),
-						     mod_p(load_le(p + 8 * (4 * i + j))));
+			for (unsigned j = 0; j < CHAINS; j++)
+				acc[j] = step(acc[j], kc, load_le(p + 8 * (CHAINS * i + j)));
 		uint64_t s = 0, kj = 1;
-		for (unsigned j = 0; j < 4; j++, kj = mul(kj, k))
-			s = lc__sum_add(s, mul(acc[j], kj));
-		for (size_t i = 4 * m; i < words; i++) /* the last 0-3 words */
+		for (unsigned j = 0; j < CHAINS; j++, kj = mul(kj, k))
+			s = lc__sum_add(s, mul(mod_p(acc[j]), kj));
+		for (size_t i = CHAINS * m; i < words; i++) /* the last words */
 			s = lc__sum_add(s, mul(mod_p(load_le(p + 8 * i)), power(k, i)));
 		sum = lc__sum_add(sum, mul(s, power(k, q)));
 		p += 8 * words;
