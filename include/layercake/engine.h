@@ -211,6 +211,25 @@ typedef void (*lc_room_status_cb)(void *arg, uint64_t room, const char *session,
  * landed at `session` (acknowledged). Called when the number grows. */
 typedef void (*lc_layers_landed_cb)(void *arg, uint64_t room, const char *session, uint32_t layers);
 
+/* What lc_room_status_cb says, and what it cannot: the room checksum. */
+enum lc_room_final_flags {
+	/* `checksum` holds the sum of every byte posted to this destination
+	 * (knob room_checksum; docs/security.md). */
+	LC_FINAL_HAS_CHECKSUM = 1u << 0,
+};
+typedef struct lc_room_final {
+	size_t size; /* sizeof(lc_room_final_t) as the library knows it */
+	uint64_t room;
+	const char *session;
+	int status, fail_reason;
+	const char *reason_text;
+	const void *metadata;
+	size_t metadata_len;
+	uint32_t flags; /* LC_FINAL_* */
+	uint64_t checksum;
+} lc_room_final_t;
+typedef void (*lc_room_final_cb)(void *arg, const lc_room_final_t *final);
+
 typedef struct lc_engine_params {
 	size_t size;               /* sizeof(lc_engine_params_t) */
 	const lc_layout_t *layout; /* copied; buffers must lie in regions of ctx */
@@ -229,12 +248,15 @@ typedef struct lc_engine_params {
 	 * memory); NULL uses words the engine allocates (lc_engine_counter). */
 	uint64_t *cache_word;
 	uint64_t *aux_word;
+	/* Called instead of status_cb when set: the same, plus the checksum. */
+	lc_room_final_cb final_cb;
+	void *final_arg;
 } lc_engine_params_t;
 
 /* Create an engine on ctx and start its thread. Reads the knobs
  * layerwise_interval, session_ttl_ms, layer_timeout_ms, metadata_timeout_ms,
  * transfer_timeout_ms, bootstrap_timeout_ms, waiting_timeout_ms,
- * poll_spin_us and poll_sleep_us from ctx. Errors: -EINVAL (no layout,
+ * poll_spin_us, poll_sleep_us and room_checksum from ctx. Errors: -EINVAL (no layout,
  * misaligned words), -ENOMEM, or a thread/eventfd errno. */
 LC_API int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_t **out);
 /* Stop the thread; rooms not finished fail with LC_FAIL_STOPPED (status

@@ -146,6 +146,7 @@ EngineParams = _struct("lc_engine_params_t", [
     ("landed_cb", LAYERS_LANDED_CB), ("landed_arg", c_void_p),
     ("external_counter", c_int), ("reserved", c_int),
     ("cache_word", P(c_u64)), ("aux_word", P(c_u64)),
+    ("final_cb", c_void_p), ("final_arg", c_void_p),  # lc_room_final_cb: unused here
 ])
 
 Chunk = _struct("lc_chunk_t", [

@@ -243,6 +243,12 @@ static const char *check_status(const lc__msg_status_t *s)
 		return "Failed with metadata";
 	if (s->metadata_len > LC_METADATA_MAX)
 		return "metadata too long";
+	if (s->flags & ~(uint32_t)LC__STATUS_HAS_CHECKSUM)
+		return "unknown status flags";
+	if ((s->flags & LC__STATUS_HAS_CHECKSUM) && s->status != LC_ROOM_SUCCESS)
+		return "a checksum with Failed";
+	if (s->checksum >= (1ull << 61) - 1)
+		return "checksum out of range";
 	return NULL;
 }
 
@@ -386,6 +392,9 @@ static const char *encode_body(writer_t *w, const lc__msg_t *m)
 		w_str(w, m->status.reason, sizeof m->status.reason);
 		w_u32(w, m->status.metadata_len);
 		w_bytes(w, m->status.metadata, m->status.metadata_len);
+		w_u32(w, m->status.flags);
+		if (m->status.flags & LC__STATUS_HAS_CHECKSUM)
+			w_u64(w, m->status.checksum);
 		return NULL;
 	case LC__MSG_LAYERS:
 		if (!m->layers.layers || m->layers.layers > LC__MSG_MAX_LAYERS)
@@ -554,23 +563,28 @@ static void decode_status(reader_t *r, lc__msg_status_t *s)
 	s->metadata_len = r_u32(r, "metadata length");
 	if (r->err)
 		return;
-	const char *bad = check_status(s);
+	const char *bad = check_status(s); /* flags not read yet: 0 */
 	if (bad) {
 		r_fail(r, "%s (status %u, reason %u, metadata %u bytes)", bad, s->status,
 		       s->fail_reason, s->metadata_len);
 		return;
 	}
-	if (!s->metadata_len)
-		return;
-	const uint8_t *p = r_take(r, s->metadata_len, "metadata");
-	if (!p)
-		return;
-	s->metadata = malloc(s->metadata_len);
-	if (!s->metadata) {
-		r_fail(r, "out of memory");
-		return;
+	if (s->metadata_len) {
+		const uint8_t *p = r_take(r, s->metadata_len, "metadata");
+		if (!p)
+			return;
+		s->metadata = malloc(s->metadata_len);
+		if (!s->metadata) {
+			r_fail(r, "out of memory");
+			return;
+		}
+		memcpy(s->metadata, p, s->metadata_len);
 	}
-	memcpy(s->metadata, p, s->metadata_len);
+	s->flags = r_u32(r, "flags");
+	if (!r->err && (s->flags & LC__STATUS_HAS_CHECKSUM))
+		s->checksum = r_u64(r, "checksum");
+	if (!r->err && (bad = check_status(s)))
+		r_fail(r, "%s (flags %#x)", bad, s->flags);
 }
 
 int lc__msg_decode(const void *buf, size_t len, lc__msg_t *msg, char *why, size_t why_cap)

@@ -134,7 +134,14 @@ typedef struct lc__msg_status {
 	char reason[LC_REASON_MAX];
 	uint32_t metadata_len; /* <= LC_METADATA_MAX; 0 with Failed */
 	uint8_t *metadata;
+	uint32_t flags;    /* LC__STATUS_* */
+	uint64_t checksum; /* with LC__STATUS_HAS_CHECKSUM: core/checksum.h */
 } lc__msg_status_t;
+
+enum lc__msg_status_flags {
+	/* the sum of every byte this P rank wrote for the room (Success only) */
+	LC__STATUS_HAS_CHECKSUM = 1u << 0,
+};
 
 typedef struct lc__msg_layers {
 	uint64_t room;

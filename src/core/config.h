@@ -55,6 +55,9 @@
 	X(landed_wait_ms, "LAYERCAKE_LANDED_WAIT_MS", 1000, 0, 600000,                             \
 	  "D: once every P rank said Success, how long to wait for the room's granted bytes to "   \
 	  "land (a late write on another lane) before failing the room")                           \
+	X(room_checksum, "LAYERCAKE_ROOM_CHECKSUM", 0, 0, 1,                                       \
+	  "1: P sums every byte it posts (host memory) and D checks the sum over its granted "     \
+	  "ranges before Success (docs/security.md, room checksum)")                               \
 	X(heartbeat_interval_ms, "LAYERCAKE_HEARTBEAT_INTERVAL_MS", 5000, 100, 3600000,            \
 	  "D's interval between GET /health probes of each P")                                     \
 	X(heartbeat_misses, "LAYERCAKE_HEARTBEAT_MISSES", 2, 1, 1000,                              \

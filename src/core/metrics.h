@@ -20,6 +20,7 @@
 	X(writes_rejected_grant)                                                                   \
 	X(bytes_landed_over_grant)                                                                 \
 	X(rooms_short_landed)                                                                      \
+	X(rooms_checksum_failed)                                                                   \
 	X(grants_added)                                                                            \
 	X(grants_revoked)                                                                          \
 	X(conns_opened)                                                                            \

@@ -30,6 +30,7 @@ typedef struct lc__room_dst {
 	bool dummy;
 	bool notified;   /* final status delivered */
 	uint32_t landed; /* layers reported landed */
+	uint64_t sum;    /* room_checksum: of every write posted to it (core/checksum.h) */
 } lc__room_dst_t;
 
 typedef struct lc__room {

@@ -33,6 +33,7 @@ static void read_config(lc_engine_t *e, lc_ctx_t *ctx)
 	e->spin_ns = cfg_ns(ctx, LC__CFG_poll_spin_us, us);
 	e->sleep_ns = cfg_ns(ctx, LC__CFG_poll_sleep_us, us);
 	e->inline_submit = lc__ctx_cfg(ctx, LC__CFG_inline_submit) != 0;
+	e->checksum = lc__ctx_cfg(ctx, LC__CFG_room_checksum) != 0;
 	e->coalesce_ns = cfg_ns(ctx, LC__CFG_ack_coalesce_us, us);
 }
 

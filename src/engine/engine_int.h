@@ -117,6 +117,8 @@ typedef struct lc__note {
 	uint8_t *meta;
 	size_t meta_len;
 	uint32_t layers;
+	bool has_sum;
+	uint64_t sum;
 } lc__note_t;
 
 /* A group posted in the current pass, reported once its doorbell rang. */
@@ -143,6 +145,7 @@ struct lc_engine {
 	uint64_t ttl_ns, layer_ns, metadata_ns, transfer_ns, bootstrap_ns, waiting_ns;
 	uint64_t spin_ns, sleep_ns;
 	bool inline_submit;
+	bool checksum;                 /* room_checksum: sum every write posted */
 	uint64_t coalesce_ns;          /* acknowledgement moderation */
 	uint64_t seen_cache, seen_aux; /* steps the last progress pass read */
 

@@ -33,12 +33,15 @@ static lc__note_t *note_new(lc_engine_t *e)
 
 /* The final status of room r for destination d; Success carries a copy of
  * the metadata blob. */
-static void note_status(lc__note_t *n, const lc__room_t *r, const lc__room_dst_t *d)
+static void note_status(lc__note_t *n, const lc__room_t *r, const lc__room_dst_t *d,
+			bool e_checksum)
 {
 	n->kind = LC__NOTE_STATUS;
 	n->room = r->id;
 	n->session = d->session_name ? strdup(d->session_name) : NULL;
 	n->status = r->status;
+	n->has_sum = e_checksum && r->status == LC_ROOM_SUCCESS;
+	n->sum = d->sum;
 	n->reason = r->status == LC_ROOM_FAILED ? r->fail_reason : LC_FAIL_NONE;
 	lc__reason(n->text, sizeof(n->text), "%s", r->status == LC_ROOM_FAILED ? r->reason : "");
 	if (r->status == LC_ROOM_SUCCESS && r->metadata_len) {
@@ -64,7 +67,7 @@ static void queue_status(lc_engine_t *e, lc__room_t *r)
 				  (unsigned long long)r->id, d->session_name);
 			continue;
 		}
-		note_status(n, r, d);
+		note_status(n, r, d, e->checksum);
 	}
 	r->notify_pending = false;
 	if (!lc__engine_on_thread(e))
@@ -109,7 +112,21 @@ void lc__engine_deliver_notes(lc_engine_t *e)
 		for (size_t i = 0; i < n; i++) {
 			lc__note_t *x = &notes[i];
 			const char *s = x->session ? x->session : "";
-			if (x->kind == LC__NOTE_STATUS && e->params.status_cb)
+			if (x->kind == LC__NOTE_STATUS && e->params.final_cb)
+				e->params.final_cb(
+					e->params.final_arg,
+					&(lc_room_final_t){
+						.size = sizeof(lc_room_final_t),
+						.room = x->room,
+						.session = s,
+						.status = x->status,
+						.fail_reason = x->reason,
+						.reason_text = x->text,
+						.metadata = x->meta,
+						.metadata_len = x->meta_len,
+						.flags = x->has_sum ? LC_FINAL_HAS_CHECKSUM : 0,
+						.checksum = x->sum});
+			else if (x->kind == LC__NOTE_STATUS && e->params.status_cb)
 				e->params.status_cb(e->params.status_arg, x->room, s, x->status,
 						    x->reason, x->text, x->meta, x->meta_len);
 			else if (x->kind == LC__NOTE_LANDED && e->params.landed_cb)

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "core/checksum.h"
 #include "engine/engine_int.h"
 
 static int ensure_scratch(lc_engine_t *e, size_t n)
@@ -48,6 +49,14 @@ static bool post_wreq(lc_engine_t *e, lc__wreq_t *w, uint32_t g, uint32_t b, uin
 		return false;
 	}
 	size_t n = lc__plan_emit(&w->plan, b, end, e->scratch, &bytes);
+	if (e->checksum) { /* the bytes as they are now, where D will hold them */
+		lc__room_dst_t *d = &r->dst[w->dst];
+		for (size_t i = 0; i < n; i++)
+			d->sum = lc__sum_add(d->sum, lc__sum_range(e->scratch[i].remote_region,
+								   e->scratch[i].remote_offset,
+								   e->scratch[i].local,
+								   e->scratch[i].length));
+	}
 	lc_batch_params_t bp = {
 		.size = sizeof(bp),
 		.room = r->id,

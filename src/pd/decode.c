@@ -19,6 +19,7 @@ static void load_knobs(lc_decode_t *d, lc_ctx_t *ctx)
 	d->bootstrap_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_bootstrap_timeout_ms) * ms;
 	d->waiting_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_waiting_timeout_ms) * ms;
 	d->landed_wait_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_landed_wait_ms) * ms;
+	d->checksum = lc__ctx_cfg(ctx, LC__CFG_room_checksum) != 0;
 	d->hb_interval_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_heartbeat_interval_ms) * ms;
 	d->hb_misses = (int)lc__ctx_cfg(ctx, LC__CFG_heartbeat_misses);
 	d->default_port = lc__ctx_cfg(ctx, LC__CFG_bootstrap_port);
@@ -278,10 +279,11 @@ static int grant_pages(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages
 				j++;
 			if (ids[i] < 0 || (uint64_t)ids[j - 1] >= items)
 				return -EINVAL;
-			int rc = lc_grant_issue(d->ctx, r->room, d->regions[d->buf_region[b]],
-						d->buf_offset[b] + (uint64_t)ids[i] * buf->item_len,
-						(uint64_t)(j - i) * buf->item_len);
-			if (rc < 0)
+			lc__sum_range_t g = {d->regions[d->buf_region[b]],
+					     d->buf_offset[b] + (uint64_t)ids[i] * buf->item_len,
+					     (uint64_t)(j - i) * buf->item_len};
+			int rc = lc_grant_issue(d->ctx, r->room, g.region, g.offset, g.length);
+			if (rc < 0 || (d->checksum && (rc = lc__decode_keep_range(r, &g))))
 				return rc;
 			i = j;
 		}
@@ -476,5 +478,6 @@ void lc_receiver_destroy(lc_receiver_t *r)
 		}
 	pthread_mutex_unlock(&d->lock);
 	free(r->metadata);
+	free(r->sum_ranges);
 	free(r);
 }

@@ -140,6 +140,13 @@ static void settle(lc_decode_t *d, lc_receiver_t *r, uint64_t now)
 		lc_grant_revoke(d->ctx, r->room);
 		r->granted = false;
 	}
+	char why[LC_REASON_MAX];
+	if (d->checksum && lc__decode_check_sum(d, r, why, sizeof why)) {
+		LC__COUNT(d->ctx, rooms_checksum_failed);
+		LC__WARN("decode %s: room %llu: %s", d->session, (unsigned long long)r->room, why);
+		lc__decode_fail(d, r, LC_FAIL_TRANSFER, true, "%s", why);
+		return;
+	}
 	lc__decode_set_state(d, r, LC_ROOM_SUCCESS);
 }
 
@@ -218,6 +225,8 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s, const uint8
 	}
 	if (!r->got[t].responded) {
 		r->got[t].responded = true;
+		r->got[t].has_sum = s->flags & LC__STATUS_HAS_CHECKSUM;
+		r->got[t].sum = s->checksum;
 		r->responses++;
 	}
 	keep_metadata(r, s);

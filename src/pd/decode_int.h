@@ -71,9 +71,17 @@ typedef struct lc__ppeer {
 	uint64_t generation; /* bumped when the peer is declared dead */
 } lc__ppeer_t;
 
+/* One granted range, kept for the room checksum. */
+typedef struct lc__sum_range {
+	lc_region_t *region;
+	uint64_t offset, length;
+} lc__sum_range_t;
+
 /* What a target P rank has told this room so far. */
 typedef struct lc__dtarget {
 	bool responded;
+	bool has_sum; /* its Success carried a room checksum */
+	uint64_t sum;
 	uint32_t layers;
 	uint32_t reg_epoch; /* the rank's registration the room went out under */
 } lc__dtarget_t;
@@ -95,6 +103,8 @@ struct lc_receiver {
 	uint8_t *metadata;
 	size_t metadata_len;
 	bool has_metadata;
+	lc__sum_range_t *sum_ranges; /* room_checksum: what D granted */
+	size_t nsum_ranges, sum_cap;
 	struct lc_receiver *next;
 };
 
@@ -117,6 +127,7 @@ struct lc_decode {
 	int tp_size, tp_rank;
 	uint64_t bootstrap_ns, waiting_ns, hb_interval_ns;
 	uint64_t landed_wait_ns; /* a claimed room's bytes may still be landing this long */
+	bool checksum;           /* room_checksum: check P's sums against D's memory */
 	int hb_misses;
 	int64_t default_port;
 	lc__zctx_t *z;
@@ -152,6 +163,15 @@ void lc__decode_fail(lc_decode_t *d, lc_receiver_t *r, int reason, bool tell_p, 
 		     ...) __attribute__((format(printf, 5, 6)));
 /* The control thread. */
 void *lc__decode_ctl_main(void *arg);
+
+/* ---- decode_sum.c ---- */
+
+/* room_checksum: keep a range D granted to the room. */
+int lc__decode_keep_range(lc_receiver_t *r, const lc__sum_range_t *g);
+/* room_checksum, once every granted byte landed and the grant is revoked:
+ * 0 if the sums of the room's P ranks add up to D's own over its granted
+ * ranges; else LC_ERR_PROTO with the reason in why. */
+int lc__decode_check_sum(lc_decode_t *d, lc_receiver_t *r, char *why, size_t cap);
 
 /* ---- decode_discover.c ---- */
 

@@ -64,6 +64,8 @@ typedef struct lc__outmsg {
 	uint8_t *metadata;
 	size_t metadata_len;
 	uint32_t layers;
+	uint32_t status_flags; /* LC__STATUS_* */
+	uint64_t checksum;
 } lc__outmsg_t;
 
 struct lc_sender {
@@ -118,10 +120,8 @@ struct lc_prefill {
 
 /* Wake the control thread. */
 void lc__prefill_wake(lc_prefill_t *p);
-/* Engine callbacks (lc_engine_params_t.status_cb / landed_cb): queue. */
-void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int status,
-			   int fail_reason, const char *reason_text, const void *metadata,
-			   size_t metadata_len);
+/* Engine callbacks (lc_engine_params_t.final_cb / landed_cb): queue. */
+void lc__prefill_on_final(void *arg, const lc_room_final_t *f);
 void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32_t layers);
 /* Send what the engine queued (control thread). */
 void lc__prefill_flush(lc_prefill_t *p);

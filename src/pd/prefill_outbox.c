@@ -86,28 +86,30 @@ static lc__outmsg_t *out_new(lc_prefill_t *p)
 	return m;
 }
 
-void lc__prefill_on_status(void *arg, uint64_t room, const char *session, int status,
-			   int fail_reason, const char *reason_text, const void *metadata,
-			   size_t metadata_len)
+void lc__prefill_on_final(void *arg, const lc_room_final_t *f)
 {
 	lc_prefill_t *p = arg;
 	pthread_mutex_lock(&p->lock);
 	lc__outmsg_t *m = out_new(p);
 	if (m) {
 		m->type = LC__MSG_STATUS;
-		m->room = room;
-		snprintf(m->session, sizeof m->session, "%s", session);
-		m->status = status;
-		m->fail_reason = fail_reason;
-		snprintf(m->reason, sizeof m->reason, "%s", reason_text ? reason_text : "");
-		if (status == LC_ROOM_SUCCESS && metadata_len && metadata_len <= LC_METADATA_MAX &&
-		    (m->metadata = malloc(metadata_len))) {
-			memcpy(m->metadata, metadata, metadata_len);
-			m->metadata_len = metadata_len;
+		m->room = f->room;
+		snprintf(m->session, sizeof m->session, "%s", f->session);
+		m->status = f->status;
+		m->fail_reason = f->fail_reason;
+		snprintf(m->reason, sizeof m->reason, "%s", f->reason_text ? f->reason_text : "");
+		if (f->status == LC_ROOM_SUCCESS && f->metadata_len &&
+		    f->metadata_len <= LC_METADATA_MAX && (m->metadata = malloc(f->metadata_len))) {
+			memcpy(m->metadata, f->metadata, f->metadata_len);
+			m->metadata_len = f->metadata_len;
+		}
+		if (f->status == LC_ROOM_SUCCESS && (f->flags & LC_FINAL_HAS_CHECKSUM)) {
+			m->status_flags = LC__STATUS_HAS_CHECKSUM;
+			m->checksum = f->checksum;
 		}
 	} else {
 		LC__ERROR("prefill %s: out of memory queueing the status of room %llu", p->name,
-			  (unsigned long long)room);
+			  (unsigned long long)f->room);
 	}
 	pthread_mutex_unlock(&p->lock);
 	lc__prefill_wake(p);
@@ -202,6 +204,8 @@ void lc__prefill_flush(lc_prefill_t *p)
 			snprintf(m->status.reason, sizeof m->status.reason, "%s", o->reason);
 			m->status.metadata = o->metadata;
 			m->status.metadata_len = (uint32_t)o->metadata_len;
+			m->status.flags = o->status_flags;
+			m->status.checksum = o->checksum;
 			LC__P_CTL_ADD(p, statuses);
 		} else {
 			if (!o->layers)

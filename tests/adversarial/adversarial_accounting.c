@@ -17,6 +17,12 @@
  *   honest_fan_in  2 P ranks (heads split over P's TP) -> 1 D: Success
  *   lie_fan_in     the same, rank 0 honest, rank 1 claims Success having
  *                  sent nothing
+ * With the room checksum on (room_checksum=1, docs/security.md):
+ *   checksum_honest         1 P rank, P and D sum: Success
+ *   checksum_honest_fan_in  2 P ranks: their sums add up to D's
+ *   checksum_forged         every byte sent, then a Success whose sum
+ *                           disagrees with D's memory: Failed
+ *   checksum_missing        the sum on at D only: Failed, and says so
  *
  * The model: MHA, LAYERS layers (2 buffers each), PAGES pages of ITEM
  * bytes. Global page g holds tu_fill(seed(b, g)); P rank r of w holds
@@ -55,6 +61,9 @@ typedef struct cfg {
 	bool lie[MAX_P];        /* the rank claims Success itself */
 	bool claim_first;       /* the claim comes before any byte is sent */
 	int d_expect;           /* LC_ROOM_SUCCESS or LC_ROOM_FAILED */
+	int sum;                /* room_checksum: 0 off, 1 at P and D, 2 at D only */
+	bool forge_sum;         /* the claimed Success carries a wrong sum */
+	const char *sum_reason; /* D's expected failure, when the sum decides */
 } cfg_t;
 
 static cfg_t C;
@@ -107,6 +116,10 @@ static void claim_success(const char *d_ep, int rank)
 	m.status.status = LC_ROOM_SUCCESS;
 	m.status.metadata = meta;
 	m.status.metadata_len = META_LEN;
+	if (C.forge_sum) {
+		m.status.flags = LC__STATUS_HAS_CHECKSUM;
+		m.status.checksum = 12345;
+	}
 	uint8_t *buf;
 	size_t len;
 	TU_OK(lc__msg_encode(&m, &buf, &len));
@@ -170,8 +183,8 @@ static int p_room(lc_engine_t **eng, lc_sender_t **snd, const char *d_ep)
 	if (C.claim_first)
 		claim_success(d_ep, 0);
 	p_forward(eng);
-	for (int r = 0; r < C.p_world; r++)
-		if (C.send_layers[r] == LAYERS)
+	for (int r = 0; r < C.p_world; r++) /* a liar's own P never ends the room */
+		if (C.send_layers[r] == LAYERS && !C.lie[r])
 			lc_sender_metadata_set(snd[r], meta, sizeof meta);
 	for (int r = 0; r < C.p_world; r++) {
 		lc_room_info_t info = {.size = sizeof info};
@@ -202,6 +215,8 @@ static int p_main(int addr_fd, int ep_fd, int quit_fd)
 	lc_bootstrap_t *b;
 	char addr[64], d_ep[256];
 	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+	if (C.sum == 2)
+		unsetenv("LAYERCAKE_ROOM_CHECKSUM");
 	TU_OK(lc_bootstrap_start(&bp, &b));
 	lc_bootstrap_addr(b, addr, sizeof addr);
 	uint64_t item = p_item();
@@ -305,7 +320,16 @@ static int d_check_final(lc_ctx_t *ctx, lc_receiver_t *rcv, int st, const lc_roo
 		(unsigned long long)short_landed, (unsigned long long)over);
 	if (st != C.d_expect || over)
 		failures++;
-	if (C.d_expect == LC_ROOM_FAILED) {
+	if (C.d_expect == LC_ROOM_FAILED && C.sum_reason) {
+		uint64_t sum_failed = 0;
+		lc_ctx_counter_by_name(ctx, "rooms_checksum_failed", &sum_failed);
+		if (info->fail_reason != LC_FAIL_TRANSFER || !strstr(info->reason, C.sum_reason) ||
+		    sum_failed != 1 || short_landed) {
+			fprintf(stderr, "D: wrong failure (want \"%s\", rooms_checksum_failed 1)\n",
+				C.sum_reason);
+			failures++;
+		}
+	} else if (C.d_expect == LC_ROOM_FAILED) {
 		unsigned long long n = 0, m = 0;
 		const char *at = strstr(info->reason, "peer claimed success: ");
 		if (info->fail_reason != LC_FAIL_TRANSFER ||
@@ -412,6 +436,8 @@ static bool read_ep(int fd, char *ep, size_t cap)
 static int run(void)
 {
 	int a[2], e[2], q[2], st[2];
+	if (C.sum)
+		setenv("LAYERCAKE_ROOM_CHECKSUM", "1", 1);
 	TU_CHECK(pipe(a) == 0 && pipe(e) == 0 && pipe(q) == 0 && pipe(st) == 0, "pipe");
 	pid_t p = fork();
 	TU_CHECK(p >= 0, "fork");
@@ -480,6 +506,25 @@ int main(int argc, char **argv)
 		C.p_world = 2;
 		return run();
 	}
+	C.sum = 1;
+	if (!strcmp(c, "checksum_honest"))
+		return run();
+	if (!strcmp(c, "checksum_honest_fan_in")) {
+		C.p_world = 2;
+		return run();
+	}
+	C.d_expect = LC_ROOM_FAILED;
+	if (!strcmp(c, "checksum_forged")) {
+		C.lie[0] = C.forge_sum = true;
+		C.sum_reason = "room checksum mismatch: P ranks sent 0x3039";
+		return run();
+	}
+	if (!strcmp(c, "checksum_missing")) {
+		C.sum = 2;
+		C.sum_reason = "P rank 0 sent no room checksum";
+		return run();
+	}
+	C.sum = 0;
 	C.d_expect = LC_ROOM_FAILED;
 	if (!strcmp(c, "lie_nothing")) {
 		C.send_layers[0] = 0;

@@ -278,7 +278,9 @@ static void test_small_round_trips(void **state)
 					 .p_rank = 2,
 					 .status = LC_ROOM_SUCCESS,
 					 .metadata_len = sizeof meta,
-					 .metadata = meta};
+					 .metadata = meta,
+					 .flags = LC__STATUS_HAS_CHECKSUM,
+					 .checksum = 0x123456789abcdull};
 	m[2].type = LC__MSG_STATUS;
 	m[2].status = (lc__msg_status_t){
 		.room = 6, .status = LC_ROOM_FAILED, .fail_reason = LC_FAIL_LAYER_TIMEOUT};
@@ -301,6 +303,8 @@ static void test_small_round_trips(void **state)
 			assert_int_equal(out.status.fail_reason, m[k].status.fail_reason);
 			assert_string_equal(out.status.reason, m[k].status.reason);
 			assert_int_equal(out.status.metadata_len, m[k].status.metadata_len);
+			assert_int_equal(out.status.flags, m[k].status.flags);
+			assert_int_equal(out.status.checksum, m[k].status.checksum);
 			if (out.status.metadata_len)
 				assert_memory_equal(out.status.metadata, meta, sizeof meta);
 			break;
@@ -342,6 +346,16 @@ static void test_encode_refuses(void **state)
 	assert_int_equal(lc__msg_encode(&m, &buf, &len), -EINVAL);
 	m.status = (lc__msg_status_t){
 		.status = LC_ROOM_SUCCESS, .metadata_len = sizeof big, .metadata = big};
+	assert_int_equal(lc__msg_encode(&m, &buf, &len), -EINVAL);
+	/* The room checksum: known flags only, with Success only, below the prime. */
+	m.status = (lc__msg_status_t){.status = LC_ROOM_SUCCESS, .flags = 2};
+	assert_int_equal(lc__msg_encode(&m, &buf, &len), -EINVAL);
+	m.status = (lc__msg_status_t){.status = LC_ROOM_FAILED,
+				      .fail_reason = LC_FAIL_TRANSFER,
+				      .flags = LC__STATUS_HAS_CHECKSUM};
+	assert_int_equal(lc__msg_encode(&m, &buf, &len), -EINVAL);
+	m.status = (lc__msg_status_t){
+		.status = LC_ROOM_SUCCESS, .flags = LC__STATUS_HAS_CHECKSUM, .checksum = ~0ull};
 	assert_int_equal(lc__msg_encode(&m, &buf, &len), -EINVAL);
 	m.status =
 		(lc__msg_status_t){.status = LC_ROOM_FAILED, .fail_reason = LC_FAIL_REASON_COUNT};
