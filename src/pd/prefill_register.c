@@ -280,11 +280,14 @@ static int incarnation(lc_prefill_t *p, const lc__msg_t *m, const char *peer, ch
 	else
 		pick_ename(p, m->reg.session, ename, cap);
 	bool other_key = s && s->peer[0] && strcmp(s->peer, peer);
+	char bound[9] = "";
+	if (other_key) /* copied under the lock: s may go once it is dropped */
+		snprintf(bound, sizeof bound, "%.8s", s->peer);
 	pthread_mutex_unlock(&p->lock);
 	if (other_key) {
 		LC__P_CTL_ADD(p, session_mismatches);
-		snprintf(why, why_cap, "session %s is bound to the CURVE key %.8s..., not %.8s...",
-			 m->reg.session, s->peer, peer);
+		snprintf(why, why_cap, "session %.200s is bound to the CURVE key %s..., not %.8s...",
+			 m->reg.session, bound, peer);
 		return LC_ERR_AUTH;
 	}
 	return s ? 0 : make_room(p, why, why_cap);
