@@ -55,6 +55,9 @@
 	X(landed_wait_ms, "LAYERCAKE_LANDED_WAIT_MS", 1000, 0, 600000,                             \
 	  "D: once every P rank said Success, how long to wait for the room's granted bytes to "   \
 	  "land (a late write on another lane) before failing the room")                           \
+	X(grant_intervals_max, "LAYERCAKE_GRANT_INTERVALS_MAX", 65536, 1, 16777216,                \
+	  "D: covered intervals a room's accounting keeps beyond one per granted range (writes "   \
+	  "landed out of order leave gaps); past it the room fails (grant_intervals_capped)")      \
 	X(heartbeat_interval_ms, "LAYERCAKE_HEARTBEAT_INTERVAL_MS", 5000, 100, 3600000,            \
 	  "D's interval between GET /health probes of each P")                                     \
 	X(heartbeat_misses, "LAYERCAKE_HEARTBEAT_MISSES", 2, 1, 1000,                              \

@@ -290,8 +290,8 @@ static int d_check_final(lc_ctx_t *ctx, lc_receiver_t *rcv, int st, const lc_roo
 	int failures = 0;
 	uint64_t short_landed = 0, over = 0;
 	lc_ctx_counter_by_name(ctx, "rooms_short_landed", &short_landed);
-	lc_ctx_counter_by_name(ctx, "bytes_landed_over_grant", &over);
-	fprintf(stderr, "D: %s (%s) %s; rooms_short_landed %llu, bytes_landed_over_grant %llu\n",
+	lc_ctx_counter_by_name(ctx, "bytes_landed_twice", &over);
+	fprintf(stderr, "D: %s (%s) %s; rooms_short_landed %llu, bytes_landed_twice %llu\n",
 		lc_room_status_name(st), lc_fail_reason_name(info->fail_reason), info->reason,
 		(unsigned long long)short_landed, (unsigned long long)over);
 	if (st != C.d_expect || over)
