@@ -23,6 +23,10 @@
  *   forged_layers  1 P rank sends 2 of 4 layers, then a forged LAYERS
  *                  (raw ZeroMQ, harness.c) says all 4 landed: D's
  *                  layers_ready stays at its own count, 2; D cancels
+ *   intervals_cap  2 P ranks, rank 1 silent, D's grant_intervals_max 1:
+ *                  rank 0's half-pages leave more gaps than D keeps, so D
+ *                  stops counting and fails the room (whatever landed
+ *                  before the revoke is not checked; canaries are)
  *
  * Every case also watches lc_receiver_layers_ready while the room runs:
  * it never falls, and its highest value is D's own count of complete
@@ -69,6 +73,7 @@ typedef struct cfg {
 	bool claim_first;       /* the claim comes before any byte is sent */
 	bool twice;             /* the first half of the room is sent twice */
 	bool forge_layers;      /* a forged LAYERS says every layer landed */
+	bool cap;               /* D's grant_intervals_max is 1 */
 	int layer_gap_us;       /* P's pause between layers */
 	int d_expect;           /* LC_ROOM_SUCCESS or LC_ROOM_FAILED */
 } cfg_t;
@@ -345,6 +350,8 @@ static int d_verify(const tu_pool_t *s)
 			const uint8_t *pg = (const uint8_t *)s->bases[b] + (size_t)q * ITEM;
 			int j = PAGES - 1 - q;
 			bool granted = j < ROOM_PAGES;
+			if (granted && C.cap)
+				continue; /* landed up to the revoke, or not */
 			if (granted)
 				global_page(b, j + 1, g);
 			for (size_t x = 0; x < ITEM; x++) {
@@ -372,7 +379,14 @@ static int d_check_final(lc_ctx_t *ctx, lc_receiver_t *rcv, int st, const lc_roo
 		(unsigned long long)short_landed, (unsigned long long)over);
 	if (st != C.d_expect || over != twice_bytes())
 		failures++;
-	if (C.d_expect == LC_ROOM_FAILED) {
+	if (C.cap) {
+		uint64_t capped = 0;
+		lc_ctx_counter_by_name(ctx, "grant_intervals_capped", &capped);
+		if (info->fail_reason != LC_FAIL_TRANSFER ||
+		    !strstr(info->reason, "D stopped counting the room") ||
+		    !strstr(info->reason, "grant_intervals_max") || capped != 1 || short_landed)
+			failures++;
+	} else if (C.d_expect == LC_ROOM_FAILED) {
 		unsigned long long n = 0, m = 0;
 		const char *at = strstr(info->reason, "peer claimed success: ");
 		if (info->fail_reason != LC_FAIL_TRANSFER ||
@@ -480,6 +494,8 @@ static int d_main(const char *bs_addr)
 				 .listen_url = "tcp://127.0.0.1:0",
 				 .tp_size = 1,
 				 .tp_rank = 0};
+	if (C.cap)
+		TU_OK(lc_ctx_config_set(s.ctx, "grant_intervals_max", "1"));
 	int rc = lc_decode_create(s.ctx, &dp, &d);
 	if (rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) {
 		fprintf(stderr, "skip: %s\n", lc_strerror(rc));
@@ -656,6 +672,12 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(c, "lie_twice")) {
 		C.twice = true;
+		return run();
+	}
+	if (!strcmp(c, "intervals_cap")) {
+		C.p_world = 2;
+		C.send_layers[1] = 0;
+		C.cap = true;
 		return run();
 	}
 	if (!strcmp(c, "forged_layers")) {
