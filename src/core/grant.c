@@ -414,6 +414,8 @@ int lc__grant_landed(lc__grant_room_t *g, uint32_t region, uint64_t offset, uint
 	uint64_t lo = offset, hi = offset + length, seen = 0;
 	int rc = 0;
 	*out = (lc__grant_landing_t){0};
+	if (!length)
+		return 0;
 	pthread_mutex_lock(&g->mu);
 	if (g->broken) {
 		rc = g->broken;

@@ -3,10 +3,11 @@
  *
  * Threading: the table is shared by the receiving threads of every transport
  * and by the API (add/revoke). `lock` protects the map and each room's range
- * array. A receiving thread that copies into granted memory brackets each
- * copy with lc__grant_enter/exit on the room entry it looked up; revoke marks
- * the entry and waits until no copy is inside, so that after revoke returns
- * no write for the room can land. Entries are reference counted so that a
+ * array (changed with the room's own lock held too, see below). A receiving
+ * thread that copies into granted memory brackets each copy with
+ * lc__grant_enter/exit on the room entry it looked up; revoke marks the
+ * entry and waits until no copy is inside, so that after revoke returns no
+ * write for the room can land. Entries are reference counted so that a
  * receiver may hold one across several partial copies (tcp payloads).
  *
  * Accounting (decode side): each room entry counts the bytes granted (the

@@ -86,6 +86,8 @@ static void test_intervals_merge(void **state)
 	assert_int_equal(land(g, 1, 40, 10), 0);
 	assert_int_equal(intervals(t, 1), 3);
 	bytes_of(t, 1, 200, 30);
+	assert_int_equal(land(g, 1, 35, 0), 0); /* zero bytes: nothing */
+	assert_int_equal(intervals(t, 1), 3);
 	assert_int_equal(land(g, 1, 10, 10), 0); /* touches both sides: one interval */
 	assert_int_equal(intervals(t, 1), 2);
 	bytes_of(t, 1, 200, 40);
