@@ -5,11 +5,17 @@
  * way ../shared/tools/baseline.c measures loopback TCP so that the two can
  * be compared as a ratio in the same run.
  *
- * The receiver (child) creates the listener, its region, a grant for the
- * room and a token, and hands URL + token + packed descriptor to the sender
- * (parent) through a pipe. The sender posts batches of `batch` writes of
- * `block` bytes, wrapping around both regions like the baseline, keeping a
- * bounded number of batches in flight, until `total` bytes are acknowledged.
+ * The receiver (child) creates the listener, its region, grants and a
+ * token, and hands URL + token + packed descriptor to the sender (parent)
+ * through a pipe. The sender posts batches of `batch` writes of `block`
+ * bytes, wrapping around both regions like the baseline, keeping a bounded
+ * number of batches in flight, until `total` bytes are acknowledged.
+ *
+ * Each lap around the receiver's region is its own room (ROOM + lap, all
+ * granted up front, the whole region each), as a decode side gives each
+ * request fresh pages: one room rewritten lap after lap would be a room
+ * whose bytes land twice, which the receiver counts and warns about
+ * (bytes_landed_twice). A batch never spans a wrap.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -194,6 +200,22 @@ static unsigned mem_flags(const char *tp)
 	return !strcmp(tp, "shm") ? LC_MEM_SHAREABLE : 0;
 }
 
+/* Laps around the region that warm-up and the timed run can take: a lap
+ * writes at least region - block + 1 bytes before it wraps. */
+static size_t laps_max(const opts_t *o)
+{
+	size_t warm = !strcmp(o->transport, "shm") ? o->region : o->block;
+	return (warm + o->total) / (o->region - o->block + 1) + 2;
+}
+
+static int grant_laps(const opts_t *o, receiver_t *r)
+{
+	int rc = 0;
+	for (size_t lap = 0; lap < laps_max(o) && !rc; lap++)
+		rc = lc_grant_issue(r->ctx, ROOM + lap, r->region, 0, o->region);
+	return rc;
+}
+
 static void receiver_destroy(receiver_t *r)
 {
 	lc_ctx_destroy(r->ctx); /* closes the listener, forgets the region */
@@ -210,8 +232,7 @@ static int receiver_create(const opts_t *o, receiver_t *r, rx_info_t *info)
 	if ((rc = lc_ctx_create(&cp, &r->ctx)) || (rc = lc_mem_alloc(o->region, 0, &r->mem)) ||
 	    (rc = lc_region_register(r->ctx, r->mem, o->region, &r->region)) ||
 	    (rc = lc_listener_create(r->ctx, listen_url(o->transport), &r->listener)) ||
-	    (rc = lc_grant_issue(r->ctx, ROOM, r->region, 0, o->region)) ||
-	    (rc = lc_token_issue(r->ctx, &info->token)))
+	    (rc = grant_laps(o, r)) || (rc = lc_token_issue(r->ctx, &info->token)))
 		goto fail;
 	if ((rc = lc_listener_url(r->listener, info->url, sizeof info->url)) < 0 ||
 	    (rc = lc_region_pack(r->region, info->desc, sizeof info->desc)) < 0)
@@ -277,6 +298,7 @@ typedef struct sender {
 	uint32_t remote;
 	lc_write_t *writes;
 	size_t next_off; /* wraps around like the baseline */
+	size_t lap;      /* wraps so far: the room is ROOM + lap */
 	uint64_t *lat_ns;
 	size_t nlat;
 } sender_t;
@@ -320,8 +342,12 @@ static int post_batch(sender_t *s, size_t left, size_t *bytes)
 	size_t n = 0, sum = 0;
 	while (n < o->batch && sum < left) {
 		size_t len = o->block < left - sum ? o->block : left - sum;
-		if (s->next_off + len > o->region)
+		if (s->next_off + len > o->region) {
+			if (n)
+				break; /* the next lap is the next room: a new batch */
 			s->next_off = 0;
+			s->lap++;
+		}
 		s->writes[n++] = (lc_write_t){.local = s->mem + s->next_off,
 					      .remote_offset = s->next_off,
 					      .length = len,
@@ -329,7 +355,7 @@ static int post_batch(sender_t *s, size_t left, size_t *bytes)
 		s->next_off += len;
 		sum += len;
 	}
-	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 60000};
+	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM + s->lap, .timeout_ms = 60000};
 	uint64_t id;
 	int rc = lc_batch_post(s->conn, s->writes, n, &bp, &id);
 	*bytes = sum;

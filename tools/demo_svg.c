@@ -4,8 +4,8 @@
  * info and the GPU, then one bar per layer's compute; its KV step is
  * recorded part way in) and a D row (one bar per layer group: from
  * when the group was ready at P, or the previous group landed, to when D
- * saw it landed). D learns landings from P's "layers landed" messages
- * (lc_receiver_layers_ready, polled every DEMO_POLL_US); landings that arrive
+ * saw it landed). D learns landings from its own count of what landed
+ * (lc_receiver_layers_ready, polled every DEMO_POLL_US); landings seen
  * together share their interval evenly. Hand-written SVG 1.1.
  */
 #include <math.h>

@@ -227,7 +227,10 @@ LC_API int lc_receiver_send(lc_receiver_t *receiver, const lc_receiver_pages_t *
  * thread, so a room always reaches a final status. */
 LC_API int lc_receiver_poll(lc_receiver_t *receiver, lc_room_info_t *out);
 /* How many leading layers of the room have landed at D (a decoder may start
- * layer k once k < this). */
+ * layer k once k < this): D's own count, the leading layers every granted
+ * byte of which has landed in its memory, whichever P ranks wrote them; P's
+ * layer messages are not believed. All layers after Success, 0 once
+ * Failed. */
 LC_API int lc_receiver_layers_ready(lc_receiver_t *receiver);
 /* Copy the metadata P sent with Success into buf; returns its length.
  * LC_ERR_STATE before Success, -ENOSPC if cap is too small. */

@@ -58,6 +58,9 @@
 	X(room_checksum, "LAYERCAKE_ROOM_CHECKSUM", 0, 0, 1,                                       \
 	  "1: P sums every byte it posts (host memory) and D checks the sum over its granted "     \
 	  "ranges before Success (docs/security.md, room checksum)")                               \
+	X(grant_intervals_max, "LAYERCAKE_GRANT_INTERVALS_MAX", 65536, 1, 16777216,                \
+	  "D: covered intervals a room's accounting keeps beyond one per granted range (writes "   \
+	  "landed out of order leave gaps); past it the room fails (grant_intervals_capped)")      \
 	X(heartbeat_interval_ms, "LAYERCAKE_HEARTBEAT_INTERVAL_MS", 5000, 100, 3600000,            \
 	  "D's interval between GET /health probes of each P")                                     \
 	X(heartbeat_misses, "LAYERCAKE_HEARTBEAT_MISSES", 2, 1, 1000,                              \

@@ -32,6 +32,7 @@ int lc__ctx_init(lc_ctx_t *ctx, const char *name)
 	rc = lc__grant_table_create(&ctx->grants);
 	if (rc)
 		goto fail_regions;
+	lc__grant_set_intervals_max(ctx->grants, (uint64_t)LC__CFG(&ctx->cfg, grant_intervals_max));
 	return 0;
 
 fail_regions:
@@ -106,6 +107,8 @@ int lc_ctx_config_set(lc_ctx_t *ctx, const char *name, const char *value)
 	pthread_mutex_lock(&ctx->cfg_lock);
 	ctx->cfg.values[i] = v;
 	pthread_mutex_unlock(&ctx->cfg_lock);
+	if (i == LC__CFG_grant_intervals_max)
+		lc__grant_set_intervals_max(ctx->grants, (uint64_t)v);
 	return 0;
 }
 

@@ -14,23 +14,36 @@ typedef struct range {
 	uint64_t length;
 } range_t;
 
+/* Covered bytes [lo, hi) of a region: sorted by (region, lo), disjoint and
+ * never touching (touching intervals are merged). */
+typedef struct ival {
+	uint64_t lo, hi;
+	uint32_t region;
+} ival_t;
+
 struct lc__grant_room {
 	uint64_t room;
-	range_t *ranges; /* sorted by (region, offset), merged; under table lock */
+	range_t *ranges; /* sorted by (region, offset), merged; under table lock + mu */
 	size_t n, cap;
 	_Atomic int refs;    /* table's ref (while mapped) + receivers' refs */
 	_Atomic int active;  /* copies in progress */
 	_Atomic int revoked; /* set once; entry leaves the map at the same time */
-	/* Accounting (decode side): bytes of the merged ranges, written under the
-	 * table lock; bytes that landed, added by the seam without a lock. */
+	/* Accounting (decode side). granted: bytes of the merged ranges. The
+	 * rest is under mu: what landed, each granted byte once. */
 	_Atomic uint64_t granted;
-	_Atomic uint64_t landed;
+	pthread_mutex_t mu;
+	ival_t *iv;
+	size_t niv, civ;
+	size_t ivmax; /* intervals allowed beyond one per range */
+	uint64_t covered, twice;
+	int broken; /* 0, or why counting stopped (-ENOSPC: the cap, -ENOMEM) */
 };
 
 struct lc__grant_table {
 	pthread_mutex_t lock;
 	lc__grant_room_t **slots; /* open addressing, NULL = empty, TOMB = deleted */
 	size_t cap, used, live;
+	_Atomic uint64_t ivmax; /* for rooms created from now on */
 };
 
 static lc__grant_room_t tomb_entry;
@@ -56,12 +69,20 @@ int lc__grant_table_create(lc__grant_table_t **out)
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&t->lock, NULL);
+	atomic_init(&t->ivmax, 65536);
 	*out = t;
 	return 0;
 }
 
+void lc__grant_set_intervals_max(lc__grant_table_t *t, uint64_t n)
+{
+	atomic_store(&t->ivmax, n ? n : 1);
+}
+
 static void room_free(lc__grant_room_t *g)
 {
+	pthread_mutex_destroy(&g->mu);
+	free(g->iv);
 	free(g->ranges);
 	free(g);
 }
@@ -229,14 +250,18 @@ int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64
 			goto out;
 		}
 		g->room = room;
+		g->ivmax = (size_t)atomic_load(&t->ivmax);
 		atomic_init(&g->refs, 1);
+		pthread_mutex_init(&g->mu, NULL);
 		rc = insert(t, g);
 		if (rc) {
-			free(g);
+			room_free(g);
 			goto out;
 		}
 	}
+	pthread_mutex_lock(&g->mu); /* the cap reads n */
 	rc = room_add_range(g, region, offset, length);
+	pthread_mutex_unlock(&g->mu);
 out:
 	pthread_mutex_unlock(&t->lock);
 	return rc;
@@ -347,27 +372,149 @@ void lc__grant_exit(lc__grant_room_t *g)
 	atomic_fetch_sub(&g->active, 1);
 }
 
-uint64_t lc__grant_landed(lc__grant_room_t *g, uint64_t bytes, bool *first_over)
+/* Index of the last interval <= (region, lo), or -1. Under mu. */
+static ptrdiff_t floor_ival(const lc__grant_room_t *g, uint32_t region, uint64_t lo)
 {
-	uint64_t prev = atomic_fetch_add_explicit(&g->landed, bytes, memory_order_relaxed);
-	uint64_t granted = atomic_load_explicit(&g->granted, memory_order_relaxed);
-	*first_over = false;
-	if (prev + bytes <= granted)
-		return 0;
-	*first_over = prev <= granted;
-	return prev >= granted ? bytes : prev + bytes - granted;
+	ptrdiff_t l = 0, h = (ptrdiff_t)g->niv - 1, best = -1;
+	while (l <= h) {
+		ptrdiff_t mid = l + (h - l) / 2;
+		const ival_t *v = &g->iv[mid];
+		if (v->region < region || (v->region == region && v->lo <= lo)) {
+			best = mid;
+			l = mid + 1;
+		} else {
+			h = mid - 1;
+		}
+	}
+	return best;
 }
 
-int lc__grant_room_bytes(lc__grant_table_t *t, uint64_t room, uint64_t *granted, uint64_t *landed)
+/* Under mu: a new interval at index i, within the cap. */
+static int ival_insert(lc__grant_room_t *g, size_t i, ival_t v)
+{
+	if (g->niv >= g->n + g->ivmax)
+		return -ENOSPC;
+	if (g->niv == g->civ) {
+		size_t ncap = g->civ ? g->civ * 2 : 8;
+		ival_t *nv = realloc(g->iv, ncap * sizeof *nv);
+		if (!nv)
+			return -ENOMEM;
+		g->iv = nv;
+		g->civ = ncap;
+	}
+	memmove(&g->iv[i + 1], &g->iv[i], (g->niv - i) * sizeof *g->iv);
+	g->iv[i] = v;
+	g->niv++;
+	return 0;
+}
+
+int lc__grant_landed(lc__grant_room_t *g, uint32_t region, uint64_t offset, uint64_t length,
+		     lc__grant_landing_t *out)
+{
+	uint64_t lo = offset, hi = offset + length, seen = 0;
+	int rc = 0;
+	*out = (lc__grant_landing_t){0};
+	if (!length)
+		return 0;
+	pthread_mutex_lock(&g->mu);
+	if (g->broken) {
+		rc = g->broken;
+		goto out;
+	}
+	/* The intervals [k0, k) touch or overlap [lo, hi): they merge into one. */
+	ptrdiff_t f = floor_ival(g, region, lo);
+	size_t k0 = f >= 0 && g->iv[f].region == region && g->iv[f].hi >= lo ? (size_t)f
+									     : (size_t)(f + 1);
+	size_t k = k0;
+	for (; k < g->niv && g->iv[k].region == region && g->iv[k].lo <= hi; k++) {
+		uint64_t a = LC__MAX(lo, g->iv[k].lo), b = LC__MIN(hi, g->iv[k].hi);
+		if (b > a)
+			seen += b - a;
+	}
+	if (k == k0) {
+		rc = ival_insert(g, k0, (ival_t){lo, hi, region});
+		if (rc) {
+			g->broken = rc;
+			out->broke = true;
+			goto out;
+		}
+	} else {
+		ival_t *v = &g->iv[k0];
+		v->lo = LC__MIN(v->lo, lo);
+		v->hi = LC__MAX(g->iv[k - 1].hi, hi);
+		memmove(&g->iv[k0 + 1], &g->iv[k], (g->niv - k) * sizeof *g->iv);
+		g->niv -= k - k0 - 1;
+	}
+	g->covered += length - seen;
+	if (seen) {
+		out->first_twice = g->twice == 0;
+		out->twice = seen;
+		g->twice += seen;
+	}
+out:
+	pthread_mutex_unlock(&g->mu);
+	return rc;
+}
+
+int lc__grant_room_count(lc__grant_table_t *t, uint64_t room, lc__grant_count_t *out)
 {
 	int rc = LC_ERR_GRANT;
 	pthread_mutex_lock(&t->lock);
 	lc__grant_room_t **slot = find_slot(t, room);
 	if (slot) {
-		*granted = atomic_load(&(*slot)->granted);
-		*landed = atomic_load(&(*slot)->landed);
+		lc__grant_room_t *g = *slot;
+		pthread_mutex_lock(&g->mu);
+		*out = (lc__grant_count_t){.granted = atomic_load(&g->granted),
+					   .covered = g->covered,
+					   .twice = g->twice,
+					   .intervals = g->niv,
+					   .broken = g->broken != 0};
+		pthread_mutex_unlock(&g->mu);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&t->lock);
 	return rc;
+}
+
+static uint64_t overlap(uint64_t a, uint64_t b, uint64_t lo, uint64_t hi)
+{
+	a = LC__MAX(a, lo);
+	b = LC__MIN(b, hi);
+	return b > a ? b - a : 0;
+}
+
+int lc__grant_covered(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
+		      uint64_t length, uint64_t *granted, uint64_t *covered)
+{
+	uint64_t lo = offset, hi = offset + length, gs = 0, cs = 0;
+	if (hi < lo)
+		return -EINVAL;
+	pthread_mutex_lock(&t->lock);
+	lc__grant_room_t **slot = find_slot(t, room);
+	if (!slot) {
+		pthread_mutex_unlock(&t->lock);
+		return LC_ERR_GRANT;
+	}
+	lc__grant_room_t *g = *slot;
+	ptrdiff_t i = floor_range(g, region, lo);
+	for (size_t k = i < 0 ? 0 : (size_t)i;
+	     k < g->n && (g->ranges[k].region < region ||
+			  (g->ranges[k].region == region && g->ranges[k].offset < hi));
+	     k++)
+		if (g->ranges[k].region == region)
+			gs += overlap(g->ranges[k].offset,
+				      g->ranges[k].offset + g->ranges[k].length, lo, hi);
+	pthread_mutex_lock(&g->mu);
+	ptrdiff_t f = floor_ival(g, region, lo);
+	for (size_t k = f < 0 ? 0 : (size_t)f;
+	     k < g->niv &&
+	     (g->iv[k].region < region || (g->iv[k].region == region && g->iv[k].lo < hi));
+	     k++)
+		if (g->iv[k].region == region)
+			cs += overlap(g->iv[k].lo, g->iv[k].hi, lo, hi);
+	pthread_mutex_unlock(&g->mu);
+	pthread_mutex_unlock(&t->lock);
+	*granted = gs;
+	*covered = cs;
+	return 0;
 }

@@ -3,21 +3,32 @@
  *
  * Threading: the table is shared by the receiving threads of every transport
  * and by the API (add/revoke). `lock` protects the map and each room's range
- * array. A receiving thread that copies into granted memory brackets each
- * copy with lc__grant_enter/exit on the room entry it looked up; revoke marks
- * the entry and waits until no copy is inside, so that after revoke returns
- * no write for the room can land. Entries are reference counted so that a
+ * array (changed with the room's own lock held too, see below). A receiving
+ * thread that copies into granted memory brackets each copy with
+ * lc__grant_enter/exit on the room entry it looked up; revoke marks the
+ * entry and waits until no copy is inside, so that after revoke returns no
+ * write for the room can land. Entries are reference counted so that a
  * receiver may hold one across several partial copies (tcp payloads).
  *
- * Accounting: each room entry counts the bytes granted (the sum of its
- * merged ranges: a range granted twice counts once) and the bytes that
- * landed (every finished write, added by the memory seam, one relaxed
- * atomic add per write). The counts live as long as the entry: a revoke
- * drops them with the grant, and a later grant of the same room id starts
- * from zero. Counting is per room, not per byte: a write landed twice counts
- * twice, so `landed` may exceed `granted` (a replay or a duplicate, which
- * the seam logs and counts); a duplicate that stands in for a missing
- * write of the same size is not told apart by counting alone.
+ * Accounting (decode side): each room entry counts the bytes granted (the
+ * sum of its merged ranges: a range granted twice counts once) and the
+ * bytes covered: the granted bytes that some finished write landed on,
+ * each byte at most once. The memory seam reports every finished write
+ * (region, offset, length) with lc__grant_landed; the entry keeps the
+ * covered parts as a sorted list of merged intervals, so a write that
+ * lands twice (a replay, a duplicate standing in for a missing write)
+ * adds nothing and is reported back as bytes landed twice. Honest
+ * streaming keeps the list short: a fully covered range is one interval,
+ * and only writes landing out of order leave gaps for a while. The
+ * intervals beyond one per granted range are capped (grant_intervals_max,
+ * set with lc__grant_set_intervals_max): a write that would pass the cap
+ * marks the room's accounting broken, and from then on nothing more is
+ * counted for the room (D fails it). The counts live as long as the entry:
+ * a revoke drops them with the grant, and a later grant of the same room
+ * id starts from zero.
+ *
+ * Lock order: the table's `lock`, then a room entry's own lock, which
+ * guards the covered intervals and totals (taken once per finished write).
  */
 #ifndef LC_CORE_GRANT_H
 #define LC_CORE_GRANT_H
@@ -52,12 +63,40 @@ bool lc__grant_enter(lc__grant_room_t *g);
 void lc__grant_exit(lc__grant_room_t *g);
 void lc__grant_put(lc__grant_room_t *g);
 
-/* Count `bytes` landed in the room (any thread, no lock). Returns how many
- * of them lie beyond the room's granted total (0 normally); *first_over is
- * true for the write that first took the count past the grant. */
-uint64_t lc__grant_landed(lc__grant_room_t *g, uint64_t bytes, bool *first_over);
-/* The room's granted and landed totals (a snapshot under the table lock).
- * LC_ERR_GRANT when the room has no live grant (never issued, or revoked). */
-int lc__grant_room_bytes(lc__grant_table_t *t, uint64_t room, uint64_t *granted, uint64_t *landed);
+/* Intervals a room may keep beyond one per granted range (rooms created
+ * afterwards); at least 1. */
+void lc__grant_set_intervals_max(lc__grant_table_t *t, uint64_t n);
+
+/* What lc__grant_landed did with one finished write. */
+typedef struct lc__grant_landing {
+	uint64_t twice;   /* bytes of it that had landed before (duplicates) */
+	bool first_twice; /* the room's first write with such bytes */
+	bool broke;       /* this write passed the interval cap: accounting broken */
+} lc__grant_landing_t;
+
+/* Count [offset, offset+length) of region as landed in the room (any
+ * thread; the room's lock). The caller looked the range up in one granted
+ * range. Returns 0; -ENOSPC (the cap) or -ENOMEM when the room's
+ * accounting is broken, now (out->broke) or before: nothing was counted. */
+int lc__grant_landed(lc__grant_room_t *g, uint32_t region, uint64_t offset, uint64_t length,
+		     lc__grant_landing_t *out);
+
+/* A room's accounting, a snapshot. */
+typedef struct lc__grant_count {
+	uint64_t granted;   /* bytes of the merged granted ranges */
+	uint64_t covered;   /* granted bytes landed, each once */
+	uint64_t twice;     /* bytes that landed on covered bytes again */
+	uint64_t intervals; /* covered intervals kept */
+	bool broken;        /* the interval cap was hit: covered is incomplete */
+} lc__grant_count_t;
+
+/* The room's totals. LC_ERR_GRANT when the room has no live grant (never
+ * issued, or revoked). */
+int lc__grant_room_count(lc__grant_table_t *t, uint64_t room, lc__grant_count_t *out);
+/* The room's granted and covered bytes inside [offset, offset+length) of
+ * region (a buffer of D's layout, say). LC_ERR_GRANT when the room has no
+ * live grant. */
+int lc__grant_covered(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
+		      uint64_t length, uint64_t *granted, uint64_t *covered);
 
 #endif

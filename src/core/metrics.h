@@ -18,9 +18,10 @@
 	X(writes_rejected_region)                                                                  \
 	X(writes_rejected_range)                                                                   \
 	X(writes_rejected_grant)                                                                   \
-	X(bytes_landed_over_grant)                                                                 \
+	X(bytes_landed_twice)                                                                      \
 	X(rooms_short_landed)                                                                      \
 	X(rooms_checksum_failed)                                                                   \
+	X(grant_intervals_capped)                                                                  \
 	X(grants_added)                                                                            \
 	X(grants_revoked)                                                                          \
 	X(conns_opened)                                                                            \

@@ -361,9 +361,8 @@ int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 	r->granted = true;
 	/* What every P rank together must land (merged: pages listed twice
 	 * count once); no grant at all is nothing to land. */
-	uint64_t landed;
-	if (lc__grant_room_bytes(d->ctx->grants, r->room, &r->grant_bytes, &landed))
-		r->grant_bytes = 0;
+	lc__grant_count_t c;
+	r->grant_bytes = lc__grant_room_count(d->ctx->grants, r->room, &c) ? 0 : c.granted;
 	lc__msg_t *m = calloc(1, sizeof *m);
 	if (!m) {
 		rc = -ENOMEM;
@@ -385,13 +384,37 @@ out:
 	return rc;
 }
 
-static uint32_t layers_of(const lc_receiver_t *r)
+/* Layer l of the room has landed: every granted byte of each of its
+ * buffers is covered in D's own count. With `lock` held. */
+static bool layer_landed(lc_decode_t *d, const lc_receiver_t *r, uint32_t l)
 {
-	uint32_t m = UINT32_MAX;
-	for (int i = 0; i < r->plan.ntargets; i++)
-		if (!r->plan.targets[i].dummy)
-			m = LC__MIN(m, r->got[i].layers);
-	return m == UINT32_MAX ? 0 : m;
+	const lc_layout_t *lo = d->layout;
+	for (uint32_t k = lo->layer_start[l]; k < lo->layer_start[l + 1]; k++) {
+		uint32_t b = lo->layer_buf[k];
+		uint64_t granted, covered;
+		if (lc__grant_covered(d->ctx->grants, r->room,
+				      lc_region_id(d->regions[d->buf_region[b]]), d->buf_offset[b],
+				      lo->bufs[b].length, &granted, &covered) ||
+		    covered < granted)
+			return false;
+	}
+	return true;
+}
+
+/* D's "layers landed": the leading layers all of whose granted bytes are
+ * in its memory, from the grant table (fan-in from several P ranks is just
+ * more writes into the same memory). P's LAYERS messages are not believed.
+ * Grows only while the room holds its grant; Success means every layer. */
+static uint32_t layers_of(lc_receiver_t *r)
+{
+	lc_decode_t *d = r->d;
+	if (r->status == LC_ROOM_SUCCESS)
+		return d->layout->layers;
+	if (!r->granted)
+		return r->ready;
+	while (r->ready < d->layout->layers && layer_landed(d, r, r->ready))
+		r->ready++;
+	return r->ready;
 }
 
 int lc_receiver_poll(lc_receiver_t *r, lc_room_info_t *out)

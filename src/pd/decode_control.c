@@ -114,28 +114,41 @@ static void keep_metadata(lc_receiver_t *r, const lc__msg_status_t *s)
 	}
 }
 
+/* The room's accounting broke (grant_intervals_max): its count can no
+ * longer prove anything, so the room fails. */
+static void fail_broken(lc_decode_t *d, lc_receiver_t *r, const lc__grant_count_t *c)
+{
+	lc__decode_fail(d, r, LC_FAIL_TRANSFER, true,
+			"D stopped counting the room: its writes left more than "
+			"grant_intervals_max gaps (%llu of %llu bytes landed, %llu intervals)",
+			(unsigned long long)c->covered, (unsigned long long)c->granted,
+			(unsigned long long)c->intervals);
+}
+
 /* Every target said Success (r->claimed_ns): D's own count decides. The
- * room succeeds once every byte D granted for it has landed, across all P
- * ranks (fan-in); bytes beyond the grant (duplicates) never make up for
- * missing ones in the check, since landed only has to reach granted. A
- * write still landing on another lane gets landed_wait_ns; after that the
- * room fails, and the grant is revoked so that nothing lands later. */
+ * room succeeds once every byte D granted for it is covered, across all P
+ * ranks (fan-in): each granted byte counts once, so a duplicate never
+ * stands in for a missing write. A write still landing on another lane
+ * gets landed_wait_ns; after that the room fails, and the grant is revoked
+ * so that nothing lands later. */
 static void settle(lc_decode_t *d, lc_receiver_t *r, uint64_t now)
 {
-	uint64_t granted = r->grant_bytes, landed = 0;
-	if (r->granted && lc__grant_room_bytes(d->ctx->grants, r->room, &granted, &landed))
-		landed = 0; /* the grant went away under the room (region withdrawn) */
-	if (landed < granted) {
+	lc__grant_count_t c = {.granted = r->grant_bytes};
+	if (r->granted && lc__grant_room_count(d->ctx->grants, r->room, &c))
+		c.covered = 0; /* the grant went away under the room (region withdrawn) */
+	if (c.broken) {
+		fail_broken(d, r, &c);
+		return;
+	}
+	if (c.covered < c.granted) {
 		if (now < r->claimed_ns + d->landed_wait_ns)
 			return; /* check_deadlines asks again */
 		LC__COUNT(d->ctx, rooms_short_landed);
 		lc__decode_fail(d, r, LC_FAIL_TRANSFER, true,
 				"peer claimed success: %llu of %llu bytes landed",
-				(unsigned long long)landed, (unsigned long long)granted);
+				(unsigned long long)c.covered, (unsigned long long)c.granted);
 		return;
 	}
-	for (int i = 0; i < r->plan.ntargets; i++)
-		r->got[i].layers = d->layout->layers;
 	if (r->granted) { /* every byte landed: nothing more may */
 		lc_grant_revoke(d->ctx, r->room);
 		r->granted = false;
@@ -236,6 +249,9 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s, const uint8
 	}
 }
 
+/* P's "layers landed" is advisory: it is counted and kept, but D's
+ * layers_ready comes from its own count of what landed (decode.c), so a
+ * forged or wrong LAYERS moves nothing. */
 static void handle_layers(lc_decode_t *d, const lc__msg_layers_t *m, const uint8_t *secret)
 {
 	if (!room_proven(d, m->room, m->p_rank, secret, "layer update"))
@@ -355,6 +371,11 @@ static int check_deadlines(lc_decode_t *d, uint64_t now)
 	for (lc_receiver_t *r = d->receivers; r; r = r->next) {
 		if (lc__decode_final(r))
 			continue;
+		lc__grant_count_t c;
+		if (r->granted && !lc__grant_room_count(d->ctx->grants, r->room, &c) && c.broken) {
+			fail_broken(d, r, &c);
+			continue;
+		}
 		if (r->claimed_ns) {
 			settle(d, r, now);
 			if (lc__decode_final(r))

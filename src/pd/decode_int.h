@@ -82,7 +82,7 @@ typedef struct lc__dtarget {
 	bool responded;
 	bool has_sum; /* its Success carried a room checksum */
 	uint64_t sum;
-	uint32_t layers;
+	uint32_t layers;    /* its LAYERS messages: advisory, D counts its own */
 	uint32_t reg_epoch; /* the rank's registration the room went out under */
 } lc__dtarget_t;
 
@@ -99,6 +99,7 @@ struct lc_receiver {
 	int responses;
 	bool sent, granted;
 	uint64_t grant_bytes; /* D's granted total for the room, at send */
+	uint32_t ready;       /* leading layers whose granted bytes all landed */
 	uint64_t claimed_ns;  /* every target said Success; D's count decides (0: not yet) */
 	uint8_t *metadata;
 	size_t metadata_len;

@@ -37,6 +37,7 @@ int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset
 			  .g = g,
 			  .dst = r.addr + offset,
 			  .room = room,
+			  .offset = offset,
 			  .length = length,
 			  .region = region};
 	return 0;
@@ -65,18 +66,25 @@ int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n)
 	return 0;
 }
 
-/* Decode-side accounting: the room's own count of what landed. */
+/* Decode-side accounting: the room's own count of what landed, each
+ * granted byte once. */
 static void land_count(lc__land_t *l)
 {
-	bool first;
-	uint64_t over = lc__grant_landed(l->g, l->length, &first);
-	if (!over)
+	lc__grant_landing_t o;
+	int rc = lc__grant_landed(l->g, l->region, l->offset, l->length, &o);
+	if (o.broke) {
+		LC__COUNT(l->ctx, grant_intervals_capped);
+		LC__WARN("room %llu: its writes leave more gaps than grant_intervals_max allows "
+			 "(%s): D stops counting the room and fails it",
+			 (unsigned long long)l->room, lc_strerror(rc));
+	}
+	if (!o.twice)
 		return;
-	LC__COUNT_ADD(l->ctx, bytes_landed_over_grant, over);
-	if (first)
-		LC__WARN("room %llu: more bytes landed than were granted (a duplicate or "
+	LC__COUNT_ADD(l->ctx, bytes_landed_twice, o.twice);
+	if (o.first_twice)
+		LC__WARN("room %llu: %llu bytes of region %u landed twice (a duplicate or "
 			 "replayed write)",
-			 (unsigned long long)l->room);
+			 (unsigned long long)l->room, (unsigned long long)o.twice, l->region);
 }
 
 void lc__land_done(lc__land_t *l, bool landed)

@@ -29,7 +29,7 @@ typedef struct lc__land {
 	lc_ctx_t *ctx;
 	lc__grant_room_t *g; /* referenced from open to done */
 	uint8_t *dst;        /* direct destination, or NULL: land by lc__land_copy */
-	uint64_t room, length;
+	uint64_t room, offset, length;
 	uint32_t region;
 } lc__land_t;
 
@@ -47,10 +47,12 @@ void lc__land_exit(const lc__land_t *l);
  * LC_ERR_GRANT if the room was revoked. */
 int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n);
 /* The write is finished: when `landed`, all of its bytes are in place and
- * are counted (writes_applied, bytes_applied) and added to the room's
- * landed bytes on its grant entry (lc__grant_landed: what D's Success check
- * reads); bytes beyond the room's grant count bytes_landed_over_grant.
- * Releases the grant. */
+ * are counted (writes_applied, bytes_applied) and marked covered on the
+ * room's grant entry (lc__grant_landed, by region, offset and length: what
+ * D's Success check and layers_ready read). Bytes that had landed before
+ * count bytes_landed_twice (the room's first such write is logged); a write
+ * that breaks the room's accounting (grant_intervals_max) counts
+ * grant_intervals_capped and is logged. Releases the grant. */
 void lc__land_done(lc__land_t *l, bool landed);
 /* open + copy + done for a payload that is addressable as a whole (loop,
  * shm, UCX eager messages). */
