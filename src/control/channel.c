@@ -28,6 +28,7 @@ struct lc__zctx {
 	_Atomic bool zap_stop;
 	_Atomic uint64_t auth_refused;
 	int push_hb_ms; /* > 0: PUSH sockets are watched (lc__zctx_watch_pushes) */
+	int push_hb_timeout_ms;
 };
 
 struct lc__pull {
@@ -237,9 +238,10 @@ uint64_t lc__zctx_auth_refused(const lc__zctx_t *z)
 	return atomic_load(&((lc__zctx_t *)z)->auth_refused);
 }
 
-void lc__zctx_watch_pushes(lc__zctx_t *z, int ivl_ms)
+void lc__zctx_watch_pushes(lc__zctx_t *z, int ivl_ms, int timeout_ms)
 {
 	z->push_hb_ms = ivl_ms > 0 ? ivl_ms : 0;
+	z->push_hb_timeout_ms = timeout_ms > ivl_ms ? timeout_ms : ivl_ms;
 }
 
 static void common_opts(void *s)
@@ -350,10 +352,10 @@ void lc__pull_close(lc__pull_t *p)
  * that no event is missed). */
 static int watch(lc__zctx_t *z, lc__push_t *p)
 {
-	int ivl = z->push_hb_ms;
+	int ivl = z->push_hb_ms, timeout = z->push_hb_timeout_ms;
 	char name[64];
 	zmq_setsockopt(p->sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
-	zmq_setsockopt(p->sock, ZMQ_HEARTBEAT_TIMEOUT, &ivl, sizeof ivl);
+	zmq_setsockopt(p->sock, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
 	snprintf(name, sizeof name, "inproc://lc-push-mon-%llu",
 		 (unsigned long long)atomic_fetch_add(&mon_seq, 1));
 	int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
@@ -498,7 +500,7 @@ uint64_t lc__zctx_auth_refused(const lc__zctx_t *z)
 {
 	return 0;
 }
-void lc__zctx_watch_pushes(lc__zctx_t *z, int ivl_ms)
+void lc__zctx_watch_pushes(lc__zctx_t *z, int ivl_ms, int timeout_ms)
 {
 }
 int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpoint, size_t cap)

@@ -36,11 +36,11 @@ const char *lc__zctx_public_key(const lc__zctx_t *z);
 /* Client keys refused by the ZAP handler so far. */
 uint64_t lc__zctx_auth_refused(const lc__zctx_t *z);
 /* Watch every PUSH connected from now on (D's sockets to its P ranks): a
- * ZMTP heartbeat (a PING every ivl_ms; no traffic back within ivl_ms drops
- * the connection) and a socket monitor that lc__push_up reads. ZMTP's own
- * PING/PONG, answered by the peer's libzmq: no message of ours changes.
+ * ZMTP heartbeat (a PING every ivl_ms; no traffic back within timeout_ms
+ * drops the connection) and a socket monitor that lc__push_up reads. ZMTP's
+ * own PING/PONG, answered by the peer's libzmq: no message of ours changes.
  * Call before any lc__push_connect, from the thread that created z. */
-void lc__zctx_watch_pushes(lc__zctx_t *z, int ivl_ms);
+void lc__zctx_watch_pushes(lc__zctx_t *z, int ivl_ms, int timeout_ms);
 
 /* Bind an inbox on tcp://host:* ; the endpoint ("tcp://host:port") goes to
  * endpoint[cap]. */

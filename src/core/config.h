@@ -60,11 +60,11 @@
 	  "D: once every P rank said Success, how long to wait for the room's granted bytes to "   \
 	  "land (a late write on another lane) before failing the room")                           \
 	X(heartbeat_interval_ms, "LAYERCAKE_HEARTBEAT_INTERVAL_MS", 5000, 100, 3600000,            \
-	  "D's ZMTP heartbeat interval on its control channel to each P rank (and the wait for "   \
-	  "the answer); the bootstrap server is not probed")                                       \
+	  "D's ZMTP heartbeat (PING) interval on its control channel to each P rank; the "         \
+	  "bootstrap server is not probed")                                                        \
 	X(heartbeat_misses, "LAYERCAKE_HEARTBEAT_MISSES", 2, 1, 1000,                              \
-	  "consecutive intervals with a P rank's control channel down after which D fails that "   \
-	  "P's rooms")                                                                             \
+	  "intervals without an answer after which a P rank's channel is dropped, and "            \
+	  "consecutive intervals with it down after which D fails that P's rooms")                 \
 	X(poll_spin_us, "LAYERCAKE_POLL_SPIN_US", 50, 0, 1000000,                                  \
 	  "adaptive polling of a GPU-written step counter: spin this long before sleeping")        \
 	X(poll_sleep_us, "LAYERCAKE_POLL_SLEEP_US", 20, 1, 1000000,                                \

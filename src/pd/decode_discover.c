@@ -278,21 +278,29 @@ static void discover_one(lc_decode_t *d, uint64_t room)
 	lc__decode_set_state(d, r, LC_ROOM_BOOTSTRAPPED);
 }
 
-/* The first of P's ranks, in a live room of this peer, whose control
- * channel is down (-1: none). A rank registered less than one interval ago
- * is given that long to finish its handshake. */
-static int rank_down(lc_decode_t *d, lc__ppeer_t *pe, uint64_t now)
+static bool rank_in_use(const lc_decode_t *d, const lc__ppeer_t *pe, int rank)
 {
 	for (const lc_receiver_t *r = d->receivers; r; r = r->next) {
 		if (r->peer != pe || lc__decode_final(r) || !r->planned)
 			continue;
-		for (int i = 0; i < r->plan.ntargets; i++) {
-			int rank = r->plan.targets[i].rank;
-			lc__prank_t *pr = &pe->ranks[rank];
-			if (pr->push && now >= pr->reg_sent_ns + d->hb_interval_ns &&
-			    !lc__push_up(pr->push))
-				return rank;
-		}
+		for (int i = 0; i < r->plan.ntargets; i++)
+			if (r->plan.targets[i].rank == rank)
+				return true;
+	}
+	return false;
+}
+
+/* The first of P's ranks whose control channel is down and that a live room
+ * of this D uses (-1: none). A rank registered less than one interval ago
+ * is given that long to finish its handshake. Rooms are scanned only for a
+ * rank found down. */
+static int rank_down(lc_decode_t *d, lc__ppeer_t *pe, uint64_t now)
+{
+	for (int rank = 0; rank < pe->info->world_size; rank++) {
+		lc__prank_t *pr = &pe->ranks[rank];
+		if (pr->push && !lc__push_up(pr->push) &&
+		    now >= pr->reg_sent_ns + d->hb_interval_ns && rank_in_use(d, pe, rank))
+			return rank;
 	}
 	return -1;
 }
