@@ -6,6 +6,8 @@
  * curve.public and curve.secret (z85), every inbox is a CURVE server with
  * that keypair, every PUSH a CURVE client with it, and a ZAP handler
  * accepts only client keys listed in curve.public or authorized_keys.
+ * A context may watch its PUSH sockets (D's, to its P ranks): ZMTP
+ * heartbeats and a socket monitor say whether each peer is reachable.
  *
  * Threading: a lc__zctx_t is shared (zmq contexts are thread-safe). A PULL
  * is used by its owner thread only. A PUSH carries its own lock, so any
