@@ -27,6 +27,8 @@ struct lc__zctx {
 	bool zap_running;
 	_Atomic bool zap_stop;
 	_Atomic uint64_t auth_refused;
+	int push_hb_ms; /* > 0: PUSH sockets are watched (lc__zctx_watch_pushes) */
+	int push_hb_timeout_ms;
 };
 
 struct lc__pull {
@@ -34,9 +36,15 @@ struct lc__pull {
 };
 
 struct lc__push {
-	pthread_mutex_t lock; /* serialises every use of sock */
+	pthread_mutex_t lock; /* serialises every use of sock, mon and up */
 	void *sock;
+	void *mon; /* watched: the PAIR end of sock's monitor, else NULL */
+	bool up;   /* watched: handshake done and not dropped since */
 };
+
+/* Monitor endpoints are unique per process: a closed socket's inproc name
+ * may still be bound for a moment after zmq_close. */
+static _Atomic uint64_t mon_seq;
 
 /* Read the first line of dir/name into out[cap]; 1 ok, 0 absent, < 0. */
 static int read_line(const char *dir, const char *name, char *out, size_t cap)
@@ -230,6 +238,12 @@ uint64_t lc__zctx_auth_refused(const lc__zctx_t *z)
 	return atomic_load(&((lc__zctx_t *)z)->auth_refused);
 }
 
+void lc__zctx_watch_pushes(lc__zctx_t *z, int ivl_ms, int timeout_ms)
+{
+	z->push_hb_ms = ivl_ms > 0 ? ivl_ms : 0;
+	z->push_hb_timeout_ms = timeout_ms > ivl_ms ? timeout_ms : ivl_ms;
+}
+
 static void common_opts(void *s)
 {
 	int linger = LC__CHAN_LINGER_MS, one = 1;
@@ -334,9 +348,39 @@ void lc__pull_close(lc__pull_t *p)
 	free(p);
 }
 
+/* Heartbeats on sock and a monitor of it on a new PAIR (before connect, so
+ * that no event is missed). */
+static int watch(lc__zctx_t *z, lc__push_t *p)
+{
+	int ivl = z->push_hb_ms, timeout = z->push_hb_timeout_ms;
+	char name[64];
+	zmq_setsockopt(p->sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+	zmq_setsockopt(p->sock, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
+	snprintf(name, sizeof name, "inproc://lc-push-mon-%llu",
+		 (unsigned long long)atomic_fetch_add(&mon_seq, 1));
+	int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+		     ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+		     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+	if (zmq_socket_monitor(p->sock, name, events))
+		return -zmq_errno();
+	p->mon = zmq_socket(z->zmq, ZMQ_PAIR);
+	if (!p->mon)
+		return -zmq_errno();
+	int linger = 0;
+	zmq_setsockopt(p->mon, ZMQ_LINGER, &linger, sizeof linger);
+	if (zmq_connect(p->mon, name)) {
+		int e = zmq_errno();
+		zmq_close(p->mon);
+		p->mon = NULL;
+		return -e;
+	}
+	return 0;
+}
+
 int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key, lc__push_t **out)
 {
 	lc__push_t *p = calloc(1, sizeof *p);
+	int rc;
 	if (!p)
 		return -ENOMEM;
 	p->sock = zmq_socket(z->zmq, ZMQ_PUSH);
@@ -350,24 +394,33 @@ int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key
 	if (z->curve) {
 		const char *sk = server_key && *server_key ? server_key : z->public_key;
 		if (strlen(sk) != LC__CHAN_KEY_LEN) {
-			zmq_close(p->sock);
-			free(p);
-			return -EINVAL;
+			rc = -EINVAL;
+			goto fail;
 		}
 		zmq_setsockopt(p->sock, ZMQ_CURVE_SERVERKEY, sk, LC__CHAN_KEY_LEN);
 		zmq_setsockopt(p->sock, ZMQ_CURVE_PUBLICKEY, z->public_key, LC__CHAN_KEY_LEN);
 		zmq_setsockopt(p->sock, ZMQ_CURVE_SECRETKEY, z->secret_key, LC__CHAN_KEY_LEN);
 	}
+	if (z->push_hb_ms && (rc = watch(z, p))) {
+		LC__WARN("channel: cannot monitor the socket to %s: %s", endpoint,
+			 zmq_strerror(-rc));
+		goto fail;
+	}
 	if (zmq_connect(p->sock, endpoint)) {
 		int e = zmq_errno();
 		LC__WARN("channel: cannot connect to %s: %s", endpoint, zmq_strerror(e));
-		zmq_close(p->sock);
-		free(p);
-		return e == EINVAL ? -EINVAL : -e;
+		rc = e == EINVAL ? -EINVAL : -e;
+		goto fail;
 	}
 	pthread_mutex_init(&p->lock, NULL);
 	*out = p;
 	return 0;
+fail:
+	zmq_close(p->sock);
+	if (p->mon)
+		zmq_close(p->mon);
+	free(p);
+	return rc;
 }
 
 int lc__push_send(lc__push_t *p, const void *buf, size_t len, int timeout_ms)
@@ -380,11 +433,52 @@ int lc__push_send(lc__push_t *p, const void *buf, size_t len, int timeout_ms)
 	return rc < 0 ? -e : 0;
 }
 
+/* Apply the monitor's queued events (two frames each: event and value,
+ * then the endpoint). With p->lock held. */
+static void read_events(lc__push_t *p)
+{
+	for (;;) {
+		zmq_msg_t m;
+		zmq_msg_init(&m);
+		if (zmq_msg_recv(&m, p->mon, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&m);
+			return;
+		}
+		uint16_t ev = 0;
+		if (zmq_msg_size(&m) >= sizeof ev)
+			memcpy(&ev, zmq_msg_data(&m), sizeof ev);
+		while (zmq_msg_more(&m)) {
+			zmq_msg_close(&m);
+			zmq_msg_init(&m);
+			if (zmq_msg_recv(&m, p->mon, ZMQ_DONTWAIT) < 0)
+				break;
+		}
+		zmq_msg_close(&m);
+		if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+			p->up = true;
+		else if (ev)
+			p->up = false;
+	}
+}
+
+int lc__push_up(lc__push_t *p)
+{
+	if (!p->mon)
+		return 1;
+	pthread_mutex_lock(&p->lock);
+	read_events(p);
+	int up = p->up;
+	pthread_mutex_unlock(&p->lock);
+	return up;
+}
+
 void lc__push_close(lc__push_t *p)
 {
 	if (!p)
 		return;
 	zmq_close(p->sock);
+	if (p->mon)
+		zmq_close(p->mon);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -405,6 +499,9 @@ const char *lc__zctx_public_key(const lc__zctx_t *z)
 uint64_t lc__zctx_auth_refused(const lc__zctx_t *z)
 {
 	return 0;
+}
+void lc__zctx_watch_pushes(lc__zctx_t *z, int ivl_ms, int timeout_ms)
+{
 }
 int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpoint, size_t cap)
 {
@@ -432,6 +529,10 @@ int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key
 int lc__push_send(lc__push_t *p, const void *buf, size_t len, int timeout_ms)
 {
 	return LC_ENOTSUP;
+}
+int lc__push_up(lc__push_t *p)
+{
+	return 1;
 }
 void lc__push_close(lc__push_t *p)
 {

@@ -6,6 +6,8 @@
  * curve.public and curve.secret (z85), every inbox is a CURVE server with
  * that keypair, every PUSH a CURVE client with it, and a ZAP handler
  * accepts only client keys listed in curve.public or authorized_keys.
+ * A context may watch its PUSH sockets (D's, to its P ranks): ZMTP
+ * heartbeats and a socket monitor say whether each peer is reachable.
  *
  * Threading: a lc__zctx_t is shared (zmq contexts are thread-safe). A PULL
  * is used by its owner thread only. A PUSH carries its own lock, so any
@@ -35,6 +37,12 @@ void lc__zctx_destroy(lc__zctx_t *z);
 const char *lc__zctx_public_key(const lc__zctx_t *z);
 /* Client keys refused by the ZAP handler so far. */
 uint64_t lc__zctx_auth_refused(const lc__zctx_t *z);
+/* Watch every PUSH connected from now on (D's sockets to its P ranks): a
+ * ZMTP heartbeat (a PING every ivl_ms; no traffic back within timeout_ms
+ * drops the connection) and a socket monitor that lc__push_up reads. ZMTP's
+ * own PING/PONG, answered by the peer's libzmq: no message of ours changes.
+ * Call before any lc__push_connect, from the thread that created z. */
+void lc__zctx_watch_pushes(lc__zctx_t *z, int ivl_ms, int timeout_ms);
 
 /* Bind an inbox on tcp://host:* ; the endpoint ("tcp://host:port") goes to
  * endpoint[cap]. */
@@ -56,6 +64,11 @@ int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key
 /* Send one message, waiting at most timeout_ms for queue space. Any thread.
  * -EAGAIN on timeout (peer slow or gone), other -errno on failure. */
 int lc__push_send(lc__push_t *p, const void *buf, size_t len, int timeout_ms);
+/* Whether a watched PUSH's connection is up: 1 once a ZMTP handshake with
+ * the peer succeeded and until the connection drops (peer gone, a heartbeat
+ * unanswered, a failed handshake), else 0; 1 always for an unwatched PUSH.
+ * Reads the monitor's events without blocking. Any thread. */
+int lc__push_up(lc__push_t *p);
 void lc__push_close(lc__push_t *p);
 
 #endif

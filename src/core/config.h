@@ -18,6 +18,10 @@
 	X(tcp_lanes, "LAYERCAKE_TCP_LANES", 4, 1, 64, "parallel TCP connections per peer (lanes)") \
 	X(io_threads, "LAYERCAKE_IO_THREADS", 2, 1, 64,                                            \
 	  "event-loop threads per context that run the tcp, shm and ucx transports")               \
+	X(conn_threads_max, "LAYERCAKE_CONN_THREADS_MAX", 8, 1, 1024,                              \
+	  "threads a context may start for connections (loop://, a test transport, runs one per "  \
+	  "connection; every other transport shares the I/O core); past it a connection is "       \
+	  "refused (conns_refused_threads)")                                                       \
 	X(shm_copy_threads, "LAYERCAKE_SHM_COPY_THREADS", 1, 1, 2,                                 \
 	  "threads that copy each large shm write at the receiver: 1, the I/O loop alone; 2 adds " \
 	  "a helper thread per listener for the second half of writes of 1 MiB or more")           \
@@ -62,9 +66,11 @@
 	  "D: covered intervals a room's accounting keeps beyond one per granted range (writes "   \
 	  "landed out of order leave gaps); past it the room fails (grant_intervals_capped)")      \
 	X(heartbeat_interval_ms, "LAYERCAKE_HEARTBEAT_INTERVAL_MS", 5000, 100, 3600000,            \
-	  "D's interval between GET /health probes of each P")                                     \
+	  "D's ZMTP heartbeat (PING) interval on its control channel to each P rank; the "         \
+	  "bootstrap server is not probed")                                                        \
 	X(heartbeat_misses, "LAYERCAKE_HEARTBEAT_MISSES", 2, 1, 1000,                              \
-	  "consecutive failed probes after which a P is declared dead")                            \
+	  "intervals without an answer after which a P rank's channel is dropped, and "            \
+	  "consecutive intervals with it down after which D fails that P's rooms")                 \
 	X(poll_spin_us, "LAYERCAKE_POLL_SPIN_US", 50, 0, 1000000,                                  \
 	  "adaptive polling of a GPU-written step counter: spin this long before sleeping")        \
 	X(poll_sleep_us, "LAYERCAKE_POLL_SLEEP_US", 20, 1, 1000000,                                \

@@ -34,7 +34,8 @@
 	X(sessions_evicted)                                                                        \
 	X(sessions_refused_full)                                                                   \
 	X(rooms_refused_cap)                                                                       \
-	X(infos_refused_unknown)
+	X(infos_refused_unknown)                                                                   \
+	X(conns_refused_threads)
 
 enum lc__counter {
 #define LC__CNT_ENUM(name) LC__CNT_##name,

@@ -152,8 +152,12 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 		goto fail;
 	if ((rc = map_regions(d, &pp)) || (rc = lc_token_issue(ctx, &d->token)))
 		goto fail;
-	if ((rc = lc__zctx_create(&d->z)) ||
-	    (rc = lc__pull_bind(d->z, d->host, &d->pull, d->endpoint, sizeof d->endpoint)))
+	if ((rc = lc__zctx_create(&d->z)))
+		goto fail;
+	/* P's liveness is its control channel's (decode_discover.c, heartbeat). */
+	int hb_ms = (int)(d->hb_interval_ns / 1000000);
+	lc__zctx_watch_pushes(d->z, hb_ms, hb_ms * d->hb_misses);
+	if ((rc = lc__pull_bind(d->z, d->host, &d->pull, d->endpoint, sizeof d->endpoint)))
 		goto fail;
 	if ((rc = set_session(d, pp.session)) || (rc = start_threads(d)))
 		goto fail;

@@ -14,6 +14,10 @@
 
 #ifdef LC_HAVE_ZMQ
 #include <zmq.h>
+#else
+/* Built without ZeroMQ (LC_WITH_ZMQ=OFF): no control thread calls the
+ * handlers below. */
+#pragma GCC diagnostic ignored "-Wunused-function"
 #endif
 
 lc_receiver_t *lc__decode_find(lc_decode_t *d, uint64_t room)

@@ -287,56 +287,76 @@ static void discover_one(lc_decode_t *d, uint64_t room)
 	lc__decode_set_state(d, r, LC_ROOM_BOOTSTRAPPED);
 }
 
-static bool peer_active(const lc_decode_t *d, const lc__ppeer_t *pe)
+static bool rank_in_use(const lc_decode_t *d, const lc__ppeer_t *pe, int rank)
 {
-	for (const lc_receiver_t *r = d->receivers; r; r = r->next)
-		if (r->peer == pe && !lc__decode_final(r))
-			return true;
+	for (const lc_receiver_t *r = d->receivers; r; r = r->next) {
+		if (r->peer != pe || lc__decode_final(r) || !r->planned)
+			continue;
+		for (int i = 0; i < r->plan.ntargets; i++)
+			if (r->plan.targets[i].rank == rank)
+				return true;
+	}
 	return false;
 }
 
-/* One P missed too many probes: its rooms fail, its caches go. */
-static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe)
+/* The first of P's ranks whose control channel is down and that a live room
+ * of this D uses (-1: none). A rank registered less than one interval ago
+ * is given that long to finish its handshake. Rooms are scanned only for a
+ * rank found down. */
+static int rank_down(lc_decode_t *d, lc__ppeer_t *pe, uint64_t now)
 {
+	for (int rank = 0; rank < pe->info->world_size; rank++) {
+		lc__prank_t *pr = &pe->ranks[rank];
+		if (pr->push && !lc__push_up(pr->push) &&
+		    now >= pr->reg_sent_ns + d->hb_interval_ns && rank_in_use(d, pe, rank))
+			return rank;
+	}
+	return -1;
+}
+
+/* One P rank's channel was down for too many heartbeats: the peer's rooms
+ * fail, its caches go. */
+static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe, int rank)
+{
+	char ep[sizeof pe->ranks[rank].endpoint];
+	snprintf(ep, sizeof ep, "%s", pe->ranks[rank].endpoint);
 	LC__D_CTL_ADD(d, peers_dead);
-	LC__ERROR("decode %s: P at %s missed %d heartbeats: failing its rooms", d->session,
-		  pe->addr, pe->misses);
+	LC__ERROR("decode %s: P at %s, rank %d (%s): control channel down for %d heartbeats: "
+		  "failing its rooms",
+		  d->session, pe->addr, rank, ep, pe->misses);
 	for (lc_receiver_t *r = d->receivers; r; r = r->next)
 		if (r->peer == pe)
-			lc__decode_fail(d, r, LC_FAIL_SESSION_GONE, false,
-					"P at %s missed %d heartbeats", pe->addr, pe->misses);
+			lc__decode_fail(
+				d, r, LC_FAIL_SESSION_GONE, false,
+				"P at %s rank %d (%s) missed %d heartbeats: control channel "
+				"down",
+				pe->addr, rank, ep, pe->misses);
 	pe->misses = 0;
 	lc__decode_peer_reset(pe); /* a restarted P is discovered and registered afresh */
 }
 
+/* P's liveness is its control channel's, never its bootstrap server's: each
+ * PUSH to a P rank carries ZMTP heartbeats and a monitor (control/channel.h,
+ * lc__zctx_watch_pushes), so a dead, stopped or cut-off rank reads as down.
+ * Every interval, a peer with a live room on a down rank counts a miss; at
+ * heartbeat_misses in a row its rooms fail. A peer not yet discovered has
+ * no channel: its rooms wait for discovery until their bootstrap deadline
+ * (a D may start before its P, a bootstrap server may restart). No I/O. */
 static void heartbeat(lc_decode_t *d, uint64_t now)
 {
-	lc__http_opts_t o = {.timeout_ms = (int)LC__MIN(d->hb_interval_ns / 1000000, 2000),
-			     .retries = 0};
 	for (int i = 0; i < d->npeers; i++) {
 		lc__ppeer_t *pe = d->peers[i];
 		if (now < pe->next_probe_ns)
 			continue;
 		pe->next_probe_ns = now + d->hb_interval_ns;
-		/* A P never discovered is not "dead": its rooms wait for it until
-		 * their bootstrap deadline (a D may start before its P). */
-		if (!pe->info || !peer_active(d, pe))
-			continue;
-		char addr[LC__BS_HOST_MAX];
-		snprintf(addr, sizeof addr, "%s", pe->addr);
-		uint64_t gen = pe->generation;
-		pthread_mutex_unlock(&d->lock);
-		int rc = lc__bootstrap_health(addr, &o);
-		pthread_mutex_lock(&d->lock);
-		if (pe->generation != gen)
-			continue;
-		if (!rc) {
+		int rank = pe->info ? rank_down(d, pe, now) : -1;
+		if (rank < 0) {
 			pe->misses = 0;
 			continue;
 		}
 		LC__D_CTL_ADD(d, heartbeat_failures);
 		if (++pe->misses >= d->hb_misses)
-			peer_dead(d, pe);
+			peer_dead(d, pe, rank);
 	}
 }
 

@@ -16,6 +16,10 @@
 
 #ifdef LC_HAVE_ZMQ
 #include <zmq.h>
+#else
+/* Built without ZeroMQ (LC_WITH_ZMQ=OFF): no control thread calls the
+ * handlers below. */
+#pragma GCC diagnostic ignored "-Wunused-function"
 #endif
 
 /* ---- intake (control thread) ---- */

@@ -292,12 +292,31 @@ static int parse_faults(const char *url, lc_loop_faults_t *f)
 	return 0;
 }
 
+/* A connection's worker thread, if the context has one left. */
+static bool thread_take(lc_ctx_t *ctx, const char *url)
+{
+	int max = (int)lc__ctx_cfg(ctx, LC__CFG_conn_threads_max);
+	if (atomic_fetch_add(&ctx->conn_threads, 1) < max)
+		return true;
+	atomic_fetch_sub(&ctx->conn_threads, 1);
+	uint64_t n = LC__COUNT(ctx, conns_refused_threads) + 1;
+	if (!(n & (n - 1))) /* the 1st, 2nd, 4th...: a flood does not flood the log */
+		LC__WARN("loop: refusing %s: %d connection threads running (conn_threads_max); "
+			 "%llu refused",
+			 url, max, (unsigned long long)n);
+	return false;
+}
+
 static int loop_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 {
+	if (!thread_take(c->ctx, url))
+		return -EAGAIN;
 	loop_conn_t *lc = calloc(1, sizeof *lc);
 	int rc;
-	if (!lc)
+	if (!lc) {
+		atomic_fetch_sub(&c->ctx->conn_threads, 1);
 		return -ENOMEM;
+	}
 	rc = parse_faults(url, &lc->faults);
 	if (rc)
 		goto fail;
@@ -322,6 +341,7 @@ static int loop_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t 
 fail:
 	free(lc->queue);
 	free(lc);
+	atomic_fetch_sub(&c->ctx->conn_threads, 1);
 	return rc;
 }
 
@@ -340,6 +360,7 @@ static void loop_conn_close(lc_conn_t *c)
 	free(lc->queue);
 	free(lc);
 	c->tp = NULL;
+	atomic_fetch_sub(&c->ctx->conn_threads, 1);
 }
 
 static int loop_post(lc_conn_t *c, lc__batch_t *b)

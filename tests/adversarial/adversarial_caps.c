@@ -13,6 +13,11 @@
  *                  sessions, evicting idle ones, so its threads, fds and
  *                  RSS stay bounded; then a real D registers and its rooms
  *                  succeed, byte-exact.
+ *   session_flood_loop  the same with data URLs naming loop://, the one
+ *                  transport that starts a thread per connection: P starts
+ *                  at most conn_threads_max (8) of them and refuses the
+ *                  rest (conns_refused_threads), so its threads stay
+ *                  bounded during the flood and after.
  *   room_flood     50,000 dummy TRANSFER_INFOs for fresh room ids from a
  *                  session P never registered: P opens no room for them
  *                  (infos_refused_unknown), its RSS stays bounded, and a
@@ -44,7 +49,10 @@
 #define SESSION_FLOOD 2000
 #define ROOM_FLOOD 50000
 
-/* The bounds stated for P after a flood, over its own figures before. */
+/* The bounds stated for P after a flood, over its own figures before
+ * (threads: during the flood too). docs/architecture.md's thread table has
+ * where each of P's threads comes from; none is per session or per peer
+ * but loop://'s, at most conn_threads_max (8) per context. */
 #define MAX_MORE_THREADS 16
 #define MAX_MORE_FDS 512
 #define MAX_MORE_RSS_KB_SESSIONS (40 * 1024)
@@ -109,14 +117,16 @@ static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
 	say("bootstrapped");
 	adv_wait_byte(go_fd);
 	int failures = adv_p_forward(eng, snd);
-	uint64_t ev = 0, full = 0, unk = 0, cap = 0;
+	uint64_t ev = 0, full = 0, unk = 0, cap = 0, thr = 0;
 	lc_ctx_counter_by_name(s.ctx, "sessions_evicted", &ev);
 	lc_ctx_counter_by_name(s.ctx, "sessions_refused_full", &full);
 	lc_ctx_counter_by_name(s.ctx, "infos_refused_unknown", &unk);
 	lc_ctx_counter_by_name(s.ctx, "rooms_refused_cap", &cap);
-	say("p-done %d evicted %llu refused_full %llu infos_refused %llu rooms_refused %llu",
+	lc_ctx_counter_by_name(s.ctx, "conns_refused_threads", &thr);
+	say("p-done %d evicted %llu refused_full %llu infos_refused %llu rooms_refused %llu "
+	    "conns_refused_threads %llu",
 	    failures, (unsigned long long)ev, (unsigned long long)full, (unsigned long long)unk,
-	    (unsigned long long)cap);
+	    (unsigned long long)cap, (unsigned long long)thr);
 	adv_wait_byte(go_fd); /* quit */
 	for (int i = 0; i < ROOMS; i++)
 		lc_sender_destroy(snd[i]);
@@ -211,6 +221,8 @@ static int check_bounds(const usage_t *a, const usage_t *b, long more_rss_kb)
 
 /* A REGISTER P takes (its geometry matches P's), for a D that does not
  * exist: the data URL and the status endpoint lead to a closed port. */
+static const char *flood_data_url = "tcp://127.0.0.1:1";
+
 static void forge_register(lc__msg_t *m, const tu_pool_t *s, lc__msg_buffer_t *bufs,
 			   const void **descs, size_t *lens, int k)
 {
@@ -220,7 +232,7 @@ static void forge_register(lc__msg_t *m, const tu_pool_t *s, lc__msg_buffer_t *b
 	memcpy(m->secret, &k, sizeof k); /* a secret of its own, never all zero */
 	m->secret[LC__MSG_SECRET_LEN - 1] = 1;
 	snprintf(m->reg.status_ep, sizeof m->reg.status_ep, "tcp://127.0.0.1:1");
-	snprintf(m->reg.data_url, sizeof m->reg.data_url, "tcp://127.0.0.1:1");
+	snprintf(m->reg.data_url, sizeof m->reg.data_url, flood_data_url, k);
 	m->reg.flags = LC__REG_HAS_TOKEN;
 	m->reg.fingerprint = s->layout->fingerprint;
 	for (uint32_t i = 0; i < s->layout->nbuf; i++) {
@@ -278,6 +290,7 @@ static int run_case(bool sessions)
 {
 	adv_proc_t p, d;
 	char addr[64], ep[300], line[512];
+	int failures = 0;
 	p_arg_t pa = {sessions ? "registrations" : "transfer_infos",
 		      sessions ? SESSION_FLOOD : ROOM_FLOOD};
 	adv_spawn(&p, p_child, &pa);
@@ -293,11 +306,27 @@ static int run_case(bool sessions)
 	else
 		flood_rooms(tx);
 	adv_go(&p);
-	TU_CHECK(adv_wait_line(&p, "flooded ", 30000, line, sizeof line), "P never took the flood");
+	/* P's threads while it takes the flood, then its figures after. */
+	long peak = before.threads;
+	uint64_t dl = adv_now_ms() + 30000;
+	bool flooded = false;
+	while (!flooded && adv_now_ms() < dl) {
+		flooded = adv_wait_line(&p, "flooded ", 20, line, sizeof line);
+		long t = usage_of(p.pid).threads;
+		peak = t > peak ? t : peak;
+	}
+	TU_CHECK(flooded, "P never took the flood");
 	fprintf(stderr, "%s\n", line);
 	usage_t after = usage_of(p.pid);
-	int failures = check_bounds(&before, &after,
-				    sessions ? MAX_MORE_RSS_KB_SESSIONS : MAX_MORE_RSS_KB_ROOMS);
+	fprintf(stderr, "P's threads: %ld before, at most %ld during the flood\n", before.threads,
+		peak);
+	if (peak > before.threads + MAX_MORE_THREADS) {
+		fprintf(stderr, "threads grew by %ld during the flood (bound %d)\n",
+			peak - before.threads, MAX_MORE_THREADS);
+		failures++;
+	}
+	failures += check_bounds(&before, &after,
+				 sessions ? MAX_MORE_RSS_KB_SESSIONS : MAX_MORE_RSS_KB_ROOMS);
 	adv_spawn(&d, adv_d_child, &(adv_d_arg_t){addr, "tcp://127.0.0.1:0"});
 	adv_go(&d);
 	adv_go(&p);
@@ -329,11 +358,15 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	tu_watchdog(110);
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s session_flood|room_flood\n", argv[0]);
+		fprintf(stderr, "usage: %s session_flood|session_flood_loop|room_flood\n", argv[0]);
 		return 2;
 	}
 	if (!strcmp(argv[1], "session_flood"))
 		return run_case(true);
+	if (!strcmp(argv[1], "session_flood_loop")) {
+		flood_data_url = "loop://mallory%d";
+		return run_case(true);
+	}
 	if (!strcmp(argv[1], "room_flood"))
 		return run_case(false);
 	fprintf(stderr, "unknown case %s\n", argv[1]);
