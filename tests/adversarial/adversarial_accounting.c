@@ -466,8 +466,8 @@ static int check_watch(const layers_watch_t *w, int st)
 {
 	int want = st == LC_ROOM_SUCCESS ? LAYERS : own_layers();
 	int max = w->max;
-	if (st == LC_ROOM_SUCCESS && max < LAYERS)
-		max = LAYERS; /* the last layer and Success may land between two looks */
+	if ((st == LC_ROOM_SUCCESS || C.sum_reason) && max < want)
+		max = want; /* the last layer and the final status may land between two looks */
 	fprintf(stderr, "D: layers_ready rose to %d (want %d), %d values between, %s\n", max, want,
 		w->between, w->fell ? "fell" : "never fell");
 	bool paced = C.layer_gap_us >= 20000 && st == LC_ROOM_SUCCESS;
