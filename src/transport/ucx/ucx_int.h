@@ -166,16 +166,22 @@ typedef struct lwrite {
 
 typedef struct lease {
 	ustate_t *st;
+	struct sconn *sc; /* its connection (while not released) */
 	uint64_t seq, room;
 	lc__grant_room_t *g; /* the bracket (entered while `entered`) */
+	/* The bracket is held until every rendezvous receive of the lease has
+	 * completed, even past DONE or the release: a receive in flight lands
+	 * bytes, and lc_grant_revoke must not return before it has. */
 	bool entered;
 	bool am;           /* writes arrive as UW_WRITE: D counts each receive */
 	bool released;     /* off its connection; freed when recvs reaches 0 */
+	bool done_pending; /* DONE arrived with receives in flight: ACK after */
 	int recvs;         /* rendezvous receives outstanding */
 	uint32_t n, nopen; /* writes; landings opened */
 	uint64_t landed;   /* writes counted by lc__land_done(, true) */
 	lwrite_t *w;
 	uint64_t revoke_seen_ns; /* 0 until the room's revoke was noticed */
+	uint64_t released_ns;    /* when it was released with receives in flight */
 	struct lease *next;
 } lease_t;
 
@@ -218,6 +224,9 @@ struct ustate {
 	int refs;                  /* listeners + connections + packers */
 	int nlisteners;            /* pack checks it */
 	bool running;              /* the engine below exists */
+	/* Fixed at engine start (config ucx_data, ucx_allow_sw_rma): put mode
+	 * enables UCP_FEATURE_RMA and packs keys; am mode does neither. */
+	bool put_mode, allow_sw_rma;
 
 	ucp_context_h uctx;
 	ucp_worker_h worker;
@@ -275,6 +284,10 @@ int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_st
 /* Config knobs ucx_err_mode and ucx_data of ctx. */
 ucp_err_handling_mode_t lc__ucx_err_mode(lc_ctx_t *ctx);
 bool lc__ucx_data_mode_am(lc_ctx_t *ctx);
+bool lc__ucx_allow_sw_rma(lc_ctx_t *ctx);
+/* Whether UCX carries ep's puts on a transport whose RMA a NIC checks
+ * against a memory key (RC/DC); desc gets the put lanes' transports. */
+bool lc__ucx_ep_hw_rma(ucp_ep_h ep, char *desc, size_t cap);
 /* Messages: new (NULL without memory), send and forget (freed when sent;
  * thread only), post (send, log a failure; ignores a NULL message). */
 msg_t *lc__ucx_msg_new(ustate_t *st, size_t len);
@@ -334,6 +347,9 @@ void lc__ucx_on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len);
 void lc__ucx_on_done(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len);
 void lc__ucx_on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, void *data,
 		      size_t length, bool rndv);
+/* A message other than HELLO from an endpoint that has not passed the
+ * token check: refused, counted, and the endpoint closed. */
+void lc__ucx_on_unauthed(ustate_t *st, sconn_t *sc, unsigned id);
 /* ops */
 int lc__ucx_listen(ustate_t *st, lc_listener_t *l, const char *url);
 void lc__ucx_listener_close(lc_listener_t *l);
