@@ -1,5 +1,6 @@
-/* Regions: D maps its regions and packs their keys into descriptors; P
- * imports them and unpacks the keys on its endpoint. */
+/* Regions: in put mode D maps its regions and packs their keys into
+ * descriptors, and P imports them and unpacks the keys on its endpoint; in
+ * am mode D publishes nothing and P imports a region by id and length. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

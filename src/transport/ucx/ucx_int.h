@@ -15,9 +15,10 @@
  *   region.c  region maps and keys (D), imported regions (P)
  *
  * ucx://HOST:PORT: writes as UCP active messages (data mode "am", the
- * default) or, with LAYERCAKE_UCX_DATA=put, one-sided puts (RDMA, shared
- * memory, TCP, whatever UCX_TLS lets UCX pick), with the receiver still in
- * charge of what may land. See docs/transport-ucx.md for the design; in short:
+ * default) or, with LAYERCAKE_UCX_DATA=put, one-sided puts over hardware
+ * RMA only (RC/DC; software-emulated RMA is refused unless
+ * ucx_allow_sw_rma), with the receiver still in charge of what may land.
+ * See docs/transport-ucx.md for the design; in short:
  *
  * - One UCP context and worker per layercake context, progressed by one
  *   task on the context's I/O core (transport/io/io.h). The state
@@ -26,9 +27,16 @@
  *   context, worker, task) is started when the context first listens or
  *   connects over ucx and stopped when its last ucx listener or connection
  *   closes (refs, under st->life_lock).
- * - D maps a region (ucp_mem_map) the first time lc_region_pack packs it
- *   while a ucx listener exists, and appends the rkey to the descriptor. P
- *   keeps the blob per connection and unpacks it on its endpoint.
+ * - The data mode is the context's, fixed at engine start. In am mode the
+ *   context has no UCP_FEATURE_RMA (whose software put/get handlers copy
+ *   to and from any address a connected peer names) and D publishes no
+ *   key. In put mode D maps a region (ucp_mem_map) the first time
+ *   lc_region_pack packs it while a ucx listener exists, and appends the
+ *   rkey to the descriptor; P keeps the blob per connection and unpacks it
+ *   on its endpoint; both refuse a connection whose puts UCX would emulate
+ *   in software (lc__ucx_ep_hw_rma).
+ * - Token first: D refuses every message but HELLO from an endpoint that
+ *   has not presented an accepted token.
  * - Leases make one-sided writes receiver-enforced: before the puts of a
  *   batch, P sends the batch's write list (LEASE); D checks every write
  *   against its regions and the room's grant exactly as the copying
@@ -46,10 +54,8 @@
  * - Data mode "am" (the default; LAYERCAKE_UCX_DATA=put selects puts):
  *   writes travel as active messages that D receives into the destinations
  *   it checked (rendezvous: D pulls). It keeps revoke a hard stop on every
- *   UCX transport, and is single-copy where UCX 1.13 emulates
- *   shared-memory puts to user memory with two copies. In put mode over
- *   same-host shared memory a put is a copy by P's own process: the fence
- *   cannot stop it (docs/transport-ucx.md).
+ *   UCX transport: a lease holds the room's bracket until its last
+ *   rendezvous receive has landed, past DONE or its release.
  *
  * Threading: every UCX call runs on the loop thread of the state's task
  * (the worker is UCS_THREAD_MODE_SINGLE; a task stays on one loop), called
