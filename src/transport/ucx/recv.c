@@ -368,7 +368,7 @@ static void recv_done(void *req, ucs_status_t status, size_t length, void *user)
 		return;
 	if (ls->released)
 		lease_reap(st, ls);
-	else if (ls->done_pending)
+	else if (ls->done_pending && !ls->sc->closed) /* closing: sc_close releases it */
 		lease_finish(st, ls->sc, ls);
 }
 
