@@ -11,6 +11,8 @@
  *       token. D's memory must keep its canaries, the get must bring back
  *       nothing of D's, D's descriptor must carry no ucx key, and D counts
  *       the refused messages (conns_rejected_auth).
+ *   raw_idle: the same raw peer connects and says nothing: D closes its
+ *       endpoint after connect_timeout_ms, as tcp does.
  *   put_sw_rma_refused: D and P in data mode put, without
  *       ucx_allow_sw_rma, on loopback, where UCX emulates RMA in software:
  *       the connection is refused with LC_ENOTSUP, D counts
@@ -104,10 +106,12 @@ static void d_teardown(dside_t *d)
 typedef struct target {
 	int port;
 	uint64_t addr; /* D's region */
+	int idle;      /* raw_idle: connect, send nothing */
 } target_t;
 
 typedef struct report {
 	int connected;
+	int closed_by_d;            /* raw_idle: D closed the endpoint */
 	int put_status, get_status; /* UCS status of the request; 1: still pending */
 	int get_read_canary;        /* the get brought back D's bytes */
 } report_t;
@@ -215,6 +219,16 @@ static void attacker(int rd, int wr)
 				  .cb.send = req_done,
 				  .user_data = &st};
 	rep.connected = req_wait(w, ucp_ep_flush_nbx(ep, &fp), &st, 3000) == UCS_OK && !failed;
+	if (t.idle) { /* no HELLO: D must close us after its connect_timeout_ms */
+		uint64_t until = now_ms() + 5000;
+		while (!failed && now_ms() < until)
+			progress_for(w, 10);
+		rep.closed_by_d = failed;
+		TU_CHECK(write(wr, &rep, sizeof rep) == (ssize_t)sizeof rep, "report");
+		char c;
+		TU_CHECK(read(rd, &c, 1) <= 1, "exit signal");
+		_exit(0);
+	}
 
 	/* An rkey of our own memory: its memory domains (tcp's registers
 	 * nothing) are all a software path needs; the address is D's. */
@@ -270,9 +284,8 @@ static void attacker(int rd, int wr)
 	_exit(0);
 }
 
-static void case_raw_rma_am(void)
+static pid_t spawn_attacker(int to[2], int from[2])
 {
-	int to[2], from[2];
 	TU_CHECK(pipe(to) == 0 && pipe(from) == 0, "pipe");
 	pid_t pid = fork(); /* before D starts any thread or UCX */
 	TU_CHECK(pid >= 0, "fork");
@@ -283,6 +296,41 @@ static void case_raw_rma_am(void)
 	}
 	close(to[0]);
 	close(from[1]);
+	return pid;
+}
+
+/* A raw peer that connects and never says HELLO is closed after D's
+ * connect_timeout_ms, as on tcp. */
+static void case_raw_idle(void)
+{
+	int to[2], from[2];
+	pid_t pid = spawn_attacker(to, from);
+	dside_t d;
+	d_setup(&d, "am");
+	TU_OK(lc_ctx_config_set(d.ctx, "connect_timeout_ms", "500"));
+	const char *colon = strrchr(d.url, ':');
+	target_t t = {.port = atoi(colon + 1), .idle = 1};
+	TU_CHECK(write(to[1], &t, sizeof t) == (ssize_t)sizeof t, "target");
+	report_t rep;
+	TU_CHECK(read(from[0], &rep, sizeof rep) == (ssize_t)sizeof rep, "attacker report");
+	fprintf(stderr, "idle raw peer: connected %d, closed by D %d\n", rep.connected,
+		rep.closed_by_d);
+	TU_CHECK(rep.connected, "the attacker never connected: not a test");
+	/* Without UCP_ERR_HANDLING_MODE_PEER (sm) UCX need not tell the peer. */
+	const char *mode = getenv("LAYERCAKE_UCX_ERR_MODE");
+	if (!mode || strcmp(mode, "none"))
+		TU_CHECK(rep.closed_by_d, "D kept an endpoint that never presented a token");
+	close(to[1]);
+	int ws;
+	waitpid(pid, &ws, 0);
+	TU_CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "attacker exited badly (%d)", ws);
+	d_teardown(&d);
+}
+
+static void case_raw_rma_am(void)
+{
+	int to[2], from[2];
+	pid_t pid = spawn_attacker(to, from);
 	dside_t d;
 	d_setup(&d, "am");
 	/* am mode publishes no key: the descriptor is the 32-byte header. */
@@ -437,7 +485,7 @@ static void case_am_revoke_rndv(void)
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: adversarial_ucx raw_rma_am|put_sw_rma_refused|"
+		fprintf(stderr, "usage: adversarial_ucx raw_rma_am|raw_idle|put_sw_rma_refused|"
 				"am_revoke_rndv\n");
 		return 2;
 	}
@@ -449,6 +497,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "raw_rma_am"))
 		case_raw_rma_am();
+	else if (!strcmp(argv[1], "raw_idle"))
+		case_raw_idle();
 	else if (!strcmp(argv[1], "put_sw_rma_refused"))
 		case_put_sw_rma_refused();
 	else if (!strcmp(argv[1], "am_revoke_rndv"))

@@ -478,6 +478,9 @@ static void accept_pending(ustate_t *st)
 			continue;
 		}
 		sc->ul = cr->ul;
+		sc->hello_deadline =
+			lc__now_ns() +
+			(uint64_t)lc__ctx_cfg(st->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
 		ucp_ep_params_t ep = {
 			.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
 				      UCP_EP_PARAM_FIELD_ERR_HANDLER |
@@ -503,6 +506,12 @@ static void sc_service(ustate_t *st, uint64_t now)
 {
 	for (sconn_t **pp = &st->sconns; *pp;) {
 		sconn_t *sc = *pp;
+		if (!sc->closed && !sc->authed && !sc->rejected && now >= sc->hello_deadline) {
+			LC__WARN("ucx: no handshake within %llu ms; closing",
+				 (unsigned long long)lc__ctx_cfg(st->ctx,
+								 LC__CFG_connect_timeout_ms));
+			sc_close(st, sc);
+		}
 		if (!sc->closed && (sc->failed || (sc->rejected && now >= sc->close_at)))
 			sc_close(st, sc);
 		bool fence = false;

@@ -196,6 +196,7 @@ typedef struct sconn {
 	ucp_ep_h ep;
 	bool authed, rejected, failed, closed;
 	uint64_t close_at;
+	uint64_t hello_deadline; /* closed unless authed by then (connect_timeout_ms) */
 	lease_t *leases;
 	struct sconn *next;
 } sconn_t;
