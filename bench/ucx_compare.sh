@@ -2,11 +2,14 @@
 # Our transports against fair baselines, measured in one run, 4 MiB messages
 # on both sides:
 #   ucx am  (UCX_TLS=tcp, LAYERCAKE_UCX_DATA=am)   vs  ucx_perftest -t ucp_am_bw  -s 4194304
-#   ucx put (UCX_TLS=tcp, LAYERCAKE_UCX_DATA=put)  vs  ucx_perftest -t ucp_put_bw -s 4194304
+#   ucx put (UCX_TLS=tcp, LAYERCAKE_UCX_DATA=put,  vs  ucx_perftest -t ucp_put_bw -s 4194304
+#            LAYERCAKE_UCX_ALLOW_SW_RMA=1)
 #   tcp (ours)                                     vs  loopback TCP (bench transport's baseline)
 #   ucx am over shared memory                      vs  one memcpy of the region
 # ucp_put_bw over tcp is UCX's software-emulated put, the slowest path UCX
-# has there: it is the baseline for put mode only, never for am.
+# has there: it is the baseline for put mode only, never for am. Put mode
+# refuses software-emulated RMA unless LAYERCAKE_UCX_ALLOW_SW_RMA=1, which
+# only this measurement sets (docs/transport-ucx.md).
 #
 #   bench/ucx_compare.sh [BUILD_DIR] [RUNS]      (defaults: build, 3)
 #
@@ -93,7 +96,7 @@ while [ "$i" -le "$RUNS" ]; do
 	set -- $(perftest "$i" ucp_am_bw); am_pt=$1
 	set -- $(ours ucx UCX_TLS=tcp LAYERCAKE_UCX_DATA=am); ua=$1; tool=$3
 	set -- $(perftest "$((i + 100))" ucp_put_bw); put_pt=$1
-	set -- $(ours ucx UCX_TLS=tcp LAYERCAKE_UCX_DATA=put); up=$1
+	set -- $(ours ucx UCX_TLS=tcp LAYERCAKE_UCX_DATA=put LAYERCAKE_UCX_ALLOW_SW_RMA=1); up=$1
 	set -- $(ours tcp); tt=$1; tb=$2
 	set -- $(ours ucx UCX_TLS="$SM_TLS" LAYERCAKE_UCX_ERR_MODE=none LAYERCAKE_UCX_DATA=am); us=$1; mc=$2
 	if [ "$mc" = 0 ]; then

@@ -36,9 +36,12 @@
 	X(socket_buffer_kib, "LAYERCAKE_SOCKET_BUFFER_KIB", 0, 0, 1048576,                         \
 	  "SO_SNDBUF/SO_RCVBUF of data sockets in KiB (0 = kernel autotuning)")                    \
 	X(ucx_data, "LAYERCAKE_UCX_DATA", 0, 0, 1,                                                 \
-	  "ucx data mode, chosen by the sender: 0 or am = active messages that D receives into "   \
-	  "the checked destination (revoke a hard stop on every UCX transport); 1 or put = "       \
-	  "one-sided puts (RDMA NICs)")                                                            \
+	  "ucx data mode of the context, fixed when its UCX starts: 0 or am = active messages "    \
+	  "that D receives into the checked destination (no RMA enabled, no keys published); "     \
+	  "1 or put = one-sided puts, only where UCX reports hardware RMA (RDMA NICs)")            \
+	X(ucx_allow_sw_rma, "LAYERCAKE_UCX_ALLOW_SW_RMA", 0, 0, 1,                                 \
+	  "ucx put mode: 1 lets D and P use RMA that UCX emulates in software (tcp, shared "       \
+	  "memory), which exposes D's memory to any connected peer; tests and benchmarks only")    \
 	X(ucx_err_mode, "LAYERCAKE_UCX_ERR_MODE", 0, 0, 1,                                         \
 	  "ucx endpoints' error handling: 0 or peer = UCP_ERR_HANDLING_MODE_PEER (UCX 1.13 then "  \
 	  "leaves out shared memory); 1 or none = none (lets posix/sysv shared memory in)")        \

@@ -27,6 +27,7 @@
 	X(conns_opened)                                                                            \
 	X(conns_failed)                                                                            \
 	X(conns_rejected_auth)                                                                     \
+	X(conns_refused_sw_rma)                                                                    \
 	X(frames_malformed)                                                                        \
 	X(random_failures)                                                                         \
 	X(lanes_stalled)                                                                           \

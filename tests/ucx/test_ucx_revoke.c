@@ -148,7 +148,7 @@ static int run(enum mode mode)
 	char url[64];
 	snprintf(url, sizeof url, "ucx://127.0.0.1:0?fence_ms=%d", FENCE_MS);
 	int rc = lc_listener_create(ctx, url, &l);
-	if (rc == LC_ERR_NO_TRANSPORT) {
+	if (rc == LC_ERR_NO_TRANSPORT && !strstr(lc_transports(), "ucx")) {
 		fprintf(stderr, "skip: ucx is not built in\n");
 		kill(pid, SIGKILL);
 		exit(TU_SKIP);
@@ -218,7 +218,7 @@ static int run(enum mode mode)
 	if (mode == MODE_CANCEL && cancelled)
 		TU_CHECK(status == LC_ERR_CANCELLED, "cancelled batch ended %s",
 			 lc_err_name(status));
-	else if (at_revoke < REGION)
+	else if (tu_verify(snap, REGION, 3) >= 0) /* not all of P's bytes (seed 3) landed */
 		TU_CHECK(status != 0, "a batch cut by revoke reported success");
 	fprintf(stderr, "sender's batch: %s\n", lc_err_name(status));
 

@@ -11,8 +11,12 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
 		sconn_t *sc = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
 				      ? lc__ucx_sc_by_ep(st, param->reply_ep)
 				      : NULL;
-		lc__ucx_on_write(st, sc && sc->authed ? sc : NULL, header, header_length, data,
-				 length, (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+		if (sc && !sc->authed) { /* dropped: a rendezvous is never pulled */
+			lc__ucx_on_unauthed(st, sc, id);
+			return UCS_OK;
+		}
+		lc__ucx_on_write(st, sc, header, header_length, data, length,
+				 (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
 		return UCS_OK;
 	}
 	if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
@@ -32,7 +36,9 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
 		sconn_t *sc = lc__ucx_sc_by_ep(st, ep);
 		if (!sc || sc->rejected)
 			break;
-		if (id == UW_HELLO)
+		if (id != UW_HELLO && !sc->authed)
+			lc__ucx_on_unauthed(st, sc, id);
+		else if (id == UW_HELLO)
 			lc__ucx_on_hello(st, sc, d, length);
 		else if (id == UW_LEASE)
 			lc__ucx_on_lease(st, sc, d, length);

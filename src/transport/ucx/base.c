@@ -77,18 +77,78 @@ ucp_err_handling_mode_t lc__ucx_err_mode(lc_ctx_t *ctx)
 							   : UCP_ERR_HANDLING_MODE_PEER;
 }
 
-/* Data mode (config ucx_data, LAYERCAKE_UCX_DATA), chosen per batch when
- * its lease is sent. "am" (0, the default): each write an active message
- * that D receives into the destination it checked itself (UCX's rendezvous
- * lets D pull large writes, a single copy over cma where UCX 1.13 would
- * emulate puts to user memory with two), so a revoke on D is a hard stop
- * whatever UCX transport carries the bytes. "put" (1): one-sided
- * ucp_put_nbx + flush, for RDMA NICs, where the fence (closing P's
- * endpoint) stops the NIC; over same-host shared memory a put is a copy
- * made by P's own process, which no fence on D can stop. */
+/* Data mode (config ucx_data, LAYERCAKE_UCX_DATA) of the context, fixed
+ * when its engine starts. "am" (0, the default): each write an active
+ * message that D receives into the destination it checked itself (UCX's
+ * rendezvous lets D pull large writes, a single copy over cma where UCX
+ * 1.13 would emulate puts to user memory with two), so a revoke on D is a
+ * hard stop whatever UCX transport carries the bytes; the context enables
+ * no RMA and publishes no keys. "put" (1): one-sided ucp_put_nbx + flush,
+ * only where UCX reports hardware RMA for the path (lc__ucx_ep_hw_rma). */
 bool lc__ucx_data_mode_am(lc_ctx_t *ctx)
 {
 	return lc__ctx_cfg(ctx, LC__CFG_ucx_data) == 0;
+}
+
+bool lc__ucx_allow_sw_rma(lc_ctx_t *ctx)
+{
+	return lc__ctx_cfg(ctx, LC__CFG_ucx_allow_sw_rma) == 1;
+}
+
+/* Transports whose RMA a NIC performs against a registered memory key: an
+ * RC or DC queue pair (verbs or mlx5). Everything else that can carry a put
+ * for user memory in UCX 1.13 is a copy by a CPU that checks no key: tcp
+ * (its memory domain registers nothing), cma/knem/xpmem (the peer's process
+ * copies), self, and the software emulation over active messages. */
+static bool tl_is_hw_rma(const char *tl)
+{
+	return !strncmp(tl, "rc_", 3) || !strncmp(tl, "dc_", 3);
+}
+
+/* UCX 1.13 has no query for an endpoint's transports (ucp_ep_query knows
+ * names and addresses only); ucp_ep_print_info lists its lanes ("lane[i]:
+ * n:tl/dev ...") and the lanes that carry puts ("put[i]: ..."). A format it
+ * does not recognise reads as "no hardware RMA": the check fails closed. */
+bool lc__ucx_ep_hw_rma(ucp_ep_h ep, char *desc, size_t cap)
+{
+	char tl[16][32] = {{0}}, line[512];
+	bool put[16] = {false}, hw = false;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f) {
+		snprintf(desc, cap, "unknown (no memory)");
+		return false;
+	}
+	ucp_ep_print_info(ep, f);
+	fclose(f);
+	FILE *r = fmemopen(buf, len, "r");
+	while (r && fgets(line, sizeof line, r)) {
+		unsigned i, n;
+		char name[32];
+		const char *p = strstr(line, "lane[");
+		if (p && sscanf(p, "lane[%u]: %u:%31[^/]", &i, &n, name) == 3 && i < 16)
+			snprintf(tl[i], sizeof tl[i], "%s", name);
+		p = strstr(line, "put[");
+		if (p && sscanf(p, "put[%u]", &i) == 1 && i < 16)
+			put[i] = true;
+	}
+	if (r)
+		fclose(r);
+	free(buf);
+	size_t at = 0;
+	desc[0] = 0;
+	for (unsigned i = 0; i < 16; i++) {
+		if (!put[i] || !tl[i][0])
+			continue;
+		hw = hw || tl_is_hw_rma(tl[i]);
+		int k = snprintf(desc + at, cap - at, "%s%s", at ? "," : "", tl[i]);
+		if (k > 0 && (size_t)k < cap - at)
+			at += (size_t)k;
+	}
+	if (!at)
+		snprintf(desc, cap, "none: puts emulated over active messages");
+	return hw;
 }
 
 msg_t *lc__ucx_msg_new(ustate_t *st, size_t len)

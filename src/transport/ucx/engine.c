@@ -28,7 +28,7 @@ static bool uc_busy(ustate_t *st)
 	for (sconn_t *sc = st->sconns; sc; sc = sc->next)
 		if (sc->leases)
 			return true;
-	return st->reqs > 0;
+	return st->reqs > 0 || st->dead_leases;
 }
 
 static void service(ustate_t *st, uint64_t now)
@@ -130,9 +130,15 @@ static int engine_start(ustate_t *st)
 	s = ucp_config_read(NULL, NULL, &cfg); /* UCX_TLS and friends */
 	if (s != UCS_OK)
 		goto fail_ucs;
+	/* RMA only in put mode: with UCP_FEATURE_RMA a worker installs UCX's
+	 * software put/get handlers, which copy to and from whatever address a
+	 * connected peer names, before any layercake message is checked. */
+	st->put_mode = !lc__ucx_data_mode_am(st->ctx);
+	st->allow_sw_rma = lc__ucx_allow_sw_rma(st->ctx);
 	ucp_params_t p = {
 		.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME,
-		.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+		.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP |
+			    (st->put_mode ? UCP_FEATURE_RMA : 0),
 		.name = "layercake",
 	};
 	s = ucp_init(&p, cfg, &st->uctx);

@@ -27,8 +27,17 @@ static void write_done(lwrite_t *w, bool landed)
 		w->ls->landed++;
 }
 
+/* Leave the room's bracket: only once no receive of the lease can land. */
+static void lease_exit(lease_t *ls)
+{
+	if (ls->entered)
+		lc__grant_exit(ls->g);
+	ls->entered = false;
+}
+
 static void lease_free(lease_t *ls)
 {
+	lease_exit(ls);
 	for (uint32_t i = 0; i < ls->nopen; i++) {
 		write_done(&ls->w[i], false);
 		free(ls->w[i].stage);
@@ -37,20 +46,23 @@ static void lease_free(lease_t *ls)
 	free(ls);
 }
 
-/* Leave the room's bracket and finish every write not counted; the memory
- * waits for rendezvous receives that still point into it. */
+/* Off its connection: finish every write that is neither counted nor being
+ * received. While rendezvous receives still land, the lease keeps the
+ * room's bracket (so a revoke waits for them) and its memory; the last
+ * receive frees it (recv_done), or dead_leases_service gives the bracket
+ * up CLOSE_WAIT_NS after the connection was closed. */
 static void lease_release(lease_t *ls)
 {
-	if (ls->entered)
-		lc__grant_exit(ls->g);
-	ls->entered = false;
 	for (uint32_t i = 0; i < ls->nopen; i++)
-		write_done(&ls->w[i], false);
+		if (!ls->w[i].busy)
+			write_done(&ls->w[i], false);
 	if (ls->recvs == 0) {
 		lease_free(ls);
 		return;
 	}
 	ls->released = true;
+	ls->released_ns = lc__now_ns();
+	ls->sc = NULL;
 	ls->next = ls->st->dead_leases;
 	ls->st->dead_leases = ls;
 }
@@ -63,6 +75,22 @@ static void lease_reap(ustate_t *st, lease_t *ls)
 			lease_free(ls);
 			return;
 		}
+	}
+}
+
+/* Released leases whose receives outlive their closed connection: the
+ * endpoint is gone, so UCX has no path left to land them; stop holding up
+ * the revoke after CLOSE_WAIT_NS (logged: this is not expected). */
+static void dead_leases_service(ustate_t *st, uint64_t now)
+{
+	for (lease_t *ls = st->dead_leases; ls; ls = ls->next) {
+		if (!ls->entered || now - ls->released_ns < CLOSE_WAIT_NS)
+			continue;
+		LC__WARN("ucx: %d receive(s) of room %llu still outstanding %llu ms after their "
+			 "connection closed; leaving the room's bracket",
+			 ls->recvs, (unsigned long long)ls->room,
+			 (unsigned long long)(CLOSE_WAIT_NS / 1000000));
+		lease_exit(ls);
 	}
 }
 
@@ -103,6 +131,29 @@ static void reply_lease(ustate_t *st, ucp_ep_h ep, uint64_t seq, int status, uin
 	lc__ucx_msg_post(ep, UW_LEASE_REPLY, m);
 }
 
+/* Put mode: D's worker has UCX's RMA enabled, and software-emulated RMA
+ * lets a connected peer copy to and from any address of D. Allowed only
+ * where UCX carries this connection's puts on hardware RMA, or by the
+ * explicit ucx_allow_sw_rma (tests, benchmarks). */
+static bool sc_rma_allowed(ustate_t *st, sconn_t *sc)
+{
+	char lanes[128];
+	if (lc__ucx_ep_hw_rma(sc->ep, lanes, sizeof lanes))
+		return true;
+	if (st->allow_sw_rma) {
+		LC__INFO("ucx: put mode over software-emulated RMA (put lanes: %s), allowed by "
+			 "ucx_allow_sw_rma",
+			 lanes);
+		return true;
+	}
+	LC__COUNT(st->ctx, conns_refused_sw_rma);
+	LC__WARN("ucx: put mode: no hardware RMA to this sender (put lanes: %s): UCX would "
+		 "emulate it with CPU copies that check no key, letting any connected peer write "
+		 "D's memory; refusing the connection (use data mode am)",
+		 lanes);
+	return false;
+}
+
 void lc__ucx_on_hello(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 {
 	uw_hello_t h;
@@ -121,8 +172,27 @@ void lc__ucx_on_hello(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 		sc->close_at = lc__now_ns() + REJECTED_LINGER_NS;
 		return;
 	}
+	if (st->put_mode && !sc_rma_allowed(st, sc)) {
+		reply_hello(st, sc->ep, LC_ENOTSUP);
+		sc->rejected = true;
+		sc->close_at = lc__now_ns() + REJECTED_LINGER_NS;
+		return;
+	}
 	sc->authed = true;
 	reply_hello(st, sc->ep, 0);
+}
+
+void lc__ucx_on_unauthed(ustate_t *st, sconn_t *sc, unsigned id)
+{
+	if (sc->rejected)
+		return;
+	LC__COUNT(st->ctx, conns_rejected_auth);
+	LC__WARN("ucx: refused message %u from a connection that presented no accepted token; "
+		 "closing it",
+		 id);
+	reply_hello(st, sc->ep, LC_ERR_AUTH);
+	sc->rejected = true;
+	sc->close_at = lc__now_ns() + REJECTED_LINGER_NS;
 }
 
 /* Open a landing per write (regions, ranges and the room's grant, checked
@@ -164,13 +234,16 @@ void lc__ucx_on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 		LC__COUNT(st->ctx, frames_malformed);
 		return;
 	}
-	if (!sc->authed) {
-		reply_lease(st, sc->ep, h.seq, LC_ERR_AUTH, 0);
-		return;
-	}
 	if (uw_lease_check(&h, len)) {
 		LC__COUNT(st->ctx, frames_malformed);
 		reply_lease(st, sc->ep, h.seq, LC_ERR_PROTO, 0);
+		return;
+	}
+	if (!(h.flags & UW_LEASE_F_AM) && !st->put_mode) {
+		LC__WARN("ucx: refused a put lease for room %llu: this receiver runs in data mode "
+			 "am (no RMA enabled)",
+			 (unsigned long long)h.room);
+		reply_lease(st, sc->ep, h.seq, LC_ENOTSUP, 0);
 		return;
 	}
 	lease_t *ls = calloc(1, sizeof *ls);
@@ -182,6 +255,7 @@ void lc__ucx_on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 		return;
 	}
 	*ls = (lease_t){.st = st,
+			.sc = sc,
 			.seq = h.seq,
 			.room = h.room,
 			.n = h.n,
@@ -221,6 +295,28 @@ static void lease_count_puts(ustate_t *st, lease_t *ls, uint64_t writes, uint64_
 		write_done(&ls->w[i], true);
 }
 
+static void send_ack(ustate_t *st, sconn_t *sc, uint64_t seq, uint64_t landed)
+{
+	uw_ack_t a = {.seq = seq, .landed = landed};
+	msg_t *m = lc__ucx_msg_new(st, UW_ACK_LEN);
+	if (m)
+		uw_ack_encode(m->data, &a);
+	lc__ucx_msg_post(sc->ep, UW_ACK, m);
+}
+
+/* The lease is finished: off its connection, ACK with D's count, release. */
+static void lease_finish(ustate_t *st, sconn_t *sc, lease_t *ls)
+{
+	for (lease_t **pp = &sc->leases; *pp; pp = &(*pp)->next) {
+		if (*pp == ls) {
+			*pp = ls->next;
+			break;
+		}
+	}
+	send_ack(st, sc, ls->seq, ls->landed);
+	lease_release(ls);
+}
+
 void lc__ucx_on_done(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 {
 	uw_done_t dn;
@@ -228,21 +324,17 @@ void lc__ucx_on_done(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 		LC__COUNT(st->ctx, frames_malformed);
 		return;
 	}
-	uw_ack_t a = {.seq = dn.seq};
-	for (lease_t **pp = &sc->leases; *pp; pp = &(*pp)->next) {
-		lease_t *ls = *pp;
-		if (ls->seq != dn.seq)
+	for (lease_t *ls = sc->leases; ls; ls = ls->next) {
+		if (ls->seq != dn.seq || ls->done_pending)
 			continue;
-		*pp = ls->next;
 		lease_count_puts(st, ls, dn.writes, dn.bytes);
-		a.landed = ls->landed;
-		lease_release(ls);
-		break;
+		if (ls->recvs > 0)
+			ls->done_pending = true; /* the last receive finishes it */
+		else
+			lease_finish(st, sc, ls);
+		return;
 	}
-	msg_t *m = lc__ucx_msg_new(st, UW_ACK_LEN);
-	if (m)
-		uw_ack_encode(m->data, &a);
-	lc__ucx_msg_post(sc->ep, UW_ACK, m);
+	send_ack(st, sc, dn.seq, 0);
 }
 
 /* A write's bytes are in place (or failed): count it through the seam. */
@@ -272,8 +364,12 @@ static void recv_done(void *req, ucs_status_t status, size_t length, void *user)
 	st->reqs--;
 	ucp_request_free(req);
 	write_received(w, status);
-	if (--ls->recvs == 0 && ls->released)
+	if (--ls->recvs > 0)
+		return;
+	if (ls->released)
 		lease_reap(st, ls);
+	else if (ls->done_pending && !ls->sc->closed) /* closing: sc_close releases it */
+		lease_finish(st, ls->sc, ls);
 }
 
 /* The write named by an UW_WRITE header: of an am lease of this
@@ -382,6 +478,9 @@ static void accept_pending(ustate_t *st)
 			continue;
 		}
 		sc->ul = cr->ul;
+		sc->hello_deadline =
+			lc__now_ns() +
+			(uint64_t)lc__ctx_cfg(st->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
 		ucp_ep_params_t ep = {
 			.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
 				      UCP_EP_PARAM_FIELD_ERR_HANDLER |
@@ -407,6 +506,12 @@ static void sc_service(ustate_t *st, uint64_t now)
 {
 	for (sconn_t **pp = &st->sconns; *pp;) {
 		sconn_t *sc = *pp;
+		if (!sc->closed && !sc->authed && !sc->rejected && now >= sc->hello_deadline) {
+			LC__WARN("ucx: no handshake within %llu ms; closing",
+				 (unsigned long long)lc__ctx_cfg(st->ctx,
+								 LC__CFG_connect_timeout_ms));
+			sc_close(st, sc);
+		}
 		if (!sc->closed && (sc->failed || (sc->rejected && now >= sc->close_at)))
 			sc_close(st, sc);
 		bool fence = false;
@@ -566,6 +671,7 @@ void lc__ucx_recv_service(ustate_t *st, uint64_t now)
 {
 	accept_pending(st);
 	sc_service(st, now);
+	dead_leases_service(st, now);
 }
 
 void lc__ucx_recv_teardown(ustate_t *st)

@@ -1,5 +1,6 @@
-/* Regions: D maps its regions and packs their keys into descriptors; P
- * imports them and unpacks the keys on its endpoint. */
+/* Regions: in put mode D maps its regions and packs their keys into
+ * descriptors, and P imports them and unpacks the keys on its endpoint; in
+ * am mode D publishes nothing and P imports a region by id and length. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,13 +70,16 @@ int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint
 			  size_t blob_len)
 {
 	uconn_t *uc = c->tp;
-	uw_key_t k;
-	if (uw_key_decode(blob, blob_len, &k)) {
-		LC__WARN("ucx: region %u's descriptor carries no ucx key (pack it after creating "
-			 "the receiver's ucx listener)",
+	uw_key_t k = {0};
+	bool put = uc->st->put_mode;
+	if (put && uw_key_decode(blob, blob_len, &k)) {
+		LC__WARN("ucx: put mode: region %u's descriptor carries no ucx key (the receiver "
+			 "runs in data mode am, or packed before creating its ucx listener)",
 			 desc->region_id);
 		return LC_ERR_PROTO;
 	}
+	if (!put) /* am mode: D publishes no key, and P uses none */
+		k = (uw_key_t){.length = desc->length};
 	if (k.length < desc->length) {
 		LC__WARN("ucx: region %u's key maps less than the region", desc->region_id);
 		return LC_ERR_PROTO;
@@ -83,7 +87,8 @@ int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint
 	uint8_t *buf = malloc(k.rkey_len ? k.rkey_len : 1);
 	if (!buf)
 		return -ENOMEM;
-	memcpy(buf, k.rkey, k.rkey_len);
+	if (k.rkey_len)
+		memcpy(buf, k.rkey, k.rkey_len);
 	pthread_mutex_lock(&uc->lock);
 	rregion_t *r = lc__ucx_region_find(uc, desc->region_id);
 	if (!r) {
@@ -190,6 +195,8 @@ int lc__ucx_pack_region(ustate_t *st, lc_ctx_t *ctx, const lc_region_t *r, uint8
 	bool listening = st->nlisteners > 0;
 	pthread_mutex_unlock(&st->life_lock);
 	pack_arg_t a = {.buf = buf, .cap = cap};
+	if (!st->put_mode) /* am mode: no map, no rkey, nothing published */
+		return 0;
 	if (listening && !lc__regions_get(&ctx->regions, r->id, &a.info))
 		lc__ucx_run_sync(st, do_pack, &a);
 	return a.rc;

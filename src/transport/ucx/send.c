@@ -116,7 +116,7 @@ static void send_lease(uconn_t *uc, uop_t *op)
 		return;
 	}
 	op->seq = ++uc->next_seq;
-	op->am = lc__ucx_data_mode_am(uc->conn->ctx);
+	op->am = !uc->st->put_mode;
 	uw_lease_t h = {.seq = op->seq,
 			.room = op->room,
 			.n = (uint32_t)b->nwrites,
@@ -319,14 +319,38 @@ uconn_t *lc__ucx_uc_by_ep(ustate_t *st, ucp_ep_h ep)
 	return NULL;
 }
 
+/* Put mode on P: its worker has RMA enabled too (UCX's software RMA then
+ * exposes P's memory to D), and a put over emulated RMA is what D refuses;
+ * P checks its own endpoint as well, against a D that does not. */
+static bool uc_rma_allowed(uconn_t *uc)
+{
+	char lanes[128];
+	if (lc__ucx_ep_hw_rma(uc->ep, lanes, sizeof lanes) || uc->st->allow_sw_rma)
+		return true;
+	LC__COUNT(uc->st->ctx, conns_refused_sw_rma);
+	LC__WARN("ucx: put mode: RMA to %s is software-emulated (put lanes: %s); refusing it",
+		 uc->conn->url, lanes);
+	return false;
+}
+
 void lc__ucx_on_hello_reply(uconn_t *uc, const uint8_t *d, size_t len)
 {
 	int status;
 	if (uw_status_decode(d, len, &status) || uc->state != UC_CONNECTING)
 		return;
-	if (status == 0) {
+	if (status == 0 && uc->st->put_mode && !uc_rma_allowed(uc)) {
+		uc_mark_dead(uc, LC_ENOTSUP,
+			     "ucx: put mode: no hardware RMA to %s; refused (use data mode am)",
+			     uc->conn->url);
+		uc->need_close = true;
+	} else if (status == 0) {
 		uc->state = UC_READY;
 		LC__DEBUG("ucx: connected to %s", uc->conn->url);
+	} else if (status == LC_ENOTSUP) {
+		uc_mark_dead(uc, LC_ENOTSUP,
+			     "%s refused put mode: no hardware RMA on the path (use data mode am)",
+			     uc->conn->url);
+		uc->need_close = true;
 	} else if (status == LC_ERR_AUTH) {
 		uc_mark_dead(uc, LC_ERR_AUTH, "%s rejected the session token", uc->conn->url);
 		uc->need_close = true;

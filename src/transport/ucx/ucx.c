@@ -43,8 +43,8 @@ static void ucx_conn_close(lc_conn_t *c)
 	lc__ucx_state_put(st, false);
 }
 
-/* Only a context that receives over ucx maps its memory: packing for tcp or
- * shm must not start UCX. */
+/* Only a context that receives over ucx in put mode maps its memory:
+ * packing for tcp or shm must not start UCX. */
 static int ucx_pack_region(lc_ctx_t *ctx, void *state, const lc_region_t *r, uint8_t *buf,
 			   size_t cap)
 {

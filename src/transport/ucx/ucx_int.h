@@ -15,9 +15,10 @@
  *   region.c  region maps and keys (D), imported regions (P)
  *
  * ucx://HOST:PORT: writes as UCP active messages (data mode "am", the
- * default) or, with LAYERCAKE_UCX_DATA=put, one-sided puts (RDMA, shared
- * memory, TCP, whatever UCX_TLS lets UCX pick), with the receiver still in
- * charge of what may land. See docs/transport-ucx.md for the design; in short:
+ * default) or, with LAYERCAKE_UCX_DATA=put, one-sided puts over hardware
+ * RMA only (RC/DC; software-emulated RMA is refused unless
+ * ucx_allow_sw_rma), with the receiver still in charge of what may land.
+ * See docs/transport-ucx.md for the design; in short:
  *
  * - One UCP context and worker per layercake context, progressed by one
  *   task on the context's I/O core (transport/io/io.h). The state
@@ -26,9 +27,16 @@
  *   context, worker, task) is started when the context first listens or
  *   connects over ucx and stopped when its last ucx listener or connection
  *   closes (refs, under st->life_lock).
- * - D maps a region (ucp_mem_map) the first time lc_region_pack packs it
- *   while a ucx listener exists, and appends the rkey to the descriptor. P
- *   keeps the blob per connection and unpacks it on its endpoint.
+ * - The data mode is the context's, fixed at engine start. In am mode the
+ *   context has no UCP_FEATURE_RMA (whose software put/get handlers copy
+ *   to and from any address a connected peer names) and D publishes no
+ *   key. In put mode D maps a region (ucp_mem_map) the first time
+ *   lc_region_pack packs it while a ucx listener exists, and appends the
+ *   rkey to the descriptor; P keeps the blob per connection and unpacks it
+ *   on its endpoint; both refuse a connection whose puts UCX would emulate
+ *   in software (lc__ucx_ep_hw_rma).
+ * - Token first: D refuses every message but HELLO from an endpoint that
+ *   has not presented an accepted token.
  * - Leases make one-sided writes receiver-enforced: before the puts of a
  *   batch, P sends the batch's write list (LEASE); D checks every write
  *   against its regions and the room's grant exactly as the copying
@@ -46,10 +54,8 @@
  * - Data mode "am" (the default; LAYERCAKE_UCX_DATA=put selects puts):
  *   writes travel as active messages that D receives into the destinations
  *   it checked (rendezvous: D pulls). It keeps revoke a hard stop on every
- *   UCX transport, and is single-copy where UCX 1.13 emulates
- *   shared-memory puts to user memory with two copies. In put mode over
- *   same-host shared memory a put is a copy by P's own process: the fence
- *   cannot stop it (docs/transport-ucx.md).
+ *   UCX transport: a lease holds the room's bracket until its last
+ *   rendezvous receive has landed, past DONE or its release.
  *
  * Threading: every UCX call runs on the loop thread of the state's task
  * (the worker is UCS_THREAD_MODE_SINGLE; a task stays on one loop), called
@@ -166,16 +172,22 @@ typedef struct lwrite {
 
 typedef struct lease {
 	ustate_t *st;
+	struct sconn *sc; /* its connection (while not released) */
 	uint64_t seq, room;
 	lc__grant_room_t *g; /* the bracket (entered while `entered`) */
+	/* The bracket is held until every rendezvous receive of the lease has
+	 * completed, even past DONE or the release: a receive in flight lands
+	 * bytes, and lc_grant_revoke must not return before it has. */
 	bool entered;
 	bool am;           /* writes arrive as UW_WRITE: D counts each receive */
 	bool released;     /* off its connection; freed when recvs reaches 0 */
+	bool done_pending; /* DONE arrived with receives in flight: ACK after */
 	int recvs;         /* rendezvous receives outstanding */
 	uint32_t n, nopen; /* writes; landings opened */
 	uint64_t landed;   /* writes counted by lc__land_done(, true) */
 	lwrite_t *w;
 	uint64_t revoke_seen_ns; /* 0 until the room's revoke was noticed */
+	uint64_t released_ns;    /* when it was released with receives in flight */
 	struct lease *next;
 } lease_t;
 
@@ -184,6 +196,7 @@ typedef struct sconn {
 	ucp_ep_h ep;
 	bool authed, rejected, failed, closed;
 	uint64_t close_at;
+	uint64_t hello_deadline; /* closed unless authed by then (connect_timeout_ms) */
 	lease_t *leases;
 	struct sconn *next;
 } sconn_t;
@@ -218,6 +231,9 @@ struct ustate {
 	int refs;                  /* listeners + connections + packers */
 	int nlisteners;            /* pack checks it */
 	bool running;              /* the engine below exists */
+	/* Fixed at engine start (config ucx_data, ucx_allow_sw_rma): put mode
+	 * enables UCP_FEATURE_RMA and packs keys; am mode does neither. */
+	bool put_mode, allow_sw_rma;
 
 	ucp_context_h uctx;
 	ucp_worker_h worker;
@@ -275,6 +291,10 @@ int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_st
 /* Config knobs ucx_err_mode and ucx_data of ctx. */
 ucp_err_handling_mode_t lc__ucx_err_mode(lc_ctx_t *ctx);
 bool lc__ucx_data_mode_am(lc_ctx_t *ctx);
+bool lc__ucx_allow_sw_rma(lc_ctx_t *ctx);
+/* Whether UCX carries ep's puts on a transport whose RMA a NIC checks
+ * against a memory key (RC/DC); desc gets the put lanes' transports. */
+bool lc__ucx_ep_hw_rma(ucp_ep_h ep, char *desc, size_t cap);
 /* Messages: new (NULL without memory), send and forget (freed when sent;
  * thread only), post (send, log a failure; ignores a NULL message). */
 msg_t *lc__ucx_msg_new(ustate_t *st, size_t len);
@@ -334,6 +354,9 @@ void lc__ucx_on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len);
 void lc__ucx_on_done(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len);
 void lc__ucx_on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, void *data,
 		      size_t length, bool rndv);
+/* A message other than HELLO from an endpoint that has not passed the
+ * token check: refused, counted, and the endpoint closed. */
+void lc__ucx_on_unauthed(ustate_t *st, sconn_t *sc, unsigned id);
 /* ops */
 int lc__ucx_listen(ustate_t *st, lc_listener_t *l, const char *url);
 void lc__ucx_listener_close(lc_listener_t *l);
