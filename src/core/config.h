@@ -101,7 +101,10 @@
 	  "session has a live room (sessions_refused_full)")                                       \
 	X(p_rooms_max, "LAYERCAKE_P_ROOMS_MAX", 65536, 1, 16777216,                                \
 	  "rooms a P rank's engine holds; a transfer info that would open one more is refused "    \
-	  "before allocation (rooms_refused_cap)")
+	  "before allocation (rooms_refused_cap)")                                                 \
+	X(p_session_rooms_max, "LAYERCAKE_P_SESSION_ROOMS_MAX", 4096, 1, 16777216,                 \
+	  "unfinished rooms one D session may be a destination of at a P rank (dummies "           \
+	  "included); past it its transfer infos are refused (rooms_refused_session_quota)")
 
 #define LC__CONFIG_STR_TABLE(X)                                                                    \
 	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                  \

@@ -35,6 +35,7 @@
 	X(sessions_evicted)                                                                        \
 	X(sessions_refused_full)                                                                   \
 	X(rooms_refused_cap)                                                                       \
+	X(rooms_refused_session_quota)                                                             \
 	X(infos_refused_unknown)                                                                   \
 	X(conns_refused_threads)
 

@@ -31,6 +31,7 @@ typedef struct lc__room_dst {
 	bool notified;   /* final status delivered */
 	uint32_t landed; /* layers reported landed */
 	uint64_t sum;    /* room_checksum: of every write posted to it (core/checksum.h) */
+	bool quota;      /* counted in its session's rooms_live until the room ends */
 } lc__room_dst_t;
 
 typedef struct lc__room {

@@ -16,7 +16,8 @@ typedef struct lc__session {
 	uint64_t failures;     /* every failure, ever */
 	uint64_t failed_at_ns; /* 0: not blocked */
 	char reason[LC_REASON_MAX];
-	void *owner; /* the engine's per-session data */
+	void *owner;         /* the engine's per-session data */
+	uint32_t rooms_live; /* unfinished rooms it is a destination of (the quota) */
 } lc__session_t;
 
 typedef struct lc__session_table {

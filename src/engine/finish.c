@@ -159,6 +159,21 @@ static void kill_tasks(lc_engine_t *e, lc__room_t *r)
 	r->last_task = NULL;
 }
 
+/* The room ended: its destinations no longer count toward their sessions'
+ * quota (p_session_rooms_max). By name: a session removed since is gone. */
+static void release_quota(lc_engine_t *e, lc__room_t *r)
+{
+	for (uint32_t i = 0; i < r->ndst; i++) {
+		lc__room_dst_t *d = &r->dst[i];
+		if (!d->quota)
+			continue;
+		d->quota = false;
+		lc__session_t *s = lc__session_find(&e->sessions, d->session_name);
+		if (s && s->rooms_live)
+			s->rooms_live--;
+	}
+}
+
 void lc__engine_fail_room(lc_engine_t *e, lc__room_t *r, int reason, const char *fmt, ...)
 {
 	char text[LC_REASON_MAX];
@@ -168,6 +183,7 @@ void lc__engine_fail_room(lc_engine_t *e, lc__room_t *r, int reason, const char 
 	va_end(ap);
 	if (lc__room_set_state(&e->rooms, r, LC_ROOM_FAILED, reason, text, lc__now_ns()) != 1)
 		return; /* already final: told once */
+	release_quota(e, r);
 	kill_tasks(e, r);
 	queue_status(e, r);
 	e->room_scan_at = 0;
@@ -195,6 +211,7 @@ void lc__engine_try_finish(lc_engine_t *e, lc__room_t *r)
 	    1) {
 		for (uint32_t i = 0; i < r->ndst; i++)
 			r->dst[i].landed = e->layout->layers;
+		release_quota(e, r);
 		queue_status(e, r);
 	}
 	e->room_scan_at = 0;

@@ -25,15 +25,34 @@ int lc_engine_room_open(lc_engine_t *e, uint64_t room)
 }
 
 /* Whether the destination's parameters hold together and name a registered
- * session (*core; NULL for a dummy). */
+ * session (*core; a dummy may name one, or none). */
 static int check_dst(lc_engine_t *e, const lc_dst_params_t *d, lc__session_t **core)
 {
 	if ((d->page_count && !d->pages) || (d->dst_mask && !d->dst_local) ||
 	    (!d->is_dummy && !d->session) || !d->required_dst_count)
 		return lc__engine_bad_input(e, -EINVAL, "destination parameters");
-	if (!d->is_dummy && !(*core = lc__session_find(&e->sessions, d->session)))
+	if (d->session)
+		*core = lc__session_find(&e->sessions, d->session);
+	if (!d->is_dummy && !*core)
 		return lc__engine_bad_input(e, -ENOENT, "destination on an unregistered session");
 	return 0;
+}
+
+/* Whether the session may be the destination of one more unfinished room
+ * (p_session_rooms_max): one D session, honest or not, cannot take every
+ * room of the engine from the others. Counted, logged once per 1,024. */
+static int quota_check(lc_engine_t *e, const lc__session_t *core, uint64_t room, int64_t max)
+{
+	if (!core || (int64_t)core->rooms_live < max)
+		return 0;
+	uint64_t n = LC__COUNT(e->ctx, rooms_refused_session_quota) + 1;
+	if (n % 1024 == 1)
+		LC__WARN(
+			"engine %s: room %llu refused: session %s is a destination of %u unfinished "
+			"rooms (p_session_rooms_max %lld); %llu refused so far",
+			e->name, (unsigned long long)room, core->name, core->rooms_live,
+			(long long)max, (unsigned long long)n);
+	return -ENOSPC;
 }
 
 /* Whether one more room fits under p_rooms_max (engine lock held). A
@@ -63,17 +82,22 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 	lc_dst_params_t d = {0};
 	memcpy(&d, p, LC__MIN(p->size, sizeof(d)));
 	int64_t max = lc__ctx_cfg(e->ctx, LC__CFG_p_rooms_max); /* not under the lock */
+	int64_t quota = lc__ctx_cfg(e->ctx, LC__CFG_p_session_rooms_max);
 	pthread_mutex_lock(&e->lock);
-	if ((rc = check_dst(e, &d, &core)))
+	if ((rc = check_dst(e, &d, &core)) || (rc = quota_check(e, core, room, quota)))
 		goto out;
 	r = lc__room_find(&e->rooms, room);
 	if (!r &&
 	    ((rc = room_cap_check(e, room, max)) || (rc = lc__room_open(&e->rooms, room, now, &r))))
 		goto out;
-	if ((rc = lc__room_add_dst(r, &d, core ? core->owner : NULL))) {
+	if ((rc = lc__room_add_dst(r, &d, core && !d.is_dummy ? core->owner : NULL))) {
 		if (rc != LC_ERR_STATE || !lc__room_final(r))
 			lc__engine_bad_input(e, rc, "room destination");
 		goto out;
+	}
+	if (core) { /* lc__room_add_dst appended it */
+		r->dst[r->ndst - 1].quota = true;
+		core->rooms_live++;
 	}
 	e->room_scan_at = 0;
 	if (core && lc__session_blocked(core, now, e->ttl_ns)) {

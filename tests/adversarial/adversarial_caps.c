@@ -22,6 +22,11 @@
  *                  session P never registered: P opens no room for them
  *                  (infos_refused_unknown), its RSS stays bounded, and a
  *                  real D's rooms succeed.
+ *   room_flood_registered  one registered session sends the 50,000 dummies
+ *                  (P's p_rooms_max set to 8,192, below the flood): P opens
+ *                  at most p_session_rooms_max (4,096) for it and refuses
+ *                  the rest (rooms_refused_session_quota), so the engine
+ *                  keeps room and a real D's rooms succeed.
  *
  * Exit 0 pass, 1 fail, 77 skipped (a facility missing here).
  */
@@ -57,6 +62,8 @@
 #define MAX_MORE_FDS 512
 #define MAX_MORE_RSS_KB_SESSIONS (40 * 1024)
 #define MAX_MORE_RSS_KB_ROOMS (12 * 1024)
+/* A registered flooder's dummies open p_session_rooms_max (4,096) rooms. */
+#define MAX_MORE_RSS_KB_QUOTA (24 * 1024)
 /* A sanitizer's shadow memory and quarantine grow RSS with every allocation,
  * freed or not: under one, threads and fds are bounded, RSS is reported. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -117,16 +124,17 @@ static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
 	say("bootstrapped");
 	adv_wait_byte(go_fd);
 	int failures = adv_p_forward(eng, snd);
-	uint64_t ev = 0, full = 0, unk = 0, cap = 0, thr = 0;
+	uint64_t ev = 0, full = 0, unk = 0, cap = 0, thr = 0, quota = 0;
+	lc_ctx_counter_by_name(s.ctx, "rooms_refused_session_quota", &quota);
 	lc_ctx_counter_by_name(s.ctx, "sessions_evicted", &ev);
 	lc_ctx_counter_by_name(s.ctx, "sessions_refused_full", &full);
 	lc_ctx_counter_by_name(s.ctx, "infos_refused_unknown", &unk);
 	lc_ctx_counter_by_name(s.ctx, "rooms_refused_cap", &cap);
 	lc_ctx_counter_by_name(s.ctx, "conns_refused_threads", &thr);
 	say("p-done %d evicted %llu refused_full %llu infos_refused %llu rooms_refused %llu "
-	    "conns_refused_threads %llu",
+	    "conns_refused_threads %llu quota_refused %llu",
 	    failures, (unsigned long long)ev, (unsigned long long)full, (unsigned long long)unk,
-	    (unsigned long long)cap, (unsigned long long)thr);
+	    (unsigned long long)cap, (unsigned long long)thr, (unsigned long long)quota);
 	adv_wait_byte(go_fd); /* quit */
 	for (int i = 0; i < ROOMS; i++)
 		lc_sender_destroy(snd[i]);
@@ -251,7 +259,9 @@ static void forge_register(lc__msg_t *m, const tu_pool_t *s, lc__msg_buffer_t *b
 	m->reg.region_desc_lens = lens;
 }
 
-static void flood_sessions(void *tx)
+/* REGISTERs of sessions mallory<k>, k in [0, n); the last one's secret is
+ * left in *last. */
+static void flood_sessions(void *tx, int n_sessions, lc__msg_t *last)
 {
 	tu_pool_t s;
 	tu_pool_init(&s, "mallory", NULL, LAYERS, PAGES, ITEM);
@@ -262,21 +272,30 @@ static void flood_sessions(void *tx)
 	size_t lens[1] = {(size_t)n};
 	lc__msg_buffer_t bufs[NBUF];
 	lc__msg_t m;
-	for (int k = 0; k < SESSION_FLOOD; k++) {
+	for (int k = 0; k < n_sessions; k++) {
 		forge_register(&m, &s, bufs, descs, lens, k);
 		adv_send_msg(tx, &m, 0);
 	}
+	if (last)
+		memcpy(last->secret, m.secret, sizeof m.secret);
 	tu_pool_fini(&s);
 }
 
-static void flood_rooms(void *tx)
+/* Dummy transfer infos for fresh room ids: from a session P never
+ * registered, or (registered) from mallory0, registered first. */
+static void flood_rooms(void *tx, bool registered)
 {
-	lc__msg_t m;
+	lc__msg_t m, reg;
+	if (registered)
+		flood_sessions(tx, 1, &reg);
 	for (int k = 0; k < ROOM_FLOOD; k++) {
 		memset(&m, 0, sizeof m);
 		m.type = LC__MSG_TRANSFER_INFO;
 		m.info.room = 1000 + (uint64_t)k;
-		snprintf(m.info.session, sizeof m.info.session, "mallory@127.0.0.1:1");
+		if (registered)
+			memcpy(m.secret, reg.secret, sizeof m.secret);
+		snprintf(m.info.session, sizeof m.info.session,
+			 registered ? "mallory0@127.0.0.1:1" : "mallory@127.0.0.1:1");
 		snprintf(m.info.status_ep, sizeof m.info.status_ep, "tcp://127.0.0.1:1");
 		m.info.required_dst = 1;
 		m.info.flags = LC__INFO_DUMMY;
@@ -286,7 +305,7 @@ static void flood_rooms(void *tx)
 }
 
 /* P up, the flood, P measured, then a real D's rooms. */
-static int run_case(bool sessions)
+static int run_case(bool sessions, bool registered)
 {
 	adv_proc_t p, d;
 	char addr[64], ep[300], line[512];
@@ -302,9 +321,9 @@ static int run_case(bool sessions)
 	void *zc = zmq_ctx_new();
 	void *tx = adv_push_to(zc, ep);
 	if (sessions)
-		flood_sessions(tx);
+		flood_sessions(tx, SESSION_FLOOD, NULL);
 	else
-		flood_rooms(tx);
+		flood_rooms(tx, registered);
 	adv_go(&p);
 	/* P's threads while it takes the flood, then its figures after. */
 	long peak = before.threads;
@@ -326,7 +345,9 @@ static int run_case(bool sessions)
 		failures++;
 	}
 	failures += check_bounds(&before, &after,
-				 sessions ? MAX_MORE_RSS_KB_SESSIONS : MAX_MORE_RSS_KB_ROOMS);
+				 sessions     ? MAX_MORE_RSS_KB_SESSIONS
+				 : registered ? MAX_MORE_RSS_KB_QUOTA
+					      : MAX_MORE_RSS_KB_ROOMS);
 	adv_spawn(&d, adv_d_child, &(adv_d_arg_t){addr, "tcp://127.0.0.1:0"});
 	adv_go(&d);
 	adv_go(&p);
@@ -340,6 +361,13 @@ static int run_case(bool sessions)
 	if (!adv_wait_line(&p, "p-done", 20000, line, sizeof line) ||
 	    sscanf(line, "p-done %d", &pfail) != 1 || pfail) {
 		fprintf(stderr, "P: '%s' (want p-done 0)\n", line);
+		failures++;
+	}
+	const char *q = strstr(line, "quota_refused ");
+	unsigned long long quota = q ? strtoull(q + 14, NULL, 10) : 0;
+	if (registered && quota < ROOM_FLOOD - 4096) {
+		fprintf(stderr, "P refused %llu dummies by the session quota (want at least %d)\n",
+			quota, ROOM_FLOOD - 4096);
 		failures++;
 	}
 	fprintf(stderr, "%s\n", line);
@@ -358,17 +386,23 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	tu_watchdog(110);
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s session_flood|session_flood_loop|room_flood\n", argv[0]);
+		fprintf(stderr,
+			"usage: %s session_flood|session_flood_loop|room_flood|room_flood_registered\n",
+			argv[0]);
 		return 2;
 	}
 	if (!strcmp(argv[1], "session_flood"))
-		return run_case(true);
+		return run_case(true, false);
 	if (!strcmp(argv[1], "session_flood_loop")) {
 		flood_data_url = "loop://mallory%d";
-		return run_case(true);
+		return run_case(true, false);
 	}
 	if (!strcmp(argv[1], "room_flood"))
-		return run_case(false);
+		return run_case(false, false);
+	if (!strcmp(argv[1], "room_flood_registered")) {
+		setenv("LAYERCAKE_P_ROOMS_MAX", "8192", 1); /* below the flood: P (a child) */
+		return run_case(false, true);
+	}
 	fprintf(stderr, "unknown case %s\n", argv[1]);
 	return 2;
 }

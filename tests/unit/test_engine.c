@@ -868,6 +868,38 @@ static void finished_rooms_do_not_accumulate(void **state)
 	fx_free(f);
 }
 
+/* One session may be a destination of at most p_session_rooms_max
+ * unfinished rooms (dummies naming it included); a room that ends frees its
+ * place, and other sessions are not affected. */
+static void a_session_holds_at_most_its_quota_of_unfinished_rooms(void **state)
+{
+	const char *knobs[] = {"p_session_rooms_max", "2", NULL};
+	fx_t *f = fx_new(knobs, 0);
+	fx_session(f, 0, NULL);
+	fx_session(f, 1, NULL);
+	fx_dst(f, 30, 0, 1, DST, 6, 0);
+	lc_dst_params_t dummy = {
+		.size = sizeof(dummy), .session = "d0", .required_dst_count = 2, .is_dummy = 1};
+	assert_int_equal(lc_engine_room_dst_add(f->e, 31, &dummy), 0);
+	assert_int_equal(lc_grant_issue(f->d, 32, f->dregs[0], 0, NBUF * BUF_BYTES), 0);
+	lc_dst_params_t third = {.size = sizeof(third),
+				 .session = "d0",
+				 .pages = DST,
+				 .page_count = 6,
+				 .required_dst_count = 1};
+	assert_int_equal(lc_engine_room_dst_add(f->e, 32, &third), -ENOSPC);
+	uint64_t refused = 0;
+	assert_int_equal(lc_ctx_counter_by_name(f->p, "rooms_refused_session_quota", &refused), 0);
+	assert_int_equal(refused, 1);
+	lc_room_info_t info;
+	assert_int_equal(room_status(f, 32, &info), -ENOENT); /* nothing was opened */
+	fx_dst(f, 33, 1, 1, DST, 6, 0);                       /* another session: fine */
+	/* Room 30 ends (cancelled): d0 has a place again. */
+	assert_int_equal(lc_engine_room_cancel(f->e, 30, "done"), 0);
+	assert_int_equal(lc_engine_room_dst_add(f->e, 32, &third), 0);
+	fx_free(f);
+}
+
 static void destroy_fails_unfinished_rooms_once(void **state)
 {
 	fx_t *f = fx_new(NULL, 0);
@@ -1054,6 +1086,7 @@ int main(void)
 		cmocka_unit_test(batches_are_stamped_and_empty_batches_still_reserve),
 		cmocka_unit_test(batch_calls_out_of_order_are_refused),
 		cmocka_unit_test(dummy_destinations_succeed_without_writes),
+		cmocka_unit_test(a_session_holds_at_most_its_quota_of_unfinished_rooms),
 		cmocka_unit_test(fan_in_of_two_destinations),
 		cmocka_unit_test(fan_in_of_three_destinations),
 		cmocka_unit_test(second_destination_finishing_first_does_not_succeed_early),
