@@ -1,0 +1,53 @@
+/*
+ * Copy engines (issue 14, docs/gpu.md): how bytes move between host memory
+ * and memory the CPU must not touch (a GPU's, or the simulated device
+ * memory of LC_MEM_SIM). One engine per (context, memory kind, device),
+ * made on first use; the memory seam (src/transport/seam.h) stages device
+ * sources and landings through it, so that no CPU pointer is ever
+ * dereferenced into device memory.
+ *
+ * Every copy is asynchronous: the call queues it and returns 0 (or a
+ * negative errno / LC_ERR_* without queueing), and `done` runs exactly once
+ * later, on a thread of the engine, with 0 or the error. The host side of a
+ * copy stays valid and untouched by the caller until `done`. Copies queued
+ * on one engine complete in order.
+ *
+ * Implementations: src/core/copy_sim.c (LC_MEM_SIM: a worker thread, pread/
+ * pwrite on the memfd behind the PROT_NONE range), src/core/copy_cuda.c
+ * (LC_MEM_CUDA: a stream per device and context, events, libcuda through
+ * src/core/cuda.h, loaded with dlopen at first use).
+ */
+#ifndef LC_CORE_COPY_H
+#define LC_CORE_COPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef void (*lc__copy_done_fn)(void *arg, int status);
+
+typedef struct lc__copier lc__copier_t;
+
+typedef struct lc__copier_ops {
+	const char *name; /* "sim", "cuda" */
+	/* host <- device */
+	int (*to_host)(lc__copier_t *c, void *host, const void *dev, size_t len,
+		       lc__copy_done_fn done, void *arg);
+	/* device <- host */
+	int (*from_host)(lc__copier_t *c, void *dev, const void *host, size_t len,
+			 lc__copy_done_fn done, void *arg);
+	/* device <- device, same kind (CUDA IPC, the sim); NULL if none */
+	int (*dev_to_dev)(lc__copier_t *c, void *dst, const void *src, size_t len,
+			  lc__copy_done_fn done, void *arg);
+	/* Wait (bounded by deadline_ns, CLOCK_MONOTONIC; 0: none) until every
+	 * copy queued so far has called `done`. 0, or -ETIMEDOUT. */
+	int (*drain)(lc__copier_t *c, uint64_t deadline_ns);
+	void (*destroy)(lc__copier_t *c); /* drains first */
+} lc__copier_ops_t;
+
+struct lc__copier {
+	const lc__copier_ops_t *ops;
+	int kind;   /* lc_mem_kind_t */
+	int device; /* ordinal (CUDA), 0 for the sim */
+};
+
+#endif
