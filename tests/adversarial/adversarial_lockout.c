@@ -38,6 +38,7 @@
 #include "control/codec.h"
 #include "pd/decode_int.h"
 #include "harness.h"
+#include "rounds.h"
 #include "testutil.h"
 
 #define LAYERS 4
@@ -62,7 +63,7 @@ static uint64_t seed_of(int b, int p)
 
 static uint64_t room_of(int round, int i)
 {
-	return ROOM0 + 10 * (uint64_t)round + (uint64_t)i;
+	return adv_room_of(ROOM0, round, i);
 }
 
 /* Room i's page j: P page 1 + j, D page PAGES - 1 - (i * NPAGES + j). */
@@ -72,70 +73,6 @@ static int64_t d_page(int i, int j)
 }
 
 /* ==== P process: one round of ROOMS rooms per 'g' ==== */
-
-static void p_forward(lc_engine_t *eng, lc_sender_t **snd, const bool *fwd, int round)
-{
-	int64_t pages[NPAGES];
-	for (int j = 0; j < NPAGES; j++)
-		pages[j] = 1 + j;
-	TU_OK(lc_engine_batch_begin(eng, 0));
-	for (int i = 0; i < ROOMS; i++) {
-		lc_chunk_t ch = {.size = sizeof ch,
-				 .room = room_of(round, i),
-				 .pages = pages,
-				 .page_count = NPAGES,
-				 .is_last = 1};
-		if (fwd[i])
-			lc_engine_chunk_add(eng, &ch);
-	}
-	TU_OK(lc_engine_batch_end(eng));
-	for (int l = 0; l < LAYERS; l++) {
-		usleep(2000);
-		TU_OK(lc_engine_record_cache(eng));
-	}
-	TU_OK(lc_engine_record_aux(eng));
-	for (int i = 0; i < ROOMS; i++) {
-		uint8_t meta[META_LEN];
-		tu_fill(meta, sizeof meta, room_of(round, i));
-		if (fwd[i])
-			lc_sender_metadata_set(snd[i], meta, sizeof meta);
-	}
-}
-
-/* Rooms of one round: bootstrapped ones (within a deadline) are written. */
-static void p_round(lc_prefill_t *pf, lc_engine_t *eng, int round, int go_fd)
-{
-	lc_sender_t *snd[ROOMS];
-	bool fwd[ROOMS];
-	for (int i = 0; i < ROOMS; i++)
-		TU_OK(lc_sender_create(pf, room_of(round, i), &snd[i]));
-	uint64_t dl = adv_now_ms() + 6000;
-	for (int i = 0; i < ROOMS; i++) {
-		int st;
-		while ((st = lc_sender_poll(snd[i], NULL)) == LC_ROOM_BOOTSTRAPPING &&
-		       adv_now_ms() < dl)
-			usleep(2000);
-		fwd[i] = st != LC_ROOM_BOOTSTRAPPING && st != LC_ROOM_FAILED;
-	}
-	say("p-boot %d", round);
-	adv_wait_byte(go_fd);
-	p_forward(eng, snd, fwd, round);
-	dl = adv_now_ms() + 8000;
-	for (int i = 0; i < ROOMS; i++) {
-		lc_room_info_t info = {.size = sizeof info};
-		int st = lc_sender_poll(snd[i], &info);
-		while (fwd[i] && st != LC_ROOM_SUCCESS && st != LC_ROOM_FAILED &&
-		       adv_now_ms() < dl) {
-			usleep(2000);
-			st = lc_sender_poll(snd[i], &info);
-		}
-		fprintf(stderr, "P round %d room %llu: %s (%s) %s\n", round,
-			(unsigned long long)room_of(round, i), lc_room_status_name(st),
-			lc_fail_reason_name(info.fail_reason), info.reason);
-		lc_sender_destroy(snd[i]);
-	}
-	say("p-round %d", round);
-}
 
 static int p_main(int go_fd)
 {
@@ -162,7 +99,7 @@ static int p_main(int go_fd)
 	TU_OK(lc_prefill_endpoint(pf, ep, sizeof ep));
 	say("addr %s %s", addr, ep);
 	for (int round = 0; adv_wait_byte(go_fd) == 'g'; round++)
-		p_round(pf, eng, round, go_fd);
+		adv_p_round(pf, eng, ROOM0, round, go_fd, 6000);
 	lc_prefill_destroy(pf);
 	tu_pool_fini(&s);
 	lc_bootstrap_stop(b);
