@@ -34,6 +34,7 @@ static const char bench_help[] =
 	"    layercake bench wake [--json]\n"
 	"    layercake bench control [--rooms N] [--inflight K] [--transport tcp|shm]\n"
 	"                            [--json]\n"
+	"    layercake bench checksum [--region-mib M] [--json]\n"
 	"\n"
 	"DESCRIPTION\n"
 	"    Without a name, runs every benchmark built in, with its defaults, one\n"
@@ -49,6 +50,8 @@ static const char bench_help[] =
 	"               64 rooms in flight\n"
 	"    control    rooms per second end to end through the bootstrap server,\n"
 	"               lc_prefill_t and lc_decode_t, one page and one layer per room\n"
+	"    checksum   the room checksum's pass (room_checksum=1) over a region,\n"
+	"               against one memcpy of the same size\n"
 	"\n"
 	"OPTIONS\n"
 	"    --json     exactly one JSON object on stdout (logs go to stderr). Run all,\n"
@@ -135,10 +138,7 @@ typedef struct bench_entry {
 } bench_entry_t;
 
 static const bench_entry_t table[] = {
-	{"transport", 7},
-	{"planner", 3},
-	{"wake", 1},
-	{"control", 2},
+	{"transport", 7}, {"planner", 3}, {"wake", 1}, {"control", 2}, {"checksum", 2},
 };
 #define NBENCH (sizeof table / sizeof table[0])
 
@@ -153,6 +153,8 @@ static bench_fn fn_of(size_t i)
 		return lc__bench_wake;
 	case 3:
 		return lc__bench_control;
+	case 4:
+		return lc__bench_checksum;
 	default:
 		return NULL;
 	}
@@ -307,7 +309,8 @@ int lc__cmd_bench(int argc, char **argv)
 	}
 	if (argc < 2 || (argc == 2 && !strcmp(argv[1], "--json")))
 		return run_all(argc == 2);
-	static const char *const pages[NBENCH] = {transport_help, planner_help, wake_help, NULL};
+	static const char *const pages[NBENCH] = {transport_help, planner_help, wake_help, NULL,
+						  NULL};
 	for (size_t i = 0; i < NBENCH; i++) {
 		if (strcmp(argv[1], table[i].name))
 			continue;
