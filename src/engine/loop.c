@@ -72,7 +72,7 @@ static void wait_for_work(lc_engine_t *e, uint64_t next, bool waiting, lc__backo
 		wait_ns = LC__MAX_WAIT_NS;
 	if (waiting) {
 		atomic_store(&e->want_wake, 1);
-		if (e->params.external_counter) {
+		if (lc__engine_polls(e)) {
 			uint64_t b = lc__backoff_next(bo, lc__now_ns());
 			if ((int64_t)b < wait_ns)
 				wait_ns = (int64_t)b;
@@ -167,6 +167,12 @@ static int record(lc_engine_t *e, int which)
 {
 	if (!e)
 		return -EINVAL;
+	/* A CUDA stream owns the words now: a CPU +1 would be overwritten by
+	 * the stream's next absolute value, and lose or repeat a step. */
+	if (atomic_load_explicit(&e->gpu.active, memory_order_relaxed)) {
+		LC__WARN("engine %s: CPU step record after a stream record", e->name);
+		return LC_ERR_STATE;
+	}
 	lc__steps_record(&e->steps, which);
 	if (submit_inline(e) && atomic_load(&e->want_wake))
 		lc__engine_wake(e);
