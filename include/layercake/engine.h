@@ -303,8 +303,9 @@ LC_API int lc_engine_counter(lc_engine_t *engine, int which, uint64_t **out);
  * stream `cu_stream` (a CUstream; NULL is the legacy default stream) one
  * cuStreamWriteValue64 of the counter's next absolute value into the
  * engine's counter word, so that the record happens when the stream's
- * earlier work (the layer's KV writes) has, with no kernel launch and
- * inside CUDA graph capture. The first such call registers the engine's
+ * earlier work (the layer's KV writes) has, with no kernel launch. Not for
+ * replayed CUDA graphs: a captured write replays its captured value
+ * (docs/gpu.md). The first such call registers the engine's
  * counter words with cuMemHostRegister (DEVICEMAP | PORTABLE) in the
  * stream's context (caller words: they must be host memory; memory CUDA
  * already registered is used as it is) and switches the engine thread to

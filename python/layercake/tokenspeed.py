@@ -125,7 +125,8 @@ class CudaStepCounter(StepCounter):
     stream (`stream`: a callable returning the handle; default
     torch.cuda.current_stream().cuda_stream), one cuStreamWriteValue64 per
     layer where the seed needs two torch ops, ordered after the layer's KV
-    writes and capturable in CUDA graphs. docs/gpu.md."""
+    writes. Not inside a replayed CUDA graph: the writes are absolute values
+    and a replay repeats the captured ones (docs/gpu.md)."""
 
     def __init__(self, *args, stream=None, **kwargs):
         super().__init__()

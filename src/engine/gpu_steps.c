@@ -2,8 +2,8 @@
  * Step records a CUDA stream writes (docs/gpu.md, "The GPU step counter").
  * lc_engine_record_cache_on_stream enqueues one cuStreamWriteValue64 of the
  * counter's next absolute value into the engine's counter word: no kernel,
- * ordered after the layer's work on that stream, capturable in a CUDA
- * graph. The words are host memory registered once (DEVICEMAP | PORTABLE)
+ * ordered after the layer's work on that stream (a replayed CUDA graph
+ * would replay the captured values: not supported, docs/gpu.md). The words are host memory registered once (DEVICEMAP | PORTABLE)
  * on first use; from then on the engine thread polls them adaptively, as
  * for external_counter, since a GPU cannot write an eventfd.
  *
