@@ -164,6 +164,7 @@ struct lc_engine {
 	bool checksum;                 /* room_checksum: sum every write posted */
 	uint64_t coalesce_ns;          /* acknowledgement moderation */
 	uint64_t seen_cache, seen_aux; /* steps the last progress pass read */
+	bool tight_slack;              /* engine thread: timer slack cut (loop.c) */
 
 	pthread_mutex_t lock;
 	bool stopping;
