@@ -88,7 +88,7 @@ static int submit(lc__copier_t *base, enum dir d, void *dst, const void *src, si
 {
 	cuda_copier_t *c = of(base);
 	int rc;
-	if (!done || (!len && (dst || src)) || !dst || !src)
+	if (!done || !dst || !src || !len)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	job_t *j = c->spare;

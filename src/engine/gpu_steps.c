@@ -94,8 +94,15 @@ static int record_on_stream(lc_engine_t *e, int which, void *stream)
 	pthread_mutex_lock(&e->gpu.lock);
 	if (!atomic_load(&e->gpu.active) && (rc = activate(e, s)))
 		goto out;
+	/* The registering context current for the call (the legacy default
+	 * stream is the current context's); a no-op push where the caller's
+	 * thread has it current already, as PyTorch's threads do. */
+	if ((rc = lc__cuda_ctx_push(e->gpu.cu_ctx)))
+		goto out;
 	uint64_t v = lc__step_add(e->gpu.next[which], 1);
-	if ((rc = lc__cuda_write_value64(s, e->gpu.dptr[which], v)))
+	rc = lc__cuda_write_value64(s, e->gpu.dptr[which], v);
+	lc__cuda_ctx_pop();
+	if (rc)
 		goto out;
 	e->gpu.next[which] = v;
 	e->gpu.enqueued++;
