@@ -17,6 +17,8 @@
  *   layercake/pd.h         prefill/decode over the control plane: bootstrap
  *                          server, prefill ranks and senders, decode ranks
  *                          and receivers
+ *   layercake/gpu.h        CUDA as the library finds it at run time
+ *                          (dlopen): devices, pointer kinds
  *
  * Every function is a real exported symbol (the Python binding loads them
  * with ctypes); the split into files changes no symbol, type or layout.
@@ -28,5 +30,6 @@
 #include "layercake/dataplane.h"
 #include "layercake/engine.h"
 #include "layercake/pd.h"
+#include "layercake/gpu.h"
 
 #endif /* LAYERCAKE_H */

@@ -15,11 +15,13 @@ bool lc__cli_wants_help(int argc, char **argv)
 
 static const char info_help[] =
 	"NAME\n"
-	"    layercake info - version, transports and configuration\n\n"
+	"    layercake info - version, transports, CUDA and configuration\n\n"
 	"SYNOPSIS\n"
 	"    layercake info [--config] [--json]\n\n"
 	"DESCRIPTION\n"
-	"    Prints the library version, the transports built in, and the configuration\n"
+	"    Prints the library version, the transports built in, whether CUDA was\n"
+	"    found at run time (libcuda through dlopen, knob cuda_lib; if not, why not)\n"
+	"    with its devices, and the configuration\n"
 	"    table: every knob with its LAYERCAKE_* environment variable, default,\n"
 	"    current value (after the environment) and help line.\n\n"
 	"OPTIONS\n"
@@ -43,6 +45,41 @@ static void json_value(const char *v, int is_text)
 			putchar(*p);
 	}
 	putchar('"');
+}
+
+/* CUDA as the library finds it: loaded or why not, and the devices. */
+static void print_cuda(bool json)
+{
+	lc_cuda_info_t ci = {.size = sizeof(ci)};
+	lc_cuda_info(&ci);
+	if (json) {
+		printf("\"cuda\":{\"found\":%s,\"why\":", ci.found ? "true" : "false");
+		json_value(ci.why, 1);
+		printf(",\"driver\":%d,\"devices\":[", ci.driver_version);
+	} else if (ci.found) {
+		printf("cuda: found, driver %d.%d, %d device%s (%s)\n", ci.driver_version / 1000,
+		       ci.driver_version % 1000 / 10, ci.device_count,
+		       ci.device_count == 1 ? "" : "s", ci.library);
+	} else {
+		printf("cuda: not found (%s): host memory only\n", ci.why);
+	}
+	for (int i = 0; i < ci.device_count; i++) {
+		lc_cuda_device_t d = {.size = sizeof(d)};
+		if (lc_cuda_device(i, &d))
+			continue;
+		if (json) {
+			printf("%s{\"ordinal\":%d,\"name\":", i ? "," : "", i);
+			json_value(d.name, 1);
+			printf(",\"pci\":");
+			json_value(d.pci_bus_id, 1);
+			printf(",\"memory\":%llu}", (unsigned long long)d.total_mem);
+		} else {
+			printf("cuda device %d: %s, pci %s, %llu MiB\n", i, d.name, d.pci_bus_id,
+			       (unsigned long long)(d.total_mem >> 20));
+		}
+	}
+	if (json)
+		printf("]},");
 }
 
 int lc__cmd_info(int argc, char **argv)
@@ -69,8 +106,10 @@ int lc__cmd_info(int argc, char **argv)
 		return 1;
 	}
 	if (json) {
-		printf("{\"version\":\"%s\",\"transports\":\"%s\",\"config\":[", lc_version(),
-		       lc_transports());
+		printf("{\"version\":\"%s\",\"transports\":\"%s\",", lc_version(), lc_transports());
+		if (!config_only)
+			print_cuda(true);
+		printf("\"config\":[");
 		for (int i = 0; i < lc_config_count(); i++) {
 			const lc_config_info_t *c = lc_config_info(i);
 			char v[512] = "";
@@ -85,8 +124,11 @@ int lc__cmd_info(int argc, char **argv)
 		}
 		printf("]}\n");
 	} else {
-		if (!config_only)
-			printf("layercake %s\ntransports: %s\n\n", lc_version(), lc_transports());
+		if (!config_only) {
+			printf("layercake %s\ntransports: %s\n", lc_version(), lc_transports());
+			print_cuda(false);
+			printf("\n");
+		}
 		printf("%-22s %-34s %9s %9s  %s\n", "knob", "environment", "default", "value",
 		       "help");
 		for (int i = 0; i < lc_config_count(); i++) {

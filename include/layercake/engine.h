@@ -299,6 +299,39 @@ LC_API int lc_engine_record_aux(lc_engine_t *engine);
  * ready for cuMemHostRegister. */
 LC_API int lc_engine_counter(lc_engine_t *engine, int which, uint64_t **out);
 
+/* GPU producer (docs/gpu.md, "The GPU step counter"): enqueue on the CUDA
+ * stream `cu_stream` (a CUstream; NULL is the legacy default stream) one
+ * cuStreamWriteValue64 of the counter's next absolute value into the
+ * engine's counter word, so that the record happens when the stream's
+ * earlier work (the layer's KV writes) has, with no kernel launch. Not for
+ * replayed CUDA graphs: a captured write replays its captured value
+ * (docs/gpu.md). The first such call registers the engine's
+ * counter words with cuMemHostRegister (DEVICEMAP | PORTABLE) in the
+ * stream's context (caller words: they must be host memory; memory CUDA
+ * already registered is used as it is) and switches the engine thread to
+ * adaptive polling of the words (poll_spin_us, poll_sleep_us), as with
+ * external_counter.
+ *
+ * The values are counted by the library at enqueue time: the n-th call
+ * writes (value of the word at the first call + n) mod LC_STEP_MOD. Hence:
+ * - Every record of one engine goes on one stream, or on streams ordered
+ *   with each other (events): a later value landing first would make
+ *   steps ready before their layers are written.
+ * - Once a stream has recorded, the CPU records of this engine return
+ *   LC_ERR_STATE: a CPU +1 would be overwritten by the stream's next value.
+ * - Batches as for CPU records: lc_engine_batch_end (on the host) before
+ *   the forward's first record is enqueued, exactly layer_count cache
+ *   records and one aux record per non-idle batch.
+ * - The stream must not record into an engine being destroyed:
+ *   lc_engine_destroy synchronises the registering context (waits for its
+ *   queued work) before it unregisters and frees the words.
+ * Thread: any, serialised by a mutex of the engine's own (never the engine
+ * lock); it does not wait for the GPU. Returns 0, LC_ENOTSUP (no CUDA:
+ * lc_cuda_info says why), -EINVAL (NULL engine), or the error of the
+ * failing CUDA call (logged, counted in cuda_errors). */
+LC_API int lc_engine_record_cache_on_stream(lc_engine_t *engine, void *cu_stream);
+LC_API int lc_engine_record_aux_on_stream(lc_engine_t *engine, void *cu_stream);
+
 /* --- batches (the seed's add_batch(is_idle)) --- */
 
 /* One chunk of a room produced by the current batch. */

@@ -297,6 +297,24 @@ lc_engine_destroy = _fn("lc_engine_destroy", None, c_void_p)
 lc_engine_record_cache = _fn("lc_engine_record_cache", c_int, c_void_p)
 lc_engine_record_aux = _fn("lc_engine_record_aux", c_int, c_void_p)
 lc_engine_counter = _fn("lc_engine_counter", c_int, c_void_p, c_int, P(P(c_u64)))
+lc_engine_record_cache_on_stream = _fn("lc_engine_record_cache_on_stream", c_int, c_void_p, c_void_p)
+lc_engine_record_aux_on_stream = _fn("lc_engine_record_aux_on_stream", c_int, c_void_p, c_void_p)
+
+
+class CudaInfo(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("found", c_int), ("device_count", c_int),
+                ("driver_version", c_int), ("reserved", c_int), ("errors", c_u64),
+                ("library", ctypes.c_char * 256), ("why", ctypes.c_char * 256)]
+
+
+class CudaDevice(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("ordinal", c_int), ("reserved", c_int),
+                ("total_mem", c_u64), ("name", ctypes.c_char * 128), ("pci_bus_id", ctypes.c_char * 32)]
+
+
+lc_cuda_info = _fn("lc_cuda_info", c_int, P(CudaInfo))
+lc_cuda_device = _fn("lc_cuda_device", c_int, c_int, P(CudaDevice))
+lc_cuda_pointer_kind = _fn("lc_cuda_pointer_kind", c_int, c_void_p, P(c_int), P(c_int))
 lc_engine_batch_begin = _fn("lc_engine_batch_begin", c_int, c_void_p, c_int)
 lc_engine_chunk_add = _fn("lc_engine_chunk_add", c_int, c_void_p, P(Chunk))
 lc_engine_batch_end = _fn("lc_engine_batch_end", c_int, c_void_p)

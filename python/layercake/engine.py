@@ -15,6 +15,7 @@ from collections import namedtuple
 from contextlib import contextmanager
 
 from . import _ffi
+from . import gpu as _gpu
 from .core import Memory, Region, RawMemory, _Handle, _address_of
 from .errors import LayercakeError, check
 
@@ -442,6 +443,26 @@ class Engine(_Handle):
         if self._layers is None:
             raise LayercakeError(-22, "layer_count unknown for this engine view")
         return self._layers
+
+    # --- the GPU writes the step counter (docs/gpu.md) ---
+
+    def record_cache_on_stream(self, stream):
+        """lc_engine_record_cache_on_stream: enqueue on `stream` (an int
+        handle such as torch.cuda.current_stream().cuda_stream, or a
+        torch.cuda.Stream) the write of the next cache step, ordered after
+        the stream's earlier work. Does not wait for the GPU. After the first
+        stream record, CPU records of this engine raise LC_ERR_STATE.
+        LayercakeError(LC_ENOTSUP) without CUDA."""
+        h = _gpu.stream_handle(stream)
+        check(_ffi.lc_engine_record_cache_on_stream(self._need(), ctypes.c_void_p(h)),
+              "record_cache_on_stream")
+
+    def record_aux_on_stream(self, stream):
+        """As record_cache_on_stream, for the aux step (once per non-idle
+        batch, after its metadata is written on that stream)."""
+        h = _gpu.stream_handle(stream)
+        check(_ffi.lc_engine_record_aux_on_stream(self._need(), ctypes.c_void_p(h)),
+              "record_aux_on_stream")
 
     # --- batches (the seed's add_batch(is_idle)) ---
 

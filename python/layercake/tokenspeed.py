@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 
 from . import _ffi
+from . import gpu
 from .control import Decode, Prefill
 from .core import Context, RawMemory
 from .engine import BufferKind, Buffer, Layout, RoomStatus, Steps, step_ready
@@ -112,6 +113,59 @@ class StepCounter:
         return step_ready(current, target)
 
 
+def _torch_current_stream():
+    """torch.cuda.current_stream().cuda_stream, torch imported on first use."""
+    import torch  # noqa: PLC0415 (optional dependency)
+    return torch.cuda.current_stream().cuda_stream
+
+
+class CudaStepCounter(StepCounter):
+    """A StepCounter whose records the GPU writes: record_cache() and
+    record_aux() enqueue lc_engine_record_*_on_stream on the current CUDA
+    stream (`stream`: a callable returning the handle; default
+    torch.cuda.current_stream().cuda_stream), one cuStreamWriteValue64 per
+    layer where the seed needs two torch ops, ordered after the layer's KV
+    writes. Not inside a replayed CUDA graph: the writes are absolute values
+    and a replay repeats the captured ones (docs/gpu.md)."""
+
+    def __init__(self, *args, stream=None, **kwargs):
+        super().__init__()
+        self._stream = stream or _torch_current_stream
+
+    def record_cache(self):
+        self._need()._engine.record_cache_on_stream(self._stream())
+
+    def record_aux(self):
+        self._need()._engine.record_aux_on_stream(self._stream())
+
+    def record_batch(self):
+        for _ in range(self._need().layer_count):
+            self.record_cache()
+        self.record_aux()
+
+
+def _map_onto_stream(counter, steps, stream):
+    """Point a foreign GPU counter's record_cache/record_aux (TokenSpeed's
+    StepCounter, called by its attention backends on the forward's stream)
+    at the engine's stream records, and its queries at the engine's words:
+    no bridge thread, no torch ops on a second counter."""
+    engine = steps._engine
+    counter.record_cache = lambda: engine.record_cache_on_stream(stream())
+    counter.record_aux = lambda: engine.record_aux_on_stream(stream())
+    counter.query_ready_cache_step = lambda: steps.value(Steps.CACHE)
+    counter.query_ready_aux_step = lambda: steps.value(Steps.AUX)
+
+
+def _cuda_usable():
+    try:
+        if not gpu.cuda_info().found:
+            return False
+        import torch  # noqa: PLC0415
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
 class _CounterBridge(threading.Thread):
     """Mirror a foreign counter (anything with query_ready_cache_step and
     query_ready_aux_step, e.g. TokenSpeed's GPU StepCounter reading pinned
@@ -189,6 +243,20 @@ def layout_from_kv_args(args, buffer_kinds=None):
             bufs.append(Buffer(int(p), int(args.state_data_lens[b]), int(args.state_item_lens[b]),
                                int(sids[b]), BufferKind.STATE, 0))
     return Layout(bufs)
+
+
+def detect_kinds(ranges):
+    """[(address, length, kind, device)] of each range as CUDA sees its
+    first byte (gpu.PTR_*: "host" when CUDA is absent or does not know it)."""
+    out = []
+    for a, n in ranges:
+        kind, dev = gpu.PTR_HOST, -1
+        try:
+            kind, dev = gpu.pointer_kind(int(a))
+        except LayercakeError:
+            pass  # no CUDA: host memory is all there is
+        out.append((int(a), int(n), kind, dev))
+    return out
 
 
 def _register_ranges(ctx, ranges):
@@ -348,6 +416,7 @@ class LayercakeKVManager(_ManagerBase):
         self._own_ctx = ctx is None
         self.ctx = ctx if ctx is not None else Context(name or "tokenspeed-p")
         self._regions = []
+        self.kv_kinds = []
         self._bridge = None
         self.step_counter = None
         self._batch = None  # None, "idle" or "open"
@@ -359,7 +428,16 @@ class LayercakeKVManager(_ManagerBase):
                 self.ctx.config_set(k, v)
             if layout is None:
                 layout = layout_from_kv_args(args, buffer_kinds)
-                self._regions = _register_ranges(self.ctx, _buffer_ranges(args))
+                ranges = _buffer_ranges(args)
+                self.kv_kinds = detect_kinds(ranges)
+                if any(k in (gpu.PTR_DEVICE, gpu.PTR_MANAGED) for _, _, k, _ in self.kv_kinds):
+                    # TODO(integrator): register these with their memory kind
+                    # (LC_MEM_CUDA and the ordinal, the sim branch's API);
+                    # until then they are registered as host memory.
+                    logger.warning("KV pool in CUDA device memory (%s); registered as host memory "
+                                   "until region kinds land", ", ".join(
+                                       f"{gpu.PTR_KIND_NAMES[k]}:{d}" for _, _, k, d in self.kv_kinds))
+                self._regions = _register_ranges(self.ctx, ranges)
             self.layout = layout
             if bootstrap is None:
                 port = getattr(server_args, "disaggregation_bootstrap_port", None) or \
@@ -379,11 +457,15 @@ class LayercakeKVManager(_ManagerBase):
 
     # --- the seed's surface ---
 
-    def register_step_counter(self, step_counter):
+    def register_step_counter(self, step_counter, on_stream=None, stream=None):
         """Bind the counter the forward records into. A layercake
-        tokenspeed.StepCounter (or None: one is made) records straight into
-        the engine. Any other object with query_ready_cache_step() and
-        query_ready_aux_step() (TokenSpeed's GPU StepCounter) is mirrored by
+        tokenspeed.StepCounter or CudaStepCounter (or None: one is made)
+        records straight into the engine. Any other object with
+        query_ready_cache_step() and query_ready_aux_step() (TokenSpeed's GPU
+        StepCounter) is, with on_stream (None: when CUDA and torch.cuda are
+        usable), mapped onto the engine's stream records: its record_cache
+        and record_aux enqueue lc_engine_record_*_on_stream on
+        `stream()` (default: torch's current stream); otherwise mirrored by
         a bridge thread that turns each step it moves into a record."""
         if self._bridge is not None:
             self._bridge.stop()
@@ -392,6 +474,9 @@ class LayercakeKVManager(_ManagerBase):
             step_counter = StepCounter()
         if isinstance(step_counter, StepCounter):
             step_counter._bind(self.engine.steps)
+        elif (hasattr(step_counter, "record_cache") and hasattr(step_counter, "record_aux")
+              and (on_stream if on_stream is not None else _cuda_usable())):
+            _map_onto_stream(step_counter, self.engine.steps, stream or _torch_current_stream)
         elif hasattr(step_counter, "query_ready_cache_step") and hasattr(step_counter, "query_ready_aux_step"):
             self._bridge = _CounterBridge(step_counter, self.engine.steps)
             self._bridge.start()

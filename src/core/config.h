@@ -111,7 +111,10 @@
 	  "folder holding bootstrap.secret and the CURVE keypair (curve.public, curve.secret)")    \
 	X(log, "LAYERCAKE_LOG", "warn",                                                            \
 	  "log level at start: off, error, warn, info, debug or trace (lc_log_set_level changes "  \
-	  "it)")
+	  "it)")                                                                                   \
+	X(cuda_lib, "LAYERCAKE_CUDA_LIB", "libcuda.so.1",                                          \
+	  "the CUDA driver library, opened with dlopen at first use (docs/gpu.md); a missing "     \
+	  "one means no CUDA: host memory only")
 
 enum lc__config_field {
 #define LC__CFG_ENUM(field, env, def, min, max, help) LC__CFG_##field,

@@ -37,7 +37,8 @@
 	X(rooms_refused_cap)                                                                       \
 	X(rooms_refused_session_quota)                                                             \
 	X(infos_refused_unknown)                                                                   \
-	X(conns_refused_threads)
+	X(conns_refused_threads)                                                                   \
+	X(cuda_errors)
 
 enum lc__counter {
 #define LC__CNT_ENUM(name) LC__CNT_##name,

@@ -70,6 +70,7 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 	e->inbox_tail = &e->inbox;
 	e->batch_tail = &e->batch_head;
 	read_config(e, ctx);
+	lc__engine_gpu_init(e);
 
 	if ((rc = lc__layout_clone(params->layout, &e->layout)))
 		goto fail_free;
@@ -113,6 +114,7 @@ fail_steps:
 fail_layout:
 	lc_layout_destroy(e->layout);
 fail_free:
+	lc__engine_gpu_fini(e);
 	free(e);
 	return rc;
 }
@@ -154,6 +156,7 @@ void lc_engine_destroy(lc_engine_t *e)
 	close(e->evfd);
 	pthread_mutex_destroy(&e->lock);
 	lc__room_table_fini(&e->rooms);
+	lc__engine_gpu_fini(e);
 	lc__steps_fini(&e->steps);
 	lc_layout_destroy(e->layout);
 	free(e->idmap);

@@ -16,6 +16,10 @@
  *     e->lock; they never call back into the engine).
  *   - The step words are atomics (core/steps.h); want_wake is an atomic
  *     Dekker flag between the engine thread and lock-free producers.
+ *   - gpu (stream records, gpu_steps.c) has its own mutex, gpu.lock, taken
+ *     by lc_engine_record_*_on_stream and destroy, never with e->lock held
+ *     and never while taking it. gpu.active is an atomic the engine thread
+ *     reads to poll the words as an outside producer's.
  *   - Callbacks run on the engine thread (or the destroying thread, after
  *     the engine thread has joined) with no lock held.
  *   - Tasks of a failed room are marked dead at once and freed by the engine
@@ -128,6 +132,17 @@ typedef struct lc__postlog {
 	uint64_t ready_ns; /* step record time; 0: not gated or unknown */
 } lc__postlog_t;
 
+/* Step records a CUDA stream writes (gpu_steps.c, docs/gpu.md). */
+typedef struct lc__engine_gpu {
+	pthread_mutex_t lock;
+	_Atomic int active; /* words registered: poll them (external) */
+	void *reg[2];       /* page(s) we cuMemHostRegister'ed, or NULL */
+	void *cu_ctx;       /* CUcontext of the registration */
+	uint64_t dptr[2];   /* device addresses of the words */
+	uint64_t next[2];   /* last absolute value enqueued, per word */
+	uint64_t enqueued;  /* stream records so far */
+} lc__engine_gpu_t;
+
 struct lc_engine {
 	lc_ctx_t *ctx;
 	lc_layout_t *layout;
@@ -139,6 +154,7 @@ struct lc_engine {
 	bool started;
 	lc__steps_t steps;
 	_Atomic int want_wake;
+	lc__engine_gpu_t gpu;
 
 	/* configuration, read once at creation from the context's table */
 	int64_t interval;
@@ -148,6 +164,7 @@ struct lc_engine {
 	bool checksum;                 /* room_checksum: sum every write posted */
 	uint64_t coalesce_ns;          /* acknowledgement moderation */
 	uint64_t seen_cache, seen_aux; /* steps the last progress pass read */
+	bool tight_slack;              /* engine thread: timer slack cut (loop.c) */
 
 	pthread_mutex_t lock;
 	bool stopping;
@@ -240,6 +257,17 @@ uint64_t lc__engine_scan_rooms(lc_engine_t *e, uint64_t now);
 /* sessions.c */
 /* Close a session's connection and free it (no lock needed: unlinked). */
 void lc__esession_free(lc__esession_t *s);
+
+/* gpu_steps.c (gpu.lock, not e->lock): set up and tear down. fini waits
+ * for the registering context's work, then unregisters the words. */
+void lc__engine_gpu_init(lc_engine_t *e);
+void lc__engine_gpu_fini(lc_engine_t *e);
+/* Whether the words are written by an outside producer (parameter or a
+ * stream record): the engine thread then polls them. Any thread. */
+static inline bool lc__engine_polls(lc_engine_t *e)
+{
+	return e->params.external_counter || atomic_load(&e->gpu.active);
+}
 
 /* loop.c: the engine thread (started by lc_engine_create, no lock held). */
 void *lc__engine_main(void *arg);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "engine/engine_int.h"
@@ -60,6 +61,19 @@ static void sleep_unlocked(lc_engine_t *e, int64_t wait_ns, bool *ev, bool *cq)
 	pthread_mutex_lock(&e->lock);
 }
 
+/* Polling an outside producer's word sleeps poll_sleep_us (20 us) at a time;
+ * Linux stretches a thread's timed sleeps by its timer slack (50 us by
+ * default), which would more than triple that wake latency. Cut to 1 us for
+ * the engine thread, once, when it first polls. */
+static void tighten_timer_slack(lc_engine_t *e)
+{
+	if (e->tight_slack)
+		return;
+	e->tight_slack = true;
+	if (prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0))
+		LC__DEBUG("engine %s: PR_SET_TIMERSLACK refused", e->name);
+}
+
 /* Sleep until an event, the next deadline, or the next read of an outside
  * producer's counter. The steps compared are those the last pass acted on:
  * a step recorded since then (and before want_wake was set) must not be
@@ -72,7 +86,8 @@ static void wait_for_work(lc_engine_t *e, uint64_t next, bool waiting, lc__backo
 		wait_ns = LC__MAX_WAIT_NS;
 	if (waiting) {
 		atomic_store(&e->want_wake, 1);
-		if (e->params.external_counter) {
+		if (lc__engine_polls(e)) {
+			tighten_timer_slack(e);
 			uint64_t b = lc__backoff_next(bo, lc__now_ns());
 			if ((int64_t)b < wait_ns)
 				wait_ns = (int64_t)b;
@@ -167,6 +182,12 @@ static int record(lc_engine_t *e, int which)
 {
 	if (!e)
 		return -EINVAL;
+	/* A CUDA stream owns the words now: a CPU +1 would be overwritten by
+	 * the stream's next absolute value, and lose or repeat a step. */
+	if (atomic_load_explicit(&e->gpu.active, memory_order_relaxed)) {
+		LC__WARN("engine %s: CPU step record after a stream record", e->name);
+		return LC_ERR_STATE;
+	}
 	lc__steps_record(&e->steps, which);
 	if (submit_inline(e) && atomic_load(&e->want_wake))
 		lc__engine_wake(e);

@@ -81,14 +81,15 @@ static void text_knobs_are_listed_read_from_the_environment_and_not_set(void **s
 	int found = 0;
 	for (int i = 0; i < lc_config_count(); i++) {
 		const lc_config_info_t *c = lc_config_info(i);
-		if (!strcmp(c->name, "secret_dir") || !strcmp(c->name, "log")) {
+		if (!strcmp(c->name, "secret_dir") || !strcmp(c->name, "log") ||
+		    !strcmp(c->name, "cuda_lib")) {
 			assert_int_equal(c->is_text, 1);
 			found++;
 		} else {
 			assert_int_equal(c->is_text, 0);
 		}
 	}
-	assert_int_equal(found, 2);
+	assert_int_equal(found, 3);
 	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
 	setenv("LAYERCAKE_SECRET_DIR", "/tmp/lc-keys", 1);
 	assert_int_equal(lc_ctx_config_get(ctx, "secret_dir", buf, sizeof buf), 12);
@@ -101,6 +102,9 @@ static void text_knobs_are_listed_read_from_the_environment_and_not_set(void **s
 	assert_int_equal(lc_ctx_config_get_int(ctx, "secret_dir", &v), -ENOENT);
 	assert_int_equal(lc_ctx_config_get(ctx, "log", buf, sizeof buf), 4);
 	assert_string_equal(buf, "warn");
+	unsetenv("LAYERCAKE_CUDA_LIB");
+	assert_int_equal(lc_ctx_config_get(ctx, "cuda_lib", buf, sizeof buf), 12);
+	assert_string_equal(buf, "libcuda.so.1");
 	lc_ctx_destroy(ctx);
 }
 

@@ -1,0 +1,131 @@
+#!/bin/sh
+# The device check of issue 14 (docs/gpu.md), for one GPU machine that has
+# CUDA, PyTorch and nvcc but none of this project's Debian packages: it
+# uses the pack tests/gpu/pack.sh made on a CPU machine (devpack/, carried
+# along) and the python/ folder of the checkout. Under 8 minutes.
+#
+# Steps, each under its own timeout; every figure is one JSON line on
+# stdout and in $OUT/gpu.jsonl (or /tmp/lc-gpu/gpu.jsonl):
+#   1. layercake info: CUDA found, the devices.
+#   2. GPU-written step latency: gpu_steplat (cuStreamWriteValue64 -> word
+#      seen, -> writes posted; p50/p99; pages verified byte for byte).
+#   3. CUDA IPC against cuMemcpyDtoD in one process: gpu_ipc (two
+#      processes on the one GPU, distinct allocations, every byte checked).
+#   4. Python: Engine.record_cache_on_stream on torch's current stream,
+#      after a kernel that writes the KV page.
+#   5. bench transport --mem cuda against host memory over tcp, when the
+#      CLI has --mem cuda (the staging of the sim branch); else skipped.
+#   6. conformance over tcp staging with device memory, P and D as two
+#      processes, when the conformance binary has --mem cuda; else skipped.
+# Exit status: 0 when every step that ran passed, 1 otherwise.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+pack=${LC_DEVPACK:-$root/devpack}
+out=${OUT:-/tmp/lc-gpu}
+mkdir -p "$out"
+log=$out/gpu.jsonl
+: >"$log"
+fails=0
+t_start=$(date +%s)
+
+if [ ! -x "$pack/bin/layercake" ]; then
+	echo "run.sh: no pack at $pack: run tests/gpu/pack.sh on the build machine first" >&2
+	exit 1
+fi
+# What device-pack.sh's env.sh sets, in POSIX sh.
+export LD_LIBRARY_PATH="$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$pack/bin:$PATH" UCX_MODULE_DIR="$pack/lib/ucx"
+export LAYERCAKE_LIB="$pack/lib/liblayercake.so" PYTHONPATH="$root/python"
+export PYTHONUNBUFFERED=1
+
+say() { echo "$1" | tee -a "$log"; }
+step() { echo "== $1 ($(($(date +%s) - t_start)) s)" >&2; }
+# run NAME SECONDS CMD...: its JSON lines go to the log; status recorded.
+run() {
+	name=$1 secs=$2
+	shift 2
+	timeout "$secs" "$@" >"$out/$name.out" 2>"$out/$name.err"
+	rc=$?
+	grep '^{' "$out/$name.out" | tee -a "$log"
+	if [ $rc -ne 0 ]; then
+		fails=$((fails + 1))
+		say "{\"step\":\"$name\",\"status\":\"failed\",\"rc\":$rc}"
+		tail -n 20 "$out/$name.err" >&2
+	else
+		say "{\"step\":\"$name\",\"status\":\"passed\"}"
+	fi
+}
+skip() { say "{\"step\":\"$1\",\"status\":\"skipped\",\"why\":\"$2\"}"; }
+
+step "1. layercake info"
+nvidia-smi -L >&2 || true
+layercake info --json >"$out/info.json" 2>"$out/info.err"
+head -c 600 "$out/info.json" >&2
+echo >&2
+if grep -q '"cuda":{"found":true' "$out/info.json"; then
+	say '{"step":"info","status":"passed"}'
+else
+	say '{"step":"info","status":"failed","why":"CUDA not found by the library"}'
+	exit 1
+fi
+
+step "2. GPU-written step latency"
+run steplat 90 gpu_steplat 2000
+
+step "3. CUDA IPC vs cuMemcpyDtoD"
+run ipc 120 gpu_ipc 1024 20
+
+step "4. Python record_cache_on_stream with torch"
+cat >"$out/stream_record.py" <<'PY'
+import ctypes, json, time
+import torch
+import layercake as lc
+ctx = lc.Context("gpu-py")
+mem = lc.Memory(1 << 20)
+ctx.register(mem)
+L = 8
+layout = lc.Layout.mla(L, 8, 4096, bases=[mem.address + i * 8 * 4096 for i in range(L)])
+e = lc.Engine(ctx, layout)
+s = torch.cuda.current_stream()
+x = torch.randn(4096, 4096, device="cuda")
+lat = []
+for _ in range(200):
+    t0 = time.perf_counter_ns()
+    before = e.steps.value()
+    y = x @ x  # the layer's work, then the record after it on the stream
+    e.record_cache_on_stream(s.cuda_stream)
+    while e.steps.value() == before:
+        pass
+    lat.append((time.perf_counter_ns() - t0) / 1000)
+torch.cuda.synchronize()
+lat.sort()
+ok = e.steps.value() == 200
+print(json.dumps({"bench": "py_stream_record", "records": 200, "counter_ok": ok,
+                  "matmul_plus_record_p50_us": lat[100], "p99_us": lat[197]}))
+e.close()
+ctx.close()
+raise SystemExit(0 if ok else 1)
+PY
+if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+	run python_stream 120 python3 "$out/stream_record.py"
+else
+	skip python_stream "torch with CUDA not importable"
+fi
+
+step "5. bench transport --mem cuda"
+if layercake bench transport --help 2>&1 | grep -q -- '--mem'; then
+	run bench_host 90 layercake bench transport --transport tcp --total-mib 4096 --json
+	run bench_cuda 90 layercake bench transport --transport tcp --mem cuda --total-mib 4096 --json
+else
+	skip bench_cuda "this layercake has no 'bench transport --mem' (the sim branch's staging)"
+fi
+
+step "6. conformance over tcp staging with device memory"
+if conformance --help 2>&1 | grep -q -- '--mem.*cuda'; then
+	run conformance_cuda 180 conformance tcp all --mem cuda
+else
+	skip conformance_cuda "this conformance binary has no '--mem cuda' (the sim branch's staging)"
+fi
+
+say "{\"run\":\"gpu\",\"seconds\":$(($(date +%s) - t_start)),\"failed_steps\":$fails}"
+[ "$fails" -eq 0 ]
