@@ -68,6 +68,11 @@ ConfigInfo = _struct("lc_config_info_t", [
 
 RegionDesc = _struct("lc_region_desc_t", [
     ("owner", c_u64), ("region_id", c_u32), ("flags", c_u32), ("length", c_u64),
+    ("mem_kind", c_i32), ("device", c_i32),
+])
+
+RegionParams = _struct("lc_region_params_t", [
+    ("size", c_size), ("kind", c_i32), ("device", c_i32),
 ])
 
 Token = _struct("lc_token_t", [("bytes", c_u8 * TOKEN_LEN)])

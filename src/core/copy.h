@@ -50,4 +50,26 @@ struct lc__copier {
 	int device; /* ordinal (CUDA), 0 for the sim */
 };
 
+struct lc_ctx;
+
+/* Copy engines of a context, by kind and device (copier.c): made at first
+ * use and kept until the context is destroyed. LC_ERR_MEM_KIND for a kind
+ * without engine (host, pinned), LC_ENOTSUP for CUDA where none is built
+ * or no driver is found. Thread-safe. */
+#define LC__COPIER_DEVICES 16
+int lc__copier_get(struct lc_ctx *ctx, int kind, int device, lc__copier_t **out);
+/* Wait (bounded by deadline_ns; 0: none) for every copy queued so far on
+ * every engine of the context. */
+int lc__copiers_drain(struct lc_ctx *ctx, uint64_t deadline_ns);
+/* Destroy every engine (each drains first). */
+void lc__copiers_fini(struct lc_ctx *ctx);
+/* Queue a copy and wait for it: 0 or the error (the copy's own, or the
+ * queueing's). For callers that must not return before the bytes are in
+ * place (the memory seam's landings). */
+int lc__copy_to_dev_sync(lc__copier_t *c, void *dev, const void *host, size_t len);
+int lc__copy_to_host_sync(lc__copier_t *c, void *host, const void *dev, size_t len);
+
+/* The engines (copy_sim.c; copy_cuda.c where built). */
+int lc__copy_sim_create(struct lc_ctx *ctx, lc__copier_t **out);
+
 #endif

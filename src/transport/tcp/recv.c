@@ -61,6 +61,8 @@ enum rphase { R_HELLO, R_HDR, R_RUN };
 typedef struct rwrite {
 	uint8_t *dst;    /* NULL: rejected, the payload is discarded */
 	lc__land_t land; /* the seam's landing, until the payload is in place */
+	bool dev;        /* device memory: dst is land.dev, never read into; the
+			  * payload bounces through scratch and lc__land_copy */
 	uint32_t region;
 	uint64_t offset, len;
 	int code, detail; /* the rejection, when dst is NULL */
@@ -235,7 +237,8 @@ static int on_run(rlane_t *r, const uint8_t *p)
 		}
 		w->code = lc__land_open(r->tl->ctx, h.room, w->region, w->offset, w->len, &w->land);
 		w->detail = LC__TCP_REJECT_CHECK;
-		w->dst = w->code ? NULL : w->land.dst;
+		w->dev = !w->code && w->land.dev;
+		w->dst = w->code ? NULL : w->dev ? w->land.dev : w->land.dst;
 	}
 	r->room = h.room;
 	r->run_n = h.n;
@@ -348,6 +351,12 @@ static int run_iov(rlane_t *r, struct iovec *iov, const lc__land_t **g)
 		uint64_t skip = i == r->run_i ? r->done : 0, left = w->len - skip;
 		if (!left)
 			continue;
+		if (w->dev && w->dst) { /* staged: into scratch, landed by run_distribute */
+			iov[n++] = (struct iovec){r->tl->scratch,
+						  LC__MIN(left, (uint64_t)SCRATCH_LEN)};
+			whole = false;
+			break;
+		}
 		if (w->dst && *g && w->land.g != (*g)->g) {
 			whole = false; /* another grant entry: next readv */
 			break;
@@ -374,6 +383,10 @@ static void run_distribute(rlane_t *r, const struct iovec *iov, int n, size_t go
 			return;
 		}
 		size_t t = LC__MIN(got, iov[k].iov_len);
+		rwrite_t *w = &r->run[r->run_i];
+		if (w->dev && w->dst && iov[k].iov_base == r->tl->scratch &&
+		    lc__land_copy(&w->land, r->done, r->tl->scratch, t))
+			revoked_run(r, w->land.g);
 		r->done += t;
 		got -= t;
 		run_advance(r);
