@@ -30,6 +30,10 @@
 #define STAGE_READ (4u << 10)
 #define STAGE_CAP (STAGE_READ + LC__TCP_HDR_LEN + LC__TCP_MAX_RUN * LC__TCP_DESC_LEN)
 #define SCRATCH_LEN (64u << 10)
+/* Device-kind payloads are read into a host bounce buffer and landed by the
+ * seam's copy engine, one copy per readv: large, so that the hand-off to
+ * the engine is paid per MiB, not per 64 KiB. */
+#define BOUNCE_LEN (1u << 20)
 /* Acknowledge at least every ACK_BYTES applied, and whenever the socket
  * runs dry; bytes one lane may read before others get a turn. */
 #define ACK_BYTES (1u << 20)
@@ -106,6 +110,7 @@ typedef struct tcp_listener {
 	uint64_t evicted;
 	int sockbuf;
 	uint8_t scratch[SCRATCH_LEN];
+	uint8_t *bounce; /* device-kind payloads, BOUNCE_LEN; made at first use */
 } tcp_listener_t;
 
 /* ---- receiver: output (acks, rejects, hello replies) ---- */
@@ -351,9 +356,14 @@ static int run_iov(rlane_t *r, struct iovec *iov, const lc__land_t **g)
 		uint64_t skip = i == r->run_i ? r->done : 0, left = w->len - skip;
 		if (!left)
 			continue;
-		if (w->dev && w->dst) { /* staged: into scratch, landed by run_distribute */
-			iov[n++] = (struct iovec){r->tl->scratch,
-						  LC__MIN(left, (uint64_t)SCRATCH_LEN)};
+		if (w->dev && w->dst) { /* staged: bounced, landed by run_distribute */
+			if (!r->tl->bounce)
+				r->tl->bounce = malloc(BOUNCE_LEN);
+			iov[n++] = r->tl->bounce
+					   ? (struct iovec){r->tl->bounce,
+							    LC__MIN(left, (uint64_t)BOUNCE_LEN)}
+					   : (struct iovec){r->tl->scratch,
+							    LC__MIN(left, (uint64_t)SCRATCH_LEN)};
 			whole = false;
 			break;
 		}
@@ -384,8 +394,9 @@ static void run_distribute(rlane_t *r, const struct iovec *iov, int n, size_t go
 		}
 		size_t t = LC__MIN(got, iov[k].iov_len);
 		rwrite_t *w = &r->run[r->run_i];
-		if (w->dev && w->dst && iov[k].iov_base == r->tl->scratch &&
-		    lc__land_copy(&w->land, r->done, r->tl->scratch, t))
+		if (w->dev && w->dst &&
+		    (iov[k].iov_base == r->tl->scratch || iov[k].iov_base == r->tl->bounce) &&
+		    lc__land_copy(&w->land, r->done, iov[k].iov_base, t))
 			revoked_run(r, w->land.g);
 		r->done += t;
 		got -= t;
@@ -675,6 +686,7 @@ static void tcp_listener_free(tcp_listener_t *tl)
 {
 	if (tl->fd >= 0)
 		close(tl->fd);
+	free(tl->bounce);
 	free(tl);
 }
 
