@@ -98,6 +98,8 @@ static int sync_copy(lc__copier_t *c, void *dev, void *host, size_t len, bool to
 
 int lc__copy_to_dev_sync(lc__copier_t *c, void *dev, const void *host, size_t len)
 {
+	if (c->ops->from_host_now)
+		return c->ops->from_host_now(c, dev, host, len);
 	return sync_copy(c, dev, (void *)(uintptr_t)host, len, true);
 }
 

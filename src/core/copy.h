@@ -42,6 +42,12 @@ typedef struct lc__copier_ops {
 	 * copy queued so far has called `done`. 0, or -ETIMEDOUT. */
 	int (*drain)(lc__copier_t *c, uint64_t deadline_ns);
 	void (*destroy)(lc__copier_t *c); /* drains first */
+	/* Optional (added with the sim): device <- host on the calling
+	 * thread, returning when the bytes are in place, for an engine whose
+	 * copy is CPU work anyway (the sim's pwrite). The memory seam's
+	 * landings wait for their copy; this saves them two thread hand-offs
+	 * per slice. NULL: lc__copy_to_dev_sync queues from_host and waits. */
+	int (*from_host_now)(lc__copier_t *c, void *dev, const void *host, size_t len);
 } lc__copier_ops_t;
 
 struct lc__copier {

@@ -2,7 +2,8 @@
  * The sim copy engine (copy.h, LC_MEM_KIND_SIM): one worker thread per
  * context, pread/pwrite on the memfd behind the PROT_NONE range, in queue
  * order, with the knobs sim_latency_us (added to each copy) and sim_gbps
- * (a bandwidth the copies share; 0 unlimited).
+ * (a bandwidth the copies share; 0 unlimited). Landings (from_host_now)
+ * run on the caller's thread, with the same knobs.
  *
  * Threading: `lock` guards the queue and the counters; the worker runs the
  * copies and the `done` callbacks with no lock held.
@@ -47,26 +48,42 @@ static void sleep_until(uint64_t t)
 		;
 }
 
-static void run_job(sim_copier_t *s, job_t *j)
+/* One copy with the knobs' latency and bandwidth: 0 or -errno. */
+static int copy_one(sim_copier_t *s, int fd, void *host, size_t len, uint64_t off, int write)
 {
-	int rc = lc__sim_rw(j->fd, j->host, j->len, j->off, j->write);
+	int rc = lc__sim_rw(fd, host, len, off, write);
 	uint64_t now = lc__now_ns(), t = now + s->latency_ns;
 	if (s->bytes_per_s) {
+		pthread_mutex_lock(&s->lock);
 		uint64_t start = LC__MAX(now, s->busy_until_ns);
-		s->busy_until_ns =
-			start + (uint64_t)((double)j->len * 1e9 / (double)s->bytes_per_s);
+		s->busy_until_ns = start + (uint64_t)((double)len * 1e9 / (double)s->bytes_per_s);
 		t = LC__MAX(t, s->busy_until_ns);
+		pthread_mutex_unlock(&s->lock);
 	}
 	if (t > now)
 		sleep_until(t);
 	if (rc) {
 		LC__COUNT(s->ctx, device_copy_errors);
-		LC__WARN("sim copy of %zu bytes failed: %s", j->len, lc_strerror(rc));
+		LC__WARN("sim copy of %zu bytes failed: %s", len, lc_strerror(rc));
 	} else {
 		LC__COUNT(s->ctx, device_copies);
-		LC__COUNT_ADD(s->ctx, device_copy_bytes, j->len);
+		LC__COUNT_ADD(s->ctx, device_copy_bytes, len);
 	}
-	j->done(j->arg, rc);
+	return rc;
+}
+
+static void run_job(sim_copier_t *s, job_t *j)
+{
+	j->done(j->arg, copy_one(s, j->fd, j->host, j->len, j->off, j->write));
+}
+
+static int from_host_now(lc__copier_t *c, void *dev, const void *host, size_t len)
+{
+	uint64_t off;
+	int fd = lc__sim_lookup(dev, len, &off);
+	if (fd < 0)
+		return LC_ERR_MEM_KIND;
+	return copy_one((sim_copier_t *)c, fd, (void *)(uintptr_t)host, len, off, 1);
 }
 
 static void *worker(void *arg)
@@ -172,6 +189,7 @@ static const lc__copier_ops_t sim_ops = {
 	.dev_to_dev = NULL,
 	.drain = drain,
 	.destroy = destroy,
+	.from_host_now = from_host_now,
 };
 
 int lc__copy_sim_create(lc_ctx_t *ctx, lc__copier_t **out)
