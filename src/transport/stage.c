@@ -34,6 +34,12 @@ struct staged {
 	_Atomic size_t left;
 	_Atomic int err;
 	staged_t *next;
+	/* Per write, found at post: its source's kind (0 for host) and device,
+	 * so that a region deregistered meanwhile never sends a device
+	 * pointer to a transport. */
+	struct {
+		int8_t kind, device;
+	} src[];
 };
 
 static bool is_device(lc_ctx_t *ctx, const lc_write_t *w, lc__region_info_t *r)
@@ -141,11 +147,10 @@ static void staged_start(staged_t *s)
 	atomic_store(&s->left, 1);
 	for (size_t i = 0; i < b->nwrites && !lc__batch_is_completed(b); i++) {
 		lc_write_t *w = &b->writes[i];
-		lc__region_info_t r;
 		lc__copier_t *cp;
-		if (!is_device(ctx, w, &r))
+		if (LC__KIND_IS_HOST(s->src[i].kind))
 			continue;
-		int rc = lc__copier_get(ctx, r.kind, r.device, &cp);
+		int rc = lc__copier_get(ctx, s->src[i].kind, s->src[i].device, &cp);
 		atomic_fetch_add(&s->left, 1);
 		if (!rc)
 			rc = cp->ops->to_host(cp, s->buf + off, w->local, w->length, copy_done, s);
@@ -230,14 +235,20 @@ int lc__stage_post(lc_conn_t *c, lc__batch_t *b)
 	lc__stage_t *st = stage_get(c->ctx, &rc);
 	if (!st)
 		return rc;
-	staged_t *s = calloc(1, sizeof *s);
+	staged_t *s = calloc(1, sizeof *s + b->nwrites * sizeof s->src[0]);
 	if (!s)
 		return -ENOMEM;
-	lc__region_info_t r;
-	for (size_t i = 0; i < b->nwrites; i++)
-		if (is_device(c->ctx, &b->writes[i], &r))
-			s->bytes += b->writes[i].length;
-	*s = (staged_t){.st = st, .c = c, .b = b, .bytes = s->bytes};
+	s->st = st;
+	s->c = c;
+	s->b = b;
+	for (size_t i = 0; i < b->nwrites; i++) {
+		lc__region_info_t r;
+		if (!is_device(c->ctx, &b->writes[i], &r))
+			continue;
+		s->src[i].kind = (int8_t)r.kind;
+		s->src[i].device = (int8_t)r.device;
+		s->bytes += b->writes[i].length;
+	}
 	if (s->bytes > st->nslots * SLOT && (rc = overflow_take(st, s))) {
 		free(s);
 		return rc;
