@@ -1,7 +1,7 @@
 /*
  * Copy engines (issue 14, docs/gpu.md): how bytes move between host memory
  * and memory the CPU must not touch (a GPU's, or the simulated device
- * memory of LC_MEM_SIM). One engine per (context, memory kind, device),
+ * memory of LC_MEM_KIND_SIM). One engine per (context, memory kind, device),
  * made on first use; the memory seam (src/transport/seam.h) stages device
  * sources and landings through it, so that no CPU pointer is ever
  * dereferenced into device memory.
@@ -12,7 +12,7 @@
  * copy stays valid and untouched by the caller until `done`. Copies queued
  * on one engine complete in order.
  *
- * Implementations: src/core/copy_sim.c (LC_MEM_SIM: a worker thread, pread/
+ * Implementations: src/core/copy_sim.c (LC_MEM_KIND_SIM: a worker thread, pread/
  * pwrite on the memfd behind the PROT_NONE range), src/core/copy_cuda.c
  * (LC_MEM_CUDA: a stream per device and context, events, libcuda through
  * src/core/cuda.h, loaded with dlopen at first use).
