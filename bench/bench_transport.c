@@ -44,6 +44,8 @@ typedef struct opts {
 	size_t region, block, batch, total;
 	int lanes, inflight;
 	bool json, baseline;
+	bool sim;              /* --mem sim*: some region in simulated device memory */
+	bool sim_src, sim_dst; /* which: sim both, sim-src, sim-dst */
 } opts_t;
 
 typedef struct result {
@@ -73,7 +75,8 @@ typedef struct receiver {
 static const char help[] =
 	"usage: layercake bench transport [--transport tcp|shm|loop|ucx] [--region-mib M]\n"
 	"           [--block-kib K] [--batch B] [--total-mib T] [--lanes N]\n"
-	"           [--inflight N] [--json] [--no-baseline]\n\n"
+	"           [--inflight N] [--json] [--no-baseline]\n"
+	"           [--mem host|sim|sim-src|sim-dst]\n\n"
 	"    Streams T MiB (default 2048) from a sender region to a receiver region\n"
 	"    of M MiB (default 1024) each, as batches of B (default 1) writes of K KiB\n"
 	"    (default 4096), wrapping around the regions, with at most N batches in\n"
@@ -87,7 +90,12 @@ static const char help[] =
 	"    K KiB chunks through M MiB regions; otherwise one memcpy of M MiB, best\n"
 	"    of 5) and prints it with\n"
 	"    the ratio (baseline_gbps, ratio; --no-baseline skips it: 0 and 0).\n"
-	"    --lanes sets tcp lanes (default: config tcp_lanes).\n";
+	"    --lanes sets tcp lanes (default: config tcp_lanes).\n"
+	"    --mem sim puts both regions in simulated device memory (docs/gpu.md): the\n"
+	"    same transfer runs with host memory first, then with sim memory, and the\n"
+	"    ratio sim/host is printed (sim-src, sim-dst: only that side's region) with the copy-only time per GiB of the sim's\n"
+	"    engine (device->host and host->device, measured alone in the same run)\n"
+	"    against the wire-only time (the host run), to show the overlap.\n";
 
 static double now_s(void)
 {
@@ -118,18 +126,13 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
-	static const struct option longs[] = {{"transport", 1, 0, 't'},
-					      {"region-mib", 1, 0, 'r'},
-					      {"block-kib", 1, 0, 'k'},
-					      {"batch", 1, 0, 'b'},
-					      {"total-mib", 1, 0, 'T'},
-					      {"lanes", 1, 0, 'l'},
-					      {"inflight", 1, 0, 'i'},
-					      {"json", 0, 0, 'j'},
-					      {"no-baseline", 0, 0, 'n'},
-					      {"help", 0, 0, 'h'},
-					      {0, 0, 0, 0}};
-	*o = (opts_t){"tcp", 1024u << 20, 4096u << 10, 1, 2048u << 20, 0, 0, false, true};
+	static const struct option longs[] = {
+		{"transport", 1, 0, 't'}, {"region-mib", 1, 0, 'r'}, {"block-kib", 1, 0, 'k'},
+		{"batch", 1, 0, 'b'},     {"total-mib", 1, 0, 'T'},  {"lanes", 1, 0, 'l'},
+		{"inflight", 1, 0, 'i'},  {"json", 0, 0, 'j'},       {"no-baseline", 0, 0, 'n'},
+		{"mem", 1, 0, 'm'},       {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+	*o = (opts_t){"tcp", 1024u << 20, 4096u << 10, 1,     2048u << 20, 0,
+		      0,     false,       true,        false, false,       false};
 	optind = 1;
 	for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
 		int rc = 0;
@@ -160,6 +163,12 @@ static int parse_opts(int argc, char **argv, opts_t *o)
 			break;
 		case 'n':
 			o->baseline = false;
+			break;
+		case 'm':
+			o->sim_src = !strcmp(optarg, "sim") || !strcmp(optarg, "sim-src");
+			o->sim_dst = !strcmp(optarg, "sim") || !strcmp(optarg, "sim-dst");
+			o->sim = o->sim_src || o->sim_dst;
+			rc = o->sim || !strcmp(optarg, "host") ? 0 : -EINVAL;
 			break;
 		case 'h':
 			fputs(help, stdout);
@@ -219,8 +228,22 @@ static int grant_laps(const opts_t *o, receiver_t *r)
 static void receiver_destroy(receiver_t *r)
 {
 	lc_ctx_destroy(r->ctx); /* closes the listener, forgets the region */
-	if (r->mem)
+	if (r->mem && lc_sim_free(r->mem))
 		lc_mem_free(r->mem);
+}
+
+/* Sim memory filled with `value`, through the sim's own pwrite. */
+static int sim_filled(size_t n, int value, uint8_t **out)
+{
+	enum { CHUNK = 4u << 20 };
+	uint8_t *buf = malloc(CHUNK);
+	int rc = buf ? lc_sim_alloc(n, (void **)out) : -ENOMEM;
+	if (!rc)
+		memset(buf, value, CHUNK);
+	for (size_t off = 0; !rc && off < n; off += CHUNK)
+		rc = lc_sim_write(*out + off, buf, LC__MIN((size_t)CHUNK, n - off));
+	free(buf);
+	return rc;
 }
 
 static int receiver_create(const opts_t *o, receiver_t *r, rx_info_t *info)
@@ -229,7 +252,9 @@ static int receiver_create(const opts_t *o, receiver_t *r, rx_info_t *info)
 	memset(r, 0, sizeof *r);
 	memset(info, 0, sizeof *info);
 	lc_ctx_params_t cp = {.size = sizeof cp, .name = "bench-rx"};
-	if ((rc = lc_ctx_create(&cp, &r->ctx)) || (rc = lc_mem_alloc(o->region, 0, &r->mem)) ||
+	if ((rc = lc_ctx_create(&cp, &r->ctx)) ||
+	    (rc = o->sim_dst ? lc_sim_alloc(o->region, &r->mem)
+			     : lc_mem_alloc(o->region, 0, &r->mem)) ||
 	    (rc = lc_region_register(r->ctx, r->mem, o->region, &r->region)) ||
 	    (rc = lc_listener_create(r->ctx, listen_url(o->transport), &r->listener)) ||
 	    (rc = grant_laps(o, r)) || (rc = lc_token_issue(r->ctx, &info->token)))
@@ -308,10 +333,15 @@ static int sender_open(sender_t *s, const opts_t *o, const rx_info_t *info)
 	int rc;
 	lc_ctx_params_t cp = {.size = sizeof cp, .name = "bench-tx"};
 	s->o = o;
-	if ((rc = lc_ctx_create(&cp, &s->ctx)) ||
-	    (rc = lc_mem_alloc(o->region, mem_flags(o->transport), (void **)&s->mem)))
+	if ((rc = lc_ctx_create(&cp, &s->ctx)))
 		return rc;
-	memset(s->mem, 0x3c, o->region); /* touched and non-zero, like the baseline */
+	if (o->sim_src && (rc = sim_filled(o->region, 0x3c, &s->mem)))
+		return rc;
+	if (!o->sim_src) {
+		if ((rc = lc_mem_alloc(o->region, mem_flags(o->transport), (void **)&s->mem)))
+			return rc;
+		memset(s->mem, 0x3c, o->region); /* touched and non-zero, like the baseline */
+	}
 	lc_conn_params_t p = {
 		.size = sizeof p, .token = info->token, .has_token = 1, .lanes = o->lanes};
 	if ((rc = lc_region_register(s->ctx, s->mem, o->region, &s->region)) ||
@@ -329,7 +359,7 @@ static void sender_close(sender_t *s)
 {
 	lc_ctx_destroy(s->ctx);
 	lc_cq_destroy(s->cq);
-	if (s->mem)
+	if (s->mem && lc_sim_free(s->mem))
 		lc_mem_free(s->mem);
 	free(s->writes);
 	free(s->lat_ns);
@@ -671,6 +701,85 @@ static int effective_lanes(const opts_t *o)
 	return (int)v;
 }
 
+/* Copy-only: the sim engine's work for `total` bytes in blocks, alone: P's
+ * device->host (pread) and D's host->device (pwrite), seconds each. */
+static int sim_copy_only(const opts_t *o, double *to_host_s, double *from_host_s)
+{
+	uint8_t *dev, *host;
+	int rc = sim_filled(o->region, 0x3c, &dev);
+	if (rc)
+		return rc;
+	if ((rc = lc_mem_alloc(o->block, 0, (void **)&host))) {
+		lc_sim_free(dev);
+		return rc;
+	}
+	for (int dir = 0; dir < 2 && !rc; dir++) {
+		double t0 = now_s();
+		for (size_t done = 0, off = 0; done < o->total && !rc; done += o->block) {
+			if (off + o->block > o->region)
+				off = 0;
+			rc = dir ? lc_sim_write(dev + off, host, o->block)
+				 : lc_sim_read(dev + off, host, o->block);
+			off += o->block;
+		}
+		*(dir ? from_host_s : to_host_s) = now_s() - t0;
+	}
+	lc_mem_free(host);
+	lc_sim_free(dev);
+	return rc;
+}
+
+static int run_mem(const opts_t *o, result_t *res)
+{
+	return !strcmp(o->transport, "loop") ? run_one_process(o, res) : run_two_processes(o, res);
+}
+
+/* --mem sim: the host run, the sim run and the copy-only times, one run. */
+static int run_sim_compare(const opts_t *o, double base, const char *kind)
+{
+	opts_t oh = *o;
+	result_t host = {0}, sim = {0};
+	double to_h = 0, from_h = 0;
+	oh.sim = oh.sim_src = oh.sim_dst = false;
+	int rc = run_mem(&oh, &host);
+	if (!rc)
+		rc = run_mem(o, &sim);
+	if (!rc)
+		rc = sim_copy_only(o, &to_h, &from_h);
+	if (rc) {
+		fprintf(stderr, "bench transport %s --mem sim failed: %s\n", o->transport,
+			lc_strerror(rc));
+		return 1;
+	}
+	double gib = (double)o->total / (1u << 30), hg = (double)host.bytes / host.seconds / 1e9;
+	double sg = (double)sim.bytes / sim.seconds / 1e9;
+	if (sim.rx_bytes < o->total)
+		fprintf(stderr, "bench transport: receiver counted %llu bytes applied of %zu\n",
+			(unsigned long long)sim.rx_bytes, o->total);
+	if (o->json) {
+		printf("{\"transport\":\"%s\",\"mem\":\"sim\",\"block_kib\":%zu,\"total_mib\":%zu,"
+		       "\"host_gbps\":%.3f,\"sim_gbps\":%.3f,\"ratio\":%.3f,"
+		       "\"s_per_gib_sim\":%.4f,\"s_per_gib_wire_only\":%.4f,"
+		       "\"s_per_gib_copy_to_host\":%.4f,\"s_per_gib_copy_from_host\":%.4f,"
+		       "\"baseline\":\"%s\",\"baseline_gbps\":%.3f}\n",
+		       o->transport, o->block >> 10, o->total >> 20, hg, sg, hg > 0 ? sg / hg : 0,
+		       sim.seconds / gib, host.seconds / gib, to_h / gib, from_h / gib, kind, base);
+		return 0;
+	}
+	printf("bench transport %s --mem %s: %zu MiB in %zu KiB blocks, batch %zu, %d in flight\n"
+	       "  host %.3f GB/s, sim %.3f GB/s: ratio %.2f (baseline %s %.3f GB/s)\n"
+	       "  per GiB: sim run %.3f s; wire only (the host run) %.3f s; copy only "
+	       "device->host %.3f s + host->device %.3f s; serial sum %.3f s\n",
+	       o->transport,
+	       o->sim_src && o->sim_dst ? "sim"
+	       : o->sim_src             ? "sim-src"
+					: "sim-dst",
+	       o->total >> 20, o->block >> 10, o->batch, sim.inflight, hg, sg, hg > 0 ? sg / hg : 0,
+	       kind, base, sim.seconds / gib, host.seconds / gib, to_h / gib, from_h / gib,
+	       (host.seconds + to_h + from_h) / gib);
+	return 0;
+}
+
 int lc__bench_transport(int argc, char **argv)
 {
 	opts_t o;
@@ -691,7 +800,9 @@ int lc__bench_transport(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	const char *kind;
 	double base = baseline_gbps(&o, &kind);
-	rc = !strcmp(o.transport, "loop") ? run_one_process(&o, &res) : run_two_processes(&o, &res);
+	if (o.sim)
+		return run_sim_compare(&o, base, kind);
+	rc = run_mem(&o, &res);
 	if (rc) {
 		fprintf(stderr, "bench transport %s failed: %s\n", o.transport, lc_strerror(rc));
 		return 1;

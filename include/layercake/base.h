@@ -101,7 +101,8 @@ LC_API int lc_version_number(void);
 	X(LC_ERR_STATE, -1016, "not allowed in the current state")                                 \
 	X(LC_ERR_IO, -1017, "transport I/O error")                                                 \
 	X(LC_ERR_BOOTSTRAP, -1018, "bootstrap server error")                                       \
-	X(LC_ERR_CUDA, -1019, "a CUDA driver call failed")
+	X(LC_ERR_CUDA, -1019, "a CUDA driver call failed")                                         \
+	X(LC_ERR_MEM_KIND, -1020, "memory kind unknown or not what the memory is")
 
 #define LC_ERROR_CODES(X) LC_ERRNO_CODES(X) LC_LIBRARY_CODES(X)
 

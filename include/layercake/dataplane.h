@@ -84,6 +84,56 @@ LC_API uint32_t lc_region_id(const lc_region_t *region);
 LC_API void *lc_region_addr(const lc_region_t *region);
 LC_API size_t lc_region_length(const lc_region_t *region);
 
+/* Memory kinds (docs/gpu.md). Host and pinned host memory are read and
+ * written by the CPU in place; device kinds never are: their sources and
+ * landings go through the context's copy engine for the kind, staged
+ * through a host ring (staging_ring_mib). LC_MEM_KIND_SIM is simulated
+ * device memory (lc_sim_alloc), for tests without a GPU. */
+typedef enum lc_mem_kind {
+	LC_MEM_KIND_HOST = 0,
+	LC_MEM_KIND_PINNED = 1, /* host memory pinned for a device's DMA */
+	LC_MEM_KIND_CUDA = 2,   /* CUDA device memory; device = ordinal */
+	LC_MEM_KIND_SIM = 3,    /* simulated device memory (lc_sim_alloc) */
+} lc_mem_kind_t;
+
+typedef struct lc_region_params {
+	size_t size;    /* sizeof(lc_region_params_t) */
+	int32_t kind;   /* lc_mem_kind_t */
+	int32_t device; /* device ordinal for LC_MEM_KIND_CUDA; 0 otherwise */
+} lc_region_params_t;
+
+/* Register [addr, addr+len) as memory of the given kind (NULL params:
+ * as lc_region_register). A kind the library does not know is -EINVAL; a
+ * kind that contradicts what the memory is (a simulated range registered
+ * as host, host memory registered as sim) or a copy engine that is not
+ * available (CUDA without libcuda) is LC_ERR_MEM_KIND (LC_ENOTSUP for
+ * CUDA without a driver); both are logged and counted
+ * (regions_rejected_kind). */
+LC_API int lc_region_register_ex(lc_ctx_t *ctx, void *addr, size_t len,
+				 const lc_region_params_t *params, lc_region_t **out);
+/* The region's lc_mem_kind_t (LC_MEM_KIND_HOST for NULL). */
+LC_API int lc_region_kind(const lc_region_t *region);
+
+/* ------------------------------------------------------------------------
+ * Simulated device memory, for users' tests without a GPU: an address
+ * range reserved PROT_NONE (any CPU access faults at once, as a GPU
+ * pointer dereferenced on the host would), backed by a memfd that only the
+ * sim copy engine reads and writes, on a worker thread, with the knobs
+ * sim_latency_us and sim_gbps. Registering it (lc_region_register detects
+ * it) gives an LC_MEM_KIND_SIM region. Thread-safe.
+ * ---------------------------------------------------------------------- */
+
+/* Reserve len bytes (rounded up to 4 KiB), zeroed. */
+LC_API int lc_sim_alloc(size_t len, void **out);
+/* Free a range from lc_sim_alloc; -EINVAL otherwise. */
+LC_API int lc_sim_free(void *ptr);
+/* Test helpers, the "cudaMemcpy" of the sim: copy between host memory and
+ * [ptr, ptr+len) of a sim range, synchronously. -EINVAL outside one. */
+LC_API int lc_sim_write(void *ptr, const void *src, size_t len);
+LC_API int lc_sim_read(const void *ptr, void *dst, size_t len);
+/* Whether [ptr, ptr+len) lies inside one sim range. */
+LC_API int lc_sim_is(const void *ptr, size_t len);
+
 /* Maximum size of a packed region descriptor. */
 #define LC_REGION_DESC_MAX 512
 
@@ -98,7 +148,9 @@ typedef struct lc_region_desc {
 	uint64_t owner;     /* id of the owning context (random per context) */
 	uint32_t region_id; /* id to name in lc_write_t.remote_region */
 	uint32_t flags;
-	uint64_t length; /* bytes */
+	uint64_t length;  /* bytes */
+	int32_t mem_kind; /* lc_mem_kind_t of the peer's memory */
+	int32_t device;   /* its device ordinal (LC_MEM_KIND_CUDA) */
 } lc_region_desc_t;
 
 /* Decode and validate a packed descriptor (strict length checks). */

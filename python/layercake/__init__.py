@@ -5,7 +5,11 @@ docs/python.md for the API and the mapping from TokenSpeed's KV manager
 (layercake.tokenspeed).
 """
 from .core import (  # noqa: F401
+    MEM_CUDA,
+    MEM_HOST,
     MEM_NO_HUGEPAGE,
+    MEM_PINNED,
+    MEM_SIM,
     MEM_SHAREABLE,
     WRITE_DTYPE,
     CompletionQueue,

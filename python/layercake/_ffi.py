@@ -68,6 +68,11 @@ ConfigInfo = _struct("lc_config_info_t", [
 
 RegionDesc = _struct("lc_region_desc_t", [
     ("owner", c_u64), ("region_id", c_u32), ("flags", c_u32), ("length", c_u64),
+    ("mem_kind", c_i32), ("device", c_i32),
+])
+
+RegionParams = _struct("lc_region_params_t", [
+    ("size", c_size), ("kind", c_i32), ("device", c_i32),
 ])
 
 Token = _struct("lc_token_t", [("bytes", c_u8 * TOKEN_LEN)])
@@ -248,6 +253,8 @@ lc_ctx_counter_by_name = _fn("lc_ctx_counter_by_name", c_int, c_void_p, c_char_p
 lc_mem_alloc = _fn("lc_mem_alloc", c_int, c_size, ctypes.c_uint, P(c_void_p))
 lc_mem_free = _fn("lc_mem_free", c_int, c_void_p)
 lc_region_register = _fn("lc_region_register", c_int, c_void_p, c_void_p, c_size, P(c_void_p))
+lc_region_register_ex = _fn("lc_region_register_ex", c_int, c_void_p, c_void_p, c_size, P(RegionParams),
+                            P(c_void_p))
 lc_region_deregister = _fn("lc_region_deregister", c_int, c_void_p)
 lc_region_id = _fn("lc_region_id", c_u32, c_void_p)
 lc_region_addr = _fn("lc_region_addr", c_void_p, c_void_p)

@@ -265,6 +265,10 @@ def _address_of(buf):
     return ctypes.addressof(c), mv.nbytes
 
 
+# Memory kinds of a region (lc_mem_kind_t, docs/gpu.md).
+MEM_HOST, MEM_PINNED, MEM_CUDA, MEM_SIM = 0, 1, 2, 3
+
+
 class Context(_Handle):
     """The root object (lc_ctx_t)."""
 
@@ -298,12 +302,14 @@ class Context(_Handle):
             for i in range(_ffi.lc_counter_count())
         }
 
-    def register(self, buf):
+    def register(self, buf, kind=MEM_HOST, device=0):
         """Register memory: a Memory, RawMemory(address, length), numpy
         array or writable buffer. The Region keeps `buf` alive; the context
         keeps the Region registered until region.close() or its own close,
-        whether or not the caller keeps the returned object."""
-        return Region(self, buf)
+        whether or not the caller keeps the returned object. `kind` is its
+        memory kind (MEM_HOST, MEM_PINNED, MEM_CUDA with the device ordinal,
+        MEM_SIM; docs/gpu.md): device memory is never read by the CPU."""
+        return Region(self, buf, kind, device)
 
     def grant(self, room, region, offset, length):
         check(_ffi.lc_grant_issue(self._need(), int(room), region._need(), int(offset), int(length)),
@@ -330,12 +336,18 @@ class Context(_Handle):
 class Region(_Handle):
     _free = _ffi.lc_region_deregister
 
-    def __init__(self, ctx, buf):
+    def __init__(self, ctx, buf, kind=MEM_HOST, device=0):
         super().__init__(ctx)
         self._keep = buf  # the memory must outlive the registration
         addr, n = _address_of(buf)
         h = ctypes.c_void_p()
-        check(_ffi.lc_region_register(ctx._need(), addr, n, ctypes.byref(h)), "lc_region_register")
+        if kind == MEM_HOST:
+            check(_ffi.lc_region_register(ctx._need(), addr, n, ctypes.byref(h)), "lc_region_register")
+        else:
+            p = _ffi.RegionParams(size=ctypes.sizeof(_ffi.RegionParams), kind=int(kind), device=int(device))
+            check(_ffi.lc_region_register_ex(ctx._need(), addr, n, ctypes.byref(p), ctypes.byref(h)),
+                  "lc_region_register_ex")
+        self.kind, self.device = kind, device
         self._h = h.value
         self.address, self.length = addr, n
         self.id = _ffi.lc_region_id(self._h)

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from . import _ffi
 from . import gpu
 from .control import Decode, Prefill
-from .core import Context, RawMemory
+from .core import MEM_CUDA, MEM_HOST, MEM_PINNED, Context, RawMemory
 from .engine import BufferKind, Buffer, Layout, RoomStatus, Steps, step_ready
 from .errors import LayercakeError
 
@@ -259,16 +259,29 @@ def detect_kinds(ranges):
     return out
 
 
+# How a range CUDA describes is registered: (lc_mem_kind_t, whether the
+# ordinal goes with it). Managed memory is device memory to the CPU's
+# safety: it is staged like device memory.
+_MEM_OF_PTR = {gpu.PTR_HOST: (MEM_HOST, False), gpu.PTR_PINNED: (MEM_PINNED, False),
+               gpu.PTR_DEVICE: (MEM_CUDA, True), gpu.PTR_MANAGED: (MEM_CUDA, True)}
+
+
 def _register_ranges(ctx, ranges):
-    """Register merged [addr, addr+len) ranges; returns the Regions."""
+    """Register merged ranges, [(addr, len, ptr kind, device)] as
+    detect_kinds gives them (ranges of one kind and device merge);
+    returns the Regions, each registered with its memory kind."""
     merged = []
-    for a, n in sorted((int(a), int(n)) for a, n in ranges if n):
-        if merged and a <= merged[-1][0] + merged[-1][1]:
+    for a, n, k, d in sorted((int(a), int(n), k, d) for a, n, k, d in ranges if n):
+        if merged and (k, d) == merged[-1][2:] and a <= merged[-1][0] + merged[-1][1]:
             end = max(merged[-1][0] + merged[-1][1], a + n)
             merged[-1][1] = end - merged[-1][0]
         else:
-            merged.append([a, n])
-    return [ctx.register(RawMemory(a, n)) for a, n in merged]
+            merged.append([a, n, k, d])
+    out = []
+    for a, n, k, d in merged:
+        kind, with_dev = _MEM_OF_PTR.get(k, (MEM_HOST, False))
+        out.append(ctx.register(RawMemory(a, n), kind, d if with_dev else 0))
+    return out
 
 
 def _buffer_ranges(args):
@@ -430,14 +443,7 @@ class LayercakeKVManager(_ManagerBase):
                 layout = layout_from_kv_args(args, buffer_kinds)
                 ranges = _buffer_ranges(args)
                 self.kv_kinds = detect_kinds(ranges)
-                if any(k in (gpu.PTR_DEVICE, gpu.PTR_MANAGED) for _, _, k, _ in self.kv_kinds):
-                    # TODO(integrator): register these with their memory kind
-                    # (LC_MEM_CUDA and the ordinal, the sim branch's API);
-                    # until then they are registered as host memory.
-                    logger.warning("KV pool in CUDA device memory (%s); registered as host memory "
-                                   "until region kinds land", ", ".join(
-                                       f"{gpu.PTR_KIND_NAMES[k]}:{d}" for _, _, k, d in self.kv_kinds))
-                self._regions = _register_ranges(self.ctx, ranges)
+                self._regions = _register_ranges(self.ctx, self.kv_kinds)
             self.layout = layout
             if bootstrap is None:
                 port = getattr(server_args, "disaggregation_bootstrap_port", None) or \
@@ -672,7 +678,8 @@ class LayercakeKVManagerDecode(_ManagerBase):
             if layout is None:
                 layout = layout_from_kv_args(args, buffer_kinds)
             if regions is None:
-                regions = self._regions = _register_ranges(self.ctx, _buffer_ranges(args))
+                self.kv_kinds = detect_kinds(_buffer_ranges(args))
+                regions = self._regions = _register_ranges(self.ctx, self.kv_kinds)
             self.layout = layout
             self.bootstrap_port = getattr(server_args, "disaggregation_bootstrap_port", None)
             self.decode = Decode(self.ctx, layout, regions, listen_url=listen_url, host=host,

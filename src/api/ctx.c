@@ -4,9 +4,11 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "core/copy.h"
 #include "core/ctx.h"
 #include "core/params.h"
 #include "transport/generic.h"
+#include "transport/stage.h"
 
 int lc_ctx_create(const lc_ctx_params_t *params, lc_ctx_t **out)
 {
@@ -44,6 +46,8 @@ void lc_ctx_destroy(lc_ctx_t *ctx)
 	while (ctx->listeners)
 		lc_listener_destroy(ctx->listeners);
 	lc__transports_fini(ctx);
+	lc__stage_fini(ctx);
+	lc__copiers_fini(ctx);
 	lc__timer_stop(ctx);
 	lc__ctx_fini(ctx);
 	free(ctx);

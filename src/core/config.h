@@ -104,7 +104,14 @@
 	  "before allocation (rooms_refused_cap)")                                                 \
 	X(p_session_rooms_max, "LAYERCAKE_P_SESSION_ROOMS_MAX", 4096, 1, 16777216,                 \
 	  "unfinished rooms one D session may be a destination of at a P rank (dummies "           \
-	  "included); past it its transfer infos are refused (rooms_refused_session_quota)")
+	  "included); past it its transfer infos are refused (rooms_refused_session_quota)")       \
+	X(staging_ring_mib, "LAYERCAKE_STAGING_RING_MIB", 32, 1, 65536,                            \
+	  "host staging ring per context for device-kind sources (docs/gpu.md); a batch larger "   \
+	  "than the ring stages through a one-off buffer (staging_overflows)")                     \
+	X(sim_latency_us, "LAYERCAKE_SIM_LATENCY_US", 0, 0, 10000000,                              \
+	  "simulated device memory: added latency of each copy")                                   \
+	X(sim_gbps, "LAYERCAKE_SIM_GBPS", 0, 0, 100000,                                            \
+	  "simulated device memory: copy bandwidth in GB/s (0: unlimited)")
 
 #define LC__CONFIG_STR_TABLE(X)                                                                    \
 	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                  \

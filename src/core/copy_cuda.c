@@ -232,8 +232,7 @@ int lc__copier_cuda_create(lc_ctx_t *ctx, int device, lc__copier_t **out)
 	if (!c)
 		return -ENOMEM;
 	c->base.ops = &cuda_ops;
-	/* TODO(integrator): LC_MEM_CUDA of lc_mem_kind_t (the sim branch). */
-	c->base.kind = LC_CUDA_PTR_DEVICE;
+	c->base.kind = LC_MEM_KIND_CUDA;
 	c->base.device = device;
 	c->ctx = ctx;
 	c->tail = &c->head;

@@ -25,6 +25,7 @@ int lc__ctx_init(lc_ctx_t *ctx, const char *name)
 	pthread_mutex_init(&ctx->cfg_lock, NULL);
 	pthread_mutex_init(&ctx->token_lock, NULL);
 	pthread_mutex_init(&ctx->objs_lock, NULL);
+	pthread_mutex_init(&ctx->copy_lock, NULL);
 	lc__config_load(&ctx->cfg);
 	rc = lc__regions_init(&ctx->regions);
 	if (rc)
@@ -38,6 +39,7 @@ int lc__ctx_init(lc_ctx_t *ctx, const char *name)
 fail_regions:
 	lc__regions_fini(&ctx->regions);
 fail_locks:
+	pthread_mutex_destroy(&ctx->copy_lock);
 	pthread_mutex_destroy(&ctx->objs_lock);
 	pthread_mutex_destroy(&ctx->token_lock);
 	pthread_mutex_destroy(&ctx->cfg_lock);
@@ -46,6 +48,7 @@ fail_locks:
 
 void lc__ctx_fini(lc_ctx_t *ctx)
 {
+	pthread_mutex_destroy(&ctx->copy_lock); /* engines: lc__copiers_fini */
 	lc__grant_table_destroy(ctx->grants);
 	lc__regions_fini(&ctx->regions);
 	free(ctx->tokens);

@@ -53,6 +53,15 @@ struct lc_ctx {
 	struct lc__batch_timer *timer;
 	struct lc__io *io;                   /* created at first use, under objs_lock */
 	void *tp_state[LC__TRANSPORT_SLOTS]; /* by registry index, under objs_lock */
+
+	/* Copy engines for device kinds (core/copier.c): made under copy_lock,
+	 * read without it once set. */
+	pthread_mutex_t copy_lock;
+	struct lc__copier *_Atomic copy_sim;
+	struct lc__copier *_Atomic copy_cuda[16]; /* LC__COPIER_DEVICES */
+	/* The host staging ring of device-kind sources (transport/stage.c),
+	 * made at first use. */
+	struct lc__stage *stage;
 };
 
 /* Fill a zeroed context's own state; undo with lc__ctx_fini. */

@@ -38,7 +38,14 @@
 	X(rooms_refused_session_quota)                                                             \
 	X(infos_refused_unknown)                                                                   \
 	X(conns_refused_threads)                                                                   \
-	X(cuda_errors)
+	X(cuda_errors)                                                                             \
+	X(regions_rejected_kind)                                                                   \
+	X(device_copies)                                                                           \
+	X(device_copy_bytes)                                                                       \
+	X(device_copy_errors)                                                                      \
+	X(staging_bytes)                                                                           \
+	X(staging_waits)                                                                           \
+	X(staging_overflows)
 
 enum lc__counter {
 #define LC__CNT_ENUM(name) LC__CNT_##name,

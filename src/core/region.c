@@ -26,7 +26,8 @@ void lc__regions_fini(lc__regions_t *t)
 
 static void fill(const struct lc_region *r, lc__region_info_t *out)
 {
-	*out = (lc__region_info_t){r->id, r->addr, r->len, r->memfd, r->memfd_offset};
+	*out = (lc__region_info_t){r->id,           r->addr, r->len,   r->memfd,
+				   r->memfd_offset, r->kind, r->device};
 }
 
 /* Under lock: index of the first region whose addr > p. */
@@ -45,6 +46,13 @@ static size_t upper_bound(const lc__regions_t *t, const uint8_t *p)
 
 int lc__regions_add(lc__regions_t *t, lc_ctx_t *ctx, void *addr, size_t len, int memfd,
 		    uint64_t memfd_offset, struct lc_region **out)
+{
+	return lc__regions_add_kind(t, ctx, addr, len, memfd, memfd_offset, LC_MEM_KIND_HOST, 0,
+				    out);
+}
+
+int lc__regions_add_kind(lc__regions_t *t, lc_ctx_t *ctx, void *addr, size_t len, int memfd,
+			 uint64_t memfd_offset, int kind, int device, struct lc_region **out)
 {
 	uint8_t *p = addr;
 	int rc = 0;
@@ -75,7 +83,7 @@ int lc__regions_add(lc__regions_t *t, lc_ctx_t *ctx, void *addr, size_t len, int
 		memset(t->by_id + t->id_cap, 0, (ncap - t->id_cap) * sizeof *nb);
 		t->id_cap = ncap;
 	}
-	*r = (struct lc_region){ctx, t->next_id++, p, len, memfd, memfd_offset};
+	*r = (struct lc_region){ctx, t->next_id++, p, len, memfd, memfd_offset, kind, device};
 	t->by_id[r->id - 1] = r;
 	memmove(&t->by_addr[pos + 1], &t->by_addr[pos], (t->n - pos) * sizeof *t->by_addr);
 	t->by_addr[pos] = r;
@@ -170,7 +178,9 @@ void lc__region_desc_header(const struct lc_region *r, uint16_t keys, uint8_t *p
 	lc__put_u16(p + 6, keys);
 	lc__put_u64(p + 8, r->ctx->uid);
 	lc__put_u32(p + 16, r->id);
-	lc__put_u32(p + 20, r->memfd >= 0 ? LC__DESC_FLAG_MEMFD : 0);
+	lc__put_u32(p + 20, (r->memfd >= 0 ? LC__DESC_FLAG_MEMFD : 0) |
+				    ((uint32_t)(r->kind & 0xff) << LC__DESC_KIND_SHIFT) |
+				    ((uint32_t)(r->device & 0xff) << LC__DESC_DEVICE_SHIFT));
 	lc__put_u64(p + 24, r->len);
 }
 
@@ -187,7 +197,9 @@ int lc_region_unpack(const void *buf, size_t len, lc_region_desc_t *out)
 	out->region_id = lc__get_u32(p + 16);
 	out->flags = lc__get_u32(p + 20);
 	out->length = lc__get_u64(p + 24);
-	if (out->region_id == 0)
+	out->mem_kind = (int32_t)((out->flags >> LC__DESC_KIND_SHIFT) & 0xff);
+	out->device = (int32_t)((out->flags >> LC__DESC_DEVICE_SHIFT) & 0xff);
+	if (out->region_id == 0 || out->mem_kind > LC_MEM_KIND_SIM)
 		return LC_ERR_PROTO;
 	return 0;
 }
@@ -205,4 +217,9 @@ void *lc_region_addr(const lc_region_t *r)
 size_t lc_region_length(const lc_region_t *r)
 {
 	return r ? r->len : 0;
+}
+
+int lc_region_kind(const lc_region_t *r)
+{
+	return r ? r->kind : LC_MEM_KIND_HOST;
 }

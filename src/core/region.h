@@ -21,6 +21,8 @@ struct lc_region {
 	size_t len;
 	int memfd;             /* -1 unless the memory came from lc_mem_alloc(SHAREABLE) */
 	uint64_t memfd_offset; /* offset of addr within the memfd */
+	int kind;              /* lc_mem_kind_t */
+	int device;            /* its device ordinal */
 };
 
 typedef struct lc__region_info {
@@ -29,7 +31,12 @@ typedef struct lc__region_info {
 	size_t len;
 	int memfd;
 	uint64_t memfd_offset;
+	int kind;   /* lc_mem_kind_t: device kinds are never touched by the CPU */
+	int device; /* device ordinal */
 } lc__region_info_t;
+
+/* Whether the CPU may read and write memory of this kind in place. */
+#define LC__KIND_IS_HOST(k) ((k) == LC_MEM_KIND_HOST || (k) == LC_MEM_KIND_PINNED)
 
 typedef struct lc__regions {
 	pthread_rwlock_t lock;
@@ -45,6 +52,9 @@ void lc__regions_fini(lc__regions_t *t); /* frees every region */
 /* Overlapping an existing region is -EEXIST. */
 int lc__regions_add(lc__regions_t *t, lc_ctx_t *ctx, void *addr, size_t len, int memfd,
 		    uint64_t memfd_offset, struct lc_region **out);
+/* Same, of a memory kind and device. */
+int lc__regions_add_kind(lc__regions_t *t, lc_ctx_t *ctx, void *addr, size_t len, int memfd,
+			 uint64_t memfd_offset, int kind, int device, struct lc_region **out);
 int lc__regions_remove(lc__regions_t *t, struct lc_region *r); /* frees r */
 /* By id: LC_ERR_REGION if unknown. */
 int lc__regions_get(lc__regions_t *t, uint32_t id, lc__region_info_t *out);
@@ -56,6 +66,9 @@ int lc__regions_list(lc__regions_t *t, lc__region_info_t **out, size_t *n);
 /* Packed region descriptors: a 32-byte header, then transport keys. */
 #define LC__DESC_HEADER 32
 #define LC__DESC_FLAG_MEMFD 1u
+/* Bits 8..15 of the flags: the memory kind; 16..23: the device ordinal. */
+#define LC__DESC_KIND_SHIFT 8
+#define LC__DESC_DEVICE_SHIFT 16
 /* Write the header of r's descriptor, announcing `keys` key bytes. */
 void lc__region_desc_header(const struct lc_region *r, uint16_t keys, uint8_t *p);
 

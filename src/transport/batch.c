@@ -20,6 +20,8 @@ void lc__batch_ref(lc__batch_t *b)
 void lc__batch_unref(lc__batch_t *b)
 {
 	if (atomic_fetch_sub(&b->refs, 1) == 1) {
+		if (b->on_free)
+			b->on_free(b);
 		free(b->writes);
 		free(b);
 	}

@@ -8,6 +8,7 @@
 #include "core/params.h"
 #include "transport/cq.h"
 #include "transport/generic.h"
+#include "transport/stage.h"
 
 /* ---- listeners ---- */
 
@@ -135,6 +136,7 @@ void lc_conn_destroy(lc_conn_t *c)
 	if (c->ctx_next)
 		c->ctx_next->ctx_prev = c->ctx_prev;
 	pthread_mutex_unlock(&ctx->objs_lock);
+	lc__stage_conn_close(c);
 	c->ops->conn_close(c);
 	lc__conn_fail_all(c, LC_ERR_CANCELLED, "connection to %s closed", c->url);
 	pthread_mutex_destroy(&c->lock);
@@ -181,6 +183,7 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 		}
 		b->writes[b->nwrites++] = *w;
 		b->bytes += w->length;
+		b->device_src |= !LC__KIND_IS_HOST(src.kind);
 	}
 	return 0;
 }
@@ -237,7 +240,7 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	} else {
 		if (b->deadline_ns)
 			lc__timer_kick(c->ctx, b->deadline_ns);
-		rc = c->ops->post(c, b);
+		rc = b->device_src ? lc__stage_post(c, b) : c->ops->post(c, b);
 		if (rc < 0 && atomic_exchange(&b->completed, 1) == 0) {
 			/* Not taken and not completed by anyone: undo, no completion. */
 			pthread_mutex_lock(&c->lock);

@@ -4,21 +4,88 @@
 #include <errno.h>
 #include <string.h>
 
+#include "core/copy.h"
+#include "core/cuda.h"
 #include "core/mem.h"
+#include "core/params.h"
+#include "transport/stage.h"
 #include "transport/transport.h"
 
-int lc_region_register(lc_ctx_t *ctx, void *addr, size_t len, lc_region_t **out)
+/* A kind refused at registration: logged and counted. */
+static int refuse_kind(lc_ctx_t *ctx, void *addr, size_t len, int kind, int rc, const char *why)
 {
+	LC__COUNT(ctx, regions_rejected_kind);
+	LC__WARN("register %p+%zu as memory kind %d: %s (%s)", addr, len, kind, why,
+		 lc_strerror(rc));
+	return rc;
+}
+
+/* CUDA memory: what the driver says the range is must be what the caller
+ * says (LC_ENOTSUP where libcuda cannot be loaded). Pinned memory is host
+ * memory to every path here and is taken as given. */
+static int check_cuda(lc_ctx_t *ctx, void *addr, size_t len, int kind, int device)
+{
+	int k, dev, rc = lc__cuda_pointer_kind(addr, &k, &dev);
+	if (rc)
+		return refuse_kind(ctx, addr, len, kind, rc, "CUDA cannot say what the range is");
+	if (kind == LC_MEM_KIND_CUDA && (k != LC_CUDA_PTR_DEVICE || dev != device))
+		return refuse_kind(ctx, addr, len, kind, LC_ERR_MEM_KIND,
+				   "the range is not device memory of that device");
+	return 0;
+}
+
+/* Check `kind` against what [addr, addr+len) is; device kinds need their
+ * copy engine, made here so that a landing never waits for one. */
+static int check_kind(lc_ctx_t *ctx, void *addr, size_t len, int kind, int device)
+{
+	bool sim = lc_sim_is(addr, len);
+	lc__copier_t *cp;
+	if (kind < LC_MEM_KIND_HOST || kind > LC_MEM_KIND_SIM)
+		return refuse_kind(ctx, addr, len, kind, -EINVAL, "unknown memory kind");
+	if (kind != LC_MEM_KIND_SIM && sim)
+		return refuse_kind(ctx, addr, len, kind, LC_ERR_MEM_KIND,
+				   "the range is simulated device memory (lc_sim_alloc)");
+	if (kind == LC_MEM_KIND_SIM && !sim)
+		return refuse_kind(ctx, addr, len, kind, LC_ERR_MEM_KIND,
+				   "the range is not one lc_sim_alloc range");
+	int rc = kind == LC_MEM_KIND_CUDA ? check_cuda(ctx, addr, len, kind, device) : 0;
+	if (rc || LC__KIND_IS_HOST(kind))
+		return rc;
+	rc = lc__copier_get(ctx, kind, device, &cp);
+	if (rc)
+		return refuse_kind(ctx, addr, len, kind, rc, "no copy engine for this kind");
+	rc = lc__stage_ready(ctx);
+	if (rc)
+		LC__WARN("register %p+%zu: no staging ring: %s", addr, len, lc_strerror(rc));
+	return rc;
+}
+
+int lc_region_register_ex(lc_ctx_t *ctx, void *addr, size_t len, const lc_region_params_t *params,
+			  lc_region_t **out)
+{
+	lc_region_params_t p;
 	uint64_t off = 0;
 	if (!ctx || !out)
 		return -EINVAL;
-	int fd = lc__mem_memfd(addr, len, &off);
-	int rc = lc__regions_add(&ctx->regions, ctx, addr, len, fd, off, out);
+	LC__PARAMS_COPY(&p, params);
+	if (!params && lc_sim_is(addr, len))
+		p.kind = LC_MEM_KIND_SIM; /* plain registration detects sim ranges */
+	int rc = check_kind(ctx, addr, len, p.kind, p.device);
+	if (rc)
+		return rc;
+	int fd = LC__KIND_IS_HOST(p.kind) ? lc__mem_memfd(addr, len, &off) : -1;
+	rc = lc__regions_add_kind(&ctx->regions, ctx, addr, len, fd, off, p.kind, p.device, out);
 	if (rc)
 		LC__WARN("register %p+%zu: %s", addr, len, lc_strerror(rc));
 	else
-		LC__DEBUG("region %u = %p+%zu%s", (*out)->id, addr, len, fd >= 0 ? " (memfd)" : "");
+		LC__DEBUG("region %u = %p+%zu kind %d%s", (*out)->id, addr, len, p.kind,
+			  fd >= 0 ? " (memfd)" : "");
 	return rc;
+}
+
+int lc_region_register(lc_ctx_t *ctx, void *addr, size_t len, lc_region_t **out)
+{
+	return lc_region_register_ex(ctx, addr, len, NULL, out);
 }
 
 int lc_region_deregister(lc_region_t *r)

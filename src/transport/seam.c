@@ -1,6 +1,7 @@
 /* The memory seam (seam.h): where bytes leave sources and land. */
 #include <string.h>
 
+#include "core/copy.h"
 #include "transport/seam.h"
 
 /* Copies into granted memory are cut in slices, so that a revoke never
@@ -26,6 +27,7 @@ int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset
 		return LC_ERR_OUT_OF_REGION;
 	}
 	lc__grant_room_t *g;
+	int rc;
 	if (lc__grant_lookup(ctx->grants, room, region, offset, length, &g)) {
 		LC__COUNT(ctx, writes_rejected_grant);
 		LC__WARN("rejected write for room %llu: region %u [%llu, +%llu) not granted",
@@ -33,9 +35,20 @@ int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset
 			 (unsigned long long)length);
 		return LC_ERR_GRANT;
 	}
+	lc__copier_t *cp = NULL;
+	if (!LC__KIND_IS_HOST(r.kind) && (rc = lc__copier_get(ctx, r.kind, r.device, &cp))) {
+		lc__grant_put(g);
+		LC__COUNT(ctx, device_copy_errors);
+		LC__WARN("rejected write for room %llu: region %u has no copy engine (%s)",
+			 (unsigned long long)room, region, lc_strerror(rc));
+		return rc;
+	}
+	bool host = cp == NULL;
 	*l = (lc__land_t){.ctx = ctx,
 			  .g = g,
-			  .dst = r.addr + offset,
+			  .dst = host ? r.addr + offset : NULL,
+			  .dev = host ? NULL : r.addr + offset,
+			  .cp = cp,
 			  .room = room,
 			  .offset = offset,
 			  .length = length,
@@ -53,8 +66,31 @@ void lc__land_exit(const lc__land_t *l)
 	lc__grant_exit(l->g);
 }
 
+/* Device destinations: through the copy engine, waited for inside the
+ * bracket, so that a revoke waits for it. */
+static int land_dev(const lc__land_t *l, uint64_t at, const void *src, uint64_t n)
+{
+	for (uint64_t done = 0; done < n;) {
+		uint64_t k = LC__MIN(n - done, (uint64_t)LAND_SLICE);
+		if (!lc__grant_enter(l->g))
+			return LC_ERR_GRANT;
+		int rc = lc__copy_to_dev_sync(l->cp, l->dev + at + done,
+					      (const uint8_t *)src + done, k);
+		lc__grant_exit(l->g);
+		if (rc) {
+			LC__WARN("room %llu: device copy into region %u failed: %s",
+				 (unsigned long long)l->room, l->region, lc_strerror(rc));
+			return LC_ERR_IO;
+		}
+		done += k;
+	}
+	return 0;
+}
+
 int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n)
 {
+	if (l->dev)
+		return land_dev(l, at, src, n);
 	for (uint64_t done = 0; done < n;) {
 		uint64_t k = LC__MIN(n - done, (uint64_t)LAND_SLICE);
 		if (!lc__grant_enter(l->g))
@@ -113,7 +149,7 @@ int lc__land_write(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offse
 	if (rc)
 		return rc;
 	rc = lc__land_copy(&l, 0, src, length);
-	if (rc)
+	if (rc == LC_ERR_GRANT)
 		lc__land_revoked(&l);
 	lc__land_done(&l, rc == 0);
 	return rc;

@@ -27,8 +27,10 @@
 /* One checked write on its way into a destination region. */
 typedef struct lc__land {
 	lc_ctx_t *ctx;
-	lc__grant_room_t *g; /* referenced from open to done */
-	uint8_t *dst;        /* direct destination, or NULL: land by lc__land_copy */
+	lc__grant_room_t *g;   /* referenced from open to done */
+	uint8_t *dst;          /* direct destination, or NULL: land by lc__land_copy */
+	uint8_t *dev;          /* device-kind destination (never dereferenced), or NULL */
+	struct lc__copier *cp; /* its copy engine */
 	uint64_t room, offset, length;
 	uint32_t region;
 } lc__land_t;
@@ -44,7 +46,11 @@ int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset
 bool lc__land_enter(const lc__land_t *l);
 void lc__land_exit(const lc__land_t *l);
 /* Land n bytes from src at byte `at` of the write, inside its own bracket.
- * LC_ERR_GRANT if the room was revoked. */
+ * LC_ERR_GRANT if the room was revoked. Into device memory (l->dev) this
+ * goes through the region's copy engine and returns once the copy has
+ * completed: a write is acknowledged only after its device copy, and
+ * lc_grant_revoke (which waits for brackets) waits for the room's device
+ * copies in flight. A failed device copy is LC_ERR_IO. */
 int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n);
 /* The write is finished: when `landed`, all of its bytes are in place and
  * are counted (writes_applied, bytes_applied) and marked covered on the
@@ -63,8 +69,9 @@ void lc__land_revoked(lc__land_t *l);
 
 /* Source side: the registered local region holding [addr, addr+len)
  * (LC_ERR_REGION if none). The generic layer checks every write's source
- * at post, so transports may read sources directly; memory kinds that a CPU
- * may not read will be staged here. */
+ * at post, and stages device-kind sources into the context's host ring
+ * before a transport sees the batch (transport/stage.c), so transports
+ * read every source directly. */
 int lc__source_find(lc_ctx_t *ctx, const void *addr, size_t len, lc__region_info_t *out);
 
 #endif

@@ -41,6 +41,7 @@ typedef struct lc__batch {
 	uint64_t post_ns;
 	uint64_t deadline_ns; /* 0: none */
 	bool defer;           /* LC_BATCH_DEFER: post() queues without waking */
+	bool device_src;      /* a source is device memory: staged first (stage.c) */
 	lc_write_t *writes;   /* zero-length writes removed; owned */
 	size_t nwrites;
 	uint64_t bytes;
@@ -49,6 +50,10 @@ typedef struct lc__batch {
 	_Atomic int refs;
 	struct lc__batch *next, *prev; /* conn->pending, under conn->lock */
 	void *tp;                      /* free for the transport */
+	/* Staging of device sources (stage.c): run when the last reference
+	 * goes, to free the batch's staging space. */
+	void (*on_free)(struct lc__batch *b);
+	void *stage;
 } lc__batch_t;
 
 struct lc_conn {
@@ -66,6 +71,7 @@ struct lc_conn {
 	size_t npending;
 	uint64_t next_batch_id;
 	_Atomic int closing;
+	_Atomic int staging; /* batches of this connection in stage.c */
 
 	struct lc_conn *ctx_next, *ctx_prev; /* ctx->conns, under objs_lock */
 };

@@ -1,9 +1,14 @@
 /*
  * The transport conformance suite, written once and run for every transport:
- *     conformance <loop|tcp|shm|ucx> <case>
+ *     conformance <loop|tcp|shm|ucx> <case> [--mem src|dst|both]
  * Each case is its own process (ctest runs one per test). A transport not
  * built into the library, or not usable here, exits 77 (skipped); ucx, once built
  * in, never skips: UCX failing to start is a failure.
+ *
+ * --mem puts the sender's source, the receiver's destination or both in
+ * simulated device memory (lc_sim_alloc, docs/gpu.md): the harness then
+ * keeps a host view of each (h->src, h->dst) and moves it with
+ * lc_sim_write/lc_sim_read, never touching the device range itself.
  *
  * Receiver memory is filled with a canary byte; every case checks that bytes
  * land exactly where they were written and granted, and nowhere else.
@@ -24,13 +29,16 @@
 #define CANARY 0xa5
 #define ROOM 1
 #define SEED 42
+#define LC_MIN_U64(a, b) ((a) < (b) ? (a) : (b))
 
 typedef struct harness {
 	const char *tp;
 	lc_ctx_t *rx, *tx;
 	lc_listener_t *listener;
 	char url[256];
-	uint8_t *dst, *src;
+	uint8_t *dst, *src;         /* host memory, or the host view of the sim's */
+	uint8_t *dst_dev, *src_dev; /* simulated device memory (--mem), or NULL */
+	bool sim_src, sim_dst;
 	lc_region_t *dst_region, *src_region;
 	uint32_t remote; /* the receiver's region id, as imported */
 	lc_cq_t *cq;
@@ -74,7 +82,13 @@ static void receiver_setup(harness_t *h)
 			    &h->rx));
 	TU_OK(lc_mem_alloc(REGION, LC_MEM_SHAREABLE, (void **)&h->dst));
 	memset(h->dst, CANARY, REGION);
-	TU_OK(lc_region_register(h->rx, h->dst, REGION, &h->dst_region));
+	if (h->sim_dst) {
+		TU_OK(lc_sim_alloc(REGION, (void **)&h->dst_dev));
+		TU_OK(lc_sim_write(h->dst_dev, h->dst, REGION));
+	}
+	TU_OK(lc_region_register(h->rx, h->dst_dev ? h->dst_dev : h->dst, REGION, &h->dst_region));
+	TU_CHECK(lc_region_kind(h->dst_region) == (h->sim_dst ? LC_MEM_KIND_SIM : LC_MEM_KIND_HOST),
+		 "destination region kind %d", lc_region_kind(h->dst_region));
 	int rc = lc_listener_create(h->rx, listen_url(h->tp), &h->listener);
 	/* ucx is built in (main checked): UCX failing to start here is a failure
 	 * of the suite, not a skip. */
@@ -94,11 +108,19 @@ static void sender_setup(harness_t *h, const uint8_t *desc, size_t dlen)
 			    &h->tx));
 	TU_OK(lc_mem_alloc(REGION, LC_MEM_SHAREABLE, (void **)&h->src));
 	tu_fill(h->src, REGION, SEED);
-	TU_OK(lc_region_register(h->tx, h->src, REGION, &h->src_region));
+	if (h->sim_src) {
+		TU_OK(lc_sim_alloc(REGION, (void **)&h->src_dev));
+		TU_OK(lc_sim_write(h->src_dev, h->src, REGION));
+	}
+	TU_OK(lc_region_register(h->tx, h->src_dev ? h->src_dev : h->src, REGION, &h->src_region));
 	TU_OK(lc_cq_create(h->tx, &h->cq));
 	lc_conn_params_t p = {.size = sizeof p, .cq = h->cq, .token = h->token, .has_token = 1};
 	TU_OK(lc_conn_create(h->tx, h->url, &p, &h->conn));
 	TU_OK(lc_conn_import_region(h->conn, desc, dlen, &h->remote));
+	lc_region_desc_t d;
+	TU_OK(lc_region_unpack(desc, dlen, &d));
+	TU_CHECK(d.mem_kind == (h->sim_dst ? LC_MEM_KIND_SIM : LC_MEM_KIND_HOST),
+		 "the descriptor says memory kind %d", d.mem_kind);
 }
 
 static void setup(harness_t *h)
@@ -160,11 +182,39 @@ static void teardown(harness_t *h)
 		lc_mem_free(h->src);
 	if (h->dst)
 		lc_mem_free(h->dst);
+	if (h->src_dev)
+		lc_sim_free(h->src_dev);
+	if (h->dst_dev)
+		lc_sim_free(h->dst_dev);
+}
+
+/* The sender's source as registered (device or host). */
+static uint8_t *src_base(harness_t *h)
+{
+	return h->src_dev ? h->src_dev : h->src;
+}
+
+/* The host view of a source pointer of a write. */
+static const uint8_t *src_view(harness_t *h, const void *local)
+{
+	return h->src + ((const uint8_t *)local - src_base(h));
+}
+
+/* Refresh the host view of [off, off+len) of the receiver's memory. */
+static void sync_range(harness_t *h, uint64_t off, uint64_t len)
+{
+	if (h->dst_dev)
+		TU_OK(lc_sim_read(h->dst_dev + off, h->dst + off, LC_MIN_U64(len, REGION - off)));
+}
+
+static void sync_dst(harness_t *h)
+{
+	sync_range(h, 0, REGION);
 }
 
 static lc_write_t wr(harness_t *h, uint64_t src_off, uint64_t dst_off, uint64_t len)
 {
-	return (lc_write_t){.local = h->src + src_off,
+	return (lc_write_t){.local = src_base(h) + src_off,
 			    .remote_offset = dst_off,
 			    .length = len,
 			    .remote_region = h->remote};
@@ -192,6 +242,7 @@ static void expect_status(const lc_completion_t *c, int status)
 /* Every byte outside [lo, hi) still holds the canary. */
 static void expect_canary_outside(harness_t *h, size_t lo, size_t hi)
 {
+	sync_dst(h);
 	for (size_t i = 0; i < REGION; i++) {
 		if (i == lo)
 			i = hi;
@@ -203,6 +254,7 @@ static void expect_canary_outside(harness_t *h, size_t lo, size_t hi)
 
 static void expect_same(harness_t *h, uint64_t src_off, uint64_t dst_off, uint64_t len)
 {
+	sync_range(h, dst_off, len + 1); /* and the byte after, for gap checks */
 	TU_CHECK(!memcmp(h->src + src_off, h->dst + dst_off, len),
 		 "bytes at dst %llu differ from src %llu (+%llu)", (unsigned long long)dst_off,
 		 (unsigned long long)src_off, (unsigned long long)len);
@@ -362,6 +414,13 @@ typedef struct closer {
 static void *close_listener_later(void *arg)
 {
 	closer_t *c = arg;
+	/* Close mid-batch: once the batch has reached the peer (a staged
+	 * source, --mem src, reaches it only after its copies). */
+	uint64_t applied = 0, t0 = now_ms();
+	while (!applied && now_ms() - t0 < 5000) {
+		lc_ctx_counter_by_name(c->h->rx, "writes_applied", &applied);
+		usleep(1000);
+	}
 	usleep(c->delay_ms * 1000);
 	lc_listener_destroy(c->h->listener);
 	c->h->listener = NULL;
@@ -542,8 +601,9 @@ static void case_checksum_all(harness_t *h)
 	lc_completion_t c = post_wait(h, w, n, ROOM, 0);
 	expect_status(&c, 0);
 	uint64_t written = 0;
+	sync_dst(h);
 	for (size_t i = 0; i < n; i++) {
-		const uint8_t *s = w[i].local;
+		const uint8_t *s = src_view(h, w[i].local);
 		TU_CHECK(tu_checksum(s, w[i].length) ==
 				 tu_checksum(h->dst + w[i].remote_offset, w[i].length),
 			 "checksum of write %zu (%llu bytes) differs", i,
@@ -616,7 +676,7 @@ static void case_unreachable_peer(harness_t *h)
 	uint32_t rid;
 	int dlen = lc_region_pack(h->dst_region, desc, sizeof desc);
 	TU_OK(lc_conn_import_region(c, desc, (size_t)dlen, &rid));
-	lc_write_t w = {.local = h->src, .length = 4096, .remote_region = rid};
+	lc_write_t w = {.local = src_base(h), .length = 4096, .remote_region = rid};
 	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 20000};
 	uint64_t id;
 	TU_OK(lc_batch_post(c, &w, 1, &bp, &id));
@@ -650,13 +710,16 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: conformance <transport> <case>\n");
+	const char *mem = argc == 5 && !strcmp(argv[3], "--mem") ? argv[4] : "";
+	if (argc != 3 && !*mem) {
+		fprintf(stderr, "usage: conformance <transport> <case> [--mem src|dst|both]\n");
 		return 2;
 	}
 	tu_watchdog(55);
 	signal(SIGPIPE, SIG_IGN);
-	harness_t h = {.tp = argv[1]};
+	harness_t h = {.tp = argv[1],
+		       .sim_src = !strcmp(mem, "src") || !strcmp(mem, "both"),
+		       .sim_dst = !strcmp(mem, "dst") || !strcmp(mem, "both")};
 	if (!built_in(h.tp)) {
 		fprintf(stderr, "skip: transport %s is not built in (have: %s)\n", h.tp,
 			lc_transports());

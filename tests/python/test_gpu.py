@@ -127,3 +127,47 @@ def test_adapter_detects_kinds_and_maps_a_gpu_counter_onto_stream_records():
         print("ok")
     """, FAKE)
     assert "ok" in out
+
+
+@pytest.mark.skipif(not os.path.exists(FAKE), reason="fake libcuda not built")
+def test_regions_are_registered_with_the_kind_cuda_reports():
+    out = run_py(f"""
+        import ctypes
+        import layercake as lc
+        from layercake import tokenspeed as ts
+        from layercake.errors import LayercakeError
+        fake = ctypes.CDLL({FAKE!r})
+        assert fake.cuInit(0) == 0
+        d = ctypes.c_uint64()
+        assert fake.cuMemAlloc_v2(ctypes.byref(d), ctypes.c_size_t(65536)) == 0
+        host = lc.Memory(1 << 20)
+        ctx = lc.Context("kinds")
+        regions = ts._register_ranges(ctx, ts.detect_kinds([(d.value, 65536), (host.address, 4096)]))
+        assert sorted((r.kind, r.device) for r in regions) == [(lc.MEM_HOST, 0), (lc.MEM_CUDA, 0)]
+        # Host memory said to be device memory is refused (LC_ERR_MEM_KIND).
+        try:
+            ctx.register(lc.RawMemory(host.address + 8192, 4096), lc.MEM_CUDA, 0)
+        except LayercakeError as err:
+            assert err.code == -1020, err
+        else:
+            raise AssertionError("host memory registered as CUDA memory")
+        print("ok")
+    """, FAKE)
+    assert "ok" in out
+
+
+def test_without_cuda_a_cuda_region_is_not_supported():
+    out = run_py("""
+        import layercake as lc
+        from layercake.errors import LayercakeError
+        ctx = lc.Context("x"); mem = lc.Memory(1 << 20)
+        try:
+            ctx.register(mem, lc.MEM_CUDA, 0)
+        except LayercakeError as err:
+            assert err.code == -95, err
+        else:
+            raise AssertionError("registered")
+        ctx.register(mem)  # as host memory it is fine
+        print("ok")
+    """, "/nonexistent/libcuda.so.1")
+    assert "ok" in out

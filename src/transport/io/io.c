@@ -144,9 +144,14 @@ static void dispatch(lc__io_loop_t *lp, uint64_t now)
 			continue; /* removed during this dispatch */
 		if (f == &lp->bell) {
 			uint64_t v;
-			atomic_store(&lp->bell_pending, 0);
+			/* Read, then re-arm: re-armed first, a ring landing between
+			 * the two would be read away with pending left set, and no
+			 * ring would write again (a loop asleep forever). A ring
+			 * between read and re-arm is seen: commands and kicks are
+			 * taken after this dispatch. */
 			if (read(lp->bellfd, &v, sizeof v) < 0 && errno != EAGAIN)
 				LC__DEBUG("io: doorbell read: %s", strerror(errno));
+			atomic_store(&lp->bell_pending, 0);
 			continue;
 		}
 		f->task->touched = true;

@@ -112,6 +112,31 @@ int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t room, uint32
 	return ok ? 0 : LC_ERR_GRANT;
 }
 
+/* Device memory (l->dev): the kernel copies into a host bounce slice, the
+ * seam's copy engine lands it. */
+static int cma_dev(lc__land_t *l, pid_t pid, uint64_t p_addr)
+{
+	int rc = 0;
+	uint8_t *bounce = malloc(COPY_SLICE);
+	if (!bounce)
+		return -ENOMEM;
+	for (uint64_t done = 0; done < l->length && !rc;) {
+		size_t n = (size_t)LC__MIN(l->length - done, (uint64_t)COPY_SLICE);
+		struct iovec lv = {bounce, n}, rv = {(void *)(uintptr_t)(p_addr + done), n};
+		ssize_t got = process_vm_readv(pid, &lv, 1, &rv, 1, 0);
+		if (got <= 0) {
+			rc = got < 0 && errno == EPERM ? -ENOTSUP : LC_ERR_IO;
+			break;
+		}
+		rc = lc__land_copy(l, done, bounce, (uint64_t)got);
+		if (rc == LC_ERR_GRANT)
+			lc__land_revoked(l);
+		done += (uint64_t)got;
+	}
+	free(bounce);
+	return rc;
+}
+
 /* The kernel copies from P's memory straight into place, inside the seam's
  * bracket, slice by slice. */
 int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region, uint64_t offset,
@@ -121,6 +146,11 @@ int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region, u
 	int rc = lc__land_open(ctx, room, region, offset, length, &l);
 	if (rc)
 		return rc;
+	if (l.dev) {
+		rc = cma_dev(&l, pid, p_addr);
+		lc__land_done(&l, rc == 0);
+		return rc;
+	}
 	for (uint64_t done = 0; done < length && !rc;) {
 		size_t n = (size_t)LC__MIN(length - done, (uint64_t)COPY_SLICE);
 		if (!lc__land_enter(&l)) {

@@ -30,6 +30,10 @@
 #define STAGE_READ (4u << 10)
 #define STAGE_CAP (STAGE_READ + LC__TCP_HDR_LEN + LC__TCP_MAX_RUN * LC__TCP_DESC_LEN)
 #define SCRATCH_LEN (64u << 10)
+/* Device-kind payloads are read into a host bounce buffer and landed by the
+ * seam's copy engine, one copy per readv: large, so that the hand-off to
+ * the engine is paid per MiB, not per 64 KiB. */
+#define BOUNCE_LEN (1u << 20)
 /* Acknowledge at least every ACK_BYTES applied, and whenever the socket
  * runs dry; bytes one lane may read before others get a turn. */
 #define ACK_BYTES (1u << 20)
@@ -61,6 +65,8 @@ enum rphase { R_HELLO, R_HDR, R_RUN };
 typedef struct rwrite {
 	uint8_t *dst;    /* NULL: rejected, the payload is discarded */
 	lc__land_t land; /* the seam's landing, until the payload is in place */
+	bool dev;        /* device memory: dst is land.dev, never read into; the
+			  * payload bounces through scratch and lc__land_copy */
 	uint32_t region;
 	uint64_t offset, len;
 	int code, detail; /* the rejection, when dst is NULL */
@@ -104,6 +110,7 @@ typedef struct tcp_listener {
 	uint64_t evicted;
 	int sockbuf;
 	uint8_t scratch[SCRATCH_LEN];
+	uint8_t *bounce; /* device-kind payloads, BOUNCE_LEN; made at first use */
 } tcp_listener_t;
 
 /* ---- receiver: output (acks, rejects, hello replies) ---- */
@@ -235,7 +242,8 @@ static int on_run(rlane_t *r, const uint8_t *p)
 		}
 		w->code = lc__land_open(r->tl->ctx, h.room, w->region, w->offset, w->len, &w->land);
 		w->detail = LC__TCP_REJECT_CHECK;
-		w->dst = w->code ? NULL : w->land.dst;
+		w->dev = !w->code && w->land.dev;
+		w->dst = w->code ? NULL : w->dev ? w->land.dev : w->land.dst;
 	}
 	r->room = h.room;
 	r->run_n = h.n;
@@ -348,6 +356,17 @@ static int run_iov(rlane_t *r, struct iovec *iov, const lc__land_t **g)
 		uint64_t skip = i == r->run_i ? r->done : 0, left = w->len - skip;
 		if (!left)
 			continue;
+		if (w->dev && w->dst) { /* staged: bounced, landed by run_distribute */
+			if (!r->tl->bounce)
+				r->tl->bounce = malloc(BOUNCE_LEN);
+			iov[n++] = r->tl->bounce
+					   ? (struct iovec){r->tl->bounce,
+							    LC__MIN(left, (uint64_t)BOUNCE_LEN)}
+					   : (struct iovec){r->tl->scratch,
+							    LC__MIN(left, (uint64_t)SCRATCH_LEN)};
+			whole = false;
+			break;
+		}
 		if (w->dst && *g && w->land.g != (*g)->g) {
 			whole = false; /* another grant entry: next readv */
 			break;
@@ -374,6 +393,11 @@ static void run_distribute(rlane_t *r, const struct iovec *iov, int n, size_t go
 			return;
 		}
 		size_t t = LC__MIN(got, iov[k].iov_len);
+		rwrite_t *w = &r->run[r->run_i];
+		if (w->dev && w->dst &&
+		    (iov[k].iov_base == r->tl->scratch || iov[k].iov_base == r->tl->bounce) &&
+		    lc__land_copy(&w->land, r->done, iov[k].iov_base, t))
+			revoked_run(r, w->land.g);
 		r->done += t;
 		got -= t;
 		run_advance(r);
@@ -662,6 +686,7 @@ static void tcp_listener_free(tcp_listener_t *tl)
 {
 	if (tl->fd >= 0)
 		close(tl->fd);
+	free(tl->bounce);
 	free(tl);
 }
 

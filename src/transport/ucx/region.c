@@ -197,6 +197,16 @@ int lc__ucx_pack_region(ustate_t *st, lc_ctx_t *ctx, const lc_region_t *r, uint8
 	pack_arg_t a = {.buf = buf, .cap = cap};
 	if (!st->put_mode) /* am mode: no map, no rkey, nothing published */
 		return 0;
+	if (!LC__KIND_IS_HOST(r->kind)) {
+		/* A put lands where UCX itself writes: device memory only with
+		 * UCX's CUDA transports, which this build does not use (Debian's
+		 * UCX has none); am mode stages it through the seam instead. */
+		LC__COUNT(ctx, regions_rejected_kind);
+		LC__WARN("ucx: put mode: region %u is device memory (kind %d), which UCX here "
+			 "cannot write; use data mode am (ucx_data=0)",
+			 r->id, r->kind);
+		return LC_ENOTSUP;
+	}
 	if (listening && !lc__regions_get(&ctx->regions, r->id, &a.info))
 		lc__ucx_run_sync(st, do_pack, &a);
 	return a.rc;
