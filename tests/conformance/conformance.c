@@ -54,27 +54,6 @@ static uint64_t now_ms(void)
 	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-static const char *listen_url(const char *tp)
-{
-	if (!strcmp(tp, "tcp"))
-		return "tcp://127.0.0.1:0";
-	if (!strcmp(tp, "ucx"))
-		return "ucx://127.0.0.1:0";
-	if (!strcmp(tp, "shm"))
-		return "shm://auto";
-	return "loop://auto";
-}
-
-static bool built_in(const char *tp)
-{
-	const char *list = lc_transports();
-	size_t n = strlen(tp);
-	for (const char *p = list; (p = strstr(p, tp)); p += n)
-		if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
-			return true;
-	return false;
-}
-
 /* The receiver side: context, listener, canary-filled region, a token. */
 static void receiver_setup(harness_t *h)
 {
@@ -89,7 +68,7 @@ static void receiver_setup(harness_t *h)
 	TU_OK(lc_region_register(h->rx, h->dst_dev ? h->dst_dev : h->dst, REGION, &h->dst_region));
 	TU_CHECK(lc_region_kind(h->dst_region) == (h->sim_dst ? LC_MEM_KIND_SIM : LC_MEM_KIND_HOST),
 		 "destination region kind %d", lc_region_kind(h->dst_region));
-	int rc = lc_listener_create(h->rx, listen_url(h->tp), &h->listener);
+	int rc = lc_listener_create(h->rx, tu_listen_url(h->tp), &h->listener);
 	/* ucx is built in (main checked): UCX failing to start here is a failure
 	 * of the suite, not a skip. */
 	if ((rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) && strcmp(h->tp, "ucx")) {
@@ -660,7 +639,7 @@ static void case_unreachable_peer(harness_t *h)
 	if (!strcmp(h->tp, "tcp") || !strcmp(h->tp, "ucx")) {
 		/* A port that was just free: bind, read it, close. */
 		lc_listener_t *tmp;
-		TU_OK(lc_listener_create(h->rx, listen_url(h->tp), &tmp));
+		TU_OK(lc_listener_create(h->rx, tu_listen_url(h->tp), &tmp));
 		TU_OK(lc_listener_url(tmp, url, sizeof url));
 		lc_listener_destroy(tmp);
 	} else {
@@ -720,7 +699,7 @@ int main(int argc, char **argv)
 	harness_t h = {.tp = argv[1],
 		       .sim_src = !strcmp(mem, "src") || !strcmp(mem, "both"),
 		       .sim_dst = !strcmp(mem, "dst") || !strcmp(mem, "both")};
-	if (!built_in(h.tp)) {
+	if (!tu_transport_built(h.tp)) {
 		fprintf(stderr, "skip: transport %s is not built in (have: %s)\n", h.tp,
 			lc_transports());
 		return TU_SKIP;

@@ -667,16 +667,6 @@ static int reap(proc_t *p, int timeout_ms)
 	return 124;
 }
 
-static bool built_in(const char *tp)
-{
-	const char *list = lc_transports();
-	size_t n = strlen(tp);
-	for (const char *p = list; (p = strstr(p, tp)); p += n)
-		if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
-			return true;
-	return false;
-}
-
 /* P, then the D ranks, then collect everything. */
 static int run_plain(d_mode_t mode)
 {
@@ -897,7 +887,7 @@ int main(int argc, char **argv)
 		return run_plain(D_NORMAL);
 	}
 	if (!strcmp(c, "shm_1p1d")) {
-		if (!built_in("shm"))
+		if (!tu_transport_built("shm"))
 			return TU_SKIP;
 		C.url = "shm://auto";
 		C.rooms = 2;

@@ -40,27 +40,6 @@ typedef struct pair {
 	lc_conn_t *conn;
 } pair_t;
 
-static const char *listen_url(const char *tp)
-{
-	if (!strcmp(tp, "tcp"))
-		return "tcp://127.0.0.1:0";
-	if (!strcmp(tp, "ucx"))
-		return "ucx://127.0.0.1:0";
-	if (!strcmp(tp, "shm"))
-		return "shm://auto";
-	return "loop://auto";
-}
-
-static bool built_in(const char *tp)
-{
-	const char *list = lc_transports();
-	size_t n = strlen(tp);
-	for (const char *p = list; (p = strstr(p, tp)); p += n)
-		if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
-			return true;
-	return false;
-}
-
 static void pair_open(pair_t *p, const char *rx_knobs, const char *tx_knobs)
 {
 	char url[256];
@@ -69,7 +48,7 @@ static void pair_open(pair_t *p, const char *rx_knobs, const char *tx_knobs)
 	TU_OK(lc_ctx_create(NULL, &p->tx));
 	tu_knobs(p->rx, rx_knobs);
 	tu_knobs(p->tx, tx_knobs);
-	int rc = lc_listener_create(p->rx, listen_url(p->tp), &p->l);
+	int rc = lc_listener_create(p->rx, tu_listen_url(p->tp), &p->l);
 	if (rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) {
 		fprintf(stderr, "skip: %s cannot listen here\n", p->tp);
 		exit(TU_SKIP);
@@ -405,7 +384,7 @@ int main(int argc, char **argv)
 	tu_watchdog(110);
 	signal(SIGPIPE, SIG_IGN);
 	pair_t p = {.tp = argv[1]};
-	if (!built_in(p.tp)) {
+	if (!tu_transport_built(p.tp)) {
 		fprintf(stderr, "skip: transport %s is not built in\n", p.tp);
 		return TU_SKIP;
 	}

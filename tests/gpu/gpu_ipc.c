@@ -26,25 +26,8 @@
 #include "core/cuda.h"
 #include "layercake.h"
 
-#define DIE(...)                                                                                   \
-	do {                                                                                       \
-		fprintf(stderr, "gpu_ipc: " __VA_ARGS__);                                          \
-		fputc('\n', stderr);                                                               \
-		exit(1);                                                                           \
-	} while (0)
-#define TRY(expr)                                                                                  \
-	do {                                                                                       \
-		int rc_ = (expr);                                                                  \
-		if (rc_)                                                                           \
-			DIE("%s: %s", #expr, lc_strerror(rc_));                                    \
-	} while (0)
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#define GPU_TOOL "gpu_ipc"
+#include "gpu_tool.h"
 
 static uint8_t pattern(size_t i)
 {

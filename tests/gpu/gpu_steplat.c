@@ -25,28 +25,11 @@
 #include "engine/engine.h"
 #include "layercake.h"
 
+#define GPU_TOOL "gpu_steplat"
+#include "gpu_tool.h"
+
 #define PAGES 256
 #define ITEM 4096
-
-#define DIE(...)                                                                                   \
-	do {                                                                                       \
-		fprintf(stderr, "gpu_steplat: " __VA_ARGS__);                                      \
-		fputc('\n', stderr);                                                               \
-		exit(1);                                                                           \
-	} while (0)
-#define TRY(expr)                                                                                  \
-	do {                                                                                       \
-		int rc_ = (expr);                                                                  \
-		if (rc_)                                                                           \
-			DIE("%s: %s", #expr, lc_strerror(rc_));                                    \
-	} while (0)
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static _Atomic uint64_t posts, post_ns, finals;
 

@@ -130,3 +130,24 @@ void tu_pool_fini(tu_pool_t *p)
 	lc_ctx_destroy(p->ctx);
 	lc_mem_free(p->mem);
 }
+
+const char *tu_listen_url(const char *tp)
+{
+	if (!strcmp(tp, "tcp"))
+		return "tcp://127.0.0.1:0";
+	if (!strcmp(tp, "ucx"))
+		return "ucx://127.0.0.1:0";
+	if (!strcmp(tp, "shm"))
+		return "shm://auto";
+	return "loop://auto";
+}
+
+bool tu_transport_built(const char *tp)
+{
+	const char *list = lc_transports();
+	size_t n = strlen(tp);
+	for (const char *p = list; (p = strstr(p, tp)); p += n)
+		if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
+}

@@ -1,6 +1,7 @@
 /* Helpers shared by the tests. */
 #ifndef LC_TESTUTIL_H
 #define LC_TESTUTIL_H
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,5 +64,11 @@ typedef struct tu_pool {
 void tu_pool_init(tu_pool_t *p, const char *name, const char *knobs, int layers, uint64_t pages,
 		  uint64_t item);
 void tu_pool_fini(tu_pool_t *p);
+
+/* A listener URL of transport tp ("tcp", "shm", "ucx", else loop) on a port
+ * or name chosen at bind. */
+const char *tu_listen_url(const char *tp);
+/* Whether transport tp is built into this library (lc_transports()). */
+bool tu_transport_built(const char *tp);
 
 #endif
