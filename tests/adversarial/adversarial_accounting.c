@@ -91,7 +91,7 @@ typedef struct cfg {
 static cfg_t C;
 static int status_fd = -1;
 static lc_prefill_t *liars[MAX_P]; /* the P ranks, for the session secret */
-static int forged_fd = -1; /* P -> D: the forged LAYERS went out */
+static int forged_fd = -1;         /* P -> D: the forged LAYERS went out */
 
 #define say(...) tu_say(status_fd, __VA_ARGS__)
 

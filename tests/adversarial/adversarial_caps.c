@@ -49,6 +49,7 @@
 #include "pd/decode_int.h"
 #include "harness.h"
 #include "rooms.h"
+#include "rounds.h"
 #include "testutil.h"
 
 #define SESSION_FLOOD 2000
@@ -89,29 +90,11 @@ static void p_wait_counter(lc_prefill_t *pf, const char *name, uint64_t n)
 
 static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
 {
-	tu_pool_t s;
-	lc_bootstrap_t *b;
-	lc_prefill_t *pf;
-	lc_engine_t *eng;
+	adv_p_t P;
 	lc_sender_t *snd[ROOMS] = {0};
-	char addr[64], ep[300];
-	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
-	TU_OK(lc_bootstrap_start(&bp, &b));
-	TU_OK(lc_bootstrap_addr(b, addr, sizeof addr));
-	tu_pool_init(&s, "p0", NULL, LAYERS, PAGES, ITEM);
-	for (int k = 0; k < NBUF; k++)
-		for (int p = 0; p < PAGES; p++)
-			tu_fill((uint8_t *)s.bases[k] + (size_t)p * ITEM, ITEM, adv_seed_of(k, p));
-	lc_prefill_params_t pp = {.size = sizeof pp,
-				  .layout = s.layout,
-				  .bootstrap = addr,
-				  .name = "p0",
-				  .world_size = 1,
-				  .dp_size = 1};
-	TU_OK(lc_prefill_create(s.ctx, &pp, &pf));
-	TU_OK(lc_prefill_engine(pf, &eng));
-	TU_OK(lc_prefill_endpoint(pf, ep, sizeof ep));
-	say("addr %s %s", addr, ep);
+	adv_p_up(&P, NULL, adv_seed_of);
+	lc_prefill_t *pf = P.pf;
+	lc_engine_t *eng = P.eng;
 	adv_wait_byte(go_fd); /* the attacker has sent everything */
 	p_wait_counter(pf, flood_counter, flood_n);
 	adv_wait_byte(go_fd); /* the parent has measured: the real rooms */
@@ -125,12 +108,12 @@ static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
 	adv_wait_byte(go_fd);
 	int failures = adv_p_forward(eng, snd);
 	uint64_t ev = 0, full = 0, unk = 0, cap = 0, thr = 0, quota = 0;
-	lc_ctx_counter_by_name(s.ctx, "rooms_refused_session_quota", &quota);
-	lc_ctx_counter_by_name(s.ctx, "sessions_evicted", &ev);
-	lc_ctx_counter_by_name(s.ctx, "sessions_refused_full", &full);
-	lc_ctx_counter_by_name(s.ctx, "infos_refused_unknown", &unk);
-	lc_ctx_counter_by_name(s.ctx, "rooms_refused_cap", &cap);
-	lc_ctx_counter_by_name(s.ctx, "conns_refused_threads", &thr);
+	lc_ctx_counter_by_name(P.s.ctx, "rooms_refused_session_quota", &quota);
+	lc_ctx_counter_by_name(P.s.ctx, "sessions_evicted", &ev);
+	lc_ctx_counter_by_name(P.s.ctx, "sessions_refused_full", &full);
+	lc_ctx_counter_by_name(P.s.ctx, "infos_refused_unknown", &unk);
+	lc_ctx_counter_by_name(P.s.ctx, "rooms_refused_cap", &cap);
+	lc_ctx_counter_by_name(P.s.ctx, "conns_refused_threads", &thr);
 	say("p-done %d evicted %llu refused_full %llu infos_refused %llu rooms_refused %llu "
 	    "conns_refused_threads %llu quota_refused %llu",
 	    failures, (unsigned long long)ev, (unsigned long long)full, (unsigned long long)unk,
@@ -138,9 +121,7 @@ static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
 	adv_wait_byte(go_fd); /* quit */
 	for (int i = 0; i < ROOMS; i++)
 		lc_sender_destroy(snd[i]);
-	lc_prefill_destroy(pf);
-	tu_pool_fini(&s);
-	lc_bootstrap_stop(b);
+	adv_p_down(&P);
 	return failures ? 1 : 0;
 }
 

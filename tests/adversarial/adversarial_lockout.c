@@ -76,33 +76,13 @@ static int64_t d_page(int i, int j)
 
 static int p_main(int go_fd)
 {
-	tu_pool_t s;
-	lc_bootstrap_t *b;
-	lc_prefill_t *pf;
-	lc_engine_t *eng;
-	char addr[64], ep[300];
-	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
-	TU_OK(lc_bootstrap_start(&bp, &b));
-	TU_OK(lc_bootstrap_addr(b, addr, sizeof addr));
-	tu_pool_init(&s, "p0", p_knobs, LAYERS, PAGES, ITEM);
-	for (int k = 0; k < NBUF; k++)
-		for (int p = 0; p < PAGES; p++)
-			tu_fill((uint8_t *)s.bases[k] + (size_t)p * ITEM, ITEM, seed_of(k, p));
-	lc_prefill_params_t pp = {.size = sizeof pp,
-				  .layout = s.layout,
-				  .bootstrap = addr,
-				  .name = "p0",
-				  .world_size = 1,
-				  .dp_size = 1};
-	TU_OK(lc_prefill_create(s.ctx, &pp, &pf));
-	TU_OK(lc_prefill_engine(pf, &eng));
-	TU_OK(lc_prefill_endpoint(pf, ep, sizeof ep));
-	say("addr %s %s", addr, ep);
+	adv_p_t P;
+	adv_p_up(&P, p_knobs, seed_of);
+	lc_prefill_t *pf = P.pf;
+	lc_engine_t *eng = P.eng;
 	for (int round = 0; adv_wait_byte(go_fd) == 'g'; round++)
 		adv_p_round(pf, eng, ROOM0, round, go_fd, 6000);
-	lc_prefill_destroy(pf);
-	tu_pool_fini(&s);
-	lc_bootstrap_stop(b);
+	adv_p_down(&P);
 	return 0;
 }
 

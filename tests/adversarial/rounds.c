@@ -10,6 +10,34 @@
 
 #define say(...) tu_say(adv_status_fd, __VA_ARGS__)
 
+void adv_p_up(adv_p_t *p, const char *knobs, uint64_t (*seed)(int k, int page))
+{
+	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+	TU_OK(lc_bootstrap_start(&bp, &p->b));
+	TU_OK(lc_bootstrap_addr(p->b, p->addr, sizeof p->addr));
+	tu_pool_init(&p->s, "p0", knobs, LAYERS, PAGES, ITEM);
+	for (int k = 0; k < NBUF; k++)
+		for (int pg = 0; pg < PAGES; pg++)
+			tu_fill((uint8_t *)p->s.bases[k] + (size_t)pg * ITEM, ITEM, seed(k, pg));
+	lc_prefill_params_t pp = {.size = sizeof pp,
+				  .layout = p->s.layout,
+				  .bootstrap = p->addr,
+				  .name = "p0",
+				  .world_size = 1,
+				  .dp_size = 1};
+	TU_OK(lc_prefill_create(p->s.ctx, &pp, &p->pf));
+	TU_OK(lc_prefill_engine(p->pf, &p->eng));
+	TU_OK(lc_prefill_endpoint(p->pf, p->ep, sizeof p->ep));
+	say("addr %s %s", p->addr, p->ep);
+}
+
+void adv_p_down(adv_p_t *p)
+{
+	lc_prefill_destroy(p->pf);
+	tu_pool_fini(&p->s);
+	lc_bootstrap_stop(p->b);
+}
+
 uint64_t adv_room_of(uint64_t room0, int round, int i)
 {
 	return room0 + 10 * (uint64_t)round + (uint64_t)i;

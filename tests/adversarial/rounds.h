@@ -11,6 +11,20 @@
 #include <stdint.h>
 
 #include "layercake.h"
+#include "testutil.h"
+
+/* An honest P: a bootstrap server, pool "p0" (LAYERS layers, PAGES pages
+ * of ITEM bytes, knobs as tu_knobs takes them) with page p of buffer k
+ * filled from seed(k, p), and one P rank on it; says "addr ADDR EP". */
+typedef struct adv_p {
+	tu_pool_t s;
+	lc_bootstrap_t *b;
+	lc_prefill_t *pf;
+	lc_engine_t *eng;
+	char addr[64], ep[300];
+} adv_p_t;
+void adv_p_up(adv_p_t *p, const char *knobs, uint64_t (*seed)(int k, int page));
+void adv_p_down(adv_p_t *p);
 
 uint64_t adv_room_of(uint64_t room0, int round, int i);
 /* One round at P: senders for its rooms, bootstrapped within boot_ms; says
