@@ -15,11 +15,17 @@ asyncio loop. (CompletionQueue.fd is the library's pollable descriptor.)
 import asyncio
 import ctypes
 import time
+import weakref
 
 from . import _ffi
 from .core import Region, _Handle
-from .engine import Engine, RoomStatus, int64_pointer, room_info
+from .engine import BufferKind, Engine, RoomStatus, _with_detail, int64_pointer, room_info
 from .errors import LayercakeError, check
+
+try:
+    import numpy as _np
+except ImportError:  # pragma: no cover
+    _np = None
 
 EAGAIN = -11
 
@@ -111,6 +117,9 @@ class Prefill(_Handle):
         check(_ffi.lc_prefill_engine(self._h, ctypes.byref(e)))
         self._engine_h = e.value
         self._layer_count = layout.layer_count
+        self.page_size = layout.page_size  # tokens per page, if the layout says
+        self._senders = weakref.WeakValueDictionary()  # room -> Sender (error messages)
+        self._batch_idle = False
         self.endpoint = _str(_ffi.lc_prefill_endpoint, self._h)
         self.engine_rank = int(engine_rank)
 
@@ -172,21 +181,50 @@ class Sender(_Room):
         check(_ffi.lc_sender_create(prefill._need(), self.room, ctypes.byref(h)), f"sender {room}")
         self._h = h.value
         self._info = _ffi.RoomInfo()
+        self._page_size = prefill.page_size
+        prefill._senders[self.room] = self
 
     def set_metadata(self, data):
-        """The room's metadata (first token...), delivered to D with Success."""
+        """The room's metadata (first token...), delivered to D with Success.
+        Once per room (-EEXIST after). Set it before or after the batch's
+        aux step record, as long as it is before the last chunk's pages have
+        landed plus metadata_timeout_ms: a room whose last chunk was added
+        succeeds only once both its pages and its metadata are there."""
         data = bytes(data)
         check(_ffi.lc_sender_metadata_set(self._need(), data, len(data)), "metadata")
 
     @property
     def prefix_len(self):
-        """D's decode prefix length in tokens, or None until it is known."""
+        """D's decode prefix length in tokens (the tokens D already holds),
+        or None until D's transfer info has arrived (it is known once the
+        room is Bootstrapped). P does not send those tokens: it skips its
+        first prefix_len / page_size pages (see prefix_pages), and the first
+        page it does send has dst_index 0."""
         v = ctypes.c_uint64()
         rc = _ffi.lc_sender_prefix_len(self._need(), ctypes.byref(v))
         if rc == EAGAIN:
             return None
         check(rc, "prefix_len")
         return v.value
+
+    def prefix_pages(self, page_size=None):
+        """How many of the request's leading pages P skips: prefix_len /
+        page_size, where page_size (tokens per page) is given here or by
+        the layout (Layout(..., page_size=)). None until prefix_len is
+        known. ValueError if the prefix is not a whole number of pages (D
+        asked for a partial page; layercake moves whole pages only) or if
+        no page size is known."""
+        n = self.prefix_len
+        if n is None:
+            return None
+        ps = page_size if page_size is not None else self._page_size
+        if ps is None:
+            raise ValueError("prefix_pages: tokens per page unknown: pass page_size= here or to "
+                             "the Layout")
+        if n % int(ps):
+            raise ValueError(f"room {self.room}: D's prefix_len {n} tokens is not a whole number "
+                             f"of {ps}-token pages ({n // int(ps)} pages + {n % int(ps)} tokens)")
+        return n // int(ps)
 
     def abort(self, reason="aborted by P"):
         check(_ffi.lc_sender_cancel(self._need(), reason.encode()), f"abort room {self.room}")
@@ -219,6 +257,15 @@ class Decode(_Handle):
         for r in regions:  # the C side keeps the region pointers
             self._depend_on(r)
         self.endpoint = _str(_ffi.lc_decode_endpoint, self._h)
+        self.page_size = layout.page_size
+        # (items, buffer index) of the smallest page buffer and state buffer:
+        # the page and slot ids a receiver may grant.
+        self._limits = {}
+        for i, b in enumerate(layout.buffers):
+            key = "slot" if b.kind == BufferKind.STATE else "page"
+            items = b.length // b.item_len
+            if key not in self._limits or items < self._limits[key][0]:
+                self._limits[key] = (items, i)
 
     def counter(self, name):
         v = ctypes.c_uint64()
@@ -245,20 +292,57 @@ class Receiver(_Room):
         check(_ffi.lc_receiver_create(decode._need(), bootstrap.encode() if bootstrap else None,
                                       self.room, ctypes.byref(h)), f"receiver {room}")
         self._h = h.value
+        self._decode = decode
         self._info = _ffi.RoomInfo()
 
     def send(self, pages, prefix_len=0, aux_index=-1, state_slots=None):
-        """Grant P the room's pages (D page ids after the prefix; no copy in
-        Python) and send the transfer info. Raises LC_ERR_STATE before
-        Bootstrapped: wait(until=RoomStatus.BOOTSTRAPPED) first."""
+        """Grant P the room's pages and send it the transfer info.
+
+        pages: D's page ids for the tokens P will send, i.e. AFTER D's
+            prefix (no copy in Python). P's chunk with dst_index i lands in
+            pages[i]. Each id must be < the pool's page count (ValueError
+            naming the page and the limit otherwise, LC_EINVAL).
+        prefix_len: tokens D already holds (prefix reuse); P skips
+            prefix_len / page_size pages. Must be a whole number of pages
+            (ValueError otherwise, when the layout knows its page_size).
+        aux_index: D's request slot (informational); state_slots: D's
+            state (mamba) slots.
+
+        Raises LC_ERR_STATE before Bootstrapped: wait(until=RoomStatus.
+        BOOTSTRAPPED) first. Once per room."""
+        if prefix_len and self._decode.page_size and int(prefix_len) % self._decode.page_size:
+            ps = self._decode.page_size
+            raise ValueError(f"room {self.room}: prefix_len {prefix_len} tokens is not a whole "
+                             f"number of {ps}-token pages; layercake moves whole pages")
         pg = _ffi.ReceiverPages()
         pg.size = ctypes.sizeof(pg)
         pg.pages, pg.page_count, k1 = int64_pointer(pages, "pages")
         pg.prefix_len, pg.aux_index = int(prefix_len), int(aux_index)
         pg.state_slots, pg.state_slot_count, k2 = int64_pointer(state_slots, "state_slots")
+        self._check_ids(pg.pages, pg.page_count, "page")
+        self._check_ids(pg.state_slots, pg.state_slot_count, "slot")
         rc = _ffi.lc_receiver_send(self._need(), ctypes.byref(pg))
         del k1, k2
         check(rc, f"send room {self.room}")
+
+    def _check_ids(self, addr, n, what):
+        """ValueError naming the first id outside the pool (and the limit)."""
+        lim = self._decode._limits.get(what)
+        if not n or lim is None:
+            return
+        a = (ctypes.c_int64 * n).from_address(addr)
+        items, buf = lim
+        if _np is not None:  # vectorised: a request may list thousands of pages
+            v = _np.ctypeslib.as_array(a)
+            bad = _np.flatnonzero((v < 0) | (v >= items))
+            bad = [(int(bad[0]), int(v[bad[0]]))] if bad.size else []
+        else:  # pragma: no cover
+            bad = [(i, x) for i, x in enumerate(a) if x < 0 or x >= items][:1]
+        for i, v in bad:
+            plural = "pages" if what == "page" else "slots"
+            raise _with_detail(LayercakeError(-22, f"send room {self.room}"),  # LC_EINVAL, as C
+                               f"{what} id {v} (at index {i}) is outside D's pool: buffer {buf} "
+                               f"has {items} {plural}, ids 0..{items - 1}")
 
     @property
     def layers_ready(self):

@@ -246,23 +246,136 @@ class RawMemory:
         self.address, self.length = int(address), int(length)
 
 
-def _address_of(buf):
-    """Address and length of a writable or readable buffer-protocol object,
-    without copying."""
+def _contiguous_bytes(shape, strides, itemsize, what):
+    """Bytes spanned by a C-contiguous array of `shape`; ValueError naming
+    the shape and strides if `strides` (in bytes; None = C-contiguous) is
+    anything else."""
+    n = 1
+    for s in shape:
+        n *= int(s)
+    if strides is not None and n > 1:
+        expect, want = itemsize, []
+        for s in reversed(shape):
+            want.append(expect)
+            expect *= int(s)
+        want.reverse()
+        if any(int(s) != 1 and int(st) != w for s, st, w in zip(shape, strides, want)):
+            raise ValueError(
+                f"{what}: memory must be C-contiguous to be registered (shape {tuple(shape)}, "
+                f"strides {tuple(strides)} bytes, contiguous would be {tuple(want)}); register "
+                f"the whole pool tensor, or call .contiguous() on a copy you keep")
+    return n * itemsize
+
+
+def _typestr_size(typestr):
+    return int(typestr[2:]) if len(typestr) > 2 else 1
+
+
+# DLPack (dlpack.h): the capsule holds a DLManagedTensor whose first member
+# is the DLTensor below. Device types: 1 CPU, 2 CUDA, 3 CUDA host (pinned),
+# 13 CUDA managed.
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+_DL_KINDS = {1: None, 2: "cuda", 3: "pinned", 13: "cuda"}
+
+
+def _dlpack_memory(obj, what):
+    """(address, length, kind, device, capsule) of a DLPack producer. The
+    capsule is kept unconsumed: while it lives, the producer keeps the
+    memory (its deleter runs when the capsule is freed)."""
+    cap = obj.__dlpack__()
+    t = _DLTensor.from_address(_capsule_pointer(cap, b"dltensor"))
+    if t.device.device_type not in _DL_KINDS:
+        raise ValueError(f"{what}: DLPack device type {t.device.device_type} is not memory "
+                         f"layercake can register (CPU, CUDA, CUDA host)")
+    itemsize = (t.dtype.bits * t.dtype.lanes + 7) // 8
+    shape = [t.shape[i] for i in range(t.ndim)]
+    strides = None if not t.strides else [t.strides[i] * itemsize for i in range(t.ndim)]
+    n = _contiguous_bytes(shape, strides, itemsize, what)
+    kind = _DL_KINDS[t.device.device_type]
+    return (t.data or 0) + t.byte_offset, n, kind, t.device.device_id, cap
+
+
+def _memory_of(buf, what="register"):
+    """(address, length, kind, device, keepalive) of memory to register or
+    to use as a layout base, without copying. `kind` is None (host), "cuda"
+    or "pinned", as the object says; device is its ordinal or None. Accepts
+    Memory/RawMemory, numpy arrays, anything with __cuda_array_interface__
+    (torch CUDA tensors, CuPy, Numba), torch CPU tensors (data_ptr), anything
+    with __array_interface__ or __dlpack__, and writable buffer-protocol
+    objects. Non-contiguous memory is refused with ValueError."""
     if isinstance(buf, (Memory, RawMemory)):
-        return buf.address, buf.length
+        return buf.address, buf.length, None, None, None
     if _np is not None and isinstance(buf, _np.ndarray):
         if not buf.flags["C_CONTIGUOUS"]:
-            raise ValueError("array must be C-contiguous")
-        return buf.ctypes.data, buf.nbytes
-    mv = memoryview(buf)
+            _contiguous_bytes(buf.shape, buf.strides, buf.itemsize, what)
+        return buf.ctypes.data, buf.nbytes, None, None, None
+    try:  # torch raises (not AttributeError) for a tensor that requires grad
+        cai = getattr(buf, "__cuda_array_interface__", None)
+    except Exception as e:
+        raise ValueError(f"{what}: {type(buf).__name__}.__cuda_array_interface__: {e}") from None
+    if cai is not None:
+        n = _contiguous_bytes(cai["shape"], cai.get("strides"), _typestr_size(cai["typestr"]), what)
+        dev = getattr(buf, "device", None)
+        dev = getattr(dev, "index", None) if hasattr(dev, "index") else getattr(dev, "id", None)
+        return int(cai["data"][0] or 0), n, "cuda", dev, None
+    if callable(getattr(buf, "data_ptr", None)) and callable(getattr(buf, "element_size", None)):
+        # A torch tensor on the CPU (no __array_interface__; .numpy() does
+        # not cover every dtype): its storage as it is.
+        itemsize = int(buf.element_size())
+        shape = tuple(buf.shape)
+        strides = None if buf.is_contiguous() else [s * itemsize for s in buf.stride()]
+        n = _contiguous_bytes(shape, strides, itemsize, what)
+        if strides is None and buf.numel() > 1 and not buf.is_contiguous():  # pragma: no cover
+            raise ValueError(f"{what}: tensor is not contiguous")
+        dev = getattr(buf, "device", None)
+        if getattr(dev, "type", "cpu") not in ("cpu",):
+            if getattr(dev, "type", None) == "cuda":
+                return int(buf.data_ptr()), n, "cuda", dev.index, None
+            raise ValueError(f"{what}: tensors on {dev} cannot be registered")
+        return int(buf.data_ptr()), n, None, None, None
+    ai = getattr(buf, "__array_interface__", None)
+    if ai is not None:
+        n = _contiguous_bytes(ai["shape"], ai.get("strides"), _typestr_size(ai["typestr"]), what)
+        return int(ai["data"][0] or 0), n, None, None, None
+    if hasattr(buf, "__dlpack__"):
+        return _dlpack_memory(buf, what)
+    try:
+        mv = memoryview(buf)
+    except TypeError:
+        raise TypeError(
+            f"{what}: cannot take the address of a {type(buf).__name__}: pass a layercake "
+            f"Memory, RawMemory(address, length), a numpy array, a torch tensor, or any object "
+            f"with __cuda_array_interface__, __array_interface__, __dlpack__ or the buffer "
+            f"protocol") from None
     if not mv.contiguous:
-        raise ValueError("buffer must be contiguous")
+        raise ValueError(f"{what}: buffer must be contiguous")
     if mv.readonly:
-        c = (ctypes.c_char * mv.nbytes).from_buffer_copy(mv)  # pragma: no cover
-        raise ValueError("buffer must be writable to be registered")
+        raise ValueError(f"{what}: buffer must be writable to be registered")
     c = (ctypes.c_char * mv.nbytes).from_buffer(mv)
-    return ctypes.addressof(c), mv.nbytes
+    return ctypes.addressof(c), mv.nbytes, None, None, None
+
+
+def _address_of(buf):
+    """Address and length of memory (see _memory_of), without copying."""
+    a, n, _k, _d, _keep = _memory_of(buf)
+    return a, n
 
 
 # Memory kinds of a region (lc_mem_kind_t, docs/gpu.md).
@@ -302,13 +415,22 @@ class Context(_Handle):
             for i in range(_ffi.lc_counter_count())
         }
 
-    def register(self, buf, kind=MEM_HOST, device=0):
-        """Register memory: a Memory, RawMemory(address, length), numpy
-        array or writable buffer. The Region keeps `buf` alive; the context
-        keeps the Region registered until region.close() or its own close,
-        whether or not the caller keeps the returned object. `kind` is its
-        memory kind (MEM_HOST, MEM_PINNED, MEM_CUDA with the device ordinal,
-        MEM_SIM; docs/gpu.md): device memory is never read by the CPU."""
+    def register(self, buf, kind=None, device=None):
+        """Register memory: a Memory, RawMemory(address, length), a numpy
+        array, a torch tensor (CPU or CUDA), or anything exposing
+        __cuda_array_interface__ (CuPy, Numba), __array_interface__,
+        __dlpack__ or the writable buffer protocol. The memory must be
+        C-contiguous (ValueError naming the strides otherwise); nothing is
+        copied. The Region keeps `buf` alive; the context keeps the Region
+        registered until region.close() or its own close, whether or not the
+        caller keeps the returned object.
+
+        `kind` is the memory kind (MEM_HOST, MEM_PINNED, MEM_CUDA, MEM_SIM;
+        docs/gpu.md) and `device` its device ordinal. By default both come
+        from the object: CUDA memory (a CUDA interface, a torch CUDA tensor,
+        a DLPack CUDA device) is MEM_CUDA on its device, DLPack CUDA-host
+        memory MEM_PINNED, everything else MEM_HOST. Device memory is never
+        read by the CPU."""
         return Region(self, buf, kind, device)
 
     def grant(self, room, region, offset, length):
@@ -336,10 +458,14 @@ class Context(_Handle):
 class Region(_Handle):
     _free = _ffi.lc_region_deregister
 
-    def __init__(self, ctx, buf, kind=MEM_HOST, device=0):
+    def __init__(self, ctx, buf, kind=None, device=None):
         super().__init__(ctx)
-        self._keep = buf  # the memory must outlive the registration
-        addr, n = _address_of(buf)
+        addr, n, seen_kind, seen_dev, keep = _memory_of(buf)
+        self._keep = (buf, keep)  # the memory must outlive the registration
+        if kind is None:
+            kind = {None: MEM_HOST, "cuda": MEM_CUDA, "pinned": MEM_PINNED}[seen_kind]
+        if device is None:
+            device = seen_dev if seen_dev is not None else 0
         h = ctypes.c_void_p()
         if kind == MEM_HOST:
             check(_ffi.lc_region_register(ctx._need(), addr, n, ctypes.byref(h)), "lc_region_register")

@@ -123,6 +123,13 @@ def tp_fragment(p_tp, p_rank, p_item_len, d_tp, d_rank, d_item_len, unit_len):
             "dst_item_len": f.dst_item_len}
 
 
+def _with_detail(err, detail):
+    """`err` (a LayercakeError) with `detail` appended to its message."""
+    err.detail = detail
+    err.args = (f"{err.args[0]}: {detail}",)
+    return err
+
+
 # ---- arrays without copies ---------------------------------------------------
 
 _INT64_FORMATS = ("q", "<q", "=q", "l", "<l", "=l")
@@ -205,10 +212,25 @@ class Layout:
     """The table of KV buffers (lc_layout_t). Build it with Layout(buffers)
     or one of the model builders (mha, mla, mla_per_token_head, dsa, build).
     The library copies a layout wherever it is used, so a Layout may be
-    closed or dropped at any time."""
+    closed or dropped at any time.
 
-    def __init__(self, buffers=None, _handle=None):
+    A layout is byte geometry only: per buffer its layer, kind, flags and
+    `item_len`, the bytes of one page of that buffer (page_size tokens x
+    the buffer's bytes per token; a slot for state buffers). It carries no
+    element type: P and D must agree on the dtype themselves (float32 and
+    int32 pages of equal size pass the fingerprint check; docs/python.md).
+
+    `page_size` (tokens per page) is optional and stays in Python (it is
+    not part of the C layout nor of its fingerprint). When given, a Prefill
+    or Decode built on the layout checks prefix lengths against it: D's
+    Receiver.send refuses a prefix_len that is not a whole number of pages,
+    and P's Sender.prefix_pages says how many leading pages to skip."""
+
+    def __init__(self, buffers=None, _handle=None, page_size=None):
         self._h = None
+        if page_size is not None and int(page_size) < 1:
+            raise ValueError(f"page_size must be >= 1 token, got {page_size}")
+        self.page_size = None if page_size is None else int(page_size)
         if _handle is None:
             bufs = list(buffers or [])
             arr = (_ffi.Buffer * max(len(bufs), 1))()
@@ -225,11 +247,17 @@ class Layout:
     @classmethod
     def build(cls, model, layers, pages, item_len, bases=None, draft_layers=0, kv_layer_ids=None,
               state_components=0, state_layer_ids=None, state_slots=0, state_item_len=0,
-              state_bases=None):
-        """lc_layout_build. `item_len` is an int or up to three ints (the
-        per-layer components: MHA (K, V), MLA (C,), per_token_head (Q0, Q1,
-        Q2), DSA (C, I)). `bases`: one per buffer in the pool's order (ints,
-        Memory, arrays) or None for a geometry-only layout."""
+              state_bases=None, page_size=None):
+        """lc_layout_build. `pages` is the page count of every KV buffer
+        (page ids 0 .. pages-1). `item_len` is an int or up to three ints
+        (the per-layer components: MHA (K, V), MLA (C,), per_token_head (Q0,
+        Q1, Q2), DSA (C, I)), each the bytes of ONE page of ONE buffer: for
+        a token-major MHA pool [pages, page_size, kv_heads, head_dim] of K,
+        page_size * kv_heads * head_dim * element size. `bases`: one per
+        buffer in the pool's order (ints, Memory, numpy arrays, torch
+        tensors...: anything ctx.register accepts) or None for a
+        geometry-only layout. `page_size`: tokens per page (optional, kept
+        in Python; see the class docstring)."""
         p = _ffi.LayoutParams()
         p.size = ctypes.sizeof(p)
         p.model, p.layers, p.draft_layers, p.pages = int(model), int(layers), int(draft_layers), int(pages)
@@ -259,16 +287,22 @@ class Layout:
                 p.state_bases = ctypes.cast(sb, ctypes.POINTER(ctypes.c_void_p))
         h = ctypes.c_void_p()
         check(_ffi.lc_layout_build(ctypes.byref(p), ctypes.byref(h)), "lc_layout_build")
-        return cls(_handle=h.value)
+        return cls(_handle=h.value, page_size=page_size)
 
     @classmethod
     def mha(cls, layers, pages, item_len, v_item_len=None, **kw):
-        """K and V per layer: buffers [K_0..K_{L-1}, V_0..V_{L-1}]."""
+        """K and V per layer: buffers [K_0..K_{L-1}, V_0..V_{L-1}], each of
+        `pages` pages. `item_len`: bytes per page per buffer (one page of
+        one layer's K: page_size x kv_heads x head_dim x element size);
+        `v_item_len` the same for V when it differs. Keywords as build()
+        (bases=, page_size=, draft_layers=...)."""
         return cls.build(Model.MHA, layers, pages, (item_len, v_item_len or item_len), **kw)
 
     @classmethod
     def mla(cls, layers, pages, item_len, **kw):
-        """One latent buffer per layer."""
+        """One latent buffer per layer; `item_len` the bytes of one page of
+        one layer's latent (page_size x (kv_lora_rank + rope_dim) x element
+        size)."""
         return cls.build(Model.MLA, layers, pages, (item_len,), **kw)
 
     @classmethod
@@ -468,8 +502,10 @@ class Engine(_Handle):
 
     def batch_begin(self, is_idle=False):
         check(_ffi.lc_engine_batch_begin(self._need(), 1 if is_idle else 0), "batch_begin")
+        self._owner()._batch_idle = bool(is_idle)
 
     def batch_end(self):
+        self._owner()._batch_idle = False
         check(_ffi.lc_engine_batch_end(self._need()), "batch_end")
 
     @contextmanager
@@ -485,7 +521,28 @@ class Engine(_Handle):
 
     def add_chunk(self, room, pages, dst_index=0, is_last=False, state_slots=None, src_mask=None,
                   src_local=None):
-        """lc_engine_chunk_add. `pages` (P page ids) is passed without a copy."""
+        """Queue one chunk of a room's KV (lc_engine_chunk_add).
+
+        pages: P's page ids holding this chunk's tokens (passed without a
+            copy). Page i of the chunk goes to D's page dst_pages[dst_index
+            + i] in every buffer of every layer.
+        dst_index: where this chunk starts in D's page list for the room,
+            the list D passed to Receiver.send. That list starts AFTER D's
+            prefix: with prefix reuse, P skips its first
+            sender.prefix_pages pages and the first page it sends has
+            dst_index 0. A chunked prefill adds chunk k at the sum of the
+            page counts of chunks 0..k-1.
+        is_last: this chunk ends the room's KV: it carries the state slots,
+            and the room succeeds once its pages have landed AND the
+            metadata is set (Sender.set_metadata), else it fails at
+            metadata_timeout_ms. Exactly one chunk per room has is_last.
+
+        The room must be Bootstrapped (D's transfer info arrived:
+        sender.wait(until=RoomStatus.BOOTSTRAPPED)); before that, after it
+        ended, or inside an idle batch this raises LayercakeError
+        LC_ERR_STATE with a message saying which. Inside a non-idle batch
+        the chunk waits for its layers' steps; outside any batch its layers
+        are sent at once. Returns 0."""
         c = _ffi.Chunk()
         c.size = ctypes.sizeof(c)
         c.room = int(room)
@@ -499,7 +556,38 @@ class Engine(_Handle):
             raise ValueError("src_mask must have one entry per page")
         rc = _ffi.lc_engine_chunk_add(self._need(), ctypes.byref(c))
         del k1, k2, k3, k4
+        if rc == LC_ERR_STATE:
+            raise _with_detail(LayercakeError(rc, f"chunk for room {room}"), self._state_detail(room))
         return check(rc, f"chunk for room {room}")
+
+    def _owner(self):
+        """The object that outlives views: the Prefill of a view, else self."""
+        return self if self._owned else self._parent
+
+    def _state_detail(self, room):
+        """Why lc_engine_chunk_add said LC_ERR_STATE, as far as Python knows."""
+        room = int(room)
+        owner = self._owner()
+        if getattr(owner, "_batch_idle", False):
+            return ("the open batch is idle (batch(is_idle=True)): an idle batch accepts no chunk "
+                    "(C: \"chunk added to an idle batch\")")
+        senders = getattr(owner, "_senders", None)
+        s = senders.get(room) if senders is not None else None
+        if s is not None and not s.closed:
+            info = s.poll()
+            if info.status == RoomStatus.BOOTSTRAPPING:
+                return (f"room {room} is BOOTSTRAPPING, not yet BOOTSTRAPPED: D's transfer info "
+                        f"has not arrived. Wait for it before adding chunks: "
+                        f"sender.wait(timeout=..., until=RoomStatus.BOOTSTRAPPED) "
+                        f"(C: \"chunk for a room not Bootstrapped\")")
+            if info.status == RoomStatus.FAILED:
+                return f"room {room} has FAILED ({info.reason}); its chunks are refused"
+            if info.status == RoomStatus.SUCCESS:
+                return f"room {room} has already ended (SUCCESS)"
+            return f"room {room} is {info.status.name}"
+        return (f"room {room} is not BOOTSTRAPPED yet (wait for it: sender.wait(until="
+                f"RoomStatus.BOOTSTRAPPED)), has already ended or failed, or the open batch is "
+                f"idle; the library's log line says which")
 
     # --- sessions ---
 

@@ -4,6 +4,7 @@
  * room.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,8 +282,18 @@ static int grant_pages(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages
 			size_t j = i + 1;
 			while (j < n && ids[j] == ids[j - 1] + 1)
 				j++;
-			if (ids[i] < 0 || (uint64_t)ids[j - 1] >= items)
+			if (ids[i] < 0 || (uint64_t)ids[j - 1] >= items) {
+				/* ids[i..j) run up by one: the first bad one */
+				int64_t bad = ids[i] < 0 || (uint64_t)ids[i] >= items ? ids[i]
+										      : (int64_t)items;
+				LC__WARN("decode %s: room %" PRIu64 ": %s id %" PRId64
+					 " (index %zu) is outside buffer %u (%" PRIu64
+					 " %s, ids 0..%" PRIu64 "); nothing granted",
+					 d->session, r->room, state ? "state slot" : "page", bad,
+					 i + (size_t)(bad - ids[i]), b, items,
+					 state ? "slots" : "pages", items - 1);
 				return -EINVAL;
+			}
 			lc__sum_range_t g = {d->regions[d->buf_region[b]],
 					     d->buf_offset[b] + (uint64_t)ids[i] * buf->item_len,
 					     (uint64_t)(j - i) * buf->item_len};
