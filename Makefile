@@ -4,7 +4,7 @@ BUILD     ?= build
 JOBS      ?= $(shell nproc)
 CMAKE_OPTS ?=
 
-.PHONY: all build deps test test-asan test-tsan valgrind demo bench example-python bench-python fuzz soak clean
+.PHONY: all build deps test test-asan test-tsan valgrind demo bench example-python bench-python fuzz soak clean install deb check-install
 
 all: build
 
@@ -70,5 +70,26 @@ example-python: build
 bench-python: build
 	$(PYENV) /usr/bin/python3 bench/python_overhead.py
 
+# Install the library (with its soname), the headers, layercake.pc, the CMake
+# package (find_package(layercake)), the CLI and the Python package under
+# PREFIX (DESTDIR honoured). docs/python.md, "Installing".
+PREFIX ?= /usr/local
+# The build is configured for PREFIX first: the library and Python folders
+# follow it (/usr: lib/<multiarch> and lib/python3/dist-packages).
+install: $(BUILD)/CMakeCache.txt
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null
+	cmake --build $(BUILD) -j$(JOBS) --target layercake layercake_cli
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD)
+
+# The same as a Debian package, for /usr: build-deb/layercake_<version>_<arch>.deb.
+deb: deps
+	$(MAKE) build BUILD=build-deb CMAKE_OPTS="-DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=Release"
+	cd build-deb && cpack -G DEB
+
+# Install into a temporary prefix and build/run the examples against it
+# (also ctest install.check).
+check-install: build
+	scripts/check-install.sh $(BUILD) .
+
 clean:
-	rm -rf build build-asan build-tsan build-vg build-fuzz
+	rm -rf build build-asan build-tsan build-vg build-fuzz build-deb

@@ -1,18 +1,35 @@
 """layercake's Python package: a ctypes binding over liblayercake.so.
 
 Installs with `pip install ./python` using only what Debian ships (setuptools,
-no build isolation needed, no compiled extension). The shared library is
-found next to the package (copied in at install time when LAYERCAKE_LIB or
-../build/liblayercake.so exists), through LAYERCAKE_LIB, or on the loader's
-search path.
+no build isolation needed, no compiled extension). Where the package finds
+the shared library (layercake/_ffi.py, in this order): $LAYERCAKE_LIB; a copy
+next to the package, made here at install time from $LAYERCAKE_LIB or
+../build/liblayercake.so when one exists; else an installed layercake found
+through pkg-config (`make install`), whose library path is written into
+layercake/_paths.py; then the loader's search path.
 """
 import os
 import shutil
+import subprocess
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _installed_library():
+    """The library of an installed layercake (pkg-config), or None."""
+    try:
+        libdir = subprocess.run(["pkg-config", "--variable=libdir", "layercake"], check=True,
+                                capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    for name in ("liblayercake.so.0", "liblayercake.so"):
+        path = os.path.join(libdir, name)
+        if os.path.exists(path):
+            return os.path.realpath(os.path.dirname(path)) + os.sep + name
+    return None
 
 
 class build_py_with_lib(build_py):
@@ -22,6 +39,12 @@ class build_py_with_lib(build_py):
         if os.path.exists(lib):
             dst = os.path.join(self.build_lib, "layercake", "liblayercake.so")
             shutil.copyfile(os.path.realpath(lib), dst)
+            return
+        installed = _installed_library()
+        if installed:
+            with open(os.path.join(self.build_lib, "layercake", "_paths.py"), "w") as f:
+                f.write('"""Written by setup.py: the installed library (pkg-config)."""\n'
+                        f"LIBRARY = {installed!r}\n")
 
 
 setup(

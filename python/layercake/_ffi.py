@@ -32,10 +32,17 @@ def _find_library():
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
+    try:  # written by `make install` (cmake/install.cmake): the prefix's library
+        from ._paths import LIBRARY as installed
+    except ImportError:
+        installed = None
     for cand in (
         os.path.join(here, "liblayercake.so"),
+        installed,
         os.path.join(here, "..", "..", "build", "liblayercake.so"),
     ):
+        if cand is None:
+            continue
         if os.path.exists(cand):
             return cand
     found = ctypes.util.find_library("layercake")
