@@ -92,6 +92,22 @@ def test_cuda_interface_gives_kind_and_device():
         _memory_of(strided)
 
 
+def test_cuda_interface_reaches_the_library_as_cuda_memory():
+    """Host memory behind a CUDA interface is registered as MEM_CUDA (and so
+    refused: no driver here, or not device memory); kind= overrides."""
+    host = np.zeros(16 * 4 * 2, dtype=np.uint8)
+    fake = _CudaInterface()
+    fake.__cuda_array_interface__ = dict(_CudaInterface.__cuda_array_interface__,
+                                         data=(host.ctypes.data, False))
+    ctx = lc.Context("t")
+    with pytest.raises(lc.LayercakeError) as e:
+        ctx.register(fake)
+    assert e.value.name in ("LC_ENOTSUP", "LC_ERR_MEM_KIND"), e.value
+    r = ctx.register(fake, kind=lc.MEM_HOST)
+    assert (r.address, r.kind) == (host.ctypes.data, lc.MEM_HOST)
+    ctx.close()
+
+
 def test_an_object_without_memory_gets_a_hint():
     ctx = lc.Context("t")
     with pytest.raises(TypeError, match="__cuda_array_interface__.*__dlpack__"):
