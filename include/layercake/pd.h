@@ -220,7 +220,9 @@ typedef struct lc_receiver_pages {
  * transfer info to every target P rank; status Transferring. The pages
  * must stay valid until the room ends or is cancelled. Once per room.
  * Errors: LC_ERR_STATE (not Bootstrapped yet: poll first, or already
- * sent or final), -EINVAL (a page outside a buffer), -ENOMEM. */
+ * sent or final), -EINVAL (a page or slot outside a buffer: nothing is
+ * granted; a warning names the room, the id and the buffer's page count,
+ * and the context counts it in grants_refused_range), -ENOMEM. */
 LC_API int lc_receiver_send(lc_receiver_t *receiver, const lc_receiver_pages_t *pages);
 /* Poll: returns the status (>= 0) and fills *out if not NULL
  * (layers_landed too). Non-blocking; deadlines are enforced by the control

@@ -24,6 +24,7 @@
 	X(grant_intervals_capped)                                                                  \
 	X(grants_added)                                                                            \
 	X(grants_revoked)                                                                          \
+	X(grants_refused_range)                                                                    \
 	X(conns_opened)                                                                            \
 	X(conns_failed)                                                                            \
 	X(conns_rejected_auth)                                                                     \

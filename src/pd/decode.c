@@ -292,6 +292,7 @@ static int grant_pages(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages
 					 d->session, r->room, state ? "state slot" : "page", bad,
 					 i + (size_t)(bad - ids[i]), b, items,
 					 state ? "slots" : "pages", items - 1);
+				LC__COUNT(d->ctx, grants_refused_range);
 				return -EINVAL;
 			}
 			lc__sum_range_t g = {d->regions[d->buf_region[b]],

@@ -220,6 +220,7 @@ def test_page_beyond_the_pool_is_logged_by_the_library(pd, caplog):
     finally:
         lc.log_to(False)
     assert rc == -22
+    assert pd["dctx"].counters()["grants_refused_range"] == 1
     lines = [r.getMessage() for r in caplog.records]
     assert any(f"page id {peer.PAGES + 5} (index 1)" in ln and f"{peer.PAGES} pages" in ln
                and "room 1" in ln for ln in lines), lines
