@@ -227,7 +227,7 @@ class Layout:
     and P's Sender.prefix_pages says how many leading pages to skip."""
 
     def __init__(self, buffers=None, _handle=None, page_size=None):
-        self._h = None
+        self._h = _handle  # freed by __del__ even if the check below raises
         if page_size is not None and int(page_size) < 1:
             raise ValueError(f"page_size must be >= 1 token, got {page_size}")
         self.page_size = None if page_size is None else int(page_size)
@@ -258,6 +258,8 @@ class Layout:
         tensors...: anything ctx.register accepts) or None for a
         geometry-only layout. `page_size`: tokens per page (optional, kept
         in Python; see the class docstring)."""
+        if page_size is not None and int(page_size) < 1:
+            raise ValueError(f"page_size must be >= 1 token, got {page_size}")
         p = _ffi.LayoutParams()
         p.size = ctypes.sizeof(p)
         p.model, p.layers, p.draft_layers, p.pages = int(model), int(layers), int(draft_layers), int(pages)

@@ -224,3 +224,10 @@ def test_page_beyond_the_pool_is_logged_by_the_library(pd, caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert any(f"page id {peer.PAGES + 5} (index 1)" in ln and f"{peer.PAGES} pages" in ln
                and "room 1" in ln for ln in lines), lines
+
+
+def test_page_size_must_be_positive():
+    with pytest.raises(ValueError, match="page_size"):
+        lc.Layout.mha(2, 4, 64, page_size=0)
+    assert lc.Layout.mha(2, 4, 64, page_size=16).page_size == 16
+    assert lc.Layout.mha(2, 4, 64).page_size is None
