@@ -19,6 +19,7 @@
 #   --delay MS           tc netem delay on every link, each way; needs sch_netem
 #   --cut NODE[:S]       after the healthy rounds, take NODE's link down (d1, p0...) while a
 #                        round is in flight, for S seconds (default 4), then a round after it
+#   --settle S           seconds between the link's return and the round after it (default 0)
 #   --kill NODE          SIGKILL D instance NODE while a round is in flight, restart it
 #                        (same session id), then a round after it
 #   --checksum           the room checksum (room_checksum=1) on every node
@@ -38,7 +39,7 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=$HERE/../build
 P_RANKS=2 D_COUNT=2 TRANSPORT=tcp ROUNDS=3 ROOMS=4 LAYERS=8 PAGES=8 ITEM=32768 LAYER_MS=50
-RATE= DELAY= CUT= CUT_S=4 KILL= CHECKSUM=0 KNOBS= TIMEOUT=300
+RATE= DELAY= CUT= CUT_S=4 SETTLE=0 KILL= CHECKSUM=0 KNOBS= TIMEOUT=300
 
 usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit "$1"; }
 while [ $# -gt 0 ]; do
@@ -57,6 +58,7 @@ while [ $# -gt 0 ]; do
 	--rate) RATE=$2; shift 2 ;;
 	--delay) DELAY=$2; shift 2 ;;
 	--cut) CUT=${2%%:*}; case $2 in *:*) CUT_S=${2#*:} ;; esac; shift 2 ;;
+	--settle) SETTLE=$2; shift 2 ;;
 	--kill) KILL=$2; shift 2 ;;
 	--checksum) CHECKSUM=1; shift ;;
 	--knob) KNOBS="$KNOBS $2"; shift 2 ;;
@@ -65,7 +67,7 @@ while [ $# -gt 0 ]; do
 	*) echo "unknown option $1" >&2; usage 2 ;;
 	esac
 done
-for v in "$P_RANKS" "$D_COUNT" "$ROUNDS" "$ROOMS" "$LAYERS" "$PAGES" "$ITEM" "$LAYER_MS" "$CUT_S" "$TIMEOUT"; do
+for v in "$P_RANKS" "$D_COUNT" "$ROUNDS" "$ROOMS" "$LAYERS" "$PAGES" "$ITEM" "$LAYER_MS" "$CUT_S" "$SETTLE" "$TIMEOUT"; do
 	case $v in ''|*[!0-9]*) echo "not a number: '$v'" >&2; exit 2 ;; esac
 done
 [ "$P_RANKS" -ge 1 ] && [ "$P_RANKS" -le 8 ] && [ "$D_COUNT" -ge 1 ] && [ "$D_COUNT" -le 8 ] ||
@@ -237,7 +239,7 @@ cat >"$TMP/cfg.json" <<EOF
  "ports": {${PORTS%, }}, "ips": {${IPS%, }}, "ns": {${NSS%, }},
  "bootstrap_port": 8998, "p_ranks": $P_RANKS, "d_count": $D_COUNT, "rounds": $ROUNDS,
  "geometry": {"layers": $LAYERS, "pages_per_room": $PAGES, "item": $ITEM, "rooms": $ROOMS},
- "layer_ms": $LAYER_MS, "cut": "$CUT", "cut_s": $CUT_S, "kill": "$KILL",
+ "layer_ms": $LAYER_MS, "cut": "$CUT", "cut_s": $CUT_S, "settle_s": $SETTLE, "kill": "$KILL",
  "room_deadline_s": $DEADLINE, "start_timeout_s": 30,
  "env": {$ENV}, "knobs": {$KNJSON}}
 EOF

@@ -534,16 +534,27 @@ class Cluster:
         t_up = time.monotonic()
         out({"event": "link_up", "node": victim, "down_s": round(t_up - state.get("t_down", t_up), 3)})
         lim = self.deadline_s()
-        victim_recs = by_d.get(victim, [])
-        self.expect_failed("cut", victim_recs, "D %s" % victim, lim)
-        self.expect_failed("cut", p_by_d.get(victim, []), "P towards %s" % victim, lim)
-        others = [d for d in self.d_names() if d != victim]
+        # Whose rooms the cut ends: a D's own; every room when a P rank is
+        # cut off (every room needs every P rank's shard); none when only
+        # the bootstrap server is (P ranks already known go on).
+        hit = [victim] if victim.startswith("d") else self.d_names() if victim.startswith("p") else []
+        for d in hit:
+            self.expect_failed("cut", by_d.get(d, []), "D %s" % d, lim)
+            # P's side: every rank's rooms for a cut D; only the cut rank's
+            # when a P rank was cut (the others' shards may have landed)
+            precs = [r for r in p_by_d.get(d, []) if victim.startswith("d") or r["p"] == victim]
+            self.expect_failed("cut", precs, "P towards %s" % d, lim)
+        others = [d for d in self.d_names() if d not in hit]
         self.expect_all_success("cut", by_d, p_by_d, others)
-        out({"outcome": "cut", "node": victim, "victim_rooms_failed": sum(r["status"] == "FAILED" for r in victim_recs),
-             "victim_reasons": sorted({r["reason"] for r in victim_recs}),
+        out({"outcome": "cut", "node": victim,
+             "victim_rooms_failed": sum(r["status"] == "FAILED" for d in hit for r in by_d.get(d, [])),
+             "victim_reasons": sorted({r["reason"] for d in hit for r in by_d.get(d, [])}),
+             "p_reasons": sorted({r["reason"].split(":")[0] for d in hit for r in p_by_d.get(d, [])}),
              "others_succeeded": sum(r["status"] == "SUCCESS" for d in others for r in by_d.get(d, [])),
              "ok": self.ok})
-        # The first round after the link returns: every room Success.
+        # The first round after the link returns (after --settle S): every
+        # room Success.
+        time.sleep(c.get("settle_s", 0))
         plan, res, d_of, wall, before, after = self.round("after_cut")
         by_d, p_by_d = self.report("after_cut", plan, res, d_of, wall, before, after)
         self.expect_all_success("after_cut", by_d, p_by_d, self.d_names())
@@ -563,6 +574,7 @@ class Cluster:
         plan, res, d_of, wall, before, after = self.round("kill", during=during)
         by_d, p_by_d = self.report("kill", plan, res, d_of, wall, before, after)
         self.expect_failed("kill", p_by_d.get(victim, []), "P towards killed %s" % victim, self.deadline_s())
+        self.check(self.nodes[victim].proc.poll() is not None, "kill: %s still runs" % victim)
         others = [d for d in self.d_names() if d != victim]
         self.expect_all_success("kill", by_d, p_by_d, others)
         prec = p_by_d.get(victim, [])
