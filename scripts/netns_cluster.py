@@ -123,7 +123,8 @@ def node_p(cfg):
         t0 = time.monotonic()
         booted = wait_all(senders, deadline, until=lc.RoomStatus.BOOTSTRAPPED, t0=t0)
         live = [s for s in senders if s.room in booted and not booted[s.room][0].status.final]
-        emit({"ev": "forward", "rooms": len(live), "boot_s": round(time.monotonic() - t0, 3)})
+        t_forward = time.monotonic()  # CLOCK_MONOTONIC: one clock for every namespace
+        emit({"ev": "forward", "rooms": len(live), "boot_s": round(t_forward - t0, 3)})
         slot_of = {r["room"]: r["slot"] for r in rooms}
         e = p.engine
         with e.batch():
@@ -152,18 +153,9 @@ def node_p(cfg):
                 s.abort("cluster: not final within the orchestrator's deadline")
         for s in senders:
             s.close()
-        emit({"ev": "done", "rooms": out, "counters": {k: p.counter(k) for k in ("sessions_blocked",)
-                                                       if _has_counter(p, k)}})
+        emit({"ev": "done", "rooms": out, "t_forward": t_forward})
     p.close()
     ctx.close()
-
-
-def _has_counter(obj, name):
-    try:
-        obj.counter(name)
-        return True
-    except Exception:
-        return False
 
 
 # ---------------------------------------------------------------------------
@@ -225,7 +217,7 @@ def node_d(cfg):
             out.append(rec)
         for rv in recvs:
             rv.close()
-        emit({"ev": "done", "rooms": out})
+        emit({"ev": "done", "rooms": out, "t0": t0})
     dec.close()
     ctx.close()
 
@@ -410,17 +402,27 @@ class Cluster:
                 self.check(self.nodes[p].event(wait, "forward") is not None, "%s: no forward" % p)
             during()
         res = {}
+        starts, ends = [], []
         for name in self.p_names() + [d for d in self.d_names() if d not in dead]:
             n = self.nodes[name]
             ev = n.event(wait, "done") if n.proc.poll() is None else None
             res[name] = ev["rooms"] if ev else None
-        wall = time.monotonic() - t0
+            if ev and "t_forward" in ev:
+                starts.append(ev["t_forward"])
+            if ev and "t0" in ev:
+                ends += [ev["t0"] + r["t_s"] for r in ev["rooms"] if r["status"] == "SUCCESS"]
+        # The transfer window: from the first P rank's forward to the last
+        # room D saw succeed (one CLOCK_MONOTONIC for all namespaces).
+        xfer = max(ends) - min(starts) if starts and ends and max(ends) > min(starts) else 0.0
+        wall = [time.monotonic() - t0, xfer]
         after = link_stats(c)
         d_of = {r["room"]: d for d in plan for r in plan[d]}
         return plan, res, d_of, wall, before, after
 
-    def report(self, phase, plan, res, d_of, wall, before, after):
-        """The phase's lines; returns {d name: [D records]}, {d name: [P records]}."""
+    def report(self, phase, plan, res, d_of, walls, before, after):
+        """The phase's lines; returns {d name: [D records]}, {d name: [P records]}.
+        walls: [wall time of its rounds, their transfer windows]."""
+        wall, xfer = walls
         by_d, p_by_d = {}, {}
         for name, rooms in res.items():
             if rooms is None:
@@ -464,9 +466,11 @@ class Cluster:
             tx = after[node][1] - before[node][1]
             out({"phase": phase, "link": node, "port": self.cfg["ports"][node],
                  "bytes_to_node": tx, "bytes_from_node": rx, "wall_s": round(wall, 3),
-                 "gbps": round(max(rx, tx) / wall / 1e9, 3)})
+                 "transfer_s": round(xfer, 3), "gbps": round(max(rx, tx) / wall / 1e9, 3),
+                 "gbps_in_transfer": round(max(rx, tx) / xfer / 1e9, 3) if xfer else None})
         out({"phase": phase, "wall_s": round(wall, 3), "bytes_verified": nb,
-             "gbps_verified": round(nb / wall / 1e9, 3)})
+             "gbps_verified": round(nb / wall / 1e9, 3), "transfer_s": round(xfer, 3),
+             "gbps_verified_in_transfer": round(nb / xfer / 1e9, 3) if xfer else None})
         return by_d, p_by_d
 
     def expect_all_success(self, phase, by_d, p_by_d, names):
@@ -502,7 +506,7 @@ class Cluster:
                 else:
                     merged[1][name] = None
             merged[2].update(d_of)
-            merged[3] += wall
+            merged[3] = [merged[3][0] + wall[0], merged[3][1] + wall[1]]
             merged[5] = after
         by_d, p_by_d = self.report(phase, *merged)
         self.expect_all_success(phase, by_d, p_by_d, self.d_names())
