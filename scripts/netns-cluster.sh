@@ -39,7 +39,7 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=$HERE/../build
 P_RANKS=2 D_COUNT=2 TRANSPORT=tcp ROUNDS=3 ROOMS=4 LAYERS=8 PAGES=8 ITEM=32768 LAYER_MS=50
-RATE= DELAY= CUT= CUT_S=4 SETTLE=0 KILL= CHECKSUM=0 KNOBS= TIMEOUT=300
+RATE='' DELAY='' CUT='' CUT_S=4 SETTLE=0 KILL='' CHECKSUM=0 KNOBS='' TIMEOUT=300
 
 usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit "$1"; }
 while [ $# -gt 0 ]; do
@@ -107,7 +107,7 @@ cleanup() {
 		wait "$ORCH" 2>/dev/null
 	fi
 	# Whatever still runs in our namespaces (we started all of it).
-	for ns in $(ip netns list 2>/dev/null | sed -n "s/^\($PFX[a-z0-9]*\).*/\1/p"); do
+	for ns in $(ip netns list 2>/dev/null | sed -n "s/^\(${PFX}[a-z][a-z0-9]*\).*/\1/p"); do
 		for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
 		ip netns del "$ns" 2>/dev/null
 	done
@@ -164,7 +164,7 @@ shape() { # ns dev
 	fi
 }
 
-PORTS= IPS= NSS=
+PORTS='' IPS='' NSS=''
 n=1
 for node in $NODES; do
 	ns=$PFX$node
