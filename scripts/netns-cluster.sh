@@ -20,8 +20,8 @@
 #   --cut NODE[:S]       after the healthy rounds, take NODE's link down (d1, p0...) while a
 #                        round is in flight, for S seconds (default 4), then a round after it
 #   --settle S           seconds between the link's return and the round after it (default 0)
-#   --kill NODE          SIGKILL D instance NODE while a round is in flight, restart it
-#                        (same session id), then a round after it
+#   --kill NODE          SIGKILL NODE (a D instance or a P rank) while a round is in flight,
+#                        restart it (same session id or rank), then a round after it
 #   --checksum           the room checksum (room_checksum=1) on every node
 #   --knob NAME=VALUE    a LAYERCAKE_* variable for every node (repeatable)
 #   --timeout S          the whole run (default 300)
@@ -75,7 +75,7 @@ done
 [ $((ITEM % (4 * P_RANKS))) = 0 ] || { echo "--item must be a multiple of 4 x p-ranks" >&2; exit 2; }
 case $TRANSPORT in tcp|ucx) ;; *) echo "--transport tcp|ucx" >&2; exit 2 ;; esac
 case $CUT in ''|p[0-9]|d[0-9]|b) ;; *) echo "--cut: a node name (p0, d1, b)" >&2; exit 2 ;; esac
-case $KILL in ''|d[0-9]) ;; *) echo "--kill: a D instance (d0, d1, ...)" >&2; exit 2 ;; esac
+case $KILL in ''|d[0-9]|p[0-9]) ;; *) echo "--kill: a D instance or P rank (d1, p1, ...)" >&2; exit 2 ;; esac
 
 skip() { echo "skip: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "creating network namespaces needs root"

@@ -577,17 +577,28 @@ class Cluster:
 
         plan, res, d_of, wall, before, after = self.round("kill", during=during)
         by_d, p_by_d = self.report("kill", plan, res, d_of, wall, before, after)
-        self.expect_failed("kill", p_by_d.get(victim, []), "P towards killed %s" % victim, self.deadline_s())
         self.check(self.nodes[victim].proc.poll() is not None, "kill: %s still runs" % victim)
-        others = [d for d in self.d_names() if d != victim]
+        lim = self.deadline_s()
+        if victim.startswith("d"):
+            # P's rooms for the dead D fail (it cannot say anything itself);
+            # the other D instances' rooms go on.
+            hit, recs = [victim], p_by_d.get(victim, [])
+            self.expect_failed("kill", recs, "P towards killed %s" % victim, lim)
+        else:
+            # A dead P rank: every room needs its shard, so every D fails
+            # every room of the round (heartbeat), with a reason.
+            hit = self.d_names()
+            recs = [r for d in hit for r in by_d.get(d, [])]
+            for d in hit:
+                self.expect_failed("kill", by_d.get(d, []), "D %s (P %s killed)" % (d, victim), lim)
+        others = [d for d in self.d_names() if d not in hit]
         self.expect_all_success("kill", by_d, p_by_d, others)
-        prec = p_by_d.get(victim, [])
-        out({"outcome": "kill", "node": victim, "victim_rooms_failed": sum(r["status"] == "FAILED" for r in prec),
-             "victim_reasons": sorted({r["reason"] for r in prec}),
+        out({"outcome": "kill", "node": victim, "victim_rooms_failed": sum(r["status"] == "FAILED" for r in recs),
+             "victim_reasons": sorted({r["reason"] for r in recs}),
              "others_succeeded": sum(r["status"] == "SUCCESS" for d in others for r in by_d.get(d, [])),
              "ok": self.ok})
         c["_killed"] = ()
-        self.start(victim)  # the same session id: P takes it back
+        self.start(victim)  # a D with the same session id; a P rank with the same rank
         t_up = time.monotonic()
         plan, res, d_of, wall, before, after = self.round("after_kill")
         by_d, p_by_d = self.report("after_kill", plan, res, d_of, wall, before, after)
