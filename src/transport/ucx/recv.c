@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/copy.h"
 #include "transport/ucx/ucx_int.h"
 
 sconn_t *lc__ucx_sc_by_ep(ustate_t *st, ucp_ep_h ep)
@@ -412,16 +413,24 @@ void lc__ucx_on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, 
 		write_done(w, rc == 0);
 		return;
 	}
-	void *into = w->land.dst;
-	if (!into && !(into = w->stage = malloc(length))) {
-		write_done(w, false);
-		return;
-	}
 	ucp_request_param_t p = {
 		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
 		.cb.recv_am = recv_done,
 		.user_data = w,
 	};
+	void *into = w->land.dst;
+	if (!into && w->land.dev && st->cuda_direct &&
+	    lc__ucx_moves_kind(st->memory_types, w->land.cp->kind)) {
+		/* UCX with CUDA: received straight into device memory, inside
+		 * the lease's bracket like a direct host landing. */
+		into = w->land.dev;
+		p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+		p.memory_type = lc__ucx_mem_type(w->land.cp->kind);
+	}
+	if (!into && !(into = w->stage = malloc(length))) {
+		write_done(w, false);
+		return;
+	}
 	w->busy = true;
 	ucs_status_ptr_t r = ucp_am_recv_data_nbx(st->worker, data, into, length, &p);
 	if (UCS_PTR_IS_ERR(r)) {
