@@ -371,7 +371,7 @@ static void case_ucx_put_refused(pair_t *p)
 
 /* Host source, sim destination whose copies take 10 ms each. */
 static lc_write_t *slow_dst(pair_t *p, int n, size_t len, uint8_t **h, uint8_t **dst,
-			    uint8_t **view)
+			    uint8_t **view, lc_region_t **dro)
 {
 	lc_region_t *sr, *dr;
 	pair_open(p, "sim_latency_us=10000", NULL);
@@ -382,6 +382,7 @@ static lc_write_t *slow_dst(pair_t *p, int n, size_t len, uint8_t **h, uint8_t *
 	TU_OK(lc_region_register(p->rx, *dst, (size_t)n * len, &dr));
 	TU_OK(lc_grant_issue(p->rx, ROOM, dr, 0, (uint64_t)n * len));
 	uint32_t rid = import(p, dr);
+	*dro = dr;
 	lc_write_t *w = calloc((size_t)n, sizeof *w);
 	for (int i = 0; i < n; i++)
 		w[i] = (lc_write_t){.local = *h + (size_t)i * len,
@@ -395,7 +396,9 @@ static void case_ack_after_copy(pair_t *p)
 {
 	enum { N = 16, LEN = MIB };
 	uint8_t *h, *dst, *view;
-	lc_write_t *w = slow_dst(p, N, LEN, &h, &dst, &view);
+	lc_region_t *dr;
+	lc_write_t *w = slow_dst(p, N, LEN, &h, &dst, &view, &dr);
+	TU_OK(lc_grant_issue(p->rx, ROOM + 1, dr, 0, (uint64_t)N * LEN)); /* round 2's room */
 	for (int round = 0; round < 2; round++) { /* whole writes, then 2.5 slots each */
 		size_t len = round ? (5 * MIB) / 2 : LEN, n = (size_t)N * LEN / len;
 		for (size_t i = 0; i < n; i++) {
@@ -404,7 +407,7 @@ static void case_ack_after_copy(pair_t *p)
 			w[i].length = len;
 		}
 		uint64_t before = counter(p->rx, "device_copy_bytes");
-		lc_completion_t c = post_wait(p, w, n, ROOM);
+		lc_completion_t c = post_wait(p, w, n, ROOM + (uint64_t)round);
 		TU_CHECK(c.status == 0, "status %s (%s)", lc_err_name(c.status), c.reason);
 		uint64_t copied = counter(p->rx, "device_copy_bytes") - before;
 		TU_CHECK(copied >= n * len,
@@ -423,7 +426,8 @@ static void case_close_in_flight(pair_t *p)
 {
 	enum { N = 32, LEN = MIB };
 	uint8_t *h, *dst, *view;
-	lc_write_t *w = slow_dst(p, N, LEN, &h, &dst, &view);
+	lc_region_t *dr;
+	lc_write_t *w = slow_dst(p, N, LEN, &h, &dst, &view, &dr);
 	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM};
 	uint64_t id;
 	TU_OK(lc_batch_post(p->conn, w, N, &bp, &id));

@@ -166,8 +166,15 @@ typedef struct lwrite {
 	lc__land_t land;
 	struct lease *ls;
 	uint8_t *stage; /* a rendezvous into memory without a direct pointer */
-	bool busy;      /* a rendezvous receive is under way */
+	bool busy;      /* a rendezvous receive, or its device copies, under way */
 	bool done;      /* lc__land_done was called */
+	/* Device copies of `stage` in flight (recv.c, copy_start): the last
+	 * one's completion hands `fin` to the thread, which finishes the
+	 * write; the lease's `recvs` counts the write until then. */
+	struct lc__land_async *ca;
+	_Atomic int copies;
+	_Atomic int copy_failed;
+	struct cmd *fin;
 } lwrite_t;
 
 typedef struct lease {
