@@ -75,7 +75,10 @@
  * Threading: the listener's I/O thread owns every rlane and the scratch
  * buffer; listen() and listener_close() touch them only before the thread
  * starts and after it is joined. Shared state is reached only through the
- * context's thread-safe helpers (the memory seam, counters, tokens).
+ * context's thread-safe helpers (the memory seam, counters, tokens). The
+ * one exception is a bounce slot's copy completion, on the copy engine's
+ * thread: it writes only the slot's status, state and in_cb (atomics),
+ * then kicks the task; the I/O thread reaps DONE slots (slots_reap).
  * ==================================================================== */
 
 enum rphase { R_HELLO, R_HDR, R_RUN };
