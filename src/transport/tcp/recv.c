@@ -57,7 +57,7 @@
  * runs dry; bytes one lane may read before others get a turn. */
 #define ACK_BYTES (1u << 20)
 #define PUMP_BUDGET (16u << 20)
-#define OUT_FRAMES (LC__TCP_MAX_RUN + PEND_CAP + 16u) /* a REJECT for each, and acks */
+#define OUT_FRAMES (LC__TCP_MAX_RUN + 16u)
 #define OUT_CAP (OUT_FRAMES * LC__TCP_CTRL_LEN)
 #define MAX_ACCEPTED 1024
 /* Connections accepted per event on the listening socket (level-triggered:
@@ -148,7 +148,7 @@ typedef struct rlane {
 	/* device landings */
 	struct bslot *fill; /* the slot run_i's bytes are read into, or NULL */
 	bool slot_wait;     /* stopped: every slot busy */
-	pend_t pend[PEND_CAP];
+	pend_t *pend;       /* PEND_CAP, made at the lane's first device write */
 	uint32_t pend_head, pend_n;
 } rlane_t;
 
@@ -604,8 +604,10 @@ static int run_iov(rlane_t *r, struct iovec *iov, const lc__land_t **g)
 		if (w->dev && w->dst) { /* bounced, landed by run_distribute */
 			bslot_t *s = r->fill;
 			whole = false;
-			if (!s && !(s = slot_get(r->tl))) {
-				if (!r->tl->slots_made) { /* no memory for the slots */
+			if (!r->pend)
+				r->pend = malloc(PEND_CAP * sizeof *r->pend);
+			if (!s && (!r->pend || !(s = slot_get(r->tl)))) {
+				if (!r->tl->slots_made || !r->pend) { /* no memory for them */
 					write_drop(w, LC_ERR_IO, LC__TCP_REJECT_CHECK);
 					iov[n++] = (struct iovec){
 						r->tl->scratch,
@@ -793,6 +795,7 @@ static void rlane_close(tcp_listener_t *tl, rlane_t *r)
 	tl->nlanes--;
 	lc__io_fd_del(&tl->task, &r->iofd);
 	close(r->fd);
+	free(r->pend);
 	free(r);
 }
 
