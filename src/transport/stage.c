@@ -229,12 +229,26 @@ int lc__stage_ready(lc_ctx_t *ctx)
 	return stage_get(ctx, &rc) ? 0 : rc;
 }
 
+/* Whether c's transport moves every device source of b itself. */
+static bool transport_moves(lc_conn_t *c, const lc__batch_t *b)
+{
+	for (size_t i = 0; i < b->nwrites; i++) {
+		lc__region_info_t r;
+		if (is_device(c->ctx, &b->writes[i], &r) &&
+		    !c->ops->moves_kind(c, r.kind, r.device))
+			return false;
+	}
+	return true;
+}
+
 int lc__stage_post(lc_conn_t *c, lc__batch_t *b)
 {
 	int rc = 0;
 	lc__stage_t *st = stage_get(c->ctx, &rc);
 	if (!st)
 		return rc;
+	if (c->ops->moves_kind && transport_moves(c, b))
+		return c->ops->post(c, b); /* UCX with CUDA: device memory as it is */
 	staged_t *s = calloc(1, sizeof *s + b->nwrites * sizeof s->src[0]);
 	if (!s)
 		return -ENOMEM;
@@ -315,4 +329,30 @@ void lc__stage_fini(lc_ctx_t *ctx)
 	pthread_mutex_destroy(&st->lock);
 	free(st->used);
 	free(st);
+}
+
+/* ---- D side: pipelined landings ---- */
+
+static void land_async_done(void *arg, int status)
+{
+	lc__land_async_t *a = arg;
+	lc__grant_exit(a->g);
+	a->done(a->arg, status ? LC_ERR_IO : 0);
+}
+
+int lc__land_copy_async(const lc__land_t *l, uint64_t at, const void *src, uint64_t n,
+			lc__land_async_t *a, lc__copy_done_fn done, void *arg)
+{
+	if (!lc__grant_enter(l->g))
+		return LC_ERR_GRANT;
+	*a = (lc__land_async_t){.g = l->g, .done = done, .arg = arg};
+	int rc = l->cp->ops->from_host(l->cp, l->dev + at, src, (size_t)n, land_async_done, a);
+	if (rc) {
+		lc__grant_exit(l->g);
+		LC__COUNT(l->ctx, device_copy_errors);
+		LC__WARN("room %llu: queueing a device copy into region %u failed: %s",
+			 (unsigned long long)l->room, l->region, lc_strerror(rc));
+		return LC_ERR_IO;
+	}
+	return 0;
 }

@@ -119,6 +119,11 @@ typedef struct lc__transport_ops {
 	 * is the context's state of the transport, NULL if never made. */
 	int (*pack_region)(lc_ctx_t *ctx, void *state, const lc_region_t *r, uint8_t *buf,
 			   size_t cap);
+	/* Optional: whether the transport moves a device-kind source region's
+	 * memory itself (UCX built with CUDA, docs/gpu.md), so that a batch
+	 * whose device sources are all of such kinds skips staging
+	 * (stage.c). Any thread; must not block. */
+	bool (*moves_kind)(lc_conn_t *c, int kind, int device);
 } lc__transport_ops_t;
 
 /* Registry (registry.c). */

@@ -16,6 +16,13 @@
  *   mixed_room        one batch mixing host and sim sources into host and
  *                     sim destinations
  *   ucx_put_refused   put mode refuses device memory with LC_ENOTSUP
+ *   ack_after_copy    D's landings are pipelined (tcp) but a write is
+ *                     acknowledged only once its device copy completed:
+ *                     when P sees the batch complete, D's engine has
+ *                     finished every byte of it
+ *   close_in_flight   P goes away while D's copies are in flight: D's
+ *                     receiver waits for them, and the room's revoke then
+ *                     returns (no bracket left behind)
  */
 #include <pthread.h>
 #include <errno.h>
@@ -362,10 +369,91 @@ static void case_ucx_put_refused(pair_t *p)
 	lc_sim_free(d);
 }
 
+/* Host source, sim destination whose copies take 10 ms each. */
+static lc_write_t *slow_dst(pair_t *p, int n, size_t len, uint8_t **h, uint8_t **dst,
+			    uint8_t **view, lc_region_t **dro)
+{
+	lc_region_t *sr, *dr;
+	pair_open(p, "sim_latency_us=10000", NULL);
+	TU_OK(lc_mem_alloc((size_t)n * len, 0, (void **)h));
+	tu_fill(*h, (size_t)n * len, 8);
+	TU_OK(lc_region_register(p->tx, *h, (size_t)n * len, &sr));
+	*dst = sim_filled((size_t)n * len, 9, view);
+	TU_OK(lc_region_register(p->rx, *dst, (size_t)n * len, &dr));
+	TU_OK(lc_grant_issue(p->rx, ROOM, dr, 0, (uint64_t)n * len));
+	uint32_t rid = import(p, dr);
+	*dro = dr;
+	lc_write_t *w = calloc((size_t)n, sizeof *w);
+	for (int i = 0; i < n; i++)
+		w[i] = (lc_write_t){.local = *h + (size_t)i * len,
+				    .remote_offset = (uint64_t)i * len,
+				    .length = len,
+				    .remote_region = rid};
+	return w;
+}
+
+static void case_ack_after_copy(pair_t *p)
+{
+	enum { N = 16, LEN = MIB };
+	uint8_t *h, *dst, *view;
+	lc_region_t *dr;
+	lc_write_t *w = slow_dst(p, N, LEN, &h, &dst, &view, &dr);
+	TU_OK(lc_grant_issue(p->rx, ROOM + 1, dr, 0, (uint64_t)N * LEN)); /* round 2's room */
+	for (int round = 0; round < 2; round++) { /* whole writes, then 2.5 slots each */
+		size_t len = round ? (5 * MIB) / 2 : LEN, n = (size_t)N * LEN / len;
+		for (size_t i = 0; i < n; i++) {
+			w[i].local = h + i * len;
+			w[i].remote_offset = i * len;
+			w[i].length = len;
+		}
+		uint64_t before = counter(p->rx, "device_copy_bytes");
+		lc_completion_t c = post_wait(p, w, n, ROOM + (uint64_t)round);
+		TU_CHECK(c.status == 0, "status %s (%s)", lc_err_name(c.status), c.reason);
+		uint64_t copied = counter(p->rx, "device_copy_bytes") - before;
+		TU_CHECK(copied >= n * len,
+			 "acknowledged with %llu of %zu bytes copied to the device",
+			 (unsigned long long)copied, n * len);
+		expect_sim(dst, 0, h, n * len);
+	}
+	pair_close(p);
+	lc_sim_free(dst);
+	lc_mem_free(h);
+	free(view);
+	free(w);
+}
+
+static void case_close_in_flight(pair_t *p)
+{
+	enum { N = 32, LEN = MIB };
+	uint8_t *h, *dst, *view;
+	lc_region_t *dr;
+	lc_write_t *w = slow_dst(p, N, LEN, &h, &dst, &view, &dr);
+	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM};
+	uint64_t id;
+	TU_OK(lc_batch_post(p->conn, w, N, &bp, &id));
+	uint64_t t0 = (uint64_t)time(NULL);
+	while (!counter(p->rx, "device_copies") && (uint64_t)time(NULL) - t0 < 10)
+		usleep(200);
+	lc_ctx_destroy(p->tx); /* P goes: its lanes close at D mid-batch */
+	p->tx = NULL;
+	TU_OK(lc_grant_revoke(p->rx, ROOM)); /* must not wait for a lost bracket */
+	uint64_t at = counter(p->rx, "device_copies");
+	usleep(100000);
+	TU_CHECK(counter(p->rx, "device_copies") == at, "a copy completed after the revoke");
+	lc_ctx_destroy(p->rx);
+	lc_cq_destroy(p->cq);
+	lc_sim_free(dst);
+	lc_mem_free(h);
+	free(view);
+	free(w);
+}
+
 static const struct {
 	const char *name;
 	void (*run)(pair_t *);
 } cases[] = {
+	{"ack_after_copy", case_ack_after_copy},
+	{"close_in_flight", case_close_in_flight},
 	{"negative_control", case_negative_control},
 	{"kinds", case_kinds},
 	{"ring_small", case_ring_small},

@@ -277,3 +277,36 @@ void lc__ucx_run_sync(ustate_t *st, void (*fn)(ustate_t *, void *), void *arg)
 	sync_arg_t a = {.fn = fn, .arg = arg};
 	lc__io_call(&st->task, run_sync_cb, &a);
 }
+
+bool lc__ucx_moves_kind(uint64_t memory_types, int kind)
+{
+	return kind == LC_MEM_KIND_CUDA && (memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA));
+}
+
+ucs_memory_type_t lc__ucx_mem_type(int kind)
+{
+	return kind == LC_MEM_KIND_CUDA ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+}
+
+void lc__ucx_mem_types_str(uint64_t memory_types, char *buf, size_t cap)
+{
+	static const struct {
+		ucs_memory_type_t t;
+		const char *name;
+	} names[] = {
+		{UCS_MEMORY_TYPE_HOST, "host"},
+		{UCS_MEMORY_TYPE_CUDA, "cuda"},
+		{UCS_MEMORY_TYPE_CUDA_MANAGED, "cuda-managed"},
+		{UCS_MEMORY_TYPE_ROCM, "rocm"},
+		{UCS_MEMORY_TYPE_ROCM_MANAGED, "rocm-managed"},
+	};
+	size_t n = 0;
+	if (cap)
+		buf[0] = '\0';
+	for (size_t i = 0; i < sizeof names / sizeof names[0] && n < cap; i++)
+		if (memory_types & UCS_BIT(names[i].t))
+			n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? "," : "",
+					      names[i].name);
+	if (!n && cap)
+		snprintf(buf, cap, "none");
+}

@@ -145,6 +145,17 @@ static int engine_start(ustate_t *st)
 	ucp_config_release(cfg);
 	if (s != UCS_OK)
 		goto fail_ucs;
+	/* UCX with CUDA (docs/gpu.md): which memory UCX moves itself. A
+	 * context that cannot say moves host memory only. */
+	ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+	st->memory_types = ucp_context_query(st->uctx, &ca) == UCS_OK
+				   ? ca.memory_types
+				   : UCS_BIT(UCS_MEMORY_TYPE_HOST);
+	st->cuda_direct = lc__ucx_moves_kind(st->memory_types, LC_MEM_KIND_CUDA);
+	char types[96];
+	lc__ucx_mem_types_str(st->memory_types, types, sizeof types);
+	LC__INFO("ucx: memory types %s: CUDA device memory %s", types,
+		 st->cuda_direct ? "moved by UCX" : "staged through the host ring");
 	ucp_worker_params_t wp = {
 		.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
 		.thread_mode = UCS_THREAD_MODE_SINGLE,
@@ -248,6 +259,19 @@ int lc__ucx_state_get(void *state, bool start, bool listener, ustate_t **out)
 	if (!rc)
 		*out = st;
 	return rc;
+}
+
+int lc__ucx_detected(void *state, uint64_t *memory_types, bool *cuda_direct)
+{
+	ustate_t *st = state;
+	pthread_mutex_lock(&st->life_lock);
+	bool running = st->running;
+	if (running) {
+		*memory_types = st->memory_types;
+		*cuda_direct = st->cuda_direct;
+	}
+	pthread_mutex_unlock(&st->life_lock);
+	return running ? 0 : -ENOENT;
 }
 
 void lc__ucx_state_put(ustate_t *st, bool listener)

@@ -6,7 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/copy.h"
+#include "transport/stage.h"
 #include "transport/ucx/ucx_int.h"
+
+/* A staged write's device copies, in slices of at most this. */
+#define COPY_SLICE (4u << 20)
 
 sconn_t *lc__ucx_sc_by_ep(ustate_t *st, ucp_ep_h ep)
 {
@@ -41,6 +46,8 @@ static void lease_free(lease_t *ls)
 	for (uint32_t i = 0; i < ls->nopen; i++) {
 		write_done(&ls->w[i], false);
 		free(ls->w[i].stage);
+		free(ls->w[i].ca);
+		free(ls->w[i].fin);
 	}
 	free(ls->w);
 	free(ls);
@@ -355,6 +362,87 @@ static void write_received(lwrite_t *w, ucs_status_t status)
 	write_done(w, ok); /* nothing once the lease was released */
 }
 
+/* One receive (with its device copies) of the lease is over. */
+static void recv_over(ustate_t *st, lease_t *ls)
+{
+	if (--ls->recvs > 0)
+		return;
+	if (ls->released)
+		lease_reap(st, ls);
+	else if (ls->done_pending && !ls->sc->closed) /* closing: sc_close releases it */
+		lease_finish(st, ls->sc, ls);
+}
+
+/* The thread: a staged write's device copies have all completed. */
+static void copies_over(ustate_t *st, void *arg)
+{
+	lwrite_t *w = arg;
+	lease_t *ls = w->ls;
+	bool ok = !atomic_load(&w->copy_failed);
+	w->fin = NULL; /* freed by lc__ucx_run_cmds */
+	free(w->stage);
+	free(w->ca);
+	w->stage = NULL;
+	w->ca = NULL;
+	w->busy = false;
+	if (!ok)
+		LC__WARN("ucx: room %llu: device copy into region %u failed",
+			 (unsigned long long)w->land.room, w->land.region);
+	write_done(w, ok);
+	recv_over(st, ls);
+}
+
+/* The copy engine's thread: one slice's copy completed. */
+static void copy_slice_done(void *arg, int status)
+{
+	lwrite_t *w = arg;
+	if (status)
+		atomic_store(&w->copy_failed, 1);
+	if (atomic_fetch_sub(&w->copies, 1) != 1)
+		return;
+	ustate_t *st = w->ls->st;
+	pthread_mutex_lock(&st->lock);
+	lc__ucx_cmd_push(st, w->fin);
+	pthread_mutex_unlock(&st->lock);
+	lc__ucx_wake(st);
+}
+
+/* Pipelined landing (docs/gpu.md "Staging"): a write received into its
+ * host stage is landed by the device's copy engine while the thread goes
+ * on receiving; the write stays busy and counted in the lease's receives
+ * until copies_over. false: nothing started (the caller lands it). */
+static bool copy_start(lwrite_t *w)
+{
+	uint64_t len = w->land.length;
+	int n = (int)((len + COPY_SLICE - 1) / COPY_SLICE), started = 0, rc = 0;
+	w->ca = calloc((size_t)n, sizeof *w->ca);
+	w->fin = malloc(sizeof *w->fin);
+	if (!w->ca || !w->fin) {
+		free(w->ca);
+		free(w->fin);
+		w->ca = NULL;
+		w->fin = NULL;
+		return false;
+	}
+	*w->fin = (cmd_t){.fn = copies_over, .arg = w};
+	atomic_store(&w->copy_failed, 0);
+	atomic_store(&w->copies, n + 1); /* held until every slice is queued */
+	for (int i = 0; i < n && !rc; i++, started++) {
+		uint64_t at = (uint64_t)i * COPY_SLICE, k = LC__MIN(len - at, (uint64_t)COPY_SLICE);
+		rc = lc__land_copy_async(&w->land, at, w->stage + at, k, &w->ca[i], copy_slice_done,
+					 w);
+	}
+	if (rc) {
+		started--; /* the failed one */
+		atomic_store(&w->copy_failed, 1);
+		if (rc == LC_ERR_GRANT)
+			lc__land_revoked(&w->land);
+	}
+	atomic_fetch_sub(&w->copies, n - started); /* slices never queued */
+	copy_slice_done(w, 0);                     /* the hold */
+	return true;
+}
+
 static void recv_done(void *req, ucs_status_t status, size_t length, void *user)
 {
 	lwrite_t *w = user;
@@ -363,13 +451,10 @@ static void recv_done(void *req, ucs_status_t status, size_t length, void *user)
 	(void)length;
 	st->reqs--;
 	ucp_request_free(req);
+	if (status == UCS_OK && w->stage && !w->done && copy_start(w))
+		return; /* copies_over finishes it */
 	write_received(w, status);
-	if (--ls->recvs > 0)
-		return;
-	if (ls->released)
-		lease_reap(st, ls);
-	else if (ls->done_pending && !ls->sc->closed) /* closing: sc_close releases it */
-		lease_finish(st, ls->sc, ls);
+	recv_over(st, ls);
 }
 
 /* The write named by an UW_WRITE header: of an am lease of this
@@ -412,16 +497,24 @@ void lc__ucx_on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, 
 		write_done(w, rc == 0);
 		return;
 	}
-	void *into = w->land.dst;
-	if (!into && !(into = w->stage = malloc(length))) {
-		write_done(w, false);
-		return;
-	}
 	ucp_request_param_t p = {
 		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
 		.cb.recv_am = recv_done,
 		.user_data = w,
 	};
+	void *into = w->land.dst;
+	if (!into && w->land.dev && st->cuda_direct &&
+	    lc__ucx_moves_kind(st->memory_types, w->land.cp->kind)) {
+		/* UCX with CUDA: received straight into device memory, inside
+		 * the lease's bracket like a direct host landing. */
+		into = w->land.dev;
+		p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+		p.memory_type = lc__ucx_mem_type(w->land.cp->kind);
+	}
+	if (!into && !(into = w->stage = malloc(length))) {
+		write_done(w, false);
+		return;
+	}
 	w->busy = true;
 	ucs_status_ptr_t r = ucp_am_recv_data_nbx(st->worker, data, into, length, &p);
 	if (UCS_PTR_IS_ERR(r)) {
@@ -687,8 +780,39 @@ void lc__ucx_recv_teardown(ustate_t *st)
 	st->sconns = NULL;
 }
 
+/* Engine stop: wait (bounded) for staged writes' device copies, then run
+ * their completions, which release the leases they hold; nothing else of
+ * the command queue runs without a worker. */
+static void copies_quiesce(ustate_t *st)
+{
+	if (lc__copiers_drain(st->ctx, lc__now_ns() + CLOSE_WAIT_NS))
+		LC__WARN("ucx: device copies still in flight at engine stop");
+	pthread_mutex_lock(&st->lock);
+	cmd_t *mine = NULL, **tail = &mine, *keep = NULL, **ktail = &keep;
+	for (cmd_t *c = st->cmd_head, *next; c; c = next) {
+		next = c->next;
+		c->next = NULL;
+		if (c->fn == copies_over) {
+			*tail = c;
+			tail = &c->next;
+		} else {
+			*ktail = c;
+			ktail = &c->next;
+		}
+	}
+	st->cmd_head = keep;
+	st->cmd_tail = keep ? LC__CONTAINER_OF(ktail, cmd_t, next) : NULL;
+	pthread_mutex_unlock(&st->lock);
+	for (cmd_t *c = mine, *next; c; c = next) {
+		next = c->next;
+		c->fn(st, c->arg);
+		free(c);
+	}
+}
+
 void lc__ucx_recv_free(ustate_t *st)
 {
+	copies_quiesce(st);
 	while (st->sc_graveyard) {
 		sconn_t *sc = st->sc_graveyard;
 		st->sc_graveyard = sc->next;

@@ -154,6 +154,10 @@ static void do_pack(ustate_t *st, void *arg)
 			.address = a->info.addr,
 			.length = a->info.len,
 		};
+		if (!LC__KIND_IS_HOST(a->info.kind)) { /* UCX with CUDA: no probing */
+			mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+			mp.memory_type = lc__ucx_mem_type(a->info.kind);
+		}
 		ucs_status_t s = ucp_mem_map(st->uctx, &mp, &m->memh);
 		if (s != UCS_OK) {
 			LC__WARN("ucx: mapping region %u: %s", a->info.id, ucs_status_string(s));
@@ -197,10 +201,10 @@ int lc__ucx_pack_region(ustate_t *st, lc_ctx_t *ctx, const lc_region_t *r, uint8
 	pack_arg_t a = {.buf = buf, .cap = cap};
 	if (!st->put_mode) /* am mode: no map, no rkey, nothing published */
 		return 0;
-	if (!LC__KIND_IS_HOST(r->kind)) {
+	if (!LC__KIND_IS_HOST(r->kind) && !lc__ucx_moves_kind(st->memory_types, r->kind)) {
 		/* A put lands where UCX itself writes: device memory only with
-		 * UCX's CUDA transports, which this build does not use (Debian's
-		 * UCX has none); am mode stages it through the seam instead. */
+		 * UCX's CUDA transports (detected at engine start; Debian's UCX
+		 * has none); am mode stages it through the seam instead. */
 		LC__COUNT(ctx, regions_rejected_kind);
 		LC__WARN("ucx: put mode: region %u is device memory (kind %d), which UCX here "
 			 "cannot write; use data mode am (ucx_data=0)",

@@ -202,6 +202,20 @@ static void flush_cb(void *req, ucs_status_t status, void *user)
 	op_request_done(op, status);
 }
 
+/* UCX with CUDA: a device source reaches this far only when UCX moves its
+ * kind (stage.c asked ucx_moves_kind); tell UCX its memory type rather
+ * than have it probe the pointer. */
+static void set_mem_type(uconn_t *uc, const lc__batch_t *b, const lc_write_t *w,
+			 ucp_request_param_t *p)
+{
+	lc__region_info_t r;
+	if (!b->device_src || !uc->st->cuda_direct ||
+	    lc__source_find(uc->conn->ctx, w->local, w->length, &r) || LC__KIND_IS_HOST(r.kind))
+		return;
+	p->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+	p->memory_type = lc__ucx_mem_type(r.kind);
+}
+
 static void start_puts(uconn_t *uc, uop_t *op)
 {
 	lc__batch_t *b = op->b;
@@ -241,6 +255,7 @@ static void start_puts(uconn_t *uc, uop_t *op)
 				.flags = UCP_AM_SEND_FLAG_REPLY,
 			};
 			uw_write_encode(h, op->seq, i);
+			set_mem_type(uc, b, w, &ap);
 			rq = ucp_am_send_nbx(uc->ep, UW_WRITE, h, UW_WRITE_HDR, w->local, w->length,
 					     &ap);
 			if (rq && !UCS_PTR_IS_ERR(rq)) {
@@ -252,6 +267,7 @@ static void start_puts(uconn_t *uc, uop_t *op)
 			}
 		} else {
 			ucp_request_param_t p = {.op_attr_mask = 0};
+			set_mem_type(uc, b, w, &p);
 			rq = ucp_put_nbx(uc->ep, w->local, w->length, r->base + w->remote_offset,
 					 r->rkey, &p);
 		}

@@ -56,6 +56,16 @@ static int ucx_pack_region(lc_ctx_t *ctx, void *state, const lc_region_t *r, uin
 	return rc;
 }
 
+/* UCX with CUDA: device sources go to UCX as they are, in am mode (put
+ * mode refuses device regions at pack time unless UCX has CUDA too, and
+ * puts read the source the same way). */
+static bool ucx_moves_kind(lc_conn_t *c, int kind, int device)
+{
+	ustate_t *st = ((uconn_t *)c->tp)->st;
+	(void)device;
+	return st->cuda_direct && lc__ucx_moves_kind(st->memory_types, kind);
+}
+
 const lc__transport_ops_t lc__ucx_ops = {
 	.scheme = "ucx",
 	.init = lc__ucx_init,
@@ -69,4 +79,5 @@ const lc__transport_ops_t lc__ucx_ops = {
 	.room_cancel = lc__ucx_room_cancel,
 	.import_region = lc__ucx_import_region,
 	.pack_region = ucx_pack_region,
+	.moves_kind = ucx_moves_kind,
 };

@@ -166,8 +166,15 @@ typedef struct lwrite {
 	lc__land_t land;
 	struct lease *ls;
 	uint8_t *stage; /* a rendezvous into memory without a direct pointer */
-	bool busy;      /* a rendezvous receive is under way */
+	bool busy;      /* a rendezvous receive, or its device copies, under way */
 	bool done;      /* lc__land_done was called */
+	/* Device copies of `stage` in flight (recv.c, copy_start): the last
+	 * one's completion hands `fin` to the thread, which finishes the
+	 * write; the lease's `recvs` counts the write until then. */
+	struct lc__land_async *ca;
+	_Atomic int copies;
+	_Atomic int copy_failed;
+	struct cmd *fin;
 } lwrite_t;
 
 typedef struct lease {
@@ -234,6 +241,12 @@ struct ustate {
 	/* Fixed at engine start (config ucx_data, ucx_allow_sw_rma): put mode
 	 * enables UCP_FEATURE_RMA and packs keys; am mode does neither. */
 	bool put_mode, allow_sw_rma;
+	/* Fixed at engine start (ucp_context_query, UCP_ATTR_FIELD_MEMORY_TYPES):
+	 * the memory types this UCX moves, and whether that includes CUDA
+	 * device memory (docs/gpu.md "UCX with CUDA"); read by any thread once
+	 * `running` (set after them under life_lock). */
+	uint64_t memory_types;
+	bool cuda_direct;
 
 	ucp_context_h uctx;
 	ucp_worker_h worker;
@@ -292,6 +305,17 @@ int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_st
 ucp_err_handling_mode_t lc__ucx_err_mode(lc_ctx_t *ctx);
 bool lc__ucx_data_mode_am(lc_ctx_t *ctx);
 bool lc__ucx_allow_sw_rma(lc_ctx_t *ctx);
+/* UCX with CUDA (docs/gpu.md): whether a UCX whose context reports
+ * `memory_types` (a mask of UCS_BIT(ucs_memory_type_t)) moves memory of
+ * layercake kind `kind` itself. Only LC_MEM_KIND_CUDA with the
+ * UCS_MEMORY_TYPE_CUDA bit: host kinds need no decision (UCX reads them in
+ * place), the sim is ours, and a CUDA region under a UCX without CUDA is
+ * staged through the host ring like tcp's. Pure, for tests. */
+bool lc__ucx_moves_kind(uint64_t memory_types, int kind);
+/* The UCS memory type of a kind UCX moves (lc__ucx_moves_kind). */
+ucs_memory_type_t lc__ucx_mem_type(int kind);
+/* "host,cuda,..." for a mask of memory types, for logs. */
+void lc__ucx_mem_types_str(uint64_t memory_types, char *buf, size_t cap);
 /* Whether UCX carries ep's puts on a transport whose RMA a NIC checks
  * against a memory key (RC/DC); desc gets the put lanes' transports. */
 bool lc__ucx_ep_hw_rma(ucp_ep_h ep, char *desc, size_t cap);
@@ -323,6 +347,9 @@ void lc__ucx_fini(lc_ctx_t *ctx, void *state);
  * stops the engine. */
 int lc__ucx_state_get(void *state, bool start, bool listener, ustate_t **out);
 void lc__ucx_state_put(ustate_t *st, bool listener);
+/* What the running engine of a state detected (tests, ops): its memory
+ * types mask and whether it moves CUDA memory; -ENOENT if not running. */
+int lc__ucx_detected(void *state, uint64_t *memory_types, bool *cuda_direct);
 
 /* ---- send.c (P) ---- */
 
