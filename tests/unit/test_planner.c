@@ -394,7 +394,7 @@ static void tp_fragments_cover_every_unit_once(void **state)
 					assert_int_equal(hits[k], 1);
 			}
 	/* Unit lengths differ; no arguments. */
-	lc_tp_side_t p = {1, 0, 512, 128}, d = {2, 0, 256, 64};
+	lc_tp_side_t p = {1, 0, 512, 128, 0, 0}, d = {2, 0, 256, 64, 0, 0};
 	assert_int_equal(lc_tp_fragment(&p, &d, &f), LC_ERR_GEOMETRY);
 	assert_int_equal(lc_tp_fragment(NULL, &d, &f), -EINVAL);
 }
