@@ -31,6 +31,7 @@ void lc_layout_destroy(lc_layout_t *l)
 	free(l->bufs);
 	free(l->layer_start);
 	free(l->layer_buf);
+	free(l->rows);
 	free(l);
 }
 
@@ -63,11 +64,14 @@ int lc_layout_create(const lc_buffer_t *buffers, size_t n, lc_layout_t **out)
 	l->bufs = malloc(n * sizeof(*l->bufs));
 	l->layer_start = calloc(l->layers + 1, sizeof(uint32_t));
 	l->layer_buf = malloc(n * sizeof(uint32_t));
-	if (!l->bufs || !l->layer_start || !l->layer_buf) {
+	l->rows = malloc(n * sizeof(uint32_t));
+	if (!l->bufs || !l->layer_start || !l->layer_buf || !l->rows) {
 		lc_layout_destroy(l);
 		return -ENOMEM;
 	}
 	memcpy(l->bufs, buffers, n * sizeof(*l->bufs));
+	for (size_t i = 0; i < n; i++)
+		l->rows[i] = buffers[i].rows;
 	/* Counting sort by layer keeps buffer order within a layer. */
 	for (size_t i = 0; i < n; i++)
 		l->layer_start[buffers[i].layer + 1]++;
