@@ -321,7 +321,8 @@ class Layout:
     def buffer(self, i):
         b = _ffi.Buffer()
         check(_ffi.lc_layout_buffer(self._need(), int(i), ctypes.byref(b)), "lc_layout_buffer")
-        return Buffer(b.base or 0, b.length, b.item_len, b.layer, BufferKind(b.kind), b.flags)
+        return Buffer(b.base or 0, b.length, b.item_len, b.layer, BufferKind(b.kind), b.flags,
+                      b.rows)
 
     @property
     def buffers(self):

@@ -218,3 +218,63 @@ def test_one_p_rank_feeds_two_d_ranks_their_heads_over_loop():
     e.close()
     p.close()
     d.close()
+
+
+def test_token_major_pages_split_with_strided_writes_over_loop():
+    """Token-major pages ([page_size, kv_heads, head_dim]) at P TP 1 -> D
+    TP 2: each D rank's page holds its heads of every token, moved as one
+    strided write per page; the layout keeps its rows."""
+    layers, pages, rows, heads, hd, room = 2, 8, 4, 4, 16, 32
+    item = rows * heads * hd
+    frag = lc.tp_fragment(1, 0, item, 2, 1, item // 2, hd, rows=rows)
+    assert frag == {"src_offset": 2 * hd, "dst_offset": 0, "bytes": 2 * hd,
+                    "dst_item_len": item // 2, "count": rows,
+                    "src_stride": heads * hd, "dst_stride": 2 * hd}
+    with pytest.raises(lc.LayercakeError) as e:
+        lc.tp_fragment(1, 0, item, 2, 1, item // 2, hd, rows=3)  # rows do not divide
+    assert e.value.name == "LC_ERR_GEOMETRY"
+    d = lc.Context("tpr-d")
+    p = lc.Context("tpr-p")
+    listener = d.listen("loop://tpr-py-%d" % id(d))
+    token = d.issue_token()
+    pmem = lc.Memory(1 << 21)
+    p.register(pmem)
+    pv = np.frombuffer(pmem.view, dtype=np.uint8)
+    pv[: 2 * layers * pages * item] = np.arange(2 * layers * pages * item) % 251
+    layout = lc.Layout.mha(layers, pages, item, rows=rows,
+                           bases=[pmem.address + b * pages * item for b in range(2 * layers)])
+    assert all(b.rows == rows for b in layout.buffers)
+    e = lc.Engine(p, layout)
+    dmem = []
+    for r in range(2):
+        dmem.append(lc.Memory(1 << 21))
+        dreg = d.register(dmem[r])
+        f = lc.tp_fragment(1, 0, item, 2, r, item // 2, hd, rows=rows)
+        e.session_add(f"d{r}", listener.url, [dreg.pack()], token=token,
+                      buffer_region=[0] * (2 * layers),
+                      buffer_offset=[b * pages * item // 2 for b in range(2 * layers)],
+                      fragments={b: f for b in range(2 * layers)})
+        d.grant(room, dreg, 0, dreg.length)
+        e.room_dst_add(room, session=f"d{r}", pages=[5, 6, 7], required_dst_count=2)
+    posted0 = p.counters()["writes_posted"]
+    e.room_metadata_set(room, b"m")
+    e.add_chunk(room, [0, 1, 2], is_last=True)
+    for _ in range(5000):
+        st = e.room_status(room).status
+        if st in (lc.RoomStatus.SUCCESS, lc.RoomStatus.FAILED):
+            break
+        time.sleep(0.002)
+    assert st == lc.RoomStatus.SUCCESS
+    # One write per page, buffer and D rank, not one per token.
+    assert p.counters()["writes_posted"] - posted0 == 2 * 2 * layers * 3
+    P = pv[: 2 * layers * pages * item].reshape(2 * layers, pages, rows, heads, hd)
+    for r in range(2):
+        dv = np.frombuffer(dmem[r].view, dtype=np.uint8)
+        D = dv[: 2 * layers * pages * item // 2].reshape(2 * layers, pages, rows, heads // 2, hd)
+        for s, t in zip([0, 1, 2], [5, 6, 7]):
+            assert np.array_equal(D[:, t], P[:, s, :, 2 * r:2 * r + 2, :]), (r, s)
+        untouched = [q for q in range(pages) if q not in (5, 6, 7)]
+        assert not D[:, untouched].any()
+    e.close()
+    p.close()
+    d.close()
