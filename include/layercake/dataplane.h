@@ -277,7 +277,7 @@ LC_API int lc_conn_import_region(lc_conn_t *conn, const void *desc, size_t len,
  * then ignored). Strides must be >= length (blocks do not overlap), count
  * <= LC_WRITE_MAX_COUNT; every block must lie in a region of the sender
  * and, at the receiver, in the named region (else -EINVAL at post, or the
- * batch fails with LC_ERR_PROTOCOL/LC_ERR_GEOMETRY at the receiver). The
+ * batch fails with LC_ERR_OUT_OF_REGION / LC_ERR_GRANT at the receiver). The
  * batch's bytes count count * length. */
 typedef struct lc_write {
 	const void *local;
