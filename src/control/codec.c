@@ -443,6 +443,19 @@ int lc__msg_encode(const lc__msg_t *m, uint8_t **out, size_t *out_len)
 
 /* ---- decode ---- */
 
+/* With LC__REG_HAS_ROWS: a u32 per buffer, tokens per token-major page. */
+static void decode_rows(reader_t *r, lc__msg_register_t *g)
+{
+	if (!r->err && (g->flags & LC__REG_HAS_ROWS) && !(g->flags & LC__REG_HAS_TP))
+		r_fail(r, "rows without a TP size");
+	for (uint32_t i = 0; !r->err && (g->flags & LC__REG_HAS_ROWS) && i < g->nbuffers; i++) {
+		g->buffers[i].rows = r_u32(r, "buffer rows");
+		if (!r->err && g->buffers[i].rows > LC__MSG_MAX_ROWS)
+			r_fail(r, "buffer %u: %u rows, more than %u", i, g->buffers[i].rows,
+			       LC__MSG_MAX_ROWS);
+	}
+}
+
 static void decode_register(reader_t *r, lc__msg_register_t *g)
 {
 	r_str(r, g->session, sizeof g->session, false, "session");
@@ -497,14 +510,7 @@ static void decode_register(reader_t *r, lc__msg_register_t *g)
 		b->item_len = r_u64(r, "buffer item_len");
 		b->offset = r_u64(r, "buffer offset");
 	}
-	if (!r->err && (g->flags & LC__REG_HAS_ROWS) && !(g->flags & LC__REG_HAS_TP))
-		r_fail(r, "rows without a TP size");
-	for (uint32_t i = 0; !r->err && (g->flags & LC__REG_HAS_ROWS) && i < nb; i++) {
-		g->buffers[i].rows = r_u32(r, "buffer rows");
-		if (!r->err && g->buffers[i].rows > LC__MSG_MAX_ROWS)
-			r_fail(r, "buffer %u: %u rows, more than %u", i, g->buffers[i].rows,
-			       LC__MSG_MAX_ROWS);
-	}
+	decode_rows(r, g);
 	uint32_t nr = r_u32(r, "region count");
 	if (r->err)
 		return;
