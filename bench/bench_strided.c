@@ -265,8 +265,8 @@ static int run_mode(const sopts_t *o, rig_t *r, bool strided, uint64_t room0, sr
 		outstanding -= !rc;
 	}
 	out->seconds = now_s() - t0;
-	out->bytes = (uint64_t)o->requests * o->layers * 2 * o->pages * o->rows *
-		     (o->heads / 2) * o->head_bytes;
+	out->bytes = (uint64_t)o->requests * o->layers * 2 * o->pages * o->rows * (o->heads / 2) *
+		     o->head_bytes;
 	out->gbps = out->seconds > 0 ? (double)out->bytes / out->seconds / 1e9 : 0;
 	free(w);
 	return rc ? rc : out->status;
@@ -279,9 +279,11 @@ static bool verify(const sopts_t *o, const rig_t *r)
 	for (uint32_t lb = 0; lb < o->layers * 2; lb++)
 		for (uint32_t p = 0; p < o->pages; p++)
 			for (uint32_t t = 0; t < o->rows; t++)
-				if (memcmp(r->dmem + ((uint64_t)lb * o->pages + p) * drow * o->rows +
+				if (memcmp(r->dmem +
+						   ((uint64_t)lb * o->pages + p) * drow * o->rows +
 						   t * drow,
-					   r->smem + ((uint64_t)p * o->rows + t) * prow + drow, drow))
+					   r->smem + ((uint64_t)p * o->rows + t) * prow + drow,
+					   drow))
 					return false;
 	return true;
 }
@@ -339,8 +341,8 @@ int lc__bench_strided(int argc, char **argv)
 	       o.transport, o.rows, o.heads, (unsigned long long)o.head_bytes, o.layers, o.pages,
 	       o.requests);
 	printf("%-10s %22s %10s %8s\n", "mode", "descriptors/request", "seconds", "GB/s");
-	printf("%-10s %22llu %10.4f %8.3f\n", "strided", (unsigned long long)s.descriptors_per_request,
-	       s.seconds, s.gbps);
+	printf("%-10s %22llu %10.4f %8.3f\n", "strided",
+	       (unsigned long long)s.descriptors_per_request, s.seconds, s.gbps);
 	printf("%-10s %22llu %10.4f %8.3f\n", "per-token",
 	       (unsigned long long)t.descriptors_per_request, t.seconds, t.gbps);
 	printf("ratio strided/per-token: %.2fx throughput, %.0fx fewer descriptors\n", ratio,

@@ -138,8 +138,8 @@ typedef struct bench_entry {
 } bench_entry_t;
 
 static const bench_entry_t table[] = {
-	{"transport", 7}, {"planner", 3}, {"wake", 1}, {"control", 2}, {"checksum", 2},
-	{"strided", 2},
+	{"transport", 7}, {"planner", 3},  {"wake", 1},
+	{"control", 2},   {"checksum", 2}, {"strided", 2},
 };
 #define NBENCH (sizeof table / sizeof table[0])
 

@@ -79,11 +79,11 @@ typedef struct lc_layout_params {
 	uint32_t draft_layers; /* draft/MTP KV layers */
 	uint32_t rows;         /* KV buffers' lc_buffer_t.rows: tokens per token-major
 				* page, 0 = head-major (not for state buffers) */
-	uint64_t pages;       /* pages per KV buffer (length = pages * item_len) */
-	uint64_t item_len[3]; /* bytes per page of each per-layer component:
+	uint64_t pages;        /* pages per KV buffer (length = pages * item_len) */
+	uint64_t item_len[3];  /* bytes per page of each per-layer component:
 			       * MHA {K, V}, MLA {C}, per_token_head {Q0, Q1, Q2},
 			       * DSA {C, I}; a zero V/Q1/Q2/I takes item_len[0] */
-	void *const *bases;   /* one base per buffer in the order above, or NULL
+	void *const *bases;    /* one base per buffer in the order above, or NULL
 			       * (all bases 0: a geometry-only layout) */
 	/* Optional: global layer id of each target KV layer (hybrid models);
 	 * NULL means 0..layers-1. */

@@ -209,8 +209,7 @@ int lc_tp_fragment(const lc_tp_side_t *p, const lc_tp_side_t *d, lc_fragment_t *
 	/* Token-major pages: the head-major split below applies to each of
 	 * the page's token rows. */
 	uint64_t rows = p->rows > 1 ? p->rows : 1, d_rows = d->rows > 1 ? d->rows : 1;
-	if (rows != d_rows || rows > LC_WRITE_MAX_COUNT || p->item_len % rows ||
-	    d->item_len % rows)
+	if (rows != d_rows || rows > LC_WRITE_MAX_COUNT || p->item_len % rows || d->item_len % rows)
 		return LC_ERR_GEOMETRY;
 	uint64_t prow = p->item_len / rows, drow = d->item_len / rows;
 	if (p->unit_len != d->unit_len || prow % p->unit_len || drow % d->unit_len)

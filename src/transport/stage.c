@@ -157,7 +157,8 @@ static void staged_start(staged_t *s)
 		for (uint32_t k = 0; k < count && !rc; k++) {
 			atomic_fetch_add(&s->left, 1);
 			rc = cp->ops->to_host(cp, s->buf + off + (uint64_t)k * w->length,
-					      (const uint8_t *)w->local + (uint64_t)k * w->local_stride,
+					      (const uint8_t *)w->local +
+						      (uint64_t)k * w->local_stride,
 					      w->length, copy_done, s);
 			if (rc)
 				atomic_fetch_sub(&s->left, 1);

@@ -342,7 +342,8 @@ static void case_strided_write(harness_t *h)
 	for (size_t i = 0; i < PAGES; i++) {
 		uint64_t d = (i * 37) % PAGES;
 		for (size_t r = 0; r < ROWS; r++) {
-			uint64_t so = i * SPAGE + BLOCK + r * SROW, dof = d * DPAGE + BLOCK + r * DROW;
+			uint64_t so = i * SPAGE + BLOCK + r * SROW,
+				 dof = d * DPAGE + BLOCK + r * DROW;
 			TU_CHECK(!memcmp(h->src + so, h->dst + dof, BLOCK),
 				 "page %zu row %zu: bytes at dst %llu differ", i, r,
 				 (unsigned long long)dof);

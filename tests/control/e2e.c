@@ -100,8 +100,7 @@ static void rank_page(const uint8_t *g, uint64_t item, int tp_rank, uint8_t *out
 	}
 	uint64_t grow = ITEM / C.rows, row = item / C.rows;
 	for (uint32_t t = 0; t < C.rows; t++)
-		memcpy(out + t * row, g + t * grow + slice_of(row * C.rows, tp_rank) / C.rows,
-		       row);
+		memcpy(out + t * row, g + t * grow + slice_of(row * C.rows, tp_rank) / C.rows, row);
 }
 
 /* The pool's layout again with token-major rows. */
@@ -130,7 +129,8 @@ static void side_init(side_t *s, const char *name, uint64_t item, bool is_p, int
 		for (int b = 0; b < NBUF; b++)
 			for (int p = 0; p < PAGES; p++) {
 				global_page(b, p, g);
-				rank_page(g, item, tp_rank, (uint8_t *)s->bases[b] + (size_t)p * item);
+				rank_page(g, item, tp_rank,
+					  (uint8_t *)s->bases[b] + (size_t)p * item);
 			}
 	} else {
 		memset(s->mem, CANARY, s->len);

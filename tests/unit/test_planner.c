@@ -443,7 +443,8 @@ static void tp_fragments_of_token_major_pages_are_strided(void **state)
 	for (int pt = 1; pt <= 8; pt *= 2)
 		for (int dt = 1; dt <= 8; dt *= 2)
 			for (int dr = 0; dr < dt; dr++) {
-				uint64_t pi = 4 * 8 * 16 / (uint64_t)pt, di = 4 * 8 * 16 / (uint64_t)dt;
+				uint64_t pi = 4 * 8 * 16 / (uint64_t)pt,
+					 di = 4 * 8 * 16 / (uint64_t)dt;
 				uint8_t hits[512] = {0};
 				for (int pr = 0; pr < pt; pr++) {
 					if (tpr(pt, pr, pi, dt, dr, di, 16, 4, &f) != 1)
@@ -452,15 +453,17 @@ static void tp_fragments_of_token_major_pages_are_strided(void **state)
 					for (uint32_t i = 0; i < n; i++) {
 						uint64_t so = f.src_offset + i * f.src_stride;
 						uint64_t dof = f.dst_offset + i * f.dst_stride;
-						assert_true(so + f.bytes <= pi && dof + f.bytes <= di);
+						assert_true(so + f.bytes <= pi &&
+							    dof + f.bytes <= di);
 						for (uint64_t k = 0; k < f.bytes; k++)
 							hits[dof + k]++;
 					}
 				}
 				for (uint64_t k = 0; k < di; k++)
 					if (hits[k] != 1)
-						fail_msg("P TP %d D TP %d rank %d: byte %llu hit %u", pt,
-							 dt, dr, (unsigned long long)k, hits[k]);
+						fail_msg(
+							"P TP %d D TP %d rank %d: byte %llu hit %u",
+							pt, dt, dr, (unsigned long long)k, hits[k]);
 			}
 	/* Rows that differ, do not divide the page, or pass the cap. */
 	lc_tp_side_t p = {2, 0, 16 * 128, 128, 16, 0}, d = {1, 0, 16 * 256, 128, 8, 0};

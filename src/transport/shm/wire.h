@@ -27,7 +27,7 @@
 #include "core/ctx.h"
 
 #define LC__SHM_MAGIC 0x4d48534cu /* "LSHM" */
-#define LC__SHM_VERSION 2u /* 2: strided write records */
+#define LC__SHM_VERSION 2u        /* 2: strided write records */
 
 enum lc__shm_msg_type {
 	LC__SHM_HELLO = 1,
