@@ -12,5 +12,6 @@ int lc__bench_planner(int argc, char **argv) __attribute__((weak));
 int lc__bench_wake(int argc, char **argv) __attribute__((weak));
 int lc__bench_control(int argc, char **argv) __attribute__((weak));
 int lc__bench_checksum(int argc, char **argv) __attribute__((weak));
+int lc__bench_strided(int argc, char **argv) __attribute__((weak));
 
 #endif

@@ -149,7 +149,8 @@ typedef struct bench_entry {
 } bench_entry_t;
 
 static const bench_entry_t table[] = {
-	{"transport", 7}, {"planner", 3}, {"wake", 1}, {"control", 2}, {"checksum", 2},
+	{"transport", 7}, {"planner", 3},  {"wake", 1},
+	{"control", 2},   {"checksum", 2}, {"strided", 2},
 };
 #define NBENCH (sizeof table / sizeof table[0])
 
@@ -166,6 +167,8 @@ static bench_fn fn_of(size_t i)
 		return lc__bench_control;
 	case 4:
 		return lc__bench_checksum;
+	case 5:
+		return lc__bench_strided;
 	default:
 		return NULL;
 	}

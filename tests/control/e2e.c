@@ -55,6 +55,7 @@ typedef struct cfg {
 	const char *d_knobs;
 	const char *d_session;
 	int room_base;
+	uint32_t rows; /* > 1: token-major pages of `rows` tokens (strided writes) */
 } cfg_t;
 
 static cfg_t C;
@@ -88,17 +89,48 @@ static size_t slice_of(uint64_t item, int tp_rank)
 	return item < ITEM ? (size_t)tp_rank * item : 0;
 }
 
+/* A rank's page of item bytes cut from the global page g: head-major, the
+ * slice at its share; token-major (C.rows > 1), that slice of every token
+ * row (a page is rows rows of ITEM / rows bytes, heads within a row). */
+static void rank_page(const uint8_t *g, uint64_t item, int tp_rank, uint8_t *out)
+{
+	if (C.rows <= 1) {
+		memcpy(out, g + slice_of(item, tp_rank), item);
+		return;
+	}
+	uint64_t grow = ITEM / C.rows, row = item / C.rows;
+	for (uint32_t t = 0; t < C.rows; t++)
+		memcpy(out + t * row, g + t * grow + slice_of(row * C.rows, tp_rank) / C.rows, row);
+}
+
+/* The pool's layout again with token-major rows. */
+static void pool_rows(side_t *s)
+{
+	if (C.rows <= 1)
+		return;
+	lc_layout_destroy(s->layout);
+	lc_layout_params_t lp = {.size = sizeof lp,
+				 .model = LC_LAYOUT_MHA,
+				 .layers = LAYERS,
+				 .rows = C.rows,
+				 .pages = PAGES,
+				 .item_len = {s->item, s->item},
+				 .bases = s->bases};
+	TU_OK(lc_layout_build(&lp, &s->layout));
+}
+
 static void side_init(side_t *s, const char *name, uint64_t item, bool is_p, int tp_rank,
 		      const char *kn)
 {
 	tu_pool_init(s, name, kn, LAYERS, PAGES, item);
+	pool_rows(s);
 	if (is_p) {
 		uint8_t g[ITEM];
 		for (int b = 0; b < NBUF; b++)
 			for (int p = 0; p < PAGES; p++) {
 				global_page(b, p, g);
-				memcpy((uint8_t *)s->bases[b] + (size_t)p * item,
-				       g + slice_of(item, tp_rank), item);
+				rank_page(g, item, tp_rank,
+					  (uint8_t *)s->bases[b] + (size_t)p * item);
 			}
 	} else {
 		memset(s->mem, CANARY, s->len);
@@ -309,9 +341,9 @@ static int d_verify(const side_t *s, int tp_rank)
 						j = k;
 					}
 			if (room_index >= 0) {
-				uint8_t g[ITEM];
+				uint8_t g[ITEM], want[ITEM];
 				global_page(b, C.prefix_pages + j + 1, g);
-				const uint8_t *want = g + slice_of(s->item, tp_rank);
+				rank_page(g, s->item, tp_rank, want);
 				long at = -1;
 				for (size_t x = 0; x < s->item && at < 0; x++)
 					if (pg[x] != want[x])
@@ -925,6 +957,20 @@ int main(int argc, char **argv)
 	if (!strcmp(c, "tp_one_p_two_d")) { /* heads split: P TP 1 -> D TP 2 halves */
 		C.d_procs = 2;
 		C.d_item = ITEM / 2;
+		C.rooms = 2;
+		return run_plain(D_NORMAL);
+	}
+	if (!strcmp(c, "tp_two_p_one_d_token_major")) { /* strided: P TP 2 -> D TP 1 */
+		C.p_world = 2;
+		C.p_item = ITEM / 2;
+		C.rows = 16;
+		C.rooms = 2;
+		return run_plain(D_NORMAL);
+	}
+	if (!strcmp(c, "tp_one_p_two_d_token_major")) { /* strided: P TP 1 -> D TP 2 */
+		C.d_procs = 2;
+		C.d_item = ITEM / 2;
+		C.rows = 16;
 		C.rooms = 2;
 		return run_plain(D_NORMAL);
 	}

@@ -47,6 +47,38 @@ def test_numpy_writes_land_exactly_where_granted(url):
     p["tx"].close()
 
 
+@pytest.mark.parametrize("url", ["loop://auto", "tcp://127.0.0.1:0", "shm://auto"])
+def test_strided_writes_land_block_by_block(url):
+    """A strided write (count blocks at two strides), as a numpy row and as
+    a tuple: every block lands, nothing between blocks changes."""
+    if url.split(":")[0] not in lc.transports():
+        pytest.skip(f"{url} not built in")
+    p = make_pair(url)
+    p["rx"].grant(9, p["rreg"], 0, 1 << 20)
+    w = np.zeros(1, dtype=lc.WRITE_DTYPE)
+    w["local"], w["remote_offset"], w["length"] = p["src"].address + 64, 0, 64
+    w["remote_region"], w["count"], w["local_stride"], w["remote_stride"] = p["rid"], 16, 256, 512
+    p["conn"].post(w, room=9)
+    p["conn"].post([(p["src"].address, p["rid"], 65536, 32, 8, 32, 100)], room=9)
+    got = []
+    while len(got) < 2:
+        done = p["cq"].wait(10000)
+        assert done, got
+        got += list(done)
+    assert all(c["status"] == 0 for c in got), got
+    assert sorted(c["bytes"] for c in got) == [8 * 32, 16 * 64]
+    src, dst = p["src"].numpy(), p["dst"].numpy()
+    D = dst[:16 * 512].reshape(16, 512)
+    S = src[:16 * 256].reshape(16, 256)
+    assert np.array_equal(D[:, :64], S[:, 64:128])
+    assert (D[:, 64:] == 0xA5).all()
+    E = dst[65536:65536 + 800].reshape(8, 100)
+    assert np.array_equal(E[:, :32], src[:256].reshape(8, 32))
+    assert (E[:, 32:] == 0xA5).all()
+    p["rx"].close()
+    p["tx"].close()
+
+
 @pytest.mark.parametrize("url", ["loop://auto", "tcp://127.0.0.1:0"])
 def test_deferred_posts_start_at_flush(url):
     if url.split(":")[0] not in lc.transports():

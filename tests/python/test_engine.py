@@ -163,7 +163,8 @@ def test_library_logs_reach_python_logging(caplog):
 def test_tp_fragment_pairs_heads_across_unequal_tp():
     # P TP 1 holds 4 heads of 64 bytes per page; D TP 2 ranks hold 2 each.
     f = lc.tp_fragment(1, 0, 256, 2, 1, 128, 64)
-    assert f == {"src_offset": 128, "dst_offset": 0, "bytes": 128, "dst_item_len": 128}
+    assert f == {"src_offset": 128, "dst_offset": 0, "bytes": 128, "dst_item_len": 128,
+                 "count": 1, "src_stride": 0, "dst_stride": 0}
     # GQA: 2 KV heads over P TP 4; ranks 1 and 3 replicate 0 and 2.
     assert lc.tp_fragment(4, 1, 64, 1, 0, 128, 64) is None
     assert lc.tp_fragment(4, 2, 64, 1, 0, 128, 64)["dst_offset"] == 64
@@ -214,6 +215,66 @@ def test_one_p_rank_feeds_two_d_ranks_their_heads_over_loop():
                 got = dv[(b * pages + t) * half:(b * pages + t + 1) * half]
                 want = pv[(b * pages + s) * item + r * half:(b * pages + s) * item + (r + 1) * half]
                 assert np.array_equal(got, want), (r, b, s)
+    e.close()
+    p.close()
+    d.close()
+
+
+def test_token_major_pages_split_with_strided_writes_over_loop():
+    """Token-major pages ([page_size, kv_heads, head_dim]) at P TP 1 -> D
+    TP 2: each D rank's page holds its heads of every token, moved as one
+    strided write per page; the layout keeps its rows."""
+    layers, pages, rows, heads, hd, room = 2, 8, 4, 4, 16, 32
+    item = rows * heads * hd
+    frag = lc.tp_fragment(1, 0, item, 2, 1, item // 2, hd, rows=rows)
+    assert frag == {"src_offset": 2 * hd, "dst_offset": 0, "bytes": 2 * hd,
+                    "dst_item_len": item // 2, "count": rows,
+                    "src_stride": heads * hd, "dst_stride": 2 * hd}
+    with pytest.raises(lc.LayercakeError) as e:
+        lc.tp_fragment(1, 0, item, 2, 1, item // 2, hd, rows=3)  # rows do not divide
+    assert e.value.name == "LC_ERR_GEOMETRY"
+    d = lc.Context("tpr-d")
+    p = lc.Context("tpr-p")
+    listener = d.listen("loop://tpr-py-%d" % id(d))
+    token = d.issue_token()
+    pmem = lc.Memory(1 << 21)
+    p.register(pmem)
+    pv = np.frombuffer(pmem.view, dtype=np.uint8)
+    pv[: 2 * layers * pages * item] = np.arange(2 * layers * pages * item) % 251
+    layout = lc.Layout.mha(layers, pages, item, rows=rows,
+                           bases=[pmem.address + b * pages * item for b in range(2 * layers)])
+    assert all(b.rows == rows for b in layout.buffers)
+    e = lc.Engine(p, layout)
+    dmem = []
+    for r in range(2):
+        dmem.append(lc.Memory(1 << 21))
+        dreg = d.register(dmem[r])
+        f = lc.tp_fragment(1, 0, item, 2, r, item // 2, hd, rows=rows)
+        e.session_add(f"d{r}", listener.url, [dreg.pack()], token=token,
+                      buffer_region=[0] * (2 * layers),
+                      buffer_offset=[b * pages * item // 2 for b in range(2 * layers)],
+                      fragments={b: f for b in range(2 * layers)})
+        d.grant(room, dreg, 0, dreg.length)
+        e.room_dst_add(room, session=f"d{r}", pages=[5, 6, 7], required_dst_count=2)
+    posted0 = p.counters()["writes_posted"]
+    e.room_metadata_set(room, b"m")
+    e.add_chunk(room, [0, 1, 2], is_last=True)
+    for _ in range(5000):
+        st = e.room_status(room).status
+        if st in (lc.RoomStatus.SUCCESS, lc.RoomStatus.FAILED):
+            break
+        time.sleep(0.002)
+    assert st == lc.RoomStatus.SUCCESS
+    # One write per page, buffer and D rank, not one per token.
+    assert p.counters()["writes_posted"] - posted0 == 2 * 2 * layers * 3
+    P = pv[: 2 * layers * pages * item].reshape(2 * layers, pages, rows, heads, hd)
+    for r in range(2):
+        dv = np.frombuffer(dmem[r].view, dtype=np.uint8)
+        D = dv[: 2 * layers * pages * item // 2].reshape(2 * layers, pages, rows, heads // 2, hd)
+        for s, t in zip([0, 1, 2], [5, 6, 7]):
+            assert np.array_equal(D[:, t], P[:, s, :, 2 * r:2 * r + 2, :]), (r, s)
+        untouched = [q for q in range(pages) if q not in (5, 6, 7)]
+        assert not D[:, untouched].any()
     e.close()
     p.close()
     d.close()

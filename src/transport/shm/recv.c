@@ -290,6 +290,20 @@ static int write_one(shm_listener_t *sl, dconn_t *dc, const src_region_t *s,
 {
 	if (s->err)
 		return s->err;
+	if (w->count > 1 && s->mode == SRC_MAP) /* strided: one span check, block by block */
+		return lc__land_strided(sl->ctx, w->room, w->dst, w->dst_off, s->base + w->src_off,
+					w->length, w->count, w->src_stride, w->dst_stride);
+	if (w->count > 1) {
+		uint64_t span;
+		int rc = lc__land_strided_span(sl->ctx, w->room, w->dst_off, w->length, w->count,
+					       w->dst_stride, &span);
+		for (uint32_t k = 0; k < w->count && !rc; k++)
+			rc = lc__shm_copy_cma(sl->ctx, dc->pid, w->room, w->dst,
+					      w->dst_off + (uint64_t)k * w->dst_stride,
+					      s->p_addr + w->src_off + (uint64_t)k * w->src_stride,
+					      w->length);
+		return rc;
+	}
 	if (s->mode == SRC_MAP && sl->helper && w->length >= LC__SHM_SPLIT_MIN)
 		return lc__shm_copy_split(sl->helper, sl->ctx, w->room, w->dst, w->dst_off,
 					  s->base + w->src_off, w->length);
@@ -298,6 +312,22 @@ static int write_one(shm_listener_t *sl, dconn_t *dc, const src_region_t *s,
 				      w->length);
 	return lc__shm_copy_cma(sl->ctx, dc->pid, w->room, w->dst, w->dst_off,
 				s->p_addr + w->src_off, w->length);
+}
+
+/* Whether a record's source blocks lie in its source region (a strided
+ * record's span: count within the cap, blocks not overlapping, no
+ * overflow). */
+static bool src_span_ok(const src_region_t *s, const lc__shm_write_t *w)
+{
+	uint64_t span = w->length;
+	if (w->count > 1) {
+		uint64_t k = w->count - 1;
+		if (w->count > LC_WRITE_MAX_COUNT || w->src_stride < w->length ||
+		    w->src_stride > (UINT64_MAX - w->length) / k)
+			return false;
+		span = k * w->src_stride + w->length;
+	}
+	return w->src_off <= s->len && span <= s->len - w->src_off;
 }
 
 /* Apply the records of the WRITES message in dc->in from dc->in_next on,
@@ -317,11 +347,11 @@ static int writes_apply(shm_listener_t *sl, dconn_t *dc, uint64_t *budget)
 		lc__shm_get_write(dc->in, i, &w);
 		if (!s || s->id != w.src)
 			s = src_find(dc, w.src);
-		if (!s || w.length == 0 || w.src_off > s->len || w.length > s->len - w.src_off)
+		if (!s || w.length == 0 || !src_span_ok(s, &w))
 			return -1;
 		ack_add(dc, w.batch, write_one(sl, dc, s, &w));
 		dc->in_next++;
-		*budget -= LC__MIN(*budget, w.length);
+		*budget -= LC__MIN(*budget, w.length * (w.count > 1 ? w.count : 1));
 		/* Acknowledge at each batch boundary, so P completes early. */
 		if (i + 1 == dc->in_n || lc__shm_write_batch(dc->in, i + 1) != w.batch) {
 			int rc = ack_flush(dc);

@@ -251,10 +251,14 @@ static bool source_of(shm_conn_t *sc, pbatch_t *pb, lc__region_info_t *ri, bool 
 {
 	const lc_write_t *w = &pb->b->writes[pb->sent];
 	const uint8_t *local = w->local;
-	if (*have && local >= ri->addr && w->length <= ri->len &&
-	    (size_t)(local - ri->addr) <= ri->len - w->length)
+	/* A strided write's blocks span this much of its source (checked at
+	 * post not to overflow). */
+	uint64_t span = w->count > 1 ? (uint64_t)(w->count - 1) * w->local_stride + w->length
+				     : w->length;
+	if (*have && local >= ri->addr && span <= ri->len &&
+	    (size_t)(local - ri->addr) <= ri->len - span)
 		return true;
-	*have = lc__source_find(sc->ctx, local, w->length, ri) == 0;
+	*have = lc__source_find(sc->ctx, local, span, ri) == 0;
 	if (!*have)
 		lc__batch_fail(pb->b, LC_ERR_REGION,
 			       "%s: write %zu: source %p+%llu is no longer registered", sc->c->url,
@@ -292,7 +296,10 @@ static void build_next(shm_conn_t *sc)
 				       .dst = w->remote_region,
 				       .src_off = (uint64_t)((const uint8_t *)w->local - ri.addr),
 				       .dst_off = w->remote_offset,
-				       .length = w->length};
+				       .length = w->length,
+				       .count = w->count,
+				       .src_stride = w->local_stride,
+				       .dst_stride = w->remote_stride};
 		lc__shm_put_write(sc->out, n++, &rec);
 		pb->sent++;
 	}

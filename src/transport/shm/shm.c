@@ -22,6 +22,7 @@
 
 const lc__transport_ops_t lc__shm_ops = {
 	.scheme = "shm",
+	.strided = true,
 	.listen = lc__shm_listen,
 	.listener_close = lc__shm_listener_close,
 	.conn_open = lc__shm_conn_open,

@@ -7,7 +7,10 @@
  *                 u64 length, u64 offset in the memfd (+ SCM_RIGHTS fd)
  *   DROP    P->D  u32 src id, u32 0
  *   WRITES  P->D  count x {u64 batch, u64 room, u32 src id, u32 dst region,
- *                 u64 src offset, u64 dst offset, u64 length}
+ *                 u64 src offset, u64 dst offset, u64 length, u32 blocks,
+ *                 u32 0, u64 src stride, u64 dst stride}
+ *                 (blocks > 1: a strided write, `blocks` blocks of length
+ *                 bytes at the two strides; 0 or 1: one block)
  *   ACKS    D->P  count x {u64 batch, u32 writes, i32 status}
  * The count is 0 but for WRITES and ACKS. Every offset of the format is
  * written here and nowhere else: the sides fill and read the structs below.
@@ -24,7 +27,7 @@
 #include "core/ctx.h"
 
 #define LC__SHM_MAGIC 0x4d48534cu /* "LSHM" */
-#define LC__SHM_VERSION 1u
+#define LC__SHM_VERSION 2u        /* 2: strided write records */
 
 enum lc__shm_msg_type {
 	LC__SHM_HELLO = 1,
@@ -40,7 +43,7 @@ enum lc__shm_msg_type {
 #define LC__SHM_WELCOME_LEN (LC__SHM_HDR + 16)
 #define LC__SHM_REGION_LEN (LC__SHM_HDR + 32)
 #define LC__SHM_DROP_LEN (LC__SHM_HDR + 8)
-#define LC__SHM_WRITE_REC 48
+#define LC__SHM_WRITE_REC 72
 #define LC__SHM_ACK_REC 16
 #define LC__SHM_MAX_WRITES 1024 /* records per WRITES or ACKS message */
 #define LC__SHM_MSG_MAX (LC__SHM_HDR + LC__SHM_MAX_WRITES * LC__SHM_WRITE_REC)
@@ -68,6 +71,8 @@ typedef struct lc__shm_write {
 	uint64_t batch, room;
 	uint32_t src, dst;
 	uint64_t src_off, dst_off, length;
+	uint32_t count; /* blocks of a strided write; 0 or 1: one */
+	uint64_t src_stride, dst_stride;
 } lc__shm_write_t;
 
 typedef struct lc__shm_ack {
@@ -197,6 +202,10 @@ static inline void lc__shm_put_write(uint8_t *m, uint32_t i, const lc__shm_write
 	lc__put_u64(r + 24, w->src_off);
 	lc__put_u64(r + 32, w->dst_off);
 	lc__put_u64(r + 40, w->length);
+	lc__put_u32(r + 48, w->count);
+	lc__put_u32(r + 52, 0);
+	lc__put_u64(r + 56, w->src_stride);
+	lc__put_u64(r + 64, w->dst_stride);
 }
 
 static inline void lc__shm_get_write(const uint8_t *m, uint32_t i, lc__shm_write_t *w)
@@ -209,6 +218,9 @@ static inline void lc__shm_get_write(const uint8_t *m, uint32_t i, lc__shm_write
 	w->src_off = lc__get_u64(r + 24);
 	w->dst_off = lc__get_u64(r + 32);
 	w->length = lc__get_u64(r + 40);
+	w->count = lc__get_u32(r + 48);
+	w->src_stride = lc__get_u64(r + 56);
+	w->dst_stride = lc__get_u64(r + 64);
 }
 
 /* The batch of write record i, without decoding the rest. */
