@@ -2,8 +2,8 @@
 """Prefill (P) and decode (D) of a real torch transformer over layercake,
 checked against a single instance running the same weights.
 
-    pd.py [--attn gqa|mla|both] [--layers 8] [--dim 512] [--requests 4] [--prompt 384]
-          [--steps 16] [--page-size 16] [--checkpoint FILE] [--seed 0]
+    pd.py [--attn gqa|mla|both] [--layers 8] [--dim 256] [--requests 4] [--prompt 256]
+          [--steps 8] [--page-size 16] [--checkpoint FILE] [--seed 0]
 
 P and D run in this process with their own contexts, pools and page ids, and
 talk over real tcp (and ZeroMQ/HTTP for the control plane), as two machines
@@ -240,7 +240,7 @@ def _wave(model, wave, P, D, prefills, decodes, bs, p_tables, d_tables, ps, step
                 for snd in senders[cancel[layer].rid]:
                     snd.abort("cancelled mid-prefill")
 
-        first, err = {}, []
+        first, err, done = {}, [], []
 
         def prefill():
             try:
@@ -252,6 +252,7 @@ def _wave(model, wave, P, D, prefills, decodes, bs, p_tables, d_tables, ps, step
                             snd.set_metadata(str(t).encode())
                 for p in prefills:
                     p.steps.record_aux()
+                done.append(time.monotonic())
             except Exception as e:  # pragma: no cover - reported by the caller
                 err.append(e)
 
@@ -267,15 +268,16 @@ def _wave(model, wave, P, D, prefills, decodes, bs, p_tables, d_tables, ps, step
                     pending.discard(rid)
             time.sleep(0.0002)
         th.join(WAIT_S)
-        forward_s = time.monotonic() - t0
         if err:
             raise err[0]
+        forward_s = done[0] - t0  # P's forward, its records and metadata
         for r in wave:
             infos = [rc.poll() for rc in receivers[r.rid]]
             sinfo = [snd.wait(timeout=WAIT_S) for snd in senders[r.rid]]
             ok = all(i.status == lc.RoomStatus.SUCCESS for i in infos)
             res = {"prompt": len(r.prompt), "status": infos[0].status.name, "p_status": sinfo[0].status.name,
                    "reason": infos[0].reason, "ttft_s": ttft.get(r.rid), "forward_s": forward_s,
+                   "after_forward_s": ttft[r.rid] - forward_s if r.rid in ttft else None,
                    "prefix_len": senders[r.rid][0].prefix_len, "cancelled": r.cancel_at_layer is not None}
             if ok:
                 meta = receivers[r.rid][0].metadata()
@@ -313,14 +315,18 @@ def make_requests(cfg, n, prompt, page_size, seed=1, prefix=True, cancel=True):
     return reqs
 
 
+def ms(s):
+    return "-" if s is None else f"{s * 1e3:.1f}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--attn", choices=("gqa", "mla", "both"), default="both")
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--dim", type=int, default=512)
+    ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--requests", type=int, default=4)
-    ap.add_argument("--prompt", type=int, default=384)
-    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -335,17 +341,20 @@ def main():
         w = load_checkpoint(cfg, args.checkpoint) if args.checkpoint else init_weights(cfg, args.seed)
         reqs = make_requests(cfg, args.requests, args.prompt, args.page_size)
         for mode in ("layerwise", "whole"):
+            t0 = time.monotonic()
             out = run(cfg, w, reqs, page_size=args.page_size, mode=mode, steps=args.steps)
+            print(f"{attn} {mode}: {len(reqs)} requests in {time.monotonic() - t0:.1f} s", file=sys.stderr,
+                  flush=True)
             for rid, r in sorted(out["requests"].items()):
                 good = r["cancelled"] and r["status"] == "FAILED" or r.get("match") and r.get("pages_equal")
                 ok = ok and bool(good)
                 rows.append((attn, mode, rid, r["prompt"], r["prefix_len"] or 0, r["status"],
                              f"{r['matched']}/{len(r['ref'])}" if "ref" in r else "-",
                              {True: "yes", False: "NO"}.get(r.get("pages_equal"), "-"),
-                             f"{r['ttft_s'] * 1e3:.1f}" if r["ttft_s"] is not None else "-",
-                             f"{r['forward_s'] * 1e3:.1f}", f"{out['cpu_s']:.2f}"))
+                             ms(r["forward_s"]), ms(r["ttft_s"]) if not r["cancelled"] else "-",
+                             ms(r["after_forward_s"]) if not r["cancelled"] else "-", f"{out['cpu_s']:.2f}"))
     hdr = ("attn", "mode", "req", "prompt", "prefix", "D status", "tokens matched", "KV pages equal",
-           "TTFT ms", "P forward ms", "run CPU s")
+           "P forward ms", "TTFT ms", "TTFT-forward ms", "run CPU s")
     widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
     for row in [hdr] + rows:
         print("  ".join(str(x).rjust(wd) for x, wd in zip(row, widths)))
