@@ -269,14 +269,28 @@ LC_API int lc_conn_import_region(lc_conn_t *conn, const void *desc, size_t len,
 				 uint32_t *region_id_out);
 
 /* One write: copy `length` bytes from local memory (inside a region of the
- * sending context) to `remote_offset` of the peer's region. */
+ * sending context) to `remote_offset` of the peer's region. A strided write
+ * (count > 1) moves count blocks of `length` bytes each, block i from
+ * local + i * local_stride to remote_offset + i * remote_stride (a token-
+ * major page's share under heterogeneous TP: one descriptor per page, not
+ * one per token). count 0 or 1 is one contiguous block (the strides are
+ * then ignored). Strides must be >= length (blocks do not overlap), count
+ * <= LC_WRITE_MAX_COUNT; every block must lie in a region of the sender
+ * and, at the receiver, in the named region (else -EINVAL at post, or the
+ * batch fails with LC_ERR_PROTOCOL/LC_ERR_GEOMETRY at the receiver). The
+ * batch's bytes count count * length. */
 typedef struct lc_write {
 	const void *local;
 	uint64_t remote_offset;
-	uint64_t length;
+	uint64_t length; /* bytes of one block */
 	uint32_t remote_region;
-	uint32_t reserved; /* zero */
+	uint32_t count;         /* blocks; 0 or 1: one block */
+	uint64_t local_stride;  /* bytes between blocks at the sender */
+	uint64_t remote_stride; /* bytes between blocks at the receiver */
 } lc_write_t;
+
+/* The most blocks of one strided write (tokens per page). */
+#define LC_WRITE_MAX_COUNT 65536u
 
 typedef struct lc_batch_params {
 	size_t size;        /* sizeof(lc_batch_params_t) */

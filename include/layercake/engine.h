@@ -41,7 +41,12 @@ typedef struct lc_buffer {
 	int32_t layer;     /* global layer id, >= 0 */
 	uint32_t kind;     /* lc_buffer_kind_t */
 	uint32_t flags;    /* enum lc_buffer_flags */
-	uint32_t reserved; /* zero */
+	/* Token-major pages ([page_size, heads, head_dim], SGLang's and vLLM's
+	 * default): tokens per page, which must divide item_len; 0 or 1 means
+	 * head-major (a rank's heads are one contiguous slice of the page).
+	 * Only heterogeneous TP reads it (lc_tp_fragment's rows); not in the
+	 * fingerprint. */
+	uint32_t rows;
 } lc_buffer_t;
 
 typedef struct lc_layout lc_layout_t;
@@ -72,7 +77,8 @@ typedef struct lc_layout_params {
 	uint32_t model;        /* lc_layout_model_t */
 	uint32_t layers;       /* target KV layers, >= 1 */
 	uint32_t draft_layers; /* draft/MTP KV layers */
-	uint32_t reserved;
+	uint32_t rows;         /* KV buffers' lc_buffer_t.rows: tokens per token-major
+				* page, 0 = head-major (not for state buffers) */
 	uint64_t pages;       /* pages per KV buffer (length = pages * item_len) */
 	uint64_t item_len[3]; /* bytes per page of each per-layer component:
 			       * MHA {K, V}, MLA {C}, per_token_head {Q0, Q1, Q2},
@@ -376,28 +382,40 @@ LC_API int lc_engine_batch_end(lc_engine_t *engine);
 
 /* What one P rank sends of each page of one buffer to one D rank: bytes
  * [src_offset, src_offset + bytes) of each P page land at dst_offset of the
- * D page, D pages being dst_item_len bytes apart. */
+ * D page, D pages being dst_item_len bytes apart. With count > 1 (token-
+ * major pages) that is count blocks of `bytes`: block i from
+ * src_offset + i * src_stride of the P page to dst_offset + i * dst_stride
+ * of the D page, moved as one strided write per page. */
 typedef struct lc_fragment {
 	uint32_t buffer;       /* P layout buffer index */
 	uint32_t reserved;     /* zero */
 	uint64_t src_offset;   /* bytes into each P page */
 	uint64_t dst_offset;   /* bytes into each D page */
-	uint64_t bytes;        /* bytes moved per page, > 0 */
+	uint64_t bytes;        /* bytes per block, > 0 */
 	uint64_t dst_item_len; /* D's bytes per page of this buffer */
+	uint32_t count;        /* blocks per page; 0 or 1: one block */
+	uint32_t reserved2;    /* zero */
+	uint64_t src_stride;   /* bytes between blocks in the P page */
+	uint64_t dst_stride;   /* bytes between blocks in the D page */
 } lc_fragment_t;
 
 /* One side's view of one buffer: its TP size, this rank, bytes per page,
- * and bytes per unit (a KV head's slice of a page; unit_len == item_len
- * for a buffer every rank holds whole, such as an MLA latent). */
+ * bytes per unit (a KV head's slice of one token row of a page; unit_len ==
+ * item_len / rows for a buffer every rank holds whole, such as an MLA
+ * latent), and rows: tokens per page of a token-major page
+ * ([page_size, heads, head_dim], item_len = rows * units * unit_len);
+ * 0 or 1 is a head-major page (a rank's heads are one contiguous slice). */
 typedef struct lc_tp_side {
 	int tp_size;
 	int tp_rank;
 	uint64_t item_len;
 	uint64_t unit_len;
+	uint32_t rows;
+	uint32_t reserved; /* zero */
 } lc_tp_side_t;
 
 /* The fragment P rank p->tp_rank sends to D rank d->tp_rank. A side with T
- * ranks of L = item_len / unit_len units each holds G = L * T units; with
+ * ranks of L = item_len / rows / unit_len units each holds G = L * T units; with
  * H = min(Gp, Gd) distinct units, each side's ranks form replica groups
  * of G / H ranks holding the same L units (GQA with more ranks than KV
  * heads; a whole-page buffer at unequal TP). Rank r holds distinct units
@@ -405,10 +423,14 @@ typedef struct lc_tp_side {
  * sends the units it shares with D rank d. Equal geometry gives rank p ->
  * rank p, whole pages; an MLA latent at P TP 2, D TP 1 gives rank 0 -> 0
  * and nothing from rank 1 (a dummy); at P TP 1, D TP 2, rank 0 -> both.
- * Returns 1 and fills out's offsets, bytes and dst_item_len (buffer left
- * as it was), 0 if p sends d nothing of this buffer, LC_ERR_GEOMETRY if the
- * two sides cannot be paired (unit lengths differ, a unit count that does
- * not divide), -EINVAL for bad arguments. Pure; any thread. A D rank's P
+ * Token-major pages (rows > 1 on both sides, equal) repeat that per token
+ * row: count = rows blocks, src_stride / dst_stride the P / D row lengths
+ * (one block when the shared units are whole rows on both sides).
+ * Returns 1 and fills out's offsets, bytes, dst_item_len, count and
+ * strides (buffer left as it was), 0 if p sends d nothing of this buffer,
+ * LC_ERR_GEOMETRY if the two sides cannot be paired (unit lengths or rows
+ * differ, a unit count that does not divide, a block leaving its page),
+ * -EINVAL for bad arguments. Pure; any thread. A D rank's P
  * ranks are those with a fragment for it, and a P rank's required
  * destination count those D ranks with a fragment from it. */
 LC_API int lc_tp_fragment(const lc_tp_side_t *p, const lc_tp_side_t *d, lc_fragment_t *out);

@@ -89,7 +89,8 @@ ConnParams = _struct("lc_conn_params_t", [
 
 Write = _struct("lc_write_t", [
     ("local", c_void_p), ("remote_offset", c_u64), ("length", c_u64),
-    ("remote_region", c_u32), ("reserved", c_u32),
+    ("remote_region", c_u32), ("count", c_u32), ("local_stride", c_u64),
+    ("remote_stride", c_u64),
 ])
 
 BatchParams = _struct("lc_batch_params_t", [
@@ -107,12 +108,12 @@ LoopFaults = _struct("lc_loop_faults_t", [
 
 Buffer = _struct("lc_buffer_t", [
     ("base", c_void_p), ("length", c_u64), ("item_len", c_u64), ("layer", c_i32),
-    ("kind", c_u32), ("flags", c_u32), ("reserved", c_u32),
+    ("kind", c_u32), ("flags", c_u32), ("rows", c_u32),
 ])
 
 LayoutParams = _struct("lc_layout_params_t", [
     ("size", c_size), ("model", c_u32), ("layers", c_u32), ("draft_layers", c_u32),
-    ("reserved", c_u32), ("pages", c_u64), ("item_len", c_u64 * 3),
+    ("rows", c_u32), ("pages", c_u64), ("item_len", c_u64 * 3),
     ("bases", P(c_void_p)), ("kv_layer_ids", P(c_i32)),
     ("state_components", c_u32), ("state_layers", c_u32), ("state_layer_ids", P(c_i32)),
     ("state_slots", c_u64), ("state_item_len", c_u64), ("state_bases", P(c_void_p)),
@@ -163,11 +164,13 @@ Chunk = _struct("lc_chunk_t", [
 
 Fragment = _struct("lc_fragment_t", [
     ("buffer", c_u32), ("reserved", c_u32), ("src_offset", c_u64), ("dst_offset", c_u64),
-    ("bytes", c_u64), ("dst_item_len", c_u64),
+    ("bytes", c_u64), ("dst_item_len", c_u64), ("count", c_u32), ("reserved2", c_u32),
+    ("src_stride", c_u64), ("dst_stride", c_u64),
 ])
 
 TpSide = _struct("lc_tp_side_t", [
     ("tp_size", c_int), ("tp_rank", c_int), ("item_len", c_u64), ("unit_len", c_u64),
+    ("rows", c_u32), ("reserved", c_u32),
 ])
 
 SessionParams = _struct("lc_session_params_t", [

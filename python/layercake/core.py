@@ -25,7 +25,8 @@ WRITE_DTYPE = None
 if _np is not None:
     WRITE_DTYPE = _np.dtype(
         [("local", "<u8"), ("remote_offset", "<u8"), ("length", "<u8"),
-         ("remote_region", "<u4"), ("reserved", "<u4")]
+         ("remote_region", "<u4"), ("count", "<u4"), ("local_stride", "<u8"),
+         ("remote_stride", "<u8")]
     )
 
 
@@ -478,7 +479,9 @@ class Connection(_Handle):
     def post(self, writes, room, tag=0, timeout_ms=0, user_data=0, defer=False):
         """Post a batch. `writes` is a numpy array of WRITE_DTYPE (used in
         place, no copy) or a sequence of (local_address, remote_region,
-        remote_offset, length). defer=True queues it until flush() (one
+        remote_offset, length) or (local_address, remote_region, remote_offset,
+        length, count, local_stride, remote_stride) for a strided write
+        (count blocks of length bytes). defer=True queues it until flush() (one
         transport wake-up for many posts). Returns the batch id."""
         if _np is not None and isinstance(writes, _np.ndarray):
             if writes.dtype != WRITE_DTYPE or not writes.flags["C_CONTIGUOUS"]:
@@ -488,8 +491,10 @@ class Connection(_Handle):
         else:
             n = len(writes)
             keep = (_ffi.Write * max(n, 1))()
-            for i, (local, region, off, length) in enumerate(writes):
-                keep[i] = _ffi.Write(local, off, length, region, 0)
+            for i, w in enumerate(writes):
+                local, region, off, length = w[:4]
+                count, ls, rs = tuple(w[4:7]) if len(w) > 4 else (0, 0, 0)
+                keep[i] = _ffi.Write(local, off, length, region, count, ls, rs)
             ptr = ctypes.addressof(keep)
         flags = _ffi.BATCH_DEFER if defer else 0
         p = _ffi.BatchParams(ctypes.sizeof(_ffi.BatchParams), int(room), int(tag), flags, int(timeout_ms), int(user_data))

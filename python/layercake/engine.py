@@ -86,9 +86,10 @@ BUFFER_DRAFT = 1
 RoomInfo = namedtuple("RoomInfo", "status fail_reason reason dst_count required_dst_count layers_landed")
 RoomInfo.__doc__ = "A room's status (RoomStatus), failure reason (FailReason) and progress."
 
-Buffer = namedtuple("Buffer", "base length item_len layer kind flags")
-Buffer.__new__.__defaults__ = (BufferKind.OTHER, 0)
-Buffer.__doc__ = "One KV buffer of a layout: page i of it is at base + i * item_len."
+Buffer = namedtuple("Buffer", "base length item_len layer kind flags rows")
+Buffer.__new__.__defaults__ = (BufferKind.OTHER, 0, 0)
+Buffer.__doc__ = ("One KV buffer of a layout: page i of it is at base + i * item_len; rows: "
+                  "tokens per token-major page (0: head-major).")
 
 
 def room_info(ri):
@@ -108,19 +109,25 @@ def step_ready(current, target):
     return bool(_ffi.lc_step_ready(int(current) % STEP_MOD, int(target) % STEP_MOD))
 
 
-def tp_fragment(p_tp, p_rank, p_item_len, d_tp, d_rank, d_item_len, unit_len):
+def tp_fragment(p_tp, p_rank, p_item_len, d_tp, d_rank, d_item_len, unit_len, rows=1):
     """Heterogeneous TP (lc_tp_fragment): what P rank p_rank sends of each
     page of one buffer to D rank d_rank, as a dict (src_offset, dst_offset,
-    bytes, dst_item_len), or None if nothing. LayercakeError if the two
-    geometries cannot be paired."""
-    ps = _ffi.TpSide(int(p_tp), int(p_rank), int(p_item_len), int(unit_len))
-    ds = _ffi.TpSide(int(d_tp), int(d_rank), int(d_item_len), int(unit_len))
+    bytes, dst_item_len, count, src_stride, dst_stride), or None if nothing.
+    `unit_len` is the bytes of one KV head of one token; `rows` the tokens
+    per page of a token-major page ([page_size, heads, head_dim]: the item
+    lengths are rows * heads * unit_len), 1 for head-major pages. A
+    token-major fragment is `count` blocks of `bytes`, block i at
+    src_offset + i * src_stride of P's page and dst_offset + i * dst_stride
+    of D's. LayercakeError if the two geometries cannot be paired."""
+    ps = _ffi.TpSide(int(p_tp), int(p_rank), int(p_item_len), int(unit_len), int(rows), 0)
+    ds = _ffi.TpSide(int(d_tp), int(d_rank), int(d_item_len), int(unit_len), int(rows), 0)
     f = _ffi.Fragment()
     if not check(_ffi.lc_tp_fragment(ctypes.byref(ps), ctypes.byref(ds), ctypes.byref(f)),
                  "tp_fragment"):
         return None
     return {"src_offset": f.src_offset, "dst_offset": f.dst_offset, "bytes": f.bytes,
-            "dst_item_len": f.dst_item_len}
+            "dst_item_len": f.dst_item_len, "count": max(f.count, 1),
+            "src_stride": f.src_stride, "dst_stride": f.dst_stride}
 
 
 # ---- arrays without copies ---------------------------------------------------
@@ -216,7 +223,7 @@ class Layout:
                 if not isinstance(b, Buffer):
                     b = Buffer(*b) if not isinstance(b, dict) else Buffer(**b)
                 arr[i] = _ffi.Buffer(_base_of(b.base), int(b.length), int(b.item_len),
-                                     int(b.layer), int(b.kind), int(b.flags), 0)
+                                     int(b.layer), int(b.kind), int(b.flags), int(b.rows or 0))
             h = ctypes.c_void_p()
             check(_ffi.lc_layout_create(arr, len(bufs), ctypes.byref(h)), "lc_layout_create")
             _handle = h.value
@@ -225,13 +232,18 @@ class Layout:
     @classmethod
     def build(cls, model, layers, pages, item_len, bases=None, draft_layers=0, kv_layer_ids=None,
               state_components=0, state_layer_ids=None, state_slots=0, state_item_len=0,
-              state_bases=None):
+              state_bases=None, rows=0):
         """lc_layout_build. `item_len` is an int or up to three ints (the
         per-layer components: MHA (K, V), MLA (C,), per_token_head (Q0, Q1,
-        Q2), DSA (C, I)). `bases`: one per buffer in the pool's order (ints,
-        Memory, arrays) or None for a geometry-only layout."""
+        Q2), DSA (C, I)), in bytes per page per buffer. `bases`: one per
+        buffer in the pool's order (ints, Memory, arrays) or None for a
+        geometry-only layout. `rows`: tokens per page of token-major KV pages
+        (SGLang's and vLLM's `[pages, page_size, kv_heads, head_dim]`: pass
+        page_size), 0 for head-major pages; heterogeneous TP then moves each
+        page's share of heads as one strided write per page."""
         p = _ffi.LayoutParams()
         p.size = ctypes.sizeof(p)
+        p.rows = int(rows)
         p.model, p.layers, p.draft_layers, p.pages = int(model), int(layers), int(draft_layers), int(pages)
         lens = [int(item_len)] if isinstance(item_len, int) else [int(x) for x in item_len]
         if not 1 <= len(lens) <= 3:
@@ -532,7 +544,8 @@ class Engine(_Handle):
             fr = (_ffi.Fragment * len(fragments))()
             for i, (b, f) in enumerate(sorted(fragments.items())):
                 fr[i] = _ffi.Fragment(int(b), 0, f["src_offset"], f["dst_offset"], f["bytes"],
-                                      f["dst_item_len"])
+                                      f["dst_item_len"], int(f.get("count", 1)), 0,
+                                      int(f.get("src_stride", 0)), int(f.get("dst_stride", 0)))
             p.fragments = ctypes.cast(fr, ctypes.POINTER(_ffi.Fragment))
             p.fragment_count = len(fragments)
         check(_ffi.lc_engine_session_add(self._need(), ctypes.byref(p)), f"session {name}")

@@ -289,8 +289,13 @@ static const char *encode_register(writer_t *w, const lc__msg_register_t *g)
 	else if ((g->flags & LC__REG_HAS_TP) &&
 		 (!g->d_tp || g->d_tp > LC__MSG_MAX_TP || g->d_rank >= g->d_tp))
 		bad = "tp size";
+	else if ((g->flags & LC__REG_HAS_ROWS) && !(g->flags & LC__REG_HAS_TP))
+		bad = "rows without tp size";
 	for (uint32_t i = 0; !bad && i < g->nbuffers; i++)
 		bad = check_buffer(&g->buffers[i], g->nregions);
+	for (uint32_t i = 0; !bad && (g->flags & LC__REG_HAS_ROWS) && i < g->nbuffers; i++)
+		if (g->buffers[i].rows > LC__MSG_MAX_ROWS)
+			bad = "buffer rows";
 	for (uint32_t i = 0; !bad && i < g->nregions; i++)
 		if (!g->region_desc_lens[i] || g->region_desc_lens[i] > LC_REGION_DESC_MAX)
 			bad = "region descriptor length";
@@ -317,6 +322,8 @@ static const char *encode_register(writer_t *w, const lc__msg_register_t *g)
 		w_u64(w, b->item_len);
 		w_u64(w, b->offset);
 	}
+	for (uint32_t i = 0; (g->flags & LC__REG_HAS_ROWS) && i < g->nbuffers; i++)
+		w_u32(w, g->buffers[i].rows);
 	w_u32(w, g->nregions);
 	for (uint32_t i = 0; i < g->nregions; i++) {
 		w_u16(w, (uint16_t)g->region_desc_lens[i]);
@@ -489,6 +496,14 @@ static void decode_register(reader_t *r, lc__msg_register_t *g)
 		b->region = r_u32(r, "buffer region");
 		b->item_len = r_u64(r, "buffer item_len");
 		b->offset = r_u64(r, "buffer offset");
+	}
+	if (!r->err && (g->flags & LC__REG_HAS_ROWS) && !(g->flags & LC__REG_HAS_TP))
+		r_fail(r, "rows without a TP size");
+	for (uint32_t i = 0; !r->err && (g->flags & LC__REG_HAS_ROWS) && i < nb; i++) {
+		g->buffers[i].rows = r_u32(r, "buffer rows");
+		if (!r->err && g->buffers[i].rows > LC__MSG_MAX_ROWS)
+			r_fail(r, "buffer %u: %u rows, more than %u", i, g->buffers[i].rows,
+			       LC__MSG_MAX_ROWS);
 	}
 	uint32_t nr = r_u32(r, "region count");
 	if (r->err)

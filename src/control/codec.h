@@ -62,6 +62,7 @@ typedef struct lc__msg_buffer {
 	uint32_t region; /* index into the descriptors of the registration */
 	uint64_t item_len;
 	uint64_t offset; /* byte offset of page 0 within that region */
+	uint32_t rows;   /* with LC__REG_HAS_ROWS: tokens per token-major page */
 } lc__msg_buffer_t;
 
 enum lc__msg_register_flags {
@@ -74,8 +75,14 @@ enum lc__msg_register_flags {
 	 * (heterogeneous TP) and P sends each buffer's lc_tp_fragment for
 	 * (its rank, d_rank). */
 	LC__REG_HAS_TP = 1u << 2,
+	/* With LC__REG_HAS_TP: D's pages are token-major; a u32 per buffer
+	 * (tokens per page, 0/1 head-major) follows the buffers, for P's
+	 * lc_tp_fragment rows (strided writes). */
+	LC__REG_HAS_ROWS = 1u << 3,
 };
-#define LC__REG_FLAGS (LC__REG_HAS_TOKEN | LC__REG_HAS_CURVE_KEY | LC__REG_HAS_TP)
+#define LC__REG_FLAGS                                                                              \
+	(LC__REG_HAS_TOKEN | LC__REG_HAS_CURVE_KEY | LC__REG_HAS_TP | LC__REG_HAS_ROWS)
+#define LC__MSG_MAX_ROWS 65536u /* LC_WRITE_MAX_COUNT */
 #define LC__MSG_MAX_TP 4096
 #define LC__MSG_CURVE_KEY_LEN 40
 

@@ -31,6 +31,7 @@ void lc_layout_destroy(lc_layout_t *l)
 	free(l->bufs);
 	free(l->layer_start);
 	free(l->layer_buf);
+	free(l->rows);
 	free(l);
 }
 
@@ -43,11 +44,12 @@ int lc_layout_create(const lc_buffer_t *buffers, size_t n, lc_layout_t **out)
 	for (size_t i = 0; i < n; i++) {
 		const lc_buffer_t *b = &buffers[i];
 		if (b->layer < 0 || b->item_len == 0 || b->length % b->item_len ||
-		    b->kind > LC_BUFFER_OTHER || b->reserved) {
+		    b->kind > LC_BUFFER_OTHER || b->rows > LC_WRITE_MAX_COUNT ||
+		    (b->rows > 1 && b->item_len % b->rows)) {
 			LC__WARN("layout: buffer %zu is invalid (layer %d, item_len %llu, length "
-				 "%llu, kind %u)",
+				 "%llu, kind %u, rows %u)",
 				 i, b->layer, (unsigned long long)b->item_len,
-				 (unsigned long long)b->length, b->kind);
+				 (unsigned long long)b->length, b->kind, b->rows);
 			return -EINVAL;
 		}
 		max_layer = LC__MAX(max_layer, b->layer);
@@ -62,11 +64,14 @@ int lc_layout_create(const lc_buffer_t *buffers, size_t n, lc_layout_t **out)
 	l->bufs = malloc(n * sizeof(*l->bufs));
 	l->layer_start = calloc(l->layers + 1, sizeof(uint32_t));
 	l->layer_buf = malloc(n * sizeof(uint32_t));
-	if (!l->bufs || !l->layer_start || !l->layer_buf) {
+	l->rows = malloc(n * sizeof(uint32_t));
+	if (!l->bufs || !l->layer_start || !l->layer_buf || !l->rows) {
 		lc_layout_destroy(l);
 		return -ENOMEM;
 	}
 	memcpy(l->bufs, buffers, n * sizeof(*l->bufs));
+	for (size_t i = 0; i < n; i++)
+		l->rows[i] = buffers[i].rows;
 	/* Counting sort by layer keeps buffer order within a layer. */
 	for (size_t i = 0; i < n; i++)
 		l->layer_start[buffers[i].layer + 1]++;
@@ -160,6 +165,7 @@ int lc_layout_build(const lc_layout_params_t *p, lc_layout_t **out)
 				bufs[i].length = item * p->pages;
 				bufs[i].kind = kinds[c];
 				bufs[i].flags = pass ? LC_BUFFER_DRAFT : 0;
+				bufs[i].rows = p->rows;
 				bufs[i].layer =
 					pass ? draft_base + (int32_t)l
 					     : (p->kv_layer_ids ? p->kv_layer_ids[l] : (int32_t)l);

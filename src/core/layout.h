@@ -13,6 +13,7 @@ struct lc_layout {
 	lc_buffer_t *bufs;     /* nbuf */
 	uint32_t *layer_start; /* layers + 1: CSR offsets into layer_buf */
 	uint32_t *layer_buf;   /* nbuf: buffer indices grouped by layer, in order */
+	uint32_t *rows;        /* nbuf: bufs[i].rows (token-major pages), for topology.h */
 	uint64_t fingerprint;
 };
 

@@ -14,6 +14,9 @@ void lc__xfer_whole_page(lc__xfer_t *x, const lc_buffer_t *b, uint32_t dst_regio
 	x->bytes = b->item_len;
 	x->dst_region = dst_region;
 	x->skip = 0;
+	x->count = 0;
+	x->reserved = 0;
+	x->block_src = x->block_dst = 0;
 }
 
 ssize_t lc__resolve(const lc__resolve_in_t *in, int64_t *out_src, int64_t *out_dst)
@@ -80,7 +83,7 @@ size_t lc__coalesce(const int64_t *src, const int64_t *dst, size_t n, lc__run_t 
 
 static int whole_page(const lc__xfer_t *x)
 {
-	return x->bytes == x->src_stride && x->bytes == x->dst_stride;
+	return x->count <= 1 && x->bytes == x->src_stride && x->bytes == x->dst_stride;
 }
 
 size_t lc__plan_count(const lc__plan_t *p, uint32_t begin, uint32_t end)
@@ -116,7 +119,8 @@ static size_t emit_runs(const lc__xfer_t *x, const lc__run_t *runs, size_t nruns
 		out[r].remote_offset = dst + (uint64_t)runs[r].dst * stride;
 		out[r].length = len;
 		out[r].remote_region = region;
-		out[r].reserved = 0;
+		out[r].count = 0;
+		out[r].local_stride = out[r].remote_stride = 0;
 		total += len;
 	}
 	*bytes += total;
@@ -134,9 +138,11 @@ static size_t emit_pages(const lc__xfer_t *x, const lc__run_t *runs, size_t nrun
 				x->dst_base + (uint64_t)(runs[r].dst + j) * x->dst_stride;
 			out[n].length = x->bytes;
 			out[n].remote_region = x->dst_region;
-			out[n].reserved = 0;
+			out[n].count = x->count;
+			out[n].local_stride = x->block_src;
+			out[n].remote_stride = x->block_dst;
 		}
-	*bytes += n * x->bytes;
+	*bytes += n * x->bytes * (x->count > 1 ? x->count : 1);
 	return n;
 }
 
@@ -183,10 +189,10 @@ ssize_t lc__pair_slots(const int64_t *p, size_t np, const int64_t *d, size_t nd,
 /* ---- heterogeneous TP (spec 6.7) ---- */
 
 /* Units per rank, and the replica group size, of one side given the
- * distinct unit count h. */
-static int tp_side(const lc_tp_side_t *s, uint64_t h, uint64_t *local, uint64_t *rep)
+ * distinct unit count h; row is the side's bytes per token row. */
+static int tp_side(const lc_tp_side_t *s, uint64_t row, uint64_t h, uint64_t *local, uint64_t *rep)
 {
-	*local = s->item_len / s->unit_len;
+	*local = row / s->unit_len;
 	uint64_t global = *local * (uint64_t)s->tp_size;
 	if (global % h || h % *local)
 		return LC_ERR_GEOMETRY;
@@ -200,12 +206,19 @@ int lc_tp_fragment(const lc_tp_side_t *p, const lc_tp_side_t *d, lc_fragment_t *
 	    d->tp_rank < 0 || p->tp_rank >= p->tp_size || d->tp_rank >= d->tp_size ||
 	    !p->unit_len || !d->unit_len || !p->item_len || !d->item_len)
 		return -EINVAL;
-	if (p->unit_len != d->unit_len || p->item_len % p->unit_len || d->item_len % d->unit_len)
+	/* Token-major pages: the head-major split below applies to each of
+	 * the page's token rows. */
+	uint64_t rows = p->rows > 1 ? p->rows : 1, d_rows = d->rows > 1 ? d->rows : 1;
+	if (rows != d_rows || rows > LC_WRITE_MAX_COUNT || p->item_len % rows ||
+	    d->item_len % rows)
 		return LC_ERR_GEOMETRY;
-	uint64_t gp = p->item_len / p->unit_len * (uint64_t)p->tp_size;
-	uint64_t gd = d->item_len / d->unit_len * (uint64_t)d->tp_size;
+	uint64_t prow = p->item_len / rows, drow = d->item_len / rows;
+	if (p->unit_len != d->unit_len || prow % p->unit_len || drow % d->unit_len)
+		return LC_ERR_GEOMETRY;
+	uint64_t gp = prow / p->unit_len * (uint64_t)p->tp_size;
+	uint64_t gd = drow / d->unit_len * (uint64_t)d->tp_size;
 	uint64_t h = LC__MIN(gp, gd), lp, ld, rp, rd;
-	if (tp_side(p, h, &lp, &rp) || tp_side(d, h, &ld, &rd))
+	if (tp_side(p, prow, h, &lp, &rp) || tp_side(d, drow, h, &ld, &rd))
 		return LC_ERR_GEOMETRY;
 	if ((uint64_t)p->tp_rank % rp)
 		return 0; /* another rank of its replica group sends */
@@ -217,5 +230,15 @@ int lc_tp_fragment(const lc_tp_side_t *p, const lc_tp_side_t *d, lc_fragment_t *
 	out->dst_offset = (i0 - d0) * d->unit_len;
 	out->bytes = (i1 - i0) * p->unit_len;
 	out->dst_item_len = d->item_len;
+	out->count = 1;
+	out->reserved2 = 0;
+	out->src_stride = out->dst_stride = 0;
+	if (rows > 1 && (out->bytes != prow || out->bytes != drow)) {
+		out->count = (uint32_t)rows;
+		out->src_stride = prow;
+		out->dst_stride = drow;
+	} else if (rows > 1) {
+		out->bytes *= rows; /* whole rows on both sides: one block */
+	}
 	return 1;
 }

@@ -4,7 +4,8 @@
  *   1. resolve indices (spec 6.5: partial caches ON/OFF on either side),
  *   2. coalesce contiguous (src, dst) page runs, once per task,
  *   3. per layer group [k*I, min((k+1)*I, L)), emit one lc_write_t per
- *      (buffer, run), or per (buffer, page) for per-rank fragments.
+ *      (buffer, run), or per (buffer, page) for per-rank fragments (a
+ *      strided write per page for token-major fragments).
  */
 #ifndef LC_CORE_PLANNER_H
 #define LC_CORE_PLANNER_H
@@ -30,9 +31,16 @@ typedef struct lc__xfer {
 	uint64_t src_stride;     /* bytes between P pages (P item_len) */
 	uint64_t dst_base;       /* offset of D page 0 in dst_region + dst byte offset */
 	uint64_t dst_stride;     /* bytes between D pages */
-	uint64_t bytes;          /* bytes per page moved */
+	uint64_t bytes;          /* bytes per page moved (per block when count > 1) */
 	uint32_t dst_region;     /* D region id (as imported on the connection) */
 	uint32_t skip;           /* 1: nothing of this buffer goes to this destination */
+	/* Token-major fragment: count blocks of `bytes` per page, block_src /
+	 * block_dst bytes apart within the P / D page: one strided write per
+	 * page. count <= 1: one block. */
+	uint32_t count;
+	uint32_t reserved;
+	uint64_t block_src;
+	uint64_t block_dst;
 } lc__xfer_t;
 
 /* Fill a whole-page transfer for buffer b of layout l. */

@@ -17,16 +17,18 @@ int lc__tp_fragments(const lc__topology_t *t, int p_rank, int d_rank, lc_fragmen
 {
 	int ptp = lc__tp_p_size(t), n = 0;
 	for (uint32_t i = 0; i < t->nbuf; i++) {
-		lc_tp_side_t ps = {ptp, p_rank, t->p_lens[i], 1};
-		lc_tp_side_t ds = {t->d_tp, d_rank, t->d_lens[i], 1};
+		lc_tp_side_t ps = {ptp, p_rank, t->p_lens[i], 1, t->p_rows ? t->p_rows[i] : 0, 0};
+		lc_tp_side_t ds = {t->d_tp, d_rank, t->d_lens[i], 1, t->d_rows ? t->d_rows[i] : 0,
+				   0};
 		lc_fragment_t f = {0};
 		int rc = lc_tp_fragment(&ps, &ds, &f);
 		if (rc < 0) {
 			snprintf(why, cap,
 				 "buffer %u item_len differs and does not split across "
-				 "TP (spec 6.7): P TP %d x %llu bytes, D TP %d x %llu bytes",
-				 i, ptp, (unsigned long long)ps.item_len, t->d_tp,
-				 (unsigned long long)ds.item_len);
+				 "TP (spec 6.7): P TP %d x %llu bytes (%u rows), D TP %d x %llu "
+				 "bytes (%u rows)",
+				 i, ptp, (unsigned long long)ps.item_len, ps.rows, t->d_tp,
+				 (unsigned long long)ds.item_len, ds.rows);
 			return LC_ERR_GEOMETRY;
 		}
 		if (!rc)

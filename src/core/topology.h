@@ -18,6 +18,10 @@ typedef struct lc__topology {
 	int d_tp, d_rank;       /* D's ranks per dp group, and this D rank */
 	const uint64_t *p_lens; /* P's bytes per page of each buffer */
 	const uint64_t *d_lens; /* D's */
+	/* Tokens per token-major page of each buffer (lc_buffer_t.rows), or
+	 * NULL: all head-major. Per buffer, P's and D's must agree. */
+	const uint32_t *p_rows;
+	const uint32_t *d_rows;
 	uint32_t nbuf;
 } lc__topology_t;
 

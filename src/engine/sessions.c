@@ -44,14 +44,40 @@ static int bad_fragment(lc_engine_t *e, const lc_session_params_t *p, size_t i, 
 	const lc_fragment_t *f = &p->fragments[i];
 	char what[256];
 	snprintf(what, sizeof what,
-		 "session %s: fragment %zu (buffer %u, %llu bytes at %llu -> %llu of %llu)%s",
-		 p->name, i, f->buffer, (unsigned long long)f->bytes,
+		 "session %s: fragment %zu (buffer %u, %u x %llu bytes at %llu -> %llu of %llu, "
+		 "strides %llu/%llu)%s",
+		 p->name, i, f->buffer, f->count ? f->count : 1, (unsigned long long)f->bytes,
 		 (unsigned long long)f->src_offset, (unsigned long long)f->dst_offset,
-		 (unsigned long long)f->dst_item_len, problem);
+		 (unsigned long long)f->dst_item_len, (unsigned long long)f->src_stride,
+		 (unsigned long long)f->dst_stride, problem);
 	pthread_mutex_lock(&e->lock);
 	int rc = lc__engine_bad_input(e, LC_ERR_GEOMETRY, what);
 	pthread_mutex_unlock(&e->lock);
 	return rc;
+}
+
+/* Whether [off, off + bytes) blocks `count` times `stride` apart stay
+ * within a page of item_len bytes (overflow-safe); blocks must not overlap. */
+static bool blocks_fit(uint64_t off, uint64_t bytes, uint32_t count, uint64_t stride,
+		       uint64_t item_len)
+{
+	if (!bytes || off > item_len || bytes > item_len - off)
+		return false;
+	if (count <= 1)
+		return true;
+	if (stride < bytes || stride > item_len)
+		return false;
+	/* last block at off + (count-1)*stride must end by item_len */
+	uint64_t room = item_len - off - bytes;
+	return (uint64_t)(count - 1) <= room / stride;
+}
+
+static bool fragment_fits(const lc_fragment_t *f, uint64_t p_item_len)
+{
+	if (f->count > LC_WRITE_MAX_COUNT)
+		return false;
+	return blocks_fit(f->src_offset, f->bytes, f->count, f->src_stride, p_item_len) &&
+	       blocks_fit(f->dst_offset, f->bytes, f->count, f->dst_stride, f->dst_item_len);
 }
 
 /* Heterogeneous TP: only the buffers with a fragment go to this session,
@@ -71,15 +97,16 @@ static int apply_fragments(lc_engine_t *e, lc__esession_t *s, const lc_session_p
 		lc__xfer_t *x = &s->xfer[f->buffer];
 		if (!x->skip)
 			return bad_fragment(e, p, i, ": buffer named twice");
-		if (!f->bytes || f->src_offset > buf->item_len ||
-		    f->bytes > buf->item_len - f->src_offset || f->dst_offset > f->dst_item_len ||
-		    f->bytes > f->dst_item_len - f->dst_offset)
+		if (!fragment_fits(f, buf->item_len))
 			return bad_fragment(e, p, i, " does not fit its pages");
 		x->src_base = (const uint8_t *)buf->base + f->src_offset;
 		x->dst_base += f->dst_offset;
 		x->dst_stride = f->dst_item_len;
 		x->bytes = f->bytes;
 		x->skip = 0;
+		x->count = f->count > 1 ? f->count : 0;
+		x->block_src = x->count ? f->src_stride : 0;
+		x->block_dst = x->count ? f->dst_stride : 0;
 	}
 	return 0;
 }

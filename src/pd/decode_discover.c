@@ -48,6 +48,10 @@ static lc__topology_t topology(const lc_decode_t *d, const lc__parallel_info_t *
 				.d_rank = d->tp_rank,
 				.p_lens = pi->kv_item_lens,
 				.d_lens = d->item_lens,
+				/* P's rows are taken to be D's: P checks them when
+				 * D registers (lc__msg_register_t rows). */
+				.p_rows = d->layout->rows,
+				.d_rows = d->layout->rows,
 				.nbuf = LC__MIN(pi->nlens, d->layout->nbuf)};
 }
 
@@ -94,6 +98,9 @@ static void fill_register(lc_decode_t *d, bool split, const lc__prank_t *pr, lc_
 		m->reg.d_tp = (uint32_t)d->tp_size;
 	}
 	m->reg.fingerprint = d->layout->fingerprint;
+	for (uint32_t i = 0; split && i < d->layout->nbuf; i++)
+		if (d->layout->rows[i] > 1)
+			m->reg.flags |= LC__REG_HAS_ROWS; /* token-major pages: rows go along */
 	for (uint32_t i = 0; i < d->layout->nbuf; i++) {
 		const lc_buffer_t *b = &d->layout->bufs[i];
 		bufs[i] = (lc__msg_buffer_t){.layer = b->layer,
@@ -101,7 +108,8 @@ static void fill_register(lc_decode_t *d, bool split, const lc__prank_t *pr, lc_
 					     .flags = b->flags,
 					     .item_len = b->item_len,
 					     .region = d->buf_region[i],
-					     .offset = d->buf_offset[i]};
+					     .offset = d->buf_offset[i],
+					     .rows = d->layout->rows[i]};
 	}
 	m->reg.nbuffers = d->layout->nbuf;
 	m->reg.buffers = bufs;

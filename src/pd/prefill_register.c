@@ -79,19 +79,28 @@ static int tp_fragments(const lc_prefill_t *p, const lc__msg_register_t *g, lc_f
 			char *why, size_t cap)
 {
 	uint64_t *d_lens = calloc(g->nbuffers ? g->nbuffers : 1, sizeof *d_lens);
-	if (!d_lens)
+	uint32_t *d_rows = calloc(g->nbuffers ? g->nbuffers : 1, sizeof *d_rows);
+	if (!d_lens || !d_rows) {
+		free(d_lens);
+		free(d_rows);
 		return -ENOMEM;
-	for (uint32_t i = 0; i < g->nbuffers; i++)
+	}
+	for (uint32_t i = 0; i < g->nbuffers; i++) {
 		d_lens[i] = g->buffers[i].item_len;
+		d_rows[i] = g->buffers[i].rows;
+	}
 	lc__topology_t t = {.p_world = p->world,
 			    .p_dp = p->dp,
 			    .d_tp = (int)g->d_tp,
 			    .d_rank = (int)g->d_rank,
 			    .p_lens = p->item_lens,
 			    .d_lens = d_lens,
+			    .p_rows = p->layout->rows,
+			    .d_rows = d_rows,
 			    .nbuf = p->layout->nbuf};
 	int n = lc__tp_fragments(&t, p->rank % lc__tp_p_size(&t), t.d_rank, out, why, cap);
 	free(d_lens);
+	free(d_rows);
 	return n;
 }
 

@@ -162,28 +162,84 @@ int lc_conn_import_region(lc_conn_t *c, const void *desc, size_t len, uint32_t *
 
 /* ---- batches ---- */
 
+/* A strided write's blocks: whether count and strides are sane (blocks do
+ * not overlap, the span does not overflow), and the span at each side. */
+static int strided_span(const lc_write_t *w, uint64_t *local_span, uint64_t *remote_span)
+{
+	if (w->count <= 1) {
+		*local_span = *remote_span = w->length;
+		return 0;
+	}
+	if (w->count > LC_WRITE_MAX_COUNT || w->local_stride < w->length ||
+	    w->remote_stride < w->length)
+		return -EINVAL;
+	uint64_t k = w->count - 1;
+	if (w->local_stride > (UINT64_MAX - w->length) / k ||
+	    w->remote_stride > (UINT64_MAX - w->length) / k)
+		return -EINVAL;
+	*local_span = k * w->local_stride + w->length;
+	*remote_span = k * w->remote_stride + w->length;
+	if (*remote_span > UINT64_MAX - w->remote_offset ||
+	    *local_span > UINTPTR_MAX - (uintptr_t)w->local)
+		return -EINVAL;
+	return 0;
+}
+
+/* The batch's copy of the caller's writes. A strided write (count > 1)
+ * stays one descriptor for a transport that moves blocks itself
+ * (ops->strided); for the others it is expanded here into its blocks. */
 static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__batch_t *b)
 {
 	size_t keep = 0;
-	for (size_t i = 0; i < n; i++)
-		keep += writes[i].length != 0;
+	bool native = c->ops->strided;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t ls, rs;
+		if (!writes[i].length)
+			continue;
+		if (strided_span(&writes[i], &ls, &rs)) {
+			LC__WARN("batch to %s: write %zu: %u blocks of %llu bytes at strides "
+				 "%llu/%llu overlap or overflow",
+				 c->url, i, writes[i].count, (unsigned long long)writes[i].length,
+				 (unsigned long long)writes[i].local_stride,
+				 (unsigned long long)writes[i].remote_stride);
+			return -EINVAL;
+		}
+		keep += native || writes[i].count <= 1 ? 1 : writes[i].count;
+	}
 	b->writes = malloc((keep ? keep : 1) * sizeof *b->writes);
 	if (!b->writes)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		const lc_write_t *w = &writes[i];
 		lc__region_info_t src;
+		uint64_t ls, rs;
 		if (w->length == 0)
 			continue; /* lands nothing; complete with the rest */
-		if (!w->local || lc__source_find(c->ctx, w->local, w->length, &src)) {
+		strided_span(w, &ls, &rs);
+		if (!w->local || lc__source_find(c->ctx, w->local, ls, &src)) {
 			LC__WARN(
 				"batch to %s: write %zu source %p+%llu is not in a registered region",
-				c->url, i, w->local, (unsigned long long)w->length);
+				c->url, i, w->local, (unsigned long long)ls);
 			return LC_ERR_REGION;
 		}
-		b->writes[b->nwrites++] = *w;
-		b->bytes += w->length;
+		uint32_t count = w->count > 1 ? w->count : 1;
+		b->bytes += (uint64_t)count * w->length;
 		b->device_src |= !LC__KIND_IS_HOST(src.kind);
+		if (count == 1 || native) {
+			lc_write_t *o = &b->writes[b->nwrites++];
+			*o = *w;
+			if (count == 1) {
+				o->count = 0;
+				o->local_stride = o->remote_stride = 0;
+			}
+			continue;
+		}
+		for (uint32_t k = 0; k < count; k++)
+			b->writes[b->nwrites++] = (lc_write_t){
+				.local = (const uint8_t *)w->local + (uint64_t)k * w->local_stride,
+				.remote_offset = w->remote_offset + (uint64_t)k * w->remote_stride,
+				.length = w->length,
+				.remote_region = w->remote_region};
 	}
 	return 0;
 }

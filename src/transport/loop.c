@@ -175,6 +175,23 @@ static enum write_outcome apply_write(loop_conn_t *lc, loop_listener_t *ll, lc__
 		lc__batch_fail(b, LC_ERR_INJECTED, "injected failure for tag %u", b->tag);
 		return WRITE_FAILED;
 	}
+	if (w->count > 1) { /* strided: one descriptor, its blocks land in turn */
+		int rc = lc__land_strided(ll->owner->ctx, b->room, w->remote_region,
+					  w->remote_offset, w->local, w->length, w->count,
+					  w->local_stride, w->remote_stride);
+		if (rc) {
+			lc__batch_fail(b, rc,
+				       "loop://%s rejected strided write %llu (region %u, offset "
+				       "%llu, %u x %llu bytes, room %llu): %s",
+				       lc->name, (unsigned long long)k, w->remote_region,
+				       (unsigned long long)w->remote_offset, w->count,
+				       (unsigned long long)w->length, (unsigned long long)b->room,
+				       lc_strerror(rc));
+			return WRITE_FAILED;
+		}
+		lc->bytes_landed += (uint64_t)w->count * w->length;
+		return WRITE_APPLIED;
+	}
 	uint64_t len = w->length;
 	bool cut = false;
 	if (f->mask & LC_FAULT_FAIL_AFTER_BYTES) {
@@ -422,6 +439,7 @@ int lc_loop_set_faults(lc_conn_t *c, const lc_loop_faults_t *faults)
 
 const lc__transport_ops_t lc__loop_ops = {
 	.scheme = "loop",
+	.strided = true,
 	.listen = loop_listen,
 	.listener_close = loop_listener_close,
 	.conn_open = loop_conn_open,

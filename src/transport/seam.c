@@ -104,10 +104,10 @@ int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n)
 
 /* Decode-side accounting: the room's own count of what landed, each
  * granted byte once. */
-static void land_count(lc__land_t *l)
+static void land_count_range(lc__land_t *l, uint64_t offset, uint64_t length)
 {
 	lc__grant_landing_t o;
-	int rc = lc__grant_landed(l->g, l->region, l->offset, l->length, &o);
+	int rc = lc__grant_landed(l->g, l->region, offset, length, &o);
 	if (o.broke) {
 		LC__COUNT(l->ctx, grant_intervals_capped);
 		LC__WARN("room %llu: its writes leave more gaps than grant_intervals_max allows "
@@ -123,13 +123,20 @@ static void land_count(lc__land_t *l)
 			 (unsigned long long)l->room, (unsigned long long)o.twice, l->region);
 }
 
+void lc__land_block_done(lc__land_t *l, uint64_t at, uint64_t n)
+{
+	LC__COUNT_ADD(l->ctx, bytes_applied, n);
+	if (l->g && n)
+		land_count_range(l, l->offset + at, n);
+}
+
 void lc__land_done(lc__land_t *l, bool landed)
 {
 	if (landed) {
 		LC__COUNT(l->ctx, writes_applied);
 		LC__COUNT_ADD(l->ctx, bytes_applied, l->length);
 		if (l->g && l->length)
-			land_count(l);
+			land_count_range(l, l->offset, l->length);
 	}
 	if (l->g)
 		lc__grant_put(l->g);
@@ -152,6 +159,52 @@ int lc__land_write(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offse
 	if (rc == LC_ERR_GRANT)
 		lc__land_revoked(&l);
 	lc__land_done(&l, rc == 0);
+	return rc;
+}
+
+int lc__land_strided_span(lc_ctx_t *ctx, uint64_t room, uint64_t offset, uint64_t length,
+			  uint32_t count, uint64_t dst_stride, uint64_t *span)
+{
+	uint64_t k = count > 1 ? count - 1 : 0;
+	if (count > LC_WRITE_MAX_COUNT || (k && dst_stride < length) ||
+	    (k && dst_stride > (UINT64_MAX - length) / k) ||
+	    k * dst_stride + length > UINT64_MAX - offset) {
+		LC__COUNT(ctx, writes_rejected_range);
+		LC__WARN("rejected strided write for room %llu: %u blocks of %llu bytes %llu "
+			 "apart at %llu (overlapping, overflowing or more than %u)",
+			 (unsigned long long)room, count, (unsigned long long)length,
+			 (unsigned long long)dst_stride, (unsigned long long)offset,
+			 LC_WRITE_MAX_COUNT);
+		return LC_ERR_OUT_OF_REGION;
+	}
+	*span = k * dst_stride + length;
+	return 0;
+}
+
+int lc__land_strided(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
+		     const void *src, uint64_t length, uint32_t count, uint64_t src_stride,
+		     uint64_t dst_stride)
+{
+	uint64_t span;
+	if (count <= 1)
+		return lc__land_write(ctx, room, region, offset, src, length);
+	int rc = lc__land_strided_span(ctx, room, offset, length, count, dst_stride, &span);
+	if (rc)
+		return rc;
+	lc__land_t l;
+	if ((rc = lc__land_open(ctx, room, region, offset, span, &l)))
+		return rc;
+	for (uint32_t i = 0; i < count && !rc; i++) {
+		rc = lc__land_copy(&l, (uint64_t)i * dst_stride,
+				   (const uint8_t *)src + (uint64_t)i * src_stride, length);
+		if (!rc)
+			lc__land_block_done(&l, (uint64_t)i * dst_stride, length);
+	}
+	if (rc == LC_ERR_GRANT)
+		lc__land_revoked(&l);
+	if (!rc)
+		LC__COUNT(ctx, writes_applied);
+	lc__land_done(&l, false);
 	return rc;
 }
 

@@ -64,6 +64,24 @@ void lc__land_done(lc__land_t *l, bool landed);
  * shm, UCX eager messages). */
 int lc__land_write(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, const void *src,
 		   uint64_t length);
+/* A strided write's receiver-side shape: count blocks of length bytes,
+ * dst_stride apart from offset. Whether it is sane (count 1..
+ * LC_WRITE_MAX_COUNT, stride >= length for count > 1, no overflow); sets
+ * *span to the bytes from the first block's start to the last one's end.
+ * A peer's bad shape is counted (writes_rejected_range) and logged here. */
+int lc__land_strided_span(lc_ctx_t *ctx, uint64_t room, uint64_t offset, uint64_t length,
+			  uint32_t count, uint64_t dst_stride, uint64_t *span);
+/* The blocks of a strided write whose source blocks are src_stride apart:
+ * the whole span is checked against the region and the grant at once
+ * (lc__land_open), then each block lands and is accounted by itself.
+ * count <= 1 is lc__land_write. */
+int lc__land_strided(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
+		     const void *src, uint64_t length, uint32_t count, uint64_t src_stride,
+		     uint64_t dst_stride);
+/* Accounting of one block [at, at + n) of a landing opened over a span:
+ * counts the block as landed (as lc__land_done does for a whole write) but
+ * keeps the grant reference. */
+void lc__land_block_done(lc__land_t *l, uint64_t at, uint64_t n);
 /* A revoke cut a landing short: count it as a grant rejection. */
 void lc__land_revoked(lc__land_t *l);
 

@@ -151,15 +151,26 @@ static void staged_start(staged_t *s)
 		if (LC__KIND_IS_HOST(s->src[i].kind))
 			continue;
 		int rc = lc__copier_get(ctx, s->src[i].kind, s->src[i].device, &cp);
-		atomic_fetch_add(&s->left, 1);
-		if (!rc)
-			rc = cp->ops->to_host(cp, s->buf + off, w->local, w->length, copy_done, s);
+		/* A strided write's blocks are packed: its staged source is
+		 * contiguous (local_stride = length). */
+		uint32_t count = w->count > 1 ? w->count : 1;
+		for (uint32_t k = 0; k < count && !rc; k++) {
+			atomic_fetch_add(&s->left, 1);
+			rc = cp->ops->to_host(cp, s->buf + off + (uint64_t)k * w->length,
+					      (const uint8_t *)w->local + (uint64_t)k * w->local_stride,
+					      w->length, copy_done, s);
+			if (rc)
+				atomic_fetch_sub(&s->left, 1);
+		}
 		if (rc) {
+			atomic_fetch_add(&s->left, 1);
 			copy_done(s, rc);
 			break;
 		}
 		w->local = s->buf + off;
-		off += w->length;
+		if (count > 1)
+			w->local_stride = w->length;
+		off += (uint64_t)count * w->length;
 	}
 	copy_done(s, 0);
 }
@@ -247,7 +258,8 @@ int lc__stage_post(lc_conn_t *c, lc__batch_t *b)
 			continue;
 		s->src[i].kind = (int8_t)r.kind;
 		s->src[i].device = (int8_t)r.device;
-		s->bytes += b->writes[i].length;
+		s->bytes += b->writes[i].length *
+			    (b->writes[i].count > 1 ? (uint64_t)b->writes[i].count : 1);
 	}
 	if (s->bytes > st->nslots * SLOT && (rc = overflow_take(st, s))) {
 		free(s);

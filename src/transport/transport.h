@@ -42,7 +42,8 @@ typedef struct lc__batch {
 	uint64_t deadline_ns; /* 0: none */
 	bool defer;           /* LC_BATCH_DEFER: post() queues without waking */
 	bool device_src;      /* a source is device memory: staged first (stage.c) */
-	lc_write_t *writes;   /* zero-length writes removed; owned */
+	lc_write_t *writes;   /* zero-length writes removed; count 0 or > 1
+			       * (strided, only where ops->strided); owned */
 	size_t nwrites;
 	uint64_t bytes;
 	_Atomic size_t applied;
@@ -87,6 +88,9 @@ struct lc_listener {
 
 typedef struct lc__transport_ops {
 	const char *scheme;
+	/* Whether post() takes strided writes (count > 1) as they are; for a
+	 * transport without, the generic layer expands them into their blocks. */
+	bool strided;
 	/* Optional: per-context state, made by the generic layer at the
 	 * context's first listener or connection of the transport and handed
 	 * to it in l->tp_state / c->tp_state (and to pack_region), so that a

@@ -302,6 +302,107 @@ static void case_deferred_flush(harness_t *h)
 	expect_canary_outside(h, 0, (size_t)N * LEN);
 }
 
+/* Strided writes (token-major pages under heterogeneous TP): each block of
+ * a write lands at its strided destination, nothing between blocks is
+ * touched, and the completion counts every block's bytes. */
+static lc_write_t strided(harness_t *h, uint64_t src_off, uint64_t dst_off, uint64_t len,
+			  uint32_t count, uint64_t src_stride, uint64_t dst_stride)
+{
+	lc_write_t w = wr(h, src_off, dst_off, len);
+	w.count = count;
+	w.local_stride = src_stride;
+	w.remote_stride = dst_stride;
+	return w;
+}
+
+static void case_strided_write(harness_t *h)
+{
+	enum { PAGES = 64, ROWS = 16, BLOCK = 128, SROW = 256, DROW = 512 };
+	enum { SPAGE = ROWS * SROW, DPAGE = ROWS * DROW };
+	static lc_write_t w[PAGES + 2];
+	setup(h);
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, (uint64_t)(PAGES + 4) * DPAGE));
+	/* One write per page: P's second half-row of each token (a GQA head
+	 * split) into the second quarter of D's rows, pages in a scattered
+	 * order; then a one-block "strided" write and a plain one. */
+	uint64_t want = 0;
+	for (size_t i = 0; i < PAGES; i++) {
+		uint64_t d = (i * 37) % PAGES;
+		w[i] = strided(h, i * SPAGE + BLOCK, d * DPAGE + BLOCK, BLOCK, ROWS, SROW, DROW);
+		want += (uint64_t)ROWS * BLOCK;
+	}
+	w[PAGES] = strided(h, 0, (uint64_t)PAGES * DPAGE, 4096, 1, 1, 1);
+	w[PAGES + 1] = wr(h, 8192, (uint64_t)(PAGES + 1) * DPAGE, 1000);
+	want += 4096 + 1000;
+	lc_completion_t c = post_wait(h, w, PAGES + 2, ROOM, 0);
+	expect_status(&c, 0);
+	TU_CHECK(c.bytes == want, "completion bytes %llu, expected %llu",
+		 (unsigned long long)c.bytes, (unsigned long long)want);
+	sync_dst(h);
+	for (size_t i = 0; i < PAGES; i++) {
+		uint64_t d = (i * 37) % PAGES;
+		for (size_t r = 0; r < ROWS; r++) {
+			uint64_t so = i * SPAGE + BLOCK + r * SROW, dof = d * DPAGE + BLOCK + r * DROW;
+			TU_CHECK(!memcmp(h->src + so, h->dst + dof, BLOCK),
+				 "page %zu row %zu: bytes at dst %llu differ", i, r,
+				 (unsigned long long)dof);
+		}
+		/* Everything of D's page but the blocks keeps the canary. */
+		for (uint64_t o = 0; o < DPAGE; o++) {
+			bool in_block = o >= BLOCK && (o - BLOCK) % DROW < BLOCK;
+			if (!in_block)
+				TU_CHECK(h->dst[d * DPAGE + o] == CANARY,
+					 "page %llu byte %llu between blocks was written",
+					 (unsigned long long)d, (unsigned long long)o);
+		}
+	}
+	expect_same(h, 0, (uint64_t)PAGES * DPAGE, 4096);
+	expect_same(h, 8192, (uint64_t)(PAGES + 1) * DPAGE, 1000);
+	expect_canary_outside(h, 0, (size_t)(PAGES + 1) * DPAGE + 1000);
+}
+
+/* A strided write leaving the region or the grant fails at the receiver,
+ * bad shapes are refused at post, and no byte lands. */
+static void case_strided_bounds(harness_t *h)
+{
+	uint64_t id;
+	lc_batch_params_t p = {.size = sizeof p, .room = ROOM};
+	setup(h);
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
+	/* First block inside, the last past the region's end. */
+	lc_write_t past = strided(h, 0, REGION - 4096, 64, 16, 128, 1024);
+	lc_completion_t c = post_wait(h, &past, 1, ROOM, 0);
+	TU_CHECK(c.status == LC_ERR_OUT_OF_REGION || c.status == LC_ERR_GRANT,
+		 "strided write past the region: %s", lc_err_name(c.status));
+	/* Overlapping blocks, a count over the cap, a span that overflows. */
+	lc_write_t overlap = strided(h, 0, 0, 256, 4, 256, 128);
+	TU_CHECK(lc_batch_post(h->conn, &overlap, 1, &p, &id) == -EINVAL, "overlap accepted");
+	lc_write_t many = strided(h, 0, 0, 1, LC_WRITE_MAX_COUNT + 1, 1, 1);
+	TU_CHECK(lc_batch_post(h->conn, &many, 1, &p, &id) == -EINVAL, "count cap not enforced");
+	lc_write_t wrap = strided(h, 0, 0, 64, 4, 64, UINT64_MAX / 2);
+	TU_CHECK(lc_batch_post(h->conn, &wrap, 1, &p, &id) == -EINVAL, "overflow accepted");
+	/* A source block outside the sender's regions. */
+	lc_write_t src_out = strided(h, 0, 0, 64, 2, REGION, 64);
+	TU_CHECK(lc_batch_post(h->conn, &src_out, 1, &p, &id) == LC_ERR_REGION,
+		 "source span outside the region accepted");
+	/* Leaving the grant: granted [0, 64 KiB), blocks up to 96 KiB. */
+	TU_OK(lc_grant_issue(h->rx, ROOM + 1, h->dst_region, 0, 65536));
+	lc_write_t beyond = strided(h, 0, 0, 512, 4, 512, 32768);
+	c = post_wait(h, &beyond, 1, ROOM + 1, 0);
+	expect_status(&c, LC_ERR_GRANT);
+	sync_dst(h);
+	/* A receiver expanding blocks may land those inside before it meets
+	 * the one outside; a native one checks the span first. Either way
+	 * nothing lands outside the write's blocks. */
+	for (size_t i = 0; i < REGION; i++) {
+		bool blk = (i < 512) || (i >= 32768 && i < 32768 + 512) ||
+			   (i >= 65536 && i < 65536 + 512);
+		bool blk2 = i >= REGION - 4096 && (i - (REGION - 4096)) % 1024 < 64;
+		if (!blk && !blk2)
+			TU_CHECK(h->dst[i] == CANARY, "byte %zu changed", i);
+	}
+}
+
 static void case_zero_length(harness_t *h)
 {
 	setup(h);
@@ -685,6 +786,8 @@ static const struct {
 	{"bad_token", case_bad_token},
 	{"unreachable_peer", case_unreachable_peer},
 	{"deferred_flush", case_deferred_flush},
+	{"strided_write", case_strided_write},
+	{"strided_bounds", case_strided_bounds},
 };
 
 int main(int argc, char **argv)

@@ -163,7 +163,8 @@ def test_library_logs_reach_python_logging(caplog):
 def test_tp_fragment_pairs_heads_across_unequal_tp():
     # P TP 1 holds 4 heads of 64 bytes per page; D TP 2 ranks hold 2 each.
     f = lc.tp_fragment(1, 0, 256, 2, 1, 128, 64)
-    assert f == {"src_offset": 128, "dst_offset": 0, "bytes": 128, "dst_item_len": 128}
+    assert f == {"src_offset": 128, "dst_offset": 0, "bytes": 128, "dst_item_len": 128,
+                 "count": 1, "src_stride": 0, "dst_stride": 0}
     # GQA: 2 KV heads over P TP 4; ranks 1 and 3 replicate 0 and 2.
     assert lc.tp_fragment(4, 1, 64, 1, 0, 128, 64) is None
     assert lc.tp_fragment(4, 2, 64, 1, 0, 128, 64)["dst_offset"] == 64

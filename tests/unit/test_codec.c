@@ -178,6 +178,45 @@ static void test_register_carries_a_tp_size(void **state)
 	assert_null(none);
 }
 
+/* Token-major pages: D's rows per buffer travel with REGISTER (only with
+ * a TP size); rows past the cap, or rows without a TP size, are refused. */
+static void test_register_carries_rows(void **state)
+{
+	lc__msg_buffer_t bufs[3];
+	const void *descs[2];
+	size_t lens[2], len, len_tp;
+	lc__msg_t m = make_register(bufs, descs, lens), out;
+	m.reg.d_rank = 1;
+	m.reg.d_tp = 2;
+	m.reg.flags |= LC__REG_HAS_TP;
+	free(enc(&m, &len_tp));
+	for (int i = 0; i < 3; i++)
+		bufs[i].rows = 16 + (uint32_t)i;
+	m.reg.flags |= LC__REG_HAS_ROWS;
+	uint8_t *buf = enc(&m, &len);
+	assert_int_equal(len, len_tp + 3 * 4);
+	assert_int_equal(lc__msg_decode(buf, len, &out, NULL, 0), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(out.reg.buffers[i].rows, 16 + i);
+	lc__msg_free(&out);
+	truncations_fail(buf, len);
+	/* 17 rows become more than the cap on the wire: refused. */
+	uint32_t seventeen = 17, big = LC__MSG_MAX_ROWS + 1;
+	uint8_t *at = memmem(buf, len, &seventeen, 4);
+	assert_non_null(at);
+	memcpy(at, &big, 4);
+	decode_fails(buf, len);
+	free(buf);
+	/* The encoder refuses the same, and rows without a TP size. */
+	uint8_t *none = NULL;
+	bufs[1].rows = LC__MSG_MAX_ROWS + 1;
+	assert_int_equal(lc__msg_encode(&m, &none, &len), -EINVAL);
+	bufs[1].rows = 8;
+	m.reg.flags &= ~(uint32_t)LC__REG_HAS_TP;
+	assert_int_equal(lc__msg_encode(&m, &none, &len), -EINVAL);
+	assert_null(none);
+}
+
 static void test_info_round_trip(void **state)
 {
 	int64_t pages[5] = {0, 1, 2, 100, 7}, slots[2] = {4, 5};
@@ -623,6 +662,7 @@ int main(void)
 		cmocka_unit_test(test_register_round_trip),
 		cmocka_unit_test(test_register_carries_a_curve_key),
 		cmocka_unit_test(test_register_carries_a_tp_size),
+		cmocka_unit_test(test_register_carries_rows),
 		cmocka_unit_test(test_info_round_trip),
 		cmocka_unit_test(test_maximal_info_fits),
 		cmocka_unit_test(test_small_round_trips),

@@ -954,6 +954,20 @@ static void tp_fragments(int pt, int pr, uint64_t p_item, int dt, int dr, uint64
 	}
 }
 
+/* The same over token-major pages of ROWS tokens: a head of one token is
+ * UNIT / ROWS bytes, a rank's share of a page ROWS strided blocks. */
+#define ROWS 4
+static void tp_fragments_rows(int pt, int pr, uint64_t p_item, int dt, int dr, uint64_t d_item,
+			      lc_fragment_t *fr)
+{
+	lc_tp_side_t ps = {pt, pr, p_item, UNIT / ROWS, ROWS, 0};
+	lc_tp_side_t ds = {dt, dr, d_item, UNIT / ROWS, ROWS, 0};
+	for (int b = 0; b < NBUF; b++) {
+		assert_int_equal(lc_tp_fragment(&ps, &ds, &fr[b]), 1);
+		fr[b].buffer = (uint32_t)b;
+	}
+}
+
 static void wait_final(lc_engine_t *e, uint64_t room, int want)
 {
 	lc_room_info_t info = {.size = sizeof(info)};
@@ -990,6 +1004,49 @@ static void one_p_rank_splits_its_heads_between_two_d_ranks(void **state)
 							    r * (ITEM / 2),
 						    ITEM / 2);
 		/* The rest of D's buffers stayed untouched (zero). */
+		size_t used = (size_t)NBUF * PAGES * (ITEM / 2), zero = 0;
+		for (size_t k = used; k < (size_t)NBUF * BUF_BYTES; k++)
+			zero += f->dmem[r][k] == 0;
+		assert_int_equal(zero, NBUF * BUF_BYTES - used);
+	}
+	fx_free(f);
+}
+
+static void token_major_pages_split_with_one_strided_write_per_page(void **state)
+{
+	/* P TP 1 (4 heads), D TP 2 (2 heads each), pages of ROWS tokens: D
+	 * rank r gets heads 2r, 2r+1 of every token row, byte-exact, and the
+	 * engine posts one write per page and buffer (not one per token). */
+	fx_t *f = fx_new(NULL, 0);
+	const uint64_t prow = ITEM / ROWS, drow = ITEM / 2 / ROWS;
+	for (int r = 0; r < 2; r++) {
+		lc_fragment_t fr[NBUF];
+		tp_fragments_rows(1, 0, ITEM, 2, r, ITEM / 2, fr);
+		assert_int_equal(fr[0].count, ROWS);
+		assert_int_equal(fr[0].src_stride, prow);
+		assert_int_equal(fr[0].dst_stride, drow);
+		assert_int_equal(fx_session_on(f, f->e, r, NULL, ITEM / 2, fr, NBUF), 0);
+		fx_dst(f, 23, r, 2, DST, 6, 0);
+	}
+	uint64_t posted0 = 0;
+	lc_ctx_counter_by_name(f->p, "writes_posted", &posted0);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 23, "m", 1), 0);
+	assert_int_equal(fx_chunk(f, 23, SRC, 6, 0, 1), 0);
+	wait_events(f, 2);
+	uint64_t posted = 0;
+	lc_ctx_counter_by_name(f->p, "writes_posted", &posted);
+	assert_int_equal(posted - posted0, 2 * NBUF * 6); /* per D rank, buffer and page */
+	for (int r = 0; r < 2; r++) {
+		assert_int_equal(f->ev[r].status, LC_ROOM_SUCCESS);
+		for (int b = 0; b < NBUF; b++)
+			for (int i = 0; i < 6; i++)
+				for (uint64_t t = 0; t < ROWS; t++)
+					assert_memory_equal(
+						f->dmem[r] + (b * PAGES + DST[i]) * (ITEM / 2) +
+							t * drow,
+						f->pmem + b * BUF_BYTES + SRC[i] * ITEM + t * prow +
+							(uint64_t)r * drow,
+						drow);
 		size_t used = (size_t)NBUF * PAGES * (ITEM / 2), zero = 0;
 		for (size_t k = used; k < (size_t)NBUF * BUF_BYTES; k++)
 			zero += f->dmem[r][k] == 0;
@@ -1071,7 +1128,23 @@ static void fragments_outside_a_page_are_refused(void **state)
 	assert_int_equal(fx_session_on(f, f->e, 0, NULL, ITEM / 2, fr, NBUF), LC_ERR_GEOMETRY);
 	fr[3].buffer = NBUF; /* no such buffer */
 	assert_int_equal(fx_session_on(f, f->e, 0, NULL, ITEM / 2, fr, NBUF), LC_ERR_GEOMETRY);
-	assert_int_equal(metrics(f).bad_input, bad0 + 3);
+	/* Strided: the last block leaves the D page; overlapping blocks; a
+	 * stride whose product with the count overflows; a count past the cap. */
+	tp_fragments_rows(1, 0, ITEM, 2, 1, ITEM / 2, fr);
+	fr[1].dst_stride += 1;
+	assert_int_equal(fx_session_on(f, f->e, 0, NULL, ITEM / 2, fr, NBUF), LC_ERR_GEOMETRY);
+	tp_fragments_rows(1, 0, ITEM, 2, 1, ITEM / 2, fr);
+	fr[1].src_stride = fr[1].bytes - 1;
+	assert_int_equal(fx_session_on(f, f->e, 0, NULL, ITEM / 2, fr, NBUF), LC_ERR_GEOMETRY);
+	tp_fragments_rows(1, 0, ITEM, 2, 1, ITEM / 2, fr);
+	fr[1].dst_stride = UINT64_MAX / 2;
+	assert_int_equal(fx_session_on(f, f->e, 0, NULL, ITEM / 2, fr, NBUF), LC_ERR_GEOMETRY);
+	tp_fragments_rows(1, 0, ITEM, 2, 1, ITEM / 2, fr);
+	fr[1].count = LC_WRITE_MAX_COUNT + 1;
+	assert_int_equal(fx_session_on(f, f->e, 0, NULL, ITEM / 2, fr, NBUF), LC_ERR_GEOMETRY);
+	assert_int_equal(metrics(f).bad_input, bad0 + 7);
+	tp_fragments_rows(1, 0, ITEM, 2, 1, ITEM / 2, fr); /* and the honest one passes */
+	assert_int_equal(fx_session_on(f, f->e, 0, NULL, ITEM / 2, fr, NBUF), 0);
 	fx_free(f);
 }
 
@@ -1107,6 +1180,7 @@ int main(void)
 		cmocka_unit_test(stalled_destination_does_not_block_other_rooms),
 		cmocka_unit_test(one_p_rank_splits_its_heads_between_two_d_ranks),
 		cmocka_unit_test(two_p_ranks_fill_one_d_page),
+		cmocka_unit_test(token_major_pages_split_with_one_strided_write_per_page),
 		cmocka_unit_test(fragments_outside_a_page_are_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -394,9 +394,129 @@ static void tp_fragments_cover_every_unit_once(void **state)
 					assert_int_equal(hits[k], 1);
 			}
 	/* Unit lengths differ; no arguments. */
-	lc_tp_side_t p = {1, 0, 512, 128}, d = {2, 0, 256, 64};
+	lc_tp_side_t p = {1, 0, 512, 128, 0, 0}, d = {2, 0, 256, 64, 0, 0};
 	assert_int_equal(lc_tp_fragment(&p, &d, &f), LC_ERR_GEOMETRY);
 	assert_int_equal(lc_tp_fragment(NULL, &d, &f), -EINVAL);
+}
+
+/* Token-major pages ([rows, heads, head_dim]): a rank's heads are a block
+ * of each token row; the fragment is rows blocks at the two row strides. */
+static int tpr(int pt, int pr, uint64_t pi, int dt, int dr, uint64_t di, uint64_t unit,
+	       uint32_t rows, lc_fragment_t *f)
+{
+	lc_tp_side_t p = {pt, pr, pi, unit, rows, 0}, d = {dt, dr, di, unit, rows, 0};
+	memset(f, 0, sizeof(*f));
+	return lc_tp_fragment(&p, &d, f);
+}
+
+static void tp_fragments_of_token_major_pages_are_strided(void **state)
+{
+	lc_fragment_t f;
+	enum { ROWS = 16, HEAD = 128 };
+	/* GQA, 2 KV heads: P TP 2 (1 head per rank) -> D TP 1 (2 heads). P
+	 * rank 1 sends its row of every token into the second head of D's. */
+	assert_int_equal(tpr(2, 1, ROWS * HEAD, 1, 0, ROWS * 2 * HEAD, HEAD, ROWS, &f), 1);
+	assert_int_equal(f.count, ROWS);
+	assert_int_equal(f.bytes, HEAD);
+	assert_int_equal(f.src_offset, 0);
+	assert_int_equal(f.dst_offset, HEAD);
+	assert_int_equal(f.src_stride, HEAD);
+	assert_int_equal(f.dst_stride, 2 * HEAD);
+	assert_int_equal(f.dst_item_len, ROWS * 2 * HEAD);
+	/* P TP 1 (2 heads) -> D TP 2: D rank 1 takes head 1 of every row. */
+	assert_int_equal(tpr(1, 0, ROWS * 2 * HEAD, 2, 1, ROWS * HEAD, HEAD, ROWS, &f), 1);
+	assert_int_equal(f.count, ROWS);
+	assert_int_equal(f.src_offset, HEAD);
+	assert_int_equal(f.dst_offset, 0);
+	assert_int_equal(f.src_stride, 2 * HEAD);
+	assert_int_equal(f.dst_stride, HEAD);
+	/* An MLA latent (every rank holds it whole): whole rows on both sides
+	 * make one block of the whole page, from rank 0 only at P TP 2. */
+	assert_int_equal(tpr(2, 0, ROWS * 576, 1, 0, ROWS * 576, 576, ROWS, &f), 1);
+	assert_true(f.count <= 1);
+	assert_int_equal(f.bytes, ROWS * 576);
+	assert_int_equal(tpr(2, 1, ROWS * 576, 1, 0, ROWS * 576, 576, ROWS, &f), 0);
+	assert_int_equal(tpr(1, 0, ROWS * 576, 2, 1, ROWS * 576, 576, ROWS, &f), 1);
+	assert_true(f.count <= 1);
+	/* Every byte of every D page covered exactly once over all P ranks,
+	 * block by block, and every block inside both pages. */
+	for (int pt = 1; pt <= 8; pt *= 2)
+		for (int dt = 1; dt <= 8; dt *= 2)
+			for (int dr = 0; dr < dt; dr++) {
+				uint64_t pi = 4 * 8 * 16 / (uint64_t)pt, di = 4 * 8 * 16 / (uint64_t)dt;
+				uint8_t hits[512] = {0};
+				for (int pr = 0; pr < pt; pr++) {
+					if (tpr(pt, pr, pi, dt, dr, di, 16, 4, &f) != 1)
+						continue;
+					uint32_t n = f.count > 1 ? f.count : 1;
+					for (uint32_t i = 0; i < n; i++) {
+						uint64_t so = f.src_offset + i * f.src_stride;
+						uint64_t dof = f.dst_offset + i * f.dst_stride;
+						assert_true(so + f.bytes <= pi && dof + f.bytes <= di);
+						for (uint64_t k = 0; k < f.bytes; k++)
+							hits[dof + k]++;
+					}
+				}
+				for (uint64_t k = 0; k < di; k++)
+					if (hits[k] != 1)
+						fail_msg("P TP %d D TP %d rank %d: byte %llu hit %u", pt,
+							 dt, dr, (unsigned long long)k, hits[k]);
+			}
+	/* Rows that differ, do not divide the page, or pass the cap. */
+	lc_tp_side_t p = {2, 0, 16 * 128, 128, 16, 0}, d = {1, 0, 16 * 256, 128, 8, 0};
+	assert_int_equal(lc_tp_fragment(&p, &d, &f), LC_ERR_GEOMETRY);
+	d.rows = 0;
+	assert_int_equal(lc_tp_fragment(&p, &d, &f), LC_ERR_GEOMETRY);
+	p.rows = d.rows = 15;
+	assert_int_equal(lc_tp_fragment(&p, &d, &f), LC_ERR_GEOMETRY);
+	p.rows = d.rows = LC_WRITE_MAX_COUNT + 1;
+	assert_int_equal(lc_tp_fragment(&p, &d, &f), LC_ERR_GEOMETRY);
+	/* rows 0 and 1 both mean head-major. */
+	p = (lc_tp_side_t){2, 1, 256, 128, 1, 0};
+	d = (lc_tp_side_t){1, 0, 512, 128, 0, 0};
+	assert_int_equal(lc_tp_fragment(&p, &d, &f), 1);
+	assert_true(f.count <= 1);
+	assert_int_equal(f.dst_offset, 256);
+}
+
+/* The planner emits one strided write per page for a token-major
+ * fragment, never one per token. */
+static void strided_fragments_emit_one_write_per_page(void **state)
+{
+	lc_layout_t *l = mha3();
+	lc__xfer_t x[6];
+	for (int b = 0; b < 6; b++) {
+		lc__xfer_whole_page(&x[b], &l->bufs[b], 7, 0);
+		x[b].skip = 1;
+	}
+	x[0] = (lc__xfer_t){.src_base = (uint8_t *)l->bufs[0].base + 0,
+			    .src_stride = 100,
+			    .dst_base = 10,
+			    .dst_stride = 200,
+			    .bytes = 5,
+			    .dst_region = 7,
+			    .count = 10,
+			    .block_src = 10,
+			    .block_dst = 20};
+	int64_t s[] = {1, 2, 3}, d[] = {3, 4, 5};
+	lc__run_t runs[3];
+	lc__plan_t p = {.layout = l, .xfer = x, .runs = runs, .pages = 3};
+	p.nruns = lc__coalesce(s, d, 3, runs);
+	assert_int_equal(p.nruns, 1); /* contiguous, but fragments go page by page */
+	assert_int_equal(lc__plan_count(&p, 0, 3), 3);
+	lc_write_t w[3];
+	uint64_t bytes;
+	assert_int_equal(lc__plan_emit(&p, 0, 3, w, &bytes), 3);
+	for (int i = 0; i < 3; i++) {
+		assert_ptr_equal(w[i].local, (uint8_t *)l->bufs[0].base + (1 + i) * 100);
+		assert_int_equal(w[i].remote_offset, 10 + (3 + i) * 200);
+		assert_int_equal(w[i].length, 5);
+		assert_int_equal(w[i].count, 10);
+		assert_int_equal(w[i].local_stride, 10);
+		assert_int_equal(w[i].remote_stride, 20);
+	}
+	assert_int_equal(bytes, 3 * 10 * 5);
+	lc_layout_destroy(l);
 }
 
 int main(void)
@@ -414,6 +534,8 @@ int main(void)
 		cmocka_unit_test(one_descriptor_per_buffer_and_run_per_layer),
 		cmocka_unit_test(fragments_move_a_byte_range_of_each_page),
 		cmocka_unit_test(tp_fragments_cover_every_unit_once),
+		cmocka_unit_test(tp_fragments_of_token_major_pages_are_strided),
+		cmocka_unit_test(strided_fragments_emit_one_write_per_page),
 		cmocka_unit_test(state_buffers_use_slot_runs_within_their_layer_group),
 		cmocka_unit_test(slot_pairing_rules),
 		cmocka_unit_test(resolve_off_off_pairs_positions),
