@@ -40,7 +40,7 @@ sys.path.insert(1, os.path.join(HERE, "..", "..", "python"))
 import layercake as lc  # noqa: E402
 from model import Config, KVPool, Model, PagedKV, Seq, decode, init_weights, load_checkpoint, pages_for  # noqa: E402
 
-WAIT_S = 60
+WAIT_S = 120
 
 # Whether this layercake can be told that pages are token-major
 # ([page_size, heads, head_dim]: Layout(..., rows=page_size)), which
@@ -135,6 +135,7 @@ class Instance:
 
     def __init__(self, role, cfg, pages, page_size, tp, knobs, shadow_layer=None):
         self.ctxs, self.pools, self.regions, self.layouts, self.keep = [], [], [], [], []
+        self.busy = False
         heads = cfg.kv_heads if cfg.attn == "gqa" else 1
         if tp > 1 and cfg.attn == "mla":
             raise ValueError("TP > 1 is shown with GQA only (an MLA latent is whole on every rank)")
@@ -158,7 +159,7 @@ class Instance:
 
 
 def run(cfg, weights, requests, page_size=16, pages=None, mode="layerwise", p_tp=1, d_tp=1,
-        steps=8, faults=(), room_base=1000, url="tcp://127.0.0.1:0"):
+        steps=8, faults=(), room_base=1000, url="tcp://127.0.0.1:0", p_knobs=None, layer_sleep=0.0):
     """One disaggregated run and its single-instance reference. Returns a dict:
     per request (rid -> dict) and per run figures. `faults` (for the tests
     that prove the checks can fail): "shift_page" (D grants one page off by
@@ -171,7 +172,7 @@ def run(cfg, weights, requests, page_size=16, pages=None, mode="layerwise", p_tp
     need = sum(pages_for(len(r.prompt) + steps, page_size) for r in requests)
     pages = pages or need + 8
     ref = single_instance(model, requests, pages, page_size, steps)
-    knobs = {"layerwise_interval": 1 if mode == "layerwise" else 0}
+    knobs = {"layerwise_interval": 1 if mode == "layerwise" else 0, **(p_knobs or {})}
     cpu0, results = time.process_time(), {}
     bs = lc.BootstrapServer(host="127.0.0.1", port=0)
     P = Instance("p", cfg, pages, page_size, p_tp, knobs,
@@ -188,23 +189,24 @@ def run(cfg, weights, requests, page_size=16, pages=None, mode="layerwise", p_tp
         p_tables, d_tables = {}, {}
         for wave in waves(requests):
             _wave(model, wave, P, D, prefills, decodes, bs, p_tables, d_tables, page_size, steps,
-                  faults, room_base, ref, results)
+                  faults, room_base, ref, results, layer_sleep)
         m = [p.engine.metrics() for p in prefills]
         return {"requests": results, "cpu_s": time.process_time() - cpu0,
-                "bytes_acked": sum(x["bytes_acked"] for x in m), "mode": mode}
+                "bytes_acked": sum(x["bytes_acked"] for x in m),
+                "writes_posted": sum(x["writes_posted"] for x in m), "mode": mode}
     finally:
         for d in decodes:
             d.close()
-        for p in prefills:
-            p.close()
-        P.close()
+        if not P.busy:  # else leaked: the forward thread may still record
+            for p in prefills:
+                p.close()
+            P.close()
         D.close()
         bs.close()
 
 
 def _wave(model, wave, P, D, prefills, decodes, bs, p_tables, d_tables, ps, steps, faults, room_base, ref,
-          results):
-    cfg = model.cfg
+          results, layer_sleep=0.0):
     rooms = {r.rid: room_base + r.rid for r in wave}
     receivers = {r.rid: [d.receiver(bs.addr, rooms[r.rid]) for d in decodes] for r in wave}
     senders = {r.rid: [p.sender(rooms[r.rid]) for p in prefills] for r in wave}
@@ -234,11 +236,17 @@ def _wave(model, wave, P, D, prefills, decodes, bs, p_tables, d_tables, ps, step
         cancel = {r.cancel_at_layer: r for r in wave if r.cancel_at_layer is not None}
 
         def on_layer(layer):  # right after the layer's K/V is in the pool
+            if layer_sleep:
+                time.sleep(layer_sleep)  # slower compute (deadline experiments)
             for p in prefills:
                 p.steps.record_cache()
             if layer in cancel:
                 for snd in senders[cancel[layer].rid]:
-                    snd.abort("cancelled mid-prefill")
+                    try:
+                        snd.abort("cancelled mid-prefill")
+                    except lc.LayercakeError:  # LC_ERR_STATE: the room ended already (failed)
+                        if not snd.status.final:
+                            raise
 
         first, err, done = {}, [], []
 
@@ -249,7 +257,8 @@ def _wave(model, wave, P, D, prefills, decodes, bs, p_tables, d_tables, ps, step
                     first[r.rid] = t
                     if r.cancel_at_layer is None:
                         for snd in senders[r.rid]:
-                            snd.set_metadata(str(t).encode())
+                            if not snd.status.final:  # a failed room takes no metadata
+                                snd.set_metadata(str(t).encode())
                 for p in prefills:
                     p.steps.record_aux()
                 done.append(time.monotonic())
@@ -268,6 +277,9 @@ def _wave(model, wave, P, D, prefills, decodes, bs, p_tables, d_tables, ps, step
                     pending.discard(rid)
             time.sleep(0.0002)
         th.join(WAIT_S)
+        if th.is_alive():  # never destroy an engine its producer still records into
+            P.busy = True
+            raise TimeoutError(f"P's forward still running after {WAIT_S} s")
         if err:
             raise err[0]
         forward_s = done[0] - t0  # P's forward, its records and metadata

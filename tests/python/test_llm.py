@@ -131,8 +131,8 @@ def test_the_checks_fail_when_the_transfer_is_wrong(fault, attn):
             assert res["pages_equal"] and res["tokens"] == res["ref"]
 
 
-@pytest.mark.skipif(not pd.TOKEN_MAJOR, reason="waiting for strided writes (branch strided: Layout rows=, "
-                    "tp_fragment rows=): P and D at different TP over token-major pages")
+@pytest.mark.skipif(not pd.TOKEN_MAJOR, reason="needs strided writes (Layout rows=): P and D at different "
+                    "TP over token-major pages")
 @pytest.mark.parametrize("p_tp,d_tp", [(2, 1), (1, 2)])
 def test_heterogeneous_tp_over_token_major_pages(p_tp, d_tp):
     """Each rank of the larger side holds half the KV heads in its own
@@ -141,3 +141,10 @@ def test_heterogeneous_tp_over_token_major_pages(p_tp, d_tp):
     cfg = config("gqa")
     reqs = pd.make_requests(cfg, 3, 40, PS, prefix=True, cancel=True)
     check_run(pd.run(cfg, init_weights(cfg, 5), reqs, page_size=PS, steps=STEPS, p_tp=p_tp, d_tp=d_tp), reqs)
+    # One write per page and (P rank, D rank) pair: not one per token. D's
+    # pages run backwards from P's, so no two pages coalesce.
+    reqs = pd.make_requests(cfg, 2, 40, PS, prefix=False, cancel=False)
+    out = pd.run(cfg, init_weights(cfg, 5), reqs, page_size=PS, steps=1, p_tp=p_tp, d_tp=d_tp)
+    pages = sum(-(-len(r.prompt) // PS) for r in reqs)
+    assert out["writes_posted"] == pages * 2 * cfg.layers * max(p_tp, d_tp)
+    assert out["bytes_acked"] == pages * 2 * cfg.layers * PS * cfg.kv_heads * cfg.head_dim * 4
