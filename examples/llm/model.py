@@ -165,11 +165,6 @@ class KVPool:
     def release(self, pages):
         self.free.extend(reversed(list(pages)))
 
-    def page_bytes_of(self, pages):
-        """The bytes of `pages` of every buffer, for byte comparisons."""
-        idx = torch.as_tensor(list(pages), dtype=torch.long)
-        return [t[idx].contiguous().view(torch.uint8) for t in self.tensors]
-
 
 class PagedKV:
     """The KV cache the model reads and writes: one pool, or the pools of TP

@@ -3,13 +3,14 @@
 checked against a single instance running the same weights.
 
     pd.py [--attn gqa|mla|both] [--layers 8] [--dim 256] [--requests 4] [--prompt 256]
-          [--steps 8] [--page-size 16] [--checkpoint FILE] [--seed 0]
+          [--steps 8] [--page-size 16] [--checkpoint FILE] [--seed 0] [--no-tp]
 
 P and D run in this process with their own contexts, pools and page ids, and
 talk over real tcp (and ZeroMQ/HTTP for the control plane), as two machines
 would. For each attention kind and mode (layer-wise and whole-request) it
 prints, per request, the tokens matched against the single instance, whether
-every KV page at D equals P's, and the time to first token at D.
+every KV page at D equals P's, and the time to first token at D; for GQA also
+with P at TP 2 and D at TP 1 and the reverse (token-major pages, strided writes).
 
 How P and D use layercake (docs/integration.md walks through it):
 - pools: every per-layer KV tensor registered by its data pointer
@@ -268,10 +269,12 @@ def _wave(model, wave, P, D, prefills, decodes, bs, p_tables, d_tables, ps, step
         t0 = time.monotonic()
         th = threading.Thread(target=prefill)
         th.start()
-        ttft, pending = {}, {r.rid for r in wave}
+        ttft, first_layer, pending = {}, {}, {r.rid for r in wave}
         deadline = t0 + WAIT_S
         while pending and time.monotonic() < deadline:  # D: the first token arrives with Success
             for rid in list(pending):
+                if rid not in first_layer and all(rc.layers_ready > 0 for rc in receivers[rid]):
+                    first_layer[rid] = time.monotonic() - t0  # layer 0 complete in D's memory
                 if all(rc.status.final for rc in receivers[rid]):
                     ttft[rid] = time.monotonic() - t0
                     pending.discard(rid)
@@ -290,6 +293,7 @@ def _wave(model, wave, P, D, prefills, decodes, bs, p_tables, d_tables, ps, step
             res = {"prompt": len(r.prompt), "status": infos[0].status.name, "p_status": sinfo[0].status.name,
                    "reason": infos[0].reason, "ttft_s": ttft.get(r.rid), "forward_s": forward_s,
                    "after_forward_s": ttft[r.rid] - forward_s if r.rid in ttft else None,
+                   "first_layer_s": first_layer.get(r.rid),
                    "prefix_len": senders[r.rid][0].prefix_len, "cancelled": r.cancel_at_layer is not None}
             if ok:
                 meta = receivers[r.rid][0].metadata()
@@ -342,6 +346,8 @@ def main():
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--no-tp", dest="tp", action="store_false",
+                    help="skip the GQA runs with P at TP 2 and D at TP 1 and the reverse")
     ap.add_argument("--checkpoint", help="a torch.save'd state dict in Llama naming matching the sizes")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -352,21 +358,27 @@ def main():
                      qk_nope_dim=args.dim // 16, qk_rope_dim=args.dim // 32, v_head_dim=args.dim // 8)
         w = load_checkpoint(cfg, args.checkpoint) if args.checkpoint else init_weights(cfg, args.seed)
         reqs = make_requests(cfg, args.requests, args.prompt, args.page_size)
-        for mode in ("layerwise", "whole"):
+        runs = [("layerwise", 1, 1), ("whole", 1, 1)]
+        if attn == "gqa" and TOKEN_MAJOR and args.tp:
+            runs += [("layerwise", 2, 1), ("layerwise", 1, 2)]
+        for mode, p_tp, d_tp in runs:
             t0 = time.monotonic()
-            out = run(cfg, w, reqs, page_size=args.page_size, mode=mode, steps=args.steps)
-            print(f"{attn} {mode}: {len(reqs)} requests in {time.monotonic() - t0:.1f} s", file=sys.stderr,
-                  flush=True)
+            out = run(cfg, w, reqs, page_size=args.page_size, mode=mode, steps=args.steps, p_tp=p_tp, d_tp=d_tp)
+            if (p_tp, d_tp) != (1, 1):
+                mode = f"{mode} P{p_tp}D{d_tp}"
+            print(f"{attn} {mode}: {len(reqs)} requests in {time.monotonic() - t0:.1f} s, "
+                  f"{out['writes_posted']} writes", file=sys.stderr, flush=True)
             for rid, r in sorted(out["requests"].items()):
                 good = r["cancelled"] and r["status"] == "FAILED" or r.get("match") and r.get("pages_equal")
                 ok = ok and bool(good)
                 rows.append((attn, mode, rid, r["prompt"], r["prefix_len"] or 0, r["status"],
                              f"{r['matched']}/{len(r['ref'])}" if "ref" in r else "-",
                              {True: "yes", False: "NO"}.get(r.get("pages_equal"), "-"),
-                             ms(r["forward_s"]), ms(r["ttft_s"]) if not r["cancelled"] else "-",
+                             ms(r["forward_s"]), ms(r["first_layer_s"]) if not r["cancelled"] else "-",
+                             ms(r["ttft_s"]) if not r["cancelled"] else "-",
                              ms(r["after_forward_s"]) if not r["cancelled"] else "-", f"{out['cpu_s']:.2f}"))
     hdr = ("attn", "mode", "req", "prompt", "prefix", "D status", "tokens matched", "KV pages equal",
-           "P forward ms", "TTFT ms", "TTFT-forward ms", "run CPU s")
+           "P forward ms", "layer 0 at D ms", "TTFT ms", "TTFT-forward ms", "run CPU s")
     widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
     for row in [hdr] + rows:
         print("  ".join(str(x).rjust(wd) for x, wd in zip(row, widths)))
