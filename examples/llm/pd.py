@@ -171,7 +171,7 @@ def run(cfg, weights, requests, page_size=16, pages=None, mode="layerwise", p_tp
                                   "writes (Layout rows=), which this layercake lacks")
     model = Model(cfg, weights)
     need = sum(pages_for(len(r.prompt) + steps, page_size) for r in requests)
-    pages = pages or need + 8
+    pages = pages or 2 * need + 8  # P from the bottom, D from the top: disjoint ids
     ref = single_instance(model, requests, pages, page_size, steps)
     knobs = {"layerwise_interval": 1 if mode == "layerwise" else 0, **(p_knobs or {})}
     cpu0, results = time.process_time(), {}
@@ -294,6 +294,7 @@ def _wave(model, wave, P, D, prefills, decodes, bs, p_tables, d_tables, ps, step
                    "reason": infos[0].reason, "ttft_s": ttft.get(r.rid), "forward_s": forward_s,
                    "after_forward_s": ttft[r.rid] - forward_s if r.rid in ttft else None,
                    "first_layer_s": first_layer.get(r.rid),
+                   "p_pages": list(p_tables[r.rid]), "d_pages": list(d_tables[r.rid]),
                    "prefix_len": senders[r.rid][0].prefix_len, "cancelled": r.cancel_at_layer is not None}
             if ok:
                 meta = receivers[r.rid][0].metadata()

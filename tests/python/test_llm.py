@@ -59,6 +59,7 @@ def check_run(out, reqs):
             assert "cancelled mid-prefill" in res["reason"]
             continue
         assert res["status"] == "SUCCESS" and res["p_status"] == "SUCCESS", res
+        assert not set(res["d_pages"]) & set(res["p_pages"]), "D's page ids should differ from P's"
         assert res["pages_equal"], f"request {r.rid}: D's KV pages differ from P's"
         assert res["first_equal"]
         assert res["tokens"] == res["ref"], f"request {r.rid}: {res['tokens']} != {res['ref']}"
