@@ -109,7 +109,7 @@ def load_checkpoint(cfg, path):
     """Load a torch.save'd state dict and check it against `cfg`: every
     expected name present with its shape, nothing unexpected (ValueError
     otherwise). Tensors are converted to float32 and made contiguous."""
-    sd = torch.load(path, map_location="cpu")
+    sd = torch.load(path, map_location="cpu", weights_only=True)  # tensors only: no pickled code runs
     if not isinstance(sd, dict):
         raise ValueError(f"{path}: not a state dict")
     want = cfg.shapes()
