@@ -347,6 +347,8 @@ def main():
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--layer-sleep", type=float, default=0.0,
+                    help="seconds P sleeps after each layer's compute (slower compute, deadline experiments)")
     ap.add_argument("--no-tp", dest="tp", action="store_false",
                     help="skip the GQA runs with P at TP 2 and D at TP 1 and the reverse")
     ap.add_argument("--checkpoint", help="a torch.save'd state dict in Llama naming matching the sizes")
@@ -364,7 +366,8 @@ def main():
             runs += [("layerwise", 2, 1), ("layerwise", 1, 2)]
         for mode, p_tp, d_tp in runs:
             t0 = time.monotonic()
-            out = run(cfg, w, reqs, page_size=args.page_size, mode=mode, steps=args.steps, p_tp=p_tp, d_tp=d_tp)
+            out = run(cfg, w, reqs, page_size=args.page_size, mode=mode, steps=args.steps, p_tp=p_tp, d_tp=d_tp,
+                      layer_sleep=args.layer_sleep)
             if (p_tp, d_tp) != (1, 1):
                 mode = f"{mode} P{p_tp}D{d_tp}"
             print(f"{attn} {mode}: {len(reqs)} requests in {time.monotonic() - t0:.1f} s, "
