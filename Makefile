@@ -4,7 +4,7 @@ BUILD     ?= build
 JOBS      ?= $(shell nproc)
 CMAKE_OPTS ?=
 
-.PHONY: all build deps test test-asan test-tsan valgrind demo bench example-python bench-python fuzz soak clean install deb check-install
+.PHONY: all build deps test test-asan test-tsan valgrind demo demo-llm bench example-python bench-python fuzz soak clean install deb check-install
 
 all: build
 
@@ -65,6 +65,14 @@ bench: build
 PYENV = LAYERCAKE_LIB=$(BUILD)/liblayercake.so PYTHONPATH=python
 example-python: build
 	$(PYENV) /usr/bin/python3 examples/python_prefill_decode.py
+
+# A real torch transformer prefilled on P and decoded on D (examples/llm/):
+# per request, tokens matched against one instance, KV pages equal, TTFT
+# layer-wise vs whole-request, CPU time. LLM_ARGS: see pd.py --help.
+LLM_ARGS ?=
+demo-llm: deps
+	$(MAKE) build
+	$(PYENV) /usr/bin/python3 examples/llm/pd.py $(LLM_ARGS)
 
 # Per-request Python overhead of the TokenSpeed adapter against the seed's.
 bench-python: build
