@@ -38,6 +38,8 @@ int lc__hist_bucket(uint64_t ns)
 		i -= 4;
 	else
 		i = 0;
+	if (i > LC_HIST_BUCKETS - 1) /* 2^25 us (33.5 s) and above: the last bucket */
+		i = LC_HIST_BUCKETS - 1;
 	while (i < LC_HIST_BUCKETS - 1 && ns > bound_ns(i))
 		i++;
 	return i;
