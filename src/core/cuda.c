@@ -131,7 +131,7 @@ static const struct {
 
 static cu_fns_t cu;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static int loaded;
+static _Atomic int loaded;
 static char why[256];
 static _Atomic uint64_t errors;
 
@@ -182,6 +182,11 @@ int lc__cuda_load(void)
 {
 	pthread_once(&load_once, load);
 	return loaded ? 0 : LC_ENOTSUP;
+}
+
+int lc__cuda_loaded(void)
+{
+	return atomic_load(&loaded);
 }
 
 const char *lc__cuda_why(void)

@@ -74,6 +74,9 @@ enum { LC__CU_MEMORYTYPE_HOST = 1, LC__CU_MEMORYTYPE_DEVICE = 2, LC__CU_MEMORYTY
 
 /* Load and cuInit once per process: 0 or LC_ENOTSUP. */
 int lc__cuda_load(void);
+/* Whether the driver is loaded already (never loads it): a peer offers
+ * CUDA IPC only where device memory made it load CUDA. */
+int lc__cuda_loaded(void);
 /* Why the last load failed ("" when loaded or not tried). Static. */
 const char *lc__cuda_why(void);
 /* CUDA calls that failed in this process. */
