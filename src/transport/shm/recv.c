@@ -70,6 +70,7 @@ enum src_mode { SRC_MAP, SRC_CMA, SRC_IPC };
 typedef struct ipc_import {
 	uint8_t handle[LC__SHM_IPC_HANDLE_LEN]; /* the IPC handle (not for VMM) */
 	bool vmm;
+	bool local; /* P is this process: its address, nothing opened */
 	int device; /* our ordinal it was imported into */
 	CUdeviceptr ptr;
 	uint64_t size;
@@ -136,7 +137,9 @@ static void import_put(shm_listener_t *sl, ipc_import_t *imp)
 	if (--imp->refs)
 		return;
 	/* No copy from it is in flight: each is waited for on this thread. */
-	if (imp->vmm)
+	if (imp->local)
+		;
+	else if (imp->vmm)
 		lc__cuda_vmm_close(imp->device, imp->ptr, imp->size);
 	else
 		lc__cuda_ipc_close_on(imp->device, imp->ptr);
@@ -325,11 +328,15 @@ static int ipc_reject(shm_listener_t *sl, dconn_t *dc, uint32_t id, int code, co
 static int ipc_import(shm_listener_t *sl, dconn_t *dc, const lc__shm_ipc_region_t *r, int fd,
 		      src_region_t *s)
 {
-	bool vmm = fd >= 0;
+	/* A handle cannot be opened in the process that exported it; there
+	 * P's address is ours (still checked against the driver below). */
+	bool local = dc->pid == getpid();
+	bool vmm = fd >= 0 && !local;
 	int device = ipc_device(r->pci);
 	for (size_t i = 0; i < sl->nimports && !vmm; i++) {
 		ipc_import_t *imp = sl->imports[i];
-		if (!imp->vmm && imp->device == device &&
+		if (!imp->vmm && imp->local == local && imp->device == device &&
+		    (!local || imp->ptr == r->base) &&
 		    !memcmp(imp->handle, r->handle, sizeof imp->handle)) {
 			if (r->alloc_size > imp->size)
 				return ipc_reject(sl, dc, r->id, LC_ERR_OUT_OF_REGION,
@@ -348,10 +355,13 @@ static int ipc_import(shm_listener_t *sl, dconn_t *dc, const lc__shm_ipc_region_
 	if (!imp)
 		return -ENOMEM;
 	imp->vmm = vmm;
+	imp->local = local;
 	imp->device = device;
 	memcpy(imp->handle, r->handle, sizeof imp->handle);
-	int rc;
-	if (vmm) {
+	int rc = 0;
+	if (local) {
+		imp->ptr = r->base;
+	} else if (vmm) {
 		imp->size = r->alloc_size;
 		rc = lc__cuda_vmm_import(device, fd, (size_t)r->alloc_size, &imp->ptr);
 	} else {
@@ -369,6 +379,15 @@ static int ipc_import(shm_listener_t *sl, dconn_t *dc, const lc__shm_ipc_region_
 	rc = lc__cuda_mem_range(imp->ptr, &base, &size);
 	if (!vmm)
 		imp->size = size;
+	if (local && !rc && base == imp->ptr && size >= r->alloc_size) {
+		imp->refs = 1;
+		sl->imports[sl->nimports++] = imp;
+		s->imp = imp;
+		LC__COUNT(sl->ctx, ipc_imports);
+		LC__DEBUG("shm://%s: CUDA IPC within this process: allocation at %#llx used as it is",
+			  sl->name, (unsigned long long)imp->ptr);
+		return 0;
+	}
 	if (rc || base != imp->ptr || size < r->alloc_size) {
 		imp->refs = 1;
 		sl->imports[sl->nimports++] = imp;

@@ -290,6 +290,7 @@ static bool export_make(shm_conn_t *sc, const lc__region_info_t *ri, pexport_t *
 	}
 	e->rec.alloc_size = size;
 	e->rec.offset = p - base;
+	e->rec.base = base;
 	lc__cuda_device_describe(ri->device, NULL, 0, e->rec.pci, sizeof e->rec.pci, NULL);
 	LC__COUNT(sc->ctx, ipc_exports);
 	LC__DEBUG("%s: exported CUDA region %u (%s, allocation of %zu bytes, at +%llu)",

@@ -14,6 +14,8 @@
  *   IPC_REGION P->D (only after a WELCOME accepting IPC) u32 src id, u32 flags
  *                 (1: VMM, an fd attached), u64 allocation size, u64 offset of
  *                 the region in the allocation, u64 region length,
+ *                 u64 the allocation's address in P (used as it is when D is
+ *                 the same process, where a handle cannot be opened),
  *                 char pci[16] (the exporting device's PCI bus id, NUL-padded),
  *                 u8 handle[64] (cuIpcGetMemHandle's; zero with an fd)
  * The count is 0 but for WRITES and ACKS. Every offset of the format is
@@ -48,7 +50,7 @@ enum lc__shm_msg_type {
 #define LC__SHM_WELCOME_LEN (LC__SHM_HDR + 16)
 #define LC__SHM_REGION_LEN (LC__SHM_HDR + 32)
 #define LC__SHM_DROP_LEN (LC__SHM_HDR + 8)
-#define LC__SHM_IPC_REGION_LEN (LC__SHM_HDR + 112)
+#define LC__SHM_IPC_REGION_LEN (LC__SHM_HDR + 120)
 #define LC__SHM_WRITE_REC 48
 #define LC__SHM_ACK_REC 16
 #define LC__SHM_MAX_WRITES 1024 /* records per WRITES or ACKS message */
@@ -76,7 +78,7 @@ typedef struct lc__shm_welcome {
 
 typedef struct lc__shm_ipc_region {
 	uint32_t id, flags;
-	uint64_t alloc_size, offset, len;
+	uint64_t alloc_size, offset, len, base;
 	char pci[LC__SHM_PCI_LEN]; /* NUL-terminated once decoded */
 	uint8_t handle[LC__SHM_IPC_HANDLE_LEN];
 } lc__shm_ipc_region_t;
@@ -220,8 +222,9 @@ static inline size_t lc__shm_put_ipc_region(uint8_t *m, const lc__shm_ipc_region
 	lc__put_u64(m + LC__SHM_HDR + 8, r->alloc_size);
 	lc__put_u64(m + LC__SHM_HDR + 16, r->offset);
 	lc__put_u64(m + LC__SHM_HDR + 24, r->len);
-	memcpy(m + LC__SHM_HDR + 32, r->pci, strnlen(r->pci, LC__SHM_PCI_LEN - 1));
-	memcpy(m + LC__SHM_HDR + 48, r->handle, LC__SHM_IPC_HANDLE_LEN);
+	lc__put_u64(m + LC__SHM_HDR + 32, r->base);
+	memcpy(m + LC__SHM_HDR + 40, r->pci, strnlen(r->pci, LC__SHM_PCI_LEN - 1));
+	memcpy(m + LC__SHM_HDR + 56, r->handle, LC__SHM_IPC_HANDLE_LEN);
 	return LC__SHM_IPC_REGION_LEN;
 }
 
@@ -234,9 +237,10 @@ static inline int lc__shm_get_ipc_region(const uint8_t *m, size_t len, lc__shm_i
 	r->alloc_size = lc__get_u64(m + LC__SHM_HDR + 8);
 	r->offset = lc__get_u64(m + LC__SHM_HDR + 16);
 	r->len = lc__get_u64(m + LC__SHM_HDR + 24);
-	memcpy(r->pci, m + LC__SHM_HDR + 32, LC__SHM_PCI_LEN);
+	r->base = lc__get_u64(m + LC__SHM_HDR + 32);
+	memcpy(r->pci, m + LC__SHM_HDR + 40, LC__SHM_PCI_LEN);
 	r->pci[LC__SHM_PCI_LEN - 1] = '\0';
-	memcpy(r->handle, m + LC__SHM_HDR + 48, LC__SHM_IPC_HANDLE_LEN);
+	memcpy(r->handle, m + LC__SHM_HDR + 56, LC__SHM_IPC_HANDLE_LEN);
 	return 0;
 }
 
