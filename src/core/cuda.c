@@ -543,9 +543,8 @@ int lc__cuda_vmm_export(CUdeviceptr p, int *fd)
 	if (cu.MemRetainAllocationHandle(&h, (void *)(uintptr_t)p) != LC__CUDA_SUCCESS)
 		return -ENOENT;
 	int out = -1;
-	int rc = check(cu.MemExportToShareableHandle(&out, h,
-						      LC__CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-						      0),
+	int rc = check(cu.MemExportToShareableHandle(
+			       &out, h, LC__CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
 		       "cuMemExportToShareableHandle");
 	check(cu.MemRelease(h), "cuMemRelease");
 	if (!rc)
@@ -585,9 +584,9 @@ int lc__cuda_vmm_import(int ordinal, int fd, size_t size, CUdeviceptr *out)
 		rc = check(cu.MemMap(va, size, 0, h, 0), "cuMemMap");
 	mapped = reserved && rc == 0;
 	if (!rc) {
-		CUmemAccessDesc a = {.location = {.type = LC__CU_MEM_LOCATION_TYPE_DEVICE,
-						  .id = ordinal},
-				     .flags = LC__CU_MEM_ACCESS_FLAGS_PROT_READ};
+		CUmemAccessDesc a = {
+			.location = {.type = LC__CU_MEM_LOCATION_TYPE_DEVICE, .id = ordinal},
+			.flags = LC__CU_MEM_ACCESS_FLAGS_PROT_READ};
 		rc = check(cu.MemSetAccess(va, size, &a, 1), "cuMemSetAccess");
 	}
 	/* The mapping keeps the physical allocation alive: the handle can go. */

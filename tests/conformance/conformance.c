@@ -120,7 +120,8 @@ static int dev_kind(const harness_t *h)
 
 static int register_mem(harness_t *h, lc_ctx_t *ctx, void *p, bool dev, lc_region_t **out)
 {
-	lc_region_params_t rp = {.size = sizeof rp, .kind = dev ? dev_kind(h) : (int)LC_MEM_KIND_HOST};
+	lc_region_params_t rp = {.size = sizeof rp,
+				 .kind = dev ? dev_kind(h) : (int)LC_MEM_KIND_HOST};
 	return lc_region_register_ex(ctx, p, REGION, &rp, out);
 }
 
@@ -150,7 +151,8 @@ static void receiver_setup(harness_t *h)
 		dev_write(h, h->dst_dev, h->dst, REGION);
 	}
 	TU_OK(register_mem(h, h->rx, h->dst_dev ? h->dst_dev : h->dst, h->sim_dst, &h->dst_region));
-	TU_CHECK(lc_region_kind(h->dst_region) == (h->sim_dst ? dev_kind(h) : (int)LC_MEM_KIND_HOST),
+	TU_CHECK(lc_region_kind(h->dst_region) ==
+			 (h->sim_dst ? dev_kind(h) : (int)LC_MEM_KIND_HOST),
 		 "destination region kind %d", lc_region_kind(h->dst_region));
 	int rc = lc_listener_create(h->rx, tu_listen_url(h->tp), &h->listener);
 	/* ucx is built in (main checked): UCX failing to start here is a failure

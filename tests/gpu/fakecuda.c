@@ -695,7 +695,6 @@ API CUresult cuMemUnmap(CUdeviceptr p, size_t size)
 		return INVALID_VALUE;
 	if (fd >= 0)
 		close(fd);
-	mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-	     0);
+	mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 	return OK;
 }

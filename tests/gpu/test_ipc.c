@@ -151,7 +151,8 @@ static void child_start(child_t *c, enum dmode mode)
 		TU_OK(lc__cuda_mem_alloc(&p, REGION)); /* a MAP_SHARED memfd in the fake */
 		c->dst = (uint8_t *)(uintptr_t)p;
 	} else {
-		c->dst = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		c->dst = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+			      0);
 		TU_CHECK(c->dst != MAP_FAILED, "mmap");
 	}
 	memset(c->dst, 0xa5, REGION);
@@ -303,8 +304,8 @@ static void honest(enum dmode mode, const char *query, int nregions, bool want_i
 	TU_CHECK(k.applied == n, "D applied %llu writes", (unsigned long long)k.applied);
 	if (want_ipc) {
 		TU_CHECK(k.ipc_writes == n && staged == 0,
-			 "IPC: %llu IPC writes, %llu bytes staged", (unsigned long long)k.ipc_writes,
-			 (unsigned long long)staged);
+			 "IPC: %llu IPC writes, %llu bytes staged",
+			 (unsigned long long)k.ipc_writes, (unsigned long long)staged);
 		TU_CHECK(k.ipc_imports == 1, "%llu imports", (unsigned long long)k.ipc_imports);
 		TU_CHECK(counter(s.tx, "ipc_exports") == (uint64_t)nregions, "%llu exports",
 			 (unsigned long long)counter(s.tx, "ipc_exports"));
@@ -352,8 +353,12 @@ static void raw_region(int fd, const lc__shm_ipc_region_t *r)
 static void raw_write(int fd, uint32_t src, uint64_t src_off, uint64_t len)
 {
 	uint8_t m[LC__SHM_MSG_MAX];
-	lc__shm_write_t w = {.batch = 1, .room = ROOM, .src = src, .src_off = src_off,
-			     .dst_off = 0, .length = len};
+	lc__shm_write_t w = {.batch = 1,
+			     .room = ROOM,
+			     .src = src,
+			     .src_off = src_off,
+			     .dst_off = 0,
+			     .length = len};
 	lc__shm_put_write(m, 0, &w);
 	lc__shm_put_hdr(m, LC__SHM_WRITES, 1);
 	TU_CHECK(send(fd, m, lc__shm_writes_len(1), 0) > 0, "writes");

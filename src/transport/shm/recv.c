@@ -318,8 +318,8 @@ static int ipc_device(const char *pci)
 static int ipc_reject(shm_listener_t *sl, dconn_t *dc, uint32_t id, int code, const char *why)
 {
 	LC__COUNT(sl->ctx, ipc_rejected);
-	LC__WARN("shm://%s: CUDA IPC region %u of pid %ld: %s; its writes fail (%s)", sl->name,
-		 id, (long)dc->pid, why, lc_err_name(code));
+	LC__WARN("shm://%s: CUDA IPC region %u of pid %ld: %s; its writes fail (%s)", sl->name, id,
+		 (long)dc->pid, why, lc_err_name(code));
 	return code;
 }
 
@@ -348,8 +348,7 @@ static int ipc_import(shm_listener_t *sl, dconn_t *dc, const lc__shm_ipc_region_
 	}
 	if (sl->nimports == LC__SHM_MAX_IPC_IMPORTS)
 		return ipc_reject(sl, dc, r->id, -ENOSPC, "too many imported allocations");
-	if (!sl->imports &&
-	    !(sl->imports = calloc(LC__SHM_MAX_IPC_IMPORTS, sizeof *sl->imports)))
+	if (!sl->imports && !(sl->imports = calloc(LC__SHM_MAX_IPC_IMPORTS, sizeof *sl->imports)))
 		return -ENOMEM;
 	ipc_import_t *imp = calloc(1, sizeof *imp);
 	if (!imp)
@@ -384,8 +383,9 @@ static int ipc_import(shm_listener_t *sl, dconn_t *dc, const lc__shm_ipc_region_
 		sl->imports[sl->nimports++] = imp;
 		s->imp = imp;
 		LC__COUNT(sl->ctx, ipc_imports);
-		LC__DEBUG("shm://%s: CUDA IPC within this process: allocation at %#llx used as it is",
-			  sl->name, (unsigned long long)imp->ptr);
+		LC__DEBUG(
+			"shm://%s: CUDA IPC within this process: allocation at %#llx used as it is",
+			sl->name, (unsigned long long)imp->ptr);
 		return 0;
 	}
 	if (rc || base != imp->ptr || size < r->alloc_size) {
@@ -400,8 +400,8 @@ static int ipc_import(shm_listener_t *sl, dconn_t *dc, const lc__shm_ipc_region_
 	s->imp = imp;
 	LC__COUNT(sl->ctx, ipc_imports);
 	LC__DEBUG("shm://%s: imported %s allocation of %llu bytes from pid %ld into device %d",
-		  sl->name, vmm ? "a VMM" : "an IPC", (unsigned long long)imp->size,
-		  (long)dc->pid, device);
+		  sl->name, vmm ? "a VMM" : "an IPC", (unsigned long long)imp->size, (long)dc->pid,
+		  device);
 	return 0;
 }
 

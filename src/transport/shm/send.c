@@ -293,8 +293,8 @@ static bool export_make(shm_conn_t *sc, const lc__region_info_t *ri, pexport_t *
 	e->rec.base = base;
 	lc__cuda_device_describe(ri->device, NULL, 0, e->rec.pci, sizeof e->rec.pci, NULL);
 	LC__COUNT(sc->ctx, ipc_exports);
-	LC__DEBUG("%s: exported CUDA region %u (%s, allocation of %zu bytes, at +%llu)",
-		  sc->c->url, ri->id, fd >= 0 ? "VMM fd" : "IPC handle", size,
+	LC__DEBUG("%s: exported CUDA region %u (%s, allocation of %zu bytes, at +%llu)", sc->c->url,
+		  ri->id, fd >= 0 ? "VMM fd" : "IPC handle", size,
 		  (unsigned long long)e->rec.offset);
 	e->ok = true;
 	return true;
@@ -388,9 +388,8 @@ static void build_next(shm_conn_t *sc)
 		}
 		if (!source_of(sc, pb, &ri, &have_ri))
 			continue; /* completed now: skipped above */
-		if (!LC__KIND_IS_HOST(ri.kind) &&
-		    (ri.kind != LC_MEM_KIND_CUDA || !pb->ipc || sc->ipc != IPC_ON ||
-		     !export_find(sc, ri.id))) {
+		if (!LC__KIND_IS_HOST(ri.kind) && (ri.kind != LC_MEM_KIND_CUDA || !pb->ipc ||
+						   sc->ipc != IPC_ON || !export_find(sc, ri.id))) {
 			/* Cannot happen but by a bug: never send a device
 			 * pointer D would read as host memory. */
 			lc__batch_fail(b, LC_ENOTSUP,
@@ -557,8 +556,7 @@ static bool p_on_welcome(shm_conn_t *sc, const uint8_t *m, size_t len)
 	}
 	settle(sc, sc->ipc_offer && (w.flags & LC__SHM_WELCOME_IPC));
 	sc->state = P_READY;
-	LC__DEBUG("%s: connected%s", sc->c->url,
-		  sc->ipc == IPC_ON ? ", CUDA IPC" : "");
+	LC__DEBUG("%s: connected%s", sc->c->url, sc->ipc == IPC_ON ? ", CUDA IPC" : "");
 	return true;
 }
 
