@@ -82,11 +82,15 @@ static void sync_done(void *arg, int status)
 	pthread_mutex_unlock(&w->lock);
 }
 
-static int sync_copy(lc__copier_t *c, void *dev, void *host, size_t len, bool to_dev)
+/* dir: 1 host -> device, 0 device -> host, 2 device (host) -> device. */
+static int sync_copy(lc__copier_t *c, void *dev, void *host, size_t len, int dir)
 {
 	sync_wait_t w = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
-	int rc = to_dev ? c->ops->from_host(c, dev, host, len, sync_done, &w)
-			: c->ops->to_host(c, host, dev, len, sync_done, &w);
+	if (dir == 2 && !c->ops->dev_to_dev)
+		return LC_ENOTSUP;
+	int rc = dir == 1   ? c->ops->from_host(c, dev, host, len, sync_done, &w)
+		 : dir == 0 ? c->ops->to_host(c, host, dev, len, sync_done, &w)
+			    : c->ops->dev_to_dev(c, dev, host, len, sync_done, &w);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&w.lock);
@@ -102,10 +106,15 @@ int lc__copy_to_dev_sync(lc__copier_t *c, void *dev, const void *host, size_t le
 {
 	if (c->ops->from_host_now)
 		return c->ops->from_host_now(c, dev, host, len);
-	return sync_copy(c, dev, (void *)(uintptr_t)host, len, true);
+	return sync_copy(c, dev, (void *)(uintptr_t)host, len, 1);
+}
+
+int lc__copy_dev_to_dev_sync(lc__copier_t *c, void *dst, const void *src, size_t len)
+{
+	return sync_copy(c, dst, (void *)(uintptr_t)src, len, 2);
 }
 
 int lc__copy_to_host_sync(lc__copier_t *c, void *host, const void *dev, size_t len)
 {
-	return sync_copy(c, (void *)(uintptr_t)dev, host, len, false);
+	return sync_copy(c, (void *)(uintptr_t)dev, host, len, 0);
 }

@@ -74,6 +74,9 @@ void lc__copiers_fini(struct lc_ctx *ctx);
  * place (the memory seam's landings). */
 int lc__copy_to_dev_sync(lc__copier_t *c, void *dev, const void *host, size_t len);
 int lc__copy_to_host_sync(lc__copier_t *c, void *host, const void *dev, size_t len);
+/* dev_to_dev, waited for (LC_ENOTSUP where the engine has none): shm's
+ * CUDA IPC landings. */
+int lc__copy_dev_to_dev_sync(lc__copier_t *c, void *dst, const void *src, size_t len);
 
 /* The engines (copy_sim.c; copy_cuda.c where built). */
 int lc__copy_sim_create(struct lc_ctx *ctx, lc__copier_t **out);

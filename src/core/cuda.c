@@ -51,6 +51,19 @@ typedef struct cu_fns {
 	CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
 	CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
 	CUresult (*IpcCloseMemHandle)(CUdeviceptr);
+	CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
+	CUresult (*MemRetainAllocationHandle)(CUmemGenericAllocationHandle *, void *);
+	CUresult (*MemRelease)(CUmemGenericAllocationHandle);
+	CUresult (*MemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, int,
+					       unsigned long long);
+	CUresult (*MemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int);
+	CUresult (*MemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
+				      unsigned long long);
+	CUresult (*MemAddressFree)(CUdeviceptr, size_t);
+	CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+			   unsigned long long);
+	CUresult (*MemUnmap)(CUdeviceptr, size_t);
+	CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
 } cu_fns_t;
 
 /* Field offset, whether load fails without it, and its names in order. */
@@ -103,12 +116,22 @@ static const struct {
 	S(IpcGetMemHandle, 0, "cuIpcGetMemHandle"),
 	S(IpcOpenMemHandle, 0, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"),
 	S(IpcCloseMemHandle, 0, "cuIpcCloseMemHandle"),
+	S(MemGetAddressRange, 0, "cuMemGetAddressRange_v2", "cuMemGetAddressRange"),
+	S(MemRetainAllocationHandle, 0, "cuMemRetainAllocationHandle"),
+	S(MemRelease, 0, "cuMemRelease"),
+	S(MemExportToShareableHandle, 0, "cuMemExportToShareableHandle"),
+	S(MemImportFromShareableHandle, 0, "cuMemImportFromShareableHandle"),
+	S(MemAddressReserve, 0, "cuMemAddressReserve"),
+	S(MemAddressFree, 0, "cuMemAddressFree"),
+	S(MemMap, 0, "cuMemMap"),
+	S(MemUnmap, 0, "cuMemUnmap"),
+	S(MemSetAccess, 0, "cuMemSetAccess"),
 #undef S
 };
 
 static cu_fns_t cu;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static int loaded;
+static _Atomic int loaded;
 static char why[256];
 static _Atomic uint64_t errors;
 
@@ -159,6 +182,11 @@ int lc__cuda_load(void)
 {
 	pthread_once(&load_once, load);
 	return loaded ? 0 : LC_ENOTSUP;
+}
+
+int lc__cuda_loaded(void)
+{
+	return atomic_load(&loaded);
 }
 
 const char *lc__cuda_why(void)
@@ -464,6 +492,132 @@ int lc__cuda_ipc_close(CUdeviceptr p)
 {
 	NEED(IpcCloseMemHandle);
 	return check(cu.IpcCloseMemHandle(p), "cuIpcCloseMemHandle");
+}
+
+int lc__cuda_ipc_open_on(int ordinal, const CUipcMemHandle *h, CUdeviceptr *out)
+{
+	CUcontext c;
+	int rc = lc__cuda_primary_ctx_retain(ordinal, &c);
+	if (rc)
+		return rc;
+	rc = lc__cuda_ctx_push(c);
+	if (!rc) {
+		rc = lc__cuda_ipc_open(h, out);
+		lc__cuda_ctx_pop();
+	}
+	if (rc)
+		lc__cuda_primary_ctx_release(ordinal);
+	return rc; /* the retain is held until lc__cuda_ipc_close_on */
+}
+
+int lc__cuda_ipc_close_on(int ordinal, CUdeviceptr p)
+{
+	CUcontext c;
+	int rc = lc__cuda_primary_ctx_retain(ordinal, &c);
+	if (rc)
+		return rc;
+	rc = lc__cuda_ctx_push(c);
+	if (!rc) {
+		rc = lc__cuda_ipc_close(p);
+		lc__cuda_ctx_pop();
+	}
+	lc__cuda_primary_ctx_release(ordinal);
+	lc__cuda_primary_ctx_release(ordinal); /* open's */
+	return rc;
+}
+
+int lc__cuda_mem_range(CUdeviceptr p, CUdeviceptr *base, size_t *size)
+{
+	NEED(MemGetAddressRange);
+	return check(cu.MemGetAddressRange(base, size, p), "cuMemGetAddressRange");
+}
+
+int lc__cuda_vmm_export(CUdeviceptr p, int *fd)
+{
+	if (lc__cuda_load())
+		return LC_ENOTSUP;
+	if (!cu.MemRetainAllocationHandle || !cu.MemRelease || !cu.MemExportToShareableHandle)
+		return -ENOENT; /* a driver before VMM: no VMM memory either */
+	CUmemGenericAllocationHandle h;
+	/* Fails for memory that is not VMM-mapped: not an error. */
+	if (cu.MemRetainAllocationHandle(&h, (void *)(uintptr_t)p) != LC__CUDA_SUCCESS)
+		return -ENOENT;
+	int out = -1;
+	int rc = check(cu.MemExportToShareableHandle(
+			       &out, h, LC__CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+		       "cuMemExportToShareableHandle");
+	check(cu.MemRelease(h), "cuMemRelease");
+	if (!rc)
+		*fd = out;
+	return rc;
+}
+
+int lc__cuda_vmm_import(int ordinal, int fd, size_t size, CUdeviceptr *out)
+{
+	NEED(MemImportFromShareableHandle);
+	NEED(MemAddressReserve);
+	NEED(MemMap);
+	NEED(MemSetAccess);
+	NEED(MemAddressFree);
+	NEED(MemUnmap);
+	NEED(MemRelease);
+	CUcontext c;
+	int rc = lc__cuda_primary_ctx_retain(ordinal, &c);
+	if (rc)
+		return rc;
+	rc = lc__cuda_ctx_push(c);
+	if (rc) {
+		lc__cuda_primary_ctx_release(ordinal);
+		return rc;
+	}
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va = 0;
+	bool reserved = false, mapped = false, imported = false;
+	rc = check(cu.MemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
+						   LC__CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		   "cuMemImportFromShareableHandle");
+	imported = rc == 0;
+	if (!rc)
+		rc = check(cu.MemAddressReserve(&va, size, 0, 0, 0), "cuMemAddressReserve");
+	reserved = imported && rc == 0;
+	if (!rc)
+		rc = check(cu.MemMap(va, size, 0, h, 0), "cuMemMap");
+	mapped = reserved && rc == 0;
+	if (!rc) {
+		CUmemAccessDesc a = {
+			.location = {.type = LC__CU_MEM_LOCATION_TYPE_DEVICE, .id = ordinal},
+			.flags = LC__CU_MEM_ACCESS_FLAGS_PROT_READ};
+		rc = check(cu.MemSetAccess(va, size, &a, 1), "cuMemSetAccess");
+	}
+	/* The mapping keeps the physical allocation alive: the handle can go. */
+	if (imported)
+		check(cu.MemRelease(h), "cuMemRelease");
+	if (rc && mapped)
+		check(cu.MemUnmap(va, size), "cuMemUnmap");
+	if (rc && reserved)
+		check(cu.MemAddressFree(va, size), "cuMemAddressFree");
+	lc__cuda_ctx_pop();
+	if (rc)
+		lc__cuda_primary_ctx_release(ordinal);
+	else
+		*out = va; /* the retain is held until lc__cuda_vmm_close */
+	return rc;
+}
+
+void lc__cuda_vmm_close(int ordinal, CUdeviceptr p, size_t size)
+{
+	NEED_VOID(MemUnmap);
+	NEED_VOID(MemAddressFree);
+	CUcontext c;
+	if (lc__cuda_primary_ctx_retain(ordinal, &c))
+		return;
+	if (!lc__cuda_ctx_push(c)) {
+		check(cu.MemUnmap(p, size), "cuMemUnmap");
+		check(cu.MemAddressFree(p, size), "cuMemAddressFree");
+		lc__cuda_ctx_pop();
+	}
+	lc__cuda_primary_ctx_release(ordinal);
+	lc__cuda_primary_ctx_release(ordinal); /* import's */
 }
 
 /* ---- public -------------------------------------------------------------- */

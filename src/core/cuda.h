@@ -33,6 +33,20 @@ typedef unsigned long long CUdeviceptr;
 typedef struct CUipcMemHandle_st {
 	char reserved[LC__CU_IPC_HANDLE_SIZE];
 } CUipcMemHandle;
+/* The virtual memory management API (cuMemCreate/cuMemMap: PyTorch's
+ * expandable segments). */
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUmemLocation_st {
+	int type; /* CUmemLocationType: LC__CU_MEM_LOCATION_TYPE_DEVICE */
+	int id;   /* the device ordinal */
+} CUmemLocation;
+typedef struct CUmemAccessDesc_st {
+	CUmemLocation location;
+	int flags; /* CUmemAccess_flags */
+} CUmemAccessDesc;
+#define LC__CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 0x1
+#define LC__CU_MEM_LOCATION_TYPE_DEVICE 0x1
+#define LC__CU_MEM_ACCESS_FLAGS_PROT_READ 0x1
 
 enum {
 	LC__CUDA_SUCCESS = 0,
@@ -60,6 +74,9 @@ enum { LC__CU_MEMORYTYPE_HOST = 1, LC__CU_MEMORYTYPE_DEVICE = 2, LC__CU_MEMORYTY
 
 /* Load and cuInit once per process: 0 or LC_ENOTSUP. */
 int lc__cuda_load(void);
+/* Whether the driver is loaded already (never loads it): a peer offers
+ * CUDA IPC only where device memory made it load CUDA. */
+int lc__cuda_loaded(void);
 /* Why the last load failed ("" when loaded or not tried). Static. */
 const char *lc__cuda_why(void);
 /* CUDA calls that failed in this process. */
@@ -118,5 +135,24 @@ int lc__cuda_write_value64(CUstream s, CUdeviceptr dst, uint64_t value);
 int lc__cuda_ipc_get(CUdeviceptr p, CUipcMemHandle *out);
 int lc__cuda_ipc_open(const CUipcMemHandle *h, CUdeviceptr *out);
 int lc__cuda_ipc_close(CUdeviceptr p);
+/* Same, in the primary context of device `ordinal` (pushed for the call). */
+int lc__cuda_ipc_open_on(int ordinal, const CUipcMemHandle *h, CUdeviceptr *out);
+int lc__cuda_ipc_close_on(int ordinal, CUdeviceptr p);
+
+/* The allocation holding p: its base and size (cuMemGetAddressRange). */
+int lc__cuda_mem_range(CUdeviceptr p, CUdeviceptr *base, size_t *size);
+
+/* VMM allocations. lc__cuda_vmm_export: when p lies in memory mapped with
+ * cuMemMap, a POSIX file descriptor of its physical allocation
+ * (cuMemRetainAllocationHandle + cuMemExportToShareableHandle, the handle
+ * released again); -ENOENT, quietly, when p is not VMM memory (the
+ * caller then uses cuIpcGetMemHandle). */
+int lc__cuda_vmm_export(CUdeviceptr p, int *fd);
+/* Import an exported allocation of `size` bytes on device `ordinal`:
+ * cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap and
+ * cuMemSetAccess (read access for the device). *out is its address until
+ * lc__cuda_vmm_close. The fd stays the caller's. */
+int lc__cuda_vmm_import(int ordinal, int fd, size_t size, CUdeviceptr *out);
+void lc__cuda_vmm_close(int ordinal, CUdeviceptr p, size_t size);
 
 #endif

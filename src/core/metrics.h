@@ -46,7 +46,12 @@
 	X(device_copy_errors)                                                                      \
 	X(staging_bytes)                                                                           \
 	X(staging_waits)                                                                           \
-	X(staging_overflows)
+	X(staging_overflows)                                                                       \
+	X(ipc_exports)                                                                             \
+	X(ipc_imports)                                                                             \
+	X(ipc_writes)                                                                              \
+	X(ipc_bytes)                                                                               \
+	X(ipc_rejected)
 
 enum lc__counter {
 #define LC__CNT_ENUM(name) LC__CNT_##name,

@@ -296,7 +296,10 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	} else {
 		if (b->deadline_ns)
 			lc__timer_kick(c->ctx, b->deadline_ns);
-		rc = b->device_src ? lc__stage_post(c, b) : c->ops->post(c, b);
+		if (!b->device_src)
+			rc = c->ops->post(c, b);
+		else if (!c->ops->post_device || (rc = c->ops->post_device(c, b)) == 1)
+			rc = lc__stage_post(c, b);
 		if (rc < 0 && atomic_exchange(&b->completed, 1) == 0) {
 			/* Not taken and not completed by anyone: undo, no completion. */
 			pthread_mutex_lock(&c->lock);

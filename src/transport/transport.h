@@ -111,6 +111,12 @@ typedef struct lc__transport_ops {
 	/* Queue a batch (nwrites >= 1); non-blocking. A negative return means
 	 * the batch was not taken (and no reference is held). */
 	int (*post)(lc_conn_t *c, lc__batch_t *b);
+	/* Optional: a batch with device-kind sources (b->device_src). The
+	 * transport either takes it as post() does and moves the device
+	 * bytes itself (0; shm's CUDA IPC), or returns 1: the generic layer
+	 * stages it (stage.c) and then calls post(). Negative: not taken. A
+	 * transport without it has every such batch staged. */
+	int (*post_device)(lc_conn_t *c, lc__batch_t *b);
 	/* Optional: start batches queued with b->defer (ring the doorbell). A
 	 * transport without it starts every batch at post(). */
 	void (*flush)(lc_conn_t *c);

@@ -1,6 +1,6 @@
 /*
  * The transport conformance suite, written once and run for every transport:
- *     conformance <loop|tcp|shm|ucx> <case> [--mem src|dst|both]
+ *     conformance <loop|tcp|shm|ucx> <case> [--mem [cuda-]src|dst|both [--no-ipc]]
  * Each case is its own process (ctest runs one per test). A transport not
  * built into the library, or not usable here, exits 77 (skipped); ucx, once built
  * in, never skips: UCX failing to start is a failure.
@@ -9,6 +9,13 @@
  * simulated device memory (lc_sim_alloc, docs/gpu.md): the harness then
  * keeps a host view of each (h->src, h->dst) and moves it with
  * lc_sim_write/lc_sim_read, never touching the device range itself.
+ * --mem cuda-src|cuda-dst|cuda-both does the same with CUDA device memory
+ * (cuMemAlloc, registered as LC_MEM_KIND_CUDA, filled and read with the
+ * driver's copies): in CI it runs on the fake libcuda (tests/gpu/fakecuda.c,
+ * LAYERCAKE_CUDA_LIB), on a GPU machine on the real one. Over shm with
+ * CUDA on both sides the writes go by CUDA IPC (the case checks D's
+ * ipc_writes counter); --no-ipc adds ?ipc=0 to the URL (forced staging,
+ * checked by P's staging_bytes).
  *
  * Receiver memory is filled with a canary byte; every case checks that bytes
  * land exactly where they were written and granted, and nowhere else.
@@ -23,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cuda.h"
 #include "testutil.h"
 
 #define REGION (16u << 20)
@@ -39,6 +47,8 @@ typedef struct harness {
 	uint8_t *dst, *src;         /* host memory, or the host view of the sim's */
 	uint8_t *dst_dev, *src_dev; /* simulated device memory (--mem), or NULL */
 	bool sim_src, sim_dst;
+	bool cuda;   /* the device memory is CUDA's, not the sim's */
+	bool no_ipc; /* shm: ?ipc=0 */
 	lc_region_t *dst_region, *src_region;
 	uint32_t remote; /* the receiver's region id, as imported */
 	lc_cq_t *cq;
@@ -46,6 +56,81 @@ typedef struct harness {
 	lc_token_t token;
 	pid_t child; /* receiver process, when the case needs one */
 } harness_t;
+
+/* ---- device memory: the sim's or CUDA's ---- */
+
+static void cuda_ready(void)
+{
+	static CUcontext cu;
+	if (cu)
+		return;
+	int rc = lc__cuda_load();
+	if (rc) {
+		fprintf(stderr, "skip: no CUDA here (%s)\n", lc__cuda_why());
+		exit(TU_SKIP);
+	}
+	TU_OK(lc__cuda_primary_ctx_retain(0, &cu));
+	TU_OK(lc__cuda_ctx_set(cu));
+}
+
+static void dev_alloc(harness_t *h, uint8_t **out)
+{
+	if (!h->cuda) {
+		TU_OK(lc_sim_alloc(REGION, (void **)out));
+		return;
+	}
+	CUdeviceptr p;
+	cuda_ready();
+	TU_OK(lc__cuda_mem_alloc(&p, REGION));
+	*out = (uint8_t *)(uintptr_t)p;
+}
+
+static void dev_free(harness_t *h, uint8_t *p)
+{
+	if (h->cuda)
+		lc__cuda_mem_free((CUdeviceptr)(uintptr_t)p);
+	else
+		lc_sim_free(p);
+}
+
+static void dev_write(harness_t *h, uint8_t *dev, const uint8_t *host, size_t n)
+{
+	if (!h->cuda) {
+		TU_OK(lc_sim_write(dev, host, n));
+		return;
+	}
+	TU_OK(lc__cuda_memcpy_htod_async((CUdeviceptr)(uintptr_t)dev, host, n, NULL));
+	TU_OK(lc__cuda_stream_synchronize(NULL));
+}
+
+static void dev_read(harness_t *h, uint8_t *host, const uint8_t *dev, size_t n)
+{
+	if (!h->cuda) {
+		TU_OK(lc_sim_read(dev, host, n));
+		return;
+	}
+	TU_OK(lc__cuda_memcpy_dtoh_async(host, (CUdeviceptr)(uintptr_t)dev, n, NULL));
+	TU_OK(lc__cuda_stream_synchronize(NULL));
+}
+
+static int dev_kind(const harness_t *h)
+{
+	return h->cuda ? LC_MEM_KIND_CUDA : LC_MEM_KIND_SIM;
+}
+
+static int register_mem(harness_t *h, lc_ctx_t *ctx, void *p, bool dev, lc_region_t **out)
+{
+	lc_region_params_t rp = {.size = sizeof rp,
+				 .kind = dev ? dev_kind(h) : (int)LC_MEM_KIND_HOST};
+	return lc_region_register_ex(ctx, p, REGION, &rp, out);
+}
+
+static uint64_t counter(lc_ctx_t *ctx, const char *name)
+{
+	uint64_t v = 0;
+	TU_OK(lc_ctx_counter_by_name(ctx, name, &v));
+	return v;
+}
 
 static uint64_t now_ms(void)
 {
@@ -62,11 +147,12 @@ static void receiver_setup(harness_t *h)
 	TU_OK(lc_mem_alloc(REGION, LC_MEM_SHAREABLE, (void **)&h->dst));
 	memset(h->dst, CANARY, REGION);
 	if (h->sim_dst) {
-		TU_OK(lc_sim_alloc(REGION, (void **)&h->dst_dev));
-		TU_OK(lc_sim_write(h->dst_dev, h->dst, REGION));
+		dev_alloc(h, &h->dst_dev);
+		dev_write(h, h->dst_dev, h->dst, REGION);
 	}
-	TU_OK(lc_region_register(h->rx, h->dst_dev ? h->dst_dev : h->dst, REGION, &h->dst_region));
-	TU_CHECK(lc_region_kind(h->dst_region) == (h->sim_dst ? LC_MEM_KIND_SIM : LC_MEM_KIND_HOST),
+	TU_OK(register_mem(h, h->rx, h->dst_dev ? h->dst_dev : h->dst, h->sim_dst, &h->dst_region));
+	TU_CHECK(lc_region_kind(h->dst_region) ==
+			 (h->sim_dst ? dev_kind(h) : (int)LC_MEM_KIND_HOST),
 		 "destination region kind %d", lc_region_kind(h->dst_region));
 	int rc = lc_listener_create(h->rx, tu_listen_url(h->tp), &h->listener);
 	/* ucx is built in (main checked): UCX failing to start here is a failure
@@ -88,17 +174,19 @@ static void sender_setup(harness_t *h, const uint8_t *desc, size_t dlen)
 	TU_OK(lc_mem_alloc(REGION, LC_MEM_SHAREABLE, (void **)&h->src));
 	tu_fill(h->src, REGION, SEED);
 	if (h->sim_src) {
-		TU_OK(lc_sim_alloc(REGION, (void **)&h->src_dev));
-		TU_OK(lc_sim_write(h->src_dev, h->src, REGION));
+		dev_alloc(h, &h->src_dev);
+		dev_write(h, h->src_dev, h->src, REGION);
 	}
-	TU_OK(lc_region_register(h->tx, h->src_dev ? h->src_dev : h->src, REGION, &h->src_region));
+	TU_OK(register_mem(h, h->tx, h->src_dev ? h->src_dev : h->src, h->sim_src, &h->src_region));
 	TU_OK(lc_cq_create(h->tx, &h->cq));
 	lc_conn_params_t p = {.size = sizeof p, .cq = h->cq, .token = h->token, .has_token = 1};
-	TU_OK(lc_conn_create(h->tx, h->url, &p, &h->conn));
+	char url[sizeof h->url + 8];
+	snprintf(url, sizeof url, "%s%s", h->url, h->no_ipc ? "?ipc=0" : "");
+	TU_OK(lc_conn_create(h->tx, url, &p, &h->conn));
 	TU_OK(lc_conn_import_region(h->conn, desc, dlen, &h->remote));
 	lc_region_desc_t d;
 	TU_OK(lc_region_unpack(desc, dlen, &d));
-	TU_CHECK(d.mem_kind == (h->sim_dst ? LC_MEM_KIND_SIM : LC_MEM_KIND_HOST),
+	TU_CHECK(d.mem_kind == (h->sim_dst ? dev_kind(h) : (int)LC_MEM_KIND_HOST),
 		 "the descriptor says memory kind %d", d.mem_kind);
 }
 
@@ -162,9 +250,9 @@ static void teardown(harness_t *h)
 	if (h->dst)
 		lc_mem_free(h->dst);
 	if (h->src_dev)
-		lc_sim_free(h->src_dev);
+		dev_free(h, h->src_dev);
 	if (h->dst_dev)
-		lc_sim_free(h->dst_dev);
+		dev_free(h, h->dst_dev);
 }
 
 /* The sender's source as registered (device or host). */
@@ -183,7 +271,7 @@ static const uint8_t *src_view(harness_t *h, const void *local)
 static void sync_range(harness_t *h, uint64_t off, uint64_t len)
 {
 	if (h->dst_dev)
-		TU_OK(lc_sim_read(h->dst_dev + off, h->dst + off, LC_MIN_U64(len, REGION - off)));
+		dev_read(h, h->dst + off, h->dst_dev + off, LC_MIN_U64(len, REGION - off));
 }
 
 static void sync_dst(harness_t *h)
@@ -542,11 +630,16 @@ static void case_peer_closes_mid_batch(harness_t *h)
 		lc_write_t first = wr(h, 0, 0, 4096);
 		c = post_wait(h, &first, 1, ROOM, 0);
 		expect_status(&c, 0);
-		for (size_t i = 0; i < N; i++)
+		/* A device source is staged first (unless it goes by CUDA IPC):
+		 * 30 MiB fit the staging ring, where 256 MiB would first allocate
+		 * a one-off buffer, seconds on a loaded 2-core VM before the
+		 * batch is even posted. */
+		size_t n = h->src_dev ? 480 : N;
+		for (size_t i = 0; i < n; i++)
 			w[i] = wr(h, (i * LEN) % REGION, (i * LEN) % REGION, LEN);
 		lc_batch_params_t p = {.size = sizeof p, .room = ROOM, .timeout_ms = 20000};
 		uint64_t id, t0 = now_ms();
-		TU_OK(lc_batch_post(h->conn, w, N, &p, &id));
+		TU_OK(lc_batch_post(h->conn, w, n, &p, &id));
 		kill(h->child, SIGKILL);
 		waitpid(h->child, NULL, 0);
 		h->child = 0;
@@ -796,18 +889,43 @@ static const struct {
 	{"strided_bounds", case_strided_bounds},
 };
 
+/* shm with CUDA sources: every write that landed went by CUDA IPC, or,
+ * with ?ipc=0, through the staging ring. */
+static void check_ipc(harness_t *h)
+{
+	if (!h->cuda || !h->sim_src || strcmp(h->tp, "shm") || !h->rx || !h->tx ||
+	    counter(h->rx, "writes_applied") == 0)
+		return;
+	uint64_t ipc = counter(h->rx, "ipc_writes"), staged = counter(h->tx, "staging_bytes");
+	if (h->no_ipc)
+		TU_CHECK(ipc == 0 && staged > 0, "?ipc=0: %llu IPC writes, %llu bytes staged",
+			 (unsigned long long)ipc, (unsigned long long)staged);
+	else
+		TU_CHECK(ipc > 0 && staged == 0 && counter(h->tx, "ipc_exports") >= 1 &&
+				 counter(h->rx, "ipc_imports") >= 1,
+			 "CUDA IPC: %llu IPC writes, %llu bytes staged", (unsigned long long)ipc,
+			 (unsigned long long)staged);
+}
+
 int main(int argc, char **argv)
 {
-	const char *mem = argc == 5 && !strcmp(argv[3], "--mem") ? argv[4] : "";
-	if (argc != 3 && !*mem) {
-		fprintf(stderr, "usage: conformance <transport> <case> [--mem src|dst|both]\n");
+	const char *mem = argc >= 5 && !strcmp(argv[3], "--mem") ? argv[4] : "";
+	bool no_ipc = argc == 6 && !strcmp(argv[5], "--no-ipc");
+	bool cuda = !strncmp(mem, "cuda-", 5);
+	if (cuda)
+		mem += 5;
+	if ((argc != 3 && !*mem) || (argc == 6 && !no_ipc) || argc > 6) {
+		fprintf(stderr, "usage: conformance <transport> <case> "
+				"[--mem [cuda-]src|dst|both [--no-ipc]]\n");
 		return 2;
 	}
 	tu_watchdog(55);
 	signal(SIGPIPE, SIG_IGN);
 	harness_t h = {.tp = argv[1],
 		       .sim_src = !strcmp(mem, "src") || !strcmp(mem, "both"),
-		       .sim_dst = !strcmp(mem, "dst") || !strcmp(mem, "both")};
+		       .sim_dst = !strcmp(mem, "dst") || !strcmp(mem, "both"),
+		       .cuda = cuda,
+		       .no_ipc = no_ipc};
 	if (!tu_transport_built(h.tp)) {
 		fprintf(stderr, "skip: transport %s is not built in (have: %s)\n", h.tp,
 			lc_transports());
@@ -817,6 +935,7 @@ int main(int argc, char **argv)
 		if (strcmp(argv[2], cases[i].name))
 			continue;
 		cases[i].run(&h);
+		check_ipc(&h);
 		teardown(&h);
 		printf("conformance %s %s: ok\n", h.tp, cases[i].name);
 		return 0;

@@ -5,23 +5,36 @@
  * reaching the engine, error paths). It proves our plumbing, not CUDA: no
  * asynchrony of a real GPU, no real device memory, no real IPC.
  *
- * - "Device memory" is malloc'ed (cuMemAlloc keeps a table, so that
- *   cuPointerGetAttribute can tell it from host memory).
+ * - "Device memory" is a memfd mapping per cuMemAlloc (kept in a table, so
+ *   that cuPointerGetAttribute can tell it from host memory).
  * - Asynchronous copies are memcpy on the calling thread; events complete
  *   at once (cuEventSynchronize sleeps FAKECUDA_SYNC_DELAY_US first).
  * - cuStreamWriteValue64 stores the value on the calling thread, into host
  *   memory registered with DEVICEMAP only (else CUDA_ERROR_INVALID_VALUE).
- * - IPC handles carry the pointer (one process only).
+ * - IPC works across processes: a handle carries (magic, pid, fd number,
+ *   size), and cuIpcOpenMemHandle maps /proc/<pid>/fd/<n> (same uid; the
+ *   same process maps its own memfd a second time). VMM: with
+ *   FAKECUDA_VMM=1, cuMemAlloc'ed memory behaves as cuMemCreate+cuMemMap
+ *   memory (cuMemRetainAllocationHandle finds it, cuIpcGetMemHandle
+ *   refuses it), cuMemExportToShareableHandle gives a dup of the memfd, and
+ *   cuMemImportFromShareableHandle/cuMemAddressReserve/cuMemMap/
+ *   cuMemSetAccess map it in the importer.
  * Environment, read only here: FAKECUDA_FAIL=name[,name...] makes those
  * functions (their exported names, e.g. cuStreamWriteValue64_v2) return
  * CUDA_ERROR_UNKNOWN (999); FAKECUDA_NODEV=1 makes cuInit fail with
  * CUDA_ERROR_NO_DEVICE; FAKECUDA_DEVICES=n (default 1).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define API __attribute__((visibility("default")))
@@ -51,11 +64,15 @@ typedef struct range {
 	uintptr_t base;
 	size_t len;
 	unsigned flags;
-	int device; /* 1: cuMemAlloc'ed */
+	int device; /* 1: device memory (cuMemAlloc'ed, imported or mapped) */
+	int fd;     /* cuMemAlloc: its memfd; VMM-mapped: the handle's fd; else -1 */
+	int how;    /* ALLOC, IPC (opened handle), VMM (cuMemMap'ed) */
 } range_t;
+enum { ALLOC = 0, IPC = 1, VMM = 2 };
+#define MAX_RANGES 1024
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static range_t ranges[256];
+static range_t ranges[MAX_RANGES];
 static int nranges, inited, primary_refs[8];
 static __thread CUcontext stack[16];
 static __thread int depth;
@@ -95,10 +112,22 @@ static range_t *find(uintptr_t p)
 	return NULL;
 }
 
+static void add_dev(uintptr_t base, size_t len, int fd, int how)
+{
+	if (nranges < MAX_RANGES)
+		ranges[nranges++] = (range_t){base, len, 0, 1, fd, how};
+}
+
 static void add(uintptr_t base, size_t len, unsigned flags, int device)
 {
-	if (nranges < 256)
-		ranges[nranges++] = (range_t){base, len, flags, device};
+	if (nranges < MAX_RANGES)
+		ranges[nranges++] = (range_t){base, len, flags, device, -1, ALLOC};
+}
+
+static int vmm_mode(void)
+{
+	const char *v = getenv("FAKECUDA_VMM");
+	return v && *v == '1';
 }
 
 static void drop(range_t *r)
@@ -369,14 +398,28 @@ API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CU
 	return copy((void *)(uintptr_t)dst, 1, (const void *)(uintptr_t)src, 1, n);
 }
 
+static void *map_fd(int fd, size_t n)
+{
+	void *m = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return m == MAP_FAILED ? NULL : m;
+}
+
 API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 {
 	ENTER("cuMemAlloc_v2");
-	void *m = calloc(1, n ? n : 1);
-	if (!m)
+	int fd = memfd_create("fakecuda", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)(n ? n : 1))) {
+		if (fd >= 0)
+			close(fd);
 		return 2;
+	}
+	void *m = map_fd(fd, n);
+	if (!m) {
+		close(fd);
+		return 2;
+	}
 	pthread_mutex_lock(&lock);
-	add((uintptr_t)m, n, 0, 1);
+	add_dev((uintptr_t)m, n, fd, vmm_mode() ? VMM : ALLOC);
 	pthread_mutex_unlock(&lock);
 	*p = (CUdeviceptr)(uintptr_t)m;
 	return OK;
@@ -387,13 +430,32 @@ API CUresult cuMemFree_v2(CUdeviceptr p)
 	ENTER("cuMemFree_v2");
 	pthread_mutex_lock(&lock);
 	range_t *r = find((uintptr_t)p);
-	if (r && r->device)
+	range_t copy = r ? *r : (range_t){0};
+	int ok = r && r->device && r->base == (uintptr_t)p && r->fd >= 0;
+	if (ok)
 		drop(r);
 	pthread_mutex_unlock(&lock);
-	if (!r)
+	if (!ok)
 		return INVALID_VALUE;
-	free((void *)(uintptr_t)p);
+	munmap((void *)copy.base, copy.len ? copy.len : 1);
+	close(copy.fd);
 	return OK;
+}
+
+API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+	ENTER("cuMemGetAddressRange_v2");
+	pthread_mutex_lock(&lock);
+	range_t *r = find((uintptr_t)p);
+	int ok = r && r->device;
+	if (ok) {
+		if (base)
+			*base = r->base;
+		if (size)
+			*size = r->len;
+	}
+	pthread_mutex_unlock(&lock);
+	return ok ? OK : INVALID_VALUE;
 }
 
 API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
@@ -448,32 +510,191 @@ API CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, uint64_t valu
 
 static const char magic[8] = "FAKEIPC";
 
+typedef struct {
+	char magic[8];
+	int64_t pid, fd;
+	uint64_t size;
+} fake_handle_t;
+
 API CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
 {
 	ENTER("cuIpcGetMemHandle");
 	pthread_mutex_lock(&lock);
 	range_t *r = find((uintptr_t)p);
-	int ok = r && r->device && r->base == (uintptr_t)p;
+	int ok = r && r->device && r->how == ALLOC && r->fd >= 0 && r->base == (uintptr_t)p;
+	fake_handle_t fh = {.pid = getpid(), .fd = ok ? r->fd : -1, .size = ok ? r->len : 0};
 	pthread_mutex_unlock(&lock);
 	if (!ok)
 		return INVALID_VALUE;
+	memcpy(fh.magic, magic, sizeof(magic));
 	memset(h, 0, sizeof(*h));
-	memcpy(h->reserved, magic, sizeof(magic));
-	memcpy(h->reserved + 8, &p, sizeof(p));
+	memcpy(h->reserved, &fh, sizeof(fh));
 	return OK;
+}
+
+/* /proc/<pid>/fd/<n> of the exporter, checked to be a memfd of the size. */
+static int open_peer_fd(int64_t pid, int64_t fd, uint64_t size)
+{
+	char path[64];
+	struct stat st;
+	snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)pid, (long long)fd);
+	int f = open(path, O_RDWR | O_CLOEXEC);
+	if (f < 0)
+		return -1;
+	if (fstat(f, &st) || (uint64_t)st.st_size != (size ? size : 1)) {
+		close(f);
+		return -1;
+	}
+	return f;
 }
 
 API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned flags)
 {
 	ENTER("cuIpcOpenMemHandle_v2");
-	if (memcmp(h.reserved, magic, sizeof(magic)))
+	fake_handle_t fh;
+	memcpy(&fh, h.reserved, sizeof(fh));
+	if (memcmp(fh.magic, magic, sizeof(magic)))
 		return INVALID_VALUE;
-	memcpy(p, h.reserved + 8, sizeof(*p));
+	int f = open_peer_fd(fh.pid, fh.fd, fh.size);
+	if (f < 0)
+		return INVALID_HANDLE;
+	void *m = map_fd(f, fh.size);
+	close(f);
+	if (!m)
+		return 2;
+	pthread_mutex_lock(&lock);
+	add_dev((uintptr_t)m, fh.size, -1, IPC);
+	pthread_mutex_unlock(&lock);
+	*p = (CUdeviceptr)(uintptr_t)m;
 	return OK;
 }
 
 API CUresult cuIpcCloseMemHandle(CUdeviceptr p)
 {
 	ENTER("cuIpcCloseMemHandle");
+	pthread_mutex_lock(&lock);
+	range_t *r = find((uintptr_t)p);
+	range_t copy = r ? *r : (range_t){0};
+	int ok = r && r->how == IPC && r->base == (uintptr_t)p;
+	if (ok)
+		drop(r);
+	pthread_mutex_unlock(&lock);
+	if (!ok)
+		return INVALID_VALUE;
+	munmap((void *)copy.base, copy.len ? copy.len : 1);
+	return OK;
+}
+
+/* ---- VMM: a generic allocation handle is an fd of its own + 1 ---- */
+
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct {
+	int type, id;
+	int flags;
+} CUmemAccessDesc;
+
+API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+	ENTER("cuMemRetainAllocationHandle");
+	pthread_mutex_lock(&lock);
+	range_t *r = find((uintptr_t)addr);
+	int fd = r && r->how == VMM ? fcntl(r->fd, F_DUPFD_CLOEXEC, 0) : -1;
+	pthread_mutex_unlock(&lock);
+	if (fd < 0)
+		return INVALID_VALUE;
+	*h = (CUmemGenericAllocationHandle)fd + 1;
+	return OK;
+}
+
+API CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+	ENTER("cuMemRelease");
+	return h && close((int)(h - 1)) == 0 ? OK : INVALID_VALUE;
+}
+
+API CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, int type,
+					  unsigned long long flags)
+{
+	ENTER("cuMemExportToShareableHandle");
+	if (!h || type != 1)
+		return INVALID_VALUE;
+	int fd = fcntl((int)(h - 1), F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return INVALID_VALUE;
+	*(int *)out = fd;
+	return OK;
+}
+
+API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os, int type)
+{
+	ENTER("cuMemImportFromShareableHandle");
+	if (type != 1)
+		return INVALID_VALUE;
+	int fd = fcntl((int)(uintptr_t)os, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return INVALID_VALUE;
+	*h = (CUmemGenericAllocationHandle)fd + 1;
+	return OK;
+}
+
+API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+				 unsigned long long flags)
+{
+	ENTER("cuMemAddressReserve");
+	void *m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return 2;
+	*p = (CUdeviceptr)(uintptr_t)m;
+	return OK;
+}
+
+API CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
+{
+	ENTER("cuMemAddressFree");
+	return munmap((void *)(uintptr_t)p, size) ? INVALID_VALUE : OK;
+}
+
+API CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+		      unsigned long long flags)
+{
+	ENTER("cuMemMap");
+	struct stat st;
+	int fd = h ? (int)(h - 1) : -1;
+	if (fd < 0 || offset || fstat(fd, &st) || (uint64_t)st.st_size < size)
+		return INVALID_VALUE;
+	/* Inaccessible until cuMemSetAccess, as on a GPU. */
+	void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (m == MAP_FAILED)
+		return INVALID_VALUE;
+	int keep = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* the mapping keeps the allocation */
+	pthread_mutex_lock(&lock);
+	add_dev((uintptr_t)p, size, keep, VMM);
+	pthread_mutex_unlock(&lock);
+	return OK;
+}
+
+API CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n)
+{
+	ENTER("cuMemSetAccess");
+	if (!n || d[0].type != 1 || !(d[0].flags & 1))
+		return INVALID_VALUE;
+	int prot = (d[0].flags & 2) ? PROT_READ | PROT_WRITE : PROT_READ;
+	return mprotect((void *)(uintptr_t)p, size, prot) ? INVALID_VALUE : OK;
+}
+
+API CUresult cuMemUnmap(CUdeviceptr p, size_t size)
+{
+	ENTER("cuMemUnmap");
+	pthread_mutex_lock(&lock);
+	range_t *r = find((uintptr_t)p);
+	int fd = r && r->how == VMM && r->base == (uintptr_t)p ? r->fd : -2;
+	if (fd != -2)
+		drop(r);
+	pthread_mutex_unlock(&lock);
+	if (fd == -2)
+		return INVALID_VALUE;
+	if (fd >= 0)
+		close(fd);
+	mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 	return OK;
 }

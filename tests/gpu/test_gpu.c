@@ -199,7 +199,17 @@ static int case_shim(void)
 	CUipcMemHandle h;
 	CHECK_RC(lc__cuda_ipc_get(p, &h), 0);
 	CHECK_RC(lc__cuda_ipc_open(&h, &q), 0);
-	CHECK(q == p);
+	/* The fake maps the exporter's memfd again: another address, the
+	 * same bytes (the fake's device memory is host memory). */
+	CHECK(q != 0 && q != p);
+	*(volatile uint8_t *)(uintptr_t)(p + 7) = 0x5a;
+	CHECK(*(volatile uint8_t *)(uintptr_t)(q + 7) == 0x5a);
+	CUdeviceptr base;
+	size_t size;
+	CHECK_RC(lc__cuda_mem_range(p + 100, &base, &size), 0);
+	CHECK(base == p && size == 4096);
+	int vfd = -1;
+	CHECK_RC(lc__cuda_vmm_export(p, &vfd), -ENOENT); /* not VMM memory */
 	CHECK_RC(lc__cuda_ipc_close(q), 0);
 	lc__cuda_mem_free(p);
 	CHECK(lc__cuda_errors() == 0);

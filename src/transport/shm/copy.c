@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <sys/uio.h>
 
+#include "core/copy.h"
 #include "transport/shm/shm_int.h"
 
 /* Bytes landed per bracket by CMA: a revoke waits at most this long. */
@@ -110,6 +111,65 @@ int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t room, uint32
 		lc__land_revoked(&l);
 	lc__land_done(&l, ok);
 	return ok ? 0 : LC_ERR_GRANT;
+}
+
+/* ---- CUDA IPC ---- */
+
+/* One slice from the imported source into the landing, waited for. A CUDA
+ * destination: device to device on its own engine's stream. A host one:
+ * device to host straight into place. Another device kind (the sim):
+ * through a host bounce, then its own engine. Returns 0, LC_ERR_GRANT
+ * (revoked) or LC_ERR_IO. */
+static int ipc_slice(const lc__land_t *l, lc__copier_t *cp, uint64_t at, uint64_t src, size_t n,
+		     uint8_t **bounce)
+{
+	const void *from = (const void *)(uintptr_t)src;
+	int rc;
+	if (l->dev && l->cp->kind != LC_MEM_KIND_CUDA) {
+		if (!*bounce && !(*bounce = malloc(COPY_SLICE)))
+			return -ENOMEM;
+		rc = lc__copy_to_host_sync(cp, *bounce, from, n);
+		return rc ? rc : lc__land_copy(l, at, *bounce, n);
+	}
+	if (!lc__land_enter(l))
+		return LC_ERR_GRANT;
+	if (l->dev)
+		rc = lc__copy_dev_to_dev_sync(l->cp, l->dev + at, from, n);
+	else
+		rc = lc__copy_to_host_sync(cp, l->dst + at, from, n);
+	lc__land_exit(l);
+	return rc;
+}
+
+int lc__shm_copy_ipc(lc_ctx_t *ctx, int device, uint64_t room, uint32_t region, uint64_t offset,
+		     uint64_t src, uint64_t length)
+{
+	lc__land_t l;
+	lc__copier_t *cp = NULL;
+	uint8_t *bounce = NULL;
+	int rc = lc__land_open(ctx, room, region, offset, length, &l);
+	if (rc)
+		return rc;
+	/* The engine of the device the source was imported into, for copies
+	 * that leave device memory for the host. */
+	if (!(l.dev && l.cp->kind == LC_MEM_KIND_CUDA))
+		rc = lc__copier_get(ctx, LC_MEM_KIND_CUDA, device, &cp);
+	for (uint64_t done = 0; done < length && !rc;) {
+		size_t n = (size_t)LC__MIN(length - done, (uint64_t)COPY_SLICE);
+		rc = ipc_slice(&l, cp, done, src + done, n, &bounce);
+		done += n;
+	}
+	if (rc == LC_ERR_GRANT) {
+		lc__land_revoked(&l);
+	} else if (rc) {
+		LC__COUNT(ctx, device_copy_errors);
+		LC__WARN("room %llu: CUDA IPC copy into region %u failed: %s",
+			 (unsigned long long)room, region, lc_strerror(rc));
+		rc = LC_ERR_IO;
+	}
+	free(bounce);
+	lc__land_done(&l, rc == 0);
+	return rc;
 }
 
 /* Device memory (l->dev): the kernel copies into a host bounce slice, the

@@ -13,6 +13,17 @@
  * hold up the other tasks of the loop; a WRITES message cut short by the
  * budget is resumed on the next pass.
  *
+ * CUDA IPC (docs/gpu.md): a connection whose HELLO offered it, to a
+ * listener that loaded CUDA and was not told ?ipc=0, is accepted in the
+ * WELCOME. Its IPC_REGION messages name allocations of P's GPU memory; D
+ * imports each once per listener (refcounted across connections and
+ * regions of one allocation, at most LC__SHM_MAX_IPC_IMPORTS) and copies
+ * each write from it with its own CUDA copy engine (copy.c), inside the
+ * grant bracket, acknowledging after the copy completed. An import that
+ * fails, or that is smaller than P claims, makes the region's writes fail
+ * with a code (ipc_rejected, a log line); a malformed message closes the
+ * connection as any other.
+ *
  * Threading: the loop thread owns the listener and every dconn; listen()
  * and listener_close() touch them only before the task is attached and
  * after it is detached. `stop` is the one field another thread writes: it
@@ -31,6 +42,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/cuda.h"
 #include "transport/shm/shm_int.h"
 
 /* Connections one listener serves at a time. */
@@ -52,7 +64,18 @@
 #define LISTEN_TAG 0
 #define CONN_TAG 1
 
-enum src_mode { SRC_MAP, SRC_CMA };
+enum src_mode { SRC_MAP, SRC_CMA, SRC_IPC };
+
+/* An allocation of P's GPU memory imported here (CUDA IPC). */
+typedef struct ipc_import {
+	uint8_t handle[LC__SHM_IPC_HANDLE_LEN]; /* the IPC handle (not for VMM) */
+	bool vmm;
+	bool local; /* P is this process: its address, nothing opened */
+	int device; /* our ordinal it was imported into */
+	CUdeviceptr ptr;
+	uint64_t size;
+	unsigned refs;
+} ipc_import_t;
 
 typedef struct src_region {
 	uint32_t id;
@@ -63,6 +86,8 @@ typedef struct src_region {
 	size_t map_len;
 	uint64_t p_addr; /* SRC_CMA: the region's address in P */
 	uint64_t len;
+	ipc_import_t *imp; /* SRC_IPC: the allocation, the region at +ipc_off */
+	uint64_t ipc_off;
 } src_region_t;
 
 typedef struct dconn {
@@ -71,6 +96,7 @@ typedef struct dconn {
 	pid_t pid;
 	uid_t uid;
 	bool ready;              /* handshake done */
+	bool ipc;                /* CUDA IPC accepted */
 	bool readable, writable; /* as the last edges said */
 	uint64_t accepted_ns;
 	src_region_t *srcs;
@@ -96,6 +122,9 @@ typedef struct shm_listener {
 	size_t pending_max; /* connections before their HELLO (shm_pending_max) */
 	uint64_t evicted;
 	lc__shm_helper_t *helper; /* second copy thread, NULL: copy alone */
+	bool no_ipc;              /* the URL says ?ipc=0 */
+	ipc_import_t **imports;   /* LC__SHM_MAX_IPC_IMPORTS */
+	size_t nimports;
 } shm_listener_t;
 
 /* What serving a connection left to do. */
@@ -103,11 +132,33 @@ enum serve { SERVE_IDLE, SERVE_MORE, SERVE_CLOSED };
 
 /* ---- connections ---- */
 
-static void src_release(src_region_t *s)
+static void import_put(shm_listener_t *sl, ipc_import_t *imp)
+{
+	if (--imp->refs)
+		return;
+	/* No copy from it is in flight: each is waited for on this thread. */
+	if (imp->local)
+		;
+	else if (imp->vmm)
+		lc__cuda_vmm_close(imp->device, imp->ptr, imp->size);
+	else
+		lc__cuda_ipc_close_on(imp->device, imp->ptr);
+	for (size_t i = 0; i < sl->nimports; i++)
+		if (sl->imports[i] == imp) {
+			sl->imports[i] = sl->imports[--sl->nimports];
+			break;
+		}
+	free(imp);
+}
+
+static void src_release(shm_listener_t *sl, src_region_t *s)
 {
 	if (s->map)
 		munmap(s->map, s->map_len);
 	s->map = NULL;
+	if (s->imp)
+		import_put(sl, s->imp);
+	s->imp = NULL;
 }
 
 static void dconn_close(shm_listener_t *sl, dconn_t *dc, const char *why)
@@ -118,7 +169,7 @@ static void dconn_close(shm_listener_t *sl, dconn_t *dc, const char *why)
 	lc__io_fd_del(&sl->task, &dc->iofd);
 	close(dc->fd);
 	for (size_t i = 0; i < dc->nsrcs; i++)
-		src_release(&dc->srcs[i]);
+		src_release(sl, &dc->srcs[i]);
 	free(dc->srcs);
 	free(dc->in);
 	free(dc->acks);
@@ -209,25 +260,34 @@ static void src_cma(shm_listener_t *sl, dconn_t *dc, src_region_t *s)
 		 sl->name, s->id, (long)dc->pid, strerror(errno));
 }
 
+/* The slot of source region id: its old one (released) or a new one;
+ * NULL when the table is full. */
+static src_region_t *src_slot(shm_listener_t *sl, dconn_t *dc, uint32_t id)
+{
+	src_region_t *s = src_find(dc, id);
+	if (s) {
+		src_release(sl, s);
+		return s;
+	}
+	if (dc->nsrcs == LC__SHM_MAX_SRC_REGIONS)
+		return NULL;
+	if (!dc->srcs) {
+		dc->srcs = calloc(LC__SHM_MAX_SRC_REGIONS, sizeof *dc->srcs);
+		if (!dc->srcs)
+			return NULL;
+	}
+	return &dc->srcs[dc->nsrcs++];
+}
+
 static int on_region(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t len, int fd)
 {
 	lc__shm_region_t r;
 	if (lc__shm_get_region(m, len, &r) || r.len == 0 || r.addr + r.len < r.addr ||
 	    ((r.flags & LC__SHM_REGION_FD) != 0) != (fd >= 0))
 		return -1;
-	src_region_t *s = src_find(dc, r.id);
-	if (s) {
-		src_release(s);
-	} else {
-		if (dc->nsrcs == LC__SHM_MAX_SRC_REGIONS)
-			return -1;
-		if (!dc->srcs) {
-			dc->srcs = calloc(LC__SHM_MAX_SRC_REGIONS, sizeof *dc->srcs);
-			if (!dc->srcs)
-				return -1;
-		}
-		s = &dc->srcs[dc->nsrcs++];
-	}
+	src_region_t *s = src_slot(sl, dc, r.id);
+	if (!s)
+		return -1;
 	*s = (src_region_t){.id = r.id, .p_addr = r.addr, .len = r.len};
 	if (fd < 0 || src_map(sl, s, fd, r.offset))
 		src_cma(sl, dc, s);
@@ -239,14 +299,135 @@ static int on_region(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t l
 	return 0;
 }
 
-static int on_drop(dconn_t *dc, const uint8_t *m, size_t len)
+/* ---- CUDA IPC ---- */
+
+/* Our ordinal of the device with this PCI bus id, else device 0 (the
+ * import then reaches it as a peer). */
+static int ipc_device(const char *pci)
+{
+	int n = 0;
+	char mine[LC__SHM_PCI_LEN];
+	if (pci[0] && !lc__cuda_device_count(&n))
+		for (int i = 0; i < n; i++)
+			if (!lc__cuda_device_describe(i, NULL, 0, mine, sizeof mine, NULL) &&
+			    !strcasecmp(mine, pci))
+				return i;
+	return 0;
+}
+
+static int ipc_reject(shm_listener_t *sl, dconn_t *dc, uint32_t id, int code, const char *why)
+{
+	LC__COUNT(sl->ctx, ipc_rejected);
+	LC__WARN("shm://%s: CUDA IPC region %u of pid %ld: %s; its writes fail (%s)", sl->name, id,
+		 (long)dc->pid, why, lc_err_name(code));
+	return code;
+}
+
+/* Import the allocation of r (fd: a VMM allocation's) or find it imported;
+ * the region then reads at +r->offset. 0 or the code its writes fail with. */
+static int ipc_import(shm_listener_t *sl, dconn_t *dc, const lc__shm_ipc_region_t *r, int fd,
+		      src_region_t *s)
+{
+	/* A handle cannot be opened in the process that exported it; there
+	 * P's address is ours (still checked against the driver below). */
+	bool local = dc->pid == getpid();
+	bool vmm = fd >= 0 && !local;
+	int device = ipc_device(r->pci);
+	for (size_t i = 0; i < sl->nimports && !vmm; i++) {
+		ipc_import_t *imp = sl->imports[i];
+		if (!imp->vmm && imp->local == local && imp->device == device &&
+		    (!local || imp->ptr == r->base) &&
+		    !memcmp(imp->handle, r->handle, sizeof imp->handle)) {
+			if (r->alloc_size > imp->size)
+				return ipc_reject(sl, dc, r->id, LC_ERR_OUT_OF_REGION,
+						  "larger than the allocation imported");
+			imp->refs++;
+			s->imp = imp;
+			return 0;
+		}
+	}
+	if (sl->nimports == LC__SHM_MAX_IPC_IMPORTS)
+		return ipc_reject(sl, dc, r->id, -ENOSPC, "too many imported allocations");
+	if (!sl->imports && !(sl->imports = calloc(LC__SHM_MAX_IPC_IMPORTS, sizeof *sl->imports)))
+		return -ENOMEM;
+	ipc_import_t *imp = calloc(1, sizeof *imp);
+	if (!imp)
+		return -ENOMEM;
+	imp->vmm = vmm;
+	imp->local = local;
+	imp->device = device;
+	memcpy(imp->handle, r->handle, sizeof imp->handle);
+	int rc = 0;
+	if (local) {
+		imp->ptr = r->base;
+	} else if (vmm) {
+		imp->size = r->alloc_size;
+		rc = lc__cuda_vmm_import(device, fd, (size_t)r->alloc_size, &imp->ptr);
+	} else {
+		CUipcMemHandle h;
+		memcpy(h.reserved, r->handle, sizeof h.reserved);
+		rc = lc__cuda_ipc_open_on(device, &h, &imp->ptr);
+	}
+	if (rc) {
+		free(imp);
+		return ipc_reject(sl, dc, r->id, rc, "the import failed");
+	}
+	/* What P says the allocation is, against what the driver mapped. */
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	rc = lc__cuda_mem_range(imp->ptr, &base, &size);
+	if (!vmm)
+		imp->size = size;
+	if (local && !rc && base == imp->ptr && size >= r->alloc_size) {
+		imp->refs = 1;
+		sl->imports[sl->nimports++] = imp;
+		s->imp = imp;
+		LC__COUNT(sl->ctx, ipc_imports);
+		LC__DEBUG(
+			"shm://%s: CUDA IPC within this process: allocation at %#llx used as it is",
+			sl->name, (unsigned long long)imp->ptr);
+		return 0;
+	}
+	if (rc || base != imp->ptr || size < r->alloc_size) {
+		imp->refs = 1;
+		sl->imports[sl->nimports++] = imp;
+		import_put(sl, imp);
+		return ipc_reject(sl, dc, r->id, rc ? rc : LC_ERR_OUT_OF_REGION,
+				  "the imported allocation is smaller than the sender says");
+	}
+	imp->refs = 1;
+	sl->imports[sl->nimports++] = imp;
+	s->imp = imp;
+	LC__COUNT(sl->ctx, ipc_imports);
+	LC__DEBUG("shm://%s: imported %s allocation of %llu bytes from pid %ld into device %d",
+		  sl->name, vmm ? "a VMM" : "an IPC", (unsigned long long)imp->size, (long)dc->pid,
+		  device);
+	return 0;
+}
+
+static int on_ipc_region(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t len, int fd)
+{
+	lc__shm_ipc_region_t r;
+	if (!dc->ipc || lc__shm_get_ipc_region(m, len, &r) || r.len == 0 ||
+	    (r.flags & ~LC__SHM_IPC_VMM) || ((r.flags & LC__SHM_IPC_VMM) != 0) != (fd >= 0) ||
+	    r.offset > r.alloc_size || r.len > r.alloc_size - r.offset)
+		return -1;
+	src_region_t *s = src_slot(sl, dc, r.id);
+	if (!s)
+		return -1;
+	*s = (src_region_t){.id = r.id, .mode = SRC_IPC, .len = r.len, .ipc_off = r.offset};
+	s->err = ipc_import(sl, dc, &r, fd, s);
+	return 0;
+}
+
+static int on_drop(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t len)
 {
 	uint32_t id;
 	if (lc__shm_get_drop(m, len, &id))
 		return -1;
 	src_region_t *s = src_find(dc, id);
 	if (s) {
-		src_release(s);
+		src_release(sl, s);
 		*s = dc->srcs[--dc->nsrcs];
 	}
 	return 0;
@@ -290,6 +471,25 @@ static int write_one(shm_listener_t *sl, dconn_t *dc, const src_region_t *s,
 {
 	if (s->err)
 		return s->err;
+	if (s->mode == SRC_IPC) {
+		/* a strided write: one span check, then one device copy per block */
+		uint32_t n = w->count > 1 ? w->count : 1;
+		uint64_t span;
+		int rc = n > 1 ? lc__land_strided_span(sl->ctx, w->room, w->dst_off, w->length,
+						       w->count, w->dst_stride, &span)
+			       : 0;
+		for (uint32_t k = 0; k < n && !rc; k++)
+			rc = lc__shm_copy_ipc(sl->ctx, s->imp->device, w->room, w->dst,
+					      w->dst_off + (uint64_t)k * w->dst_stride,
+					      s->imp->ptr + s->ipc_off + w->src_off +
+						      (uint64_t)k * w->src_stride,
+					      w->length);
+		if (!rc) {
+			LC__COUNT(sl->ctx, ipc_writes);
+			LC__COUNT_ADD(sl->ctx, ipc_bytes, (uint64_t)n * w->length);
+		}
+		return rc;
+	}
 	if (w->count > 1 && s->mode == SRC_MAP) /* strided: one span check, block by block */
 		return lc__land_strided(sl->ctx, w->room, w->dst, w->dst_off, s->base + w->src_off,
 					w->length, w->count, w->src_stride, w->dst_stride);
@@ -392,10 +592,14 @@ static int on_hello(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t le
 			 h.flags & LC__SHM_HELLO_TOKEN ? "token not accepted"
 						       : "no token presented");
 	}
+	/* CUDA IPC where P offers it and device memory made us load CUDA. */
+	if (!w.status && (h.flags & LC__SHM_HELLO_IPC) && !sl->no_ipc && lc__cuda_loaded())
+		w.flags = LC__SHM_WELCOME_IPC;
 	int rc = lc__shm_send(dc->fd, buf, lc__shm_put_welcome(buf, &w), -1);
 	if (rc || w.status)
 		return 1;
 	dc->ready = true;
+	dc->ipc = w.flags & LC__SHM_WELCOME_IPC;
 	return 0;
 }
 
@@ -411,7 +615,9 @@ static int on_message(shm_listener_t *sl, dconn_t *dc, size_t len, int fd, uint6
 	case LC__SHM_REGION:
 		return on_region(sl, dc, dc->in, len, fd);
 	case LC__SHM_DROP:
-		return on_drop(dc, dc->in, len);
+		return on_drop(sl, dc, dc->in, len);
+	case LC__SHM_IPC_REGION:
+		return on_ipc_region(sl, dc, dc->in, len, fd);
 	case LC__SHM_WRITES:
 		return on_writes(sl, dc, len, budget);
 	default:
@@ -428,6 +634,8 @@ static const char *bad_text(uint32_t type)
 		return "bad region";
 	case LC__SHM_DROP:
 		return "bad drop";
+	case LC__SHM_IPC_REGION:
+		return "bad CUDA IPC region";
 	case LC__SHM_WRITES:
 		return "bad writes";
 	default:
@@ -453,7 +661,7 @@ static enum serve dconn_read(shm_listener_t *sl, dconn_t *dc, uint64_t *budget)
 		return SERVE_CLOSED;
 	}
 	uint32_t type = lc__shm_type(dc->in, (size_t)n);
-	if (fd >= 0 && !(type == LC__SHM_REGION && dc->ready)) {
+	if (fd >= 0 && !((type == LC__SHM_REGION || type == LC__SHM_IPC_REGION) && dc->ready)) {
 		close(fd); /* only a REGION message after the handshake passes one */
 		fd = -1;
 	}
@@ -649,6 +857,7 @@ static void listener_release(lc__io_task_t *t, void *arg)
 
 static void listener_free(shm_listener_t *sl)
 {
+	free(sl->imports); /* empty: every connection released its imports */
 	lc__shm_helper_stop(sl->helper);
 	if (sl->lfd >= 0)
 		close(sl->lfd);
@@ -680,6 +889,9 @@ int lc__shm_listen(lc_listener_t *l, const char *url)
 	sl->hello_ns = (uint64_t)lc__ctx_cfg(l->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
 	sl->pending_max = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_shm_pending_max);
 	rc = lc__shm_name_from_url(url, sl->name, sizeof sl->name, true);
+	uint64_t ipc = 1;
+	lc__url_query_u64(url, "ipc", &ipc);
+	sl->no_ipc = ipc == 0;
 	if (!rc)
 		rc = listen_socket(sl);
 	if (rc)

@@ -13,6 +13,15 @@
  * handshake (connect_timeout_ms) and progress while acks are due
  * (progress_timeout_ms).
  *
+ * CUDA IPC (docs/gpu.md "CUDA IPC"): a batch with CUDA device sources
+ * comes through post_device(). When the receiver accepted IPC in the
+ * handshake, its device sources are exported once per region and
+ * connection (IPC_REGION: cuIpcGetMemHandle, or a VMM allocation's fd) and
+ * its writes go as for host memory, D copying device to device. When D
+ * did not accept IPC, or a source cannot be exported, the batch is staged
+ * (stage.c) and comes back through post() with host sources. Batches
+ * posted before the WELCOME wait undecided and are settled when it comes.
+ *
  * Threading: sc->lock protects the batch list, the send cursor, `unacked`
  * and `closing` (post() appends, the loop thread does the rest); everything
  * else of shm_conn_t belongs to the loop thread. Lock order: sc->lock ->
@@ -28,17 +37,28 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "core/cuda.h"
 #include "transport/shm/shm_int.h"
+#include "transport/stage.h"
 
 typedef struct pbatch {
 	lc__batch_t *b; /* referenced */
 	size_t sent;    /* writes sent (a prefix of b->writes) */
 	size_t acked;   /* writes acknowledged (<= sent) */
+	bool ipc;       /* device sources that go by CUDA IPC */
+	bool undecided; /* device sources, posted before the WELCOME */
 	struct pbatch *next;
 } pbatch_t;
 
 enum pstate { P_DOWN, P_HELLO, P_READY };
+enum pipc { IPC_UNKNOWN, IPC_ON, IPC_OFF };
 
+/* A CUDA source region as exported to D (once per region and connection). */
+typedef struct pexport {
+	bool ok;    /* exportable; else its batches are staged */
+	int vmm_fd; /* VMM: the exported fd (a dup goes with each IPC_REGION), or -1 */
+	lc__shm_ipc_region_t rec;
+} pexport_t;
 typedef struct shm_conn {
 	lc_conn_t *c;
 	lc_ctx_t *ctx;
@@ -52,6 +72,10 @@ typedef struct shm_conn {
 	size_t nlist;
 	size_t unacked; /* writes sent and not yet acknowledged */
 	bool closing;
+	enum pipc ipc;      /* what this connection's handshake said */
+	pexport_t *exports; /* LC__SHM_MAX_EXPORTS, by region id */
+	size_t nexports;
+	bool no_ipc; /* the URL says ?ipc=0: always stage */
 
 	/* Loop thread only. */
 	int fd;
@@ -59,6 +83,7 @@ typedef struct shm_conn {
 	enum pstate state;
 	bool readable, writable;                /* as the last edges said */
 	bool want_connect;                      /* handshake before the first post */
+	bool ipc_offer;                         /* the HELLO offered CUDA IPC */
 	uint64_t deadline_ns;                   /* handshake deadline in P_HELLO */
 	uint64_t progress_ns;                   /* last ack, or when acks started being awaited */
 	uint32_t srcs[LC__SHM_MAX_SRC_REGIONS]; /* source regions D holds, oldest first */
@@ -151,6 +176,9 @@ static void p_disconnect(shm_conn_t *sc)
 	sc->nsrcs = 0;
 	sc->readable = sc->writable = false;
 	sc->state = P_DOWN;
+	pthread_mutex_lock(&sc->lock);
+	sc->ipc = IPC_UNKNOWN;
+	pthread_mutex_unlock(&sc->lock);
 }
 
 /* Close the socket and fail every batch. The next post reconnects. */
@@ -197,9 +225,12 @@ static void p_connect(shm_conn_t *sc, uint64_t now)
 	}
 	sc->fd = fd;
 	sc->writable = true;
+	/* Offered where device memory made this process load CUDA already. */
+	sc->ipc_offer = !sc->no_ipc && lc__cuda_loaded();
 	lc__shm_hello_t h = {.magic = LC__SHM_MAGIC,
 			     .version = LC__SHM_VERSION,
-			     .flags = sc->c->has_token ? LC__SHM_HELLO_TOKEN : 0};
+			     .flags = (sc->c->has_token ? LC__SHM_HELLO_TOKEN : 0) |
+				      (sc->ipc_offer ? LC__SHM_HELLO_IPC : 0)};
 	if (sc->c->has_token)
 		memcpy(h.token, sc->c->token.bytes, LC_TOKEN_LEN);
 	uint8_t m[LC__SHM_HELLO_LEN];
@@ -214,6 +245,76 @@ static void p_connect(shm_conn_t *sc, uint64_t now)
 
 /* ---- sending ---- */
 
+/* ---- CUDA IPC exports ---- */
+
+/* Under lock: the export of region id, or NULL. */
+static pexport_t *export_find(shm_conn_t *sc, uint32_t id)
+{
+	for (size_t i = 0; i < sc->nexports; i++)
+		if (sc->exports[i].rec.id == id)
+			return &sc->exports[i];
+	return NULL;
+}
+
+/* Export the allocation under CUDA region ri: its base and size, then a
+ * VMM fd or else an IPC handle. false (logged) when it cannot be: a region
+ * spanning allocations, memory the driver will not export. */
+static bool export_make(shm_conn_t *sc, const lc__region_info_t *ri, pexport_t *e)
+{
+	CUdeviceptr p = (CUdeviceptr)(uintptr_t)ri->addr, base = 0;
+	size_t size = 0;
+	CUipcMemHandle h;
+	*e = (pexport_t){.vmm_fd = -1, .rec = {.id = ri->id, .len = ri->len}};
+	int rc = lc__cuda_mem_range(p, &base, &size);
+	if (!rc && (p < base || ri->len > size - (p - base)))
+		rc = LC_ENOTSUP;
+	if (rc) {
+		LC__INFO("%s: CUDA region %u is not one allocation (%s); its writes are staged",
+			 sc->c->url, ri->id, lc_strerror(rc));
+		return false;
+	}
+	int fd = -1;
+	rc = lc__cuda_vmm_export(p, &fd);
+	if (rc == -ENOENT) {
+		rc = lc__cuda_ipc_get(base, &h);
+		if (!rc)
+			memcpy(e->rec.handle, h.reserved, sizeof e->rec.handle);
+	} else if (!rc) {
+		e->vmm_fd = fd;
+		e->rec.flags = LC__SHM_IPC_VMM;
+	}
+	if (rc) {
+		LC__INFO("%s: CUDA region %u cannot be exported (%s); its writes are staged",
+			 sc->c->url, ri->id, lc_strerror(rc));
+		return false;
+	}
+	e->rec.alloc_size = size;
+	e->rec.offset = p - base;
+	e->rec.base = base;
+	lc__cuda_device_describe(ri->device, NULL, 0, e->rec.pci, sizeof e->rec.pci, NULL);
+	LC__COUNT(sc->ctx, ipc_exports);
+	LC__DEBUG("%s: exported CUDA region %u (%s, allocation of %zu bytes, at +%llu)", sc->c->url,
+		  ri->id, fd >= 0 ? "VMM fd" : "IPC handle", size,
+		  (unsigned long long)e->rec.offset);
+	e->ok = true;
+	return true;
+}
+
+/* Under lock: whether CUDA region ri can go by IPC, exporting it the first
+ * time it is asked. */
+static bool exportable(shm_conn_t *sc, const lc__region_info_t *ri)
+{
+	pexport_t *e = export_find(sc, ri->id);
+	if (e)
+		return e->ok;
+	if (sc->nexports == LC__SHM_MAX_EXPORTS)
+		return false; /* staged: the table does not grow past its cap */
+	if (!sc->exports && !(sc->exports = calloc(LC__SHM_MAX_EXPORTS, sizeof *sc->exports)))
+		return false;
+	e = &sc->exports[sc->nexports++];
+	return export_make(sc, ri, e);
+}
+
 /* Under lock: the message that must go before a write from source region
  * ri that D does not hold: its REGION, or with D's table full, a DROP of
  * the oldest. D processes in order: writes already sent that name the
@@ -223,6 +324,13 @@ static void build_region(shm_conn_t *sc, const lc__region_info_t *ri)
 	if (sc->nsrcs == LC__SHM_MAX_SRC_REGIONS) {
 		sc->out_len = lc__shm_put_drop(sc->out, sc->srcs[0]);
 		memmove(sc->srcs, sc->srcs + 1, --sc->nsrcs * sizeof *sc->srcs);
+		return;
+	}
+	if (ri->kind == LC_MEM_KIND_CUDA) {
+		const pexport_t *e = export_find(sc, ri->id);
+		sc->out_len = lc__shm_put_ipc_region(sc->out, &e->rec);
+		sc->out_fd = e->vmm_fd >= 0 ? fcntl(e->vmm_fd, F_DUPFD_CLOEXEC, 0) : -1;
+		sc->srcs[sc->nsrcs++] = ri->id;
 		return;
 	}
 	int fd = ri->memfd >= 0 ? fcntl(ri->memfd, F_DUPFD_CLOEXEC, 0) : -1;
@@ -284,6 +392,15 @@ static void build_next(shm_conn_t *sc)
 		}
 		if (!source_of(sc, pb, &ri, &have_ri))
 			continue; /* completed now: skipped above */
+		if (!LC__KIND_IS_HOST(ri.kind) && (ri.kind != LC_MEM_KIND_CUDA || !pb->ipc ||
+						   sc->ipc != IPC_ON || !export_find(sc, ri.id))) {
+			/* Cannot happen but by a bug: never send a device
+			 * pointer D would read as host memory. */
+			lc__batch_fail(b, LC_ENOTSUP,
+				       "%s: write %zu: device source without CUDA IPC", sc->c->url,
+				       pb->sent);
+			continue;
+		}
 		if (!src_known(sc, ri.id)) {
 			if (!n)
 				build_region(sc, &ri);
@@ -384,6 +501,53 @@ static bool p_on_acks(shm_conn_t *sc, const uint8_t *m, size_t len)
 	return true;
 }
 
+/* The handshake said whether D accepts CUDA IPC: settle the batches with
+ * device sources posted before it. Without IPC they are staged (they come
+ * back through post() with host sources); nothing was sent yet. */
+static void settle(shm_conn_t *sc, bool ipc)
+{
+	pbatch_t *stage = NULL, **tail = &stage;
+	pthread_mutex_lock(&sc->lock);
+	sc->ipc = ipc ? IPC_ON : IPC_OFF;
+	pbatch_t *prev = NULL;
+	for (pbatch_t *pb = sc->head, *nx; pb; pb = nx) {
+		nx = pb->next;
+		if (!pb->undecided) {
+			prev = pb;
+			continue;
+		}
+		pb->undecided = false;
+		if (ipc) {
+			pb->ipc = true;
+			prev = pb;
+			continue;
+		}
+		if (prev)
+			prev->next = nx;
+		else
+			sc->head = nx;
+		if (sc->tail == pb)
+			sc->tail = prev;
+		sc->nlist--;
+		pb->next = NULL;
+		*tail = pb;
+		tail = &pb->next;
+	}
+	sc->cursor = sc->head;
+	pthread_mutex_unlock(&sc->lock);
+	while (stage) {
+		pbatch_t *nx = stage->next;
+		if (!lc__batch_is_completed(stage->b)) {
+			int rc = lc__stage_post(sc->c, stage->b);
+			if (rc < 0)
+				lc__batch_fail(stage->b, rc, "%s: staging: %s", sc->c->url,
+					       lc_strerror(rc));
+		}
+		pbatch_drop(stage);
+		stage = nx;
+	}
+}
+
 /* The handshake reply. Returns false when it is malformed. */
 static bool p_on_welcome(shm_conn_t *sc, const uint8_t *m, size_t len)
 {
@@ -397,8 +561,9 @@ static bool p_on_welcome(shm_conn_t *sc, const uint8_t *m, size_t len)
 					       : "the receiver refused the handshake");
 		return true;
 	}
+	settle(sc, sc->ipc_offer && (w.flags & LC__SHM_WELCOME_IPC));
 	sc->state = P_READY;
-	LC__DEBUG("%s: connected", sc->c->url);
+	LC__DEBUG("%s: connected%s", sc->c->url, sc->ipc == IPC_ON ? ", CUDA IPC" : "");
 	return true;
 }
 
@@ -503,6 +668,10 @@ static void wake(shm_conn_t *sc)
 
 static void conn_free(shm_conn_t *sc)
 {
+	for (size_t i = 0; i < sc->nexports; i++)
+		if (sc->exports[i].vmm_fd >= 0)
+			close(sc->exports[i].vmm_fd);
+	free(sc->exports);
 	pthread_mutex_destroy(&sc->lock);
 	free(sc->in);
 	free(sc->out);
@@ -527,6 +696,9 @@ int lc__shm_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 	rc = lc__shm_name_from_url(url, sc->name, sizeof sc->name, false);
 	if (rc)
 		goto fail;
+	uint64_t ipc = 1;
+	lc__url_query_u64(url, "ipc", &ipc);
+	sc->no_ipc = ipc == 0;
 	sc->out = malloc(LC__SHM_MSG_MAX);
 	sc->in = malloc(LC__SHM_ACKS_MAX);
 	if (!sc->out || !sc->in) {
@@ -561,6 +733,9 @@ void lc__shm_conn_close(lc_conn_t *c)
 	sc->closing = true;
 	pthread_mutex_unlock(&sc->lock);
 	lc__io_detach(&sc->task, conn_release, sc);
+	/* Batches the loop thread handed to staging (settle) before it
+	 * stopped: wait for their copies, as the generic layer did for its own. */
+	lc__stage_conn_close(c);
 	/* The generic layer completes the batches (cancelled); drop ours. */
 	for (pbatch_t *pb = sc->head, *nx; pb; pb = nx) {
 		nx = pb->next;
@@ -584,6 +759,52 @@ int lc__shm_post(lc_conn_t *c, lc__batch_t *b)
 	}
 	lc__batch_ref(b);
 	pb->b = b;
+	if (sc->tail)
+		sc->tail->next = pb;
+	else
+		sc->head = pb;
+	sc->tail = pb;
+	if (!sc->cursor)
+		sc->cursor = pb;
+	sc->nlist++;
+	if (!b->defer)
+		kick_locked(sc);
+	pthread_mutex_unlock(&sc->lock);
+	return 0;
+}
+
+int lc__shm_post_device(lc_conn_t *c, lc__batch_t *b)
+{
+	shm_conn_t *sc = c->tp;
+	if (sc->no_ipc || !lc__cuda_loaded())
+		return 1;
+	pthread_mutex_lock(&sc->lock);
+	if (sc->closing) {
+		pthread_mutex_unlock(&sc->lock);
+		return LC_ERR_CLOSED;
+	}
+	bool ipc = sc->ipc != IPC_OFF;
+	lc__region_info_t ri = {0};
+	for (size_t i = 0; i < b->nwrites && ipc; i++) {
+		const lc_write_t *w = &b->writes[i];
+		const uint8_t *p = w->local;
+		if (i && p >= ri.addr && w->length <= ri.len &&
+		    (size_t)(p - ri.addr) <= ri.len - w->length)
+			continue;
+		if (lc__source_find(sc->ctx, p, w->length, &ri))
+			ipc = false; /* gone: staging fails it with its reason */
+		else if (!LC__KIND_IS_HOST(ri.kind))
+			ipc = ri.kind == LC_MEM_KIND_CUDA && exportable(sc, &ri);
+	}
+	pbatch_t *pb = ipc ? calloc(1, sizeof *pb) : NULL;
+	if (!pb) {
+		pthread_mutex_unlock(&sc->lock);
+		return 1;
+	}
+	lc__batch_ref(b);
+	pb->b = b;
+	pb->ipc = sc->ipc == IPC_ON;
+	pb->undecided = sc->ipc == IPC_UNKNOWN;
 	if (sc->tail)
 		sc->tail->next = pb;
 	else

@@ -28,6 +28,7 @@ const lc__transport_ops_t lc__shm_ops = {
 	.conn_open = lc__shm_conn_open,
 	.conn_close = lc__shm_conn_close,
 	.post = lc__shm_post,
+	.post_device = lc__shm_post_device,
 	.flush = lc__shm_flush,
 	.room_cancel = lc__shm_room_cancel,
 };

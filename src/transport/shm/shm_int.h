@@ -20,6 +20,11 @@
 /* Source regions one connection may have mapped at D at a time. P evicts
  * (DROP) the oldest beyond this; D treats more as malformed. */
 #define LC__SHM_MAX_SRC_REGIONS 256
+/* CUDA IPC: source regions one connection exports (P; beyond, writes are
+ * staged) and allocations one listener imports at a time (D; beyond, the
+ * writes naming them fail). */
+#define LC__SHM_MAX_EXPORTS 1024
+#define LC__SHM_MAX_IPC_IMPORTS 1024
 
 /* ---- shm.c: names and sockets ---- */
 
@@ -43,6 +48,7 @@ void lc__shm_listener_close(lc_listener_t *l);
 int lc__shm_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p);
 void lc__shm_conn_close(lc_conn_t *c);
 int lc__shm_post(lc_conn_t *c, lc__batch_t *b);
+int lc__shm_post_device(lc_conn_t *c, lc__batch_t *b);
 void lc__shm_flush(lc_conn_t *c);
 void lc__shm_room_cancel(lc_conn_t *c, uint64_t room);
 
@@ -59,6 +65,12 @@ void lc__shm_helper_stop(lc__shm_helper_t *h);
  * between this thread and h. Returns 0 or the seam's code. */
 int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t room, uint32_t region,
 		       uint64_t offset, const uint8_t *src, uint64_t length);
+/* Land `length` bytes from src, device memory imported by CUDA IPC into
+ * device `device`'s context, through the CUDA copy engine: device to
+ * device into a CUDA destination, device to host into a host one (a
+ * bounce for other kinds), in bracketed slices each waited for. */
+int lc__shm_copy_ipc(lc_ctx_t *ctx, int device, uint64_t room, uint32_t region, uint64_t offset,
+		     uint64_t src, uint64_t length);
 /* Land `length` bytes at p_addr in process pid with process_vm_readv. */
 int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region, uint64_t offset,
 		     uint64_t p_addr, uint64_t length);

@@ -1,8 +1,10 @@
 /*
  * The shm wire format: one SOCK_SEQPACKET message per record group,
  * little-endian, a header {u32 type, u32 count} and then:
- *   HELLO   P->D  u32 magic, u32 version, u32 flags (1: token), u32 0, token[16]
- *   WELCOME D->P  u32 magic, u32 version, i32 status, u32 0
+ *   HELLO   P->D  u32 magic, u32 version, u32 flags (1: token, 2: P offers
+ *                 CUDA IPC), u32 0, token[16]
+ *   WELCOME D->P  u32 magic, u32 version, i32 status, u32 flags (1: D accepts
+ *                 CUDA IPC; 0 from a receiver that predates it)
  *   REGION  P->D  u32 src id, u32 flags (1: fd attached), u64 P address,
  *                 u64 length, u64 offset in the memfd (+ SCM_RIGHTS fd)
  *   DROP    P->D  u32 src id, u32 0
@@ -12,6 +14,13 @@
  *                 (blocks > 1: a strided write, `blocks` blocks of length
  *                 bytes at the two strides; 0 or 1: one block)
  *   ACKS    D->P  count x {u64 batch, u32 writes, i32 status}
+ *   IPC_REGION P->D (only after a WELCOME accepting IPC) u32 src id, u32 flags
+ *                 (1: VMM, an fd attached), u64 allocation size, u64 offset of
+ *                 the region in the allocation, u64 region length,
+ *                 u64 the allocation's address in P (used as it is when D is
+ *                 the same process, where a handle cannot be opened),
+ *                 char pci[16] (the exporting device's PCI bus id, NUL-padded),
+ *                 u8 handle[64] (cuIpcGetMemHandle's; zero with an fd)
  * The count is 0 but for WRITES and ACKS. Every offset of the format is
  * written here and nowhere else: the sides fill and read the structs below.
  * The get_* helpers check a message's length and return 0, or -1 when the
@@ -36,6 +45,7 @@ enum lc__shm_msg_type {
 	LC__SHM_DROP = 4,
 	LC__SHM_WRITES = 5,
 	LC__SHM_ACKS = 6,
+	LC__SHM_IPC_REGION = 7,
 };
 
 #define LC__SHM_HDR 8
@@ -43,6 +53,7 @@ enum lc__shm_msg_type {
 #define LC__SHM_WELCOME_LEN (LC__SHM_HDR + 16)
 #define LC__SHM_REGION_LEN (LC__SHM_HDR + 32)
 #define LC__SHM_DROP_LEN (LC__SHM_HDR + 8)
+#define LC__SHM_IPC_REGION_LEN (LC__SHM_HDR + 120)
 #define LC__SHM_WRITE_REC 72
 #define LC__SHM_ACK_REC 16
 #define LC__SHM_MAX_WRITES 1024 /* records per WRITES or ACKS message */
@@ -51,6 +62,11 @@ enum lc__shm_msg_type {
 
 #define LC__SHM_HELLO_TOKEN 1u /* HELLO flags: a token follows */
 #define LC__SHM_REGION_FD 1u   /* REGION flags: an fd is attached */
+#define LC__SHM_HELLO_IPC 2u   /* HELLO flags: P offers CUDA IPC */
+#define LC__SHM_WELCOME_IPC 1u /* WELCOME flags: D accepts CUDA IPC */
+#define LC__SHM_IPC_VMM 1u     /* IPC_REGION flags: a VMM allocation's fd is attached */
+#define LC__SHM_PCI_LEN 16
+#define LC__SHM_IPC_HANDLE_LEN 64
 
 typedef struct lc__shm_hello {
 	uint32_t magic, version, flags;
@@ -60,7 +76,15 @@ typedef struct lc__shm_hello {
 typedef struct lc__shm_welcome {
 	uint32_t magic, version;
 	int32_t status;
+	uint32_t flags;
 } lc__shm_welcome_t;
+
+typedef struct lc__shm_ipc_region {
+	uint32_t id, flags;
+	uint64_t alloc_size, offset, len, base;
+	char pci[LC__SHM_PCI_LEN]; /* NUL-terminated once decoded */
+	uint8_t handle[LC__SHM_IPC_HANDLE_LEN];
+} lc__shm_ipc_region_t;
 
 typedef struct lc__shm_region {
 	uint32_t id, flags;
@@ -136,6 +160,7 @@ static inline size_t lc__shm_put_welcome(uint8_t *m, const lc__shm_welcome_t *w)
 	lc__put_u32(m + LC__SHM_HDR, w->magic);
 	lc__put_u32(m + LC__SHM_HDR + 4, w->version);
 	lc__put_u32(m + LC__SHM_HDR + 8, (uint32_t)w->status);
+	lc__put_u32(m + LC__SHM_HDR + 12, w->flags);
 	return LC__SHM_WELCOME_LEN;
 }
 
@@ -146,6 +171,7 @@ static inline int lc__shm_get_welcome(const uint8_t *m, size_t len, lc__shm_welc
 	w->magic = lc__get_u32(m + LC__SHM_HDR);
 	w->version = lc__get_u32(m + LC__SHM_HDR + 4);
 	w->status = (int32_t)lc__get_u32(m + LC__SHM_HDR + 8);
+	w->flags = lc__get_u32(m + LC__SHM_HDR + 12);
 	return w->magic == LC__SHM_MAGIC ? 0 : -1;
 }
 
@@ -187,6 +213,39 @@ static inline int lc__shm_get_drop(const uint8_t *m, size_t len, uint32_t *id)
 	if (len != LC__SHM_DROP_LEN)
 		return -1;
 	*id = lc__get_u32(m + LC__SHM_HDR);
+	return 0;
+}
+
+/* ---- IPC_REGION ---- */
+
+static inline size_t lc__shm_put_ipc_region(uint8_t *m, const lc__shm_ipc_region_t *r)
+{
+	memset(m, 0, LC__SHM_IPC_REGION_LEN);
+	lc__shm_put_hdr(m, LC__SHM_IPC_REGION, 0);
+	lc__put_u32(m + LC__SHM_HDR, r->id);
+	lc__put_u32(m + LC__SHM_HDR + 4, r->flags);
+	lc__put_u64(m + LC__SHM_HDR + 8, r->alloc_size);
+	lc__put_u64(m + LC__SHM_HDR + 16, r->offset);
+	lc__put_u64(m + LC__SHM_HDR + 24, r->len);
+	lc__put_u64(m + LC__SHM_HDR + 32, r->base);
+	memcpy(m + LC__SHM_HDR + 40, r->pci, strnlen(r->pci, LC__SHM_PCI_LEN - 1));
+	memcpy(m + LC__SHM_HDR + 56, r->handle, LC__SHM_IPC_HANDLE_LEN);
+	return LC__SHM_IPC_REGION_LEN;
+}
+
+static inline int lc__shm_get_ipc_region(const uint8_t *m, size_t len, lc__shm_ipc_region_t *r)
+{
+	if (len != LC__SHM_IPC_REGION_LEN)
+		return -1;
+	r->id = lc__get_u32(m + LC__SHM_HDR);
+	r->flags = lc__get_u32(m + LC__SHM_HDR + 4);
+	r->alloc_size = lc__get_u64(m + LC__SHM_HDR + 8);
+	r->offset = lc__get_u64(m + LC__SHM_HDR + 16);
+	r->len = lc__get_u64(m + LC__SHM_HDR + 24);
+	r->base = lc__get_u64(m + LC__SHM_HDR + 32);
+	memcpy(r->pci, m + LC__SHM_HDR + 40, LC__SHM_PCI_LEN);
+	r->pci[LC__SHM_PCI_LEN - 1] = '\0';
+	memcpy(r->handle, m + LC__SHM_HDR + 56, LC__SHM_IPC_HANDLE_LEN);
 	return 0;
 }
 
