@@ -911,7 +911,7 @@ int main(int argc, char **argv)
 {
 	const char *mem = argc >= 5 && !strcmp(argv[3], "--mem") ? argv[4] : "";
 	bool no_ipc = argc == 6 && !strcmp(argv[5], "--no-ipc");
-	bool cuda = !strncmp(mem, "cuda-", 5);
+	bool cuda = strstr(mem, "cuda-") == mem; /* a prefix (strncmp on a maybe-empty literal trips -Wstring-compare) */
 	if (cuda)
 		mem += 5;
 	if ((argc != 3 && !*mem) || (argc == 6 && !no_ipc) || argc > 6) {
