@@ -19,8 +19,8 @@
 #      host->host tcp in the same run (ratio; target >= 0.8), copy-only
 #      and wire-only seconds per GiB, every byte the receivers got checked
 #      (mismatched_bytes 0); skipped if the CLI has no --mem cuda.
-#   6. conformance over tcp staging with device memory, P and D as two
-#      processes (`conformance tcp all --mem cuda`), when the conformance
+#   6. conformance with device memory over tcp staging, shm's CUDA IPC
+#      mode and shm staging (`conformance <tp> <case> --mem cuda-both`), when the conformance
 #      binary's --help names --mem cuda; else skipped.
 # Exit status: 0 when every step that ran passed, 1 otherwise.
 set -u
@@ -138,11 +138,19 @@ else
 	skip bench_cuda "this layercake has no 'bench transport --mem cuda'"
 fi
 
-step "6. conformance over tcp staging with device memory"
-if command -v conformance >/dev/null 2>&1 && has '--mem.*cuda' conformance; then
-	run conformance_cuda 130 conformance tcp all --mem cuda
+step "6. conformance with device memory: tcp staging, shm CUDA IPC and shm staging"
+# P and D share the process in most cases (D then uses P's address, as a
+# handle cannot be opened where it was exported); peer_closes_mid_batch
+# forks D before the parent touches CUDA, so that one imports for real.
+if command -v conformance >/dev/null 2>&1 && has 'cuda-' conformance; then
+	for c in single_write batch_10000 checksum_all revoked_grant cancel_room strided_write; do
+		run "conf_tcp_$c" 60 conformance tcp "$c" --mem cuda-both
+		run "conf_shm_ipc_$c" 60 conformance shm "$c" --mem cuda-both
+		run "conf_shm_staged_$c" 60 conformance shm "$c" --mem cuda-both --no-ipc
+	done
+	run conf_shm_ipc_fork 60 conformance shm peer_closes_mid_batch --mem cuda-both
 else
-	skip conformance_cuda "this conformance binary has no '--mem cuda' (the sim branch's staging)"
+	skip conformance_cuda "this conformance binary has no '--mem cuda-*'"
 fi
 
 say "{\"run\":\"gpu\",\"seconds\":$(($(date +%s) - t_start)),\"failed_steps\":$fails}"
