@@ -176,7 +176,7 @@ static void settle(lc_decode_t *d, lc_receiver_t *r, uint64_t now)
 static void forget_registration(lc_receiver_t *r, int t, const lc__msg_status_t *s)
 {
 	if (s->fail_reason != LC_FAIL_SESSION_GONE && s->fail_reason != LC_FAIL_SESSION_BLOCKED &&
-	    s->fail_reason != LC_FAIL_TRANSFER_TIMEOUT)
+	    s->fail_reason != LC_FAIL_TRANSFER_TIMEOUT && s->fail_reason != LC_FAIL_TRANSFER)
 		return;
 	if (!r->peer->ranks || (int)s->p_rank >= r->peer->info->world_size)
 		return;
@@ -364,6 +364,54 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 	free(m);
 }
 
+/* REGISTER is always answered (accepted or refused): a rank silent for
+ * connect_timeout_ms after one cannot reach this D, or this D cannot reach
+ * it. Its rooms fail with a reason that names both addresses and the
+ * setting to change; the next room registers again. Lock held. */
+static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
+{
+	for (int i = 0; i < d->npeers; i++) {
+		lc__ppeer_t *pe = d->peers[i];
+		for (int k = 0; pe->info && pe->ranks && k < pe->info->world_size; k++) {
+			lc__prank_t *pr = &pe->ranks[k];
+			if (!pr->reg_pending)
+				continue;
+			uint64_t dl = pr->reg_sent_ns + d->reply_wait_ns;
+			if (now < dl) {
+				*next = LC__MIN(*next, dl);
+				continue;
+			}
+			pr->reg_pending = false;
+			pr->registered = false;
+			LC__D_CTL_ADD(d, registrations_unanswered);
+			char why[LC_REASON_MAX];
+			if (pr->push && !lc__push_up(pr->push))
+				lc__reason(why, sizeof why,
+					 "this D cannot reach P rank %d at %s (the address P "
+					 "advertised: set P's host or LAYERCAKE_ADVERTISE_HOST on P)",
+					 k, pr->endpoint);
+			else
+				lc__reason(why, sizeof why,
+					 "P rank %d at %s did not answer the registration: it cannot "
+					 "reach this D at %s (advertised control endpoint; data %s): set "
+					 "D's host or LAYERCAKE_ADVERTISE_HOST on D to an address P "
+					 "reaches",
+					 k, pr->endpoint, pr->adv_status, pr->adv_data);
+			LC__ERROR("decode %s: no registration reply within connect_timeout_ms "
+				  "(%llu ms): %s",
+				  d->session, (unsigned long long)(d->reply_wait_ns / 1000000), why);
+			for (lc_receiver_t *r = d->receivers; r; r = r->next)
+				if (r->peer == pe && r->planned && target_of(r, (uint32_t)k) >= 0)
+					lc__decode_fail(d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, true,
+							"no registration reply within "
+							"connect_timeout_ms (%llu ms): %s",
+							(unsigned long long)(d->reply_wait_ns /
+									     1000000),
+							why);
+		}
+	}
+}
+
 /* A room whose bytes are still landing is looked at this often. */
 #define LANDED_POLL_NS (2ull * 1000000)
 
@@ -372,6 +420,7 @@ static int check_deadlines(lc_decode_t *d, uint64_t now)
 {
 	uint64_t next = now + 200ull * 1000000;
 	pthread_mutex_lock(&d->lock);
+	replies_overdue(d, now, &next);
 	for (lc_receiver_t *r = d->receivers; r; r = r->next) {
 		if (lc__decode_final(r))
 			continue;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control/addr.h"
 #include "pd/decode_int.h"
 
 lc__ppeer_t *lc__decode_peer_get(lc_decode_t *d, const char *addr)
@@ -71,6 +72,29 @@ static int geometry_check(lc_decode_t *d, const lc__parallel_info_t *pi, char *w
 	return 0;
 }
 
+/* What this D tells P rank pr to reach it at (control/addr.h): its control
+ * endpoint and its data listener, a wildcard replaced by the local address
+ * of the route towards the rank. 0, or -errno with why. */
+static int advertise_to(lc_decode_t *d, lc__prank_t *pr, char *why, size_t cap)
+{
+	char peer[LC__BS_HOST_MAX], bound[LC__BS_HOST_MAX];
+	int port;
+	if (lc__addr_split(pr->endpoint, peer, sizeof peer, &port))
+		lc__reason(peer, sizeof peer, "%s", pr->endpoint);
+	int rc = lc__addr_url_for(d->endpoint, peer, pr->adv_status, sizeof pr->adv_status, why,
+				  cap);
+	if (!rc)
+		rc = lc__addr_url_for(d->data_url, peer, pr->adv_data, sizeof pr->adv_data, why,
+				      cap);
+	if (!rc && !lc__addr_split(pr->adv_status, bound, sizeof bound, &port) &&
+	    lc__addr_is_loopback(bound) && !lc__addr_is_loopback(peer))
+		LC__WARN("decode %s: telling P rank at %s to reach this D at %s, a loopback "
+			 "address: P's statuses will not arrive (Decode host / "
+			 "LAYERCAKE_ADVERTISE_HOST)",
+			 d->session, pr->endpoint, pr->adv_status);
+	return rc;
+}
+
 /* split: D's geometry differs from P's (heterogeneous TP): D's TP size
  * goes along, for P's lc_tp_fragment. */
 static void fill_register(lc_decode_t *d, bool split, const lc__prank_t *pr, lc__msg_t *m,
@@ -79,8 +103,8 @@ static void fill_register(lc_decode_t *d, bool split, const lc__prank_t *pr, lc_
 	m->type = LC__MSG_REGISTER;
 	memcpy(m->secret, pr->secret, LC__MSG_SECRET_LEN);
 	snprintf(m->reg.session, sizeof m->reg.session, "%s", d->session);
-	snprintf(m->reg.status_ep, sizeof m->reg.status_ep, "%s", d->endpoint);
-	snprintf(m->reg.data_url, sizeof m->reg.data_url, "%s", d->data_url);
+	snprintf(m->reg.status_ep, sizeof m->reg.status_ep, "%s", pr->adv_status);
+	snprintf(m->reg.data_url, sizeof m->reg.data_url, "%s", pr->adv_data);
 	m->reg.d_rank = (uint32_t)d->tp_rank;
 	m->reg.flags = LC__REG_HAS_TOKEN;
 	memcpy(m->reg.token, d->token.bytes, LC_TOKEN_LEN);
@@ -165,6 +189,21 @@ static lc_receiver_t *fetch_parallel(lc_decode_t *d, uint64_t room, lc__ppeer_t 
 	return r && r->status == LC_ROOM_BOOTSTRAPPING ? r : NULL;
 }
 
+/* A P rank beside its bootstrap server advertises the route towards it,
+ * a loopback address (or, from an older P, a wildcard): from a D that
+ * reached the bootstrap server elsewhere, the rank is at the bootstrap
+ * server's address (control/addr.h). */
+static void rank_host(const char *bootstrap, lc__rank_info_t *ri)
+{
+	char bs[LC__BS_HOST_MAX];
+	int port;
+	if (lc__addr_split(bootstrap, bs, sizeof bs, &port) || lc__addr_is_loopback(bs) ||
+	    lc__addr_is_wildcard(bs))
+		return;
+	if (lc__addr_is_loopback(ri->rank_ip) || lc__addr_is_wildcard(ri->rank_ip))
+		snprintf(ri->rank_ip, sizeof ri->rank_ip, "%s", bs);
+}
+
 /* GET /route of one P rank, once per rank. Returns the receiver, still
  * Bootstrapping, once the rank's endpoint is known; NULL to stop. */
 static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank)
@@ -177,6 +216,8 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	snprintf(addr, sizeof addr, "%s", pe->addr);
 	pthread_mutex_unlock(&d->lock);
 	int rc = lc__bootstrap_get_rank(addr, rank % ptp, rank / ptp, &o, &ri, why, sizeof why);
+	if (!rc)
+		rank_host(addr, &ri);
 	pthread_mutex_lock(&d->lock);
 	if (pe->generation != gen || !pe->info)
 		return NULL;
@@ -186,8 +227,9 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	}
 	lc__prank_t *pr = &pe->ranks[rank];
 	if (!pr->resolved) {
-		snprintf(pr->endpoint, sizeof pr->endpoint, "tcp://%s:%d", ri.rank_ip,
-			 ri.rank_port);
+		char hp[LC__BS_HOST_MAX + 16];
+		lc__addr_join(ri.rank_ip, ri.rank_port, hp, sizeof hp);
+		snprintf(pr->endpoint, sizeof pr->endpoint, "tcp://%s", hp);
 		snprintf(pr->key, sizeof pr->key, "%s", ri.curve_key);
 		pr->resolved = true;
 	}
@@ -212,6 +254,12 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 		return -1;
 	}
 	pr->has_secret = true;
+	char why[300] = "";
+	if (advertise_to(d, pr, why, sizeof why)) {
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "P rank %d at %s: %s", rank,
+				pr->endpoint, why);
+		return -1;
+	}
 	if (encode_register(d, lc__tp_split(&t), pr, &buf, &len)) {
 		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "cannot encode the registration");
 		return -1;
@@ -229,7 +277,8 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 	pr->reg_pending = true;
 	pr->reg_epoch++;
 	pr->reg_sent_ns = lc__now_ns();
-	LC__INFO("decode %s: registered with P rank %d at %s", d->session, rank, pr->endpoint);
+	LC__INFO("decode %s: registered with P rank %d at %s (status %s, data %s)", d->session,
+		 rank, pr->endpoint, pr->adv_status, pr->adv_data);
 	return 0;
 }
 

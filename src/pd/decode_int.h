@@ -59,6 +59,10 @@ typedef struct lc__prank {
 	char endpoint[300];
 	char key[LC__BS_KEY_MAX];
 	lc__push_t *push;
+	/* What the last REGISTER told the rank (control/addr.h: chosen for the
+	 * route towards it), for the reason when no reply comes. */
+	char adv_status[LC__MSG_STR_MAX];
+	char adv_data[LC__MSG_STR_MAX];
 } lc__prank_t;
 
 /* One P instance, by bootstrap address. */
@@ -122,11 +126,12 @@ struct lc_decode {
 	lc_listener_t *listener;
 	char data_url[LC__MSG_STR_MAX];
 	lc_token_t token;
-	char host[LC__BS_HOST_MAX];
-	char endpoint[LC__MSG_STR_MAX];
+	char host[LC__BS_HOST_MAX];         /* bound; "": the wildcard */
+	char endpoint[LC__MSG_STR_MAX];     /* as bound: tcp://[::]:port for the wildcard */
 	char session[LC__MSG_STR_MAX];
 	int tp_size, tp_rank;
 	uint64_t bootstrap_ns, waiting_ns, hb_interval_ns;
+	uint64_t reply_wait_ns; /* connect_timeout_ms: a REGISTER unanswered this long fails */
 	uint64_t landed_wait_ns; /* a claimed room's bytes may still be landing this long */
 	bool checksum;           /* room_checksum: check P's sums against D's memory */
 	int hb_misses;
