@@ -204,3 +204,15 @@ int lc__addr_url_for(const char *url, const char *peer, char *out, size_t cap, c
 	int n = snprintf(out, cap, "%.*s%s%s", (int)(h - url), url, hp, rest);
 	return n < 0 || (size_t)n >= cap ? -ENOSPC : 0;
 }
+
+bool lc__addr_loopback_wrong(const char *told, const char *peer)
+{
+	char host[LC__ADDR_HOST_MAX], mine[LC__ADDR_HOST_MAX];
+	int port;
+	if (lc__addr_split(told, host, sizeof host, &port) || !lc__addr_is_loopback(host))
+		return false;
+	if (lc__addr_is_loopback(peer))
+		return false;
+	/* An address of this host routes through lo with itself as source. */
+	return lc__addr_route_local(peer, mine, sizeof mine) || strcmp(mine, peer);
+}

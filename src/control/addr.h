@@ -50,4 +50,8 @@ int lc__addr_advertise(const char *bound, const char *peer, char *out, size_t ca
 int lc__addr_url_for(const char *url, const char *peer, char *out, size_t cap, char *why,
 		     size_t why_cap);
 
+/* Whether a loopback address told to peer would not reach this host:
+ * peer is neither loopback nor one of this host's own addresses. */
+bool lc__addr_loopback_wrong(const char *told, const char *peer);
+
 #endif

@@ -63,8 +63,14 @@ static void send_cancel(lc_decode_t *d, lc_receiver_t *r, const char *reason)
 		lc__prank_t *pr = &pe->ranks[r->plan.targets[i].rank];
 		uint8_t *buf;
 		size_t len;
-		if (!pr->push || !pr->has_secret) /* never registered: P knows no room of it */
+		/* A rank never registered with may still hold the room open,
+		 * claimed by no one: it fails it at once (prefill_control.c). */
+		if (!pr->resolved || (!pr->push && lc__push_connect(d->z, pr->endpoint, pr->key,
+								     &pr->push)))
 			continue;
+		if (!pr->has_secret && lc__random_bytes(pr->secret, LC__MSG_SECRET_LEN))
+			continue;
+		pr->has_secret = true;
 		memcpy(m->secret, pr->secret, LC__MSG_SECRET_LEN); /* each rank its own */
 		if (lc__msg_encode(m, &buf, &len))
 			continue;
@@ -294,6 +300,11 @@ static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m, cons
 		pr->reg_pending = false;
 		if (!m->result) {
 			pr->refused = 0;
+			/* Rooms waiting on the reply go on (decode_discover.c). */
+			for (lc_receiver_t *r = d->receivers; r; r = r->next)
+				if (r->peer == pe && r->status == LC_ROOM_BOOTSTRAPPING)
+					r->next_try_ns = 0;
+			pthread_cond_broadcast(&d->cond);
 			continue;
 		}
 		pr->registered = false;
@@ -302,7 +313,7 @@ static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m, cons
 		snprintf(pr->refuse_reason, sizeof pr->refuse_reason, "%s", m->reason);
 		for (lc_receiver_t *r = d->receivers; r; r = r->next)
 			if (r->peer == pe && target_of(r, m->p_rank) >= 0)
-				lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
+				lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true,
 						"P rank %u refused this D: %s", m->p_rank,
 						m->reason);
 	}

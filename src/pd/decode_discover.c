@@ -86,13 +86,30 @@ static int advertise_to(lc_decode_t *d, lc__prank_t *pr, char *why, size_t cap)
 	if (!rc)
 		rc = lc__addr_url_for(d->data_url, peer, pr->adv_data, sizeof pr->adv_data, why,
 				      cap);
-	if (!rc && !lc__addr_split(pr->adv_status, bound, sizeof bound, &port) &&
-	    lc__addr_is_loopback(bound) && !lc__addr_is_loopback(peer))
-		LC__WARN("decode %s: telling P rank at %s to reach this D at %s, a loopback "
-			 "address: P's statuses will not arrive (Decode host / "
-			 "LAYERCAKE_ADVERTISE_HOST)",
-			 d->session, pr->endpoint, pr->adv_status);
-	return rc;
+	if (rc)
+		return rc;
+	/* Never a loopback address to a P on another host: it would reach P's
+	 * own host (statuses lost, the data plane connecting to itself). */
+	if (lc__addr_loopback_wrong(pr->adv_status, peer)) {
+		lc__reason(why, cap,
+			   "this D would tell P at %s to reach its control endpoint at %s, a "
+			   "loopback address of another host: set D's host to an address P "
+			   "reaches, or leave it unset (every address; P is told the one on its "
+			   "route), or set LAYERCAKE_ADVERTISE_HOST",
+			   peer, pr->adv_status);
+		return LC_ERR_UNREACHABLE;
+	}
+	if (lc__addr_loopback_wrong(pr->adv_data, peer)) {
+		lc__reason(why, cap,
+			   "this D would tell P at %s to reach its data listener at %s, a "
+			   "loopback address of another host: set D's listen_url to tcp://0.0.0.0:0 "
+			   "(every address; P is told the one on its route) or to an address P "
+			   "reaches, or set LAYERCAKE_ADVERTISE_HOST",
+			   peer, pr->adv_data);
+		return LC_ERR_UNREACHABLE;
+	}
+	(void)bound;
+	return 0;
 }
 
 /* split: D's geometry differs from P's (heterogeneous TP): D's TP size
@@ -256,8 +273,8 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 	pr->has_secret = true;
 	char why[300] = "";
 	if (advertise_to(d, pr, why, sizeof why)) {
-		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "P rank %d at %s: %s", rank,
-				pr->endpoint, why);
+		LC__ERROR("decode %s: P rank %d: %s", d->session, rank, why);
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true, "P rank %d: %s", rank, why);
 		return -1;
 	}
 	if (encode_register(d, lc__tp_split(&t), pr, &buf, &len)) {
@@ -287,18 +304,29 @@ static bool plan_room(lc_decode_t *d, lc_receiver_t *r)
 {
 	char why[300] = "";
 	lc__ppeer_t *pe = r->peer;
-	if (geometry_check(d, pe->info, why, sizeof why)) {
-		LC__ERROR("decode %s: P at %s refused: %s", d->session, pe->addr, why);
-		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
-				"geometry mismatch with P at %s: %s", pe->addr, why);
-		return false;
-	}
+	if (geometry_check(d, pe->info, why, sizeof why))
+		/* P refuses the registration naming the first difference, and the
+		 * refusal fails the room here and there (decode_control.c): P
+		 * learns of it at once instead of at its bootstrap deadline. */
+		LC__WARN("decode %s: geometry differs from P at %s: %s", d->session, pe->addr,
+			 why);
 	if (r->planned)
 		return true;
 	lc__topology_t t = topology(d, pe->info);
 	if (lc__tp_plan_targets(&t, r->room, &r->plan, why, sizeof why)) {
-		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "%s", why);
-		return false;
+		/* The pages cannot pair. P refuses this D for the same reason
+		 * (the same core/topology.c): register with the ranks the room
+		 * would use were the pages equal, so that the refusal fails the
+		 * room at P too, at once. Should P accept, the room fails here
+		 * (doomed) and P is told. */
+		char why2[300];
+		lc__topology_t same = t;
+		same.d_lens = same.p_lens;
+		if (lc__tp_plan_targets(&same, r->room, &r->plan, why2, sizeof why2)) {
+			lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "%s", why);
+			return false;
+		}
+		lc__reason(r->doomed, sizeof r->doomed, "%s", why);
 	}
 	r->planned = true;
 	return true;
@@ -330,7 +358,17 @@ static void discover_one(lc_decode_t *d, uint64_t room)
 			return;
 		if (!pr->registered && register_rank(d, r, pr, rank))
 			return;
+		if (pr->reg_pending) {
+			/* Bootstrapped only once P answered: the return path works
+			 * (a refusal or silence fails the room, decode_control.c). */
+			r->next_try_ns = pr->reg_sent_ns + d->reply_wait_ns;
+			return;
+		}
 		r->got[i].reg_epoch = pr->reg_epoch;
+	}
+	if (r->doomed[0]) {
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true, "%s", r->doomed);
+		return;
 	}
 	r->reason[0] = '\0';
 	lc__decode_set_state(d, r, LC_ROOM_BOOTSTRAPPED);
