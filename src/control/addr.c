@@ -178,10 +178,8 @@ int lc__addr_advertise(const char *bound, const char *peer, char *out, size_t ca
 	}
 	int rc = lc__addr_route_local(peer, out, cap);
 	if (rc)
-		snprintf(why, why_cap,
-			 "no route from this host towards %s (%s): set LAYERCAKE_ADVERTISE_HOST "
-			 "or bind a reachable address",
-			 peer ? peer : "?", strerror(-rc));
+		snprintf(why, why_cap, "no route from this host towards %s (%s)", peer ? peer : "?",
+			 strerror(-rc));
 	return rc;
 }
 

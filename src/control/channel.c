@@ -295,6 +295,14 @@ int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpo
 		free(p);
 		return -ENOSPC;
 	}
+	/* With ZMQ_IPV6 an IPv4 bind reads back as [::ffff:a.b.c.d]. */
+	if (!strncmp(last, "tcp://[::ffff:", 14) && strchr(last + 14, '.')) {
+		char *rb = strchr(last, ']');
+		if (rb) {
+			memmove(last + 6, last + 14, (size_t)(rb - (last + 14)));
+			memmove(last + 6 + (rb - (last + 14)), rb + 1, strlen(rb + 1) + 1);
+		}
+	}
 	strcpy(endpoint, last);
 	*out = p;
 	return 0;

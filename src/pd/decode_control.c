@@ -398,27 +398,25 @@ static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
 			char why[LC_REASON_MAX];
 			if (pr->push && !lc__push_up(pr->push))
 				lc__reason(why, sizeof why,
-					 "this D cannot reach P rank %d at %s (the address P "
-					 "advertised: set P's host or LAYERCAKE_ADVERTISE_HOST on P)",
-					 k, pr->endpoint);
+					   "set P's host or LAYERCAKE_ADVERTISE_HOST on P: this D "
+					   "cannot reach P rank %d at %s, the address P advertised",
+					   k, pr->endpoint);
 			else
 				lc__reason(why, sizeof why,
-					 "P rank %d at %s did not answer the registration: it cannot "
-					 "reach this D at %s (advertised control endpoint; data %s): set "
-					 "D's host or LAYERCAKE_ADVERTISE_HOST on D to an address P "
-					 "reaches",
-					 k, pr->endpoint, pr->adv_status, pr->adv_data);
+					   "set D's host or LAYERCAKE_ADVERTISE_HOST on D: P rank %d "
+					   "at %s cannot reach this D at %s (data %s)",
+					   k, pr->endpoint, pr->adv_status, pr->adv_data);
 			LC__ERROR("decode %s: no registration reply within connect_timeout_ms "
 				  "(%llu ms): %s",
 				  d->session, (unsigned long long)(d->reply_wait_ns / 1000000), why);
 			for (lc_receiver_t *r = d->receivers; r; r = r->next)
 				if (r->peer == pe && r->planned && target_of(r, (uint32_t)k) >= 0)
 					lc__decode_fail(d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, true,
-							"no registration reply within "
-							"connect_timeout_ms (%llu ms): %s",
+							"%s (no REGISTER reply in %llu ms, "
+							"connect_timeout_ms)",
+							why,
 							(unsigned long long)(d->reply_wait_ns /
-									     1000000),
-							why);
+									     1000000));
 		}
 	}
 }

@@ -81,31 +81,34 @@ static int advertise_to(lc_decode_t *d, lc__prank_t *pr, char *why, size_t cap)
 	int port;
 	if (lc__addr_split(pr->endpoint, peer, sizeof peer, &port))
 		lc__reason(peer, sizeof peer, "%s", pr->endpoint);
-	int rc = lc__addr_url_for(d->endpoint, peer, pr->adv_status, sizeof pr->adv_status, why,
-				  cap);
+	char no_route[300] = "";
+	int rc = lc__addr_url_for(d->endpoint, peer, pr->adv_status, sizeof pr->adv_status,
+				  no_route, sizeof no_route);
 	if (!rc)
-		rc = lc__addr_url_for(d->data_url, peer, pr->adv_data, sizeof pr->adv_data, why,
-				      cap);
-	if (rc)
+		rc = lc__addr_url_for(d->data_url, peer, pr->adv_data, sizeof pr->adv_data,
+				      no_route, sizeof no_route);
+	if (rc) {
+		lc__reason(why, cap,
+			   "set P's host or LAYERCAKE_ADVERTISE_HOST on P: P advertised %s, and "
+			   "%s",
+			   pr->endpoint, no_route);
 		return rc;
+	}
 	/* Never a loopback address to a P on another host: it would reach P's
 	 * own host (statuses lost, the data plane connecting to itself). */
 	if (lc__addr_loopback_wrong(pr->adv_status, peer)) {
 		lc__reason(why, cap,
-			   "this D would tell P at %s to reach its control endpoint at %s, a "
-			   "loopback address of another host: set D's host to an address P "
-			   "reaches, or leave it unset (every address; P is told the one on its "
-			   "route), or set LAYERCAKE_ADVERTISE_HOST",
-			   peer, pr->adv_status);
+			   "set LAYERCAKE_ADVERTISE_HOST or D's host (unset: every address): %s, "
+			   "D's control endpoint, is a loopback address P at %s cannot reach",
+			   pr->adv_status, peer);
 		return LC_ERR_UNREACHABLE;
 	}
 	if (lc__addr_loopback_wrong(pr->adv_data, peer)) {
 		lc__reason(why, cap,
-			   "this D would tell P at %s to reach its data listener at %s, a "
-			   "loopback address of another host: set D's listen_url to tcp://0.0.0.0:0 "
-			   "(every address; P is told the one on its route) or to an address P "
-			   "reaches, or set LAYERCAKE_ADVERTISE_HOST",
-			   peer, pr->adv_data);
+			   "set D's listen_url to tcp://0.0.0.0:0 (every address) or "
+			   "LAYERCAKE_ADVERTISE_HOST: %s, D's data listener, is a loopback address P "
+			   "at %s cannot reach",
+			   pr->adv_data, peer);
 		return LC_ERR_UNREACHABLE;
 	}
 	(void)bound;
@@ -283,11 +286,26 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 	}
 	int rc = lc__push_send(pr->push, buf, len, 0);
 	free(buf);
+	uint64_t now = lc__now_ns();
 	if (rc) {
+		/* Not even queued: the channel to the rank never came up. Past
+		 * connect_timeout_ms the room fails naming P's address. */
 		LC__D_CTL_ADD(d, send_failures);
-		r->next_try_ns = lc__now_ns() + LC__D_RETRY_NS;
+		if (!pr->unsent_since_ns)
+			pr->unsent_since_ns = now;
+		if (now - pr->unsent_since_ns >= d->reply_wait_ns) {
+			lc__decode_fail(d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, false,
+					"set P's host or LAYERCAKE_ADVERTISE_HOST on P: this D cannot "
+					"reach P rank %d at %s, the address P advertised (%llu ms, "
+					"connect_timeout_ms)",
+					rank, pr->endpoint,
+					(unsigned long long)(d->reply_wait_ns / 1000000));
+			return -1;
+		}
+		r->next_try_ns = now + LC__D_RETRY_NS;
 		return 1;
 	}
+	pr->unsent_since_ns = 0;
 	LC__D_CTL_ADD(d, msgs_sent);
 	LC__D_CTL_ADD(d, registrations);
 	pr->registered = true;
@@ -361,7 +379,11 @@ static void discover_one(lc_decode_t *d, uint64_t room)
 		if (pr->reg_pending) {
 			/* Bootstrapped only once P answered: the return path works
 			 * (a refusal or silence fails the room, decode_control.c). */
-			r->next_try_ns = pr->reg_sent_ns + d->reply_wait_ns;
+			/* Never sooner than a moment from now: past the deadline
+			 * the control thread fails the room, and must get the
+			 * lock to do it. */
+			r->next_try_ns = LC__MAX(pr->reg_sent_ns + d->reply_wait_ns,
+						 lc__now_ns() + LC__D_RETRY_NS);
 			return;
 		}
 		r->got[i].reg_epoch = pr->reg_epoch;

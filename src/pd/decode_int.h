@@ -48,6 +48,7 @@ typedef struct lc__prank {
 	bool reg_pending;     /* a REGISTER sent and not yet answered */
 	uint32_t reg_epoch;   /* REGISTERs sent so far */
 	uint64_t reg_sent_ns; /* when the last one went */
+	uint64_t unsent_since_ns; /* REGISTERs could not be queued since (0: they could) */
 	int refused;          /* the last registration refused: the code (0: none) */
 	uint64_t retry_ns;    /* refused: register again no sooner than this */
 	char refuse_reason[LC__MSG_STR_MAX];

@@ -99,7 +99,9 @@ static int advertise(lc_prefill_t *p)
 		return -EINVAL;
 	int rc = lc__addr_advertise(p->bind, bs, p->host, sizeof p->host, why, sizeof why);
 	if (rc) {
-		LC__ERROR("prefill %s: no address to advertise: %s", p->name, why);
+		LC__ERROR("prefill %s: no address to advertise (check the bootstrap address, or "
+			  "set host or LAYERCAKE_ADVERTISE_HOST): %s",
+			  p->name, why);
 		return rc;
 	}
 	char hp[LC__BS_HOST_MAX + 16];
