@@ -72,46 +72,45 @@ static int geometry_check(lc_decode_t *d, const lc__parallel_info_t *pi, char *w
 	return 0;
 }
 
-/* What this D tells P rank pr to reach it at (control/addr.h): its control
- * endpoint and its data listener, a wildcard replaced by the local address
- * of the route towards the rank. 0, or -errno with why. */
-static int advertise_to(lc_decode_t *d, lc__prank_t *pr, char *why, size_t cap)
+/* What this D tells the P rank at endpoint to reach it at (control/addr.h):
+ * its control endpoint and its data listener, a wildcard replaced by the
+ * local address of the route towards the rank. Reads only what is fixed at
+ * lc_decode_create, so it runs with `lock` dropped (a host name may need a
+ * DNS lookup). 0, or an error with why. */
+static int advertise_to(const lc_decode_t *d, const char *endpoint, char *status, char *data,
+			size_t cap, char *why, size_t why_cap)
 {
-	char peer[LC__BS_HOST_MAX], bound[LC__BS_HOST_MAX];
+	char peer[LC__BS_HOST_MAX], no_route[300] = "";
 	int port;
-	if (lc__addr_split(pr->endpoint, peer, sizeof peer, &port))
-		lc__reason(peer, sizeof peer, "%s", pr->endpoint);
-	char no_route[300] = "";
-	int rc = lc__addr_url_for(d->endpoint, peer, pr->adv_status, sizeof pr->adv_status,
-				  no_route, sizeof no_route);
+	if (lc__addr_split(endpoint, peer, sizeof peer, &port))
+		lc__reason(peer, sizeof peer, "%s", endpoint);
+	int rc = lc__addr_url_for(d->endpoint, peer, status, cap, no_route, sizeof no_route);
 	if (!rc)
-		rc = lc__addr_url_for(d->data_url, peer, pr->adv_data, sizeof pr->adv_data,
-				      no_route, sizeof no_route);
+		rc = lc__addr_url_for(d->data_url, peer, data, cap, no_route, sizeof no_route);
 	if (rc) {
-		lc__reason(why, cap,
+		lc__reason(why, why_cap,
 			   "set P's host or LAYERCAKE_ADVERTISE_HOST on P: P advertised %s, and "
 			   "%s",
-			   pr->endpoint, no_route);
+			   endpoint, no_route);
 		return rc;
 	}
 	/* Never a loopback address to a P on another host: it would reach P's
 	 * own host (statuses lost, the data plane connecting to itself). */
-	if (lc__addr_loopback_wrong(pr->adv_status, peer)) {
-		lc__reason(why, cap,
+	if (lc__addr_loopback_wrong(status, peer)) {
+		lc__reason(why, why_cap,
 			   "set LAYERCAKE_ADVERTISE_HOST or D's host (unset: every address): %s, "
 			   "D's control endpoint, is a loopback address P at %s cannot reach",
-			   pr->adv_status, peer);
+			   status, peer);
 		return LC_ERR_UNREACHABLE;
 	}
-	if (lc__addr_loopback_wrong(pr->adv_data, peer)) {
-		lc__reason(why, cap,
+	if (lc__addr_loopback_wrong(data, peer)) {
+		lc__reason(why, why_cap,
 			   "set D's listen_url to tcp://0.0.0.0:0 (every address) or "
 			   "LAYERCAKE_ADVERTISE_HOST: %s, D's data listener, is a loopback address P "
 			   "at %s cannot reach",
-			   pr->adv_data, peer);
+			   data, peer);
 		return LC_ERR_UNREACHABLE;
 	}
-	(void)bound;
 	return 0;
 }
 
@@ -236,8 +235,16 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	snprintf(addr, sizeof addr, "%s", pe->addr);
 	pthread_mutex_unlock(&d->lock);
 	int rc = lc__bootstrap_get_rank(addr, rank % ptp, rank / ptp, &o, &ri, why, sizeof why);
-	if (!rc)
+	char ep[300], adv_status[LC__MSG_STR_MAX], adv_data[LC__MSG_STR_MAX], adv_why[LC_REASON_MAX];
+	int adv_rc = 0;
+	if (!rc) {
+		char hp[LC__BS_HOST_MAX + 16];
 		rank_host(addr, &ri);
+		lc__addr_join(ri.rank_ip, ri.rank_port, hp, sizeof hp);
+		snprintf(ep, sizeof ep, "tcp://%s", hp);
+		adv_rc = advertise_to(d, ep, adv_status, adv_data, sizeof adv_status, adv_why,
+				      sizeof adv_why);
+	}
 	pthread_mutex_lock(&d->lock);
 	if (pe->generation != gen || !pe->info)
 		return NULL;
@@ -247,9 +254,14 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	}
 	lc__prank_t *pr = &pe->ranks[rank];
 	if (!pr->resolved) {
-		char hp[LC__BS_HOST_MAX + 16];
-		lc__addr_join(ri.rank_ip, ri.rank_port, hp, sizeof hp);
-		snprintf(pr->endpoint, sizeof pr->endpoint, "tcp://%s", hp);
+		snprintf(pr->endpoint, sizeof pr->endpoint, "%s", ep);
+		pr->adv_rc = adv_rc;
+		if (adv_rc)
+			snprintf(pr->adv_why, sizeof pr->adv_why, "%s", adv_why);
+		else {
+			snprintf(pr->adv_status, sizeof pr->adv_status, "%s", adv_status);
+			snprintf(pr->adv_data, sizeof pr->adv_data, "%s", adv_data);
+		}
 		snprintf(pr->key, sizeof pr->key, "%s", ri.curve_key);
 		pr->resolved = true;
 	}
@@ -274,10 +286,9 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 		return -1;
 	}
 	pr->has_secret = true;
-	char why[300] = "";
-	if (advertise_to(d, pr, why, sizeof why)) {
-		LC__ERROR("decode %s: P rank %d: %s", d->session, rank, why);
-		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true, "P rank %d: %s", rank, why);
+	if (pr->adv_rc) {
+		LC__ERROR("decode %s: P rank %d: %s", d->session, rank, pr->adv_why);
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true, "P rank %d: %s", rank, pr->adv_why);
 		return -1;
 	}
 	if (encode_register(d, lc__tp_split(&t), pr, &buf, &len)) {

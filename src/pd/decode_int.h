@@ -64,6 +64,8 @@ typedef struct lc__prank {
 	 * route towards it), for the reason when no reply comes. */
 	char adv_status[LC__MSG_STR_MAX];
 	char adv_data[LC__MSG_STR_MAX];
+	int adv_rc; /* nothing sound to tell the rank: why (set when resolved) */
+	char adv_why[LC_REASON_MAX];
 } lc__prank_t;
 
 /* One P instance, by bootstrap address. */
