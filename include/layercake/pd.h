@@ -208,7 +208,9 @@ LC_API int lc_decode_counter(lc_decode_t *decode, const char *name, uint64_t *ou
 typedef struct lc_receiver lc_receiver_t;
 
 /* Start receiving `room` from the P instance whose bootstrap server is at
- * `bootstrap` ("host:port"; NULL = 127.0.0.1:<knob bootstrap_port>).
+ * `bootstrap` ("host:port"; NULL = 127.0.0.1:<knob bootstrap_port>, and a
+ * room fails after connect_timeout_ms when nothing answers there, saying to
+ * give the bootstrap server's address: docs/deployment.md).
  * Non-blocking: discovery (cached per P address) and the session
  * registration (once per P rank) run on the discovery thread; the status
  * moves Bootstrapping -> Bootstrapped. Deadlines: Bootstrapped within

@@ -262,6 +262,7 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 	r->room = room;
 	r->status = LC_ROOM_BOOTSTRAPPING;
 	r->created_ns = lc__now_ns();
+	r->default_bootstrap = !(bootstrap && *bootstrap);
 	pthread_mutex_lock(&d->lock);
 	int rc = 0;
 	if (lc__decode_find(d, room))

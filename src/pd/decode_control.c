@@ -449,6 +449,18 @@ static int check_deadlines(lc_decode_t *d, uint64_t now)
 				next = dl;
 			continue;
 		}
+		if (r->status == LC_ROOM_BOOTSTRAPPING && r->default_bootstrap && !r->peer->info &&
+		    now >= r->created_ns + d->reply_wait_ns) {
+			/* Nobody at the default address: a D on another host than its
+			 * P's bootstrap server was given none. */
+			lc__decode_fail(d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, false,
+					"give D the bootstrap server's host:port: none answers at "
+					"%s, the default (bootstrap NULL; bootstrap_port) in %llu ms%s%s",
+					r->peer->addr,
+					(unsigned long long)(d->reply_wait_ns / 1000000),
+					r->reason[0] ? ": " : "", r->reason);
+			continue;
+		}
 		if (r->status == LC_ROOM_BOOTSTRAPPING) {
 			uint64_t dl = r->created_ns + d->bootstrap_ns;
 			if (now >= dl)

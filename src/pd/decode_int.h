@@ -101,6 +101,7 @@ struct lc_receiver {
 	char reason[LC_REASON_MAX];
 	uint64_t created_ns, bootstrapped_ns, final_ns, next_try_ns;
 	bool planned;       /* plan holds the targets */
+	bool default_bootstrap; /* created with bootstrap NULL: 127.0.0.1:<bootstrap_port> */
 	char doomed[LC_REASON_MAX]; /* the pages cannot pair with P's: why ("": they do) */
 	lc__tp_plan_t plan; /* the P ranks of the room (core/topology.h) */
 	lc__dtarget_t got[LC__TP_MAX_TARGETS];

@@ -126,7 +126,10 @@ def run_d(a):
             put(os.path.join(a.dir, "d_exit"))
             return 77
         raise
-    addr = f"{a.bootstrap}:{port}" if ":" not in a.bootstrap else f"[{a.bootstrap}]:{port}"
+    if a.bootstrap == "default":
+        addr = None  # lc_receiver_create(NULL): 127.0.0.1:<bootstrap_port>
+    else:
+        addr = f"{a.bootstrap}:{port}" if ":" not in a.bootstrap else f"[{a.bootstrap}]:{port}"
     bad = 0
     nbuf = 2 * peer.LAYERS
     for rnd in range(a.rounds):

@@ -20,6 +20,9 @@
 #                               (connect_timeout_ms), naming P's address and
 #                               the setting
 #   p_advertise_no_route        ... an address D has no route to: at once
+#   d_default_bootstrap         D given no bootstrap address (the default,
+#                               127.0.0.1:bootstrap_port): fails within 10 s
+#                               naming the address and what to give
 #   link_blip                   the veth down for 3 s mid-round with
 #                               progress_timeout_ms 1000: in-flight rooms
 #                               fail within 10 s, every room of the next
@@ -105,9 +108,10 @@ run() {
 		) &
 		BLIP=$!
 	fi
+	case " $dopts " in *" --bootstrap "*) bsopt= ;; *) bsopt="--bootstrap $IP_P" ;; esac
 	# shellcheck disable=SC2086
 	ip netns exec "$NS_D" timeout 120 "$PY" "$HERE/hosts_peer.py" d "$dir" \
-		--bootstrap "$IP_P" $dopts >"$dir/d.out" 2>"$dir/d.err"
+		$bsopt $dopts >"$dir/d.out" 2>"$dir/d.err"
 	rc=$?
 	[ -n "$blip" ] && wait "$BLIP"
 	touch "$dir/d_exit"
@@ -131,7 +135,7 @@ run() {
 	fi
 }
 
-CASES=${*:-default_tcp default_ucx p_host_wildcard d_wildcard d_host_loopback d_listen_loopback p_advertise_unreachable p_advertise_no_route link_blip}
+CASES=${*:-default_tcp default_ucx p_host_wildcard d_wildcard d_host_loopback d_listen_loopback p_advertise_unreachable p_advertise_no_route d_default_bootstrap link_blip}
 for c in $CASES; do
 	case $c in
 	default_tcp) run "$c" "" "" ;;
@@ -152,6 +156,10 @@ for c in $CASES; do
 	p_advertise_no_route)
 		run "$c" "--wait 3 --bootstrap-local" "--expect FAILED --within 10 --reason-has 10.255.255.1 \
 			--reason-has LAYERCAKE_ADVERTISE_HOST" "LAYERCAKE_ADVERTISE_HOST=10.255.255.1" ;;
+	d_default_bootstrap)
+		# D given no bootstrap address: 127.0.0.1:<bootstrap_port>, nobody there
+		run "$c" "--wait 3" "--bootstrap default --expect FAILED --within 10 \
+			--reason-has 127.0.0.1 --reason-has bootstrap" ;;
 	link_blip)
 		run "$c" "--rounds 2 --layer-sleep 0.4 --knob progress_timeout_ms=1000" \
 			"--rounds 2 --fail-ok-round 0 --within 10 --knob progress_timeout_ms=1000" "" blip ;;
