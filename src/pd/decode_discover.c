@@ -172,7 +172,7 @@ static int encode_register(lc_decode_t *d, bool split, const lc__prank_t *pr, ui
 static void retry_later(lc_decode_t *d, uint64_t room, const char *why)
 {
 	lc_receiver_t *r = lc__decode_find(d, room);
-	if (r) {
+	if (r && !lc__decode_final(r)) { /* a final room's reason stays */
 		lc__reason(r->reason, sizeof r->reason, "%s", why);
 		r->next_try_ns = lc__now_ns() + LC__D_RETRY_NS;
 	}
