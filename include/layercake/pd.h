@@ -47,8 +47,10 @@ LC_API int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_
 LC_API void lc_bootstrap_stop(lc_bootstrap_t *bootstrap);
 /* The port it listens on (useful with port 0). */
 LC_API int lc_bootstrap_port(const lc_bootstrap_t *bootstrap);
-/* "host:port" to give P and D ranks ("127.0.0.1:port" for a wildcard
- * bind). Returns the length; -ENOSPC if cap is too small. */
+/* "host:port" to give P and D ranks: LAYERCAKE_ADVERTISE_HOST, else the
+ * bound host, else (a wildcard bind) this host's primary address (the
+ * default route's source; docs/deployment.md). "[v6]:port" for IPv6.
+ * Returns the length; -ENOSPC if cap is too small. */
 LC_API int lc_bootstrap_addr(const lc_bootstrap_t *bootstrap, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------------
@@ -73,7 +75,11 @@ typedef struct lc_prefill_params {
 	size_t size;               /* sizeof(lc_prefill_params_t) */
 	const lc_layout_t *layout; /* P's buffers, in regions of ctx; copied */
 	const char *bootstrap;     /* "host:port" of the bootstrap server; required */
-	const char *host;          /* address D reaches this rank at; NULL = "127.0.0.1" */
+	/* Address the control socket binds; NULL (or "0.0.0.0", "::") = every
+	 * address, and D is told LAYERCAKE_ADVERTISE_HOST, else the local
+	 * address of the route towards the bootstrap server (docs/deployment.md);
+	 * another address is bound and told as it is. */
+	const char *host;
 	const char *name;          /* for log lines; may be NULL */
 	int world_size;            /* P ranks in all, >= 1 */
 	int dp_size;               /* data-parallel groups, divides world_size */
@@ -168,8 +174,14 @@ typedef struct lc_decode_params {
 	const lc_layout_t *layout;   /* D's buffers (bases inside `regions`); copied */
 	lc_region_t *const *regions; /* regions holding every buffer */
 	size_t region_count;
-	const char *listen_url; /* data-plane listener: "tcp://127.0.0.1:0", "shm://auto" */
-	const char *host;       /* address P reaches D's control socket at; NULL = "127.0.0.1" */
+	/* Data-plane listener: "tcp://0.0.0.0:0", "ucx://0.0.0.0:0", "shm://auto";
+	 * a wildcard host is never advertised: each P rank is told the address
+	 * of this host on the route towards it (docs/deployment.md). */
+	const char *listen_url;
+	/* Address the control socket binds; NULL = every address, each P rank
+	 * told as for listen_url (or LAYERCAKE_ADVERTISE_HOST); another address
+	 * is bound and told as it is. */
+	const char *host;
 	/* D's session id as P knows it; NULL = "d<tp_rank>@host:port". A
 	 * restarted D that reuses it clears P's failure record (TTL). */
 	const char *session;
@@ -184,7 +196,8 @@ LC_API int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_
 /* Fail and cancel unfinished rooms (grants revoked first), stop the
  * threads, close everything. Receivers must be destroyed first. */
 LC_API void lc_decode_destroy(lc_decode_t *decode);
-/* The control endpoint P ranks send to ("tcp://host:port"). */
+/* The control endpoint ("tcp://host:port"; after a wildcard bind, with
+ * this host's primary address: a P rank is told the address on its route). */
 LC_API int lc_decode_endpoint(const lc_decode_t *decode, char *buf, size_t cap);
 /* Counters by name, as lc_prefill_counter ("heartbeat_failures",
  * "peers_dead" too; "session_mismatches": P messages without the secret
@@ -195,7 +208,9 @@ LC_API int lc_decode_counter(lc_decode_t *decode, const char *name, uint64_t *ou
 typedef struct lc_receiver lc_receiver_t;
 
 /* Start receiving `room` from the P instance whose bootstrap server is at
- * `bootstrap` ("host:port"; NULL = 127.0.0.1:<knob bootstrap_port>).
+ * `bootstrap` ("host:port"; NULL = 127.0.0.1:<knob bootstrap_port>, and a
+ * room fails after connect_timeout_ms when nothing answers there, saying to
+ * give the bootstrap server's address: docs/deployment.md).
  * Non-blocking: discovery (cached per P address) and the session
  * registration (once per P rank) run on the discovery thread; the status
  * moves Bootstrapping -> Bootstrapped. Deadlines: Bootstrapped within

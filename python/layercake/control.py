@@ -66,12 +66,14 @@ async def _until_final_async(poll, timeout, until):
 class BootstrapServer(_Handle):
     """The bootstrap HTTP server run by P (lc_bootstrap_t).
 
-    BootstrapServer(host="127.0.0.1", port=0): port 0 picks a free one, -1
-    takes the bootstrap_port knob. `addr` is the "host:port" to give ranks."""
+    BootstrapServer(host=None, port=0): host None binds every address (as C
+    and the CLI do; docs/deployment.md); port 0 picks a free one, -1 takes the
+    bootstrap_port knob. `addr` is the "host:port" to give ranks: the
+    advertise_host knob, the bound host, else this host's primary address."""
 
     _free = _ffi.lc_bootstrap_stop
 
-    def __init__(self, host="127.0.0.1", port=0, secret=None, ctx=None):
+    def __init__(self, host=None, port=0, secret=None, ctx=None):
         super().__init__(None)
         self._keep = [host.encode() if host else None, secret.encode() if secret else None]
         p = _ffi.BootstrapParams()
@@ -237,7 +239,7 @@ class Decode(_Handle):
 
     _free = _ffi.lc_decode_destroy
 
-    def __init__(self, ctx, layout, regions, listen_url="tcp://127.0.0.1:0", host=None,
+    def __init__(self, ctx, layout, regions, listen_url="tcp://0.0.0.0:0", host=None,
                  session=None, tp_size=1, tp_rank=0):
         super().__init__(ctx)
         regions = [regions] if isinstance(regions, Region) else list(regions)

@@ -407,7 +407,8 @@ class LayercakeKVManager(_ManagerBase):
       world_size, dp_size, engine_rank   (else from args / server_args)
       layout        a layercake.Layout (else built from args' buffers)
       ctx           a layercake.Context (else one is created and owned)
-      host          address D reaches this rank at
+      host          address to bind (None: every address; D is told the one on
+                    its route, docs/deployment.md)
       config        dict of layercake knobs (e.g. {"metadata_timeout_ms": 5000})
 
     The layerwise interval comes from server_args.disaggregation_layerwise_interval
@@ -657,12 +658,13 @@ class LayercakeKVSender:
 
 class LayercakeKVManagerDecode(_ManagerBase):
     """D manager: the decode-side counterpart. Arguments as the P manager's,
-    plus listen_url (data plane, "tcp://127.0.0.1:0" or "shm://auto"),
+    plus listen_url (data plane, "tcp://0.0.0.0:0": every address, each P
+    told the one on its route; or "shm://auto"),
     tp_size/tp_rank (D ranks per dp group) and session."""
 
     def __init__(self, args=None, disaggregation_mode=DisaggregationMode.DECODE, server_args=None,
                  is_mla_backend=False, draft_is_mla_backend=False, *, layout=None, regions=None,
-                 ctx=None, listen_url="tcp://127.0.0.1:0", host=None, tp_size=1, tp_rank=0,
+                 ctx=None, listen_url="tcp://0.0.0.0:0", host=None, tp_size=1, tp_rank=0,
                  session=None, config=None, buffer_kinds=None):
         super().__init__()
         if not _mode_is(disaggregation_mode, "decode"):

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "control/addr.h"
 #include "control/bootstrap_internal.h"
 #include "core/ctx.h"
 #include "core/config.h"
@@ -239,14 +240,23 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 		port = (int)v;
 	}
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	if (inet_pton(AF_INET, b->host, &sa.sin_addr) != 1) {
-		LC__ERROR("bootstrap: bind address '%s' is not an IPv4 address", b->host);
+	struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL;
+	struct sockaddr *bind_sa = (struct sockaddr *)&sa;
+	if (!strcmp(b->host, "*"))
+		snprintf(b->host, sizeof b->host, "0.0.0.0");
+	if (inet_pton(AF_INET6, b->host, &sa6.sin6_addr) == 1) {
+		flags |= MHD_USE_IPv6;
+		bind_sa = (struct sockaddr *)&sa6;
+	} else if (inet_pton(AF_INET, b->host, &sa.sin_addr) != 1) {
+		LC__ERROR("bootstrap: bind address '%s' is not a numeric IPv4 or IPv6 address",
+			  b->host);
 		rc = -EINVAL;
 		goto fail;
 	}
 	b->daemon = MHD_start_daemon(
-		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL, (uint16_t)port,
-		NULL, NULL, on_request, b, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+		flags, (uint16_t)port,
+		NULL, NULL, on_request, b, MHD_OPTION_SOCK_ADDR, bind_sa,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, b, MHD_OPTION_CONNECTION_LIMIT,
 		(unsigned)256, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024), MHD_OPTION_EXTERNAL_LOGGER,
@@ -337,8 +347,18 @@ int lc_bootstrap_addr(const lc_bootstrap_t *b, char *buf, size_t cap)
 #ifdef LC__BS_BUILT
 	if (!b || !buf)
 		return -EINVAL;
-	const char *h = strcmp(b->host, "0.0.0.0") ? b->host : "127.0.0.1";
-	int n = snprintf(buf, cap, "%s:%d", h, b->port);
+	/* control/addr.h: the public address, the bound one, else (a wildcard
+	 * bind, no peer known yet) this host's primary address. */
+	char h[LC__BS_HOST_MAX], hp[LC__BS_HOST_MAX + 16];
+	const char *pub = lc__addr_public();
+	if (pub && *pub)
+		snprintf(h, sizeof h, "%s", pub);
+	else if (!lc__addr_is_wildcard(b->host))
+		snprintf(h, sizeof h, "%s", b->host);
+	else
+		lc__addr_host_primary(h, sizeof h);
+	lc__addr_join(h, b->port, hp, sizeof hp);
+	int n = snprintf(buf, cap, "%s", hp);
 	return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
 #else
 	return -EINVAL;

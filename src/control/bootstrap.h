@@ -68,7 +68,8 @@ typedef struct lc__rank_info {
 	X(peers_dead)                                                                              \
 	X(session_mismatches)                                                                      \
 	X(session_incarnations)                                                                    \
-	X(msgs_old_version)
+	X(msgs_old_version)                                                                        \
+	X(registrations_unanswered)
 
 enum lc__ctl_counter {
 #define LC__CTL_ENUM(name) LC__CTL_##name,

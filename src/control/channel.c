@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control/addr.h"
 #include "control/channel.h"
 #include "control/codec.h"
 #include "core/config.h"
@@ -249,6 +250,8 @@ static void common_opts(void *s)
 	int linger = LC__CHAN_LINGER_MS, one = 1;
 	zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
 	zmq_setsockopt(s, ZMQ_TCP_KEEPALIVE, &one, sizeof one);
+	/* IPv6 literals connect and bind; a wildcard bind is dual-stack. */
+	zmq_setsockopt(s, ZMQ_IPV6, &one, sizeof one);
 }
 
 int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpoint, size_t cap)
@@ -272,8 +275,11 @@ int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpo
 		zmq_setsockopt(p->sock, ZMQ_CURVE_SECRETKEY, z->secret_key, LC__CHAN_KEY_LEN);
 		zmq_setsockopt(p->sock, ZMQ_ZAP_DOMAIN, "layercake", 9);
 	}
+	/* A wildcard (control/addr.h): "*", every address, IPv4 and IPv6. */
 	char ep[300];
-	snprintf(ep, sizeof ep, "tcp://%s:*", host);
+	bool v6 = host && strchr(host, ':') && !lc__addr_is_wildcard(host);
+	snprintf(ep, sizeof ep, "tcp://%s%s%s:*", v6 ? "[" : "",
+		 lc__addr_is_wildcard(host) ? "*" : host, v6 ? "]" : "");
 	if (zmq_bind(p->sock, ep)) {
 		int e = zmq_errno();
 		LC__ERROR("channel: cannot bind %s: %s", ep, zmq_strerror(e));
@@ -288,6 +294,14 @@ int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpo
 		zmq_close(p->sock);
 		free(p);
 		return -ENOSPC;
+	}
+	/* With ZMQ_IPV6 an IPv4 bind reads back as [::ffff:a.b.c.d]. */
+	if (!strncmp(last, "tcp://[::ffff:", 14) && strchr(last + 14, '.')) {
+		char *rb = strchr(last, ']');
+		if (rb) {
+			memmove(last + 6, last + 14, (size_t)(rb - (last + 14)));
+			memmove(last + 6 + (rb - (last + 14)), rb + 1, strlen(rb + 1) + 1);
+		}
 	}
 	strcpy(endpoint, last);
 	*out = p;

@@ -44,8 +44,9 @@ uint64_t lc__zctx_auth_refused(const lc__zctx_t *z);
  * Call before any lc__push_connect, from the thread that created z. */
 void lc__zctx_watch_pushes(lc__zctx_t *z, int ivl_ms, int timeout_ms);
 
-/* Bind an inbox on tcp://host:* ; the endpoint ("tcp://host:port") goes to
- * endpoint[cap]. */
+/* Bind an inbox on tcp://host:* (host NULL or a wildcard: every address,
+ * IPv4 and IPv6; control/addr.h); the bound endpoint ("tcp://host:port",
+ * "tcp://[::]:port" for the wildcard) goes to endpoint[cap]. */
 int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpoint, size_t cap);
 /* The zmq socket, for zmq_poll in the owner thread. */
 void *lc__pull_socket(lc__pull_t *p);

@@ -116,6 +116,9 @@
 #define LC__CONFIG_STR_TABLE(X)                                                                    \
 	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                  \
 	  "folder holding bootstrap.secret and the CURVE keypair (curve.public, curve.secret)")    \
+	X(advertise_host, "LAYERCAKE_ADVERTISE_HOST", "",                                          \
+	  "the address peers are told to reach this host at (docs/deployment.md); empty: the "    \
+	  "local address of the route towards each peer, listeners bound to the wildcard")        \
 	X(log, "LAYERCAKE_LOG", "warn",                                                            \
 	  "log level at start: off, error, warn, info, debug or trace (lc_log_set_level changes "  \
 	  "it)")                                                                                   \

@@ -11,6 +11,7 @@
 
 #include "core/ctx.h"
 #include "core/params.h"
+#include "control/addr.h"
 #include "pd/decode_int.h"
 
 #ifdef LC_HAVE_ZMQ
@@ -23,6 +24,7 @@ static void load_knobs(lc_decode_t *d, lc_ctx_t *ctx)
 	d->checksum = lc__ctx_cfg(ctx, LC__CFG_room_checksum) != 0;
 	d->hb_interval_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_heartbeat_interval_ms) * ms;
 	d->hb_misses = (int)lc__ctx_cfg(ctx, LC__CFG_heartbeat_misses);
+	d->reply_wait_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_connect_timeout_ms) * ms;
 	d->default_port = lc__ctx_cfg(ctx, LC__CFG_bootstrap_port);
 }
 
@@ -73,7 +75,12 @@ static int set_session(lc_decode_t *d, const char *session)
 		snprintf(d->session, sizeof d->session, "%s", session);
 	} else {
 		const char *colon = strrchr(d->endpoint, ':');
-		lc__reason(d->session, sizeof d->session, "d%d@%s:%s", d->tp_rank, d->host,
+		char me[LC__BS_HOST_MAX];
+		if (lc__addr_is_wildcard(d->host))
+			lc__addr_host_primary(me, sizeof me);
+		else
+			snprintf(me, sizeof me, "%s", d->host);
+		lc__reason(d->session, sizeof d->session, "d%d@%s:%s", d->tp_rank, me,
 			   colon ? colon + 1 : "0");
 	}
 	return 0;
@@ -106,7 +113,9 @@ static lc_decode_t *decode_new(lc_ctx_t *ctx, const lc_decode_params_t *pp)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&d->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	snprintf(d->host, sizeof d->host, "%s", pp->host ? pp->host : "127.0.0.1");
+	/* Bound here; what P is told is chosen per P rank (decode_discover.c,
+	 * control/addr.h). "": the wildcard. */
+	snprintf(d->host, sizeof d->host, "%s", pp->host ? pp->host : "");
 	load_knobs(d, ctx);
 	return d;
 }
@@ -209,9 +218,14 @@ void lc_decode_destroy(lc_decode_t *d)
 
 int lc_decode_endpoint(const lc_decode_t *d, char *buf, size_t cap)
 {
+	char ep[LC__MSG_STR_MAX], why[300];
 	if (!d || !buf)
 		return -EINVAL;
-	int n = snprintf(buf, cap, "%s", d->endpoint);
+	/* As advertised to a peer not known yet (control/addr.h): the bound
+	 * wildcard never leaves this process. */
+	if (lc__addr_url_for(d->endpoint, NULL, ep, sizeof ep, why, sizeof why))
+		snprintf(ep, sizeof ep, "%s", d->endpoint);
+	int n = snprintf(buf, cap, "%s", ep);
 	return (size_t)n >= cap ? -ENOSPC : n;
 }
 
@@ -249,6 +263,7 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 	r->room = room;
 	r->status = LC_ROOM_BOOTSTRAPPING;
 	r->created_ns = lc__now_ns();
+	r->default_bootstrap = !(bootstrap && *bootstrap);
 	pthread_mutex_lock(&d->lock);
 	int rc = 0;
 	if (lc__decode_find(d, room))

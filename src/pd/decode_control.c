@@ -63,8 +63,14 @@ static void send_cancel(lc_decode_t *d, lc_receiver_t *r, const char *reason)
 		lc__prank_t *pr = &pe->ranks[r->plan.targets[i].rank];
 		uint8_t *buf;
 		size_t len;
-		if (!pr->push || !pr->has_secret) /* never registered: P knows no room of it */
+		/* A rank never registered with may still hold the room open,
+		 * claimed by no one: it fails it at once (prefill_control.c). */
+		if (!pr->resolved || (!pr->push && lc__push_connect(d->z, pr->endpoint, pr->key,
+								     &pr->push)))
 			continue;
+		if (!pr->has_secret && lc__random_bytes(pr->secret, LC__MSG_SECRET_LEN))
+			continue;
+		pr->has_secret = true;
 		memcpy(m->secret, pr->secret, LC__MSG_SECRET_LEN); /* each rank its own */
 		if (lc__msg_encode(m, &buf, &len))
 			continue;
@@ -176,7 +182,7 @@ static void settle(lc_decode_t *d, lc_receiver_t *r, uint64_t now)
 static void forget_registration(lc_receiver_t *r, int t, const lc__msg_status_t *s)
 {
 	if (s->fail_reason != LC_FAIL_SESSION_GONE && s->fail_reason != LC_FAIL_SESSION_BLOCKED &&
-	    s->fail_reason != LC_FAIL_TRANSFER_TIMEOUT)
+	    s->fail_reason != LC_FAIL_TRANSFER_TIMEOUT && s->fail_reason != LC_FAIL_TRANSFER)
 		return;
 	if (!r->peer->ranks || (int)s->p_rank >= r->peer->info->world_size)
 		return;
@@ -294,6 +300,11 @@ static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m, cons
 		pr->reg_pending = false;
 		if (!m->result) {
 			pr->refused = 0;
+			/* Rooms waiting on the reply go on (decode_discover.c). */
+			for (lc_receiver_t *r = d->receivers; r; r = r->next)
+				if (r->peer == pe && r->status == LC_ROOM_BOOTSTRAPPING)
+					r->next_try_ns = 0;
+			pthread_cond_broadcast(&d->cond);
 			continue;
 		}
 		pr->registered = false;
@@ -302,7 +313,7 @@ static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m, cons
 		snprintf(pr->refuse_reason, sizeof pr->refuse_reason, "%s", m->reason);
 		for (lc_receiver_t *r = d->receivers; r; r = r->next)
 			if (r->peer == pe && target_of(r, m->p_rank) >= 0)
-				lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
+				lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true,
 						"P rank %u refused this D: %s", m->p_rank,
 						m->reason);
 	}
@@ -364,6 +375,52 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 	free(m);
 }
 
+/* REGISTER is always answered (accepted or refused): a rank silent for
+ * connect_timeout_ms after one cannot reach this D, or this D cannot reach
+ * it. Its rooms fail with a reason that names both addresses and the
+ * setting to change; the next room registers again. Lock held. */
+static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
+{
+	for (int i = 0; i < d->npeers; i++) {
+		lc__ppeer_t *pe = d->peers[i];
+		for (int k = 0; pe->info && pe->ranks && k < pe->info->world_size; k++) {
+			lc__prank_t *pr = &pe->ranks[k];
+			if (!pr->reg_pending)
+				continue;
+			uint64_t dl = pr->reg_sent_ns + d->reply_wait_ns;
+			if (now < dl) {
+				*next = LC__MIN(*next, dl);
+				continue;
+			}
+			pr->reg_pending = false;
+			pr->registered = false;
+			LC__D_CTL_ADD(d, registrations_unanswered);
+			char why[LC_REASON_MAX];
+			if (pr->push && !lc__push_up(pr->push))
+				lc__reason(why, sizeof why,
+					   "set P's host or LAYERCAKE_ADVERTISE_HOST on P: this D "
+					   "cannot reach P rank %d at %s, the address P advertised",
+					   k, pr->endpoint);
+			else
+				lc__reason(why, sizeof why,
+					   "set D's host or LAYERCAKE_ADVERTISE_HOST on D: P rank %d "
+					   "at %s cannot reach this D at %s (data %s)",
+					   k, pr->endpoint, pr->adv_status, pr->adv_data);
+			LC__ERROR("decode %s: no registration reply within connect_timeout_ms "
+				  "(%llu ms): %s",
+				  d->session, (unsigned long long)(d->reply_wait_ns / 1000000), why);
+			for (lc_receiver_t *r = d->receivers; r; r = r->next)
+				if (r->peer == pe && r->planned && target_of(r, (uint32_t)k) >= 0)
+					lc__decode_fail(d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, true,
+							"%s (no REGISTER reply in %llu ms, "
+							"connect_timeout_ms)",
+							why,
+							(unsigned long long)(d->reply_wait_ns /
+									     1000000));
+		}
+	}
+}
+
 /* A room whose bytes are still landing is looked at this often. */
 #define LANDED_POLL_NS (2ull * 1000000)
 
@@ -372,6 +429,7 @@ static int check_deadlines(lc_decode_t *d, uint64_t now)
 {
 	uint64_t next = now + 200ull * 1000000;
 	pthread_mutex_lock(&d->lock);
+	replies_overdue(d, now, &next);
 	for (lc_receiver_t *r = d->receivers; r; r = r->next) {
 		if (lc__decode_final(r))
 			continue;
@@ -389,6 +447,18 @@ static int check_deadlines(lc_decode_t *d, uint64_t now)
 				LC__MIN(now + LANDED_POLL_NS, r->claimed_ns + d->landed_wait_ns);
 			if (dl < next)
 				next = dl;
+			continue;
+		}
+		if (r->status == LC_ROOM_BOOTSTRAPPING && r->default_bootstrap && !r->peer->info &&
+		    now >= r->created_ns + d->reply_wait_ns) {
+			/* Nobody at the default address: a D on another host than its
+			 * P's bootstrap server was given none. */
+			lc__decode_fail(d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, false,
+					"give D the bootstrap server's host:port: none answers at "
+					"%s, the default (bootstrap NULL; bootstrap_port) in %llu ms%s%s",
+					r->peer->addr,
+					(unsigned long long)(d->reply_wait_ns / 1000000),
+					r->reason[0] ? ": " : "", r->reason);
 			continue;
 		}
 		if (r->status == LC_ROOM_BOOTSTRAPPING) {

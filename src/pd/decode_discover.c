@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control/addr.h"
 #include "pd/decode_int.h"
 
 lc__ppeer_t *lc__decode_peer_get(lc_decode_t *d, const char *addr)
@@ -75,6 +76,48 @@ static int geometry_check(lc_decode_t *d, const lc__parallel_info_t *pi, char *w
 	return 0;
 }
 
+/* What this D tells the P rank at endpoint to reach it at (control/addr.h):
+ * its control endpoint and its data listener, a wildcard replaced by the
+ * local address of the route towards the rank. Reads only what is fixed at
+ * lc_decode_create, so it runs with `lock` dropped (a host name may need a
+ * DNS lookup). 0, or an error with why. */
+static int advertise_to(const lc_decode_t *d, const char *endpoint, char *status, char *data,
+			size_t cap, char *why, size_t why_cap)
+{
+	char peer[LC__BS_HOST_MAX], no_route[300] = "";
+	int port;
+	if (lc__addr_split(endpoint, peer, sizeof peer, &port))
+		lc__reason(peer, sizeof peer, "%s", endpoint);
+	int rc = lc__addr_url_for(d->endpoint, peer, status, cap, no_route, sizeof no_route);
+	if (!rc)
+		rc = lc__addr_url_for(d->data_url, peer, data, cap, no_route, sizeof no_route);
+	if (rc) {
+		lc__reason(why, why_cap,
+			   "set P's host or LAYERCAKE_ADVERTISE_HOST on P: P advertised %s, and "
+			   "%s",
+			   endpoint, no_route);
+		return rc;
+	}
+	/* Never a loopback address to a P on another host: it would reach P's
+	 * own host (statuses lost, the data plane connecting to itself). */
+	if (lc__addr_loopback_wrong(status, peer)) {
+		lc__reason(why, why_cap,
+			   "set LAYERCAKE_ADVERTISE_HOST or D's host (unset: every address): %s, "
+			   "D's control endpoint, is a loopback address P at %s cannot reach",
+			   status, peer);
+		return LC_ERR_UNREACHABLE;
+	}
+	if (lc__addr_loopback_wrong(data, peer)) {
+		lc__reason(why, why_cap,
+			   "set D's listen_url to tcp://0.0.0.0:0 (every address) or "
+			   "LAYERCAKE_ADVERTISE_HOST: %s, D's data listener, is a loopback address P "
+			   "at %s cannot reach",
+			   data, peer);
+		return LC_ERR_UNREACHABLE;
+	}
+	return 0;
+}
+
 /* split: D's geometry differs from P's (heterogeneous TP): D's TP size
  * goes along, for P's lc_tp_fragment. */
 static void fill_register(lc_decode_t *d, bool split, const lc__prank_t *pr, lc__msg_t *m,
@@ -83,8 +126,8 @@ static void fill_register(lc_decode_t *d, bool split, const lc__prank_t *pr, lc_
 	m->type = LC__MSG_REGISTER;
 	memcpy(m->secret, pr->secret, LC__MSG_SECRET_LEN);
 	snprintf(m->reg.session, sizeof m->reg.session, "%s", d->session);
-	snprintf(m->reg.status_ep, sizeof m->reg.status_ep, "%s", d->endpoint);
-	snprintf(m->reg.data_url, sizeof m->reg.data_url, "%s", d->data_url);
+	snprintf(m->reg.status_ep, sizeof m->reg.status_ep, "%s", pr->adv_status);
+	snprintf(m->reg.data_url, sizeof m->reg.data_url, "%s", pr->adv_data);
 	m->reg.d_rank = (uint32_t)d->tp_rank;
 	m->reg.flags = LC__REG_HAS_TOKEN;
 	memcpy(m->reg.token, d->token.bytes, LC_TOKEN_LEN);
@@ -137,7 +180,7 @@ static int encode_register(lc_decode_t *d, bool split, const lc__prank_t *pr, ui
 static void retry_later(lc_decode_t *d, uint64_t room, const char *why)
 {
 	lc_receiver_t *r = lc__decode_find(d, room);
-	if (r) {
+	if (r && !lc__decode_final(r)) { /* a final room's reason stays */
 		lc__reason(r->reason, sizeof r->reason, "%s", why);
 		r->next_try_ns = lc__now_ns() + LC__D_RETRY_NS;
 	}
@@ -173,6 +216,21 @@ static lc_receiver_t *fetch_parallel(lc_decode_t *d, uint64_t room, lc__ppeer_t 
 	return r && r->status == LC_ROOM_BOOTSTRAPPING ? r : NULL;
 }
 
+/* A P rank beside its bootstrap server advertises the route towards it,
+ * a loopback address (or, from an older P, a wildcard): from a D that
+ * reached the bootstrap server elsewhere, the rank is at the bootstrap
+ * server's address (control/addr.h). */
+static void rank_host(const char *bootstrap, lc__rank_info_t *ri)
+{
+	char bs[LC__BS_HOST_MAX];
+	int port;
+	if (lc__addr_split(bootstrap, bs, sizeof bs, &port) || lc__addr_is_loopback(bs) ||
+	    lc__addr_is_wildcard(bs))
+		return;
+	if (lc__addr_is_loopback(ri->rank_ip) || lc__addr_is_wildcard(ri->rank_ip))
+		snprintf(ri->rank_ip, sizeof ri->rank_ip, "%s", bs);
+}
+
 /* GET /route of one P rank, once per rank. Returns the receiver, still
  * Bootstrapping, once the rank's endpoint is known; NULL to stop. */
 static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank)
@@ -185,6 +243,16 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	snprintf(addr, sizeof addr, "%s", pe->addr);
 	pthread_mutex_unlock(&d->lock);
 	int rc = lc__bootstrap_get_rank(addr, rank % ptp, rank / ptp, &o, &ri, why, sizeof why);
+	char ep[300], adv_status[LC__MSG_STR_MAX], adv_data[LC__MSG_STR_MAX], adv_why[LC_REASON_MAX];
+	int adv_rc = 0;
+	if (!rc) {
+		char hp[LC__BS_HOST_MAX + 16];
+		rank_host(addr, &ri);
+		lc__addr_join(ri.rank_ip, ri.rank_port, hp, sizeof hp);
+		snprintf(ep, sizeof ep, "tcp://%s", hp);
+		adv_rc = advertise_to(d, ep, adv_status, adv_data, sizeof adv_status, adv_why,
+				      sizeof adv_why);
+	}
 	pthread_mutex_lock(&d->lock);
 	if (pe->generation != gen || !pe->info)
 		return NULL;
@@ -194,8 +262,14 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	}
 	lc__prank_t *pr = &pe->ranks[rank];
 	if (!pr->resolved) {
-		snprintf(pr->endpoint, sizeof pr->endpoint, "tcp://%s:%d", ri.rank_ip,
-			 ri.rank_port);
+		snprintf(pr->endpoint, sizeof pr->endpoint, "%s", ep);
+		pr->adv_rc = adv_rc;
+		if (adv_rc)
+			snprintf(pr->adv_why, sizeof pr->adv_why, "%s", adv_why);
+		else {
+			snprintf(pr->adv_status, sizeof pr->adv_status, "%s", adv_status);
+			snprintf(pr->adv_data, sizeof pr->adv_data, "%s", adv_data);
+		}
 		snprintf(pr->key, sizeof pr->key, "%s", ri.curve_key);
 		pr->resolved = true;
 	}
@@ -220,24 +294,45 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 		return -1;
 	}
 	pr->has_secret = true;
+	if (pr->adv_rc) {
+		LC__ERROR("decode %s: P rank %d: %s", d->session, rank, pr->adv_why);
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true, "P rank %d: %s", rank, pr->adv_why);
+		return -1;
+	}
 	if (encode_register(d, lc__tp_split(&t), pr, &buf, &len)) {
 		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "cannot encode the registration");
 		return -1;
 	}
 	int rc = lc__push_send(pr->push, buf, len, 0);
 	free(buf);
+	uint64_t now = lc__now_ns();
 	if (rc) {
+		/* Not even queued: the channel to the rank never came up. Past
+		 * connect_timeout_ms the room fails naming P's address. */
 		LC__D_CTL_ADD(d, send_failures);
-		r->next_try_ns = lc__now_ns() + LC__D_RETRY_NS;
+		if (!pr->unsent_since_ns)
+			pr->unsent_since_ns = now;
+		if (now - pr->unsent_since_ns >= d->reply_wait_ns) {
+			lc__decode_fail(d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, false,
+					"set P's host or LAYERCAKE_ADVERTISE_HOST on P: this D cannot "
+					"reach P rank %d at %s, the address P advertised (%llu ms, "
+					"connect_timeout_ms)",
+					rank, pr->endpoint,
+					(unsigned long long)(d->reply_wait_ns / 1000000));
+			return -1;
+		}
+		r->next_try_ns = now + LC__D_RETRY_NS;
 		return 1;
 	}
+	pr->unsent_since_ns = 0;
 	LC__D_CTL_ADD(d, msgs_sent);
 	LC__D_CTL_ADD(d, registrations);
 	pr->registered = true;
 	pr->reg_pending = true;
 	pr->reg_epoch++;
 	pr->reg_sent_ns = lc__now_ns();
-	LC__INFO("decode %s: registered with P rank %d at %s", d->session, rank, pr->endpoint);
+	LC__INFO("decode %s: registered with P rank %d at %s (status %s, data %s)", d->session,
+		 rank, pr->endpoint, pr->adv_status, pr->adv_data);
 	return 0;
 }
 
@@ -246,18 +341,29 @@ static bool plan_room(lc_decode_t *d, lc_receiver_t *r)
 {
 	char why[300] = "";
 	lc__ppeer_t *pe = r->peer;
-	if (geometry_check(d, pe->info, why, sizeof why)) {
-		LC__ERROR("decode %s: P at %s refused: %s", d->session, pe->addr, why);
-		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
-				"geometry mismatch with P at %s: %s", pe->addr, why);
-		return false;
-	}
+	if (geometry_check(d, pe->info, why, sizeof why))
+		/* P refuses the registration naming the first difference, and the
+		 * refusal fails the room here and there (decode_control.c): P
+		 * learns of it at once instead of at its bootstrap deadline. */
+		LC__WARN("decode %s: geometry differs from P at %s: %s", d->session, pe->addr,
+			 why);
 	if (r->planned)
 		return true;
 	lc__topology_t t = topology(d, pe->info);
 	if (lc__tp_plan_targets(&t, r->room, &r->plan, why, sizeof why)) {
-		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "%s", why);
-		return false;
+		/* The pages cannot pair. P refuses this D for the same reason
+		 * (the same core/topology.c): register with the ranks the room
+		 * would use were the pages equal, so that the refusal fails the
+		 * room at P too, at once. Should P accept, the room fails here
+		 * (doomed) and P is told. */
+		char why2[300];
+		lc__topology_t same = t;
+		same.d_lens = same.p_lens;
+		if (lc__tp_plan_targets(&same, r->room, &r->plan, why2, sizeof why2)) {
+			lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "%s", why);
+			return false;
+		}
+		lc__reason(r->doomed, sizeof r->doomed, "%s", why);
 	}
 	r->planned = true;
 	return true;
@@ -289,7 +395,21 @@ static void discover_one(lc_decode_t *d, uint64_t room)
 			return;
 		if (!pr->registered && register_rank(d, r, pr, rank))
 			return;
+		if (pr->reg_pending) {
+			/* Bootstrapped only once P answered: the return path works
+			 * (a refusal or silence fails the room, decode_control.c). */
+			/* Never sooner than a moment from now: past the deadline
+			 * the control thread fails the room, and must get the
+			 * lock to do it. */
+			r->next_try_ns = LC__MAX(pr->reg_sent_ns + d->reply_wait_ns,
+						 lc__now_ns() + LC__D_RETRY_NS);
+			return;
+		}
 		r->got[i].reg_epoch = pr->reg_epoch;
+	}
+	if (r->doomed[0]) {
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true, "%s", r->doomed);
+		return;
 	}
 	r->reason[0] = '\0';
 	lc__decode_set_state(d, r, LC_ROOM_BOOTSTRAPPED);

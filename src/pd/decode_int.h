@@ -48,6 +48,7 @@ typedef struct lc__prank {
 	bool reg_pending;     /* a REGISTER sent and not yet answered */
 	uint32_t reg_epoch;   /* REGISTERs sent so far */
 	uint64_t reg_sent_ns; /* when the last one went */
+	uint64_t unsent_since_ns; /* REGISTERs could not be queued since (0: they could) */
 	int refused;          /* the last registration refused: the code (0: none) */
 	uint64_t retry_ns;    /* refused: register again no sooner than this */
 	char refuse_reason[LC__MSG_STR_MAX];
@@ -59,6 +60,12 @@ typedef struct lc__prank {
 	char endpoint[300];
 	char key[LC__BS_KEY_MAX];
 	lc__push_t *push;
+	/* What the last REGISTER told the rank (control/addr.h: chosen for the
+	 * route towards it), for the reason when no reply comes. */
+	char adv_status[LC__MSG_STR_MAX];
+	char adv_data[LC__MSG_STR_MAX];
+	int adv_rc; /* nothing sound to tell the rank: why (set when resolved) */
+	char adv_why[LC_REASON_MAX];
 } lc__prank_t;
 
 /* One P instance, by bootstrap address. */
@@ -94,6 +101,8 @@ struct lc_receiver {
 	char reason[LC_REASON_MAX];
 	uint64_t created_ns, bootstrapped_ns, final_ns, next_try_ns;
 	bool planned;       /* plan holds the targets */
+	bool default_bootstrap; /* created with bootstrap NULL: 127.0.0.1:<bootstrap_port> */
+	char doomed[LC_REASON_MAX]; /* the pages cannot pair with P's: why ("": they do) */
 	lc__tp_plan_t plan; /* the P ranks of the room (core/topology.h) */
 	lc__dtarget_t got[LC__TP_MAX_TARGETS];
 	int responses;
@@ -122,11 +131,12 @@ struct lc_decode {
 	lc_listener_t *listener;
 	char data_url[LC__MSG_STR_MAX];
 	lc_token_t token;
-	char host[LC__BS_HOST_MAX];
-	char endpoint[LC__MSG_STR_MAX];
+	char host[LC__BS_HOST_MAX];         /* bound; "": the wildcard */
+	char endpoint[LC__MSG_STR_MAX];     /* as bound: tcp://[::]:port for the wildcard */
 	char session[LC__MSG_STR_MAX];
 	int tp_size, tp_rank;
 	uint64_t bootstrap_ns, waiting_ns, hb_interval_ns;
+	uint64_t reply_wait_ns; /* connect_timeout_ms: a REGISTER unanswered this long fails */
 	uint64_t landed_wait_ns; /* a claimed room's bytes may still be landing this long */
 	bool checksum;           /* room_checksum: check P's sums against D's memory */
 	int hb_misses;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/params.h"
+#include "control/addr.h"
 #include "pd/prefill_int.h"
 
 #ifdef LC_HAVE_ZMQ
@@ -76,10 +77,37 @@ static lc_prefill_t *prefill_new(lc_ctx_t *ctx, const lc_prefill_params_t *pp)
 	p->dp = pp->dp_size;
 	p->evfd = -1;
 	snprintf(p->name, sizeof p->name, "%s", pp->name ? pp->name : "p");
-	snprintf(p->host, sizeof p->host, "%s", pp->host ? pp->host : "127.0.0.1");
+	/* Bound here; advertised once the bootstrap's route is known (start). */
+	snprintf(p->bind, sizeof p->bind, "%s", pp->host ? pp->host : "");
 	snprintf(p->bootstrap, sizeof p->bootstrap, "%s", pp->bootstrap);
 	pthread_mutex_init(&p->lock, NULL);
 	return p;
+}
+
+/* What D is told to reach this rank at (control/addr.h): the public
+ * address, the bound one, else the local address of the route towards the
+ * bootstrap server. A loopback answer (P beside its bootstrap server) is
+ * replaced by D with the bootstrap server's address (decode_discover.c). */
+static int advertise(lc_prefill_t *p)
+{
+	char bs[LC__BS_HOST_MAX], why[300] = "", bound[LC__BS_HOST_MAX];
+	int bs_port, port;
+	const char *a = !strncmp(p->bootstrap, "http://", 7) ? p->bootstrap + 7 : p->bootstrap;
+	if (lc__addr_split(a, bs, sizeof bs, &bs_port))
+		snprintf(bs, sizeof bs, "%s", a);
+	if (lc__addr_split(p->endpoint, bound, sizeof bound, &port))
+		return -EINVAL;
+	int rc = lc__addr_advertise(p->bind, bs, p->host, sizeof p->host, why, sizeof why);
+	if (rc) {
+		LC__ERROR("prefill %s: no address to advertise (check the bootstrap address, or "
+			  "set host or LAYERCAKE_ADVERTISE_HOST): %s",
+			  p->name, why);
+		return rc;
+	}
+	char hp[LC__BS_HOST_MAX + 16];
+	lc__addr_join(p->host, port, hp, sizeof hp);
+	snprintf(p->endpoint, sizeof p->endpoint, "tcp://%s", hp);
+	return 0;
 }
 
 /* The engine, the control socket and the control thread. */
@@ -100,7 +128,8 @@ static int start(lc_prefill_t *p, const lc_prefill_params_t *pp)
 				 .cache_word = pp->cache_word,
 				 .aux_word = pp->aux_word};
 	if ((rc = lc_engine_create(p->ctx, &ep, &p->engine)) || (rc = lc__zctx_create(&p->z)) ||
-	    (rc = lc__pull_bind(p->z, p->host, &p->pull, p->endpoint, sizeof p->endpoint)))
+	    (rc = lc__pull_bind(p->z, p->bind, &p->pull, p->endpoint, sizeof p->endpoint)) ||
+	    (rc = advertise(p)))
 		return rc;
 	if (pthread_create(&p->thread, NULL, lc__prefill_control_main, p))
 		return -EAGAIN;

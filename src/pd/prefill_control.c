@@ -138,6 +138,27 @@ static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 	free(m);
 }
 
+/* A D that refused a room before any transfer info went out (its
+ * registration refused, its pages unable to pair with P's): the room is
+ * claimed by no destination yet, and whoever may talk to this socket could
+ * claim it with a transfer info and cancel it, so its cancel is taken and
+ * P fails the room at once with D's reason instead of at bootstrap_timeout_ms.
+ * True when it did. Control thread, as every transfer info: nothing claims
+ * the room in between. */
+static bool cancel_unclaimed(lc_prefill_t *p, const lc__msg_cancel_t *c)
+{
+	lc_room_info_t info = {.size = sizeof info};
+	if (lc_engine_room_status(p->engine, c->room, &info) ||
+	    info.status != LC_ROOM_BOOTSTRAPPING || info.dst_count)
+		return false;
+	char why[LC_REASON_MAX];
+	lc__reason(why, sizeof why, "D %.100s refused the room: %.300s", c->session, c->reason);
+	if (lc_engine_room_cancel(p->engine, c->room, why))
+		return false;
+	LC__INFO("prefill %s: room %llu failed: %s", p->name, (unsigned long long)c->room, why);
+	return true;
+}
+
 /* A CANCEL is taken only from a registered session that proves it (its
  * secret), for a room that incarnation is a destination of (anyone can name
  * a room id). */
@@ -149,6 +170,8 @@ static void handle_cancel(lc_prefill_t *p, const lc__msg_t *msg, const char *pee
 	bool known = s != NULL;
 	int rc = known ? lc__engine_room_cancel_from(p->engine, c->room, s->ename, c->reason)
 		       : -ENOENT;
+	if ((rc == -ENOENT || rc == -EPERM) && cancel_unclaimed(p, c))
+		return;
 	if (!known || rc == -EPERM) {
 		atomic_fetch_add(&p->cancels_refused, 1);
 		LC__WARN("prefill %s: refused a cancel of room %llu from %s: %s", p->name,

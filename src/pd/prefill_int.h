@@ -85,8 +85,9 @@ struct lc_prefill {
 	uint64_t *item_lens; /* per buffer, for core/topology.h */
 	char name[64];
 	int rank, world, dp;
-	char host[LC__BS_HOST_MAX];
-	char endpoint[300];
+	char bind[LC__BS_HOST_MAX]; /* "" : the wildcard (control/addr.h) */
+	char host[LC__BS_HOST_MAX]; /* advertised to the bootstrap server */
+	char endpoint[300];         /* tcp://host:port, as advertised */
 	char bootstrap[LC__BS_HOST_MAX];
 	lc__zctx_t *z;
 	lc__pull_t *pull;

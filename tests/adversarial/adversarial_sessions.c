@@ -187,7 +187,9 @@ static int d_child(void *arg, int go_fd)
 		return TU_SKIP;
 	}
 	TU_OK(rc);
-	say("d-ep %s %s", d->endpoint, d->session);
+	char d_ep[300]; /* as a peer reaches it (bound to every address) */
+	TU_CHECK(lc_decode_endpoint(d, d_ep, sizeof d_ep) > 0, "endpoint");
+	say("d-ep %s %s", d_ep, d->session);
 	char c;
 	while ((c = adv_wait_byte(go_fd)) != 'q') {
 		if (c == 's') {

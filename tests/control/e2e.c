@@ -978,9 +978,10 @@ int main(int argc, char **argv)
 		C.d_item = ITEM / 2;
 		C.d_expect = LC_ROOM_FAILED;
 		C.d_reason_text = "item_len";
+		/* P told of D's refusal at once (issue 15), not at its deadline. */
 		C.p_expect = LC_ROOM_FAILED;
-		C.p_reason = LC_FAIL_BOOTSTRAP_TIMEOUT;
-		C.p_knobs = "bootstrap_timeout_ms=1500";
+		C.p_reason = LC_FAIL_CANCELLED;
+		C.p_knobs = "bootstrap_timeout_ms=60000";
 		return run_plain(D_NORMAL);
 	}
 	if (!strcmp(c, "cancel")) {

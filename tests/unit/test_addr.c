@@ -1,0 +1,123 @@
+/* The address rule (control/addr.h): wildcards, loopback, host:port with
+ * IPv6 literals, what a wildcard listener URL becomes for a peer, and the
+ * loopback-to-another-host refusal. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "control/addr.h"
+#include "testutil.h"
+
+static void test_wildcard_and_loopback(void **state)
+{
+	(void)state;
+	assert_true(lc__addr_is_wildcard(NULL));
+	assert_true(lc__addr_is_wildcard(""));
+	assert_true(lc__addr_is_wildcard("*"));
+	assert_true(lc__addr_is_wildcard("0.0.0.0"));
+	assert_true(lc__addr_is_wildcard("::"));
+	assert_false(lc__addr_is_wildcard("10.0.0.1"));
+	assert_true(lc__addr_is_loopback("127.0.0.1"));
+	assert_true(lc__addr_is_loopback("127.3.2.1"));
+	assert_true(lc__addr_is_loopback("::1"));
+	assert_true(lc__addr_is_loopback("::ffff:127.0.0.1"));
+	assert_true(lc__addr_is_loopback("localhost"));
+	assert_false(lc__addr_is_loopback("10.0.0.1"));
+	assert_false(lc__addr_is_loopback("fe80::1"));
+	assert_false(lc__addr_is_loopback("0.0.0.0"));
+}
+
+static void test_split_and_join(void **state)
+{
+	(void)state;
+	char host[LC__ADDR_HOST_MAX], out[300];
+	int port;
+	assert_int_equal(lc__addr_split("10.1.2.3:8998", host, sizeof host, &port), 0);
+	assert_string_equal(host, "10.1.2.3");
+	assert_int_equal(port, 8998);
+	assert_int_equal(lc__addr_split("tcp://[fd00::1]:5000", host, sizeof host, &port), 0);
+	assert_string_equal(host, "fd00::1");
+	assert_int_equal(port, 5000);
+	assert_int_equal(lc__addr_split("ucx://[::]:0?lanes=2", host, sizeof host, &port), 0);
+	assert_string_equal(host, "::");
+	assert_int_equal(port, 0);
+	assert_int_equal(lc__addr_split("no-port", host, sizeof host, &port), -EINVAL);
+	assert_int_equal(lc__addr_split("h:99999", host, sizeof host, &port), -EINVAL);
+	assert_int_equal(lc__addr_split("[fd00::1:5", host, sizeof host, &port), -EINVAL);
+	lc__addr_join("fd00::1", 7, out, sizeof out);
+	assert_string_equal(out, "[fd00::1]:7");
+	lc__addr_join("10.0.0.1", 7, out, sizeof out);
+	assert_string_equal(out, "10.0.0.1:7");
+}
+
+static void test_route_local(void **state)
+{
+	(void)state;
+	char out[LC__ADDR_HOST_MAX];
+	assert_int_equal(lc__addr_route_local("127.0.0.1", out, sizeof out), 0);
+	assert_string_equal(out, "127.0.0.1");
+	/* A wildcard: this host's primary address, never a wildcard. */
+	assert_int_equal(lc__addr_route_local("0.0.0.0", out, sizeof out), 0);
+	assert_false(lc__addr_is_wildcard(out));
+	assert_true(lc__addr_route_local("name.invalid", out, sizeof out) < 0);
+}
+
+static void test_url_for_a_peer(void **state)
+{
+	(void)state;
+	char out[300], why[300];
+	unsetenv("LAYERCAKE_ADVERTISE_HOST");
+	/* A wildcard becomes the route's address; anything else is kept. */
+	assert_int_equal(lc__addr_url_for("tcp://0.0.0.0:4000", "127.0.0.1", out, sizeof out, why,
+					  sizeof why),
+			 0);
+	assert_string_equal(out, "tcp://127.0.0.1:4000");
+	assert_int_equal(lc__addr_url_for("ucx://[::]:4001?x=1", "127.0.0.1", out, sizeof out, why,
+					  sizeof why),
+			 0);
+	assert_string_equal(out, "ucx://127.0.0.1:4001?x=1");
+	assert_int_equal(lc__addr_url_for("tcp://10.9.9.9:1", "127.0.0.1", out, sizeof out, why,
+					  sizeof why),
+			 0);
+	assert_string_equal(out, "tcp://10.9.9.9:1");
+	assert_int_equal(lc__addr_url_for("shm://lc-1-2", "10.0.0.1", out, sizeof out, why,
+					  sizeof why),
+			 0);
+	assert_string_equal(out, "shm://lc-1-2");
+	/* The public address wins over the route. */
+	setenv("LAYERCAKE_ADVERTISE_HOST", "fd00::7", 1);
+	assert_int_equal(lc__addr_url_for("tcp://0.0.0.0:4000", "127.0.0.1", out, sizeof out, why,
+					  sizeof why),
+			 0);
+	assert_string_equal(out, "tcp://[fd00::7]:4000");
+	unsetenv("LAYERCAKE_ADVERTISE_HOST");
+}
+
+static void test_loopback_to_another_host(void **state)
+{
+	(void)state;
+	assert_false(lc__addr_loopback_wrong("tcp://127.0.0.1:5", "127.0.0.1"));
+	assert_false(lc__addr_loopback_wrong("tcp://10.0.0.1:5", "192.0.2.77"));
+	/* 192.0.2.77 (TEST-NET-1) is no address of this host. */
+	assert_true(lc__addr_loopback_wrong("tcp://127.0.0.1:5", "192.0.2.77"));
+	assert_true(lc__addr_loopback_wrong("tcp://[::1]:5", "192.0.2.77"));
+}
+
+int main(void)
+{
+	lc_log_set_level(LC_LOG_OFF);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_wildcard_and_loopback),
+		cmocka_unit_test(test_split_and_join),
+		cmocka_unit_test(test_route_local),
+		cmocka_unit_test(test_url_for_a_peer),
+		cmocka_unit_test(test_loopback_to_another_host),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
