@@ -142,22 +142,31 @@ static int ipc_slice(const lc__land_t *l, lc__copier_t *cp, uint64_t at, uint64_
 }
 
 int lc__shm_copy_ipc(lc_ctx_t *ctx, int device, uint64_t room, uint32_t region, uint64_t offset,
-		     uint64_t src, uint64_t length)
+		     uint64_t src, const lc__shm_write_t *w)
 {
 	lc__land_t l;
 	lc__copier_t *cp = NULL;
 	uint8_t *bounce = NULL;
-	int rc = lc__land_open(ctx, room, region, offset, length, &l);
-	if (rc)
+	uint32_t blocks = w->count > 1 ? w->count : 1;
+	uint64_t length = w->length, span = length;
+	int rc = blocks > 1 ? lc__land_strided_span(ctx, room, offset, length, w->count,
+						    w->dst_stride, &span)
+			    : 0;
+	if (rc || (rc = lc__land_open(ctx, room, region, offset, span, &l)))
 		return rc;
 	/* The engine of the device the source was imported into, for copies
 	 * that leave device memory for the host. */
 	if (!(l.dev && l.cp->kind == LC_MEM_KIND_CUDA))
 		rc = lc__copier_get(ctx, LC_MEM_KIND_CUDA, device, &cp);
-	for (uint64_t done = 0; done < length && !rc;) {
-		size_t n = (size_t)LC__MIN(length - done, (uint64_t)COPY_SLICE);
-		rc = ipc_slice(&l, cp, done, src + done, n, &bounce);
-		done += n;
+	for (uint32_t b = 0; b < blocks && !rc; b++) {
+		uint64_t at = (uint64_t)b * w->dst_stride, from = src + (uint64_t)b * w->src_stride;
+		for (uint64_t done = 0; done < length && !rc;) {
+			size_t n = (size_t)LC__MIN(length - done, (uint64_t)COPY_SLICE);
+			rc = ipc_slice(&l, cp, at + done, from + done, n, &bounce);
+			done += n;
+		}
+		if (!rc && blocks > 1)
+			lc__land_block_done(&l, at, length);
 	}
 	if (rc == LC_ERR_GRANT) {
 		lc__land_revoked(&l);
@@ -168,7 +177,9 @@ int lc__shm_copy_ipc(lc_ctx_t *ctx, int device, uint64_t room, uint32_t region, 
 		rc = LC_ERR_IO;
 	}
 	free(bounce);
-	lc__land_done(&l, rc == 0);
+	if (blocks > 1 && !rc)
+		LC__COUNT(ctx, writes_applied); /* blocks were accounted one by one */
+	lc__land_done(&l, rc == 0 && blocks == 1);
 	return rc;
 }
 

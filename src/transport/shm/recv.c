@@ -472,21 +472,11 @@ static int write_one(shm_listener_t *sl, dconn_t *dc, const src_region_t *s,
 	if (s->err)
 		return s->err;
 	if (s->mode == SRC_IPC) {
-		/* a strided write: one span check, then one device copy per block */
-		uint32_t n = w->count > 1 ? w->count : 1;
-		uint64_t span;
-		int rc = n > 1 ? lc__land_strided_span(sl->ctx, w->room, w->dst_off, w->length,
-						       w->count, w->dst_stride, &span)
-			       : 0;
-		for (uint32_t k = 0; k < n && !rc; k++)
-			rc = lc__shm_copy_ipc(sl->ctx, s->imp->device, w->room, w->dst,
-					      w->dst_off + (uint64_t)k * w->dst_stride,
-					      s->imp->ptr + s->ipc_off + w->src_off +
-						      (uint64_t)k * w->src_stride,
-					      w->length);
+		int rc = lc__shm_copy_ipc(sl->ctx, s->imp->device, w->room, w->dst, w->dst_off,
+					  s->imp->ptr + s->ipc_off + w->src_off, w);
 		if (!rc) {
 			LC__COUNT(sl->ctx, ipc_writes);
-			LC__COUNT_ADD(sl->ctx, ipc_bytes, (uint64_t)n * w->length);
+			LC__COUNT_ADD(sl->ctx, ipc_bytes, (uint64_t)(w->count > 1 ? w->count : 1) * w->length);
 		}
 		return rc;
 	}
@@ -514,22 +504,6 @@ static int write_one(shm_listener_t *sl, dconn_t *dc, const src_region_t *s,
 				s->p_addr + w->src_off, w->length);
 }
 
-/* Whether a record's source blocks lie in its source region (a strided
- * record's span: count within the cap, blocks not overlapping, no
- * overflow). */
-static bool src_span_ok(const src_region_t *s, const lc__shm_write_t *w)
-{
-	uint64_t span = w->length;
-	if (w->count > 1) {
-		uint64_t k = w->count - 1;
-		if (w->count > LC_WRITE_MAX_COUNT || w->src_stride < w->length ||
-		    w->src_stride > (UINT64_MAX - w->length) / k)
-			return false;
-		span = k * w->src_stride + w->length;
-	}
-	return w->src_off <= s->len && span <= s->len - w->src_off;
-}
-
 /* Apply the records of the WRITES message in dc->in from dc->in_next on,
  * while *budget lasts. Returns 0 (done, or cut short: dc->in_n stays set),
  * -1 for a malformed record, 1 to close the connection. Acks of one message
@@ -547,7 +521,7 @@ static int writes_apply(shm_listener_t *sl, dconn_t *dc, uint64_t *budget)
 		lc__shm_get_write(dc->in, i, &w);
 		if (!s || s->id != w.src)
 			s = src_find(dc, w.src);
-		if (!s || w.length == 0 || !src_span_ok(s, &w))
+		if (!s || w.length == 0 || !lc__shm_src_span_ok(s->len, &w))
 			return -1;
 		ack_add(dc, w.batch, write_one(sl, dc, s, &w));
 		dc->in_next++;
@@ -625,24 +599,6 @@ static int on_message(shm_listener_t *sl, dconn_t *dc, size_t len, int fd, uint6
 	}
 }
 
-static const char *bad_text(uint32_t type)
-{
-	switch (type) {
-	case LC__SHM_HELLO:
-		return "bad hello";
-	case LC__SHM_REGION:
-		return "bad region";
-	case LC__SHM_DROP:
-		return "bad drop";
-	case LC__SHM_IPC_REGION:
-		return "bad CUDA IPC region";
-	case LC__SHM_WRITES:
-		return "bad writes";
-	default:
-		return "unknown type";
-	}
-}
-
 /* Read and handle one message. */
 static enum serve dconn_read(shm_listener_t *sl, dconn_t *dc, uint64_t *budget)
 {
@@ -674,7 +630,7 @@ static enum serve dconn_read(shm_listener_t *sl, dconn_t *dc, uint64_t *budget)
 		bad = "no handshake";
 	int rc = 0;
 	if (!bad && (rc = on_message(sl, dc, (size_t)n, fd, budget)) < 0)
-		bad = bad_text(type);
+		bad = lc__shm_bad_text(type);
 	if (fd >= 0)
 		close(fd); /* mapped (or not): the mapping keeps the memory */
 	if (bad) {

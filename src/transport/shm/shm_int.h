@@ -68,9 +68,11 @@ int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t room, uint32
 /* Land `length` bytes from src, device memory imported by CUDA IPC into
  * device `device`'s context, through the CUDA copy engine: device to
  * device into a CUDA destination, device to host into a host one (a
- * bounce for other kinds), in bracketed slices each waited for. */
+ * bounce for other kinds), in bracketed slices each waited for. A strided
+ * write (w->count > 1) is checked as one span against the region and the
+ * grant before any block moves; offset and src are its first block's. */
 int lc__shm_copy_ipc(lc_ctx_t *ctx, int device, uint64_t room, uint32_t region, uint64_t offset,
-		     uint64_t src, uint64_t length);
+		     uint64_t src, const lc__shm_write_t *w);
 /* Land `length` bytes at p_addr in process pid with process_vm_readv. */
 int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region, uint64_t offset,
 		     uint64_t p_addr, uint64_t length);

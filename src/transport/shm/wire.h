@@ -29,6 +29,7 @@
 #ifndef LC_TRANSPORT_SHM_WIRE_H
 #define LC_TRANSPORT_SHM_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -313,6 +314,41 @@ static inline size_t lc__shm_writes_len(uint32_t n)
 static inline size_t lc__shm_acks_len(uint32_t n)
 {
 	return LC__SHM_HDR + (size_t)n * LC__SHM_ACK_REC;
+}
+
+/* Whether a record's source blocks lie in a source region of len bytes
+ * (a strided record's span: count within the cap, blocks not overlapping,
+ * no overflow). */
+static inline bool lc__shm_src_span_ok(uint64_t len, const lc__shm_write_t *w)
+{
+	uint64_t span = w->length;
+	if (w->count > 1) {
+		uint64_t k = w->count - 1;
+		if (w->count > LC_WRITE_MAX_COUNT || w->src_stride < w->length ||
+		    w->src_stride > (UINT64_MAX - w->length) / k)
+			return false;
+		span = k * w->src_stride + w->length;
+	}
+	return w->src_off <= len && span <= len - w->src_off;
+}
+
+/* What a malformed message of this type is called in the log. */
+static inline const char *lc__shm_bad_text(uint32_t type)
+{
+	switch (type) {
+	case LC__SHM_HELLO:
+		return "bad hello";
+	case LC__SHM_REGION:
+		return "bad region";
+	case LC__SHM_DROP:
+		return "bad drop";
+	case LC__SHM_IPC_REGION:
+		return "bad CUDA IPC region";
+	case LC__SHM_WRITES:
+		return "bad writes";
+	default:
+		return "unknown type";
+	}
 }
 
 #endif
