@@ -659,6 +659,22 @@ static void kick_locked(shm_conn_t *sc)
 		lc__io_kick(&sc->task);
 }
 
+/* Queue a batch at the tail (the lock held) and wake the sender unless the
+ * batch is deferred to the next flush. */
+static void enqueue_locked(shm_conn_t *sc, pbatch_t *pb)
+{
+	if (sc->tail)
+		sc->tail->next = pb;
+	else
+		sc->head = pb;
+	sc->tail = pb;
+	if (!sc->cursor)
+		sc->cursor = pb;
+	sc->nlist++;
+	if (!pb->b->defer)
+		kick_locked(sc);
+}
+
 static void wake(shm_conn_t *sc)
 {
 	pthread_mutex_lock(&sc->lock);
@@ -759,16 +775,7 @@ int lc__shm_post(lc_conn_t *c, lc__batch_t *b)
 	}
 	lc__batch_ref(b);
 	pb->b = b;
-	if (sc->tail)
-		sc->tail->next = pb;
-	else
-		sc->head = pb;
-	sc->tail = pb;
-	if (!sc->cursor)
-		sc->cursor = pb;
-	sc->nlist++;
-	if (!b->defer)
-		kick_locked(sc);
+	enqueue_locked(sc, pb);
 	pthread_mutex_unlock(&sc->lock);
 	return 0;
 }
@@ -805,16 +812,7 @@ int lc__shm_post_device(lc_conn_t *c, lc__batch_t *b)
 	pb->b = b;
 	pb->ipc = sc->ipc == IPC_ON;
 	pb->undecided = sc->ipc == IPC_UNKNOWN;
-	if (sc->tail)
-		sc->tail->next = pb;
-	else
-		sc->head = pb;
-	sc->tail = pb;
-	if (!sc->cursor)
-		sc->cursor = pb;
-	sc->nlist++;
-	if (!b->defer)
-		kick_locked(sc);
+	enqueue_locked(sc, pb);
 	pthread_mutex_unlock(&sc->lock);
 	return 0;
 }
