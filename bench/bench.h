@@ -7,11 +7,26 @@
 #ifndef LC_BENCH_H
 #define LC_BENCH_H
 
+#include <string.h>
+
 int lc__bench_transport(int argc, char **argv) __attribute__((weak));
 int lc__bench_planner(int argc, char **argv) __attribute__((weak));
 int lc__bench_wake(int argc, char **argv) __attribute__((weak));
 int lc__bench_control(int argc, char **argv) __attribute__((weak));
 int lc__bench_checksum(int argc, char **argv) __attribute__((weak));
 int lc__bench_strided(int argc, char **argv) __attribute__((weak));
+
+/* The loopback listener URL of a transport name (tcp, shm, ucx; anything
+ * else is loop://). */
+static inline const char *lc__bench_listen_url(const char *tp)
+{
+	if (!strcmp(tp, "tcp"))
+		return "tcp://127.0.0.1:0";
+	if (!strcmp(tp, "shm"))
+		return "shm://auto";
+	if (!strcmp(tp, "ucx"))
+		return "ucx://127.0.0.1:0";
+	return "loop://auto";
+}
 
 #endif

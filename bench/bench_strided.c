@@ -53,17 +53,6 @@ static double now_s(void)
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static const char *surl(const char *tp)
-{
-	if (!strcmp(tp, "tcp"))
-		return "tcp://127.0.0.1:0";
-	if (!strcmp(tp, "shm"))
-		return "shm://auto";
-	if (!strcmp(tp, "ucx"))
-		return "ucx://127.0.0.1:0";
-	return "loop://bench-strided";
-}
-
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {
 	char *end;
@@ -171,7 +160,7 @@ static int rig_create(const sopts_t *o, rig_t *r)
 		r->smem[i] = (uint8_t)(i * 131 + 7);
 	if ((rc = lc_region_register(r->rx, r->dmem, r->dlen, &r->dreg)) ||
 	    (rc = lc_region_register(r->tx, r->smem, r->slen, &r->sreg)) ||
-	    (rc = lc_listener_create(r->rx, surl(o->transport), &r->listener)) ||
+	    (rc = lc_listener_create(r->rx, lc__bench_listen_url(o->transport), &r->listener)) ||
 	    (rc = lc_token_issue(r->rx, &tok)) || (rc = lc_cq_create(r->tx, &r->cq)))
 		return rc;
 	for (uint32_t q = 0; q <= 2 * o->requests && !rc; q++)

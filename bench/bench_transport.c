@@ -209,17 +209,6 @@ static int parse_opts(int argc, char **argv, opts_t *o)
 	return 0;
 }
 
-static const char *listen_url(const char *tp)
-{
-	if (!strcmp(tp, "tcp"))
-		return "tcp://127.0.0.1:0";
-	if (!strcmp(tp, "shm"))
-		return "shm://auto";
-	if (!strcmp(tp, "ucx"))
-		return "ucx://127.0.0.1:0";
-	return "loop://auto";
-}
-
 /* Huge pages matter ~6x for loopback TCP here, and memfd (shmem) memory
  * gets none where shmem THP is off (/sys/kernel/mm/transparent_hugepage/
  * shmem_enabled = never on these VMs): only the shm sender, whose memfd the
@@ -384,7 +373,7 @@ static int receiver_create(const opts_t *o, receiver_t *r, rx_info_t *info)
 	    (rc = o->sim_dst ? mem_filled(r->kind, o->region, false, 0, (uint8_t **)&r->mem)
 			     : lc_mem_alloc(o->region, 0, &r->mem)) ||
 	    (rc = lc_region_register_ex(r->ctx, r->mem, o->region, &rp, &r->region)) ||
-	    (rc = lc_listener_create(r->ctx, listen_url(o->transport), &r->listener)) ||
+	    (rc = lc_listener_create(r->ctx, lc__bench_listen_url(o->transport), &r->listener)) ||
 	    (rc = grant_laps(o, r)) || (rc = lc_token_issue(r->ctx, &info->token)))
 		goto fail;
 	if ((rc = lc_listener_url(r->listener, info->url, sizeof info->url)) < 0 ||
