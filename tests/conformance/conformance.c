@@ -422,8 +422,20 @@ static void case_strided_write(harness_t *h)
 	w[PAGES] = strided(h, 0, (uint64_t)PAGES * DPAGE, 4096, 1, 1, 1);
 	w[PAGES + 1] = wr(h, 8192, (uint64_t)(PAGES + 1) * DPAGE, 1000);
 	want += 4096 + 1000;
+	uint64_t applied0 = 0, applied1 = 0;
+	TU_OK(lc_ctx_counter_by_name(h->rx, "writes_applied", &applied0));
 	lc_completion_t c = post_wait(h, w, PAGES + 2, ROOM, 0);
 	expect_status(&c, 0);
+	/* A transport that carries strided writes natively (ops->strided:
+	 * loop, shm, tcp) hands D each one as one descriptor, counted once;
+	 * one that splits them counts every block (ucx; shm's CUDA IPC path). */
+	TU_OK(lc_ctx_counter_by_name(h->rx, "writes_applied", &applied1));
+	bool native = !strcmp(h->tp, "loop") || !strcmp(h->tp, "tcp") ||
+		      (!strcmp(h->tp, "shm") && !h->cuda);
+	TU_CHECK(!native || applied1 - applied0 == PAGES + 2,
+		 "%s: D applied %llu writes for %d strided pages and 2 plain writes "
+		 "(expected one descriptor per strided write)",
+		 h->tp, (unsigned long long)(applied1 - applied0), PAGES);
 	TU_CHECK(c.bytes == want, "completion bytes %llu, expected %llu",
 		 (unsigned long long)c.bytes, (unsigned long long)want);
 	sync_dst(h);
