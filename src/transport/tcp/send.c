@@ -376,10 +376,12 @@ static void on_reject(lane_t *ln, const lc__tcp_ctrl_t *f)
 	size_t i = s->first + s->acked;
 	const lc_write_t *w = &s->b->writes[i];
 	lc__batch_fail(s->b, f->status,
-		       "tcp://%s:%d: write %zu (region %u, offset %llu, %llu bytes, room %llu) "
-		       "rejected: %s%s",
+		       "tcp://%s:%d: write %zu (region %u, offset %llu, %u x %llu bytes %llu "
+		       "apart, room %llu) rejected: %s%s",
 		       ln->tc->host, ln->tc->port, i, w->remote_region,
-		       (unsigned long long)w->remote_offset, (unsigned long long)w->length,
+		       (unsigned long long)w->remote_offset, w->count > 1 ? w->count : 1,
+		       (unsigned long long)w->length,
+		       (unsigned long long)(w->count > 1 ? w->remote_stride : w->length),
 		       (unsigned long long)s->b->room, lc_err_name(f->status),
 		       f->b == LC__TCP_REJECT_REVOKED ? ", grant revoked mid-write" : "");
 	s->acked++;
