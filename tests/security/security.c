@@ -140,7 +140,8 @@ static void send_hello(int fd, const lc_token_t *tok)
 typedef struct wdesc {
 	uint32_t region;
 	uint64_t offset, length;
-	uint32_t reserved;
+	uint32_t count;  /* > 1: strided, blocks of length bytes stride apart */
+	uint64_t stride;
 } wdesc_t;
 
 /* One WRITES frame with n writes and their payloads (byte `fill`). */
@@ -152,11 +153,12 @@ static void send_run(int fd, uint64_t room, uint64_t seq, const wdesc_t *w, uint
 	lc__tcp_run_hdr_t h = {.n = n, .room = room, .seq = seq};
 	lc__tcp_encode_run(f, &h);
 	for (uint32_t i = 0; i < n; i++) {
-		lc__tcp_desc_t d = {
-			.region = w[i].region, .offset = w[i].offset, .length = w[i].length};
+		lc__tcp_desc_t d = {.region = w[i].region,
+				    .count = w[i].count,
+				    .offset = w[i].offset,
+				    .length = w[i].length,
+				    .stride = w[i].stride};
 		lc__tcp_encode_desc(f + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN, &d);
-		if (w[i].reserved)
-			lc__put_u32(f + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN + 4, w[i].reserved);
 	}
 	send_all(fd, f, len);
 	free(f);
@@ -291,19 +293,19 @@ static int case_tcp_outside(void)
 		wdesc_t w;
 		int code;
 	} cases[] = {
-		{"unknown region", ROOM, {reg + 100, G_OFF, 4096, 0}, LC_ERR_REGION},
+		{"unknown region", ROOM, {reg + 100, G_OFF, 4096, 0, 0}, LC_ERR_REGION},
 		{"past the region's end",
 		 ROOM,
-		 {reg, REGION_LEN - 100, 4096, 0},
+		 {reg, REGION_LEN - 100, 4096, 0, 0},
 		 LC_ERR_OUT_OF_REGION},
 		{"offset + length wraps around",
 		 ROOM,
-		 {reg, UINT64_MAX - 15, 32, 0},
+		 {reg, UINT64_MAX - 15, 32, 0, 0},
 		 LC_ERR_OUT_OF_REGION},
-		{"in the region, before the grant", ROOM, {reg, 0, 4096, 0}, LC_ERR_GRANT},
-		{"straddles the grant's end", ROOM, {reg, G_OFF + G_LEN - 16, 32, 0}, LC_ERR_GRANT},
-		{"straddles the grant's start", ROOM, {reg, G_OFF - 1, 2, 0}, LC_ERR_GRANT},
-		{"granted range, another room", ROOM + 1, {reg, G_OFF, 4096, 0}, LC_ERR_GRANT},
+		{"in the region, before the grant", ROOM, {reg, 0, 4096, 0, 0}, LC_ERR_GRANT},
+		{"straddles the grant's end", ROOM, {reg, G_OFF + G_LEN - 16, 32, 0, 0}, LC_ERR_GRANT},
+		{"straddles the grant's start", ROOM, {reg, G_OFF - 1, 2, 0, 0}, LC_ERR_GRANT},
+		{"granted range, another room", ROOM + 1, {reg, G_OFF, 4096, 0, 0}, LC_ERR_GRANT},
 	};
 	int fd = raw_connect();
 	TU_CHECK(handshake(fd, &T.token) == 0, "token refused");
@@ -319,7 +321,7 @@ static int case_tcp_outside(void)
 		seq++;
 	}
 	/* A run mixing good and bad writes: the good ones land, the bad not. */
-	wdesc_t mix[3] = {{reg, G_OFF, 64, 0}, {reg, G_OFF - 64, 64, 0}, {reg, G_OFF + 64, 64, 0}};
+	wdesc_t mix[3] = {{reg, G_OFF, 64, 0, 0}, {reg, G_OFF - 64, 64, 0, 0}, {reg, G_OFF + 64, 64, 0, 0}};
 	send_run(fd, ROOM, seq, mix, 3, 0x22);
 	bool rejected = false, acked = false;
 	for (lc__tcp_ctrl_t f; (!rejected || !acked) && recv_ctrl(fd, &f, 3000) == 1;) {
@@ -347,14 +349,14 @@ static int case_tcp_cancelled(void)
 	uint32_t reg = lc_region_id(T.region);
 	int fd = raw_connect();
 	TU_CHECK(handshake(fd, &T.token) == 0, "token refused");
-	wdesc_t w = {reg, G_OFF, 8192, 0};
+	wdesc_t w = {reg, G_OFF, 8192, 0, 0};
 	send_run(fd, ROOM, 0, &w, 1, 0x33);
 	lc__tcp_ctrl_t f;
 	TU_CHECK(recv_ctrl(fd, &f, 3000) == 1 && f.type == LC__TCP_ACK, "first write not acked");
 	TU_CHECK(lc_grant_revoke(T.ctx, ROOM) >= 1, "revoke");
 	uint8_t *snap = malloc(REGION_LEN);
 	memcpy(snap, T.mem, REGION_LEN);
-	wdesc_t late[2] = {{reg, G_OFF, 8192, 0}, {reg, G_OFF + 8192, 8192, 0}};
+	wdesc_t late[2] = {{reg, G_OFF, 8192, 0, 0}, {reg, G_OFF + 8192, 8192, 0, 0}};
 	send_run(fd, ROOM, 1, late, 2, 0x44);
 	int rejects = 0;
 	while (rejects < 2 && recv_ctrl(fd, &f, 3000) == 1)
@@ -385,22 +387,36 @@ static int case_tcp_forged(void)
 		SEQ_GAP,
 		N_ZERO,
 		N_TOO_MANY,
-		RESERVED,
+		PLAIN_STRIDE,
 		HUGE_LENGTH,
+		STRIDED_MANY,
+		STRIDED_OVERLAP,
+		STRIDED_WRAP,
+		STRIDED_HUGE,
 		NCASES
 	};
-	const char *what[NCASES] = {"wrong magic",     "wrong version",     "unknown type",
-				    "second HELLO",    "ACK sent by P",     "seq out of order",
-				    "run of 0 writes", "run of 129 writes", "reserved field set",
-				    "length over 2^44"};
+	const char *what[NCASES] = {"wrong magic",
+				    "version 1 (no strided descriptors)",
+				    "unknown type",
+				    "second HELLO",
+				    "ACK sent by P",
+				    "seq out of order",
+				    "run of 0 writes",
+				    "run of 129 writes",
+				    "stride on a plain write",
+				    "length over 2^44",
+				    "strided: count over LC_WRITE_MAX_COUNT",
+				    "strided: stride under the block length",
+				    "strided: span overflowing 2^64",
+				    "strided: payload over 2^44"};
 	for (int k = 0; k < NCASES; k++) {
-		uint64_t mal0 = counter("frames_malformed");
+		uint64_t mal0 = counter("frames_malformed"), range0 = counter("writes_rejected_range");
 		int fd = raw_connect();
 		TU_CHECK(handshake(fd, &T.token) == 0, "token refused");
 		uint8_t f[LC__TCP_HDR_LEN + LC__TCP_DESC_LEN] = {0};
 		lc__tcp_run_hdr_t h = {.n = 1, .room = ROOM, .seq = 0};
 		lc__tcp_desc_t d = {.region = reg, .offset = G_OFF, .length = 16};
-		wdesc_t w = {reg, G_OFF, 16, 0};
+		wdesc_t w = {reg, G_OFF, 16, 0, 0};
 		switch (k) {
 		case BAD_MAGIC:
 		case BAD_VERSION:
@@ -410,7 +426,7 @@ static int case_tcp_forged(void)
 			if (k == BAD_MAGIC)
 				f[0] ^= 0xff;
 			else if (k == BAD_VERSION)
-				f[3] = 2;
+				f[3] = 1;
 			else
 				f[2] = 0x7f;
 			send_all(fd, f, sizeof f);
@@ -431,9 +447,31 @@ static int case_tcp_forged(void)
 			lc__tcp_encode_run(f, &h);
 			send_all(fd, f, LC__TCP_HDR_LEN);
 			break;
-		case RESERVED:
-			w.reserved = 1;
+		case PLAIN_STRIDE:
+			w.stride = 64;
 			send_run(fd, ROOM, 0, &w, 1, 0x55);
+			break;
+		case STRIDED_MANY:
+			w.count = LC_WRITE_MAX_COUNT + 1;
+			w.stride = 16;
+			send_run(fd, ROOM, 0, &w, 1, 0x55);
+			break;
+		case STRIDED_OVERLAP:
+			w.count = 4;
+			w.stride = 8;
+			send_run(fd, ROOM, 0, &w, 1, 0x55);
+			break;
+		case STRIDED_WRAP:
+			w.count = 4;
+			w.stride = UINT64_MAX / 2;
+			send_run(fd, ROOM, 0, &w, 1, 0x55);
+			break;
+		case STRIDED_HUGE:
+			w.count = 2; /* each block under 2^44, both over it */
+			w.length = (1ull << 43) + 1;
+			w.stride = 1ull << 44;
+			send_run(fd, ROOM, 0, &w, 1, 0x55);
+			send_all(fd, "xxxxxxxxxxxxxxxx", 16);
 			break;
 		case HUGE_LENGTH:
 			w.length = (1ull << 44) + 1;
@@ -444,6 +482,10 @@ static int case_tcp_forged(void)
 		TU_CHECK(closed_by_peer(fd, 3000), "%s: lane not closed", what[k]);
 		close(fd);
 		TU_CHECK(counter("frames_malformed") == mal0 + 1, "%s: not counted", what[k]);
+		/* A strided shape breaking the rules is also counted as such. */
+		bool shape = k == STRIDED_MANY || k == STRIDED_OVERLAP || k == STRIDED_WRAP;
+		TU_CHECK(!shape || counter("writes_rejected_range") == range0 + 1,
+			 "%s: writes_rejected_range not counted", what[k]);
 		fprintf(stderr, "ok: %s -> lane closed, counted\n", what[k]);
 	}
 	TU_CHECK(written_outside(0, 0) == 0, "a forged frame landed bytes");

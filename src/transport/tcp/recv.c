@@ -68,6 +68,8 @@
 /* What an fd of a listener task is. */
 #define LISTEN_TAG 0
 #define LANE_TAG 1
+/* iovecs per readv: a run's payloads, a strided write's blocks one each. */
+#define READ_IOV 1024
 
 /* ====================================================================
  * Receiver state.
@@ -91,7 +93,14 @@ typedef struct rwrite {
 			  * payload bounces through a slot and lc__land_copy_async */
 	uint32_t inflight; /* its copies queued and not reaped */
 	uint32_t region;
-	uint64_t offset, len;
+	uint64_t offset, len; /* len: payload bytes on the wire */
+	/* A strided write (count > 1): count blocks of blen bytes, stride
+	 * apart from offset at D; its landing spans them all. Into device
+	 * memory it is landed block by block synchronously (sdev): its bytes
+	 * are read into scratch and copied by lc__land_copy, no bounce slot. */
+	uint32_t count;
+	uint64_t blen, stride;
+	bool sdev;
 	int code, detail; /* the rejection, when dst is NULL */
 } rwrite_t;
 
@@ -395,6 +404,39 @@ static void slots_reap(tcp_listener_t *tl)
 
 /* ---- receiver: writes ---- */
 
+/* Land n payload bytes at byte `at` of w's payload on the wire (a strided
+ * write's bytes go to their blocks). */
+static int land_stream(rwrite_t *w, uint64_t at, const uint8_t *src, uint64_t n)
+{
+	if (w->count <= 1)
+		return lc__land_copy(&w->land, at, src, n);
+	while (n) {
+		uint64_t blk = at / w->blen, in = at % w->blen;
+		uint64_t k = LC__MIN(n, w->blen - in);
+		int rc = lc__land_copy(&w->land, blk * w->stride + in, src, k);
+		if (rc)
+			return rc;
+		at += k;
+		src += k;
+		n -= k;
+	}
+	return 0;
+}
+
+/* All of w's bytes are in place: count it (a strided write once, its
+ * blocks' bytes and ranges each) and release its grant. */
+static void land_finish(rwrite_t *w)
+{
+	if (w->count <= 1) {
+		lc__land_done(&w->land, true);
+		return;
+	}
+	for (uint32_t k = 0; k < w->count; k++)
+		lc__land_block_done(&w->land, (uint64_t)k * w->stride, w->blen);
+	LC__COUNT(w->land.ctx, writes_applied);
+	lc__land_done(&w->land, false);
+}
+
 /* Write run_i is complete (in place, or discarded). */
 static void write_done(rlane_t *r)
 {
@@ -413,7 +455,7 @@ static void write_done(rlane_t *r)
 						    .code = w->dst ? 0 : w->code,
 						    .detail = w->detail};
 	} else if (w->dst) {
-		lc__land_done(&w->land, true);
+		land_finish(w);
 		r->unacked_bytes += w->len;
 	} else {
 		out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_REJECT,
@@ -471,12 +513,26 @@ static int on_run(rlane_t *r, const uint8_t *p)
 	lc__tcp_decode_run(p, &h);
 	if (h.seq != r->seq)
 		return LC_ERR_PROTO;
+	uint64_t span[LC__TCP_MAX_RUN];
 	for (uint32_t i = 0; i < h.n; i++) {
 		lc__tcp_desc_t d;
 		lc__tcp_decode_desc(p + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN, &d);
-		if (d.reserved || d.length > LC__TCP_MAX_WRITE)
+		uint64_t bytes = lc__tcp_desc_bytes(&d);
+		if (bytes > LC__TCP_MAX_WRITE || (d.count <= 1 && d.stride))
 			return LC_ERR_PROTO;
-		r->run[i] = (rwrite_t){.region = d.region, .offset = d.offset, .len = d.length};
+		/* A strided shape that breaks the rules (count over the cap,
+		 * overlapping blocks, a span that overflows) is a malformed
+		 * frame: the span check counts and logs it, the lane closes. */
+		span[i] = d.length;
+		if (d.count > 1 && lc__land_strided_span(r->tl->ctx, h.room, d.offset, d.length,
+							 d.count, d.stride, &span[i]))
+			return LC_ERR_PROTO;
+		r->run[i] = (rwrite_t){.region = d.region,
+				       .offset = d.offset,
+				       .len = bytes,
+				       .count = d.count > 1 ? d.count : 1,
+				       .blen = d.length,
+				       .stride = d.count > 1 ? d.stride : 0};
 	}
 	for (uint32_t i = 0; i < h.n; i++) {
 		rwrite_t *w = &r->run[i];
@@ -485,10 +541,12 @@ static int on_run(rlane_t *r, const uint8_t *p)
 			w->land = (lc__land_t){.ctx = r->tl->ctx};
 			continue;
 		}
-		w->code = lc__land_open(r->tl->ctx, h.room, w->region, w->offset, w->len, &w->land);
+		/* A strided write's whole span is checked at once. */
+		w->code = lc__land_open(r->tl->ctx, h.room, w->region, w->offset, span[i], &w->land);
 		w->detail = LC__TCP_REJECT_CHECK;
-		w->dev = !w->code && w->land.dev;
-		w->dst = w->code ? NULL : w->dev ? w->land.dev : w->land.dst;
+		w->sdev = !w->code && w->land.dev && w->count > 1;
+		w->dev = !w->code && w->land.dev && !w->sdev;
+		w->dst = w->code ? NULL : w->land.dev ? w->land.dev : w->land.dst;
 	}
 	r->room = h.room;
 	r->run_n = h.n;
@@ -528,8 +586,11 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 static void payload_from_stage(rlane_t *r, size_t n)
 {
 	rwrite_t *w = &r->run[r->run_i];
-	if (w->dst && lc__land_copy(&w->land, r->done, r->stage + r->st_pos, n))
+	int rc = w->dst ? land_stream(w, r->done, r->stage + r->st_pos, n) : 0;
+	if (rc == LC_ERR_GRANT || (rc && !w->sdev))
 		revoked_run(r, w->land.g);
+	else if (rc)
+		write_drop(w, LC_ERR_IO, LC__TCP_REJECT_CHECK);
 	r->done += n;
 	r->st_pos += n;
 	run_advance(r);
@@ -597,6 +658,10 @@ static int run_iov(rlane_t *r, struct iovec *iov, const lc__land_t **g)
 	bool whole = true;
 	*g = NULL;
 	for (uint32_t i = r->run_i; i < r->run_n && whole; i++) {
+		if (n >= READ_IOV - 2) { /* out of iovecs: next readv */
+			whole = false;
+			break;
+		}
 		rwrite_t *w = &r->run[i];
 		uint64_t skip = i == r->run_i ? r->done : 0, left = w->len - skip;
 		if (!left)
@@ -630,9 +695,29 @@ static int run_iov(rlane_t *r, struct iovec *iov, const lc__land_t **g)
 						  LC__MIN(left, (uint64_t)(BOUNCE_LEN - s->fill))};
 			break;
 		}
+		if (w->sdev && w->dst) { /* into scratch, landed by run_distribute */
+			whole = false;
+			iov[n++] = (struct iovec){r->tl->scratch,
+						  LC__MIN(left, (uint64_t)SCRATCH_LEN)};
+			break;
+		}
 		if (w->dst && *g && w->land.g != (*g)->g) {
 			whole = false; /* another grant entry: next readv */
 			break;
+		}
+		if (w->dst && w->count > 1) { /* each block straight into place */
+			*g = &w->land;
+			for (uint64_t at = skip; at < w->len;) {
+				if (n == READ_IOV - 1) {
+					whole = false;
+					break;
+				}
+				uint64_t blk = at / w->blen, in = at % w->blen;
+				iov[n++] = (struct iovec){w->dst + blk * w->stride + in,
+							  w->blen - in};
+				at += w->blen - in;
+			}
+			continue;
 		}
 		if (w->dst) {
 			*g = &w->land;
@@ -657,6 +742,13 @@ static void run_distribute(rlane_t *r, const struct iovec *iov, int n, size_t go
 		}
 		size_t t = LC__MIN(got, iov[k].iov_len);
 		rwrite_t *w = &r->run[r->run_i];
+		if (w->sdev && w->dst && iov[k].iov_base == (void *)r->tl->scratch) {
+			int rc = land_stream(w, r->done, r->tl->scratch, t);
+			if (rc == LC_ERR_GRANT)
+				revoked_run(r, w->land.g);
+			else if (rc)
+				write_drop(w, LC_ERR_IO, LC__TCP_REJECT_CHECK);
+		}
 		r->done += t;
 		if (r->fill && iov[k].iov_base == r->fill->buf + r->fill->fill) {
 			r->fill->fill += t;
@@ -672,7 +764,7 @@ static void run_distribute(rlane_t *r, const struct iovec *iov, int n, size_t go
  * frame(s) into staging. Outside a run: staging only. */
 static ssize_t rlane_read(rlane_t *r)
 {
-	struct iovec iov[LC__TCP_MAX_RUN + 1];
+	struct iovec iov[READ_IOV];
 	const lc__land_t *g = NULL;
 	int n = 1;
 	iov[0] = (struct iovec){r->stage + r->st_len, STAGE_READ};

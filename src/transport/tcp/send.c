@@ -71,6 +71,7 @@ typedef struct built {
 	size_t idx, n; /* writes [idx, idx+n) of s */
 	size_t off0;   /* bytes of the frame sent before this sendmsg */
 	size_t left;   /* bytes of the frame this sendmsg carries */
+	bool whole;    /* they reach the frame's end (else: out of iovecs) */
 } built_t;
 
 struct tcp_conn;
@@ -375,10 +376,12 @@ static void on_reject(lane_t *ln, const lc__tcp_ctrl_t *f)
 	size_t i = s->first + s->acked;
 	const lc_write_t *w = &s->b->writes[i];
 	lc__batch_fail(s->b, f->status,
-		       "tcp://%s:%d: write %zu (region %u, offset %llu, %llu bytes, room %llu) "
-		       "rejected: %s%s",
+		       "tcp://%s:%d: write %zu (region %u, offset %llu, %u x %llu bytes %llu "
+		       "apart, room %llu) rejected: %s%s",
 		       ln->tc->host, ln->tc->port, i, w->remote_region,
-		       (unsigned long long)w->remote_offset, (unsigned long long)w->length,
+		       (unsigned long long)w->remote_offset, w->count > 1 ? w->count : 1,
+		       (unsigned long long)w->length,
+		       (unsigned long long)(w->count > 1 ? w->remote_stride : w->length),
 		       (unsigned long long)s->b->room, lc_err_name(f->status),
 		       f->b == LC__TCP_REJECT_REVOKED ? ", grant revoked mid-write" : "");
 	s->acked++;
@@ -444,60 +447,87 @@ static void lane_read(lane_t *ln, uint64_t now)
 
 /* ---- sending ---- */
 
+/* A write's payload bytes on the wire (every block of a strided one). */
+static uint64_t wire_bytes(const lc_write_t *w)
+{
+	return w->count > 1 ? (uint64_t)w->count * w->length : w->length;
+}
+
 /* Header and descriptor table of a frame carrying writes [idx, idx+n). */
 static size_t encode_frame(uint8_t *p, const seg_t *s, size_t idx, size_t n, uint64_t seq)
 {
 	lc__tcp_encode_run(p, &(lc__tcp_run_hdr_t){(uint32_t)n, s->b->room, seq});
 	for (size_t i = 0; i < n; i++) {
 		const lc_write_t *w = &s->b->writes[idx + i];
-		lc__tcp_desc_t d = {w->remote_region, 0, w->remote_offset, w->length};
+		lc__tcp_desc_t d = {w->remote_region, w->count > 1 ? w->count : 0,
+				    w->remote_offset, w->length,
+				    w->count > 1 ? w->remote_stride : 0};
 		lc__tcp_encode_desc(p + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN, &d);
 	}
 	return LC__TCP_HDR_LEN + n * LC__TCP_DESC_LEN;
 }
 
-/* Drop the first `off` bytes of iov[first..*niov). */
-static void iov_skip(struct iovec *iov, int first, int *niov, size_t off)
-{
-	int i = first;
-	while (off && off >= iov[i].iov_len)
-		off -= iov[i++].iov_len;
-	iov[i].iov_base = (uint8_t *)iov[i].iov_base + off;
-	iov[i].iov_len -= off;
-	memmove(&iov[first], &iov[i], (size_t)(*niov - i) * sizeof *iov);
-	*niov -= i - first;
-}
-
 typedef struct build_state {
 	int niov;
 	size_t hused, total, nf;
+	size_t skip;  /* bytes of the frame being described still to skip */
+	size_t bytes; /* bytes of it described */
+	bool full;    /* out of iovecs */
 } build_state_t;
 
+/* Describe [p, p+len) of the frame being built, past its first st->skip
+ * bytes, in tc->iov. */
+static void build_piece(tcp_conn_t *tc, build_state_t *st, const void *p, size_t len)
+{
+	if (st->full || !len)
+		return;
+	if (st->skip >= len) {
+		st->skip -= len;
+		return;
+	}
+	p = (const uint8_t *)p + st->skip;
+	len -= st->skip;
+	st->skip = 0;
+	if (st->niov == MAX_IOV) {
+		st->full = true;
+		return;
+	}
+	tc->iov[st->niov++] = (struct iovec){(void *)(uintptr_t)p, len};
+	st->bytes += len;
+}
+
 /* Describe one frame (writes [idx, idx+n) of s, `off` bytes already sent)
- * in tc->iov; false if it does not fit in this sendmsg. */
-static bool build_frame(lane_t *ln, build_state_t *st, seg_t *s, size_t idx, size_t n, size_t off,
-			uint64_t seq)
+ * in tc->iov, as far as the iovecs go (a strided write's blocks are one
+ * iovec each, up to LC_WRITE_MAX_COUNT of them: such a frame may take
+ * several sendmsgs). 0: nothing described (no room); 1: all of it; 2:
+ * part of it, the sendmsg is full. */
+static int build_frame(lane_t *ln, build_state_t *st, seg_t *s, size_t idx, size_t n, size_t off,
+		       uint64_t seq)
 {
 	tcp_conn_t *tc = ln->tc;
-	size_t tlen = LC__TCP_HDR_LEN + n * LC__TCP_DESC_LEN, bytes = tlen;
-	if (st->niov + (int)n + 1 > MAX_IOV || st->hused + tlen > HBUF_LEN ||
+	size_t tlen = LC__TCP_HDR_LEN + n * LC__TCP_DESC_LEN;
+	if (st->niov + 2 > MAX_IOV || st->hused + tlen > HBUF_LEN ||
 	    st->nf == LC__ARRAY_SIZE(tc->built))
-		return false;
+		return 0;
 	uint8_t *h = tc->hbuf + st->hused;
 	encode_frame(h, s, idx, n, seq);
-	int first = st->niov;
-	tc->iov[st->niov++] = (struct iovec){h, tlen};
-	for (size_t i = 0; i < n; i++) {
+	st->skip = off;
+	st->bytes = 0;
+	build_piece(tc, st, h, tlen);
+	for (size_t i = 0; i < n && !st->full; i++) {
 		const lc_write_t *w = &s->b->writes[idx + i];
-		tc->iov[st->niov++] = (struct iovec){(void *)(uintptr_t)w->local, w->length};
-		bytes += w->length;
+		const uint8_t *src = (const uint8_t *)(uintptr_t)w->local;
+		if (w->count <= 1 || w->local_stride == w->length) { /* contiguous */
+			build_piece(tc, st, src, wire_bytes(w));
+			continue;
+		}
+		for (uint32_t k = 0; k < w->count && !st->full; k++)
+			build_piece(tc, st, src + (uint64_t)k * w->local_stride, w->length);
 	}
-	if (off)
-		iov_skip(tc->iov, first, &st->niov, off);
 	st->hused += tlen;
-	st->total += bytes - off;
-	tc->built[st->nf++] = (built_t){s, idx, n, off, bytes - off};
-	return true;
+	st->total += st->bytes;
+	tc->built[st->nf++] = (built_t){s, idx, n, off, st->bytes, !st->full};
+	return st->full ? 2 : 1;
 }
 
 /* Describe the frames at the cursor in tc->iov; returns the frame count. */
@@ -515,7 +545,8 @@ static size_t lane_build(lane_t *ln, build_state_t *st)
 			continue;
 		}
 		size_t n = off ? ln->run_n : LC__MIN(s->end - idx, (size_t)LC__TCP_MAX_RUN);
-		if (!build_frame(ln, st, s, idx, n, off, seq))
+		int built = build_frame(ln, st, s, idx, n, off, seq);
+		if (built != 1)
 			break;
 		seq += n;
 		idx += n;
@@ -530,9 +561,9 @@ static void lane_advance(lane_t *ln, size_t nf, size_t w)
 	for (size_t i = 0; i < nf; i++) {
 		built_t *f = &ln->tc->built[i];
 		ln->cur = f->s;
-		if (w < f->left) {
+		if (w < f->left || !f->whole) {
 			ln->cur_idx = f->idx;
-			ln->cur_off = f->off0 + w;
+			ln->cur_off = f->off0 + LC__MIN(w, f->left);
 			ln->run_n = f->n;
 			return;
 		}
@@ -717,8 +748,8 @@ static segblock_t *split(lc__batch_t *b, int lanes)
 		*s = (seg_t){.b = b, .blk = blk, .first = i};
 		uint64_t goal = b->bytes / want * (k + 1);
 		do {
-			acc += b->writes[i].length;
-			s->bytes += b->writes[i++].length;
+			acc += wire_bytes(&b->writes[i]);
+			s->bytes += wire_bytes(&b->writes[i++]);
 		} while (i < b->nwrites && (acc < goal || k + 1 == want));
 		s->end = i;
 	}

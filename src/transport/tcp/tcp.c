@@ -4,6 +4,7 @@
 
 const lc__transport_ops_t lc__tcp_ops = {
 	.scheme = "tcp",
+	.strided = true, /* one descriptor per strided write (wire.h) */
 	.listen = lc__tcp_listen,
 	.listener_close = lc__tcp_listener_close,
 	.conn_open = lc__tcp_conn_open,

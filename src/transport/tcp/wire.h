@@ -1,8 +1,8 @@
 /*
- * The tcp:// wire format (version 1), shared by both ends of a lane. Every
+ * The tcp:// wire format (version 2), shared by both ends of a lane. Every
  * integer is little-endian; every frame starts with the same four bytes:
  *
- *   u16 magic 0x434C ("LC" on the wire)   u8 type   u8 version (1)
+ *   u16 magic 0x434C ("LC" on the wire)   u8 type   u8 version (2)
  *
  * then 20 more bytes of header; a WRITES frame also carries a table and
  * payloads whose sizes its header gives, so a reader always knows how many
@@ -10,9 +10,16 @@
  *
  *   WRITES (sender -> receiver): a run of n writes of one room
  *     4 u32 n (1..LC__TCP_MAX_RUN)   8 u64 room   16 u64 seq of the first write
- *     then n descriptors of 24 bytes:
- *       0 u32 region   4 u32 reserved (0)   8 u64 offset   16 u64 length
+ *     then n descriptors of 32 bytes:
+ *       0 u32 region   4 u32 count   8 u64 offset   16 u64 length
+ *       24 u64 stride
  *     then the n payloads, back to back, in descriptor order.
+ *     count 0 or 1: a plain write of `length` bytes at offset (stride 0).
+ *     count 2..LC_WRITE_MAX_COUNT: a strided write, count blocks of
+ *     `length` bytes landing `stride` (>= length) apart from offset; its
+ *     payload is the blocks' bytes back to back (count * length). The
+ *     sender's source stride stays at the sender: it gathers the blocks
+ *     (or sends the staged packed copy of a device source).
  *
  *   control frames (24 bytes in all)
  *     4 i32 status   8 u64 a   16 u64 b
@@ -41,9 +48,9 @@
 #include "core/common.h"
 
 #define LC__TCP_MAGIC 0x434Cu
-#define LC__TCP_VERSION 1u
+#define LC__TCP_VERSION 2u /* 2: strided descriptors (count, stride) */
 #define LC__TCP_HDR_LEN 24u  /* every frame's header; all of a control frame */
-#define LC__TCP_DESC_LEN 24u /* one write in a WRITES table */
+#define LC__TCP_DESC_LEN 32u /* one write in a WRITES table */
 #define LC__TCP_MAX_RUN 128u /* writes per WRITES frame */
 #define LC__TCP_CTRL_LEN LC__TCP_HDR_LEN
 /* A write longer than this is a malformed frame, not a big write: it keeps
@@ -71,9 +78,16 @@ typedef struct lc__tcp_run_hdr {
 } lc__tcp_run_hdr_t;
 
 typedef struct lc__tcp_desc {
-	uint32_t region, reserved;
-	uint64_t offset, length;
+	uint32_t region, count; /* count 0 or 1: plain */
+	uint64_t offset, length, stride;
 } lc__tcp_desc_t;
+
+/* Payload bytes of a descriptor on the wire; UINT64_MAX if they overflow. */
+static inline uint64_t lc__tcp_desc_bytes(const lc__tcp_desc_t *d)
+{
+	uint64_t k = d->count > 1 ? d->count : 1;
+	return d->length > UINT64_MAX / k ? UINT64_MAX : d->length * k;
+}
 
 typedef struct lc__tcp_ctrl {
 	uint8_t type;
@@ -99,9 +113,10 @@ static inline void lc__tcp_encode_run(uint8_t *p, const lc__tcp_run_hdr_t *h)
 static inline void lc__tcp_encode_desc(uint8_t *p, const lc__tcp_desc_t *d)
 {
 	lc__put_u32(p, d->region);
-	lc__put_u32(p + 4, 0);
+	lc__put_u32(p + 4, d->count);
 	lc__put_u64(p + 8, d->offset);
 	lc__put_u64(p + 16, d->length);
+	lc__put_u64(p + 24, d->stride);
 }
 
 static inline void lc__tcp_encode_ctrl(uint8_t *p, const lc__tcp_ctrl_t *c)
@@ -140,9 +155,10 @@ static inline void lc__tcp_decode_run(const uint8_t *p, lc__tcp_run_hdr_t *h)
 static inline void lc__tcp_decode_desc(const uint8_t *p, lc__tcp_desc_t *d)
 {
 	d->region = lc__get_u32(p);
-	d->reserved = lc__get_u32(p + 4);
+	d->count = lc__get_u32(p + 4);
 	d->offset = lc__get_u64(p + 8);
 	d->length = lc__get_u64(p + 16);
+	d->stride = lc__get_u64(p + 24);
 }
 
 static inline void lc__tcp_decode_ctrl(const uint8_t *p, lc__tcp_ctrl_t *c)
