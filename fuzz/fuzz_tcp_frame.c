@@ -3,9 +3,10 @@
  * headers, descriptor tables, payloads), fed through its real read path.
  *
  * tcp/recv.c has no parse function of its own that a fuzzer could call: the
- * parser is the receiving lane's state machine (rlane_pump -> readv ->
+ * parser is the receiving lane's state machine (lc__tcp_rlane_pump -> readv ->
  * consume_stage -> frame_from_stage -> on_hello / on_run -> payloads
- * straight into registered memory). So this target includes tcp/recv.c and
+ * straight into registered memory). So this target includes tcp/recv.c (and
+ * tcp/listen.c, for closing the lane) and
  * drives one receiving lane over a socketpair, exactly as the listener's
  * I/O-core task does after accept(), minus epoll.
  *
@@ -20,6 +21,7 @@
  * has no grant, is never written.
  */
 #include "transport/tcp/recv.c"
+#include "transport/tcp/listen.c"
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -119,7 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			revoked = true;
 		}
 		r->readable = true;
-		rlane_pump(r);
+		lc__tcp_rlane_pump(r);
 		drain(sv[1]);
 		if (w <= 0 && !r->readable)
 			break; /* the lane stopped reading (paused): the sender would wait */
@@ -128,7 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int k = 0; k < 64 && !r->dead; k++) {
 		r->readable = true;
 		r->writable = true;
-		rlane_pump(r);
+		lc__tcp_rlane_pump(r);
 		drain(sv[1]);
 	}
 	rlane_close(&tl, r); /* closes sv[0], releases grant references */

@@ -212,7 +212,7 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 	for (size_t i = 0; i < n; i++) {
 		const lc_write_t *w = &writes[i];
 		lc__region_info_t src;
-		uint64_t ls, rs;
+		uint64_t ls = 0, rs = 0; /* set by strided_span, checked above (Release builds cannot see it) */
 		if (w->length == 0)
 			continue; /* lands nothing; complete with the rest */
 		strided_span(w, &ls, &rs);

@@ -19,6 +19,9 @@
  * copies completed (and a REJECT, which acknowledges what precedes it,
  * waits in that queue too). Each copy holds the room's grant bracket, so
  * lc_grant_revoke waits for the room's copies in flight.
+ *
+ * The listening socket, accepting and closing lanes and the listener task
+ * are in listen.c; the state both files share in recv_int.h.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -32,151 +35,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "transport/stage.h"
-#include "transport/tcp/tcp_int.h"
 
-/* How much one read may put in the staging buffer (which also holds a
- * partial header and table): small, so that payload bytes that land there
- * and are copied again cost little; large enough to carry a frame's table
- * and dozens of tiny writes per syscall. */
-#define STAGE_READ (4u << 10)
-#define STAGE_CAP (STAGE_READ + LC__TCP_HDR_LEN + LC__TCP_MAX_RUN * LC__TCP_DESC_LEN)
-#define SCRATCH_LEN (64u << 10)
-/* Device-kind payloads are read into host bounce slots, each landed by the
- * seam's copy engine with one copy when full or at the write's end: large,
- * so that the hand-off to the engine is paid per MiB, not per 64 KiB; a
- * few of them, so that copies overlap the reads of the next slots. */
-#define BOUNCE_LEN (1u << 20)
-#define NSLOTS 8
-/* Pending writes per lane (copies in flight, or queued behind such); a
- * lane reads on only while a whole run more would fit. */
-#define PEND_CAP (2 * LC__TCP_MAX_RUN + NSLOTS)
-/* Bound on waiting for a closing lane's copies in flight. */
-#define CLOSE_WAIT_NS 5000000000ull
-/* Acknowledge at least every ACK_BYTES applied, and whenever the socket
- * runs dry; bytes one lane may read before others get a turn. */
-#define ACK_BYTES (1u << 20)
-#define PUMP_BUDGET (16u << 20)
-#define OUT_FRAMES (LC__TCP_MAX_RUN + 16u)
-#define OUT_CAP (OUT_FRAMES * LC__TCP_CTRL_LEN)
-#define MAX_ACCEPTED 1024
-/* Connections accepted per event on the listening socket (level-triggered:
- * the rest come next round), well under tcp_pending_per_addr's default, so
- * that a real peer's HELLO is read before newer connections can make it
- * the oldest pending one. */
-#define ACCEPT_BURST 16
-/* What an fd of a listener task is. */
-#define LISTEN_TAG 0
-#define LANE_TAG 1
-/* iovecs per readv: a run's payloads, a strided write's blocks one each. */
-#define READ_IOV 1024
-
-/* ====================================================================
- * Receiver state.
- *
- * Threading: the listener's I/O thread owns every rlane and the scratch
- * buffer; listen() and listener_close() touch them only before the thread
- * starts and after it is joined. Shared state is reached only through the
- * context's thread-safe helpers (the memory seam, counters, tokens). The
- * one exception is a bounce slot's copy completion, on the copy engine's
- * thread: it writes only the slot's status, state and in_cb (atomics),
- * then kicks the task; the I/O thread reaps DONE slots (slots_reap).
- * ==================================================================== */
-
-enum rphase { R_HELLO, R_HDR, R_RUN };
-
-/* One write of the run being received. */
-typedef struct rwrite {
-	uint8_t *dst;      /* NULL: rejected, the payload is discarded */
-	lc__land_t land;   /* the seam's landing, until the payload is in place */
-	bool dev;          /* device memory: dst is land.dev, never read into; the
-			  * payload bounces through a slot and lc__land_copy_async */
-	uint32_t inflight; /* its copies queued and not reaped */
-	uint32_t region;
-	uint64_t offset, len; /* len: payload bytes on the wire */
-	/* A strided write (count > 1): count blocks of blen bytes, stride
-	 * apart from offset at D; its landing spans them all. Into device
-	 * memory it is landed block by block synchronously (sdev): its bytes
-	 * are read into scratch and copied by lc__land_copy, no bounce slot. */
-	uint32_t count;
-	uint64_t blen, stride;
-	bool sdev;
-	int code, detail; /* the rejection, when dst is NULL */
-} rwrite_t;
-
-/* A bounce slot: FREE -> FILLING (a lane reads a dev write's bytes into
- * it) -> COPYING (lc__land_copy_async queued) -> DONE (the copy engine's
- * thread: status set) -> FREE (reaped by the I/O thread). */
-enum { SLOT_FREE, SLOT_FILLING, SLOT_COPYING, SLOT_DONE };
-typedef struct bslot {
-	struct tcp_listener *tl;
-	uint8_t *buf;    /* BOUNCE_LEN */
-	struct rlane *r; /* the lane, NULL once it closed (I/O thread) */
-	uint64_t seq;    /* the write it lands (the lane's numbering) */
-	uint64_t at;     /* byte of the write at buf[0] */
-	size_t fill;
-	_Atomic int state;
-	_Atomic int in_cb; /* the copy's callback is running */
-	int status;        /* set before DONE */
-	lc__land_async_t a;
-} bslot_t;
-
-/* A write fully received whose completion waits: for its device copies,
- * or behind an older one that does. In lane order (seq). */
-typedef struct pend {
-	uint64_t seq, len;
-	lc__land_t land; /* land.g NULL: nothing left to finish */
-	uint32_t inflight;
-	bool failed;      /* a copy failed */
-	int code, detail; /* a rejection to send, when code */
-} pend_t;
-
-typedef struct rlane {
-	struct tcp_listener *tl;
-	int fd;
-	struct rlane *next, *prev;
-	enum rphase phase;
-	bool readable, writable, paused, dead;
-	uint64_t hello_deadline_ns;
-	uint8_t peer[16]; /* source address (4 or 16 bytes), for the pending caps */
-	uint8_t peer_len;
-	/* the WRITES frame being received: write run_i has `done` bytes */
-	uint64_t room;
-	uint32_t run_n, run_i;
-	uint64_t done;
-	rwrite_t run[LC__TCP_MAX_RUN];
-	/* acknowledgement state */
-	uint64_t seq;   /* writes processed */
-	uint64_t acked; /* writes acknowledged (queued in out) */
-	uint64_t unacked_bytes;
-	uint8_t stage[STAGE_CAP];
-	size_t st_pos, st_len;
-	uint8_t out[OUT_CAP];
-	size_t out_len;
-	lc__io_fd_t iofd;
-	/* device landings */
-	struct bslot *fill; /* the slot run_i's bytes are read into, or NULL */
-	bool slot_wait;     /* stopped: every slot busy */
-	pend_t *pend;       /* PEND_CAP, made at the lane's first device write */
-	uint32_t pend_head, pend_n;
-} rlane_t;
-
-typedef struct tcp_listener {
-	lc_listener_t *l;
-	lc_ctx_t *ctx;
-	int fd;
-	lc__io_task_t task; /* on the context's I/O core */
-	lc__io_fd_t lfd;    /* the listening socket (tag LISTEN_TAG) */
-	rlane_t *lanes;     /* doubly linked */
-	size_t nlanes;
-	uint64_t hello_ns;
-	size_t pending_max, pending_per_addr; /* lanes before their HELLO */
-	uint64_t evicted;
-	int sockbuf;
-	uint8_t scratch[SCRATCH_LEN];
-	bslot_t slots[NSLOTS]; /* device-kind payloads; buffers made at first use */
-	bool slots_made;
-} tcp_listener_t;
+#include "transport/tcp/recv_int.h"
 
 /* ---- receiver: output (acks, rejects, hello replies) ---- */
 
@@ -191,7 +51,7 @@ static void out_push(rlane_t *r, const lc__tcp_ctrl_t *f)
 	r->out_len += LC__TCP_CTRL_LEN;
 }
 
-static void rlane_flush(rlane_t *r)
+void lc__tcp_rlane_flush(rlane_t *r)
 {
 	while (r->out_len && r->writable) {
 		ssize_t n = send(r->fd, r->out, r->out_len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -235,12 +95,12 @@ static bool pend_room(const rlane_t *r)
 }
 
 /* Whether the lane must not read or consume now. */
-static bool rlane_held(const rlane_t *r)
+bool lc__tcp_rlane_held(const rlane_t *r)
 {
 	return r->slot_wait || !pend_room(r);
 }
 
-static pend_t *pend_at(rlane_t *r, uint32_t k)
+pend_t *lc__tcp_pend_at(rlane_t *r, uint32_t k)
 {
 	return &r->pend[(r->pend_head + k) % PEND_CAP];
 }
@@ -317,8 +177,8 @@ static void slot_flush(rlane_t *r)
 static void pend_complete(rlane_t *r)
 {
 	bool any = false;
-	while (r->pend_n && !pend_at(r, 0)->inflight) {
-		pend_t *e = pend_at(r, 0);
+	while (r->pend_n && !lc__tcp_pend_at(r, 0)->inflight) {
+		pend_t *e = lc__tcp_pend_at(r, 0);
 		bool ok = !e->failed && !e->code;
 		if (e->land.g)
 			lc__land_done(&e->land, ok);
@@ -338,7 +198,7 @@ static void pend_complete(rlane_t *r)
 	}
 	if (any) {
 		rlane_ack(r);
-		rlane_flush(r);
+		lc__tcp_rlane_flush(r);
 	}
 }
 
@@ -358,7 +218,7 @@ static void copy_reaped(rlane_t *r, uint64_t seq, int status)
 		return;
 	}
 	for (uint32_t k = 0; k < r->pend_n; k++) {
-		pend_t *e = pend_at(r, k);
+		pend_t *e = lc__tcp_pend_at(r, k);
 		if (e->seq != seq)
 			continue;
 		e->inflight--;
@@ -372,7 +232,7 @@ static void copy_reaped(rlane_t *r, uint64_t seq, int status)
 }
 
 /* I/O thread: reap completed copies; lanes stopped for a slot go on. */
-static void slots_reap(tcp_listener_t *tl)
+void lc__tcp_slots_reap(tcp_listener_t *tl)
 {
 	bool freed = false, free_slot = false;
 	for (int i = 0; tl->slots_made && i < NSLOTS; i++) {
@@ -448,7 +308,7 @@ static void write_done(rlane_t *r)
 		 * write whose copies are: completed in order by pend_complete.
 		 * A dropped write's landing is done already (g NULL) unless
 		 * copies are in flight. */
-		*pend_at(r, r->pend_n++) = (pend_t){.seq = r->seq,
+		*lc__tcp_pend_at(r, r->pend_n++) = (pend_t){.seq = r->seq,
 						    .len = w->len,
 						    .land = w->land,
 						    .inflight = w->inflight,
@@ -469,7 +329,7 @@ static void write_done(rlane_t *r)
 	r->done = 0;
 	if (r->unacked_bytes >= ACK_BYTES) {
 		rlane_ack(r);
-		rlane_flush(r);
+		lc__tcp_rlane_flush(r);
 	}
 }
 
@@ -569,7 +429,7 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 	lc__put_u64(token + 8, f.b);
 	bool ok = lc__ctx_token_accepted(r->tl->ctx, has ? token : NULL, has);
 	out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_HELLO_REPLY, .status = ok ? 0 : LC_ERR_AUTH});
-	rlane_flush(r);
+	lc__tcp_rlane_flush(r);
 	if (!ok) {
 		LC__COUNT(r->tl->ctx, conns_rejected_auth);
 		LC__WARN("tcp: rejected a connection: %s",
@@ -617,7 +477,7 @@ static int frame_from_stage(rlane_t *r)
 	if (avail < need)
 		return 0;
 	if (out_free(r) < n + 2 + r->pend_n)
-		rlane_flush(r);
+		lc__tcp_rlane_flush(r);
 	if (out_free(r) < n + 2 + r->pend_n) {
 		r->paused = true; /* the sender is not reading: stop reading too */
 		return 0;
@@ -631,7 +491,7 @@ static int frame_from_stage(rlane_t *r)
 static int consume_stage(rlane_t *r)
 {
 	int rc = 1;
-	while (rc > 0 && !rlane_held(r)) {
+	while (rc > 0 && !lc__tcp_rlane_held(r)) {
 		size_t avail = r->st_len - r->st_pos;
 		if (r->phase == R_RUN) {
 			if (!avail)
@@ -798,13 +658,13 @@ static void rlane_bad(rlane_t *r, int rc)
 		 (unsigned long long)r->seq);
 }
 
-static void rlane_pump(rlane_t *r)
+void lc__tcp_rlane_pump(rlane_t *r)
 {
 	size_t budget = PUMP_BUDGET;
 	int rc = 0;
-	while (r->readable && !r->paused && !rlane_held(r) && budget) {
+	while (r->readable && !r->paused && !lc__tcp_rlane_held(r) && budget) {
 		rc = consume_stage(r);
-		if (rc < 0 || r->paused || rlane_held(r))
+		if (rc < 0 || r->paused || lc__tcp_rlane_held(r))
 			break;
 		ssize_t got = rlane_read(r);
 		if (got == -2)
@@ -823,329 +683,5 @@ static void rlane_pump(rlane_t *r)
 	if (rc < 0)
 		rlane_bad(r, rc);
 	rlane_ack(r);
-	rlane_flush(r);
-}
-
-/* ---- receiver: lanes ---- */
-
-/* Wait (bounded) until no copy of lane r (NULL: any) is in flight; false
- * if some still is. Their slots are freed; the landings stay open. */
-static bool slots_quiesce(tcp_listener_t *tl, rlane_t *r)
-{
-	uint64_t until = lc__now_ns() + CLOSE_WAIT_NS;
-	bool busy = true;
-	while (busy) {
-		busy = false;
-		for (int i = 0; tl->slots_made && i < NSLOTS; i++) {
-			bslot_t *s = &tl->slots[i];
-			int st = atomic_load(&s->state);
-			if (r && s->r != r)
-				continue;
-			if (st == SLOT_COPYING || atomic_load(&s->in_cb)) {
-				busy = true;
-				continue;
-			}
-			if (st != SLOT_FREE) { /* FILLING or DONE */
-				s->r = NULL;
-				atomic_store(&s->state, SLOT_FREE);
-			}
-		}
-		if (busy && lc__now_ns() >= until)
-			return false;
-		if (busy)
-			usleep(100);
-	}
-	return true;
-}
-
-static void rlane_close(tcp_listener_t *tl, rlane_t *r)
-{
-	/* Copies in flight land granted bytes and name this lane: wait for
-	 * them; past the bound, their landings are left open (a leak, logged)
-	 * rather than finished under a copy still holding their bracket. */
-	bool quiet = slots_quiesce(tl, r);
-	if (!quiet) {
-		LC__WARN("tcp: a closing lane's device copies did not complete within %llu ms",
-			 (unsigned long long)(CLOSE_WAIT_NS / 1000000));
-		for (int i = 0; i < NSLOTS; i++)
-			if (tl->slots[i].r == r)
-				tl->slots[i].r = NULL;
-	}
-	r->fill = NULL;
-	for (uint32_t i = r->run_i; r->phase == R_RUN && i < r->run_n; i++)
-		if (r->run[i].land.g && (quiet || !r->run[i].inflight))
-			lc__land_done(&r->run[i].land, false);
-	for (uint32_t k = 0; k < r->pend_n; k++)
-		if (pend_at(r, k)->land.g && (quiet || !pend_at(r, k)->inflight))
-			lc__land_done(&pend_at(r, k)->land, false);
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		tl->lanes = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	tl->nlanes--;
-	lc__io_fd_del(&tl->task, &r->iofd);
-	close(r->fd);
-	free(r->pend);
-	free(r);
-}
-
-/* The source address of an accepted connection, as the pending caps key it. */
-static void peer_key(const struct sockaddr_storage *a, uint8_t key[16], uint8_t *len)
-{
-	*len = 0;
-	if (a->ss_family == AF_INET) {
-		memcpy(key, &((const struct sockaddr_in *)a)->sin_addr, 4);
-		*len = 4;
-	} else if (a->ss_family == AF_INET6) {
-		memcpy(key, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
-		*len = 16;
-	}
-}
-
-static bool same_peer(const rlane_t *r, const uint8_t *key, uint8_t len)
-{
-	return r->peer_len == len && !memcmp(r->peer, key, len);
-}
-
-/* Room for one more connection before its handshake: past a cap the
- * oldest lane still waiting for its HELLO is closed (that address's own
- * when the address has its share), so that idle connections cannot keep a
- * real peer out. Lanes that authenticated are never closed here. */
-static void make_room(tcp_listener_t *tl, const uint8_t *key, uint8_t len)
-{
-	size_t all = 0, same = 0;
-	rlane_t *old_all = NULL, *old_same = NULL;
-	/* Newest first: the last one found is the oldest. */
-	for (rlane_t *r = tl->lanes; r; r = r->next) {
-		if (r->phase != R_HELLO || r->dead)
-			continue;
-		all++;
-		old_all = r;
-		if (same_peer(r, key, len)) {
-			same++;
-			old_same = r;
-		}
-	}
-	rlane_t *v = same >= tl->pending_per_addr                           ? old_same
-		     : all >= tl->pending_max || tl->nlanes >= MAX_ACCEPTED ? old_all
-									    : NULL;
-	if (!v)
-		return;
-	LC__COUNT(tl->ctx, conns_evicted_pending);
-	if (tl->evicted++ % 1024 == 0)
-		LC__WARN("tcp: closing the oldest connection without a handshake to take a new "
-			 "one (%s cap; %llu closed so far)",
-			 v == old_same && same >= tl->pending_per_addr ? "per-address" : "listener",
-			 (unsigned long long)tl->evicted);
-	rlane_close(tl, v);
-}
-
-static void rlane_add(tcp_listener_t *tl, int fd, const struct sockaddr_storage *a)
-{
-	rlane_t *r = NULL;
-	uint8_t key[16], len;
-	peer_key(a, key, &len);
-	make_room(tl, key, len);
-	if (tl->nlanes >= MAX_ACCEPTED || !(r = calloc(1, sizeof *r))) {
-		LC__WARN("tcp: refusing a connection (%zu open)", tl->nlanes);
-		close(fd);
-		return;
-	}
-	/* Readable at once: a peer's HELLO usually came with the connection. */
-	*r = (rlane_t){.tl = tl, .fd = fd, .phase = R_HELLO, .readable = true, .writable = true};
-	r->hello_deadline_ns = lc__now_ns() + tl->hello_ns;
-	memcpy(r->peer, key, len);
-	r->peer_len = len;
-	lc__tcp_sockopts(fd, 0); /* buffers are inherited from the listening socket */
-	if (lc__io_fd_add(&tl->task, &r->iofd, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-			  LANE_TAG)) {
-		close(fd);
-		free(r);
-		return;
-	}
-	r->next = tl->lanes;
-	if (tl->lanes)
-		tl->lanes->prev = r;
-	tl->lanes = r;
-	tl->nlanes++;
-}
-
-static void accept_burst(tcp_listener_t *tl)
-{
-	for (int k = 0; k < ACCEPT_BURST; k++) {
-		struct sockaddr_storage a = {0};
-		socklen_t alen = sizeof a;
-		int fd =
-			accept4(tl->fd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				LC__WARN("tcp: accept: %s", strerror(errno));
-			if (errno != EINTR && errno != ECONNABORTED)
-				return;
-			continue;
-		}
-		rlane_add(tl, fd, &a);
-	}
-}
-
-/* Pump ready lanes, close dead ones, expire handshakes. Returns the next
- * deadline: now when a lane still has bytes (its budget ran out), 0 for
- * none. */
-static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
-{
-	tcp_listener_t *tl = LC__CONTAINER_OF(t, tcp_listener_t, task);
-	uint64_t next = UINT64_MAX;
-	bool again = false;
-	slots_reap(tl);
-	for (rlane_t *r = tl->lanes, *nx; r; r = nx) {
-		nx = r->next;
-		rlane_flush(r);
-		if (r->readable && !r->paused && !rlane_held(r))
-			rlane_pump(r);
-		if (r->phase == R_HELLO && !r->dead && now >= r->hello_deadline_ns) {
-			LC__WARN("tcp: no handshake within %llu ms; closing",
-				 (unsigned long long)(tl->hello_ns / 1000000));
-			r->dead = true;
-		}
-		if (r->dead) {
-			rlane_close(tl, r);
-			continue;
-		}
-		if (r->phase == R_HELLO)
-			next = LC__MIN(next, r->hello_deadline_ns);
-		again |= r->readable && !r->paused && !rlane_held(r);
-	}
-	return again ? now : next == UINT64_MAX ? 0 : next;
-}
-
-static void listener_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uint64_t now)
-{
-	tcp_listener_t *tl = LC__CONTAINER_OF(t, tcp_listener_t, task);
-	if (f->tag == LISTEN_TAG) {
-		accept_burst(tl);
-		return;
-	}
-	rlane_t *r = LC__CONTAINER_OF(f, rlane_t, iofd);
-	r->readable |= (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
-	r->writable |= (events & EPOLLOUT) != 0;
-}
-
-static const lc__io_task_ops_t listener_task_ops = {
-	.name = "tcp-listen",
-	.on_event = listener_on_event,
-	.service = listener_service,
-};
-
-/* ---- ops: receiver ---- */
-
-static int listen_socket(tcp_listener_t *tl, const char *host, int port)
-{
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-	struct addrinfo *res = NULL;
-	char ports[16];
-	int one = 1;
-	snprintf(ports, sizeof ports, "%d", port);
-	int rc = getaddrinfo(host[0] ? host : NULL, ports, &hints, &res);
-	if (rc || !res) {
-		LC__WARN("tcp: cannot resolve %s: %s", host, gai_strerror(rc));
-		return -EINVAL;
-	}
-	tl->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (tl->fd < 0) {
-		rc = -errno;
-		goto out;
-	}
-	setsockopt(tl->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	lc__tcp_sockopts(tl->fd, tl->sockbuf); /* accepted sockets inherit the buffers */
-	if (bind(tl->fd, res->ai_addr, res->ai_addrlen) || listen(tl->fd, 128))
-		rc = -errno;
-out:
-	freeaddrinfo(res);
-	return rc;
-}
-
-/* The URL peers should use: the bound address and the actual port. */
-static int resolved_url(tcp_listener_t *tl, char *url, size_t cap)
-{
-	struct sockaddr_storage a;
-	socklen_t alen = sizeof a;
-	char host[NI_MAXHOST], port[NI_MAXSERV];
-	if (getsockname(tl->fd, (struct sockaddr *)&a, &alen) ||
-	    getnameinfo((struct sockaddr *)&a, alen, host, sizeof host, port, sizeof port,
-			NI_NUMERICHOST | NI_NUMERICSERV))
-		return -errno ? -errno : -EINVAL;
-	bool v6 = a.ss_family == AF_INET6;
-	snprintf(url, cap, "tcp://%s%.200s%s:%.8s", v6 ? "[" : "", host, v6 ? "]" : "", port);
-	return 0;
-}
-
-/* On the loop thread, as the task detaches: close every lane. */
-static void listener_release(lc__io_task_t *t, void *arg)
-{
-	tcp_listener_t *tl = arg;
-	while (tl->lanes)
-		rlane_close(tl, tl->lanes);
-	lc__io_fd_del(t, &tl->lfd);
-}
-
-static void tcp_listener_free(tcp_listener_t *tl)
-{
-	if (tl->fd >= 0)
-		close(tl->fd);
-	if (!slots_quiesce(tl, NULL)) {
-		LC__WARN("tcp: device copies still in flight at listener close; leaking it");
-		return;
-	}
-	for (int i = 0; i < NSLOTS; i++)
-		free(tl->slots[i].buf);
-	free(tl);
-}
-
-int lc__tcp_listen(lc_listener_t *l, const char *url)
-{
-	char host[256];
-	int port, rc;
-	rc = lc__url_host_port(url, "tcp", host, sizeof host, &port);
-	if (rc)
-		return -EINVAL;
-	tcp_listener_t *tl = calloc(1, sizeof *tl);
-	if (!tl)
-		return -ENOMEM;
-	tl->fd = -1;
-	tl->l = l;
-	tl->ctx = l->ctx;
-	tl->hello_ns = (uint64_t)lc__ctx_cfg(l->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
-	tl->pending_max = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_tcp_pending_max);
-	tl->pending_per_addr = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_tcp_pending_per_addr);
-	tl->sockbuf = lc__tcp_sockbuf(l->ctx);
-	rc = listen_socket(tl, host, port);
-	if (rc)
-		goto fail;
-	rc = resolved_url(tl, l->url, sizeof l->url);
-	if (rc)
-		goto fail;
-	rc = lc__io_attach(l->ctx, &tl->task, &listener_task_ops);
-	if (rc)
-		goto fail;
-	rc = lc__io_fd_add(&tl->task, &tl->lfd, tl->fd, EPOLLIN, LISTEN_TAG);
-	if (rc) {
-		lc__io_detach(&tl->task, NULL, NULL);
-		goto fail;
-	}
-	l->tp = tl;
-	return 0;
-fail:
-	tcp_listener_free(tl);
-	return rc;
-}
-
-void lc__tcp_listener_close(lc_listener_t *l)
-{
-	tcp_listener_t *tl = l->tp;
-	lc__io_detach(&tl->task, listener_release, tl);
-	tcp_listener_free(tl);
-	l->tp = NULL;
+	lc__tcp_rlane_flush(r);
 }

@@ -1,0 +1,168 @@
+/*
+ * tcp:// receiver internals shared by recv.c (frames, writes, device
+ * landings) and listen.c (the listening socket, lanes, the listener task):
+ * the limits, the lane and listener state. Threading: recv.c's header.
+ */
+#ifndef LC_TCP_RECV_INT_H
+#define LC_TCP_RECV_INT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "transport/stage.h"
+#include "transport/tcp/tcp_int.h"
+
+/* How much one read may put in the staging buffer (which also holds a
+ * partial header and table): small, so that payload bytes that land there
+ * and are copied again cost little; large enough to carry a frame's table
+ * and dozens of tiny writes per syscall. */
+#define STAGE_READ (4u << 10)
+#define STAGE_CAP (STAGE_READ + LC__TCP_HDR_LEN + LC__TCP_MAX_RUN * LC__TCP_DESC_LEN)
+#define SCRATCH_LEN (64u << 10)
+/* Device-kind payloads are read into host bounce slots, each landed by the
+ * seam's copy engine with one copy when full or at the write's end: large,
+ * so that the hand-off to the engine is paid per MiB, not per 64 KiB; a
+ * few of them, so that copies overlap the reads of the next slots. */
+#define BOUNCE_LEN (1u << 20)
+#define NSLOTS 8
+/* Pending writes per lane (copies in flight, or queued behind such); a
+ * lane reads on only while a whole run more would fit. */
+#define PEND_CAP (2 * LC__TCP_MAX_RUN + NSLOTS)
+/* Bound on waiting for a closing lane's copies in flight. */
+#define CLOSE_WAIT_NS 5000000000ull
+/* Acknowledge at least every ACK_BYTES applied, and whenever the socket
+ * runs dry; bytes one lane may read before others get a turn. */
+#define ACK_BYTES (1u << 20)
+#define PUMP_BUDGET (16u << 20)
+#define OUT_FRAMES (LC__TCP_MAX_RUN + 16u)
+#define OUT_CAP (OUT_FRAMES * LC__TCP_CTRL_LEN)
+#define MAX_ACCEPTED 1024
+/* Connections accepted per event on the listening socket (level-triggered:
+ * the rest come next round), well under tcp_pending_per_addr's default, so
+ * that a real peer's HELLO is read before newer connections can make it
+ * the oldest pending one. */
+#define ACCEPT_BURST 16
+/* What an fd of a listener task is. */
+#define LISTEN_TAG 0
+#define LANE_TAG 1
+/* iovecs per readv: a run's payloads, a strided write's blocks one each. */
+#define READ_IOV 1024
+
+/* ====================================================================
+ * Receiver state.
+ *
+ * Threading: the listener's I/O thread owns every rlane and the scratch
+ * buffer; listen() and listener_close() touch them only before the thread
+ * starts and after it is joined. Shared state is reached only through the
+ * context's thread-safe helpers (the memory seam, counters, tokens). The
+ * one exception is a bounce slot's copy completion, on the copy engine's
+ * thread: it writes only the slot's status, state and in_cb (atomics),
+ * then kicks the task; the I/O thread reaps DONE slots (slots_reap).
+ * ==================================================================== */
+
+enum rphase { R_HELLO, R_HDR, R_RUN };
+
+/* One write of the run being received. */
+typedef struct rwrite {
+	uint8_t *dst;      /* NULL: rejected, the payload is discarded */
+	lc__land_t land;   /* the seam's landing, until the payload is in place */
+	bool dev;          /* device memory: dst is land.dev, never read into; the
+			  * payload bounces through a slot and lc__land_copy_async */
+	uint32_t inflight; /* its copies queued and not reaped */
+	uint32_t region;
+	uint64_t offset, len; /* len: payload bytes on the wire */
+	/* A strided write (count > 1): count blocks of blen bytes, stride
+	 * apart from offset at D; its landing spans them all. Into device
+	 * memory it is landed block by block synchronously (sdev): its bytes
+	 * are read into scratch and copied by lc__land_copy, no bounce slot. */
+	uint32_t count;
+	uint64_t blen, stride;
+	bool sdev;
+	int code, detail; /* the rejection, when dst is NULL */
+} rwrite_t;
+
+/* A bounce slot: FREE -> FILLING (a lane reads a dev write's bytes into
+ * it) -> COPYING (lc__land_copy_async queued) -> DONE (the copy engine's
+ * thread: status set) -> FREE (reaped by the I/O thread). */
+enum { SLOT_FREE, SLOT_FILLING, SLOT_COPYING, SLOT_DONE };
+typedef struct bslot {
+	struct tcp_listener *tl;
+	uint8_t *buf;    /* BOUNCE_LEN */
+	struct rlane *r; /* the lane, NULL once it closed (I/O thread) */
+	uint64_t seq;    /* the write it lands (the lane's numbering) */
+	uint64_t at;     /* byte of the write at buf[0] */
+	size_t fill;
+	_Atomic int state;
+	_Atomic int in_cb; /* the copy's callback is running */
+	int status;        /* set before DONE */
+	lc__land_async_t a;
+} bslot_t;
+
+/* A write fully received whose completion waits: for its device copies,
+ * or behind an older one that does. In lane order (seq). */
+typedef struct pend {
+	uint64_t seq, len;
+	lc__land_t land; /* land.g NULL: nothing left to finish */
+	uint32_t inflight;
+	bool failed;      /* a copy failed */
+	int code, detail; /* a rejection to send, when code */
+} pend_t;
+
+typedef struct rlane {
+	struct tcp_listener *tl;
+	int fd;
+	struct rlane *next, *prev;
+	enum rphase phase;
+	bool readable, writable, paused, dead;
+	uint64_t hello_deadline_ns;
+	uint8_t peer[16]; /* source address (4 or 16 bytes), for the pending caps */
+	uint8_t peer_len;
+	/* the WRITES frame being received: write run_i has `done` bytes */
+	uint64_t room;
+	uint32_t run_n, run_i;
+	uint64_t done;
+	rwrite_t run[LC__TCP_MAX_RUN];
+	/* acknowledgement state */
+	uint64_t seq;   /* writes processed */
+	uint64_t acked; /* writes acknowledged (queued in out) */
+	uint64_t unacked_bytes;
+	uint8_t stage[STAGE_CAP];
+	size_t st_pos, st_len;
+	uint8_t out[OUT_CAP];
+	size_t out_len;
+	lc__io_fd_t iofd;
+	/* device landings */
+	struct bslot *fill; /* the slot run_i's bytes are read into, or NULL */
+	bool slot_wait;     /* stopped: every slot busy */
+	pend_t *pend;       /* PEND_CAP, made at the lane's first device write */
+	uint32_t pend_head, pend_n;
+} rlane_t;
+
+typedef struct tcp_listener {
+	lc_listener_t *l;
+	lc_ctx_t *ctx;
+	int fd;
+	lc__io_task_t task; /* on the context's I/O core */
+	lc__io_fd_t lfd;    /* the listening socket (tag LISTEN_TAG) */
+	rlane_t *lanes;     /* doubly linked */
+	size_t nlanes;
+	uint64_t hello_ns;
+	size_t pending_max, pending_per_addr; /* lanes before their HELLO */
+	uint64_t evicted;
+	int sockbuf;
+	uint8_t scratch[SCRATCH_LEN];
+	bslot_t slots[NSLOTS]; /* device-kind payloads; buffers made at first use */
+	bool slots_made;
+} tcp_listener_t;
+
+
+/* recv.c, for listen.c */
+pend_t *lc__tcp_pend_at(rlane_t *r, uint32_t k);
+void lc__tcp_rlane_flush(rlane_t *r);
+bool lc__tcp_rlane_held(const rlane_t *r);
+void lc__tcp_rlane_pump(rlane_t *r);
+void lc__tcp_slots_reap(tcp_listener_t *tl);
+
+#endif
