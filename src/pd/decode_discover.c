@@ -428,18 +428,22 @@ static bool rank_in_use(const lc_decode_t *d, const lc__ppeer_t *pe, int rank)
 }
 
 /* The first of P's ranks whose control channel is down and that a live room
- * of this D uses (-1: none). A rank registered recently is given
- * connect_timeout_ms (at least one interval) to finish its handshake: after
- * a link outage the new connection's first SYN may be lost, and TCP's 1 s
+ * of this D uses (-1: none). A rank registered less than one interval ago
+ * is given that long to finish its handshake, and while its REGISTER is
+ * unanswered, connect_timeout_ms (the reply's own deadline): after a link
+ * outage the new connection's first SYN may be lost, and TCP's 1 s
  * retransmit outlasts two 500 ms heartbeats (the cluster script's cut of a
- * P rank failed the next round that way). Rooms are scanned only for a
- * rank found down. */
+ * P rank failed the next round that way). A rank that answered and then
+ * went down counts misses at once. Rooms are scanned only for a rank found
+ * down. */
 static int rank_down(lc_decode_t *d, lc__ppeer_t *pe, uint64_t now)
 {
 	for (int rank = 0; rank < pe->info->world_size; rank++) {
 		lc__prank_t *pr = &pe->ranks[rank];
 		if (pr->push && !lc__push_up(pr->push) &&
-		    now >= pr->reg_sent_ns + LC__MAX(d->hb_interval_ns, d->reply_wait_ns) &&
+		    now >= pr->reg_sent_ns + (pr->reg_pending ? LC__MAX(d->hb_interval_ns,
+									    d->reply_wait_ns)
+							      : d->hb_interval_ns) &&
 		    rank_in_use(d, pe, rank))
 			return rank;
 	}
