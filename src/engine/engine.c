@@ -189,6 +189,7 @@ int lc_engine_metrics(lc_engine_t *e, lc_engine_metrics_t *out)
 	m.rooms_expired_unread = rm->expired_unread;
 	m.rooms_active = rm->opened - rm->succeeded - rm->failed;
 	m.room_latency = rm->latency;
+	m.records_refused = atomic_load(&e->refused[0]) + atomic_load(&e->refused[1]);
 	pthread_mutex_unlock(&e->lock);
 	size_t n = LC__MIN(out->size, sizeof(m));
 	m.size = n;

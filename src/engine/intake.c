@@ -126,6 +126,10 @@ int lc_engine_batch_end(lc_engine_t *e)
 	}
 	e->batch_open = false;
 	if (!e->batch_idle) {
+		/* A word an outside producer moved past the last reservation
+		 * is seen before this batch is stamped from the cursor. */
+		lc__engine_check_steps(e, now, lc__steps_read(&e->steps, LC_STEP_CACHE),
+				       lc__steps_read(&e->steps, LC_STEP_AUX));
 		/* Reserve even when empty: the forward records every layer. */
 		lc__steps_reserve(&e->steps, e->layout->layers, &cache, &aux);
 		for (lc__task_t *t = e->batch_head; t; t = t->next) {
