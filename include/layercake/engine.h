@@ -388,8 +388,12 @@ LC_API int lc_engine_batch_begin(lc_engine_t *engine, int is_idle);
  * outside any batch (non-layer-wise use, after the forward) its layers are
  * ready at once. Errors: LC_ERR_STATE (the open batch is idle; the room
  * is not Bootstrapped yet, already final, or Failed meanwhile), -ENOENT
- * (unknown room), -EINVAL (bad pages or masks), -ENOMEM. Every error but a
- * Failed room is also counted in bad_input and logged. */
+ * (unknown room), -EINVAL (bad pages or masks: a P page id, in pages or
+ * src_local, outside [0, pages of the layout's smallest page buffer), a
+ * state slot outside the smallest state buffer, fewer src_local entries
+ * than src_mask marks; the log gives the id, its index in the chunk and
+ * the pool size), -ENOMEM. Every error but a Failed room is also counted
+ * in bad_input and logged. */
 LC_API int lc_engine_chunk_add(lc_engine_t *engine, const lc_chunk_t *chunk);
 /* Close the batch: a non-idle batch hands its chunks to the engine and
  * advances the reservation by (layer_count, 1) even when it had no chunk:

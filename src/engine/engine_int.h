@@ -160,6 +160,12 @@ struct lc_engine {
 	_Atomic uint64_t refused[2], refused_step[2];
 	lc__engine_gpu_t gpu;
 
+	/* P page ids and state slots a chunk may name (intake.c): the fewest
+	 * pages of a page buffer, the fewest slots of a state buffer, and the
+	 * buffer that has them (UINT32_MAX: the layout has no such buffer). */
+	uint64_t max_pages, max_slots;
+	uint32_t pages_buf, slots_buf;
+
 	/* configuration, read once at creation from the context's table */
 	int64_t interval;
 	uint64_t ttl_ns, layer_ns, metadata_ns, transfer_ns, bootstrap_ns, waiting_ns;

@@ -1,7 +1,8 @@
 /*
  * Misuse of P's engine is refused at the call or fails the room, never
- * SUCCESS with wrong bytes (issue 20, point 2): a step record that no
- * batch reserved, an outside producer's counter beyond its reservation.
+ * SUCCESS with wrong bytes (issue 20, points 2 and 3): a step record that
+ * no batch reserved, an outside producer's counter beyond its reservation,
+ * P page ids outside the layout, a layout outside every registered region.
  * The engine runs over loop:// in one process (a D context with a listener
  * and regions, a P context with the engine); every wait is for an event,
  * bounded, and nothing about timing is asserted.
@@ -370,6 +371,149 @@ static void an_outside_counter_beyond_its_reservation_fails_the_room(void **stat
 	fx_free(f);
 }
 
+/* Page ids outside the layout's PAGES pages are refused at chunk_add with
+ * D's wording (page, index, pool size), counted in bad_input. */
+static void chunk_pages_outside_the_layout_are_refused_at_the_call(void **state)
+{
+	(void)state;
+	fx_t *f = fx_new(NULL, 0);
+	fx_room(f, 9, 3);
+	log_reset();
+	static const int64_t past_end[] = {0, 1, PAGES};
+	static const int64_t negative[] = {-1, 2, 3};
+	assert_int_equal(fx_chunk(f, 9, past_end, 3), -EINVAL);
+	assert_true(log_has("page id 16 (index 2) is outside buffer 0 (16 pages, ids 0..15)", 0));
+	assert_int_equal(fx_chunk(f, 9, negative, 3), -EINVAL);
+	assert_true(log_has("page id -1 (index 0) is outside buffer 0 (16 pages, ids 0..15)", 0));
+	assert_int_equal(metrics(f).bad_input, 2);
+	/* The partial cache's local pages too, and its count. */
+	static const uint8_t mask[] = {1, 0, 1};
+	static const int64_t local[] = {4, PAGES};
+	lc_chunk_t c = {.size = sizeof(c),
+			.room = 9,
+			.page_count = 3,
+			.is_last = 1,
+			.src_mask = mask,
+			.src_local = local,
+			.src_local_count = 2};
+	assert_int_equal(lc_engine_chunk_add(f->e, &c), -EINVAL);
+	assert_true(log_has("src_local page id 16 (index 1) is outside buffer 0", 0));
+	c.src_local_count = 1;
+	assert_int_equal(lc_engine_chunk_add(f->e, &c), -EINVAL);
+	assert_true(log_has("src_mask marks 2 pages, src_local holds 1", 0));
+	assert_int_equal(metrics(f).bad_input, 4);
+	/* The last page of the pool is a page. */
+	static const int64_t edge[] = {0, 7, PAGES - 1};
+	assert_int_equal(fx_chunk(f, 9, edge, 3), 0);
+	fx_free(f);
+}
+
+/* State slots against the state buffers' slots. */
+static void state_slots_outside_the_layout_are_refused_at_the_call(void **state)
+{
+	(void)state;
+	static uint8_t mem[2 * 8 * 64 + 4 * 128];
+	lc_buffer_t bufs[] = {
+		{.base = mem, .length = 8 * 64, .item_len = 64, .layer = 0, .kind = LC_BUFFER_K},
+		{.base = mem + 512,
+		 .length = 8 * 64,
+		 .item_len = 64,
+		 .layer = 0,
+		 .kind = LC_BUFFER_V},
+		{.base = mem + 1024,
+		 .length = 4 * 128,
+		 .item_len = 128,
+		 .layer = 1,
+		 .kind = LC_BUFFER_STATE},
+	};
+	lc_layout_t *layout;
+	lc_ctx_t *ctx;
+	lc_engine_t *e;
+	lc_ctx_params_t cp = {.size = sizeof(cp), .name = "S"};
+	assert_int_equal(lc_ctx_create(&cp, &ctx), 0);
+	assert_int_equal(lc_layout_create(bufs, 3, &layout), 0);
+	lc_engine_params_t ep = {.size = sizeof(ep), .layout = layout, .name = "state"};
+	assert_int_equal(lc_engine_create(ctx, &ep, &e), 0);
+	lc_dst_params_t dp = {.size = sizeof(dp), .required_dst_count = 1, .is_dummy = 1};
+	assert_int_equal(lc_engine_room_dst_add(e, 3, &dp), 0);
+	log_reset();
+	static const int64_t pages[] = {7};
+	static const int64_t slots[] = {4};
+	lc_chunk_t c = {.size = sizeof(c),
+			.room = 3,
+			.pages = pages,
+			.page_count = 1,
+			.is_last = 1,
+			.state_slots = slots,
+			.state_slot_count = 1};
+	assert_int_equal(lc_engine_chunk_add(e, &c), -EINVAL);
+	assert_true(
+		log_has("state slot id 4 (index 0) is outside buffer 2 (4 slots, ids 0..3)", 0));
+	static const int64_t page8[] = {8};
+	c.pages = page8;
+	c.state_slot_count = 0;
+	assert_int_equal(lc_engine_chunk_add(e, &c), -EINVAL);
+	assert_true(log_has("page id 8 (index 0) is outside buffer 0 (8 pages, ids 0..7)", 0));
+	static const int64_t slot3[] = {3};
+	c.pages = pages;
+	c.state_slots = slot3;
+	c.state_slot_count = 1;
+	assert_int_equal(lc_engine_chunk_add(e, &c), 0);
+	lc_engine_metrics_t m = {.size = sizeof(m)};
+	assert_int_equal(lc_engine_metrics(e, &m), 0);
+	assert_int_equal(m.bad_input, 2);
+	lc_engine_destroy(e);
+	lc_layout_destroy(layout);
+	lc_ctx_destroy(ctx);
+}
+
+/* P refuses a layout whose V buffers lie outside every registered region at
+ * create, naming the buffer, as D does; no bootstrap server is contacted. */
+static void prefill_refuses_a_layout_outside_every_region(void **state)
+{
+	(void)state;
+	lc_ctx_t *ctx;
+	lc_ctx_params_t cp = {.size = sizeof(cp), .name = "P"};
+	assert_int_equal(lc_ctx_create(&cp, &ctx), 0);
+	uint8_t *mem = calloc(1, NBUF * BUF_BYTES);
+	lc_region_t *reg;
+	/* Only the K buffers are registered. */
+	assert_int_equal(lc_region_register(ctx, mem, L * BUF_BYTES, &reg), 0);
+	void *bases[NBUF];
+	for (int b = 0; b < NBUF; b++)
+		bases[b] = mem + b * BUF_BYTES;
+	lc_layout_params_t lp = {.size = sizeof(lp),
+				 .model = LC_LAYOUT_MHA,
+				 .layers = L,
+				 .pages = PAGES,
+				 .item_len = {ITEM},
+				 .bases = bases};
+	lc_layout_t *layout;
+	assert_int_equal(lc_layout_build(&lp, &layout), 0);
+	lc_prefill_params_t pp = {.size = sizeof(pp),
+				  .layout = layout,
+				  .bootstrap = "127.0.0.1:1",
+				  .host = "127.0.0.1",
+				  .world_size = 1,
+				  .dp_size = 1};
+	lc_prefill_t *pf = NULL;
+	log_reset();
+	int rc = lc_prefill_create(ctx, &pp, &pf);
+	if (rc == LC_ENOTSUP) {
+		lc_layout_destroy(layout);
+		lc_ctx_destroy(ctx);
+		free(mem);
+		skip(); /* built without the control plane */
+	}
+	assert_int_equal(rc, -EINVAL);
+	assert_null(pf);
+	assert_true(log_has("buffer 4 (layer 0, kind 1", 0));
+	assert_true(log_has("is not inside any region registered on the context", 0));
+	lc_layout_destroy(layout);
+	lc_ctx_destroy(ctx);
+	free(mem);
+}
+
 int main(void)
 {
 	tu_watchdog(120);
@@ -377,6 +521,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(a_stray_record_between_batches_is_refused_and_shifts_nothing),
 		cmocka_unit_test(an_outside_counter_beyond_its_reservation_fails_the_room),
+		cmocka_unit_test(chunk_pages_outside_the_layout_are_refused_at_the_call),
+		cmocka_unit_test(state_slots_outside_the_layout_are_refused_at_the_call),
+		cmocka_unit_test(prefill_refuses_a_layout_outside_every_region),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
