@@ -133,7 +133,8 @@ static void on_post(void *arg, uint64_t room, uint32_t group, uint64_t ready_ns,
 	pthread_mutex_unlock(&f->lock);
 }
 
-static fx_t *fx_new(const char *knobs, int external_counter)
+/* D listens on loop:// or, with tcp set, on tcp://127.0.0.1:0. */
+static fx_t *fx_new_on(const char *knobs, int external_counter, bool tcp)
 {
 	fx_t *f = calloc(1, sizeof(*f));
 	assert_non_null(f);
@@ -146,7 +147,10 @@ static fx_t *fx_new(const char *knobs, int external_counter)
 	tu_knobs(f->p, "layerwise_interval=1");
 	tu_knobs(f->p, knobs);
 	snprintf(f->url, sizeof(f->url), "loop://misuse-%d-%d", (int)getpid(), ++fx_id);
+	if (tcp)
+		snprintf(f->url, sizeof(f->url), "tcp://127.0.0.1:0");
 	assert_int_equal(lc_listener_create(f->d, f->url, &f->listener), 0);
+	assert_true(lc_listener_url(f->listener, f->url, sizeof(f->url)) >= 0);
 	assert_int_equal(lc_token_issue(f->d, &f->token), 0);
 	f->dmem = calloc(1, NBUF * BUF_BYTES);
 	assert_int_equal(lc_region_register(f->d, f->dmem, NBUF * BUF_BYTES, &f->dreg), 0);
@@ -193,6 +197,11 @@ static fx_t *fx_new(const char *knobs, int external_counter)
 				  .buffer_offset = offset};
 	assert_int_equal(lc_engine_session_add(f->e, &sp), 0);
 	return f;
+}
+
+static fx_t *fx_new(const char *knobs, int external_counter)
+{
+	return fx_new_on(knobs, external_counter, false);
 }
 
 static void fx_free(fx_t *f)
@@ -292,9 +301,9 @@ static void forward(fx_t *f, uint64_t room, size_t n, uint64_t seed)
 	wait_final(f);
 }
 
-static void stray_records_between_batches(const char *knobs)
+static void stray_records_between_batches(const char *knobs, bool tcp)
 {
-	fx_t *f = fx_new(knobs, 0);
+	fx_t *f = fx_new_on(knobs, 0, tcp);
 	log_reset();
 	forward(f, 1, 6, 1);
 	assert_int_equal(f->status, LC_ROOM_SUCCESS);
@@ -322,9 +331,11 @@ static void stray_records_between_batches(const char *knobs)
 static void a_stray_record_between_batches_is_refused_and_shifts_nothing(void **state)
 {
 	(void)state;
-	stray_records_between_batches(NULL);
+	stray_records_between_batches(NULL, false);
 	/* The never-blocking mode: the bound is a compare-and-swap, no lock. */
-	stray_records_between_batches("inline_submit=0");
+	stray_records_between_batches("inline_submit=0", false);
+	/* Over tcp:// on loopback, as between two hosts. */
+	stray_records_between_batches(NULL, true);
 }
 
 /* An outside producer (a GPU) writes the words: a value beyond what the
