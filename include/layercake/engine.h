@@ -277,8 +277,19 @@ enum lc_step_counter { LC_STEP_CACHE = 0, LC_STEP_AUX = 1 };
 /* CPU producer: advance the cache counter by one (one layer of the current
  * forward written), or the aux counter by one (the batch's metadata
  * written), and wake the engine. Any thread. Every non-idle batch needs
- * exactly layer_count cache records and one aux record, in order. Returns
- * 0, or -EINVAL for a NULL engine.
+ * exactly layer_count cache records and one aux record, in order.
+ *
+ * Every record is accounted for: a non-idle batch reserves its steps at
+ * lc_engine_batch_end, and a record whose step no ended batch reserved
+ * (one record too many, a forward without a batch, an idle batch's
+ * forward) is refused: LC_ERR_STATE, the counter does not move (later
+ * batches keep their steps), records_refused counts it and the engine
+ * thread logs a warning naming the step, at most once a second. So an
+ * engine that records on every forward, including forwards with no
+ * disaggregated room, must open a non-idle batch (empty is fine) for each
+ * of them; otherwise its extra records are refused, harmlessly, and each
+ * is an error and a warning. Returns 0, LC_ERR_STATE (unreserved, or after
+ * a stream record: see below), or -EINVAL for a NULL engine.
  *
  * What the calling thread may wait for depends on the context's knob
  * inline_submit (LAYERCAKE_INLINE_SUBMIT):
@@ -291,10 +302,12 @@ enum lc_step_counter { LC_STEP_CACHE = 0, LC_STEP_AUX = 1 };
  *   and destinations the step made ready (about 0.4 us each). If the lock
  *   is held, it behaves as with 0.
  * - inline_submit=0, the never-blocking mode: a lock-free compare-and-swap
- *   on the counter word (retried only if another recorder raced it), a
- *   clock read (vDSO), an atomic load, and, when the engine thread sleeps,
- *   one write(2) to its non-blocking eventfd. No lock, no allocation, no
- *   other system call; all posting happens on the engine thread.
+ *   on the counter word against the reservation bound (retried only if
+ *   another recorder raced it), a clock read (vDSO), an atomic load, and,
+ *   when the engine thread sleeps, one write(2) to its non-blocking
+ *   eventfd (a refused record: two atomic updates and that write). No
+ *   lock, no allocation, no other system call; all posting happens on the
+ *   engine thread.
  * Use inline_submit=0 where the recording thread must never block (a
  * real-time or GPU-stream callback thread). */
 LC_API int lc_engine_record_cache(lc_engine_t *engine);
@@ -302,7 +315,11 @@ LC_API int lc_engine_record_aux(lc_engine_t *engine);
 /* Address of a counter word (enum lc_step_counter) for an outside producer
  * that writes absolute values modulo LC_STEP_MOD; valid for the engine's
  * life. The engine's own words sit alone in a page-aligned 4 KiB block,
- * ready for cuMemHostRegister. */
+ * ready for cuMemHostRegister. The producer too may only write values the
+ * ended batches reserved: a word seen beyond its reservation fails every
+ * room waiting for steps (LC_FAIL_BAD_INPUT, the reason gives the value
+ * and the reservation), counts counter_overruns, and the next batch
+ * reserves from the word's value. */
 LC_API int lc_engine_counter(lc_engine_t *engine, int which, uint64_t **out);
 
 /* GPU producer (docs/gpu.md, "The GPU step counter"): enqueue on the CUDA
@@ -327,7 +344,9 @@ LC_API int lc_engine_counter(lc_engine_t *engine, int which, uint64_t **out);
  *   LC_ERR_STATE: a CPU +1 would be overwritten by the stream's next value.
  * - Batches as for CPU records: lc_engine_batch_end (on the host) before
  *   the forward's first record is enqueued, exactly layer_count cache
- *   records and one aux record per non-idle batch.
+ *   records and one aux record per non-idle batch. A record beyond the
+ *   reservation is refused at enqueue (LC_ERR_STATE, records_refused),
+ *   as a CPU record is.
  * - The stream must not record into an engine being destroyed:
  *   lc_engine_destroy synchronises the registering context (waits for its
  *   queued work) before it unregisters and frees the words.
@@ -369,13 +388,17 @@ LC_API int lc_engine_batch_begin(lc_engine_t *engine, int is_idle);
  * outside any batch (non-layer-wise use, after the forward) its layers are
  * ready at once. Errors: LC_ERR_STATE (the open batch is idle; the room
  * is not Bootstrapped yet, already final, or Failed meanwhile), -ENOENT
- * (unknown room), -EINVAL (bad pages or masks), -ENOMEM. Every error but a
- * Failed room is also counted in bad_input and logged. */
+ * (unknown room), -EINVAL (bad pages or masks: a P page id, in pages or
+ * src_local, outside [0, pages of the layout's smallest page buffer), a
+ * state slot outside the smallest state buffer, fewer src_local entries
+ * than src_mask marks; the log gives the id, its index in the chunk and
+ * the pool size), -ENOMEM. Every error but a Failed room is also counted
+ * in bad_input and logged. */
 LC_API int lc_engine_chunk_add(lc_engine_t *engine, const lc_chunk_t *chunk);
 /* Close the batch: a non-idle batch hands its chunks to the engine and
- * advances the reservation by (layer_count, 1) even when it had no chunk.
- * LC_ERR_STATE if no batch is open. Must precede the forward's first
- * record. */
+ * advances the reservation by (layer_count, 1) even when it had no chunk:
+ * only then may its forward record. LC_ERR_STATE if no batch is open. Must
+ * precede the forward's first record. */
 LC_API int lc_engine_batch_end(lc_engine_t *engine);
 
 /* --- heterogeneous tensor parallelism (spec 6.7) --- */
@@ -565,6 +588,12 @@ typedef struct lc_engine_metrics {
 	lc_histogram_t group_ack_latency; /* layer group posted -> acknowledged */
 	lc_histogram_t step_to_post;      /* step recorded (or first seen) -> posted */
 	uint64_t inline_submits;          /* step records that posted on the recording thread */
+	/* CPU or stream step records refused: no ended batch reserved their
+	 * step (LC_ERR_STATE; the counter did not move) */
+	uint64_t records_refused;
+	/* times an outside producer's word was seen beyond its reservation
+	 * (the rooms awaiting steps failed) */
+	uint64_t counter_overruns;
 } lc_engine_metrics_t;
 
 /* Copy a consistent snapshot of the metrics (fields up to out->size). */

@@ -101,7 +101,9 @@ typedef struct lc_prefill_params {
 /* Create the engine (lc_engine_create; knobs from ctx), bind the control
  * socket, start the control thread and register with the bootstrap server
  * (PUT /route: 2 s per try, 5 retries with growing pauses).
- * Blocks for the registration. Errors: -EINVAL, -ENOMEM, the engine's
+ * Blocks for the registration. Errors: -EINVAL (also a layout buffer
+ * outside every region registered on ctx, logged with the buffer, before
+ * anything starts), -ENOMEM, the engine's
  * errors, LC_ERR_UNREACHABLE / LC_ERR_AUTH / LC_ERR_BOOTSTRAP from the
  * registration, LC_ENOTSUP without ZeroMQ or libcurl. */
 LC_API int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefill_t **out);

@@ -145,7 +145,7 @@ EngineMetrics = _struct("lc_engine_metrics_t", [
     ("session_failures", c_u64), ("tasks_pending", c_u64), ("tasks_inflight", c_u64),
     ("tasks_pending_max", c_u64), ("loop_iterations", c_u64),
     ("room_latency", Histogram), ("group_ack_latency", Histogram), ("step_to_post", Histogram),
-    ("inline_submits", c_u64),
+    ("inline_submits", c_u64), ("records_refused", c_u64), ("counter_overruns", c_u64),
 ])
 
 ROOM_STATUS_CB = ctypes.CFUNCTYPE(None, c_void_p, c_u64, c_char_p, c_int, c_int, c_char_p,

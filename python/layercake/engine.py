@@ -405,11 +405,22 @@ class Steps:
     def layer_count(self):
         return self._engine.layer_count
 
+    # A record no ended batch reserved raises LC_ERR_STATE and changes no
+    # step (counted in metrics().records_refused): open a batch for every
+    # forward that records, an empty one where the forward has no room.
+    _REFUSED = ("refused, the counter did not move: no ended non-idle batch reserved this "
+                "step (batch_end() must precede a forward's first record; an idle batch "
+                "reserves nothing), or a CUDA stream records this engine")
+
+    def _record(self, fn, where):
+        rc = fn(self._engine._need())
+        check(rc, f"{where}: {self._REFUSED}" if rc == LC_ERR_STATE else where)
+
     def record_cache(self):
-        check(_ffi.lc_engine_record_cache(self._engine._need()), "record_cache")
+        self._record(_ffi.lc_engine_record_cache, "record_cache")
 
     def record_aux(self):
-        check(_ffi.lc_engine_record_aux(self._engine._need()), "record_aux")
+        self._record(_ffi.lc_engine_record_aux, "record_aux")
 
     def record_batch(self):
         """Every record of one batch: layer_count cache steps, one aux."""

@@ -77,7 +77,11 @@ class StepCounter:
     the attention backends call record_cache() once per layer and the
     engine record_aux() once per non-idle batch. It does nothing until a
     manager binds it (register_step_counter). The reservation cursor
-    (current_step/advance_step) belongs to the C engine: add_batch reserves."""
+    (current_step/advance_step) belongs to the C engine: add_batch reserves.
+    Unlike the seed's, a record that no ended non-idle add_batch reserved
+    (an idle batch's forward, a forward without add_batch) raises
+    LayercakeError LC_ERR_STATE and moves nothing, instead of shifting the
+    steps of every later batch."""
 
     COUNT_NUM_MAX = _ffi.STEP_MOD
 

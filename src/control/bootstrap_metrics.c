@@ -200,6 +200,27 @@ static void render_rooms(lc__sbuf_t *s, const engines_t *e)
 		lc__sb_printf(s, "layercake_bytes_total{rank=\"%s\",kind=\"acked\"} %llu\n", lab,
 			      (unsigned long long)m->bytes_acked);
 	}
+	lc__sb_printf(s, "# HELP layercake_engine_refused_total Misuse P's engine refused: bad "
+			 "arguments, step records no batch reserved, outside counters beyond "
+			 "their reservation.\n"
+			 "# TYPE layercake_engine_refused_total counter\n");
+	FOR_EACH_ENGINE(e, k, m, lab)
+	{
+		lc__sb_printf(s,
+			      "layercake_engine_refused_total{rank=\"%s\",kind=\"bad_input\"} "
+			      "%llu\n",
+			      lab, (unsigned long long)m->bad_input);
+		lc__sb_printf(
+			s,
+			"layercake_engine_refused_total{rank=\"%s\",kind=\"records_refused\"} "
+			"%llu\n",
+			lab, (unsigned long long)m->records_refused);
+		lc__sb_printf(
+			s,
+			"layercake_engine_refused_total{rank=\"%s\",kind=\"counter_overruns\"} "
+			"%llu\n",
+			lab, (unsigned long long)m->counter_overruns);
+	}
 }
 
 static void render_hists(lc__sbuf_t *s, const engines_t *e)

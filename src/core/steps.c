@@ -36,18 +36,25 @@ void lc__steps_fini(lc__steps_t *s)
 	s->own_block = NULL;
 }
 
-uint64_t lc__steps_record(lc__steps_t *s, int which)
+bool lc__steps_record(lc__steps_t *s, int which, uint64_t *step)
 {
 	uint64_t old = __atomic_load_n(s->word[which], __ATOMIC_RELAXED), next;
 	uint64_t now = which == LC_STEP_CACHE ? lc__now_ns() : 0;
 	do {
+		/* Step `old` must have been reserved: a batch ended before its
+		 * forward's first record, so the bound read here is current. */
+		if (!lc__step_ready(lc__steps_bound(s, which), old)) {
+			*step = old % LC_STEP_MOD;
+			return false;
+		}
 		next = lc__step_add(old, 1);
 		if (which == LC_STEP_CACHE)
 			__atomic_store_n(&s->record_ns[next % LC__STEP_TIMES], now,
 					 __ATOMIC_RELAXED);
 	} while (!__atomic_compare_exchange_n(s->word[which], &old, next, false, __ATOMIC_SEQ_CST,
 					      __ATOMIC_RELAXED));
-	return next;
+	*step = old % LC_STEP_MOD;
+	return true;
 }
 
 uint64_t lc__steps_record_time(const lc__steps_t *s, uint64_t target)
@@ -61,8 +68,15 @@ void lc__steps_reserve(lc__steps_t *s, uint32_t layers, uint64_t *cache_begin, u
 {
 	*cache_begin = s->cursor[LC_STEP_CACHE];
 	*aux_begin = s->cursor[LC_STEP_AUX];
-	s->cursor[LC_STEP_CACHE] = lc__step_add(s->cursor[LC_STEP_CACHE], layers);
-	s->cursor[LC_STEP_AUX] = lc__step_add(s->cursor[LC_STEP_AUX], 1);
+	/* Release: a producer that sees the new bound sees the batch. */
+	__atomic_store_n(&s->cursor[LC_STEP_CACHE], lc__step_add(*cache_begin, layers),
+			 __ATOMIC_RELEASE);
+	__atomic_store_n(&s->cursor[LC_STEP_AUX], lc__step_add(*aux_begin, 1), __ATOMIC_RELEASE);
+}
+
+void lc__steps_rebase(lc__steps_t *s, int which, uint64_t v)
+{
+	__atomic_store_n(&s->cursor[which], v % LC_STEP_MOD, __ATOMIC_RELEASE);
 }
 
 void lc__backoff_init(lc__backoff_t *b, uint64_t spin_ns, uint64_t max_sleep_ns)

@@ -37,6 +37,23 @@ static void read_config(lc_engine_t *e, lc_ctx_t *ctx)
 	e->coalesce_ns = cfg_ns(ctx, LC__CFG_ack_coalesce_us, us);
 }
 
+/* The pool sizes chunk_add checks P's ids against. */
+static void pool_sizes(lc_engine_t *e)
+{
+	e->pages_buf = e->slots_buf = UINT32_MAX;
+	for (uint32_t i = 0; i < e->layout->nbuf; i++) {
+		const lc_buffer_t *b = &e->layout->bufs[i];
+		uint64_t items = b->length / b->item_len;
+		bool state = b->kind == LC_BUFFER_STATE;
+		uint32_t *which = state ? &e->slots_buf : &e->pages_buf;
+		uint64_t *max = state ? &e->max_slots : &e->max_pages;
+		if (*which == UINT32_MAX || items < *max) {
+			*which = i;
+			*max = items;
+		}
+	}
+}
+
 static int check_params(const lc_engine_params_t *params)
 {
 	if (!params || params->size < offsetof(lc_engine_params_t, status_cb) || !params->layout)
@@ -74,6 +91,7 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 
 	if ((rc = lc__layout_clone(params->layout, &e->layout)))
 		goto fail_free;
+	pool_sizes(e);
 	if ((rc = lc__steps_init(&e->steps, params->cache_word, params->aux_word)))
 		goto fail_layout;
 	if ((rc = lc__room_table_init(&e->rooms)))
@@ -189,6 +207,7 @@ int lc_engine_metrics(lc_engine_t *e, lc_engine_metrics_t *out)
 	m.rooms_expired_unread = rm->expired_unread;
 	m.rooms_active = rm->opened - rm->succeeded - rm->failed;
 	m.room_latency = rm->latency;
+	m.records_refused = atomic_load(&e->refused[0]) + atomic_load(&e->refused[1]);
 	pthread_mutex_unlock(&e->lock);
 	size_t n = LC__MIN(out->size, sizeof(m));
 	m.size = n;

@@ -154,7 +154,17 @@ struct lc_engine {
 	bool started;
 	lc__steps_t steps;
 	_Atomic int want_wake;
+	/* Records refused for want of a reservation, per word, and the step
+	 * of the latest: counted by lock-free producers, reported by
+	 * lc__engine_check_steps (under the lock, refused_logged/_log_ns). */
+	_Atomic uint64_t refused[2], refused_step[2];
 	lc__engine_gpu_t gpu;
+
+	/* P page ids and state slots a chunk may name (intake.c): the fewest
+	 * pages of a page buffer, the fewest slots of a state buffer, and the
+	 * buffer that has them (UINT32_MAX: the layout has no such buffer). */
+	uint64_t max_pages, max_slots;
+	uint32_t pages_buf, slots_buf;
 
 	/* configuration, read once at creation from the context's table */
 	int64_t interval;
@@ -165,6 +175,8 @@ struct lc_engine {
 	uint64_t coalesce_ns;          /* acknowledgement moderation */
 	uint64_t seen_cache, seen_aux; /* steps the last progress pass read */
 	bool tight_slack;              /* engine thread: timer slack cut (loop.c) */
+	uint64_t refused_logged[2];    /* refused[] as last reported (reserve.c) */
+	uint64_t refused_log_ns;       /* time of that report */
 
 	pthread_mutex_t lock;
 	bool stopping;
@@ -209,6 +221,16 @@ static inline void lc__engine_wake(lc_engine_t *e)
 	LC__UNUSED(rc); /* EAGAIN: the counter is already non-zero */
 }
 
+/* A producer's record that no batch reserved (any thread, no lock): counted
+ * and left for the engine thread to report. Returns LC_ERR_STATE. */
+static inline int lc__engine_refuse_record(lc_engine_t *e, int which, uint64_t step)
+{
+	atomic_store(&e->refused_step[which], step);
+	atomic_fetch_add(&e->refused[which], 1);
+	lc__engine_wake(e);
+	return LC_ERR_STATE;
+}
+
 /* Count and log bad input from a caller; returns rc. */
 static inline int lc__engine_bad_input(lc_engine_t *e, int rc, const char *what)
 {
@@ -218,8 +240,8 @@ static inline int lc__engine_bad_input(lc_engine_t *e, int rc, const char *what)
 }
 
 /* The files call each other downwards only: engine.c (the object) ->
- * loop.c -> progress.c, intake.c, sessions.c, rooms.c -> finish.c ->
- * task.c. */
+ * loop.c -> progress.c, intake.c, sessions.c, rooms.c -> reserve.c ->
+ * finish.c -> task.c. */
 
 /* task.c: tasks and wreqs as data. */
 void lc__engine_idmap_put(lc_engine_t *e, lc__wreq_t *w);
@@ -253,6 +275,13 @@ void lc__engine_deliver_notes(lc_engine_t *e);
 void lc__engine_drain_cq(lc_engine_t *e, uint64_t now);
 /* Room deadlines and retention (rule 7); returns the earliest deadline. */
 uint64_t lc__engine_scan_rooms(lc_engine_t *e, uint64_t now);
+
+/* reserve.c: every step record accounted for. Report refused records (at
+ * most once a second), and fail the rooms awaiting steps if a word's value
+ * as read (cache, aux: what the caller then acts on) lies beyond its
+ * reservation (outside producer), moving its cursor to it. Returns when
+ * the next report may be made (0: none waits). */
+uint64_t lc__engine_check_steps(lc_engine_t *e, uint64_t now, uint64_t cache, uint64_t aux);
 
 /* sessions.c */
 /* Close a session's connection and free it (no lock needed: unlinked). */

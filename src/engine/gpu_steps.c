@@ -9,7 +9,9 @@
  *
  * The value is absolute, so the library counts what was enqueued (gpu.next)
  * on the recording thread's side: reading the word at enqueue time would
- * give what the GPU has done, not what was queued before it.
+ * give what the GPU has done, not what was queued before it. The same count
+ * is held against the reservation: a record no batch reserved is refused
+ * at enqueue, as a CPU record is (reserve.c).
  */
 #include <errno.h>
 
@@ -92,6 +94,14 @@ static int record_on_stream(lc_engine_t *e, int which, void *stream)
 		return rc;
 	CUstream s = stream;
 	pthread_mutex_lock(&e->gpu.lock);
+	/* As for CPU records, the step must have been reserved: counted here
+	 * against what was enqueued, since the GPU writes it later. */
+	uint64_t at = atomic_load(&e->gpu.active) ? e->gpu.next[which]
+						  : lc__steps_read(&e->steps, which);
+	if (!lc__step_ready(lc__steps_bound(&e->steps, which), at)) {
+		pthread_mutex_unlock(&e->gpu.lock);
+		return lc__engine_refuse_record(e, which, at);
+	}
 	if (!atomic_load(&e->gpu.active) && (rc = activate(e, s)))
 		goto out;
 	/* The registering context current for the call (the legacy default

@@ -7,6 +7,7 @@
  * group later is a walk over ready-made runs. Intake never blocks.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +70,56 @@ static int task_from_chunk(lc_engine_t *e, const lc_chunk_t *ch, lc__task_t **ou
 	return 0;
 }
 
+/* An id of ids[0..n) outside [0, max) of buffer b: counted, logged as D
+ * words a grant it refuses (page, index, pool size), -EINVAL. */
+static int check_ids(lc_engine_t *e, const lc_chunk_t *ch, const char *label, const int64_t *ids,
+		     size_t n, uint64_t max, uint32_t b, bool state)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (ids[i] >= 0 && (uint64_t)ids[i] < max)
+			continue;
+		char what[LC_REASON_MAX];
+		lc__reason(what, sizeof(what),
+			   "chunk for room %" PRIu64 ": %s id %" PRId64
+			   " (index %zu) is outside buffer %u (%" PRIu64 " %s, ids 0..%" PRId64 ")",
+			   ch->room, label, ids[i], i, b, max, state ? "slots" : "pages",
+			   (int64_t)max - 1);
+		return lc__engine_bad_input(e, -EINVAL, what);
+	}
+	return 0;
+}
+
+/* P's ids in the chunk against the layout's pools: an id past a buffer's
+ * end would read another buffer's page, or memory that is no page at all. */
+static int check_chunk_ids(lc_engine_t *e, const lc_chunk_t *ch)
+{
+	int rc = 0;
+	if (e->pages_buf == UINT32_MAX) {
+		/* no page buffer: the pages move nothing */
+	} else if (ch->src_mask) {
+		size_t marked = 0;
+		for (size_t i = 0; i < ch->page_count; i++)
+			marked += ch->src_mask[i] != 0;
+		if (ch->src_local_count < marked) {
+			char what[LC_REASON_MAX];
+			lc__reason(what, sizeof(what),
+				   "chunk for room %" PRIu64
+				   ": src_mask marks %zu pages, src_local holds %zu",
+				   ch->room, marked, ch->src_local_count);
+			return lc__engine_bad_input(e, -EINVAL, what);
+		}
+		rc = check_ids(e, ch, "src_local page", ch->src_local, marked, e->max_pages,
+			       e->pages_buf, false);
+	} else {
+		rc = check_ids(e, ch, "page", ch->pages, ch->page_count, e->max_pages, e->pages_buf,
+			       false);
+	}
+	if (!rc && ch->is_last && e->slots_buf != UINT32_MAX)
+		rc = check_ids(e, ch, "state slot", ch->state_slots, ch->state_slot_count,
+			       e->max_slots, e->slots_buf, true);
+	return rc;
+}
+
 /* Whether a chunk may be added now; an error code otherwise. */
 static int check_chunk(lc_engine_t *e, const lc_chunk_t *ch)
 {
@@ -77,6 +128,9 @@ static int check_chunk(lc_engine_t *e, const lc_chunk_t *ch)
 	if ((ch->page_count && !ch->pages && !ch->src_mask) || (ch->src_mask && !ch->src_local) ||
 	    (ch->state_slot_count && !ch->state_slots))
 		return lc__engine_bad_input(e, -EINVAL, "chunk arrays");
+	int rc = check_chunk_ids(e, ch);
+	if (rc)
+		return rc;
 	lc__room_t *r = lc__room_find(&e->rooms, ch->room);
 	if (!r)
 		return lc__engine_bad_input(e, -ENOENT, "chunk for an unknown room");
@@ -126,6 +180,10 @@ int lc_engine_batch_end(lc_engine_t *e)
 	}
 	e->batch_open = false;
 	if (!e->batch_idle) {
+		/* A word an outside producer moved past the last reservation
+		 * is seen before this batch is stamped from the cursor. */
+		lc__engine_check_steps(e, now, lc__steps_read(&e->steps, LC_STEP_CACHE),
+				       lc__steps_read(&e->steps, LC_STEP_AUX));
 		/* Reserve even when empty: the forward records every layer. */
 		lc__steps_reserve(&e->steps, e->layout->layers, &cache, &aux);
 		for (lc__task_t *t = e->batch_head; t; t = t->next) {

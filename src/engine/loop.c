@@ -188,7 +188,9 @@ static int record(lc_engine_t *e, int which)
 		LC__WARN("engine %s: CPU step record after a stream record", e->name);
 		return LC_ERR_STATE;
 	}
-	lc__steps_record(&e->steps, which);
+	uint64_t step;
+	if (!lc__steps_record(&e->steps, which, &step))
+		return lc__engine_refuse_record(e, which, step);
 	if (submit_inline(e) && atomic_load(&e->want_wake))
 		lc__engine_wake(e);
 	return 0;

@@ -256,7 +256,9 @@ uint64_t lc__engine_progress(lc_engine_t *e, uint64_t now, bool *waiting)
 {
 	uint64_t cache = lc__steps_read(&e->steps, LC_STEP_CACHE);
 	uint64_t aux = lc__steps_read(&e->steps, LC_STEP_AUX);
-	uint64_t next = 0, pending = 0, inflight = 0;
+	/* Before the values read are acted on: a word beyond its reservation
+	 * fails the rooms it would have made ready. */
+	uint64_t next = lc__engine_check_steps(e, now, cache, aux), pending = 0, inflight = 0;
 	e->seen_cache = cache; /* what the engine thread may sleep on */
 	e->seen_aux = aux;
 	lc__task_t **pp = &e->tasks;

@@ -4,12 +4,14 @@
  * room.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "core/ctx.h"
 #include "core/params.h"
 #include "control/addr.h"
 #include "pd/prefill_int.h"
@@ -53,10 +55,28 @@ static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
 	return rc;
 }
 
+/* Every buffer inside a region registered on the context, as D requires of
+ * its own: P's engine would otherwise post pages from memory the data plane
+ * refuses (or worse, from a neighbouring region) at the first transfer. */
+static int check_regions(lc_prefill_t *p, const lc_layout_t *layout)
+{
+	for (uint32_t b = 0; b < layout->nbuf; b++) {
+		const lc_buffer_t *buf = &layout->bufs[b];
+		lc__region_info_t ri;
+		if (buf->base && !lc__regions_find(&p->ctx->regions, buf->base, buf->length, &ri))
+			continue;
+		LC__ERROR("prefill %s: buffer %u (layer %d, kind %u, %" PRIu64
+			  " bytes at %p) is not inside any region registered on the context",
+			  p->name, b, buf->layer, buf->kind, buf->length, buf->base);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int copy_layout(lc_prefill_t *p, const lc_layout_t *layout)
 {
-	int rc = lc__layout_clone(layout, &p->layout);
-	if (rc)
+	int rc = check_regions(p, layout);
+	if (rc || (rc = lc__layout_clone(layout, &p->layout)))
 		return rc;
 	p->item_lens = calloc(p->layout->nbuf ? p->layout->nbuf : 1, sizeof *p->item_lens);
 	if (!p->item_lens)

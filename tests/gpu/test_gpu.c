@@ -93,6 +93,12 @@ static void solo_new(solo_t *s)
 	CHECK_RC(lc_layout_build(&lp, &s->layout), 0);
 	lc_engine_params_t ep = {.size = sizeof(ep), .layout = s->layout, .name = "gpu"};
 	CHECK_RC(lc_engine_create(s->ctx, &ep, &s->e), 0);
+	/* Two empty forwards' worth of steps (2 L cache, 2 aux): a record no
+	 * batch reserved is refused. */
+	for (int i = 0; i < 2; i++) {
+		CHECK_RC(lc_engine_batch_begin(s->e, 0), 0);
+		CHECK_RC(lc_engine_batch_end(s->e), 0);
+	}
 }
 
 static void solo_free(solo_t *s)
@@ -321,6 +327,16 @@ static int case_steps(void)
 	CHECK(word(s.e, LC_STEP_CACHE) == 6 && word(s.e, LC_STEP_AUX) == 1);
 	CHECK_RC(lc_engine_record_cache(s.e), LC_ERR_STATE);
 	CHECK(word(s.e, LC_STEP_CACHE) == 6);
+	/* Stream records are held to the reservation (2 L) at enqueue. */
+	for (int i = 6; i < 2 * L; i++)
+		CHECK_RC(lc_engine_record_cache_on_stream(s.e, st), 0);
+	CHECK_RC(lc_engine_record_cache_on_stream(s.e, st), LC_ERR_STATE);
+	CHECK_RC(lc_engine_record_aux_on_stream(s.e, st), 0);
+	CHECK_RC(lc_engine_record_aux_on_stream(s.e, st), LC_ERR_STATE);
+	CHECK(word(s.e, LC_STEP_CACHE) == 2 * L && word(s.e, LC_STEP_AUX) == 2);
+	lc_engine_metrics_t m = {.size = sizeof(m)};
+	CHECK_RC(lc_engine_metrics(s.e, &m), 0);
+	CHECK(m.records_refused == 2); /* the cache and the aux stream records */
 	/* The engine's words are pinned now, for CUDA. */
 	uint64_t *w;
 	int kind, dev;

@@ -116,6 +116,9 @@ def test_steps_move_the_counter_words():
     ctx, mem, e = engine_with_dummy_room()
     s = e.steps
     assert s.value(s.CACHE) == 0 and s.layer_count == 2
+    for _ in range(2):  # two forwards' steps: 4 cache, 2 aux
+        with e.batch():
+            pass
     s.record_cache()
     s.record_batch()
     assert s.value(s.CACHE) == 3 and s.value(s.AUX) == 1
@@ -124,6 +127,29 @@ def test_steps_move_the_counter_words():
     with pytest.raises(lc.LayercakeError) as x:
         s.record_cache()
     assert x.value.name == "LC_ERR_CLOSED"
+
+
+def test_a_record_no_batch_reserved_is_refused_and_shifts_nothing():
+    # An engine that records on every forward, one of them without a batch:
+    # the stray record raises, moves no counter, and the next batch's
+    # steps are its own.
+    ctx, mem, e = engine_with_dummy_room()
+    s = e.steps
+    with pytest.raises(lc.LayercakeError) as x:
+        s.record_cache()
+    assert x.value.name == "LC_ERR_STATE" and "reserved" in str(x.value)
+    with pytest.raises(lc.LayercakeError):
+        s.record_aux()
+    assert s.value(s.CACHE) == 0 and s.value(s.AUX) == 0
+    assert e.metrics()["records_refused"] == 2
+    with e.batch():
+        pass
+    s.record_batch()
+    with pytest.raises(lc.LayercakeError):
+        s.record_cache()  # one past the batch's layer_count
+    assert s.value(s.CACHE) == 2 and s.value(s.AUX) == 1
+    assert e.metrics()["records_refused"] == 3
+    ctx.close()
 
 
 def test_engine_callbacks_run_for_dummy_free_rooms_only():

@@ -23,7 +23,10 @@ def engine():
     mem = lc.Memory(1 << 20)
     ctx.register(mem)
     layout = lc.Layout.mla(2, 8, 4096, bases=[mem.address + i * 8 * 4096 for i in range(2)])
-    return ctx, mem, lc.Engine(ctx, layout)
+    e = lc.Engine(ctx, layout)
+    with e.batch():  # one forward's steps: a record no batch reserved is refused
+        pass
+    return ctx, mem, e
 
 
 def run_py(code, cuda_lib):
@@ -67,6 +70,8 @@ def test_without_cuda_every_call_says_not_supported():
         assert gpu.cuda_devices() == []
         ctx = lc.Context("x"); mem = lc.Memory(1 << 20); ctx.register(mem)
         e = lc.Engine(ctx, lc.Layout.mla(2, 8, 4096, bases=[mem.address, mem.address + 32768]))
+        with e.batch():
+            pass
         for f in (e.record_cache_on_stream, e.record_aux_on_stream):
             try:
                 f(0)
@@ -107,6 +112,8 @@ def test_adapter_detects_kinds_and_maps_a_gpu_counter_onto_stream_records():
         assert fake.cuStreamCreate(ctypes.byref(s), 1) == 0
         ctx = lc.Context("p"); ctx.register(host)
         e = lc.Engine(ctx, lc.Layout.mla(2, 8, 4096, bases=[host.address, host.address + 32768]))
+        with e.batch():
+            pass
         class GpuCounter:  # TokenSpeed's StepCounter, as the adapter sees it
             def record_cache(self): raise AssertionError("not mapped")
             def record_aux(self): raise AssertionError("not mapped")

@@ -303,6 +303,7 @@ static int fake_source(void *arg, lc__metrics_snapshot_t *out)
 	out->has_engine = true;
 	out->engine.rooms_succeeded = 11;
 	out->engine.rooms_failed_by_reason[LC_FAIL_CANCELLED] = 2;
+	out->engine.records_refused = 4;
 	out->engine.room_latency.count = 1;
 	out->engine.room_latency.sum_ns = 1500000;
 	out->engine.room_latency.buckets[40] = 1;
@@ -328,6 +329,8 @@ static void test_metrics(void **state)
 	assert_non_null(strstr(body, "outcome=\"failed\",reason=\"cancelled\"} 2"));
 	assert_non_null(strstr(body, "layercake_room_transfer_seconds_count{rank=\"7\"} 1"));
 	assert_non_null(strstr(body, "event=\"msgs_malformed\"} 3"));
+	assert_non_null(strstr(
+		body, "layercake_engine_refused_total{rank=\"7\",kind=\"records_refused\"} 4"));
 	lc__bootstrap_source_remove(f->b, id);
 	/* Every sample line is "name{labels} value" or "name value". */
 	assert_int_equal(req(f, "GET", "/metrics", NULL, NULL, &body), 200);

@@ -48,12 +48,48 @@ static void cpu_record_advances_and_wraps(void **state)
 {
 	uint64_t words[2] __attribute__((aligned(8))) = {MOD - 1, 0};
 	lc__steps_t s;
+	uint64_t c, a, step;
 	assert_int_equal(lc__steps_init(&s, &words[0], &words[1]), 0);
-	assert_int_equal(lc__steps_record(&s, LC_STEP_CACHE), 0);
+	lc__steps_reserve(&s, 1, &c, &a);
+	assert_true(lc__steps_record(&s, LC_STEP_CACHE, &step));
+	assert_int_equal(step, MOD - 1);
 	assert_int_equal(words[0], 0);
 	assert_true(lc__step_ready(lc__steps_read(&s, LC_STEP_CACHE), MOD - 1));
-	assert_int_equal(lc__steps_record(&s, LC_STEP_AUX), 1);
+	assert_true(lc__steps_record(&s, LC_STEP_AUX, &step));
+	assert_int_equal(words[1], 1);
 	assert_true(lc__steps_record_time(&s, MOD - 1) > 0);
+	lc__steps_fini(&s);
+}
+
+/* A record beyond the reservation moves nothing, across the wrap too: it
+ * would make the next batch's first step ready before its layer is
+ * written. */
+static void records_beyond_the_reservation_are_refused(void **state)
+{
+	uint64_t words[2] __attribute__((aligned(8))) = {MOD - 2, 5};
+	lc__steps_t s;
+	uint64_t c, a, step;
+	assert_int_equal(lc__steps_init(&s, &words[0], &words[1]), 0);
+	assert_false(lc__steps_record(&s, LC_STEP_CACHE, &step)); /* nothing reserved */
+	assert_int_equal(step, MOD - 2);
+	assert_false(lc__steps_record(&s, LC_STEP_AUX, &step));
+	assert_int_equal(words[0], MOD - 2);
+	assert_int_equal(words[1], 5);
+	lc__steps_reserve(&s, 3, &c, &a);
+	for (int i = 0; i < 3; i++)
+		assert_true(lc__steps_record(&s, LC_STEP_CACHE, &step));
+	assert_int_equal(words[0], 1);
+	assert_false(lc__steps_record(&s, LC_STEP_CACHE, &step));
+	assert_int_equal(step, 1);
+	assert_int_equal(words[0], 1);
+	assert_true(lc__steps_record(&s, LC_STEP_AUX, &step));
+	assert_false(lc__steps_record(&s, LC_STEP_AUX, &step));
+	assert_int_equal(words[1], 6);
+	/* An outside producer's word past the bound reads as an overrun. */
+	assert_false(lc__steps_overrun(&s, LC_STEP_CACHE, 1));
+	assert_true(lc__steps_overrun(&s, LC_STEP_CACHE, 2));
+	lc__steps_rebase(&s, LC_STEP_CACHE, 2);
+	assert_false(lc__steps_overrun(&s, LC_STEP_CACHE, 2));
 	lc__steps_fini(&s);
 }
 
@@ -118,6 +154,7 @@ int main(void)
 		cmocka_unit_test(readiness_needs_less_than_half_the_modulus_ahead),
 		cmocka_unit_test(step_add_wraps_modulo_2_pow_62),
 		cmocka_unit_test(cpu_record_advances_and_wraps),
+		cmocka_unit_test(records_beyond_the_reservation_are_refused),
 		cmocka_unit_test(outside_producer_absolute_values_are_read),
 		cmocka_unit_test(misaligned_counter_words_are_refused),
 		cmocka_unit_test(batch_reservation_advances_layers_and_one_aux),
