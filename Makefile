@@ -4,7 +4,7 @@ BUILD     ?= build
 JOBS      ?= $(shell nproc)
 CMAKE_OPTS ?=
 
-.PHONY: all build deps test test-asan test-tsan valgrind demo demo-llm bench example-python bench-python fuzz soak clean install deb check-install
+.PHONY: all build deps test test-wheel wheel test-asan test-tsan valgrind demo demo-llm bench example-python bench-python fuzz soak clean install deb check-install
 
 all: build
 
@@ -22,6 +22,19 @@ build: $(BUILD)/CMakeCache.txt
 test: deps
 	$(MAKE) build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+# The pip-installable package alone (also ctest python.wheel, in make test):
+# in a fresh venv `pip wheel .`, install, `import layercake` from /tmp,
+# `python -m layercake info`, `pip install .`. docs/python.md, "Installing".
+test-wheel:
+	scripts/test-wheel.sh . $(BUILD)/wheel-test
+
+# dist/layercake-<version>-py3-none-linux_<arch>.whl, built with the pinned
+# backend of python/requirements-build.txt from its cached venv
+# (scripts/py-venv.sh) without build isolation: offline once the venv exists.
+wheel:
+	venv=$$(scripts/py-venv.sh pkg python/requirements-build.txt) && \
+	  $$venv/bin/python -m pip wheel --no-build-isolation --no-deps -w dist -C build-dir=build-wheel .
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 # UCX's memory hooks (libucm patches mmap/madvise) crash the sanitizers'
@@ -100,4 +113,4 @@ check-install: build
 	scripts/check-install.sh $(BUILD) .
 
 clean:
-	rm -rf build build-asan build-tsan build-vg build-fuzz build-deb
+	rm -rf build build-asan build-tsan build-vg build-fuzz build-deb build-wheel dist

@@ -10,6 +10,21 @@
 # `cpack -G DEB` (in the build folder) builds a .deb of the same; configure with
 # -DCMAKE_INSTALL_PREFIX=/usr for a Debian-style package (`make deb`).
 # scripts/check-install.sh (ctest install.check) checks all of it from a temporary prefix.
+
+# The Python wheel (pyproject.toml installs only this component): the library
+# inside the package, as layercake/liblayercake.so, the first place
+# layercake/_ffi.py looks after $LAYERCAKE_LIB. scikit-build-core makes the
+# install prefix the wheel's platlib folder and copies python/layercake/ there
+# itself. One file, no soname links (a wheel holds no symlinks); it is loaded
+# by path. Its runtime dependencies are the Debian libraries it links
+# (layercake/_deps.py names their packages); CUDA is loaded at run time
+# (dlopen), never linked.
+if(LC_WHEEL)
+  install(FILES $<TARGET_FILE:layercake> DESTINATION layercake RENAME liblayercake.so
+    COMPONENT wheel)
+  return()
+endif()
+
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 

@@ -1,7 +1,9 @@
 """layercake's Python package: a ctypes binding over liblayercake.so.
 
-Installs with `pip install ./python` using only what Debian ships (setuptools,
-no build isolation needed, no compiled extension). Where the package finds
+`pip install .` at the top of the tree (pyproject.toml, scikit-build-core from
+PyPI) builds the library into a wheel. This file is the other way, for a
+machine without PyPI: `pip install ./python` uses only what Debian ships
+(setuptools, no build isolation needed, no compiled extension). Where the package finds
 the shared library (layercake/_ffi.py, in this order): $LAYERCAKE_LIB; a copy
 next to the package, made here at install time from $LAYERCAKE_LIB or
 ../build/liblayercake.so when one exists; else an installed layercake found
@@ -9,6 +11,7 @@ through pkg-config (`make install`), whose library path is written into
 layercake/_paths.py; then the loader's search path.
 """
 import os
+import re
 import shutil
 import subprocess
 
@@ -16,6 +19,12 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _version():
+    """project(layercake VERSION ...) of ../CMakeLists.txt: the one place it is said."""
+    with open(os.path.join(HERE, "..", "CMakeLists.txt")) as f:
+        return re.search(r"project\(layercake\s+VERSION\s+([0-9]+\.[0-9]+\.[0-9]+)", f.read()).group(1)
 
 
 def _installed_library():
@@ -49,7 +58,7 @@ class build_py_with_lib(build_py):
 
 setup(
     name="layercake",
-    version="0.1.0",
+    version=_version(),
     description="Layer-wise KV-cache streaming from prefill to decode (ctypes binding)",
     packages=["layercake"],
     package_data={"layercake": ["liblayercake.so"]},

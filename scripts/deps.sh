@@ -2,7 +2,7 @@
 # Install the Debian packages the build and the tests need, when missing.
 # As root: apt-get installs them. Otherwise: print the exact command, fail.
 set -euo pipefail
-pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev
+pkgs=(cmake make ninja-build gcc pkg-config clang libclang-rt-14-dev
       libzmq3-dev libmicrohttpd-dev libcurl4-openssl-dev libjson-c-dev libcmocka-dev
       libucx-dev ucx-utils
       python3 python3-pytest python3-numpy python3-zmq python3-pip python3-torch

@@ -44,4 +44,6 @@ from .engine import (  # noqa: F401
 from .control import BootstrapServer, Decode, Prefill, Receiver, Sender  # noqa: F401
 from .errors import LayercakeError, err_name, strerror  # noqa: F401
 
-__version__ = "0.1.0"
+# The loaded library's, which CMakeLists.txt's project(VERSION) fixes (so does
+# the wheel's metadata): the version is said in one place.
+__version__ = version()

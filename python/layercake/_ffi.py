@@ -28,34 +28,44 @@ BATCH_DEFER = 1  # LC_BATCH_DEFER
 
 
 def _find_library():
+    """(path, where from): the library to load, in this order."""
     env = os.environ.get("LAYERCAKE_LIB")
-    if env:
-        return env
+    if env:  # a build tree's, when asked (the tests set it)
+        return env, "LAYERCAKE_LIB"
     here = os.path.dirname(os.path.abspath(__file__))
     try:  # written by `make install` (cmake/install.cmake): the prefix's library
         from ._paths import LIBRARY as installed
     except ImportError:
         installed = None
-    for cand in (
-        os.path.join(here, "liblayercake.so"),
-        installed,
-        os.path.join(here, "..", "..", "build", "liblayercake.so"),
+    for cand, source in (
+        (os.path.join(here, "liblayercake.so"), "package"),  # the wheel's (pip install .)
+        (installed, "installed prefix (_paths.py)"),
+        (os.path.join(here, "..", "..", "build", "liblayercake.so"), "source tree build/"),
     ):
         if cand is None:
             continue
         if os.path.exists(cand):
-            return cand
+            return cand, source
     found = ctypes.util.find_library("layercake")
     if found:
-        return found
+        return found, "loader search path"
     raise OSError(
         "liblayercake.so not found: set LAYERCAKE_LIB, build the project (make), "
-        "or install the package with the library next to it"
+        "or install the package with the library next to it (pip install .)"
     )
 
 
-LIBRARY_PATH = _find_library()
-lib = ctypes.CDLL(LIBRARY_PATH)
+def _load(path):
+    try:
+        return ctypes.CDLL(path)
+    except OSError as e:
+        from ._deps import missing_message
+        why = missing_message(path) if os.path.exists(path) else ""
+        raise OSError(f"cannot load {path}: {e}" + (f"\n{why}" if why else "")) from None
+
+
+LIBRARY_PATH, LIBRARY_SOURCE = _find_library()
+lib = _load(LIBRARY_PATH)
 P = ctypes.POINTER
 
 

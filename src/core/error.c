@@ -3,9 +3,13 @@
 
 #include "core/common.h"
 
+/* From the header's numbers, which CMakeLists.txt checks against project(VERSION). */
+#define LC__STR_(x) #x
+#define LC__STR(x) LC__STR_(x)
+
 const char *lc_version(void)
 {
-	return "0.1.0";
+	return LC__STR(LC_VERSION_MAJOR) "." LC__STR(LC_VERSION_MINOR) "." LC__STR(LC_VERSION_PATCH);
 }
 
 int lc_version_number(void)

@@ -1,0 +1,85 @@
+"""`python -m layercake info` and the runtime-library check (layercake/_deps.py).
+
+The wheel itself is built and installed by scripts/test-wheel.sh (ctest
+python.wheel, needs PyPI); these run against the build tree's library.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from layercake import _deps, _ffi
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _info(*args, lib=None):
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(_ffi.__file__))))
+    if lib:
+        env["LAYERCAKE_LIB"] = lib
+    return subprocess.run([sys.executable, "-m", "layercake", "info", *args], cwd="/tmp",
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_info_lists_version_library_transports():
+    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+        version = re.search(r"project\(layercake VERSION ([0-9.]+)", f.read()).group(1)
+    r = _info("--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["version"] == version
+    assert info["library_from"] == "LAYERCAKE_LIB"
+    assert os.path.samefile(info["library"], _ffi.LIBRARY_PATH)
+    assert {"loop", "tcp", "shm"} <= set(info["transports"])
+    sonames = [x["soname"] for x in info["runtime_libraries"]]
+    assert "libzmq.so.5" in sonames or not any(s.startswith("libzmq") for s in sonames)
+    for x in info["runtime_libraries"]:
+        assert x["file"] and os.path.exists(x["file"]), x
+    text = _info()
+    assert text.returncode == 0 and f"layercake {version}\n" in text.stdout
+    assert re.search(r"^transports: .*tcp", text.stdout, re.M)
+
+
+def test_info_usage():
+    r = subprocess.run([sys.executable, "-m", "layercake", "bogus"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_needed_matches_readelf():
+    names = _deps.needed(_ffi.LIBRARY_PATH)
+    try:
+        out = subprocess.run(["readelf", "-d", _ffi.LIBRARY_PATH], capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no readelf")
+    assert names == re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+    assert any(n.startswith("libc.so") for n in names)
+    assert not any("cuda" in n for n in names), "CUDA is loaded at run time, never linked"
+
+
+def test_package_names():
+    assert _deps.package_of("libzmq.so.5") == "libzmq5"
+    assert _deps.package_of("libucs.so.0") == "libucx0"
+    assert _deps.package_of("libjson-c.so.5") == "libjson-c5"
+    assert _deps.package_of("libnothing.so.1") is None
+
+
+def test_missing_runtime_library_is_named(tmp_path):
+    data = open(os.path.realpath(_ffi.LIBRARY_PATH), "rb").read()
+    # Rename one linked library to one that does not exist, same length.
+    old = next(n for n in _deps.needed(_ffi.LIBRARY_PATH) if n.startswith(("libzmq", "libucp")))
+    new = "libucm.so.9" if old == "libucp.so.0" else "libzmq.so.9"
+    assert len(new) == len(old)
+    broken = tmp_path / "liblayercake.so"
+    broken.write_bytes(data.replace(old.encode() + b"\0", new.encode() + b"\0"))
+    assert _deps.missing_message(str(broken)).startswith(
+        f"missing runtime libraries: {new} (Debian package {_deps.package_of(new)})")
+    r = _info(lib=str(broken))
+    assert r.returncode != 0
+    assert f"{new} (Debian package {_deps.package_of(new)})" in r.stderr
+    assert f"apt-get install {_deps.package_of(new)}" in r.stderr
+    assert _deps.missing_message(_ffi.LIBRARY_PATH) == ""
