@@ -28,8 +28,8 @@ static int readme_prefill(int addr_fd, int done_fd)
 		return 1;
 	for (int i = 0; i < PROMPT_PAGES; i++)
 		pages[i] = i;
-	int rc = prefill_serve(m.ctx, m.layout, addr, ROOM, pages, PROMPT_PAGES, LAYERS, first_token,
-			       sizeof first_token);
+	int rc = prefill_serve(m.ctx, m.layout, addr, ROOM, pages, PROMPT_PAGES, LAYERS,
+			       first_token, sizeof first_token);
 	printf("P (README snippet): prefill_serve returned %d%s%s\n", rc, rc < -1 ? ": " : "",
 	       rc < -1 ? lc_strerror(rc) : "");
 	fflush(stdout);
