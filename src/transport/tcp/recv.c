@@ -428,7 +428,9 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 	lc__put_u64(token, f.a);
 	lc__put_u64(token + 8, f.b);
 	bool ok = lc__ctx_token_accepted(r->tl->ctx, has ? token : NULL, has);
-	out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_HELLO_REPLY, .status = ok ? 0 : LC_ERR_AUTH});
+	bool admitted = ok && lc__tcp_lane_admit(r);
+	int status = !ok ? LC_ERR_AUTH : admitted ? 0 : -EBUSY;
+	out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_HELLO_REPLY, .status = status});
 	lc__tcp_rlane_flush(r);
 	if (!ok) {
 		LC__COUNT(r->tl->ctx, conns_rejected_auth);
@@ -436,7 +438,10 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 			 has ? "unknown or revoked session token" : "no session token");
 		return LC_ERR_AUTH;
 	}
+	if (!admitted)
+		return -EBUSY; /* counted and logged by lc__tcp_lane_admit */
 	r->phase = R_HDR;
+	r->active_ns = lc__now_ns();
 	return 0;
 }
 
@@ -652,7 +657,7 @@ static void rlane_bad(rlane_t *r, int rc)
 {
 	r->dead = true;
 	if (rc != LC_ERR_PROTO)
-		return; /* LC_ERR_AUTH: counted and logged by on_hello */
+		return; /* LC_ERR_AUTH, -EBUSY: counted and logged by on_hello */
 	LC__COUNT(r->tl->ctx, frames_malformed);
 	LC__WARN("tcp: malformed frame after %llu writes on a lane; closing it",
 		 (unsigned long long)r->seq);
@@ -662,6 +667,7 @@ void lc__tcp_rlane_pump(rlane_t *r)
 {
 	size_t budget = PUMP_BUDGET;
 	int rc = 0;
+	bool read_some = false;
 	while (r->readable && !r->paused && !lc__tcp_rlane_held(r) && budget) {
 		rc = consume_stage(r);
 		if (rc < 0 || r->paused || lc__tcp_rlane_held(r))
@@ -673,11 +679,15 @@ void lc__tcp_rlane_pump(rlane_t *r)
 			r->dead = true;
 			break;
 		}
-		if (got < 0)
+		if (got < 0) {
 			r->readable = errno == EINTR;
-		else
+		} else {
 			budget -= LC__MIN(budget, (size_t)got);
+			read_some = true;
+		}
 	}
+	if (read_some) /* the idle deadline and eviction order (listen.c) */
+		r->active_ns = lc__now_ns();
 	if (!r->dead && rc >= 0)
 		rc = consume_stage(r);
 	if (rc < 0)

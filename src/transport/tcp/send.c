@@ -335,6 +335,13 @@ static void on_hello_reply(lane_t *ln, const lc__tcp_ctrl_t *f, uint64_t now)
 					      : "it requires a token and none was given");
 		return;
 	}
+	if (f->status == -EBUSY && !f->a && !f->b) {
+		LC__COUNT(tc->ctx, conns_failed);
+		lane_fail(ln, -EBUSY,
+			  "the receiver refused the lane: it holds its cap of authenticated lanes "
+			  "(tcp_lanes_per_addr / tcp_lanes_max), every one busy");
+		return;
+	}
 	if (f->status != 0 || f->a || f->b) {
 		lane_malformed(ln, "bad HELLO_REPLY");
 		return;
