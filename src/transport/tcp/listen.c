@@ -1,8 +1,8 @@
 /*
  * tcp:// receiver (D): the listening socket, accepted lanes (caps on
  * pending handshakes per listener and per source address, the oldest
- * evicted; caps on authenticated lanes per source address and per
- * listener, and their idle deadline), closing a lane (its device copies
+ * evicted; the idle deadline of authenticated lanes, whose caps are
+ * decided at their HELLO in recv.c), closing a lane (its device copies
  * drained, bounded), and the listener task on the context's I/O core.
  * Frames and writes: recv.c.
  */
@@ -97,11 +97,6 @@ static void peer_key(const struct sockaddr_storage *a, uint8_t key[16], uint8_t 
 	}
 }
 
-static bool same_peer(const rlane_t *r, const uint8_t *key, uint8_t len)
-{
-	return r->peer_len == len && !memcmp(r->peer, key, len);
-}
-
 /* Room for one more connection before its handshake: past a cap the
  * oldest lane still waiting for its HELLO is closed (that address's own
  * when the address has its share), so that idle connections cannot keep a
@@ -116,7 +111,7 @@ static void make_room(tcp_listener_t *tl, const uint8_t *key, uint8_t len)
 			continue;
 		all++;
 		old_all = r;
-		if (same_peer(r, key, len)) {
+		if (lc__tcp_same_peer(r, key, len)) {
 			same++;
 			old_same = r;
 		}
@@ -133,84 +128,6 @@ static void make_room(tcp_listener_t *tl, const uint8_t *key, uint8_t len)
 			 v == old_same && same >= tl->pending_per_addr ? "per-address" : "listener",
 			 (unsigned long long)tl->evicted);
 	rlane_close(tl, v);
-}
-
-/* Whether lane r has a granted write open (bytes still to come, copies to
- * finish, an acknowledgement held behind them): such a lane is never idled
- * out nor evicted. Writes that were rejected do not count: their bytes are
- * discarded. */
-static bool rlane_busy(const rlane_t *r)
-{
-	if (r->pend_n)
-		return true;
-	for (uint32_t i = r->run_i; r->phase == R_RUN && i < r->run_n; i++)
-		if (r->run[i].land.g)
-			return true;
-	return false;
-}
-
-/* First occurrence, then at most one line per LANE_LOG_NS. */
-static bool log_due(uint64_t *last_ns, uint64_t now)
-{
-	if (*last_ns && now - *last_ns < LANE_LOG_NS)
-		return false;
-	*last_ns = now;
-	return true;
-}
-
-/* The authenticated lane to close for a newcomer, among those of `key`
- * (NULL: all): the least recently active one that is not busy and has been
- * quiet for EVICT_QUIET_NS; NULL when none may go. *n counts them. */
-static rlane_t *evictable(tcp_listener_t *tl, const rlane_t *except, const uint8_t *key,
-			  uint8_t len, uint64_t now, size_t *n)
-{
-	rlane_t *v = NULL;
-	*n = 0;
-	for (rlane_t *r = tl->lanes; r; r = r->next) {
-		if (r == except || r->phase == R_HELLO || r->dead ||
-		    (key && !same_peer(r, key, len)))
-			continue;
-		++*n;
-		if (rlane_busy(r) || now < r->active_ns + EVICT_QUIET_NS)
-			continue;
-		if (!v || r->active_ns < v->active_ns)
-			v = r;
-	}
-	return v;
-}
-
-bool lc__tcp_lane_admit(rlane_t *r)
-{
-	tcp_listener_t *tl = r->tl;
-	uint64_t now = lc__now_ns();
-	size_t same, all;
-	rlane_t *v_same = evictable(tl, r, r->peer, r->peer_len, now, &same);
-	rlane_t *v_all = evictable(tl, r, NULL, 0, now, &all);
-	bool addr_full = same >= tl->lanes_per_addr;
-	if (!addr_full && all < tl->lanes_max)
-		return true;
-	rlane_t *v = addr_full ? v_same : v_all;
-	const char *cap = addr_full ? "tcp_lanes_per_addr" : "tcp_lanes_max";
-	size_t held = addr_full ? same : all;
-	if (!v) {
-		LC__COUNT(tl->ctx, lanes_refused_cap);
-		tl->refused++;
-		if (log_due(&tl->refuse_log_ns, now))
-			LC__WARN("tcp: refusing an authenticated lane: %s (%zu) reached and every "
-				 "lane is busy or active (%llu refused so far)",
-				 cap, held, (unsigned long long)tl->refused);
-		return false;
-	}
-	LC__COUNT(tl->ctx, lanes_evicted);
-	tl->lanes_evicted++;
-	if (log_due(&tl->evict_log_ns, now))
-		LC__WARN("tcp: %s (%zu) reached: closing the least recently active lane (quiet "
-			 "%llu ms, nothing in flight) for a new one (%llu closed so far)",
-			 cap, held, (unsigned long long)((now - v->active_ns) / 1000000),
-			 (unsigned long long)tl->lanes_evicted);
-	v->dead = true; /* closed by listener_service, this round or the next */
-	tl->reap = true;
-	return true;
 }
 
 static void rlane_add(tcp_listener_t *tl, int fd, const struct sockaddr_storage *a)
@@ -269,7 +186,7 @@ static bool rlane_idle(tcp_listener_t *tl, rlane_t *r, uint64_t now)
 {
 	uint8_t b;
 	/* now may predate active_ns: the service's clock is read before it pumps. */
-	if (!tl->idle_ns || r->phase == R_HELLO || r->dead || rlane_busy(r) ||
+	if (!tl->idle_ns || r->phase == R_HELLO || r->dead || lc__tcp_rlane_busy(r) ||
 	    now < r->active_ns + tl->idle_ns)
 		return false;
 	ssize_t n = recv(r->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -304,7 +221,7 @@ static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
 		if (rlane_idle(tl, r, now)) {
 			LC__COUNT(tl->ctx, lanes_idled_out);
 			tl->idled++;
-			if (log_due(&tl->idled_log_ns, now))
+			if (lc__tcp_log_due(&tl->idled_log_ns, now))
 				LC__INFO("tcp: closing an authenticated lane idle for %llu ms "
 					 "(tcp_lane_idle_ms; %llu closed so far)",
 					 (unsigned long long)((now - r->active_ns) / 1000000),
@@ -317,7 +234,7 @@ static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
 		}
 		if (r->phase == R_HELLO)
 			next = LC__MIN(next, r->hello_deadline_ns);
-		else if (tl->idle_ns && !rlane_busy(r))
+		else if (tl->idle_ns && !lc__tcp_rlane_busy(r))
 			next = LC__MIN(next, r->active_ns + tl->idle_ns);
 		again |= r->readable && !r->paused && !lc__tcp_rlane_held(r);
 	}

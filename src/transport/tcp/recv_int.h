@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "transport/stage.h"
@@ -172,10 +173,33 @@ typedef struct tcp_listener {
 /* One log line per interval for each kind of lane closed or refused. */
 #define LANE_LOG_NS 1000000000ull
 
-/* listen.c, for recv.c: a lane that just authenticated may stay (true), or
- * its listener holds its caps of lanes, every lane that could make room is
- * busy or active, and it is refused (false: counted and logged). */
-bool lc__tcp_lane_admit(rlane_t *r);
+static inline bool lc__tcp_same_peer(const rlane_t *r, const uint8_t *key, uint8_t len)
+{
+	return r->peer_len == len && !memcmp(r->peer, key, len);
+}
+
+/* Whether lane r has a granted write open (bytes still to come, copies to
+ * finish, an acknowledgement held behind them): such a lane is never idled
+ * out nor evicted. Writes that were rejected do not count: their bytes are
+ * discarded. */
+static inline bool lc__tcp_rlane_busy(const rlane_t *r)
+{
+	if (r->pend_n)
+		return true;
+	for (uint32_t i = r->run_i; r->phase == R_RUN && i < r->run_n; i++)
+		if (r->run[i].land.g)
+			return true;
+	return false;
+}
+
+/* First occurrence, then at most one line per LANE_LOG_NS. */
+static inline bool lc__tcp_log_due(uint64_t *last_ns, uint64_t now)
+{
+	if (*last_ns && now - *last_ns < LANE_LOG_NS)
+		return false;
+	*last_ns = now;
+	return true;
+}
 
 /* recv.c, for listen.c */
 pend_t *lc__tcp_pend_at(rlane_t *r, uint32_t k);
@@ -183,5 +207,9 @@ void lc__tcp_rlane_flush(rlane_t *r);
 bool lc__tcp_rlane_held(const rlane_t *r);
 void lc__tcp_rlane_pump(rlane_t *r);
 void lc__tcp_slots_reap(tcp_listener_t *tl);
+/* A lane that just authenticated may stay (true), or its listener holds
+ * its caps of lanes, every lane that could make room is busy or active, and
+ * it is refused (false: counted and logged). */
+bool lc__tcp_lane_admit(rlane_t *r);
 
 #endif
