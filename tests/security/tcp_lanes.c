@@ -16,6 +16,10 @@
  *                          of a granted write is not, however long it waits,
  *                          and its write lands; a real P idled out between two
  *                          batches reconnects and both land byte-exact.
+ *     lc_tcp_lanes resend  a raw receiver closes P's idle lane as P's next
+ *                          batch's first bytes arrive (D idling the lane out
+ *                          in that instant): P sends the batch again on a new
+ *                          lane instead of failing it.
  *
  * Exit 0 pass, 1 fail, 77 skipped.
  */
@@ -397,6 +401,107 @@ static int case_idle(void)
 	return failures ? 1 : 0;
 }
 
+/* ---- resend: a lane closed in the instant P's first write went out ---- */
+
+static int fake_accept(int lfd)
+{
+	struct pollfd p = {.fd = lfd, .events = POLLIN};
+	TU_CHECK(poll(&p, 1, 10000) == 1, "P did not connect");
+	int fd = accept(lfd, NULL, NULL);
+	TU_CHECK(fd >= 0, "accept: %s", strerror(errno));
+	return fd;
+}
+
+static void recv_exact(int fd, void *buf, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		TU_CHECK(poll(&p, 1, 10000) == 1, "nothing from P");
+		ssize_t k = recv(fd, (uint8_t *)buf + got, n - got, 0);
+		TU_CHECK(k > 0, "P closed the lane");
+		got += (size_t)k;
+	}
+}
+
+/* A receiver's side of one lane: HELLO in, HELLO_REPLY 0 out. */
+static void fake_handshake(int fd)
+{
+	uint8_t b[LC__TCP_CTRL_LEN];
+	recv_exact(fd, b, sizeof b);
+	TU_CHECK(lc__tcp_prefix_ok(b) && b[2] == LC__TCP_HELLO, "no HELLO");
+	lc__tcp_encode_ctrl(b, &(lc__tcp_ctrl_t){.type = LC__TCP_HELLO_REPLY});
+	send_all(fd, b, sizeof b);
+}
+
+/* P's lane is connected and idle; the receiver closes it as P's next batch
+ * starts (a write on the wire as D idles the lane out: D landed none of it).
+ * P must send the batch again on a new socket, not fail it. The receiver
+ * here is a raw one that plays D's side of the wire. */
+static int case_resend(void)
+{
+	enum { LEN = 4096 };
+	target_up(NULL); /* only for a packed region descriptor and a token */
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t alen = sizeof a;
+	TU_CHECK(lfd >= 0 && !bind(lfd, (struct sockaddr *)&a, sizeof a) && !listen(lfd, 8) &&
+			 !getsockname(lfd, (struct sockaddr *)&a, &alen),
+		 "listen: %s", strerror(errno));
+	snprintf(T.url, sizeof T.url, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+	sender_t s;
+	TU_OK(lc_ctx_create(NULL, &s.ctx));
+	TU_OK(lc_mem_alloc(LEN, 0, (void **)&s.mem));
+	memset(s.mem, 0x5a, LEN);
+	TU_OK(lc_region_register(s.ctx, s.mem, LEN, &s.region));
+	TU_OK(lc_cq_create(s.ctx, &s.cq));
+	lc_conn_params_t cp = {
+		.size = sizeof cp, .cq = s.cq, .token = T.token, .has_token = 1, .lanes = 1};
+	TU_OK(lc_conn_create(s.ctx, T.url, &cp, &s.conn));
+	uint8_t desc[256];
+	int n = lc_region_pack(T.region, desc, sizeof desc);
+	TU_OK(n);
+	TU_OK(lc_conn_import_region(s.conn, desc, (size_t)n, &s.rid));
+	int fd = fake_accept(lfd); /* the lane P opens ahead of its first batch */
+	fake_handshake(fd);
+	usleep(200000); /* P has the reply: the lane is ready and idle */
+
+	lc_write_t w = {.local = s.mem, .remote_offset = G_OFF, .length = LEN, .remote_region = s.rid};
+	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 10000};
+	uint64_t id;
+	TU_OK(lc_batch_post(s.conn, &w, 1, &bp, &id));
+	uint8_t hdr[LC__TCP_HDR_LEN];
+	recv_exact(fd, hdr, sizeof hdr); /* the batch's first bytes arrived ... */
+	close(fd);                       /* ... and the lane closes under them */
+
+	fd = fake_accept(lfd);
+	fake_handshake(fd);
+	uint8_t frame[LC__TCP_HDR_LEN + LC__TCP_DESC_LEN + LEN];
+	recv_exact(fd, frame, sizeof frame);
+	lc__tcp_run_hdr_t h;
+	lc__tcp_decode_run(frame, &h);
+	int failures = 0;
+	if (h.n != 1 || h.seq != 0 || h.room != ROOM || frame[sizeof frame - 1] != 0x5a) {
+		fprintf(stderr, "FAIL: the resent frame is not the batch's (n %u seq %llu)\n", h.n,
+			(unsigned long long)h.seq);
+		failures++;
+	}
+	uint8_t ack[LC__TCP_CTRL_LEN];
+	lc__tcp_encode_ctrl(ack, &(lc__tcp_ctrl_t){.type = LC__TCP_ACK, .a = 1});
+	send_all(fd, ack, sizeof ack);
+	lc_completion_t c = tu_wait_one(s.cq, 15000);
+	if (c.status) {
+		fprintf(stderr, "FAIL: P failed the batch instead of sending it again: %s: %s\n",
+			lc_err_name(c.status), c.reason);
+		failures++;
+	}
+	sender_down(&s);
+	close(fd);
+	close(lfd);
+	target_down();
+	return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -405,6 +510,8 @@ int main(int argc, char **argv)
 		return case_flood();
 	if (argc == 2 && !strcmp(argv[1], "idle"))
 		return case_idle();
-	fprintf(stderr, "usage: lc_tcp_lanes flood|idle\n");
+	if (argc == 2 && !strcmp(argv[1], "resend"))
+		return case_resend();
+	fprintf(stderr, "usage: lc_tcp_lanes flood|idle|resend\n");
 	return 2;
 }
