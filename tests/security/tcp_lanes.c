@@ -466,7 +466,8 @@ static int case_resend(void)
 	fake_handshake(fd);
 	usleep(200000); /* P has the reply: the lane is ready and idle */
 
-	lc_write_t w = {.local = s.mem, .remote_offset = G_OFF, .length = LEN, .remote_region = s.rid};
+	lc_write_t w = {
+		.local = s.mem, .remote_offset = G_OFF, .length = LEN, .remote_region = s.rid};
 	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 10000};
 	uint64_t id;
 	TU_OK(lc_batch_post(s.conn, &w, 1, &bp, &id));
