@@ -95,12 +95,21 @@ bench-python: build
 # package (find_package(layercake)), the CLI and the Python package under
 # PREFIX (DESTDIR honoured). docs/python.md, "Installing".
 PREFIX ?= /usr/local
-# The build is configured for PREFIX first: the library and Python folders
-# follow it (/usr: lib/<multiarch> and lib/python3/dist-packages).
-install: $(BUILD)/CMakeCache.txt
-	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null
-	cmake --build $(BUILD) -j$(JOBS) --target layercake layercake_cli
-	DESTDIR="$(DESTDIR)" cmake --install $(BUILD)
+# The library and Python folders follow the configured prefix (/usr:
+# lib/<multiarch> and lib/python3/dist-packages; the .pc's rpath outside
+# /usr). So: from $(BUILD) as it is when it is configured for PREFIX (nothing
+# reconfigured, nothing rebuilt but a stale library or CLI); for any other
+# PREFIX from a build folder of its own, $(BUILD)-install, so that $(BUILD)
+# keeps its configuration and its objects.
+install:
+	@set -e; b="$(BUILD)"; \
+	[ -f "$$b/CMakeCache.txt" ] || cmake -S . -B "$$b" $(CMAKE_OPTS) -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null; \
+	if [ "$$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$$b/CMakeCache.txt")" != "$(PREFIX)" ]; then \
+	  b="$(BUILD)-install"; echo "$(BUILD) is configured for another prefix: building $$b for $(PREFIX)"; \
+	  cmake -S . -B "$$b" $(CMAKE_OPTS) -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null; \
+	fi; \
+	cmake --build "$$b" -j$(JOBS) --target layercake layercake_cli; \
+	DESTDIR="$(DESTDIR)" cmake --install "$$b"
 
 # The same as a Debian package, for /usr: build-deb/layercake_<version>_<arch>.deb.
 deb: deps
@@ -113,4 +122,4 @@ check-install: build
 	scripts/check-install.sh $(BUILD) .
 
 clean:
-	rm -rf build build-asan build-tsan build-vg build-fuzz build-deb build-wheel dist
+	rm -rf build build-install build-asan build-tsan build-vg build-fuzz build-deb build-wheel dist

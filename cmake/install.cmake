@@ -2,7 +2,8 @@
 # `cmake --install build --prefix DIR` installs
 #   lib/liblayercake.so.<version> (+ .so.<major>, .so)   the library, soname liblayercake.so.<major>
 #   include/layercake.h, include/layercake/*.h           the public headers
-#   lib/pkgconfig/layercake.pc                           pkg-config (relocatable: ${pcfiledir})
+#   lib/pkgconfig/layercake.pc                           pkg-config (relocatable: ${pcfiledir};
+#                                                        an rpath to lib/ outside /usr)
 #   lib/cmake/layercake/                                 find_package(layercake) -> layercake::layercake
 #   bin/layercake                                        the CLI
 #   <LC_INSTALL_PYTHONDIR>/layercake/                    the Python package, with _paths.py
@@ -75,6 +76,14 @@ install(FILES ${PROJECT_BINARY_DIR}/layercakeConfig.cmake ${PROJECT_BINARY_DIR}/
 # tree may be installed under any --prefix or DESTDIR, or moved.
 file(RELATIVE_PATH lc_pc_up /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 string(REGEX REPLACE "/$" "" lc_pc_up "${lc_pc_up}")
+# Outside /usr the loader does not search the prefix's library folder (not
+# even /usr/local/lib before an ldconfig), so a program linked with
+# `pkg-config --libs` gets an rpath to it (${libdir}: where the .pc is now).
+if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  set(lc_pc_rpath "")
+else()
+  set(lc_pc_rpath " -Wl,-rpath,\${libdir}")
+endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/layercake.pc.in ${PROJECT_BINARY_DIR}/layercake.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/layercake.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
   COMPONENT dev)

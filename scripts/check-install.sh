@@ -2,7 +2,9 @@
 # The installed tree works for a C and a Python integrator (issue 15):
 # install the build into a temporary prefix, build examples/prefill_decode.c
 # out of tree against it twice (pkg-config alone, then find_package), run
-# both, and run the Python example against the installed package with no
+# both, build and run README.md's P snippet with its pkg-config line as they
+# are, check that make install leaves the build tree alone, and run the
+# Python example against the installed package with no
 # build-tree path anywhere (LAYERCAKE_LIB unset, PYTHONPATH only into the
 # prefix, the example copied out of the source tree).
 #   check-install.sh BUILD_DIR SOURCE_DIR [SCRATCH_DIR]
@@ -42,11 +44,46 @@ step "pkg-config: cc examples/prefill_decode.c \$(pkg-config --cflags --libs lay
 export PKG_CONFIG_PATH="$(dirname "$pc")"
 libdir=$(pkg-config --variable=libdir layercake) || die "pkg-config --variable=libdir"
 mkdir -p "$tmp/pc" && cp "$src/examples/prefill_decode.c" "$tmp/pc/"
-(cd "$tmp/pc" && $cc -std=c11 -D_GNU_SOURCE -Wall -Werror prefill_decode.c -o prefill_decode \
-	$(pkg-config --cflags --libs layercake) -Wl,-rpath,"$libdir") || die "pkg-config build"
-ldd "$tmp/pc/prefill_decode" | grep -q "$prefix" || die "pkg-config build does not load the prefix's library"
+# No rpath of our own and no LD_LIBRARY_PATH: the .pc's Libs give it.
+(cd "$tmp/pc" && env -u LD_LIBRARY_PATH $cc -std=c11 -D_GNU_SOURCE -Wall -Werror prefill_decode.c \
+	-o prefill_decode $(pkg-config --cflags --libs layercake)) || die "pkg-config build"
+env -u LD_LIBRARY_PATH ldd "$tmp/pc/prefill_decode" | grep -q "liblayercake.so.* => $libdir" ||
+	die "pkg-config build does not load the prefix's library (no rpath from layercake.pc?)"
 "$tmp/pc/prefill_decode" tcp://127.0.0.1:0 >"$tmp/pc.log" 2>&1 || { cat "$tmp/pc.log"; die "pkg-config build run"; }
 tail -1 "$tmp/pc.log"
+
+# 1b. README.md as it is: its P snippet (between the "readme-snippet: prefill"
+# markers) wrapped by tests/install/readme_app.c into app.c, built with the
+# README's pkg-config line (between its "readme-snippet: pkg-config" markers)
+# and run: P is the snippet, D the example's.
+step "README.md: the P snippet and the pkg-config line, as they are"
+snippet() { # NAME: the fenced block between README.md's markers for NAME, fences dropped
+	sed -n "/<!-- readme-snippet: $1 begin -->/,/<!-- readme-snippet: $1 end -->/p" "$src/README.md" |
+		sed -e '/<!-- readme-snippet/d' -e '/^```/d'
+}
+mkdir -p "$tmp/readme" && cd "$tmp/readme" || exit 1
+snippet prefill >readme_prefill.c
+snippet pkg-config >build.sh
+grep -q 'lc_prefill_engine' readme_prefill.c || die "README.md: no P snippet between its markers"
+grep -q 'pkg-config --cflags --libs layercake' build.sh || die "README.md: no pkg-config line between its markers"
+cp "$src/tests/install/readme_app.c" app.c && cp "$src/examples/prefill_decode.c" . || exit 1
+echo "$ $(cat build.sh)"
+env -u LD_LIBRARY_PATH sh -e ./build.sh >"$tmp/readme.log" 2>&1 || { cat "$tmp/readme.log"; die "README.md's snippet and pkg-config line"; }
+grep -q '^OK$' "$tmp/readme.log" || { cat "$tmp/readme.log"; die "README.md's app did not print OK"; }
+grep 'README snippet' "$tmp/readme.log"
+cd "$tmp" || exit 1
+
+# 1c. make install from a build configured for PREFIX neither reconfigures
+# nor rebuilds it (it used to rerun cmake -S . -B build with the prefix).
+step "make install PREFIX=(the build's own) DESTDIR=...: the build tree is left as it is"
+bprefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$build/CMakeCache.txt")
+before=$(cksum <"$build/CMakeCache.txt")
+(unset MAKEFLAGS MFLAGS MAKELEVEL; make -C "$src" install BUILD="$build" PREFIX="$bprefix" \
+	DESTDIR="$tmp/destdir" JOBS=1) >"$tmp/make-install.log" 2>&1 || { cat "$tmp/make-install.log"; die "make install"; }
+[ "$(cksum <"$build/CMakeCache.txt")" = "$before" ] || die "make install changed $build/CMakeCache.txt"
+! grep -E 'Building C|Linking C' "$tmp/make-install.log" || die "make install rebuilt the (up to date) build tree"
+[ -e "$tmp/destdir$bprefix/include/layercake.h" ] || die "make install DESTDIR=$tmp/destdir put nothing under $bprefix"
+echo "make install: installed under DESTDIR, $build not reconfigured, nothing rebuilt"
 
 # 2. find_package(layercake) and the target layercake::layercake.
 step "cmake: find_package(layercake), target_link_libraries(... layercake::layercake)"

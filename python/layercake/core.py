@@ -370,7 +370,43 @@ def _memory_of(buf, what="register"):
     if mv.readonly:
         raise ValueError(f"{what}: buffer must be writable to be registered")
     c = (ctypes.c_char * mv.nbytes).from_buffer(mv)
-    return ctypes.addressof(c), mv.nbytes, None, None, None
+    addr = ctypes.addressof(c)
+    del c  # its own export of mv; mv (the export of buf) is what Region keeps
+    return addr, mv.nbytes, None, None, mv
+
+
+def _hold_export(buf, keep):
+    """A buffer export of `buf` (a memoryview) for a registration to hold:
+    while it is held, a resizable exporter (bytearray, array.array, a numpy
+    array that owns its data, ...) refuses to resize or free its storage
+    (BufferError), so the registered address stays its memory. None for
+    objects without the buffer protocol (Memory, RawMemory, torch tensors,
+    CUDA memory): there the Region keeps the object itself alive."""
+    if isinstance(keep, memoryview):
+        return keep
+    if isinstance(buf, (Memory, RawMemory)):
+        return None
+    try:
+        return memoryview(buf)
+    except (TypeError, ValueError, BufferError, NotImplementedError):
+        return None
+
+
+def _region_free(export):
+    """Region's destroy: deregister, then release the export it held, so the
+    memory may move only once the library no longer lands bytes there."""
+
+    def free(h):
+        try:
+            _ffi.lc_region_deregister(h)
+        finally:
+            if export is not None:
+                try:
+                    export.release()
+                except BufferError:  # pragma: no cover - nobody else gets this view
+                    pass
+
+    return free
 
 
 def _address_of(buf):
@@ -462,18 +498,29 @@ class Region(_Handle):
     def __init__(self, ctx, buf, kind=None, device=None):
         super().__init__(ctx)
         addr, n, seen_kind, seen_dev, keep = _memory_of(buf)
-        self._keep = (buf, keep)  # the memory must outlive the registration
+        # The memory must outlive the registration and stay where it is: the
+        # object, and its buffer export, held until the region is
+        # deregistered (close, or its context's close), then released.
+        export = _hold_export(buf, keep)
+        self._keep = (buf, keep)
+        self._node.free = _region_free(export)
         if kind is None:
             kind = {None: MEM_HOST, "cuda": MEM_CUDA, "pinned": MEM_PINNED}[seen_kind]
         if device is None:
             device = seen_dev if seen_dev is not None else 0
         h = ctypes.c_void_p()
-        if kind == MEM_HOST:
-            check(_ffi.lc_region_register(ctx._need(), addr, n, ctypes.byref(h)), "lc_region_register")
-        else:
-            p = _ffi.RegionParams(size=ctypes.sizeof(_ffi.RegionParams), kind=int(kind), device=int(device))
-            check(_ffi.lc_region_register_ex(ctx._need(), addr, n, ctypes.byref(p), ctypes.byref(h)),
-                  "lc_region_register_ex")
+        try:
+            if kind == MEM_HOST:
+                check(_ffi.lc_region_register(ctx._need(), addr, n, ctypes.byref(h)), "lc_region_register")
+            else:
+                p = _ffi.RegionParams(size=ctypes.sizeof(_ffi.RegionParams), kind=int(kind),
+                                      device=int(device))
+                check(_ffi.lc_region_register_ex(ctx._need(), addr, n, ctypes.byref(p), ctypes.byref(h)),
+                      "lc_region_register_ex")
+        except BaseException:
+            if export is not None:  # not registered: the object may move again
+                export.release()
+            raise
         self.kind, self.device = kind, device
         self._h = h.value
         self.address, self.length = addr, n

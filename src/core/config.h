@@ -92,6 +92,17 @@
 	X(tcp_pending_per_addr, "LAYERCAKE_TCP_PENDING_PER_ADDR", 64, 1, 1024,                     \
 	  "connections from one source address a tcp listener holds before their handshake; "      \
 	  "past it that address's oldest is closed (conns_evicted_pending)")                       \
+	X(tcp_lane_idle_ms, "LAYERCAKE_TCP_LANE_IDLE_MS", 120000, 0, 86400000,                     \
+	  "an authenticated tcp lane with no granted write in flight that received nothing for "   \
+	  "this long is closed (lanes_idled_out; the sender reconnects on its next write); 0: "    \
+	  "never")                                                                                 \
+	X(tcp_lanes_per_addr, "LAYERCAKE_TCP_LANES_PER_ADDR", 128, 1, 1024,                        \
+	  "authenticated lanes a tcp listener holds from one source address; past it that "        \
+	  "address's least recently active lane with no granted write in flight, quiet for 1 s, "  \
+	  "is closed (lanes_evicted), else the newcomer is refused (lanes_refused_cap)")           \
+	X(tcp_lanes_max, "LAYERCAKE_TCP_LANES_MAX", 768, 1, 1024,                                  \
+	  "authenticated lanes a tcp listener holds in all (with tcp_pending_max at most 1,024 "   \
+	  "connections); past it as tcp_lanes_per_addr, over every address")                       \
 	X(shm_pending_max, "LAYERCAKE_SHM_PENDING_MAX", 64, 1, 1024,                               \
 	  "connections an shm listener holds before their handshake; past it the oldest such "     \
 	  "connection is closed (conns_evicted_pending)")                                          \

@@ -33,6 +33,9 @@
 	X(random_failures)                                                                         \
 	X(lanes_stalled)                                                                           \
 	X(conns_evicted_pending)                                                                   \
+	X(lanes_idled_out)                                                                         \
+	X(lanes_evicted)                                                                           \
+	X(lanes_refused_cap)                                                                       \
 	X(sessions_evicted)                                                                        \
 	X(sessions_refused_full)                                                                   \
 	X(rooms_refused_cap)                                                                       \

@@ -1,8 +1,10 @@
 /*
  * tcp:// receiver (D): the listening socket, accepted lanes (caps on
  * pending handshakes per listener and per source address, the oldest
- * evicted), closing a lane (its device copies drained, bounded), and the
- * listener task on the context's I/O core. Frames and writes: recv.c.
+ * evicted; the idle deadline of authenticated lanes, whose caps are
+ * decided at their HELLO in recv.c), closing a lane (its device copies
+ * drained, bounded), and the listener task on the context's I/O core.
+ * Frames and writes: recv.c.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -95,11 +97,6 @@ static void peer_key(const struct sockaddr_storage *a, uint8_t key[16], uint8_t 
 	}
 }
 
-static bool same_peer(const rlane_t *r, const uint8_t *key, uint8_t len)
-{
-	return r->peer_len == len && !memcmp(r->peer, key, len);
-}
-
 /* Room for one more connection before its handshake: past a cap the
  * oldest lane still waiting for its HELLO is closed (that address's own
  * when the address has its share), so that idle connections cannot keep a
@@ -114,7 +111,7 @@ static void make_room(tcp_listener_t *tl, const uint8_t *key, uint8_t len)
 			continue;
 		all++;
 		old_all = r;
-		if (same_peer(r, key, len)) {
+		if (lc__tcp_same_peer(r, key, len)) {
 			same++;
 			old_same = r;
 		}
@@ -146,7 +143,8 @@ static void rlane_add(tcp_listener_t *tl, int fd, const struct sockaddr_storage 
 	}
 	/* Readable at once: a peer's HELLO usually came with the connection. */
 	*r = (rlane_t){.tl = tl, .fd = fd, .phase = R_HELLO, .readable = true, .writable = true};
-	r->hello_deadline_ns = lc__now_ns() + tl->hello_ns;
+	r->active_ns = lc__now_ns();
+	r->hello_deadline_ns = r->active_ns + tl->hello_ns;
 	memcpy(r->peer, key, len);
 	r->peer_len = len;
 	lc__tcp_sockopts(fd, 0); /* buffers are inherited from the listening socket */
@@ -181,14 +179,34 @@ static void accept_burst(tcp_listener_t *tl)
 	}
 }
 
-/* Pump ready lanes, close dead ones, expire handshakes. Returns the next
- * deadline: now when a lane still has bytes (its budget ran out), 0 for
- * none. */
+/* Whether authenticated lane r has been idle past the deadline: nothing
+ * in flight, nothing read for idle_ns, and no byte waiting in its socket
+ * (a write the sender just started keeps it). */
+static bool rlane_idle(tcp_listener_t *tl, rlane_t *r, uint64_t now)
+{
+	uint8_t b;
+	/* now may predate active_ns: the service's clock is read before it pumps. */
+	if (!tl->idle_ns || r->phase == R_HELLO || r->dead || lc__tcp_rlane_busy(r) ||
+	    now < r->active_ns + tl->idle_ns)
+		return false;
+	ssize_t n = recv(r->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0) { /* not idle after all: read it */
+		r->readable = true;
+		r->active_ns = now;
+		return false;
+	}
+	return true;
+}
+
+/* Pump ready lanes, close dead ones, expire handshakes and idle lanes.
+ * Returns the next deadline: now when a lane still has bytes (its budget
+ * ran out) or one was marked dead out of turn, 0 for none. */
 static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
 {
 	tcp_listener_t *tl = LC__CONTAINER_OF(t, tcp_listener_t, task);
 	uint64_t next = UINT64_MAX;
 	bool again = false;
+	tl->reap = false;
 	lc__tcp_slots_reap(tl);
 	for (rlane_t *r = tl->lanes, *nx; r; r = nx) {
 		nx = r->next;
@@ -200,15 +218,27 @@ static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
 				 (unsigned long long)(tl->hello_ns / 1000000));
 			r->dead = true;
 		}
+		if (rlane_idle(tl, r, now)) {
+			LC__COUNT(tl->ctx, lanes_idled_out);
+			tl->idled++;
+			if (lc__tcp_log_due(&tl->idled_log_ns, now))
+				LC__INFO("tcp: closing an authenticated lane idle for %llu ms "
+					 "(tcp_lane_idle_ms; %llu closed so far)",
+					 (unsigned long long)((now - r->active_ns) / 1000000),
+					 (unsigned long long)tl->idled);
+			r->dead = true;
+		}
 		if (r->dead) {
 			rlane_close(tl, r);
 			continue;
 		}
 		if (r->phase == R_HELLO)
 			next = LC__MIN(next, r->hello_deadline_ns);
+		else if (tl->idle_ns && !lc__tcp_rlane_busy(r))
+			next = LC__MIN(next, r->active_ns + tl->idle_ns);
 		again |= r->readable && !r->paused && !lc__tcp_rlane_held(r);
 	}
-	return again ? now : next == UINT64_MAX ? 0 : next;
+	return again || tl->reap ? now : next == UINT64_MAX ? 0 : next;
 }
 
 static void listener_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uint64_t now)
@@ -311,6 +341,9 @@ int lc__tcp_listen(lc_listener_t *l, const char *url)
 	tl->hello_ns = (uint64_t)lc__ctx_cfg(l->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
 	tl->pending_max = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_tcp_pending_max);
 	tl->pending_per_addr = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_tcp_pending_per_addr);
+	tl->idle_ns = (uint64_t)lc__ctx_cfg(l->ctx, LC__CFG_tcp_lane_idle_ms) * 1000000ull;
+	tl->lanes_max = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_tcp_lanes_max);
+	tl->lanes_per_addr = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_tcp_lanes_per_addr);
 	tl->sockbuf = lc__tcp_sockbuf(l->ctx);
 	rc = listen_socket(tl, host, port);
 	if (rc)

@@ -417,6 +417,63 @@ static int on_run(rlane_t *r, const uint8_t *p)
 	return 0;
 }
 
+/* ---- receiver: caps on authenticated lanes ---- */
+
+/* The authenticated lane to close for a newcomer, among those of `key`
+ * (NULL: all): the least recently active one that is not busy and has been
+ * quiet for EVICT_QUIET_NS; NULL when none may go. *n counts them. */
+static rlane_t *evictable(tcp_listener_t *tl, const rlane_t *except, const uint8_t *key,
+			  uint8_t len, uint64_t now, size_t *n)
+{
+	rlane_t *v = NULL;
+	*n = 0;
+	for (rlane_t *r = tl->lanes; r; r = r->next) {
+		if (r == except || r->phase == R_HELLO || r->dead ||
+		    (key && !lc__tcp_same_peer(r, key, len)))
+			continue;
+		++*n;
+		if (lc__tcp_rlane_busy(r) || now < r->active_ns + EVICT_QUIET_NS)
+			continue;
+		if (!v || r->active_ns < v->active_ns)
+			v = r;
+	}
+	return v;
+}
+
+bool lc__tcp_lane_admit(rlane_t *r)
+{
+	tcp_listener_t *tl = r->tl;
+	uint64_t now = lc__now_ns();
+	size_t same, all;
+	rlane_t *v_same = evictable(tl, r, r->peer, r->peer_len, now, &same);
+	rlane_t *v_all = evictable(tl, r, NULL, 0, now, &all);
+	bool addr_full = same >= tl->lanes_per_addr;
+	if (!addr_full && all < tl->lanes_max)
+		return true;
+	rlane_t *v = addr_full ? v_same : v_all;
+	const char *cap = addr_full ? "tcp_lanes_per_addr" : "tcp_lanes_max";
+	size_t held = addr_full ? same : all;
+	if (!v) {
+		LC__COUNT(tl->ctx, lanes_refused_cap);
+		tl->refused++;
+		if (lc__tcp_log_due(&tl->refuse_log_ns, now))
+			LC__WARN("tcp: refusing an authenticated lane: %s (%zu) reached and every "
+				 "lane is busy or active (%llu refused so far)",
+				 cap, held, (unsigned long long)tl->refused);
+		return false;
+	}
+	LC__COUNT(tl->ctx, lanes_evicted);
+	tl->lanes_evicted++;
+	if (lc__tcp_log_due(&tl->evict_log_ns, now))
+		LC__WARN("tcp: %s (%zu) reached: closing the least recently active lane (quiet "
+			 "%llu ms, nothing in flight) for a new one (%llu closed so far)",
+			 cap, held, (unsigned long long)((now - v->active_ns) / 1000000),
+			 (unsigned long long)tl->lanes_evicted);
+	v->dead = true; /* closed by listener_service, this round or the next */
+	tl->reap = true;
+	return true;
+}
+
 static int on_hello(rlane_t *r, const uint8_t *p)
 {
 	lc__tcp_ctrl_t f;
@@ -428,7 +485,9 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 	lc__put_u64(token, f.a);
 	lc__put_u64(token + 8, f.b);
 	bool ok = lc__ctx_token_accepted(r->tl->ctx, has ? token : NULL, has);
-	out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_HELLO_REPLY, .status = ok ? 0 : LC_ERR_AUTH});
+	bool admitted = ok && lc__tcp_lane_admit(r);
+	int status = !ok ? LC_ERR_AUTH : admitted ? 0 : -EBUSY;
+	out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_HELLO_REPLY, .status = status});
 	lc__tcp_rlane_flush(r);
 	if (!ok) {
 		LC__COUNT(r->tl->ctx, conns_rejected_auth);
@@ -436,7 +495,10 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 			 has ? "unknown or revoked session token" : "no session token");
 		return LC_ERR_AUTH;
 	}
+	if (!admitted)
+		return -EBUSY; /* counted and logged by lc__tcp_lane_admit */
 	r->phase = R_HDR;
+	r->active_ns = lc__now_ns();
 	return 0;
 }
 
@@ -652,7 +714,7 @@ static void rlane_bad(rlane_t *r, int rc)
 {
 	r->dead = true;
 	if (rc != LC_ERR_PROTO)
-		return; /* LC_ERR_AUTH: counted and logged by on_hello */
+		return; /* LC_ERR_AUTH, -EBUSY: counted and logged by on_hello */
 	LC__COUNT(r->tl->ctx, frames_malformed);
 	LC__WARN("tcp: malformed frame after %llu writes on a lane; closing it",
 		 (unsigned long long)r->seq);
@@ -662,6 +724,7 @@ void lc__tcp_rlane_pump(rlane_t *r)
 {
 	size_t budget = PUMP_BUDGET;
 	int rc = 0;
+	bool read_some = false;
 	while (r->readable && !r->paused && !lc__tcp_rlane_held(r) && budget) {
 		rc = consume_stage(r);
 		if (rc < 0 || r->paused || lc__tcp_rlane_held(r))
@@ -673,11 +736,15 @@ void lc__tcp_rlane_pump(rlane_t *r)
 			r->dead = true;
 			break;
 		}
-		if (got < 0)
+		if (got < 0) {
 			r->readable = errno == EINTR;
-		else
+		} else {
 			budget -= LC__MIN(budget, (size_t)got);
+			read_some = true;
+		}
 	}
+	if (read_some) /* the idle deadline and eviction order (listen.c) */
+		r->active_ns = lc__now_ns();
 	if (!r->dead && rc >= 0)
 		rc = consume_stage(r);
 	if (rc < 0)

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "transport/stage.h"
@@ -119,6 +120,8 @@ typedef struct rlane {
 	uint64_t hello_deadline_ns;
 	uint8_t peer[16]; /* source address (4 or 16 bytes), for the pending caps */
 	uint8_t peer_len;
+	uint64_t active_ns; /* accepted, authenticated or last read bytes: the idle
+			     * deadline and the order of eviction */
 	/* the WRITES frame being received: write run_i has `done` bytes */
 	uint64_t room;
 	uint32_t run_n, run_i;
@@ -151,6 +154,12 @@ typedef struct tcp_listener {
 	uint64_t hello_ns;
 	size_t pending_max, pending_per_addr; /* lanes before their HELLO */
 	uint64_t evicted;
+	/* Authenticated lanes: the idle deadline (0: none) and the caps. */
+	uint64_t idle_ns;
+	size_t lanes_max, lanes_per_addr;
+	uint64_t idled, lanes_evicted, refused; /* for the rate-limited log lines */
+	uint64_t idled_log_ns, evict_log_ns, refuse_log_ns;
+	bool reap; /* a lane was marked dead outside the service loop's reach */
 	int sockbuf;
 	uint8_t scratch[SCRATCH_LEN];
 	bslot_t slots[NSLOTS]; /* device-kind payloads; buffers made at first use */
@@ -158,11 +167,49 @@ typedef struct tcp_listener {
 } tcp_listener_t;
 
 
+/* Eviction takes only a lane quiet for this long (so never one between two
+ * batches of a busy peer), and one without a granted write in flight. */
+#define EVICT_QUIET_NS 1000000000ull
+/* One log line per interval for each kind of lane closed or refused. */
+#define LANE_LOG_NS 1000000000ull
+
+static inline bool lc__tcp_same_peer(const rlane_t *r, const uint8_t *key, uint8_t len)
+{
+	return r->peer_len == len && !memcmp(r->peer, key, len);
+}
+
+/* Whether lane r has a granted write open (bytes still to come, copies to
+ * finish, an acknowledgement held behind them): such a lane is never idled
+ * out nor evicted. Writes that were rejected do not count: their bytes are
+ * discarded. */
+static inline bool lc__tcp_rlane_busy(const rlane_t *r)
+{
+	if (r->pend_n)
+		return true;
+	for (uint32_t i = r->run_i; r->phase == R_RUN && i < r->run_n; i++)
+		if (r->run[i].land.g)
+			return true;
+	return false;
+}
+
+/* First occurrence, then at most one line per LANE_LOG_NS. */
+static inline bool lc__tcp_log_due(uint64_t *last_ns, uint64_t now)
+{
+	if (*last_ns && now - *last_ns < LANE_LOG_NS)
+		return false;
+	*last_ns = now;
+	return true;
+}
+
 /* recv.c, for listen.c */
 pend_t *lc__tcp_pend_at(rlane_t *r, uint32_t k);
 void lc__tcp_rlane_flush(rlane_t *r);
 bool lc__tcp_rlane_held(const rlane_t *r);
 void lc__tcp_rlane_pump(rlane_t *r);
 void lc__tcp_slots_reap(tcp_listener_t *tl);
+/* A lane that just authenticated may stay (true), or its listener holds
+ * its caps of lanes, every lane that could make room is busy or active, and
+ * it is refused (false: counted and logged). */
+bool lc__tcp_lane_admit(rlane_t *r);
 
 #endif

@@ -92,6 +92,10 @@ typedef struct lane {
 	uint64_t seq_next;  /* seq of the write at the cursor */
 	uint64_t seq_acked; /* writes acknowledged */
 	uint64_t queued;    /* payload bytes queued and unacknowledged */
+	/* The queued writes came to an idle, connected lane and none is acked:
+	 * D closes such a lane (idle, caps) only with no granted write open,
+	 * so they may go again, once, on a new socket if it closes. */
+	bool resend_ok;
 	uint8_t in[IN_CAP];
 	size_t in_len;
 	lc__io_fd_t iofd;
@@ -176,8 +180,10 @@ static void cursor_normalize(lane_t *ln)
 
 static void lane_append(lane_t *ln, seg_t *s, uint64_t now)
 {
-	if (!ln->head)
+	if (!ln->head) {
 		ln->progress_ns = now; /* the stall clock starts with the work */
+		ln->resend_ok = ln->state == LANE_READY;
+	}
 	s->next = NULL;
 	if (ln->tail)
 		ln->tail->next = s;
@@ -235,6 +241,22 @@ static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
 	ln->cur_idx = ln->cur_off = 0;
 	ln->queued = 0;
 	lane_close_fd(ln);
+}
+
+/* The receiver closed a lane whose queued writes may go again (resend_ok):
+ * rewind; it reconnects as for any queued work. False: the caller fails them. */
+static bool lane_resend(lane_t *ln, const char *why)
+{
+	if (!ln->resend_ok || !ln->head)
+		return false;
+	ln->resend_ok = false;
+	LC__DEBUG("tcp://%s:%d lane %d: %s while idle; sending its new writes on a new connection",
+		  ln->tc->host, ln->tc->port, ln->idx, why);
+	lane_close_fd(ln);
+	ln->cur = ln->head;
+	ln->cur_idx = ln->head->first;
+	ln->cur_off = 0;
+	return true;
 }
 
 static void lane_malformed(lane_t *ln, const char *what)
@@ -335,6 +357,13 @@ static void on_hello_reply(lane_t *ln, const lc__tcp_ctrl_t *f, uint64_t now)
 					      : "it requires a token and none was given");
 		return;
 	}
+	if (f->status == -EBUSY && !f->a && !f->b) {
+		LC__COUNT(tc->ctx, conns_failed);
+		lane_fail(ln, -EBUSY,
+			  "the receiver refused the lane: it holds its cap of authenticated lanes "
+			  "(tcp_lanes_per_addr / tcp_lanes_max), every one busy");
+		return;
+	}
 	if (f->status != 0 || f->a || f->b) {
 		lane_malformed(ln, "bad HELLO_REPLY");
 		return;
@@ -410,6 +439,7 @@ static bool on_ctrl(lane_t *ln, const uint8_t *p, uint64_t now)
 		return false;
 	}
 	ln->progress_ns = now;
+	ln->resend_ok = false;
 	if (ack)
 		lane_consume(ln, f.a - ln->seq_acked);
 	else
@@ -423,8 +453,9 @@ static void lane_read(lane_t *ln, uint64_t now)
 	for (;;) {
 		ssize_t n = recv(ln->fd, ln->in + ln->in_len, IN_CAP - ln->in_len, MSG_DONTWAIT);
 		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-			lane_fail(ln, LC_ERR_PEER_CLOSED, "peer closed the connection%s%s",
-				  n ? ": " : "", n ? strerror(errno) : "");
+			if (!lane_resend(ln, "peer closed the connection"))
+				lane_fail(ln, LC_ERR_PEER_CLOSED, "peer closed the connection%s%s",
+					  n ? ": " : "", n ? strerror(errno) : "");
 			return;
 		}
 		if (n < 0)
@@ -593,7 +624,8 @@ static void lane_flush(lane_t *ln, uint64_t now)
 			break;
 		}
 		if (w < 0) {
-			lane_fail(ln, LC_ERR_PEER_CLOSED, "send: %s", strerror(errno));
+			if (!lane_resend(ln, "send failed"))
+				lane_fail(ln, LC_ERR_PEER_CLOSED, "send: %s", strerror(errno));
 			return;
 		}
 		ln->progress_ns = now;

@@ -25,7 +25,8 @@
  *     4 i32 status   8 u64 a   16 u64 b
  *     HELLO       (sender -> receiver) status = flags (bit 0: a token follows),
  *                 a, b = the 16 token bytes (zero without a token)
- *     HELLO_REPLY (receiver -> sender) status = 0 or LC_ERR_AUTH; a = b = 0
+ *     HELLO_REPLY (receiver -> sender) status = 0, LC_ERR_AUTH, or -EBUSY (the
+ *                 receiver holds its cap of lanes and may close none); a = b = 0
  *     ACK         (receiver -> sender) status = 0; a = writes processed on
  *                 this lane so far (cumulative); b = 0
  *     REJECT      (receiver -> sender) status = the failure code; a = seq of
