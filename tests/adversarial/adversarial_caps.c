@@ -30,6 +30,11 @@
  *                  at most p_session_rooms_max (4,096) for it and refuses
  *                  the rest (rooms_refused_session_quota), so the engine
  *                  keeps room and a real D's rooms succeed.
+ *   info_flood     (issue 21, point 5) a registered session sends 100
+ *                  maximal TRANSFER_INFOs (16 MB of page ids each): P holds
+ *                  at most p_session_descs_max of them and refuses the rest
+ *                  (infos_refused_descs), so its RSS stays under 512 MB, and
+ *                  a real D's rooms succeed.
  *
  * Exit 0 pass, 1 fail, 77 skipped (a facility missing here).
  */
@@ -55,6 +60,8 @@
 #include "rounds.h"
 #include "testutil.h"
 
+#define INFO_FLOOD 100
+#define INFO_FLOOD_MAX_RSS_KB (512 * 1024)
 #define SESSION_FLOOD 1000
 #define SESSION_FLOOD_MORE 3000
 #define ROOM_FLOOD 50000
@@ -122,17 +129,19 @@ static int p_main(const char *flood_counter, uint64_t flood_n, uint64_t more_n, 
 	say("bootstrapped");
 	adv_wait_byte(go_fd);
 	int failures = adv_p_forward(eng, snd);
-	uint64_t ev = 0, full = 0, unk = 0, cap = 0, thr = 0, quota = 0;
+	uint64_t ev = 0, full = 0, unk = 0, cap = 0, thr = 0, quota = 0, descs = 0;
 	lc_ctx_counter_by_name(P.s.ctx, "rooms_refused_session_quota", &quota);
+	lc_ctx_counter_by_name(P.s.ctx, "infos_refused_descs", &descs);
 	lc_ctx_counter_by_name(P.s.ctx, "sessions_evicted", &ev);
 	lc_ctx_counter_by_name(P.s.ctx, "sessions_refused_full", &full);
 	lc_ctx_counter_by_name(P.s.ctx, "infos_refused_unknown", &unk);
 	lc_ctx_counter_by_name(P.s.ctx, "rooms_refused_cap", &cap);
 	lc_ctx_counter_by_name(P.s.ctx, "conns_refused_threads", &thr);
 	say("p-done %d evicted %llu refused_full %llu infos_refused %llu rooms_refused %llu "
-	    "conns_refused_threads %llu quota_refused %llu",
+	    "conns_refused_threads %llu quota_refused %llu descs_refused %llu",
 	    failures, (unsigned long long)ev, (unsigned long long)full, (unsigned long long)unk,
-	    (unsigned long long)cap, (unsigned long long)thr, (unsigned long long)quota);
+	    (unsigned long long)cap, (unsigned long long)thr, (unsigned long long)quota,
+	    (unsigned long long)descs);
 	adv_wait_byte(go_fd); /* quit */
 	for (int i = 0; i < ROOMS; i++)
 		lc_sender_destroy(snd[i]);
@@ -330,14 +339,48 @@ static int check_flat(const usage_t *first, const usage_t *more)
 	return 1;
 }
 
+/* A registered session (mallory0) sends INFO_FLOOD transfer infos of the
+ * most page ids a message holds, for rooms of its own, on a socket that
+ * queues little (the attacker's memory is not what is measured). */
+static void flood_infos(void *zc, const char *ep)
+{
+	void *tx = zmq_socket(zc, ZMQ_PUSH);
+	int hwm = 2, linger = 5000;
+	zmq_setsockopt(tx, ZMQ_SNDHWM, &hwm, sizeof hwm);
+	zmq_setsockopt(tx, ZMQ_LINGER, &linger, sizeof linger);
+	TU_CHECK(zmq_connect(tx, ep) == 0, "connect %s", ep);
+	lc__msg_t m, reg;
+	flood_sessions(tx, 0, 1, &reg);
+	int64_t *pages = calloc(LC__MSG_MAX_PAGES, sizeof *pages);
+	TU_CHECK(pages != NULL, "calloc");
+	for (int k = 0; k < INFO_FLOOD; k++) {
+		memset(&m, 0, sizeof m);
+		m.type = LC__MSG_TRANSFER_INFO;
+		m.info.room = 1000 + (uint64_t)k;
+		memcpy(m.secret, reg.secret, sizeof m.secret);
+		snprintf(m.info.session, sizeof m.info.session, "mallory0@127.0.0.1:1");
+		snprintf(m.info.status_ep, sizeof m.info.status_ep, "tcp://127.0.0.1:1");
+		m.info.required_dst = 1;
+		m.info.aux_index = -1;
+		m.info.pages = pages;
+		m.info.page_count = LC__MSG_MAX_PAGES;
+		adv_send_msg(tx, &m, 0);
+	}
+	free(pages);
+	zmq_close(tx);
+}
+
 /* P up, the flood, P measured, then a real D's rooms. */
-static int run_case(bool sessions, bool registered)
+static int run_case(bool sessions, bool registered, bool infos)
 {
 	adv_proc_t p, d;
 	char addr[64], ep[300], line[512];
 	int failures = 0;
 	p_arg_t pa = {sessions ? "registrations" : "transfer_infos",
-		      sessions ? SESSION_FLOOD : ROOM_FLOOD, sessions ? SESSION_FLOOD_MORE : 0};
+		      sessions ? SESSION_FLOOD
+		      : infos  ? INFO_FLOOD
+			       : ROOM_FLOOD,
+		      sessions ? SESSION_FLOOD_MORE : 0};
 	adv_spawn(&p, p_child, &pa);
 	TU_CHECK(adv_wait_line(&p, "addr ", 15000, line, sizeof line) &&
 			 sscanf(line, "addr %63s %299s", addr, ep) == 2,
@@ -348,6 +391,8 @@ static int run_case(bool sessions, bool registered)
 	void *tx = adv_push_to(zc, ep);
 	if (sessions)
 		flood_sessions(tx, 0, SESSION_FLOOD, NULL);
+	else if (infos)
+		flood_infos(zc, ep);
 	else
 		flood_rooms(tx, registered);
 	adv_go(&p);
@@ -378,6 +423,7 @@ static int run_case(bool sessions, bool registered)
 	failures += check_bounds(&before, &after,
 				 sessions     ? MAX_MORE_RSS_KB_SESSIONS
 				 : registered ? MAX_MORE_RSS_KB_QUOTA
+				 : infos      ? INFO_FLOOD_MAX_RSS_KB
 					      : MAX_MORE_RSS_KB_ROOMS);
 	adv_spawn(&d, adv_d_child, &(adv_d_arg_t){addr, "tcp://127.0.0.1:0"});
 	adv_go(&d);
@@ -396,6 +442,13 @@ static int run_case(bool sessions, bool registered)
 	}
 	const char *q = strstr(line, "quota_refused ");
 	unsigned long long quota = q ? strtoull(q + 14, NULL, 10) : 0;
+	const char *dq = strstr(line, "descs_refused ");
+	unsigned long long descs = dq ? strtoull(dq + 14, NULL, 10) : 0;
+	if (infos && descs < INFO_FLOOD - 2) {
+		fprintf(stderr, "P refused %llu transfer infos by descriptors (want at least %d)\n",
+			descs, INFO_FLOOD - 2);
+		failures++;
+	}
 	if (registered && quota < ROOM_FLOOD - 4096) {
 		fprintf(stderr, "P refused %llu dummies by the session quota (want at least %d)\n",
 			quota, ROOM_FLOOD - 4096);
@@ -418,22 +471,25 @@ int main(int argc, char **argv)
 	tu_watchdog(110);
 	if (argc != 2) {
 		fprintf(stderr,
-			"usage: %s session_flood|session_flood_loop|room_flood|room_flood_registered\n",
+			"usage: %s session_flood|session_flood_loop|room_flood|room_flood_registered|"
+			"info_flood\n",
 			argv[0]);
 		return 2;
 	}
 	if (!strcmp(argv[1], "session_flood"))
-		return run_case(true, false);
+		return run_case(true, false, false);
 	if (!strcmp(argv[1], "session_flood_loop")) {
 		flood_data_url = "loop://mallory%d";
-		return run_case(true, false);
+		return run_case(true, false, false);
 	}
 	if (!strcmp(argv[1], "room_flood"))
-		return run_case(false, false);
+		return run_case(false, false, false);
 	if (!strcmp(argv[1], "room_flood_registered")) {
 		setenv("LAYERCAKE_P_ROOMS_MAX", "8192", 1); /* below the flood: P (a child) */
-		return run_case(false, true);
+		return run_case(false, true, false);
 	}
+	if (!strcmp(argv[1], "info_flood"))
+		return run_case(false, false, true);
 	fprintf(stderr, "unknown case %s\n", argv[1]);
 	return 2;
 }
