@@ -203,13 +203,12 @@ static int by_activity(const void *a, const void *b)
 }
 
 /* Whether s may go for a newcomer, which has proved nothing: never with a
- * live room, nor within p_session_grace_ms of its last activity (unproven)
- * or p_session_keep_ms (a room of it succeeded). Lock held. */
-static bool evictable(const lc_prefill_t *p, const lc__dsess_t *s, bool live, uint64_t now)
+ * live room, nor within grace_ns of its last activity (unproven) or keep_ns
+ * (a room of it succeeded). Lock held. */
+static bool evictable(const lc__dsess_t *s, bool live, uint64_t now, uint64_t grace_ns,
+		      uint64_t keep_ns)
 {
-	int f = s->proven ? LC__CFG_p_session_keep_ms : LC__CFG_p_session_grace_ms;
-	uint64_t keep_ns = (uint64_t)lc__ctx_cfg(p->ctx, f) * 1000000ull;
-	return !live && now - s->active_ns >= keep_ns;
+	return !live && now - s->active_ns >= (s->proven ? keep_ns : grace_ns);
 }
 
 /* Evict up to want evictable sessions, unproven and oldest first. Returns
@@ -221,6 +220,8 @@ static size_t evict_idle(lc_prefill_t *p, size_t want)
 	const char **names = calloc(n, sizeof *names);
 	bool *live = calloc(n, sizeof *live);
 	uint64_t now = lc__now_ns();
+	uint64_t grace = (uint64_t)lc__ctx_cfg(p->ctx, LC__CFG_p_session_grace_ms) * 1000000ull;
+	uint64_t keep = (uint64_t)lc__ctx_cfg(p->ctx, LC__CFG_p_session_keep_ms) * 1000000ull;
 	if (!list || !names || !live)
 		goto out;
 	pthread_mutex_lock(&p->lock);
@@ -232,7 +233,7 @@ static size_t evict_idle(lc_prefill_t *p, size_t want)
 		goto out;
 	pthread_mutex_lock(&p->lock); /* proven is set by the engine's callbacks */
 	for (size_t i = 0; i < n; i++)
-		if (evictable(p, list[i], live[i], now))
+		if (evictable(list[i], live[i], now, grace, keep))
 			list[idle++] = list[i];
 	qsort(list, idle, sizeof *list, by_activity);
 	pthread_mutex_unlock(&p->lock);
