@@ -39,7 +39,8 @@
  *                  no connection to either (status_schemes: tcp).
  *   refusal_burst  (issue 21, point 10) 3,000 refused REGISTERs naming a
  *                  blackhole (a listening socket that never accepts), then
- *                  a refused registrant with an inbox: it gets its answer.
+ *                  a refused registrant with an inbox: it gets its answer,
+ *                  and P logs fewer than 100 lines for them all.
  *
  * Exit 0 pass, 1 fail, 77 skipped (a facility missing here).
  */
@@ -92,10 +93,22 @@ static void p_counters(lc_prefill_t *pf)
 	    (unsigned long long)v[2], (unsigned long long)v[3]);
 }
 
+/* P's log lines, counted (and still written to stderr). */
+static _Atomic uint64_t p_log_lines;
+
+static void p_log(lc_log_level_t level, const char *line, void *arg)
+{
+	LC__UNUSED(level);
+	LC__UNUSED(arg);
+	atomic_fetch_add(&p_log_lines, 1);
+	fprintf(stderr, "%s\n", line);
+}
+
 static int p_child(void *arg, int go_fd)
 {
 	LC__UNUSED(arg);
 	adv_p_t P;
+	lc_log_set_handler(p_log, NULL);
 	adv_p_up(&P, NULL, adv_seed_of);
 	lc_prefill_t *pf = P.pf;
 	lc_engine_t *eng = P.eng;
@@ -103,6 +116,8 @@ static int p_child(void *arg, int go_fd)
 	for (int round = 0; (c = adv_wait_byte(go_fd)) != 'q';)
 		if (c == 'c')
 			p_counters(pf);
+		else if (c == 'l')
+			say("p-loglines %llu", (unsigned long long)atomic_load(&p_log_lines));
 		else
 			adv_p_round(pf, eng, ROOM0, round++, go_fd, 8000);
 	adv_p_down(&P);
@@ -681,6 +696,17 @@ static int case_reflect(void)
 	return finish(&w, failures);
 }
 
+static unsigned long long p_log_lines_of(world_t *w)
+{
+	char line[128];
+	unsigned long long n = 0;
+	adv_send_byte(&w->p, 'l');
+	TU_CHECK(adv_wait_line(&w->p, "p-loglines", 5000, line, sizeof line) &&
+			 sscanf(line, "p-loglines %llu", &n) == 1,
+		 "P's log lines");
+	return n;
+}
+
 static int case_refusal_burst(void)
 {
 	world_t w;
@@ -695,6 +721,7 @@ static int case_refusal_burst(void)
 			 !getsockname(bh, (struct sockaddr *)&a, &alen),
 		 "blackhole");
 	snprintf(bh_ep, sizeof bh_ep, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+	unsigned long long lines = p_log_lines_of(&w);
 	void *tx = forge_push(w.zc, w.p_ep, NULL);
 	void *rx = forge_inbox(w.zc, NULL, rx_ep, sizeof rx_ep);
 	/* No secret: refused; the registrant right behind the burst. */
@@ -704,6 +731,9 @@ static int case_refusal_burst(void)
 	fprintf(stderr, "the registrant after the burst: %s\n",
 		got == 1 ? "no answer" : lc_err_name(got));
 	int failures = got != LC_ERR_AUTH;
+	lines = p_log_lines_of(&w) - lines;
+	fprintf(stderr, "P logged %llu lines for 3,001 refusals\n", lines);
+	failures += lines >= 100; /* rate-limited: the counters count each */
 	failures += rounds_succeed(&w, 0, 0, NULL, NULL);
 	close(bh);
 	zmq_close(tx);
