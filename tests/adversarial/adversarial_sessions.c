@@ -33,6 +33,13 @@
  *                  REGISTERs with fresh ids and secrets of their own fill
  *                  P's table (256) and are refused past it: D's session
  *                  (active, proven) is not evicted, its rounds succeed.
+ *   evict_flood_proven  the same with p_session_grace_ms 0: only D's
+ *                  proven status (a room of it succeeded: p_session_keep_ms)
+ *                  keeps it; the forged sessions evict one another.
+ *   evicted_recovers  p_sessions_max 1, both windows 0: one forged
+ *                  REGISTER evicts idle D; D's next TRANSFER_INFO is told
+ *                  "register again" at the endpoint D registered, that
+ *                  round fails, and the one after succeeds.
  *   reflect        (issue 21, point 7) a TRANSFER_INFO that proves no
  *                  session names a tcp listener of the test's, another an
  *                  ipc:// one, and a REGISTER names the ipc:// one: P opens
@@ -615,6 +622,7 @@ static int case_old_version(void)
 	return finish(&w, failures);
 }
 
+static int case_evict_flood_proven(void);
 static int case_evict_flood(void)
 {
 	world_t w;
@@ -637,6 +645,40 @@ static int case_evict_flood(void)
 	fprintf(stderr, "attacker: %d answers\n", counts[LC__MSG_REGISTER_REPLY]);
 	failures += counts[LC__MSG_REGISTER_REPLY] < 256; /* it was let in, up to the cap */
 	failures += rounds_succeed(&w, 1, 2, NULL, NULL);
+	sink_stop(&k);
+	zmq_close(tx);
+	zmq_close(rx);
+	return finish(&w, failures);
+}
+
+static int case_evict_flood_proven(void)
+{
+	setenv("LAYERCAKE_P_SESSION_GRACE_MS", "0", 1); /* P, a child */
+	return case_evict_flood();
+}
+
+static int case_evicted_recovers(void)
+{
+	world_t w;
+	sink_t k;
+	char rx_ep[128];
+	uint8_t secret[LC__MSG_SECRET_LEN];
+	setenv("LAYERCAKE_P_SESSIONS_MAX", "1", 1); /* P, a child */
+	setenv("LAYERCAKE_P_SESSION_GRACE_MS", "0", 1);
+	setenv("LAYERCAKE_P_SESSION_KEEP_MS", "0", 1);
+	start(&w);
+	int failures = rounds_succeed(&w, 0, 0, NULL, NULL);
+	sink_start(&k);
+	void *rx = forge_inbox(w.zc, NULL, rx_ep, sizeof rx_ep);
+	void *tx = forge_push(w.zc, w.p_ep, NULL);
+	guess(secret, 5);
+	forge_register_as(tx, "mallory", rx_ep, k.url, secret, NULL);
+	TU_CHECK(inbox_drain(rx, 5000, (int[LC__MSG_TYPE_MAX + 1]){0}, true) == 0,
+		 "the newcomer was not let in");
+	int mask = run_round(&w, 1, NULL, NULL);
+	fprintf(stderr, "round 1 (D evicted): mask %d (want 0)\n", mask);
+	failures += mask != 0;
+	failures += rounds_succeed(&w, 2, 2, NULL, NULL);
 	sink_stop(&k);
 	zmq_close(tx);
 	zmq_close(rx);
@@ -753,6 +795,8 @@ int main(int argc, char **argv)
 		     {"restart", case_restart},
 		     {"old_version", case_old_version},
 		     {"evict_flood", case_evict_flood},
+		     {"evict_flood_proven", case_evict_flood_proven},
+		     {"evicted_recovers", case_evicted_recovers},
 		     {"reflect", case_reflect},
 		     {"refusal_burst", case_refusal_burst}};
 	signal(SIGPIPE, SIG_IGN);
@@ -762,7 +806,7 @@ int main(int argc, char **argv)
 			return cases[i].fn();
 	fprintf(stderr,
 		"usage: %s hijack|hijack_curve|forged_p|replay|restart|old_version|evict_flood|"
-		"reflect|refusal_burst\n",
+		"evict_flood_proven|evicted_recovers|reflect|refusal_burst\n",
 		argv[0]);
 	return 2;
 }
