@@ -486,6 +486,14 @@ int lc__push_up(lc__push_t *p)
 	return up;
 }
 
+void lc__push_close_now(lc__push_t *p)
+{
+	int linger = 0;
+	if (p)
+		zmq_setsockopt(p->sock, ZMQ_LINGER, &linger, sizeof linger);
+	lc__push_close(p);
+}
+
 void lc__push_close(lc__push_t *p)
 {
 	if (!p)
@@ -549,6 +557,9 @@ int lc__push_up(lc__push_t *p)
 	return 1;
 }
 void lc__push_close(lc__push_t *p)
+{
+}
+void lc__push_close_now(lc__push_t *p)
 {
 }
 #endif

@@ -71,5 +71,8 @@ int lc__push_send(lc__push_t *p, const void *buf, size_t len, int timeout_ms);
  * Reads the monitor's events without blocking. Any thread. */
 int lc__push_up(lc__push_t *p);
 void lc__push_close(lc__push_t *p);
+/* Close at once, dropping what is still queued (no LINGER): for a socket
+ * whose peer never answered. */
+void lc__push_close_now(lc__push_t *p);
 
 #endif

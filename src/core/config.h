@@ -107,15 +107,33 @@
 	  "connections an shm listener holds before their handshake; past it the oldest such "     \
 	  "connection is closed (conns_evicted_pending)")                                          \
 	X(p_sessions_max, "LAYERCAKE_P_SESSIONS_MAX", 256, 1, 4096,                                \
-	  "D sessions a P rank holds; when full, idle ones (no live room), oldest activity "       \
-	  "first, are evicted (sessions_evicted) and a newcomer is refused only when every "       \
-	  "session has a live room (sessions_refused_full)")                                       \
+	  "D sessions a P rank holds; when full, sessions that are neither live nor recent "       \
+	  "(p_session_grace_ms, p_session_keep_ms) are evicted, unproven ones first "              \
+	  "(sessions_evicted), else the newcomer is refused (sessions_refused_full)")              \
+	X(p_session_grace_ms, "LAYERCAKE_P_SESSION_GRACE_MS", 10000, 0, 86400000,                  \
+	  "a D session none of whose rooms has succeeded yet is not evicted for a newcomer "       \
+	  "within this long of its last REGISTER or TRANSFER_INFO")                                \
+	X(p_session_keep_ms, "LAYERCAKE_P_SESSION_KEEP_MS", 600000, 0, 86400000,                   \
+	  "a D session with a room that succeeded is not evicted for a newcomer within this "      \
+	  "long of its last REGISTER or TRANSFER_INFO")                                            \
 	X(p_rooms_max, "LAYERCAKE_P_ROOMS_MAX", 65536, 1, 16777216,                                \
 	  "rooms a P rank's engine holds; a transfer info that would open one more is refused "    \
 	  "before allocation (rooms_refused_cap)")                                                 \
 	X(p_session_rooms_max, "LAYERCAKE_P_SESSION_ROOMS_MAX", 4096, 1, 16777216,                 \
 	  "unfinished rooms one D session may be a destination of at a P rank (dummies "           \
 	  "included); past it its transfer infos are refused (rooms_refused_session_quota)")       \
+	X(p_session_descs_max, "LAYERCAKE_P_SESSION_DESCS_MAX", 4194304, 1, 4294967296ll,          \
+	  "transfer-info descriptors (pages, state slots; 8 bytes each) the unfinished rooms of "  \
+	  "one D session may hold at a P rank; past it its transfer infos are refused "            \
+	  "(infos_refused_descs)")                                                                 \
+	X(p_descs_max, "LAYERCAKE_P_DESCS_MAX", 16777216, 1, 4294967296ll,                         \
+	  "transfer-info descriptors all unfinished rooms of a P rank may hold; past it transfer " \
+	  "infos are refused (infos_refused_descs)")                                               \
+	X(p_replies_max, "LAYERCAKE_P_REPLIES_MAX", 64, 1, 512,                                    \
+	  "sockets a P rank holds for answers to D endpoints without a session (refused "          \
+	  "REGISTERs); past it the oldest is dropped with its answer (replies_dropped)")           \
+	X(p_reply_ms, "LAYERCAKE_P_REPLY_MS", 3000, 10, 600000,                                    \
+	  "how long a P rank keeps such a socket for its answer to go out")                        \
 	X(staging_ring_mib, "LAYERCAKE_STAGING_RING_MIB", 32, 1, 65536,                            \
 	  "host staging ring per context for device-kind sources (docs/gpu.md); a batch larger "   \
 	  "than the ring stages through a one-off buffer (staging_overflows)")                     \
@@ -128,11 +146,15 @@
 	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                  \
 	  "folder holding bootstrap.secret and the CURVE keypair (curve.public, curve.secret)")    \
 	X(advertise_host, "LAYERCAKE_ADVERTISE_HOST", "",                                          \
-	  "the address peers are told to reach this host at (docs/deployment.md); empty: the "    \
-	  "local address of the route towards each peer, listeners bound to the wildcard")        \
+	  "the address peers are told to reach this host at (docs/deployment.md); empty: the "     \
+	  "local address of the route towards each peer, listeners bound to the wildcard")         \
 	X(log, "LAYERCAKE_LOG", "warn",                                                            \
 	  "log level at start: off, error, warn, info, debug or trace (lc_log_set_level changes "  \
 	  "it)")                                                                                   \
+	X(status_schemes, "LAYERCAKE_STATUS_SCHEMES", "tcp",                                       \
+	  "ZeroMQ transports a P rank connects to for a D's status endpoint, comma separated "     \
+	  "(tcp, ipc, ...); a REGISTER naming another is refused and not answered "                \
+	  "(replies_refused_scheme)")                                                              \
 	X(cuda_lib, "LAYERCAKE_CUDA_LIB", "libcuda.so.1",                                          \
 	  "the CUDA driver library, opened with dlopen at first use (docs/gpu.md); a missing "     \
 	  "one means no CUDA: host memory only")

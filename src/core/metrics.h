@@ -41,6 +41,10 @@
 	X(rooms_refused_cap)                                                                       \
 	X(rooms_refused_session_quota)                                                             \
 	X(infos_refused_unknown)                                                                   \
+	X(infos_refused_descs)                                                                     \
+	X(infos_refused_unregistered)                                                              \
+	X(replies_refused_scheme)                                                                  \
+	X(replies_dropped)                                                                         \
 	X(conns_refused_threads)                                                                   \
 	X(cuda_errors)                                                                             \
 	X(regions_rejected_kind)                                                                   \

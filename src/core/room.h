@@ -32,6 +32,7 @@ typedef struct lc__room_dst {
 	uint32_t landed; /* layers reported landed */
 	uint64_t sum;    /* room_checksum: of every write posted to it (core/checksum.h) */
 	bool quota;      /* counted in its session's rooms_live until the room ends */
+	uint64_t descs;  /* charged to its session's and the engine's descs_live until then */
 } lc__room_dst_t;
 
 typedef struct lc__room {

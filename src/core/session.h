@@ -18,6 +18,7 @@ typedef struct lc__session {
 	char reason[LC_REASON_MAX];
 	void *owner;         /* the engine's per-session data */
 	uint32_t rooms_live; /* unfinished rooms it is a destination of (the quota) */
+	uint64_t descs_live; /* transfer-info descriptors those rooms hold (p_session_descs_max) */
 } lc__session_t;
 
 typedef struct lc__session_table {

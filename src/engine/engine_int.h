@@ -182,6 +182,7 @@ struct lc_engine {
 	bool stopping;
 	lc__room_table_t rooms;
 	lc__session_table_t sessions;
+	uint64_t descs_live; /* transfer-info descriptors of unfinished rooms (p_descs_max) */
 	bool batch_open, batch_idle;
 	lc__task_t *batch_head, **batch_tail; /* chunks of the open batch */
 	lc__task_t *inbox, **inbox_tail;      /* stamped, not yet taken */

@@ -160,17 +160,30 @@ static void kill_tasks(lc_engine_t *e, lc__room_t *r)
 }
 
 /* The room ended: its destinations no longer count toward their sessions'
- * quota (p_session_rooms_max). By name: a session removed since is gone. */
+ * quotas (p_session_rooms_max, p_session_descs_max) nor the engine's
+ * (p_descs_max), and the page lists D sent go: a finished room is kept for
+ * its status only. By name: a session removed since is gone. */
 static void release_quota(lc_engine_t *e, lc__room_t *r)
 {
 	for (uint32_t i = 0; i < r->ndst; i++) {
 		lc__room_dst_t *d = &r->dst[i];
-		if (!d->quota)
-			continue;
-		d->quota = false;
-		lc__session_t *s = lc__session_find(&e->sessions, d->session_name);
-		if (s && s->rooms_live)
+		lc__session_t *s = d->quota || d->descs
+					   ? lc__session_find(&e->sessions, d->session_name)
+					   : NULL;
+		if (d->quota && s && s->rooms_live)
 			s->rooms_live--;
+		if (s)
+			s->descs_live -= LC__MIN(s->descs_live, d->descs);
+		e->descs_live -= LC__MIN(e->descs_live, d->descs);
+		d->quota = false;
+		d->descs = 0;
+		free(d->pages);
+		free(d->state_slots);
+		free(d->dst_mask);
+		free(d->dst_local);
+		d->pages = d->state_slots = d->dst_local = NULL;
+		d->dst_mask = NULL;
+		d->page_count = d->state_slot_count = d->dst_local_count = 0;
 	}
 }
 

@@ -71,6 +71,27 @@ static int room_cap_check(lc_engine_t *e, uint64_t room, int64_t max)
 	return -ENOSPC;
 }
 
+/* Whether the destination's descriptors (pages, state slots, local
+ * indices: what P holds for it until the room ends) fit under its
+ * session's p_session_descs_max and the engine's p_descs_max: a peer's
+ * transfer infos cannot make P hold more. -ENOBUFS before any allocation,
+ * counted (infos_refused_descs), logged once per 1,024. */
+static int descs_check(lc_engine_t *e, const lc__session_t *core, uint64_t room, uint64_t n,
+		       int64_t sess_max, int64_t max)
+{
+	bool sess = core && core->descs_live + n > (uint64_t)sess_max;
+	if (!sess && e->descs_live + n <= (uint64_t)max)
+		return 0;
+	uint64_t k = LC__COUNT(e->ctx, infos_refused_descs) + 1;
+	if (k % 1024 == 1)
+		LC__WARN("engine %s: room %llu refused: %llu more transfer-info descriptors "
+			 "would exceed %s (%lld); %llu refused so far",
+			 e->name, (unsigned long long)room, (unsigned long long)n,
+			 sess ? "p_session_descs_max" : "p_descs_max",
+			 (long long)(sess ? sess_max : max), (unsigned long long)k);
+	return -ENOBUFS;
+}
+
 int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t *p)
 {
 	lc__room_t *r;
@@ -83,8 +104,13 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 	memcpy(&d, p, LC__MIN(p->size, sizeof(d)));
 	int64_t max = lc__ctx_cfg(e->ctx, LC__CFG_p_rooms_max); /* not under the lock */
 	int64_t quota = lc__ctx_cfg(e->ctx, LC__CFG_p_session_rooms_max);
+	int64_t sess_descs = lc__ctx_cfg(e->ctx, LC__CFG_p_session_descs_max);
+	int64_t max_descs = lc__ctx_cfg(e->ctx, LC__CFG_p_descs_max);
+	uint64_t descs =
+		(uint64_t)d.page_count + d.state_slot_count + (d.dst_mask ? d.dst_local_count : 0);
 	pthread_mutex_lock(&e->lock);
-	if ((rc = check_dst(e, &d, &core)) || (rc = quota_check(e, core, room, quota)))
+	if ((rc = check_dst(e, &d, &core)) || (rc = quota_check(e, core, room, quota)) ||
+	    (rc = descs_check(e, core, room, descs, sess_descs, max_descs)))
 		goto out;
 	r = lc__room_find(&e->rooms, room);
 	if (!r &&
@@ -97,7 +123,10 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 	}
 	if (core) { /* lc__room_add_dst appended it */
 		r->dst[r->ndst - 1].quota = true;
+		r->dst[r->ndst - 1].descs = descs;
 		core->rooms_live++;
+		core->descs_live += descs;
+		e->descs_live += descs;
 	}
 	e->room_scan_at = 0;
 	if (core && lc__session_blocked(core, now, e->ttl_ns)) {

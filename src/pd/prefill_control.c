@@ -67,6 +67,36 @@ static bool dummy_refused(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	return true;
 }
 
+/* The evicted session a transfer info proves (its id and secret), or NULL:
+ * it is told "register again" at the endpoint it registered. */
+static const lc__ptomb_t *tomb_of(const lc_prefill_t *p, const lc__msg_t *msg)
+{
+	for (size_t i = 0; i < LC__P_TOMBS; i++) {
+		const lc__ptomb_t *t = &p->tombs[i];
+		if (t->name[0] && !strcmp(t->name, msg->info.session) &&
+		    lc__ct_equal(t->secret, msg->secret, LC__MSG_SECRET_LEN))
+			return t;
+	}
+	return NULL;
+}
+
+/* A transfer info from no registered session: dropped without a word
+ * (P opens no connection to an endpoint an unregistered sender names),
+ * counted, logged rate-limited. False when it proves an evicted session,
+ * which is answered. */
+static bool unregistered_dropped(lc_prefill_t *p, const lc__msg_t *msg)
+{
+	if (tomb_of(p, msg))
+		return false;
+	uint64_t n = LC__COUNT(p->ctx, infos_refused_unregistered) + 1;
+	LC__P_LOG_RL(LC_LOG_WARN,
+		     "prefill %s: dropped a transfer info for room %llu from unregistered %.200s "
+		     "(%llu so far)",
+		     p->name, (unsigned long long)msg->info.room, msg->info.session,
+		     (unsigned long long)n);
+	return true;
+}
+
 /* A transfer info binds the room to the incarnation whose secret it carries
  * (lc__prefill_session_owned); one that proves none is treated as from no
  * registered session. */
@@ -84,9 +114,11 @@ static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 		s->active_ns = lc__now_ns();
 	else if (dummy && dummy_refused(p, t))
 		return;
+	else if (!dummy && unregistered_dropped(p, msg))
+		return;
 	if (!s && !dummy) {
-		/* A missed registration (P restarted): tell D instead of dying. */
-		fail = "session not registered with this P rank (P restarted?); register again";
+		/* An evicted session: tell D instead of letting it wait. */
+		fail = "session not registered with this P rank (evicted while idle); register again";
 		rc = -ENOENT;
 	} else {
 		lc_dst_params_t d = {.size = sizeof d,
@@ -106,11 +138,16 @@ static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 		if (!dummy)
 			note_prefix(p, t->room, t->prefix_len);
 		rc = lc_engine_room_dst_add(p->engine, t->room, &d);
-		if (rc) {
+		if (rc == -ENOBUFS)
+			snprintf(why, sizeof why,
+				 "transfer info refused by P rank %d: %u pages, %u state slots: "
+				 "over p_session_descs_max or p_descs_max",
+				 p->rank, t->page_count, t->slot_count);
+		else if (rc)
 			snprintf(why, sizeof why, "transfer info refused by P rank %d: %s", p->rank,
 				 lc_strerror(rc));
+		if (rc)
 			fail = why;
-		}
 	}
 	if (!fail)
 		return;
@@ -119,8 +156,8 @@ static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 			  (unsigned long long)t->room, t->session, fail);
 		return;
 	}
-	LC__WARN("prefill %s: room %llu from %s: %s", p->name, (unsigned long long)t->room,
-		 t->session, fail);
+	LC__P_LOG_RL(LC_LOG_WARN, "prefill %s: room %llu from %.200s: %s", p->name,
+		     (unsigned long long)t->room, t->session, fail);
 	lc__msg_t *m = calloc(1, sizeof *m);
 	if (!m)
 		return;
@@ -131,10 +168,11 @@ static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 	m->status.fail_reason = rc == -ENOENT ? LC_FAIL_SESSION_GONE : LC_FAIL_BAD_INPUT;
 	snprintf(m->status.reason, sizeof m->status.reason, "%s", fail);
 	memcpy(m->secret, s ? s->secret : msg->secret, LC__MSG_SECRET_LEN);
+	const lc__ptomb_t *tomb = s ? NULL : tomb_of(p, msg);
 	if (s && s->push)
 		lc__prefill_send(p, s->push, m);
-	else
-		lc__prefill_send_oneshot(p, t->status_ep, s && s->key[0] ? s->key : NULL, m);
+	else if (tomb)
+		lc__prefill_reply(p, tomb->status_ep, tomb->key[0] ? tomb->key : NULL, m);
 	free(m);
 }
 
@@ -174,10 +212,11 @@ static void handle_cancel(lc_prefill_t *p, const lc__msg_t *msg, const char *pee
 		return;
 	if (!known || rc == -EPERM) {
 		atomic_fetch_add(&p->cancels_refused, 1);
-		LC__WARN("prefill %s: refused a cancel of room %llu from %s: %s", p->name,
-			 (unsigned long long)c->room, c->session,
-			 known ? "not a destination of the room"
-			       : "no registered session with that secret");
+		LC__P_LOG_RL(LC_LOG_WARN,
+			     "prefill %s: refused a cancel of room %llu from %.200s: %s", p->name,
+			     (unsigned long long)c->room, c->session,
+			     known ? "not a destination of the room"
+				   : "no registered session with that secret");
 		return;
 	}
 	LC__INFO("prefill %s: D %s cancelled room %llu (%s): %s", p->name, c->session,
@@ -193,7 +232,6 @@ static void other_version(lc_prefill_t *p, const void *buf, size_t len, int vers
 	char ep[LC__MSG_STR_MAX], reason[160];
 	uint8_t *out;
 	size_t out_len;
-	lc__push_t *push;
 	uint64_t n = LC__P_CTL_ADD(p, msgs_old_version) + 1;
 	if (n % 1024 == 1)
 		LC__ERROR("prefill %s: a peer speaks control message version %d, this P speaks "
@@ -205,11 +243,7 @@ static void other_version(lc_prefill_t *p, const void *buf, size_t len, int vers
 	if (lc__msg_refuse_v1_register(buf, len, (uint32_t)p->rank, LC_ERR_PROTO, reason, ep,
 				       sizeof ep, &out, &out_len))
 		return;
-	if (!lc__push_connect(p->z, ep, peer[0] ? peer : NULL, &push)) {
-		if (!lc__push_send(push, out, out_len, 200))
-			LC__P_CTL_ADD(p, msgs_sent);
-		lc__push_close(push);
-	}
+	lc__prefill_reply_raw(p, ep, peer[0] ? peer : NULL, out, out_len);
 	free(out);
 }
 
@@ -229,8 +263,8 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 	}
 	if (rc) {
 		LC__P_CTL_ADD(p, msgs_malformed);
-		LC__WARN("prefill %s: dropped a malformed message (%zu bytes): %s", p->name, len,
-			 why);
+		LC__P_LOG_RL(LC_LOG_WARN, "prefill %s: dropped a malformed message (%zu bytes): %s",
+			     p->name, len, why);
 		free(m);
 		return;
 	}
@@ -246,8 +280,8 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 		break;
 	default:
 		LC__P_CTL_ADD(p, msgs_unexpected);
-		LC__WARN("prefill %s: unexpected %s message dropped", p->name,
-			 lc__msg_type_name(m->type));
+		LC__P_LOG_RL(LC_LOG_WARN, "prefill %s: unexpected %s message dropped", p->name,
+			     lc__msg_type_name(m->type));
 	}
 	lc__msg_free(m);
 	free(m);
@@ -282,8 +316,10 @@ void *lc__prefill_control_main(void *arg)
 			free(buf);
 		}
 		lc__prefill_flush(p);
+		lc__prefill_replies_expire(p, false);
 	}
 	lc__prefill_flush(p);
+	lc__prefill_replies_expire(p, true);
 	return NULL;
 }
 #endif

@@ -52,7 +52,36 @@ typedef struct lc__dsess {
 	char key[LC__MSG_CURVE_KEY_LEN + 1]; /* D's CURVE key; "": this P's own */
 	lc__push_t *push;                    /* used by the control thread only */
 	uint64_t active_ns;                  /* last REGISTER or TRANSFER_INFO (control thread) */
+	bool proven; /* a room of it succeeded (lock held): evicted last (prefill_register.c) */
 } lc__dsess_t;
+
+/* Answers to an endpoint without a session (a refused REGISTER, an evicted
+ * session's transfer info): one socket per endpoint, reused, kept
+ * p_reply_ms from its opening for its answers to go out, with at most
+ * LC__P_REPLY_MSGS of them (a D has one REGISTER unanswered at a time; the
+ * rest are dropped), at most p_replies_max sockets (the oldest goes first,
+ * with whatever it still holds). What P holds for endpoints that never
+ * answer is thus bounded. Control thread. */
+#define LC__P_REPLIES_CAP 512
+#define LC__P_REPLY_MSGS 16
+typedef struct lc__preply {
+	char ep[LC__MSG_STR_MAX];
+	char key[LC__MSG_CURVE_KEY_LEN + 1];
+	lc__push_t *push;
+	uint64_t until_ns;
+	uint32_t sent;
+} lc__preply_t;
+
+/* An evicted session, remembered so that its next transfer info is told
+ * "register again" at the endpoint it registered (never at one the message
+ * names). A ring: the oldest is forgotten. Control thread. */
+#define LC__P_TOMBS 256
+typedef struct lc__ptomb {
+	char name[LC__MSG_STR_MAX];
+	uint8_t secret[LC__MSG_SECRET_LEN];
+	char status_ep[LC__MSG_STR_MAX];
+	char key[LC__MSG_CURVE_KEY_LEN + 1];
+} lc__ptomb_t;
 
 /* A message the engine asked for, queued for the control thread. */
 typedef struct lc__outmsg {
@@ -113,9 +142,31 @@ struct lc_prefill {
 		bool used;
 	} early[1024];
 	size_t early_next;
+	lc__preply_t replies[LC__P_REPLIES_CAP]; /* control thread */
+	size_t nreplies;
+	lc__ptomb_t tombs[LC__P_TOMBS]; /* control thread */
+	size_t tomb_next;
 };
 
 #define LC__P_CTL_ADD(p, name) atomic_fetch_add(&(p)->ctl[LC__CTL_##name], 1)
+
+/* A log line a peer can trigger, rate-limited per call site: the first,
+ * then at most one per LC__P_LOG_EVERY_NS, each saying how many were not
+ * logged since. The counters count every event. Deliberately tiny and
+ * private to pd/prefill*.c: a stand-in for a general core/log.c one. */
+#define LC__P_LOG_EVERY_NS 1000000000ull
+#define LC__P_LOG_RL(level, fmt, ...)                                                              \
+	do {                                                                                       \
+		static _Atomic uint64_t rl_next_, rl_skipped_;                                     \
+		uint64_t rl_now_ = lc__now_ns(), rl_at_ = atomic_load(&rl_next_);                  \
+		if (rl_now_ >= rl_at_ &&                                                           \
+		    atomic_compare_exchange_strong(&rl_next_, &rl_at_,                             \
+						   rl_now_ + LC__P_LOG_EVERY_NS))                  \
+			LC__LOG(level, fmt " [%llu more not logged]", __VA_ARGS__,                 \
+				(unsigned long long)atomic_exchange(&rl_skipped_, 0));             \
+		else                                                                               \
+			atomic_fetch_add(&rl_skipped_, 1);                                         \
+	} while (0)
 
 /* ---- prefill_outbox.c ---- */
 
@@ -141,9 +192,18 @@ lc__dsess_t *lc__prefill_session_owned(lc_prefill_t *p, const char *name, const 
 				       const char *peer, const char *what);
 /* Encode and send (bounded wait); counts and logs a failure. */
 int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m);
-/* To an endpoint without a session (a refused or unknown D); key: D's
- * CURVE key, or NULL for this P's own. */
-void lc__prefill_send_oneshot(lc_prefill_t *p, const char *ep, const char *key, const lc__msg_t *m);
+/* Whether P may connect to endpoint ep (status_schemes: tcp:// unless the
+ * knob allows more). */
+bool lc__prefill_scheme_ok(const char *ep);
+/* To an endpoint without a session (a refused D): through the reply
+ * sockets (lc__preply_t), never blocking; key: D's CURVE key, or NULL for
+ * this P's own. An endpoint status_schemes refuses gets nothing (counted:
+ * replies_refused_scheme). The raw form sends encoded bytes. */
+void lc__prefill_reply(lc_prefill_t *p, const char *ep, const char *key, const lc__msg_t *m);
+void lc__prefill_reply_raw(lc_prefill_t *p, const char *ep, const char *key, const void *buf,
+			   size_t len);
+/* Close the reply sockets whose time is up (all: every one). */
+void lc__prefill_replies_expire(lc_prefill_t *p, bool all);
 
 /* ---- prefill_control.c ---- */
 

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/config.h"
+#include "core/ctx.h"
 #include "pd/prefill_int.h"
 
 #define SEND_TIMEOUT_MS 200
@@ -90,6 +92,11 @@ void lc__prefill_on_final(void *arg, const lc_room_final_t *f)
 {
 	lc_prefill_t *p = arg;
 	pthread_mutex_lock(&p->lock);
+	lc__dsess_t *s = f->status == LC_ROOM_SUCCESS && f->session
+				 ? lc__prefill_session_by_ename(p, f->session)
+				 : NULL;
+	if (s)
+		s->proven = true; /* evicted last (prefill_register.c) */
 	lc__outmsg_t *m = out_new(p);
 	if (m) {
 		m->type = LC__MSG_STATUS;
@@ -162,13 +169,124 @@ int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
 	return rc;
 }
 
-void lc__prefill_send_oneshot(lc_prefill_t *p, const char *ep, const char *key, const lc__msg_t *m)
+/* ---- answers to endpoints without a session (control thread) ---- */
+
+bool lc__prefill_scheme_ok(const char *ep)
 {
-	lc__push_t *push;
-	if (lc__push_connect(p->z, ep, key, &push))
+	const char *sep = strstr(ep, "://");
+	const char *list = lc__config_env_str(LC__CFGS_status_schemes);
+	size_t n = sep ? (size_t)(sep - ep) : 0;
+	if (!n || !list)
+		return false;
+	for (const char *q = list; *q;) {
+		size_t k = strcspn(q, ", ");
+		if (k == n && !strncmp(q, ep, n))
+			return true;
+		q += k;
+		q += strspn(q, ", ");
+	}
+	return false;
+}
+
+/* The reply socket to (ep, key): the one already open, else a new one, for
+ * which the oldest goes when p_replies_max are open (a burst towards
+ * endpoints that never answer cannot hold back a later answer). NULL when
+ * none can be connected. */
+static lc__preply_t *reply_socket(lc_prefill_t *p, const char *ep, const char *key)
+{
+	const char *k = key ? key : "";
+	for (size_t i = 0; i < p->nreplies; i++)
+		if (!strcmp(p->replies[i].ep, ep) && !strcmp(p->replies[i].key, k))
+			return &p->replies[i];
+	size_t max = (size_t)lc__ctx_cfg(p->ctx, LC__CFG_p_replies_max);
+	max = LC__MIN(max, (size_t)LC__P_REPLIES_CAP);
+	while (p->nreplies >= max) {
+		size_t old = 0;
+		for (size_t i = 1; i < p->nreplies; i++)
+			if (p->replies[i].until_ns < p->replies[old].until_ns)
+				old = i;
+		lc__push_close_now(p->replies[old].push);
+		p->replies[old] = p->replies[--p->nreplies];
+		uint64_t n = LC__COUNT(p->ctx, replies_dropped) + 1;
+		LC__P_LOG_RL(LC_LOG_WARN,
+			     "prefill %s: %zu answers to D endpoints pending (p_replies_max): "
+			     "dropped the oldest (%llu so far)",
+			     p->name, max, (unsigned long long)n);
+	}
+	lc__preply_t *r = &p->replies[p->nreplies];
+	memset(r, 0, sizeof *r);
+	int rc = lc__push_connect(p->z, ep, key, &r->push);
+	if (rc) {
+		LC__P_CTL_ADD(p, send_failures);
+		LC__P_LOG_RL(LC_LOG_WARN, "prefill %s: cannot connect to %.200s: %s", p->name, ep,
+			     lc_strerror(rc));
+		return NULL;
+	}
+	snprintf(r->ep, sizeof r->ep, "%s", ep);
+	snprintf(r->key, sizeof r->key, "%s", k);
+	r->until_ns = lc__now_ns() + (uint64_t)lc__ctx_cfg(p->ctx, LC__CFG_p_reply_ms) * 1000000ull;
+	p->nreplies++;
+	return r;
+}
+
+void lc__prefill_reply_raw(lc_prefill_t *p, const char *ep, const char *key, const void *buf,
+			   size_t len)
+{
+	if (!lc__prefill_scheme_ok(ep)) {
+		uint64_t n = LC__COUNT(p->ctx, replies_refused_scheme) + 1;
+		LC__P_LOG_RL(LC_LOG_WARN,
+			     "prefill %s: not answering %.200s: its transport is not in "
+			     "status_schemes (%llu so far)",
+			     p->name, ep, (unsigned long long)n);
 		return;
-	lc__prefill_send(p, push, m);
-	lc__push_close(push);
+	}
+	lc__preply_t *r = reply_socket(p, ep, key);
+	if (!r)
+		return;
+	if (r->sent == LC__P_REPLY_MSGS) {
+		uint64_t n = LC__COUNT(p->ctx, replies_dropped) + 1;
+		LC__P_LOG_RL(LC_LOG_WARN,
+			     "prefill %s: %d answers to %.200s pending: dropped one (%llu so far)",
+			     p->name, LC__P_REPLY_MSGS, ep, (unsigned long long)n);
+		return;
+	}
+	r->sent++;
+	/* Never waits: unconnected, the socket queues (LC__CHAN_SNDHWM). */
+	int rc = lc__push_send(r->push, buf, len, 0);
+	if (rc) {
+		LC__P_CTL_ADD(p, send_failures);
+		LC__P_LOG_RL(LC_LOG_WARN, "prefill %s: answering %.200s: %s", p->name, ep,
+			     lc_strerror(rc));
+	} else {
+		LC__P_CTL_ADD(p, msgs_sent);
+	}
+}
+
+void lc__prefill_reply(lc_prefill_t *p, const char *ep, const char *key, const lc__msg_t *m)
+{
+	uint8_t *buf;
+	size_t len;
+	int rc = lc__msg_encode(m, &buf, &len);
+	if (rc) {
+		LC__ERROR("prefill %s: cannot encode %s: %s", p->name, lc__msg_type_name(m->type),
+			  lc_strerror(rc));
+		return;
+	}
+	lc__prefill_reply_raw(p, ep, key, buf, len);
+	free(buf);
+}
+
+void lc__prefill_replies_expire(lc_prefill_t *p, bool all)
+{
+	uint64_t now = lc__now_ns();
+	for (size_t i = 0; i < p->nreplies;) {
+		if (!all && p->replies[i].until_ns > now) {
+			i++;
+			continue;
+		}
+		lc__push_close(p->replies[i].push); /* LINGER: a last chance to go out */
+		p->replies[i] = p->replies[--p->nreplies];
+	}
 }
 
 void lc__prefill_flush(lc_prefill_t *p)

@@ -126,6 +126,11 @@ static int check_register(const lc_prefill_t *p, const lc__msg_t *m, const char 
 		snprintf(why, cap, "no session secret (all zero)");
 		return LC_ERR_AUTH;
 	}
+	if (!lc__prefill_scheme_ok(g->status_ep)) {
+		snprintf(why, cap, "status endpoint %.200s: transport not in status_schemes",
+			 g->status_ep);
+		return LC_ERR_AUTH;
+	}
 	if (key_lie(g, peer)) {
 		snprintf(why, cap,
 			 "declared CURVE key %.8s... is not the key %.8s... the session "
@@ -174,27 +179,49 @@ static void evict(lc_prefill_t *p, lc__dsess_t *s)
 			break;
 		}
 	pthread_mutex_unlock(&p->lock);
-	LC__INFO("prefill %s: evicted idle D session %s", p->name, s->ename);
-	LC__COUNT(p->ctx, sessions_evicted);
+	lc__ptomb_t *t = &p->tombs[p->tomb_next];
+	p->tomb_next = (p->tomb_next + 1) % LC__P_TOMBS;
+	snprintf(t->name, sizeof t->name, "%s", s->name);
+	memcpy(t->secret, s->secret, LC__MSG_SECRET_LEN);
+	snprintf(t->status_ep, sizeof t->status_ep, "%s", s->status_ep);
+	snprintf(t->key, sizeof t->key, "%s", s->key);
+	uint64_t n = LC__COUNT(p->ctx, sessions_evicted) + 1;
+	LC__P_LOG_RL(LC_LOG_INFO, "prefill %s: evicted idle D session %.200s (%llu so far)",
+		     p->name, s->ename, (unsigned long long)n);
 	lc__push_close(s->push);
 	free(s);
 }
 
+/* Unproven sessions first (none of their rooms succeeded: a forged
+ * REGISTER's are), then oldest activity first. */
 static int by_activity(const void *a, const void *b)
 {
-	uint64_t x = (*(lc__dsess_t *const *)a)->active_ns;
-	uint64_t y = (*(lc__dsess_t *const *)b)->active_ns;
-	return (x > y) - (x < y);
+	const lc__dsess_t *x = *(lc__dsess_t *const *)a, *y = *(lc__dsess_t *const *)b;
+	if (x->proven != y->proven)
+		return x->proven ? 1 : -1;
+	return (x->active_ns > y->active_ns) - (x->active_ns < y->active_ns);
 }
 
-/* Evict up to want sessions with no live room, oldest activity first. A
- * session with a live room is never evicted. Returns how many went. */
+/* Whether s may go for a newcomer, which has proved nothing: never with a
+ * live room, nor within grace_ns of its last activity (unproven) or keep_ns
+ * (a room of it succeeded). Lock held. */
+static bool evictable(const lc__dsess_t *s, bool live, uint64_t now, uint64_t grace_ns,
+		      uint64_t keep_ns)
+{
+	return !live && now - s->active_ns >= (s->proven ? keep_ns : grace_ns);
+}
+
+/* Evict up to want evictable sessions, unproven and oldest first. Returns
+ * how many went. */
 static size_t evict_idle(lc_prefill_t *p, size_t want)
 {
 	size_t n = p->nsessions, idle = 0, gone = 0;
 	lc__dsess_t **list = calloc(n, sizeof *list);
 	const char **names = calloc(n, sizeof *names);
 	bool *live = calloc(n, sizeof *live);
+	uint64_t now = lc__now_ns();
+	uint64_t grace = (uint64_t)lc__ctx_cfg(p->ctx, LC__CFG_p_session_grace_ms) * 1000000ull;
+	uint64_t keep = (uint64_t)lc__ctx_cfg(p->ctx, LC__CFG_p_session_keep_ms) * 1000000ull;
 	if (!list || !names || !live)
 		goto out;
 	pthread_mutex_lock(&p->lock);
@@ -204,10 +231,12 @@ static size_t evict_idle(lc_prefill_t *p, size_t want)
 		names[i] = list[i]->ename;
 	if (lc__engine_sessions_live(p->engine, names, n, live))
 		goto out;
+	pthread_mutex_lock(&p->lock); /* proven is set by the engine's callbacks */
 	for (size_t i = 0; i < n; i++)
-		if (!live[i])
+		if (evictable(list[i], live[i], now, grace, keep))
 			list[idle++] = list[i];
 	qsort(list, idle, sizeof *list, by_activity);
+	pthread_mutex_unlock(&p->lock);
 	for (; gone < want && gone < idle; gone++)
 		evict(p, list[gone]);
 	if (gone)
@@ -220,9 +249,10 @@ out:
 }
 
 /* Room in the table for a newcomer (a new incarnation): at p_sessions_max,
- * idle sessions are evicted until an eighth of the table is free, so that
- * a flood pays for one scan of the rooms per eighth. -ENOSPC when every
- * session has a live room. */
+ * evictable sessions go until an eighth of the table is free, so that a
+ * churn pays for one scan of the rooms per eighth. -ENOSPC when none may
+ * go: the newcomer is refused (and answered), never an active session
+ * evicted for it. */
 static int make_room(lc_prefill_t *p, char *why, size_t cap)
 {
 	size_t max = (size_t)lc__ctx_cfg(p->ctx, LC__CFG_p_sessions_max);
@@ -235,8 +265,14 @@ static int make_room(lc_prefill_t *p, char *why, size_t cap)
 	size_t keep = max - LC__MAX(max / 8, (size_t)1);
 	if (evict_idle(p, n - keep))
 		return 0;
-	LC__COUNT(p->ctx, sessions_refused_full);
-	snprintf(why, cap, "P rank %d has %zu sessions, each with a live room (p_sessions_max)",
+	uint64_t k = LC__COUNT(p->ctx, sessions_refused_full) + 1;
+	LC__P_LOG_RL(LC_LOG_WARN,
+		     "prefill %s: session table full of live or recent sessions: refusing "
+		     "newcomers (%llu so far)",
+		     p->name, (unsigned long long)k);
+	snprintf(why, cap,
+		 "P rank %d holds %zu sessions (p_sessions_max), each live or recent "
+		 "(p_session_grace_ms, p_session_keep_ms): newcomer refused",
 		 p->rank, n);
 	return -ENOSPC;
 }
@@ -295,7 +331,8 @@ static int incarnation(lc_prefill_t *p, const lc__msg_t *m, const char *peer, ch
 	pthread_mutex_unlock(&p->lock);
 	if (other_key) {
 		LC__P_CTL_ADD(p, session_mismatches);
-		snprintf(why, why_cap, "session %.200s is bound to the CURVE key %s..., not %.8s...",
+		snprintf(why, why_cap,
+			 "session %.200s is bound to the CURVE key %s..., not %.8s...",
 			 m->reg.session, bound, peer);
 		return LC_ERR_AUTH;
 	}
@@ -358,21 +395,23 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_t *m, const char
 		rc = add_session(p, g, ename, why, sizeof why);
 	if (rc) {
 		LC__P_CTL_ADD(p, registrations_refused);
-		LC__ERROR("prefill %s: refused D session %s: %s", p->name, g->session, why);
+		LC__P_LOG_RL(LC_LOG_ERROR, "prefill %s: refused D session %.200s: %s", p->name,
+			     g->session, why);
 		reply->reply.result = rc;
 		snprintf(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
 		bool has_key = g->flags & LC__REG_HAS_CURVE_KEY;
-		lc__prefill_send_oneshot(p, g->status_ep,
-					 key_lie(g, peer) ? peer
-					 : has_key        ? g->curve_key
-							  : NULL,
-					 reply);
+		lc__prefill_reply(p, g->status_ep,
+				  key_lie(g, peer) ? peer
+				  : has_key        ? g->curve_key
+						   : NULL,
+				  reply);
 		free(reply);
 		return;
 	}
 	lc__dsess_t *s = remember_session(p, m, ename, peer);
-	LC__INFO("prefill %s: D session %s registered (data %s, status %s)", p->name, g->session,
-		 g->data_url, g->status_ep);
+	LC__P_LOG_RL(LC_LOG_INFO,
+		     "prefill %s: D session %.200s registered (data %.200s, status %.200s)",
+		     p->name, g->session, g->data_url, g->status_ep);
 	if (s && s->push)
 		lc__prefill_send(p, s->push, reply);
 	free(reply);

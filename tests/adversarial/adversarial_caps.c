@@ -7,12 +7,15 @@
  *
  *     adversarial_caps <case>
  *
- *   session_flood  2,000 forged REGISTERs, each with its own session name
- *                  (a valid geometry, a data URL and status endpoint that
- *                  lead nowhere): P keeps at most p_sessions_max (256)
- *                  sessions, evicting idle ones, so its threads, fds and
- *                  RSS stay bounded; then a real D registers and its rooms
- *                  succeed, byte-exact.
+ *   session_flood  1,000 then 3,000 more forged REGISTERs, each with its
+ *                  own session name (a valid geometry, a data URL and
+ *                  status endpoint that lead nowhere): P keeps at most
+ *                  p_sessions_max (256) sessions and refuses the rest (each
+ *                  is recent: p_session_grace_ms), so its threads, fds and
+ *                  RSS stay bounded, and its RSS after 4,000 is that after
+ *                  1,000 (nothing per REGISTER is kept); once the grace
+ *                  is over (set to 0 then) a real D registers, evicting an
+ *                  unproven session, and its rooms succeed, byte-exact.
  *   session_flood_loop  the same with data URLs naming loop://, the one
  *                  transport that starts a thread per connection: P starts
  *                  at most conn_threads_max (8) of them and refuses the
@@ -27,6 +30,11 @@
  *                  at most p_session_rooms_max (4,096) for it and refuses
  *                  the rest (rooms_refused_session_quota), so the engine
  *                  keeps room and a real D's rooms succeed.
+ *   info_flood     (issue 21, point 5) a registered session sends 100
+ *                  maximal TRANSFER_INFOs (16 MB of page ids each): P holds
+ *                  at most p_session_descs_max of them and refuses the rest
+ *                  (infos_refused_descs), so its RSS stays under 512 MB, and
+ *                  a real D's rooms succeed.
  *
  * Exit 0 pass, 1 fail, 77 skipped (a facility missing here).
  */
@@ -52,7 +60,10 @@
 #include "rounds.h"
 #include "testutil.h"
 
-#define SESSION_FLOOD 2000
+#define INFO_FLOOD 100
+#define INFO_FLOOD_MAX_RSS_KB (512 * 1024)
+#define SESSION_FLOOD 1000
+#define SESSION_FLOOD_MORE 3000
 #define ROOM_FLOOD 50000
 
 /* The bounds stated for P after a flood, over its own figures before
@@ -62,6 +73,9 @@
 #define MAX_MORE_THREADS 16
 #define MAX_MORE_FDS 512
 #define MAX_MORE_RSS_KB_SESSIONS (40 * 1024)
+/* RSS after SESSION_FLOOD_MORE more REGISTERs over RSS after the first
+ * SESSION_FLOOD: the creep was 1.5 kB per REGISTER (+4.5 MB here). */
+#define MAX_FLAT_RSS_KB (1536)
 #define MAX_MORE_RSS_KB_ROOMS (12 * 1024)
 /* A registered flooder's dummies open p_session_rooms_max (4,096) rooms. */
 #define MAX_MORE_RSS_KB_QUOTA (24 * 1024)
@@ -88,7 +102,7 @@ static void p_wait_counter(lc_prefill_t *pf, const char *name, uint64_t n)
 	say("flooded %llu", (unsigned long long)v);
 }
 
-static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
+static int p_main(const char *flood_counter, uint64_t flood_n, uint64_t more_n, int go_fd)
 {
 	adv_p_t P;
 	lc_sender_t *snd[ROOMS] = {0};
@@ -97,7 +111,15 @@ static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
 	lc_engine_t *eng = P.eng;
 	adv_wait_byte(go_fd); /* the attacker has sent everything */
 	p_wait_counter(pf, flood_counter, flood_n);
+	for (uint64_t done = flood_n; done < flood_n + more_n; done += flood_n) {
+		adv_wait_byte(go_fd); /* the attacker has sent more */
+		p_wait_counter(pf, flood_counter, done + flood_n);
+	}
 	adv_wait_byte(go_fd); /* the parent has measured: the real rooms */
+	/* The flood's sessions are recent (p_session_grace_ms): a newcomer is
+	 * refused until they are not; the operator's knob ends it at once. */
+	if (more_n)
+		TU_OK(lc_ctx_config_set(P.s.ctx, "p_session_grace_ms", "0"));
 	for (int i = 0; i < ROOMS; i++)
 		TU_OK(lc_sender_create(pf, ROOM0 + (uint64_t)i, &snd[i]));
 	uint64_t dl = adv_now_ms() + 15000;
@@ -107,17 +129,19 @@ static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
 	say("bootstrapped");
 	adv_wait_byte(go_fd);
 	int failures = adv_p_forward(eng, snd);
-	uint64_t ev = 0, full = 0, unk = 0, cap = 0, thr = 0, quota = 0;
+	uint64_t ev = 0, full = 0, unk = 0, cap = 0, thr = 0, quota = 0, descs = 0;
 	lc_ctx_counter_by_name(P.s.ctx, "rooms_refused_session_quota", &quota);
+	lc_ctx_counter_by_name(P.s.ctx, "infos_refused_descs", &descs);
 	lc_ctx_counter_by_name(P.s.ctx, "sessions_evicted", &ev);
 	lc_ctx_counter_by_name(P.s.ctx, "sessions_refused_full", &full);
 	lc_ctx_counter_by_name(P.s.ctx, "infos_refused_unknown", &unk);
 	lc_ctx_counter_by_name(P.s.ctx, "rooms_refused_cap", &cap);
 	lc_ctx_counter_by_name(P.s.ctx, "conns_refused_threads", &thr);
 	say("p-done %d evicted %llu refused_full %llu infos_refused %llu rooms_refused %llu "
-	    "conns_refused_threads %llu quota_refused %llu",
+	    "conns_refused_threads %llu quota_refused %llu descs_refused %llu",
 	    failures, (unsigned long long)ev, (unsigned long long)full, (unsigned long long)unk,
-	    (unsigned long long)cap, (unsigned long long)thr, (unsigned long long)quota);
+	    (unsigned long long)cap, (unsigned long long)thr, (unsigned long long)quota,
+	    (unsigned long long)descs);
 	adv_wait_byte(go_fd); /* quit */
 	for (int i = 0; i < ROOMS; i++)
 		lc_sender_destroy(snd[i]);
@@ -131,13 +155,13 @@ static int p_main(const char *flood_counter, uint64_t flood_n, int go_fd)
 
 typedef struct p_arg {
 	const char *counter;
-	uint64_t n;
+	uint64_t n, more;
 } p_arg_t;
 
 static int p_child(void *arg, int go_fd)
 {
 	const p_arg_t *a = arg;
-	return p_main(a->counter, a->n, go_fd);
+	return p_main(a->counter, a->n, a->more, go_fd);
 }
 
 /* ---- P's resources, from /proc ---- */
@@ -240,9 +264,9 @@ static void forge_register(lc__msg_t *m, const tu_pool_t *s, lc__msg_buffer_t *b
 	m->reg.region_desc_lens = lens;
 }
 
-/* REGISTERs of sessions mallory<k>, k in [0, n); the last one's secret is
- * left in *last. */
-static void flood_sessions(void *tx, int n_sessions, lc__msg_t *last)
+/* REGISTERs of sessions mallory<k>, k in [k0, k0 + n); the last one's
+ * secret is left in *last. */
+static void flood_sessions(void *tx, int k0, int n_sessions, lc__msg_t *last)
 {
 	tu_pool_t s;
 	tu_pool_init(&s, "mallory", NULL, LAYERS, PAGES, ITEM);
@@ -253,7 +277,7 @@ static void flood_sessions(void *tx, int n_sessions, lc__msg_t *last)
 	size_t lens[1] = {(size_t)n};
 	lc__msg_buffer_t bufs[NBUF];
 	lc__msg_t m;
-	for (int k = 0; k < n_sessions; k++) {
+	for (int k = k0; k < k0 + n_sessions; k++) {
 		forge_register(&m, &s, bufs, descs, lens, k);
 		adv_send_msg(tx, &m, 0);
 	}
@@ -268,7 +292,7 @@ static void flood_rooms(void *tx, bool registered)
 {
 	lc__msg_t m, reg;
 	if (registered)
-		flood_sessions(tx, 1, &reg);
+		flood_sessions(tx, 0, 1, &reg);
 	for (int k = 0; k < ROOM_FLOOD; k++) {
 		memset(&m, 0, sizeof m);
 		m.type = LC__MSG_TRANSFER_INFO;
@@ -285,14 +309,78 @@ static void flood_rooms(void *tx, bool registered)
 	}
 }
 
+/* P's threads while it takes a flood (the peak, updated), until it says
+ * it took it. */
+static bool took_flood(adv_proc_t *p, long *peak)
+{
+	char line[512];
+	uint64_t dl = adv_now_ms() + 30000;
+	bool flooded = false;
+	while (!flooded && adv_now_ms() < dl) {
+		flooded = adv_wait_line(p, "flooded ", 20, line, sizeof line);
+		long t = usage_of(p->pid).threads;
+		*peak = t > *peak ? t : *peak;
+	}
+	if (flooded)
+		fprintf(stderr, "%s\n", line);
+	return flooded;
+}
+
+/* Whether P's RSS after the second part of a session flood is that after
+ * the first (nothing kept per REGISTER). */
+static int check_flat(const usage_t *first, const usage_t *more)
+{
+	fprintf(stderr, "P's RSS after %d REGISTERs: %ld kB; after %d: %ld kB\n", SESSION_FLOOD,
+		first->rss_kb, SESSION_FLOOD + SESSION_FLOOD_MORE, more->rss_kb);
+	if (!RSS_CHECKED || more->rss_kb <= first->rss_kb + MAX_FLAT_RSS_KB)
+		return 0;
+	fprintf(stderr, "RSS grew by %ld kB over %d more REGISTERs (bound %d kB)\n",
+		more->rss_kb - first->rss_kb, SESSION_FLOOD_MORE, MAX_FLAT_RSS_KB);
+	return 1;
+}
+
+/* A registered session (mallory0) sends INFO_FLOOD transfer infos of the
+ * most page ids a message holds, for rooms of its own, on a socket that
+ * queues little (the attacker's memory is not what is measured). */
+static void flood_infos(void *zc, const char *ep)
+{
+	void *tx = zmq_socket(zc, ZMQ_PUSH);
+	int hwm = 2, linger = 5000;
+	zmq_setsockopt(tx, ZMQ_SNDHWM, &hwm, sizeof hwm);
+	zmq_setsockopt(tx, ZMQ_LINGER, &linger, sizeof linger);
+	TU_CHECK(zmq_connect(tx, ep) == 0, "connect %s", ep);
+	lc__msg_t m, reg;
+	flood_sessions(tx, 0, 1, &reg);
+	int64_t *pages = calloc(LC__MSG_MAX_PAGES, sizeof *pages);
+	TU_CHECK(pages != NULL, "calloc");
+	for (int k = 0; k < INFO_FLOOD; k++) {
+		memset(&m, 0, sizeof m);
+		m.type = LC__MSG_TRANSFER_INFO;
+		m.info.room = 1000 + (uint64_t)k;
+		memcpy(m.secret, reg.secret, sizeof m.secret);
+		snprintf(m.info.session, sizeof m.info.session, "mallory0@127.0.0.1:1");
+		snprintf(m.info.status_ep, sizeof m.info.status_ep, "tcp://127.0.0.1:1");
+		m.info.required_dst = 1;
+		m.info.aux_index = -1;
+		m.info.pages = pages;
+		m.info.page_count = LC__MSG_MAX_PAGES;
+		adv_send_msg(tx, &m, 0);
+	}
+	free(pages);
+	zmq_close(tx);
+}
+
 /* P up, the flood, P measured, then a real D's rooms. */
-static int run_case(bool sessions, bool registered)
+static int run_case(bool sessions, bool registered, bool infos)
 {
 	adv_proc_t p, d;
 	char addr[64], ep[300], line[512];
 	int failures = 0;
 	p_arg_t pa = {sessions ? "registrations" : "transfer_infos",
-		      sessions ? SESSION_FLOOD : ROOM_FLOOD};
+		      sessions ? SESSION_FLOOD
+		      : infos  ? INFO_FLOOD
+			       : ROOM_FLOOD,
+		      sessions ? SESSION_FLOOD_MORE : 0};
 	adv_spawn(&p, p_child, &pa);
 	TU_CHECK(adv_wait_line(&p, "addr ", 15000, line, sizeof line) &&
 			 sscanf(line, "addr %63s %299s", addr, ep) == 2,
@@ -302,22 +390,29 @@ static int run_case(bool sessions, bool registered)
 	void *zc = zmq_ctx_new();
 	void *tx = adv_push_to(zc, ep);
 	if (sessions)
-		flood_sessions(tx, SESSION_FLOOD, NULL);
+		flood_sessions(tx, 0, SESSION_FLOOD, NULL);
+	else if (infos)
+		flood_infos(zc, ep);
 	else
 		flood_rooms(tx, registered);
 	adv_go(&p);
 	/* P's threads while it takes the flood, then its figures after. */
 	long peak = before.threads;
-	uint64_t dl = adv_now_ms() + 30000;
-	bool flooded = false;
-	while (!flooded && adv_now_ms() < dl) {
-		flooded = adv_wait_line(&p, "flooded ", 20, line, sizeof line);
-		long t = usage_of(p.pid).threads;
-		peak = t > peak ? t : peak;
-	}
-	TU_CHECK(flooded, "P never took the flood");
-	fprintf(stderr, "%s\n", line);
+	TU_CHECK(took_flood(&p, &peak), "P never took the flood");
 	usage_t after = usage_of(p.pid);
+	/* The rest in bursts as large as the first: what P's inbox queues
+	 * before P reads it is a burst's (at most LC__CHAN_RCVHWM messages). */
+	for (int k = SESSION_FLOOD; sessions && k < SESSION_FLOOD + SESSION_FLOOD_MORE;
+	     k += SESSION_FLOOD) {
+		flood_sessions(tx, k, SESSION_FLOOD, NULL);
+		adv_go(&p);
+		TU_CHECK(took_flood(&p, &peak), "P never took the rest of the flood");
+	}
+	if (sessions) {
+		usage_t more = usage_of(p.pid);
+		failures += check_flat(&after, &more);
+		after = more;
+	}
 	fprintf(stderr, "P's threads: %ld before, at most %ld during the flood\n", before.threads,
 		peak);
 	if (peak > before.threads + MAX_MORE_THREADS) {
@@ -328,6 +423,7 @@ static int run_case(bool sessions, bool registered)
 	failures += check_bounds(&before, &after,
 				 sessions     ? MAX_MORE_RSS_KB_SESSIONS
 				 : registered ? MAX_MORE_RSS_KB_QUOTA
+				 : infos      ? INFO_FLOOD_MAX_RSS_KB
 					      : MAX_MORE_RSS_KB_ROOMS);
 	adv_spawn(&d, adv_d_child, &(adv_d_arg_t){addr, "tcp://127.0.0.1:0"});
 	adv_go(&d);
@@ -346,6 +442,13 @@ static int run_case(bool sessions, bool registered)
 	}
 	const char *q = strstr(line, "quota_refused ");
 	unsigned long long quota = q ? strtoull(q + 14, NULL, 10) : 0;
+	const char *dq = strstr(line, "descs_refused ");
+	unsigned long long descs = dq ? strtoull(dq + 14, NULL, 10) : 0;
+	if (infos && descs < INFO_FLOOD - 2) {
+		fprintf(stderr, "P refused %llu transfer infos by descriptors (want at least %d)\n",
+			descs, INFO_FLOOD - 2);
+		failures++;
+	}
 	if (registered && quota < ROOM_FLOOD - 4096) {
 		fprintf(stderr, "P refused %llu dummies by the session quota (want at least %d)\n",
 			quota, ROOM_FLOOD - 4096);
@@ -368,22 +471,25 @@ int main(int argc, char **argv)
 	tu_watchdog(110);
 	if (argc != 2) {
 		fprintf(stderr,
-			"usage: %s session_flood|session_flood_loop|room_flood|room_flood_registered\n",
+			"usage: %s session_flood|session_flood_loop|room_flood|room_flood_registered|"
+			"info_flood\n",
 			argv[0]);
 		return 2;
 	}
 	if (!strcmp(argv[1], "session_flood"))
-		return run_case(true, false);
+		return run_case(true, false, false);
 	if (!strcmp(argv[1], "session_flood_loop")) {
 		flood_data_url = "loop://mallory%d";
-		return run_case(true, false);
+		return run_case(true, false, false);
 	}
 	if (!strcmp(argv[1], "room_flood"))
-		return run_case(false, false);
+		return run_case(false, false, false);
 	if (!strcmp(argv[1], "room_flood_registered")) {
 		setenv("LAYERCAKE_P_ROOMS_MAX", "8192", 1); /* below the flood: P (a child) */
-		return run_case(false, true);
+		return run_case(false, true, false);
 	}
+	if (!strcmp(argv[1], "info_flood"))
+		return run_case(false, false, true);
 	fprintf(stderr, "unknown case %s\n", argv[1]);
 	return 2;
 }

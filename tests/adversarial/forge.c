@@ -149,6 +149,18 @@ int32_t inbox_drain(void *rx, int ms, int *counts, bool until_reply)
 void forge_register(void *tx, const char *status_ep, const char *data_url, const uint8_t *secret,
 		    const keys_t *k)
 {
+	forge_register_n(tx, 1, D_SESSION, status_ep, data_url, secret, k);
+}
+
+void forge_register_as(void *tx, const char *session, const char *status_ep, const char *data_url,
+		       const uint8_t *secret, const keys_t *k)
+{
+	forge_register_n(tx, 1, session, status_ep, data_url, secret, k);
+}
+
+void forge_register_n(void *tx, int copies, const char *session, const char *status_ep,
+		      const char *data_url, const uint8_t *secret, const keys_t *k)
+{
 	tu_pool_t s;
 	static uint8_t desc[LC_REGION_DESC_MAX];
 	tu_pool_init(&s, "mallory", NULL, LAYERS, PAGES, ITEM);
@@ -161,7 +173,7 @@ void forge_register(void *tx, const char *status_ep, const char *data_url, const
 	memset(&m, 0, sizeof m);
 	m.type = LC__MSG_REGISTER;
 	memcpy(m.secret, secret, LC__MSG_SECRET_LEN);
-	snprintf(m.reg.session, sizeof m.reg.session, "%s", D_SESSION);
+	snprintf(m.reg.session, sizeof m.reg.session, "%s", session);
 	snprintf(m.reg.status_ep, sizeof m.reg.status_ep, "%s", status_ep);
 	snprintf(m.reg.data_url, sizeof m.reg.data_url, "%s", data_url);
 	m.reg.flags = LC__REG_HAS_TOKEN | (k ? LC__REG_HAS_CURVE_KEY : 0);
@@ -181,7 +193,12 @@ void forge_register(void *tx, const char *status_ep, const char *data_url, const
 	m.reg.nregions = 1;
 	m.reg.region_descs = descs;
 	m.reg.region_desc_lens = lens;
-	adv_send_msg(tx, &m, 0);
+	uint8_t *buf;
+	size_t len;
+	TU_OK(lc__msg_encode(&m, &buf, &len));
+	for (int i = 0; i < copies; i++)
+		zmq_send(tx, buf, len, 0);
+	free(buf);
 	tu_pool_fini(&s);
 }
 

@@ -51,6 +51,11 @@ void guess(uint8_t *secret, uint64_t seed);
  * room_id of D's room i pages that answers to status_ep. */
 void forge_register(void *tx, const char *status_ep, const char *data_url, const uint8_t *secret,
 		    const keys_t *k);
+/* The same for another session id; copies of it, sent back to back. */
+void forge_register_as(void *tx, const char *session, const char *status_ep, const char *data_url,
+		       const uint8_t *secret, const keys_t *k);
+void forge_register_n(void *tx, int copies, const char *session, const char *status_ep,
+		      const char *data_url, const uint8_t *secret, const keys_t *k);
 void forge_cancel(void *tx, uint64_t room, const uint8_t *secret);
 void forge_info(void *tx, uint64_t room_id, int i, const uint8_t *secret, const char *status_ep);
 /* To D: a refusal of its registration; a room's STATUS Failed and LAYERS. */

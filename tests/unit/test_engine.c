@@ -900,6 +900,36 @@ static void a_session_holds_at_most_its_quota_of_unfinished_rooms(void **state)
 	fx_free(f);
 }
 
+/* Issue 21, point 5: what unfinished rooms hold for transfer infos is
+ * capped per session and per engine, refused before allocation, and a room
+ * that ends gives its share back. */
+static void transfer_info_descriptors_are_capped_per_session_and_engine(void **state)
+{
+	const char *knobs[] = {"p_session_descs_max", "8", "p_descs_max", "12", NULL};
+	fx_t *f = fx_new(knobs, 0);
+	fx_session(f, 0, NULL);
+	fx_session(f, 1, NULL);
+	fx_dst(f, 40, 0, 1, DST, 6, 0);
+	lc_dst_params_t d = {.size = sizeof(d),
+			     .session = "d0",
+			     .pages = DST,
+			     .page_count = 6,
+			     .required_dst_count = 1};
+	assert_int_equal(lc_engine_room_dst_add(f->e, 41, &d), -ENOBUFS); /* d0: 12 > 8 */
+	lc_room_info_t info;
+	assert_int_equal(room_status(f, 41, &info), -ENOENT); /* nothing was opened */
+	fx_dst(f, 42, 1, 1, DST, 6, 0);                       /* d1: 6; in all 12 */
+	d.page_count = 2;
+	assert_int_equal(lc_engine_room_dst_add(f->e, 41, &d), -ENOBUFS); /* in all: 14 > 12 */
+	uint64_t refused = 0;
+	assert_int_equal(lc_ctx_counter_by_name(f->p, "infos_refused_descs", &refused), 0);
+	assert_int_equal(refused, 2);
+	/* Room 40 ends (cancelled): its 6 go back. */
+	assert_int_equal(lc_engine_room_cancel(f->e, 40, "done"), 0);
+	assert_int_equal(lc_engine_room_dst_add(f->e, 41, &d), 0);
+	fx_free(f);
+}
+
 static void destroy_fails_unfinished_rooms_once(void **state)
 {
 	fx_t *f = fx_new(NULL, 0);
@@ -1160,6 +1190,7 @@ int main(void)
 		cmocka_unit_test(batch_calls_out_of_order_are_refused),
 		cmocka_unit_test(dummy_destinations_succeed_without_writes),
 		cmocka_unit_test(a_session_holds_at_most_its_quota_of_unfinished_rooms),
+		cmocka_unit_test(transfer_info_descriptors_are_capped_per_session_and_engine),
 		cmocka_unit_test(fan_in_of_two_destinations),
 		cmocka_unit_test(fan_in_of_three_destinations),
 		cmocka_unit_test(second_destination_finishing_first_does_not_succeed_early),
