@@ -209,11 +209,14 @@ static inline void lc__engine_wake(lc_engine_t *e)
 	LC__UNUSED(rc); /* EAGAIN: the counter is already non-zero */
 }
 
-/* Count and log bad input from a caller; returns rc. */
+/* Count, record (lc_last_error) and log bad input from a caller or a peer
+ * (a TRANSFER_INFO reaches here through P's control thread): the log line
+ * is rate-limited; returns rc. */
 static inline int lc__engine_bad_input(lc_engine_t *e, int rc, const char *what)
 {
 	e->m.bad_input++;
-	LC__WARN("engine %s: %s: %s", e->name, what, lc_strerror(rc));
+	lc__error_set(rc, "engine %s: %s: %s", e->name, what, lc_strerror(rc));
+	LC__WARN_PEER("engine %s: %s: %s", e->name, what, lc_strerror(rc));
 	return rc;
 }
 

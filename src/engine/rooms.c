@@ -78,7 +78,9 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 	int rc = 0;
 	uint64_t now = lc__now_ns();
 	if (!e || !p || p->size < offsetof(lc_dst_params_t, state_slots))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_dst_add: %s",
+				!e ? "engine is NULL" : !p ? "params is NULL"
+				   : "params->size is too small (set it to sizeof(lc_dst_params_t))");
 	lc_dst_params_t d = {0};
 	memcpy(&d, p, LC__MIN(p->size, sizeof(d)));
 	int64_t max = lc__ctx_cfg(e->ctx, LC__CFG_p_rooms_max); /* not under the lock */
@@ -206,7 +208,9 @@ int lc_engine_room_status(lc_engine_t *e, uint64_t room, lc_room_info_t *out)
 {
 	int rc = 0;
 	if (!e || !out || out->size < offsetof(lc_room_info_t, dst_count))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "room info: %s",
+				!e ? "engine is NULL" : !out ? "out is NULL"
+				   : "out->size is too small (set it to sizeof(lc_room_info_t))");
 	lc_room_info_t info = {0};
 	info.size = LC__MIN(out->size, sizeof(info));
 	pthread_mutex_lock(&e->lock);

@@ -57,10 +57,9 @@ static int map_regions(lc_decode_t *d, const lc_decode_params_t *pp)
 			if (a >= base && a + buf->length <= base + lc_region_length(d->regions[i]))
 				break;
 		}
-		if (i == d->nregions) {
-			LC__ERROR("decode: buffer %u is not inside any given region", b);
-			return -EINVAL;
-		}
+		if (i == d->nregions)
+			return LC__FAIL_AT(LC_LOG_ERROR, -EINVAL,
+					   "decode: buffer %u is not inside any given region", b);
 		d->buf_region[b] = (uint32_t)i;
 		d->buf_offset[b] = a - (uintptr_t)lc_region_addr(d->regions[i]);
 	}
@@ -71,7 +70,8 @@ static int set_session(lc_decode_t *d, const char *session)
 {
 	if (session && *session) {
 		if (strlen(session) >= sizeof d->session)
-			return -EINVAL;
+			return LC__FAIL(-EINVAL, "decode: session name longer than %zu bytes",
+					sizeof d->session - 1);
 		snprintf(d->session, sizeof d->session, "%s", session);
 	} else {
 		const char *colon = strrchr(d->endpoint, ':');
@@ -142,13 +142,21 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 	/* NULL params stay -EINVAL: the layout, regions and listener have no
 	 * default. */
 	LC__PARAMS_COPY(&pp, params);
-	if (!ctx || !out || !pp.layout || !pp.regions || !pp.region_count || !pp.listen_url ||
-	    pp.region_count > LC__MSG_MAX_REGIONS)
-		return -EINVAL;
+	if (!ctx || !out)
+		return LC__FAIL(-EINVAL, "lc_decode_create: %s is NULL", ctx ? "out" : "ctx");
+	const char *missing = !pp.layout ? "layout" : !pp.regions ? "regions" :
+			      !pp.region_count ? "region_count" : !pp.listen_url ? "listen_url" : NULL;
+	if (missing)
+		return LC__FAIL(-EINVAL, "lc_decode_create: params->%s is required (%s)", missing,
+				params ? "not set" : "params is NULL");
+	if (pp.region_count > LC__MSG_MAX_REGIONS)
+		return LC__FAIL(-EINVAL, "lc_decode_create: %zu regions, at most %d", pp.region_count,
+				LC__MSG_MAX_REGIONS);
 	if (pp.tp_size <= 0)
 		pp.tp_size = 1;
 	if (pp.tp_rank < 0 || pp.tp_rank >= pp.tp_size)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_decode_create: tp_rank %d outside [0, tp_size %d)",
+				pp.tp_rank, pp.tp_size);
 	lc_decode_t *d = decode_new(ctx, &pp);
 	if (!d)
 		return -ENOMEM;
@@ -247,12 +255,11 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 {
 	char addr[LC__BS_HOST_MAX];
 	if (!d || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_create: %s is NULL", d ? "out" : "decode");
 	if (bootstrap && *bootstrap) {
-		const char *a = !strncmp(bootstrap, "http://", 7) ? bootstrap + 7 : bootstrap;
-		if (strlen(a) >= sizeof addr || !strchr(a, ':'))
-			return -EINVAL;
-		snprintf(addr, sizeof addr, "%s", a);
+		if (lc__addr_bootstrap(bootstrap, addr, sizeof addr))
+			return LC__FAIL(-EINVAL, "receiver of room %llu: %s", (unsigned long long)room,
+					lc_last_error());
 	} else {
 		snprintf(addr, sizeof addr, "127.0.0.1:%lld", (long long)d->default_port);
 	}
@@ -273,7 +280,9 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 	if (rc) {
 		pthread_mutex_unlock(&d->lock);
 		free(r);
-		return rc;
+		return LC__FAIL(rc, "receiver of room %llu: %s", (unsigned long long)room,
+				rc == -EEXIST ? "the room already has a receiver"
+					      : "too many P addresses known to this D");
 	}
 	r->next = d->receivers;
 	d->receivers = r;

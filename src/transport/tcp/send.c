@@ -820,6 +820,8 @@ int lc__tcp_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 	pthread_mutex_init(&tc->lock, NULL);
 	rc = lc__url_host_port(url, "tcp", tc->host, sizeof tc->host, &tc->port);
 	if (rc || tc->port == 0) {
+		if (!rc)
+			lc__error_set(-EINVAL, "%s: port 0 (connect needs the listener's port)", url);
 		rc = -EINVAL;
 		goto fail;
 	}

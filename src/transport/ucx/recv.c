@@ -691,8 +691,10 @@ int lc__ucx_listen(ustate_t *st, lc_listener_t *l, const char *url)
 	if (rc)
 		return rc;
 	if (lc__url_query_u64(url, "fence_ms", &fence_ms) < 0 || fence_ms == 0 ||
-	    fence_ms > 3600000)
+	    fence_ms > 3600000) {
+		lc__error_set(-EINVAL, "%s: fence_ms must be 1..3600000", url);
 		return -EINVAL;
+	}
 	ulistener_t *ul = calloc(1, sizeof *ul);
 	if (!ul)
 		return -ENOMEM;

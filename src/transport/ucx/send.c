@@ -519,6 +519,8 @@ int lc__ucx_conn_open(ustate_t *st, lc_conn_t *c, const char *url)
 	rc = lc__url_host_port(url, "ucx", uc->host, sizeof uc->host, &uc->port);
 	if (rc || uc->port == 0) {
 		free(uc);
+		if (!rc)
+			lc__error_set(-EINVAL, "%s: port 0 (connect needs the listener's port)", url);
 		return rc ? rc : -EINVAL;
 	}
 	uc->conn = c;
