@@ -97,7 +97,7 @@ static const char *framing_bad(struct MHD_Connection *c)
 /* The reply to a request refused for its headers: 400, counted, logged. */
 static int refuse_headers(lc_bootstrap_t *b, const char *why, char **resp, size_t *resp_len)
 {
-	LC__WARN("bootstrap: request refused (400): %s", why);
+	LC__WARN_PEER("bootstrap: request refused (400): %s", why);
 	pthread_mutex_lock(&b->lock);
 	b->headers_invalid++;
 	b->requests[CODE_400]++;

@@ -108,7 +108,7 @@ static void r_fail(reader_t *r, const char *fmt, ...)
 	if (r->why && r->why_cap) {
 		va_list ap;
 		va_start(ap, fmt);
-		vsnprintf(r->why, r->why_cap, fmt, ap);
+		lc__vreason(r->why, r->why_cap, fmt, ap);
 		va_end(ap);
 	}
 }

@@ -40,14 +40,13 @@ static int check_dst(lc_engine_t *e, const lc_dst_params_t *d, lc__session_t **c
 
 /* Whether the session may be the destination of one more unfinished room
  * (p_session_rooms_max): one D session, honest or not, cannot take every
- * room of the engine from the others. Counted, logged once per 1,024. */
+ * room of the engine from the others. Counted, logged rate-limited. */
 static int quota_check(lc_engine_t *e, const lc__session_t *core, uint64_t room, int64_t max)
 {
 	if (!core || (int64_t)core->rooms_live < max)
 		return 0;
 	uint64_t n = LC__COUNT(e->ctx, rooms_refused_session_quota) + 1;
-	if (n % 1024 == 1)
-		LC__WARN(
+	LC__WARN_PEER(
 			"engine %s: room %llu refused: session %s is a destination of %u unfinished "
 			"rooms (p_session_rooms_max %lld); %llu refused so far",
 			e->name, (unsigned long long)room, core->name, core->rooms_live,
@@ -56,15 +55,14 @@ static int quota_check(lc_engine_t *e, const lc__session_t *core, uint64_t room,
 }
 
 /* Whether one more room fits under p_rooms_max (engine lock held). A
- * refusal happens before any allocation; it is counted, and logged once
- * per 1,024 so that a flood cannot flood the log too. */
+ * refusal happens before any allocation; it is counted, and logged
+ * rate-limited (LC__LOG_PEER) so that a flood cannot flood the log too. */
 static int room_cap_check(lc_engine_t *e, uint64_t room, int64_t max)
 {
 	if ((int64_t)e->rooms.count < max)
 		return 0;
 	uint64_t n = LC__COUNT(e->ctx, rooms_refused_cap) + 1;
-	if (n % 1024 == 1)
-		LC__WARN("engine %s: room %llu refused: %zu rooms open (p_rooms_max %lld); "
+	LC__WARN_PEER("engine %s: room %llu refused: %zu rooms open (p_rooms_max %lld); "
 			 "%llu refused so far",
 			 e->name, (unsigned long long)room, e->rooms.count, (long long)max,
 			 (unsigned long long)n);

@@ -152,8 +152,8 @@ static int map_buffers(lc_engine_t *e, lc__esession_t *s, const lc_session_param
 	for (size_t i = 0; i < p->region_count; i++)
 		if ((rc = lc_conn_import_region(s->conn, p->region_descs[i], p->region_desc_lens[i],
 						&ids[i]))) {
-			LC__WARN("session %s: importing region %zu: %s", p->name, i,
-				 lc_strerror(rc));
+			LC__WARN_PEER("session %s: importing region %zu: %s", p->name, i,
+				      lc__why(rc));
 			return rc;
 		}
 	for (uint32_t b = 0; b < e->layout->nbuf; b++) {
@@ -182,7 +182,7 @@ static int session_build(lc_engine_t *e, const lc_session_params_t *p, lc__esess
 	lc_conn_params_t cp = {.size = sizeof(cp), .cq = e->cq, .has_token = p->has_token};
 	cp.token = p->token;
 	if ((rc = lc_conn_create(e->ctx, p->url, &cp, &s->conn))) {
-		LC__WARN("session %s: connecting to %s: %s", p->name, p->url, lc_strerror(rc));
+		LC__WARN_PEER("session %s: connecting to %s: %s", p->name, p->url, lc__why(rc));
 		goto fail;
 	}
 	if ((rc = map_buffers(e, s, p, ids)))

@@ -51,7 +51,7 @@ static bool room_known(lc_prefill_t *p, uint64_t room)
 
 /* A dummy from no registered session opens a room only where P already has
  * a sender for it: anyone could name a fresh room id, and each would cost P
- * an engine room. Counted, logged once per 1,024. */
+ * an engine room. Counted, logged rate-limited (LC__LOG_PEER). */
 static bool dummy_refused(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 {
 	pthread_mutex_lock(&p->lock);
@@ -60,8 +60,7 @@ static bool dummy_refused(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	if (known)
 		return false;
 	uint64_t n = LC__COUNT(p->ctx, infos_refused_unknown) + 1;
-	if (n % 1024 == 1)
-		LC__WARN("prefill %s: refused a dummy transfer info for unknown room %llu from "
+	LC__WARN_PEER("prefill %s: refused a dummy transfer info for unknown room %llu from "
 			 "unregistered %s (%llu so far)",
 			 p->name, (unsigned long long)t->room, t->session, (unsigned long long)n);
 	return true;
@@ -114,13 +113,13 @@ static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 	}
 	if (!fail)
 		return;
-	if (dummy) { /* D is told nothing; the engine counted it (and logs once per 1,024) */
+	if (dummy) { /* D is told nothing; the engine counted it (and logs, rate-limited) */
 		LC__DEBUG("prefill %s: dummy for room %llu from %s: %s", p->name,
 			  (unsigned long long)t->room, t->session, fail);
 		return;
 	}
-	LC__WARN("prefill %s: room %llu from %s: %s", p->name, (unsigned long long)t->room,
-		 t->session, fail);
+	LC__WARN_PEER("prefill %s: room %llu from %s: %s", p->name, (unsigned long long)t->room,
+		      t->session, fail);
 	lc__msg_t *m = calloc(1, sizeof *m);
 	if (!m)
 		return;
@@ -174,7 +173,7 @@ static void handle_cancel(lc_prefill_t *p, const lc__msg_t *msg, const char *pee
 		return;
 	if (!known || rc == -EPERM) {
 		atomic_fetch_add(&p->cancels_refused, 1);
-		LC__WARN("prefill %s: refused a cancel of room %llu from %s: %s", p->name,
+		LC__WARN_PEER("prefill %s: refused a cancel of room %llu from %s: %s", p->name,
 			 (unsigned long long)c->room, c->session,
 			 known ? "not a destination of the room"
 			       : "no registered session with that secret");
@@ -184,8 +183,8 @@ static void handle_cancel(lc_prefill_t *p, const lc__msg_t *msg, const char *pee
 		 (unsigned long long)c->room, c->reason, rc ? lc_strerror(rc) : "ok");
 }
 
-/* A message of another protocol version: counted and logged, once per
- * 1,024, naming both versions; an old D's REGISTER is answered with a
+/* A message of another protocol version: counted and logged (rate-limited),
+ * naming both versions; an old D's REGISTER is answered with a
  * refusal in its own version, so that its rooms fail with the reason. */
 static void other_version(lc_prefill_t *p, const void *buf, size_t len, int version,
 			  const char *peer)
@@ -195,8 +194,7 @@ static void other_version(lc_prefill_t *p, const void *buf, size_t len, int vers
 	size_t out_len;
 	lc__push_t *push;
 	uint64_t n = LC__P_CTL_ADD(p, msgs_old_version) + 1;
-	if (n % 1024 == 1)
-		LC__ERROR("prefill %s: a peer speaks control message version %d, this P speaks "
+	LC__ERROR_PEER("prefill %s: a peer speaks control message version %d, this P speaks "
 			  "%d: dropped (%llu so far); run one library version on both sides",
 			  p->name, version, LC__MSG_VERSION, (unsigned long long)n);
 	snprintf(reason, sizeof reason,
@@ -229,7 +227,7 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 	}
 	if (rc) {
 		LC__P_CTL_ADD(p, msgs_malformed);
-		LC__WARN("prefill %s: dropped a malformed message (%zu bytes): %s", p->name, len,
+		LC__WARN_PEER("prefill %s: dropped a malformed message (%zu bytes): %s", p->name, len,
 			 why);
 		free(m);
 		return;
@@ -246,7 +244,7 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 		break;
 	default:
 		LC__P_CTL_ADD(p, msgs_unexpected);
-		LC__WARN("prefill %s: unexpected %s message dropped", p->name,
+		LC__WARN_PEER("prefill %s: unexpected %s message dropped", p->name,
 			 lc__msg_type_name(m->type));
 	}
 	lc__msg_free(m);

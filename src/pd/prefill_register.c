@@ -358,7 +358,7 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_t *m, const char
 		rc = add_session(p, g, ename, why, sizeof why);
 	if (rc) {
 		LC__P_CTL_ADD(p, registrations_refused);
-		LC__ERROR("prefill %s: refused D session %s: %s", p->name, g->session, why);
+		LC__ERROR_PEER("prefill %s: refused D session %s: %s", p->name, g->session, why);
 		reply->reply.result = rc;
 		snprintf(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
 		bool has_key = g->flags & LC__REG_HAS_CURVE_KEY;

@@ -79,6 +79,8 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 {
 	lc_conn_params_t p;
 	/* params are required: a connection needs a completion queue. */
+	/* P connects to the URL a D sent: failures past the arguments are
+	 * logged rate-limited (LC__LOG_PEER). */
 	lc_last_error_clear();
 	if (!ctx || !url || !out || !params)
 		return LC__FAIL(-EINVAL, "lc_conn_create: %s is NULL",
@@ -91,9 +93,12 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 	if (p.lanes < 0)
 		return LC__FAIL(-EINVAL, "lc_conn_create: lanes %d < 0", p.lanes);
 	const lc__transport_ops_t *ops = lc__transport_find(url);
-	if (!ops)
-		return LC__FAIL(LC_ERR_NO_TRANSPORT, "no transport for %s (built in: %s)", url,
-				lc_transports());
+	if (!ops) {
+		lc__error_set(LC_ERR_NO_TRANSPORT, "no transport for %.200s (built in: %s)", url,
+			      lc_transports());
+		LC__WARN_PEER("%s", lc_last_error());
+		return LC_ERR_NO_TRANSPORT;
+	}
 	lc_conn_t *c = calloc(1, sizeof *c);
 	if (!c)
 		return -ENOMEM;
@@ -112,7 +117,9 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 		LC__COUNT(ctx, conns_failed);
 		pthread_mutex_destroy(&c->lock);
 		free(c);
-		return LC__FAIL(rc, "connection to %s: %s", url, lc__why(rc));
+		lc__error_set(rc, "connection to %s: %s", url, lc__why(rc));
+		LC__WARN_PEER("%s", lc_last_error());
+		return rc;
 	}
 	LC__COUNT(ctx, conns_opened);
 	pthread_mutex_lock(&ctx->objs_lock);

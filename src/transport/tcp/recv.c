@@ -355,7 +355,7 @@ static void revoked_run(rlane_t *r, lc__grant_room_t *g)
 {
 	const rwrite_t *first = &r->run[r->run_i];
 	uint32_t n = 0;
-	LC__WARN("tcp: grant of room %llu revoked during a write to region %u [%llu, +%llu); "
+	LC__WARN_PEER("tcp: grant of room %llu revoked during a write to region %u [%llu, +%llu); "
 		 "discarding the rest of the run",
 		 (unsigned long long)r->room, first->region, (unsigned long long)first->offset,
 		 (unsigned long long)first->len);
@@ -432,7 +432,7 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 	lc__tcp_rlane_flush(r);
 	if (!ok) {
 		LC__COUNT(r->tl->ctx, conns_rejected_auth);
-		LC__WARN("tcp: rejected a connection: %s",
+		LC__WARN_PEER("tcp: rejected a connection: %s",
 			 has ? "unknown or revoked session token" : "no session token");
 		return LC_ERR_AUTH;
 	}
@@ -654,7 +654,7 @@ static void rlane_bad(rlane_t *r, int rc)
 	if (rc != LC_ERR_PROTO)
 		return; /* LC_ERR_AUTH: counted and logged by on_hello */
 	LC__COUNT(r->tl->ctx, frames_malformed);
-	LC__WARN("tcp: malformed frame after %llu writes on a lane; closing it",
+	LC__WARN_PEER("tcp: malformed frame after %llu writes on a lane; closing it",
 		 (unsigned long long)r->seq);
 }
 

@@ -216,7 +216,7 @@ static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
 	char why[LC_REASON_MAX];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(why, sizeof why, fmt, ap);
+	lc__vreason(why, sizeof why, fmt, ap);
 	va_end(ap);
 	tcp_conn_t *tc = ln->tc;
 	size_t nseg = 0;
@@ -227,7 +227,7 @@ static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
 		seg_release(ln, s);
 	}
 	if (nseg && code != LC_ERR_CANCELLED)
-		LC__WARN("tcp://%s:%d lane %d: %s (%s; %zu segments failed)", tc->host, tc->port,
+		LC__WARN_PEER("tcp://%s:%d lane %d: %s (%s; %zu segments failed)", tc->host, tc->port,
 			 ln->idx, why, lc_err_name(code), nseg);
 	else
 		LC__DEBUG("tcp://%s:%d lane %d: %s", tc->host, tc->port, ln->idx, why);
@@ -240,7 +240,7 @@ static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
 static void lane_malformed(lane_t *ln, const char *what)
 {
 	LC__COUNT(ln->tc->ctx, frames_malformed);
-	LC__WARN("tcp://%s:%d lane %d: malformed frame from the receiver: %s", ln->tc->host,
+	LC__WARN_PEER("tcp://%s:%d lane %d: malformed frame from the receiver: %s", ln->tc->host,
 		 ln->tc->port, ln->idx, what);
 	lane_fail(ln, LC_ERR_PROTO, "malformed frame from the receiver: %s", what);
 }

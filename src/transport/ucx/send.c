@@ -78,9 +78,9 @@ static void uc_mark_dead(uconn_t *uc, int code, const char *fmt, ...)
 		return;
 	uc->state = UC_DEAD;
 	va_start(ap, fmt);
-	vsnprintf(reason, sizeof reason, fmt, ap);
+	lc__vreason(reason, sizeof reason, fmt, ap);
 	va_end(ap);
-	LC__WARN("ucx: %s", reason);
+	LC__WARN_PEER("ucx: %s", reason);
 	pthread_mutex_lock(&uc->lock);
 	uc->dead_code = code;
 	snprintf(uc->dead_reason, sizeof uc->dead_reason, "%s", reason);
