@@ -93,8 +93,10 @@ int lc__addr_bootstrap(const char *addr, char *out, size_t cap)
 	const char *a = !strncmp(addr, "http://", 7) ? addr + 7 : addr;
 	const char *scheme = strstr(a, "://");
 	if (scheme) {
-		lc__error_set(-EINVAL, "%.200s: %.*s:// is not the bootstrap server's scheme: "
-			      BOOTSTRAP_FORM, addr, (int)(scheme - a), a);
+		lc__error_set(
+			-EINVAL,
+			"%.200s: %.*s:// is not the bootstrap server's scheme: " BOOTSTRAP_FORM,
+			addr, (int)(scheme - a), a);
 		return -EINVAL;
 	}
 	size_t n = strlen(a);

@@ -417,7 +417,7 @@ int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key
 	}
 	if (z->push_hb_ms && (rc = watch(z, p))) {
 		LC__WARN_PEER("channel: cannot monitor the socket to %s: %s", endpoint,
-			 zmq_strerror(-rc));
+			      zmq_strerror(-rc));
 		goto fail;
 	}
 	if (zmq_connect(p->sock, endpoint)) {

@@ -78,8 +78,8 @@ typedef struct lc__ratelimit {
 /* Whether this occurrence may be logged; when it may, *more is the number
  * held back since the last line that went out. */
 bool lc__ratelimit_pass(lc__ratelimit_t *rl, uint64_t *more);
-void lc__log_more(lc_log_level_t level, const char *file, int line, uint64_t more,
-		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void lc__log_more(lc_log_level_t level, const char *file, int line, uint64_t more, const char *fmt,
+		  ...) __attribute__((format(printf, 5, 6)));
 
 #define LC__LOG_PEER(level, ...)                                                                   \
 	do {                                                                                       \

@@ -103,8 +103,10 @@ int lc_ctx_config_set(lc_ctx_t *ctx, const char *name, const char *value)
 	if (!ctx)
 		return LC__FAIL(-EINVAL, "config set: ctx is NULL");
 	if (lc__config_find_str(name) >= 0) /* process-wide: set through its variable */
-		return LC__FAIL(-ENOTSUP, "config set %s: a process-wide text knob, set through "
-					  "its environment variable", name);
+		return LC__FAIL(-ENOTSUP,
+				"config set %s: a process-wide text knob, set through "
+				"its environment variable",
+				name);
 	int i = lc__config_find(name);
 	if (i < 0)
 		return LC__FAIL(i, "config set: no knob named '%.100s'", name ? name : "(NULL)");
@@ -113,8 +115,8 @@ int lc_ctx_config_set(lc_ctx_t *ctx, const char *name, const char *value)
 		lc_config_info_t const *info = lc_config_info(i);
 		return LC__FAIL(rc, "config set %s=%.100s: %s (allowed %lld..%lld)", name,
 				value ? value : "(NULL)",
-				rc == -ERANGE ? "out of range" : "not a number", (long long)info->min,
-				(long long)info->max);
+				rc == -ERANGE ? "out of range" : "not a number",
+				(long long)info->min, (long long)info->max);
 	}
 	pthread_mutex_lock(&ctx->cfg_lock);
 	ctx->cfg.values[i] = v;
@@ -144,7 +146,10 @@ uint64_t lc_ctx_counter(lc_ctx_t *ctx, int index)
 int lc_ctx_counter_by_name(lc_ctx_t *ctx, const char *name, uint64_t *out)
 {
 	if (!ctx || !name || !out)
-		return LC__FAIL(-EINVAL, "counter: %s is NULL", !ctx ? "ctx" : !name ? "name" : "out");
+		return LC__FAIL(-EINVAL, "counter: %s is NULL",
+				!ctx    ? "ctx"
+				: !name ? "name"
+					: "out");
 	for (int i = 0; i < LC__CNT_COUNT; i++) {
 		if (!strcmp(counter_names[i], name)) {
 			*out = atomic_load(&ctx->counters[i]);
@@ -230,8 +235,10 @@ int lc_grant_issue(lc_ctx_t *ctx, uint64_t room, const lc_region_t *r, uint64_t 
 		   uint64_t length)
 {
 	if (!ctx || !r || r->ctx != ctx)
-		return LC__FAIL(-EINVAL, "lc_grant_issue: %s", !ctx ? "ctx is NULL" : !r ? "region is NULL" :
-								"the region belongs to another context");
+		return LC__FAIL(-EINVAL, "lc_grant_issue: %s",
+				!ctx ? "ctx is NULL"
+				: !r ? "region is NULL"
+				     : "the region belongs to another context");
 	if (length == 0 || offset > r->len || length > r->len - offset)
 		return LC__FAIL(LC_ERR_OUT_OF_REGION,
 				"grant of room %llu: %llu bytes at %llu are not inside region %u "

@@ -91,8 +91,8 @@ void lc__log(lc_log_level_t level, const char *file, int line, const char *fmt, 
 	va_end(ap);
 }
 
-void lc__log_more(lc_log_level_t level, const char *file, int line, uint64_t more,
-		  const char *fmt, ...)
+void lc__log_more(lc_log_level_t level, const char *file, int line, uint64_t more, const char *fmt,
+		  ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -105,8 +105,8 @@ bool lc__ratelimit_pass(lc__ratelimit_t *rl, uint64_t *more)
 	uint64_t now = lc__now_ns();
 	uint64_t next = atomic_load_explicit(&rl->next_ns, memory_order_relaxed);
 	/* One thread wins the interval; the others count themselves held back. */
-	if (now >= next && atomic_compare_exchange_strong(&rl->next_ns, &next,
-							  now + LC__LOG_PEER_INTERVAL_NS)) {
+	if (now >= next &&
+	    atomic_compare_exchange_strong(&rl->next_ns, &next, now + LC__LOG_PEER_INTERVAL_NS)) {
 		*more = atomic_exchange(&rl->suppressed, 0);
 		return true;
 	}

@@ -57,8 +57,10 @@ int lc__regions_add_kind(lc__regions_t *t, lc_ctx_t *ctx, void *addr, size_t len
 	uint8_t *p = addr;
 	int rc = 0;
 	if (!addr || len == 0 || (uintptr_t)p + len < (uintptr_t)p) {
-		lc__error_set(-EINVAL, "%s", !addr ? "address is NULL" : len == 0 ? "length is 0" :
-					    "range wraps past the end of the address space");
+		lc__error_set(-EINVAL, "%s",
+			      !addr      ? "address is NULL"
+			      : len == 0 ? "length is 0"
+					 : "range wraps past the end of the address space");
 		return -EINVAL;
 	}
 	struct lc_region *r = calloc(1, sizeof *r);
@@ -197,10 +199,11 @@ int lc_region_unpack(const void *buf, size_t len, lc_region_desc_t *out)
 	    lc__get_u16(p + 4) != LC__DESC_VERSION ||
 	    LC__DESC_HEADER + (size_t)lc__get_u16(p + 6) != len) {
 		lc__error_set(LC_ERR_PROTO, "region descriptor of %zu bytes: %s", len,
-			      len < LC__DESC_HEADER ? "shorter than its header" :
-			      lc__get_u32(p) != LC__DESC_MAGIC ? "bad magic" :
-			      lc__get_u16(p + 4) != LC__DESC_VERSION ? "unknown version" :
-			      "length differs from what it says");
+			      len < LC__DESC_HEADER              ? "shorter than its header"
+			      : lc__get_u32(p) != LC__DESC_MAGIC ? "bad magic"
+			      : lc__get_u16(p + 4) != LC__DESC_VERSION
+				      ? "unknown version"
+				      : "length differs from what it says");
 		return LC_ERR_PROTO;
 	}
 	out->owner = lc__get_u64(p + 8);

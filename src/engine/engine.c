@@ -40,14 +40,16 @@ static void read_config(lc_engine_t *e, lc_ctx_t *ctx)
 static int check_params(const lc_engine_params_t *params)
 {
 	if (!params || params->size < offsetof(lc_engine_params_t, status_cb) || !params->layout)
-		return LC__FAIL(-EINVAL, "lc_engine_create: %s",
-				!params ? "params is NULL (the layout is required)"
-				: !params->layout ? "params->layout is required"
+		return LC__FAIL(
+			-EINVAL, "lc_engine_create: %s",
+			!params ? "params is NULL (the layout is required)"
+			: !params->layout
+				? "params->layout is required"
 				: "params->size is too small (set it to sizeof(lc_engine_params_t))");
 	for (uint32_t i = 0; i < params->layout->nbuf; i++)
 		if (!params->layout->bufs[i].base)
-			return LC__FAIL(-EINVAL, "engine: buffer %u of the layout has no base address",
-					i);
+			return LC__FAIL(-EINVAL,
+					"engine: buffer %u of the layout has no base address", i);
 	return 0;
 }
 

@@ -93,8 +93,9 @@ int lc_engine_chunk_add(lc_engine_t *e, const lc_chunk_t *c)
 	int rc;
 	if (!e || !c || c->size < offsetof(lc_chunk_t, state_slots))
 		return LC__FAIL(-EINVAL, "lc_engine_chunk_add: %s",
-				!e ? "engine is NULL" : !c ? "chunk is NULL"
-				   : "chunk->size is too small (set it to sizeof(lc_chunk_t))");
+				!e   ? "engine is NULL"
+				: !c ? "chunk is NULL"
+				     : "chunk->size is too small (set it to sizeof(lc_chunk_t))");
 	size_t csz = LC__MIN(c->size, sizeof(lc_chunk_t));
 	lc_chunk_t ch = {0};
 	memcpy(&ch, c, csz);

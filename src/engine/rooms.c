@@ -46,11 +46,10 @@ static int quota_check(lc_engine_t *e, const lc__session_t *core, uint64_t room,
 	if (!core || (int64_t)core->rooms_live < max)
 		return 0;
 	uint64_t n = LC__COUNT(e->ctx, rooms_refused_session_quota) + 1;
-	LC__WARN_PEER(
-			"engine %s: room %llu refused: session %s is a destination of %u unfinished "
-			"rooms (p_session_rooms_max %lld); %llu refused so far",
-			e->name, (unsigned long long)room, core->name, core->rooms_live,
-			(long long)max, (unsigned long long)n);
+	LC__WARN_PEER("engine %s: room %llu refused: session %s is a destination of %u unfinished "
+		      "rooms (p_session_rooms_max %lld); %llu refused so far",
+		      e->name, (unsigned long long)room, core->name, core->rooms_live,
+		      (long long)max, (unsigned long long)n);
 	return -ENOSPC;
 }
 
@@ -63,9 +62,9 @@ static int room_cap_check(lc_engine_t *e, uint64_t room, int64_t max)
 		return 0;
 	uint64_t n = LC__COUNT(e->ctx, rooms_refused_cap) + 1;
 	LC__WARN_PEER("engine %s: room %llu refused: %zu rooms open (p_rooms_max %lld); "
-			 "%llu refused so far",
-			 e->name, (unsigned long long)room, e->rooms.count, (long long)max,
-			 (unsigned long long)n);
+		      "%llu refused so far",
+		      e->name, (unsigned long long)room, e->rooms.count, (long long)max,
+		      (unsigned long long)n);
 	return -ENOSPC;
 }
 
@@ -76,9 +75,11 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 	int rc = 0;
 	uint64_t now = lc__now_ns();
 	if (!e || !p || p->size < offsetof(lc_dst_params_t, state_slots))
-		return LC__FAIL(-EINVAL, "lc_engine_dst_add: %s",
-				!e ? "engine is NULL" : !p ? "params is NULL"
-				   : "params->size is too small (set it to sizeof(lc_dst_params_t))");
+		return LC__FAIL(
+			-EINVAL, "lc_engine_dst_add: %s",
+			!e   ? "engine is NULL"
+			: !p ? "params is NULL"
+			     : "params->size is too small (set it to sizeof(lc_dst_params_t))");
 	lc_dst_params_t d = {0};
 	memcpy(&d, p, LC__MIN(p->size, sizeof(d)));
 	int64_t max = lc__ctx_cfg(e->ctx, LC__CFG_p_rooms_max); /* not under the lock */
@@ -206,9 +207,11 @@ int lc_engine_room_status(lc_engine_t *e, uint64_t room, lc_room_info_t *out)
 {
 	int rc = 0;
 	if (!e || !out || out->size < offsetof(lc_room_info_t, dst_count))
-		return LC__FAIL(-EINVAL, "room info: %s",
-				!e ? "engine is NULL" : !out ? "out is NULL"
-				   : "out->size is too small (set it to sizeof(lc_room_info_t))");
+		return LC__FAIL(
+			-EINVAL, "room info: %s",
+			!e     ? "engine is NULL"
+			: !out ? "out is NULL"
+			       : "out->size is too small (set it to sizeof(lc_room_info_t))");
 	lc_room_info_t info = {0};
 	info.size = LC__MIN(out->size, sizeof(info));
 	pthread_mutex_lock(&e->lock);

@@ -116,13 +116,14 @@ static int check_session_params(lc_engine_t *e, const lc_session_params_t *p)
 	/* A REGISTER reaches here too: reasons recorded, logs rate-limited. */
 	if (!p || p->size < offsetof(lc_session_params_t, buffer_region) || !p->name || !*p->name ||
 	    !p->url || (p->region_count && (!p->region_descs || !p->region_desc_lens))) {
-		lc__error_set(-EINVAL, "session: %s",
-			      !p ? "params is NULL"
-			      : p->size < offsetof(lc_session_params_t, buffer_region)
-			      ? "params->size is too small (set it to sizeof(lc_session_params_t))"
-			      : !p->name || !*p->name ? "params->name is required"
-			      : !p->url		      ? "params->url is required"
-						      : "region_descs or region_desc_lens is NULL");
+		lc__error_set(
+			-EINVAL, "session: %s",
+			!p ? "params is NULL"
+			: p->size < offsetof(lc_session_params_t, buffer_region)
+				? "params->size is too small (set it to sizeof(lc_session_params_t))"
+			: !p->name || !*p->name ? "params->name is required"
+			: !p->url               ? "params->url is required"
+						: "region_descs or region_desc_lens is NULL");
 		return -EINVAL;
 	}
 	if (!p->buffer_region && p->region_count != e->layout->nbuf) {

@@ -144,14 +144,17 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 	LC__PARAMS_COPY(&pp, params);
 	if (!ctx || !out)
 		return LC__FAIL(-EINVAL, "lc_decode_create: %s is NULL", ctx ? "out" : "ctx");
-	const char *missing = !pp.layout ? "layout" : !pp.regions ? "regions" :
-			      !pp.region_count ? "region_count" : !pp.listen_url ? "listen_url" : NULL;
+	const char *missing = !pp.layout         ? "layout"
+			      : !pp.regions      ? "regions"
+			      : !pp.region_count ? "region_count"
+			      : !pp.listen_url   ? "listen_url"
+						 : NULL;
 	if (missing)
 		return LC__FAIL(-EINVAL, "lc_decode_create: params->%s is required (%s)", missing,
 				params ? "not set" : "params is NULL");
 	if (pp.region_count > LC__MSG_MAX_REGIONS)
-		return LC__FAIL(-EINVAL, "lc_decode_create: %zu regions, at most %d", pp.region_count,
-				LC__MSG_MAX_REGIONS);
+		return LC__FAIL(-EINVAL, "lc_decode_create: %zu regions, at most %d",
+				pp.region_count, LC__MSG_MAX_REGIONS);
 	if (pp.tp_size <= 0)
 		pp.tp_size = 1;
 	if (pp.tp_rank < 0 || pp.tp_rank >= pp.tp_size)
@@ -258,8 +261,8 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 		return LC__FAIL(-EINVAL, "lc_receiver_create: %s is NULL", d ? "out" : "decode");
 	if (bootstrap && *bootstrap) {
 		if (lc__addr_bootstrap(bootstrap, addr, sizeof addr))
-			return LC__FAIL(-EINVAL, "receiver of room %llu: %s", (unsigned long long)room,
-					lc_last_error());
+			return LC__FAIL(-EINVAL, "receiver of room %llu: %s",
+					(unsigned long long)room, lc_last_error());
 	} else {
 		snprintf(addr, sizeof addr, "127.0.0.1:%lld", (long long)d->default_port);
 	}

@@ -205,8 +205,8 @@ static bool proven(lc_decode_t *d, const lc__ppeer_t *pe, uint32_t p_rank, const
 		return true;
 	uint64_t n = LC__D_CTL_ADD(d, session_mismatches) + 1;
 	LC__WARN_PEER("decode %s: a %s from P rank %u without this session's secret at that "
-			 "rank: dropped (%llu so far)",
-			 d->session, what, p_rank, (unsigned long long)n);
+		      "rank: dropped (%llu so far)",
+		      d->session, what, p_rank, (unsigned long long)n);
 	return false;
 }
 
@@ -242,8 +242,8 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s, const uint8
 		/* Nothing granted yet: no P rank can have finished the room. */
 		LC__D_CTL_ADD(d, msgs_unexpected);
 		LC__WARN_PEER("decode %s: Success for room %llu from P rank %u before D sent its "
-			 "pages: ignored",
-			 d->session, (unsigned long long)s->room, s->p_rank);
+			      "pages: ignored",
+			      d->session, (unsigned long long)s->room, s->p_rank);
 		return;
 	}
 	if (!r->got[t].responded) {
@@ -320,14 +320,14 @@ static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m, cons
 	if (!matched) {
 		LC__D_CTL_ADD(d, msgs_unexpected);
 		LC__WARN_PEER("decode %s: registration reply from P rank %u answers no outstanding "
-			 "registration: dropped",
-			 d->session, m->p_rank);
+			      "registration: dropped",
+			      d->session, m->p_rank);
 		return;
 	}
 	if (m->result) {
 		LC__D_CTL_ADD(d, registrations_refused);
 		LC__ERROR_PEER("decode %s: P rank %u refused the registration: %s", d->session,
-			  m->p_rank, m->reason);
+			       m->p_rank, m->reason);
 	}
 }
 
@@ -342,15 +342,16 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 		int version = lc__msg_peek_version(buf, len);
 		if (version >= 0 && version != LC__MSG_VERSION) {
 			LC__D_CTL_ADD(d, msgs_old_version);
-			LC__ERROR_PEER("decode %s: a P speaks control message version %d, this D speaks "
-				  "%d: dropped; run one library version on both sides",
-				  d->session, version, LC__MSG_VERSION);
+			LC__ERROR_PEER(
+				"decode %s: a P speaks control message version %d, this D speaks "
+				"%d: dropped; run one library version on both sides",
+				d->session, version, LC__MSG_VERSION);
 			free(m);
 			return;
 		}
 		LC__D_CTL_ADD(d, msgs_malformed);
-		LC__WARN_PEER("decode %s: dropped a malformed message (%zu bytes): %s", d->session, len,
-			 why);
+		LC__WARN_PEER("decode %s: dropped a malformed message (%zu bytes): %s", d->session,
+			      len, why);
 		free(m);
 		return;
 	}
@@ -368,7 +369,7 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 	default:
 		LC__D_CTL_ADD(d, msgs_unexpected);
 		LC__WARN_PEER("decode %s: unexpected %s message dropped", d->session,
-			 lc__msg_type_name(m->type));
+			      lc__msg_type_name(m->type));
 	}
 	pthread_mutex_unlock(&d->lock);
 	lc__msg_free(m);

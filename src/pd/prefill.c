@@ -48,8 +48,9 @@ static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
 		.timeout_ms = 2000, .retries = 5, .secret = has_secret == 1 ? secret : NULL};
 	int rc = lc__bootstrap_register(p->bootstrap, &info, &o, why, sizeof why);
 	if (rc)
-		LC__FAIL_AT(LC_LOG_ERROR, rc, "prefill %s: registering with bootstrap %s failed: %s",
-			    p->name, p->bootstrap, why);
+		LC__FAIL_AT(LC_LOG_ERROR, rc,
+			    "prefill %s: registering with bootstrap %s failed: %s", p->name,
+			    p->bootstrap, why);
 	return rc;
 }
 
@@ -153,14 +154,16 @@ int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefi
 		return LC__FAIL(-EINVAL, "lc_prefill_create: %s is NULL", ctx ? "out" : "ctx");
 	if (!pp.layout || !pp.bootstrap)
 		return LC__FAIL(-EINVAL, "lc_prefill_create: params->%s is required (%s)",
-				!pp.layout ? "layout" : "bootstrap", params ? "not set" : "params is NULL");
+				!pp.layout ? "layout" : "bootstrap",
+				params ? "not set" : "params is NULL");
 	if (pp.world_size < 1 || pp.dp_size < 1 || pp.world_size % pp.dp_size ||
 	    pp.engine_rank < 0 || pp.engine_rank >= pp.world_size)
-		return LC__FAIL(-EINVAL,
-				"lc_prefill_create: world_size %d, dp_size %d, engine_rank %d: "
-				"need world_size >= 1 a multiple of dp_size >= 1 and engine_rank in "
-				"[0, world_size)",
-				pp.world_size, pp.dp_size, pp.engine_rank);
+		return LC__FAIL(
+			-EINVAL,
+			"lc_prefill_create: world_size %d, dp_size %d, engine_rank %d: "
+			"need world_size >= 1 a multiple of dp_size >= 1 and engine_rank in "
+			"[0, world_size)",
+			pp.world_size, pp.dp_size, pp.engine_rank);
 	if (lc__addr_bootstrap(pp.bootstrap, bs, sizeof bs))
 		return LC__FAIL(-EINVAL, "lc_prefill_create: %s", lc_last_error());
 	lc_prefill_t *p = prefill_new(ctx, &pp);

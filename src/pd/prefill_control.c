@@ -61,8 +61,8 @@ static bool dummy_refused(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 		return false;
 	uint64_t n = LC__COUNT(p->ctx, infos_refused_unknown) + 1;
 	LC__WARN_PEER("prefill %s: refused a dummy transfer info for unknown room %llu from "
-			 "unregistered %s (%llu so far)",
-			 p->name, (unsigned long long)t->room, t->session, (unsigned long long)n);
+		      "unregistered %s (%llu so far)",
+		      p->name, (unsigned long long)t->room, t->session, (unsigned long long)n);
 	return true;
 }
 
@@ -174,9 +174,9 @@ static void handle_cancel(lc_prefill_t *p, const lc__msg_t *msg, const char *pee
 	if (!known || rc == -EPERM) {
 		atomic_fetch_add(&p->cancels_refused, 1);
 		LC__WARN_PEER("prefill %s: refused a cancel of room %llu from %s: %s", p->name,
-			 (unsigned long long)c->room, c->session,
-			 known ? "not a destination of the room"
-			       : "no registered session with that secret");
+			      (unsigned long long)c->room, c->session,
+			      known ? "not a destination of the room"
+				    : "no registered session with that secret");
 		return;
 	}
 	LC__INFO("prefill %s: D %s cancelled room %llu (%s): %s", p->name, c->session,
@@ -195,8 +195,8 @@ static void other_version(lc_prefill_t *p, const void *buf, size_t len, int vers
 	lc__push_t *push;
 	uint64_t n = LC__P_CTL_ADD(p, msgs_old_version) + 1;
 	LC__ERROR_PEER("prefill %s: a peer speaks control message version %d, this P speaks "
-			  "%d: dropped (%llu so far); run one library version on both sides",
-			  p->name, version, LC__MSG_VERSION, (unsigned long long)n);
+		       "%d: dropped (%llu so far); run one library version on both sides",
+		       p->name, version, LC__MSG_VERSION, (unsigned long long)n);
 	snprintf(reason, sizeof reason,
 		 "P speaks control message version %d, this D version %d: upgrade D",
 		 LC__MSG_VERSION, version);
@@ -227,8 +227,8 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 	}
 	if (rc) {
 		LC__P_CTL_ADD(p, msgs_malformed);
-		LC__WARN_PEER("prefill %s: dropped a malformed message (%zu bytes): %s", p->name, len,
-			 why);
+		LC__WARN_PEER("prefill %s: dropped a malformed message (%zu bytes): %s", p->name,
+			      len, why);
 		free(m);
 		return;
 	}
@@ -245,7 +245,7 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 	default:
 		LC__P_CTL_ADD(p, msgs_unexpected);
 		LC__WARN_PEER("prefill %s: unexpected %s message dropped", p->name,
-			 lc__msg_type_name(m->type));
+			      lc__msg_type_name(m->type));
 	}
 	lc__msg_free(m);
 	free(m);

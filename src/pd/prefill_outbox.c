@@ -62,9 +62,9 @@ lc__dsess_t *lc__prefill_session_owned(lc_prefill_t *p, const char *name, const 
 		return NULL;
 	uint64_t n = LC__P_CTL_ADD(p, session_mismatches) + 1;
 	LC__WARN_PEER("prefill %s: a %s for session %s proves no incarnation of it (%s); "
-			 "dropped (%llu so far)",
-			 p->name, what, name, s ? "sent with another CURVE key" : "wrong secret",
-			 (unsigned long long)n);
+		      "dropped (%llu so far)",
+		      p->name, what, name, s ? "sent with another CURVE key" : "wrong secret",
+		      (unsigned long long)n);
 	return NULL;
 }
 
@@ -154,7 +154,7 @@ int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
 	if (rc) {
 		LC__P_CTL_ADD(p, send_failures);
 		LC__WARN_PEER("prefill %s: sending %s: %s", p->name, lc__msg_type_name(m->type),
-			 lc_strerror(rc));
+			      lc_strerror(rc));
 	} else {
 		LC__P_CTL_ADD(p, msgs_sent);
 	}

@@ -17,7 +17,9 @@ int lc_listener_create(lc_ctx_t *ctx, const char *url, lc_listener_t **out)
 	lc_last_error_clear();
 	if (!ctx || !url || !out)
 		return LC__FAIL(-EINVAL, "lc_listener_create: %s is NULL",
-				!ctx ? "ctx" : !url ? "url" : "out");
+				!ctx   ? "ctx"
+				: !url ? "url"
+				       : "out");
 	const lc__transport_ops_t *ops = lc__transport_find(url);
 	if (!ops)
 		return LC__FAIL(LC_ERR_NO_TRANSPORT, "no transport for %s (built in: %s)", url,
@@ -51,7 +53,8 @@ int lc_listener_url(const lc_listener_t *l, char *buf, size_t cap)
 		return LC__FAIL(-EINVAL, "lc_listener_url: %s is NULL", !l ? "listener" : "buf");
 	size_t n = strlen(l->url);
 	if (n + 1 > cap)
-		return LC__FAIL(-ENOSPC, "lc_listener_url: %zu bytes needed, %zu given", n + 1, cap);
+		return LC__FAIL(-ENOSPC, "lc_listener_url: %zu bytes needed, %zu given", n + 1,
+				cap);
 	memcpy(buf, l->url, n + 1);
 	return (int)n;
 }
@@ -84,12 +87,16 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 	lc_last_error_clear();
 	if (!ctx || !url || !out || !params)
 		return LC__FAIL(-EINVAL, "lc_conn_create: %s is NULL",
-				!ctx ? "ctx" : !url ? "url" : !out ? "out" : "params (cq is required)");
+				!ctx   ? "ctx"
+				: !url ? "url"
+				: !out ? "out"
+				       : "params (cq is required)");
 	LC__PARAMS_COPY(&p, params);
 	if (!p.cq)
 		return LC__FAIL(-EINVAL, "lc_conn_create: params->cq is required");
 	if (strlen(url) >= LC__URL_MAX)
-		return LC__FAIL(-EINVAL, "lc_conn_create: URL longer than %d bytes", LC__URL_MAX - 1);
+		return LC__FAIL(-EINVAL, "lc_conn_create: URL longer than %d bytes",
+				LC__URL_MAX - 1);
 	if (p.lanes < 0)
 		return LC__FAIL(-EINVAL, "lc_conn_create: lanes %d < 0", p.lanes);
 	const lc__transport_ops_t *ops = lc__transport_find(url);
@@ -159,7 +166,9 @@ int lc_conn_import_region(lc_conn_t *c, const void *desc, size_t len, uint32_t *
 	lc_region_desc_t d;
 	if (!c || !desc || !region_id_out)
 		return LC__FAIL(-EINVAL, "lc_conn_import_region: %s is NULL",
-				!c ? "conn" : !desc ? "desc" : "region_id_out");
+				!c      ? "conn"
+				: !desc ? "desc"
+					: "region_id_out");
 	int rc = lc_region_unpack(desc, len, &d);
 	if (rc)
 		return rc;
@@ -209,12 +218,13 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 		if (!writes[i].length)
 			continue;
 		if (strided_span(&writes[i], &ls, &rs)) {
-			return LC__FAIL(-EINVAL,
-					"batch to %s: write %zu: %u blocks of %llu bytes at strides "
-					"%llu/%llu overlap or overflow",
-					c->url, i, writes[i].count, (unsigned long long)writes[i].length,
-					(unsigned long long)writes[i].local_stride,
-					(unsigned long long)writes[i].remote_stride);
+			return LC__FAIL(
+				-EINVAL,
+				"batch to %s: write %zu: %u blocks of %llu bytes at strides "
+				"%llu/%llu overlap or overflow",
+				c->url, i, writes[i].count, (unsigned long long)writes[i].length,
+				(unsigned long long)writes[i].local_stride,
+				(unsigned long long)writes[i].remote_stride);
 		}
 		keep += native || writes[i].count <= 1 ? 1 : writes[i].count;
 	}
@@ -263,13 +273,16 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	int rc;
 	if (!c || !batch_id || (n && !writes))
 		return LC__FAIL(-EINVAL, "lc_batch_post: %s is NULL",
-				!c ? "conn" : !batch_id ? "batch_id" : "writes (with n > 0)");
+				!c          ? "conn"
+				: !batch_id ? "batch_id"
+					    : "writes (with n > 0)");
 	if (params)
 		memcpy(&p, params, LC__MIN(params->size ? params->size : sizeof p, sizeof p));
 	if (p.flags & ~(uint32_t)LC_BATCH_DEFER)
 		return LC__FAIL(-EINVAL, "lc_batch_post: unknown flags 0x%x", p.flags);
 	if (atomic_load(&c->closing))
-		return LC__FAIL(LC_ERR_CLOSED, "lc_batch_post: connection to %s is closing", c->url);
+		return LC__FAIL(LC_ERR_CLOSED, "lc_batch_post: connection to %s is closing",
+				c->url);
 	lc__batch_t *b = calloc(1, sizeof *b);
 	if (!b)
 		return -ENOMEM;

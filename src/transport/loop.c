@@ -318,9 +318,10 @@ static bool thread_take(lc_ctx_t *ctx, const char *url)
 	atomic_fetch_sub(&ctx->conn_threads, 1);
 	uint64_t n = LC__COUNT(ctx, conns_refused_threads) + 1;
 	if (!(n & (n - 1))) /* the 1st, 2nd, 4th...: a flood does not flood the log */
-		LC__WARN_PEER("loop: refusing %s: %d connection threads running (conn_threads_max); "
-			 "%llu refused",
-			 url, max, (unsigned long long)n);
+		LC__WARN_PEER(
+			"loop: refusing %s: %d connection threads running (conn_threads_max); "
+			"%llu refused",
+			url, max, (unsigned long long)n);
 	return false;
 }
 

@@ -24,11 +24,13 @@ int lc__url_host_port(const char *url, const char *scheme, char *host, size_t ho
 		const char *rb = memchr(h, ']', (size_t)(end - h));
 		if (!rb || rb[1] != ':') {
 			lc__error_set(-EINVAL, "%.200s: %s", url,
-				      rb ? "missing port (expected [v6]:port)" : "no ']' after '['");
+				      rb ? "missing port (expected [v6]:port)"
+					 : "no ']' after '['");
 			return -EINVAL;
 		}
 		if ((size_t)(rb - h - 1) + 1 > host_cap) {
-			lc__error_set(-ENOSPC, "%.200s: host longer than %zu bytes", url, host_cap - 1);
+			lc__error_set(-ENOSPC, "%.200s: host longer than %zu bytes", url,
+				      host_cap - 1);
 			return -ENOSPC;
 		}
 		memcpy(host, h + 1, (size_t)(rb - h - 1));
@@ -40,12 +42,13 @@ int lc__url_host_port(const char *url, const char *scheme, char *host, size_t ho
 			if (*q == ':')
 				colon = q;
 		if (!colon) {
-			lc__error_set(-EINVAL, "%.200s: missing port (expected %s://host:port)", url,
-				      scheme);
+			lc__error_set(-EINVAL, "%.200s: missing port (expected %s://host:port)",
+				      url, scheme);
 			return -EINVAL;
 		}
 		if ((size_t)(colon - h) + 1 > host_cap) {
-			lc__error_set(-ENOSPC, "%.200s: host longer than %zu bytes", url, host_cap - 1);
+			lc__error_set(-ENOSPC, "%.200s: host longer than %zu bytes", url,
+				      host_cap - 1);
 			return -ENOSPC;
 		}
 		memcpy(host, h, (size_t)(colon - h));

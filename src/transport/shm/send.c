@@ -596,7 +596,8 @@ static void p_receive(shm_conn_t *sc)
 			     p_on_acks(sc, sc->in, (size_t)n);
 		if (!ok) {
 			LC__COUNT(sc->ctx, frames_malformed);
-			LC__WARN_PEER("%s: malformed message from the receiver; closing", sc->c->url);
+			LC__WARN_PEER("%s: malformed message from the receiver; closing",
+				      sc->c->url);
 			p_fail(sc, LC_ERR_PROTO, "malformed message from the receiver");
 			return;
 		}

@@ -127,9 +127,9 @@ static void make_room(tcp_listener_t *tl, const uint8_t *key, uint8_t len)
 	LC__COUNT(tl->ctx, conns_evicted_pending);
 	tl->evicted++;
 	LC__WARN_PEER("tcp: closing the oldest connection without a handshake to take a new "
-			 "one (%s cap; %llu closed so far)",
-			 v == old_same && same >= tl->pending_per_addr ? "per-address" : "listener",
-			 (unsigned long long)tl->evicted);
+		      "one (%s cap; %llu closed so far)",
+		      v == old_same && same >= tl->pending_per_addr ? "per-address" : "listener",
+		      (unsigned long long)tl->evicted);
 	rlane_close(tl, v);
 }
 
@@ -197,7 +197,7 @@ static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
 			lc__tcp_rlane_pump(r);
 		if (r->phase == R_HELLO && !r->dead && now >= r->hello_deadline_ns) {
 			LC__WARN_PEER("tcp: no handshake within %llu ms; closing",
-				 (unsigned long long)(tl->hello_ns / 1000000));
+				      (unsigned long long)(tl->hello_ns / 1000000));
 			r->dead = true;
 		}
 		if (r->dead) {

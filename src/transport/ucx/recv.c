@@ -195,8 +195,8 @@ void lc__ucx_on_unauthed(ustate_t *st, sconn_t *sc, unsigned id)
 		return;
 	LC__COUNT(st->ctx, conns_rejected_auth);
 	LC__WARN_PEER("ucx: refused message %u from a connection that presented no accepted token; "
-		 "closing it",
-		 id);
+		      "closing it",
+		      id);
 	reply_hello(st, sc->ep, LC_ERR_AUTH);
 	sc->rejected = true;
 	sc->close_at = lc__now_ns() + REJECTED_LINGER_NS;
@@ -247,9 +247,10 @@ void lc__ucx_on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 		return;
 	}
 	if (!(h.flags & UW_LEASE_F_AM) && !st->put_mode) {
-		LC__WARN_PEER("ucx: refused a put lease for room %llu: this receiver runs in data mode "
-			 "am (no RMA enabled)",
-			 (unsigned long long)h.room);
+		LC__WARN_PEER(
+			"ucx: refused a put lease for room %llu: this receiver runs in data mode "
+			"am (no RMA enabled)",
+			(unsigned long long)h.room);
 		reply_lease(st, sc->ep, h.seq, LC_ENOTSUP, 0);
 		return;
 	}
@@ -601,8 +602,8 @@ static void sc_service(ustate_t *st, uint64_t now)
 		sconn_t *sc = *pp;
 		if (!sc->closed && !sc->authed && !sc->rejected && now >= sc->hello_deadline) {
 			LC__WARN_PEER("ucx: no handshake within %llu ms; closing",
-				 (unsigned long long)lc__ctx_cfg(st->ctx,
-								 LC__CFG_connect_timeout_ms));
+				      (unsigned long long)lc__ctx_cfg(st->ctx,
+								      LC__CFG_connect_timeout_ms));
 			sc_close(st, sc);
 		}
 		if (!sc->closed && (sc->failed || (sc->rejected && now >= sc->close_at)))
@@ -627,9 +628,10 @@ static void sc_service(ustate_t *st, uint64_t now)
 			}
 		}
 		if (fence) {
-			LC__WARN_PEER("ucx: a sender did not release a revoked room within %llu ms; "
-				 "closing its connection (fence)",
-				 (unsigned long long)(sc->ul->fence_ns / 1000000));
+			LC__WARN_PEER(
+				"ucx: a sender did not release a revoked room within %llu ms; "
+				"closing its connection (fence)",
+				(unsigned long long)(sc->ul->fence_ns / 1000000));
 			sc_close(st, sc);
 		}
 		if (sc->closed) {

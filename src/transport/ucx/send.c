@@ -520,7 +520,8 @@ int lc__ucx_conn_open(ustate_t *st, lc_conn_t *c, const char *url)
 	if (rc || uc->port == 0) {
 		free(uc);
 		if (!rc)
-			lc__error_set(-EINVAL, "%s: port 0 (connect needs the listener's port)", url);
+			lc__error_set(-EINVAL, "%s: port 0 (connect needs the listener's port)",
+				      url);
 		return rc ? rc : -EINVAL;
 	}
 	uc->conn = c;
