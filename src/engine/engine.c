@@ -43,9 +43,9 @@ static int check_params(const lc_engine_params_t *params)
 		return LC__FAIL(
 			-EINVAL, "lc_engine_create: %s",
 			!params ? "params is NULL (the layout is required)"
-			: !params->layout
-				? "params->layout is required"
-				: "params->size is too small (set it to sizeof(lc_engine_params_t))");
+			: params->size < offsetof(lc_engine_params_t, status_cb)
+				? "params->size is too small (set it to sizeof(lc_engine_params_t))"
+				: "params->layout is required");
 	for (uint32_t i = 0; i < params->layout->nbuf; i++)
 		if (!params->layout->bufs[i].base)
 			return LC__FAIL(-EINVAL,
