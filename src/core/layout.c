@@ -217,9 +217,9 @@ int lc_layout_buffer_count(const lc_layout_t *l)
 int lc_layout_buffer(const lc_layout_t *l, int index, lc_buffer_t *out)
 {
 	if (!l || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "layout buffer: %s is NULL", l ? "out" : "layout");
 	if (index < 0 || (uint32_t)index >= l->nbuf)
-		return -ERANGE;
+		return LC__FAIL(-ERANGE, "layout buffer %d: the layout has %u buffers", index, l->nbuf);
 	*out = l->bufs[index];
 	return 0;
 }
@@ -232,9 +232,9 @@ int lc_layout_layer_count(const lc_layout_t *l)
 int lc_layout_layer_buffers(const lc_layout_t *l, int layer, uint32_t *out, size_t cap)
 {
 	if (!l || (!out && cap))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "layer buffers: %s is NULL", l ? "out" : "layout");
 	if (layer < 0 || (uint32_t)layer >= l->layers)
-		return -ERANGE;
+		return LC__FAIL(-ERANGE, "layer %d: the layout has %u layers", layer, l->layers);
 	uint32_t b = l->layer_start[layer], e = l->layer_start[layer + 1];
 	for (uint32_t i = b; i < e && i - b < cap; i++)
 		out[i - b] = l->layer_buf[i];

@@ -209,14 +209,21 @@ static inline void lc__engine_wake(lc_engine_t *e)
 	LC__UNUSED(rc); /* EAGAIN: the counter is already non-zero */
 }
 
-/* Count, record (lc_last_error) and log bad input from a caller or a peer
- * (a TRANSFER_INFO reaches here through P's control thread): the log line
- * is rate-limited; returns rc. */
+/* Count, record (lc_last_error) and log bad input from a caller; returns rc. */
 static inline int lc__engine_bad_input(lc_engine_t *e, int rc, const char *what)
 {
 	e->m.bad_input++;
+	return LC__FAIL(rc, "engine %s: %s: %s", e->name, what, lc_strerror(rc));
+}
+
+/* The same for what a peer sends (a TRANSFER_INFO or REGISTER reaching the
+ * engine through P's control thread): the log line is rate-limited (one
+ * limiter per file that calls this). */
+static inline int lc__engine_bad_peer_input(lc_engine_t *e, int rc, const char *what)
+{
+	e->m.bad_input++;
 	lc__error_set(rc, "engine %s: %s: %s", e->name, what, lc_strerror(rc));
-	LC__WARN_PEER("engine %s: %s: %s", e->name, what, lc_strerror(rc));
+	LC__WARN_PEER("%s", lc_last_error());
 	return rc;
 }
 

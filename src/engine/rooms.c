@@ -30,11 +30,12 @@ static int check_dst(lc_engine_t *e, const lc_dst_params_t *d, lc__session_t **c
 {
 	if ((d->page_count && !d->pages) || (d->dst_mask && !d->dst_local) ||
 	    (!d->is_dummy && !d->session) || !d->required_dst_count)
-		return lc__engine_bad_input(e, -EINVAL, "destination parameters");
+		return lc__engine_bad_peer_input(e, -EINVAL, "destination parameters");
 	if (d->session)
 		*core = lc__session_find(&e->sessions, d->session);
 	if (!d->is_dummy && !*core)
-		return lc__engine_bad_input(e, -ENOENT, "destination on an unregistered session");
+		return lc__engine_bad_peer_input(e, -ENOENT,
+						 "destination on an unregistered session");
 	return 0;
 }
 
@@ -93,7 +94,7 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 		goto out;
 	if ((rc = lc__room_add_dst(r, &d, core && !d.is_dummy ? core->owner : NULL))) {
 		if (rc != LC_ERR_STATE || !lc__room_final(r))
-			lc__engine_bad_input(e, rc, "room destination");
+			lc__engine_bad_peer_input(e, rc, "room destination");
 		goto out;
 	}
 	if (core) { /* lc__room_add_dst appended it */

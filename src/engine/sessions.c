@@ -51,7 +51,7 @@ static int bad_fragment(lc_engine_t *e, const lc_session_params_t *p, size_t i, 
 		 (unsigned long long)f->dst_item_len, (unsigned long long)f->src_stride,
 		 (unsigned long long)f->dst_stride, problem);
 	pthread_mutex_lock(&e->lock);
-	int rc = lc__engine_bad_input(e, LC_ERR_GEOMETRY, what);
+	int rc = lc__engine_bad_peer_input(e, LC_ERR_GEOMETRY, what);
 	pthread_mutex_unlock(&e->lock);
 	return rc;
 }
