@@ -165,7 +165,7 @@ int lc_ctx_counter_by_name(lc_ctx_t *ctx, const char *name, uint64_t *out)
 int lc_token_issue(lc_ctx_t *ctx, lc_token_t *out)
 {
 	if (!ctx || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_token_issue: %s is NULL", !ctx ? "ctx" : "out");
 	lc_token_t t;
 	int rc = lc__random_bytes(t.bytes, LC_TOKEN_LEN);
 	if (rc) {
@@ -195,7 +195,7 @@ int lc_token_revoke(lc_ctx_t *ctx, const lc_token_t *token)
 {
 	int rc = -ENOENT;
 	if (!ctx || !token)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_token_revoke: %s is NULL", !ctx ? "ctx" : "token");
 	pthread_mutex_lock(&ctx->token_lock);
 	for (size_t i = 0; i < ctx->ntokens; i++) {
 		if (!memcmp(ctx->tokens[i].bytes, token->bytes, LC_TOKEN_LEN)) {
@@ -254,7 +254,7 @@ int lc_grant_issue(lc_ctx_t *ctx, uint64_t room, const lc_region_t *r, uint64_t 
 int lc_grant_revoke(lc_ctx_t *ctx, uint64_t room)
 {
 	if (!ctx)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_grant_revoke: ctx is NULL");
 	int n = lc__grant_revoke(ctx->grants, room);
 	if (n > 0)
 		LC__COUNT(ctx, grants_revoked);

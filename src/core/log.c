@@ -22,7 +22,7 @@ static const char *const level_names[] = {"off", "error", "warn", "info", "debug
 int lc_log_level_parse(const char *text, lc_log_level_t *out)
 {
 	if (!text || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_log_level_parse: %s is NULL", !text ? "text" : "out");
 	for (int i = 0; i < (int)LC__ARRAY_SIZE(level_names); i++) {
 		if (!strcasecmp(text, level_names[i]) || (text[0] == '0' + i && text[1] == '\0')) {
 			*out = (lc_log_level_t)i;
@@ -33,6 +33,10 @@ int lc_log_level_parse(const char *text, lc_log_level_t *out)
 		*out = LC_LOG_WARN;
 		return 0;
 	}
+	lc__error_set(-EINVAL,
+		      "log level '%.40s': expected off, error, warn, info, debug, trace "
+		      "or 0..5",
+		      text);
 	return -EINVAL;
 }
 

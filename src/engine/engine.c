@@ -181,7 +181,10 @@ void lc__engine_set_post_hook(lc_engine_t *e, lc__post_hook_fn fn, void *arg)
 int lc_engine_metrics(lc_engine_t *e, lc_engine_metrics_t *out)
 {
 	if (!e || !out || out->size < sizeof(size_t))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_metrics: %s",
+				!e     ? "engine is NULL"
+				: !out ? "out is NULL"
+				       : "out->size is not set (sizeof(lc_engine_metrics_t))");
 	lc_engine_metrics_t m;
 	pthread_mutex_lock(&e->lock);
 	m = e->m;

@@ -16,7 +16,7 @@ int lc_engine_batch_begin(lc_engine_t *e, int is_idle)
 {
 	int rc = 0;
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_batch_begin: engine is NULL");
 	pthread_mutex_lock(&e->lock);
 	if (e->batch_open)
 		rc = lc__engine_bad_input(e, LC_ERR_STATE, "batch_begin inside an open batch");
@@ -120,7 +120,7 @@ int lc_engine_batch_end(lc_engine_t *e)
 {
 	uint64_t cache, aux, now = lc__now_ns();
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_batch_end: engine is NULL");
 	pthread_mutex_lock(&e->lock);
 	if (!e->batch_open) {
 		int rc = lc__engine_bad_input(e, LC_ERR_STATE, "batch_end without batch_begin");

@@ -16,7 +16,7 @@ int lc_engine_room_open(lc_engine_t *e, uint64_t room)
 	lc__room_t *r;
 	int rc;
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_room_open: engine is NULL");
 	pthread_mutex_lock(&e->lock);
 	rc = lc__room_open(&e->rooms, room, lc__now_ns(), &r);
 	e->room_scan_at = 0;
@@ -118,9 +118,10 @@ int lc_engine_room_metadata_set(lc_engine_t *e, uint64_t room, const void *data,
 {
 	int rc = 0;
 	if (!e || (len && !data))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "room metadata: %s is NULL", e ? "data" : "engine");
 	if (len > LC_METADATA_MAX)
-		return -EMSGSIZE;
+		return LC__FAIL(-EMSGSIZE, "room %llu: %zu bytes of metadata, at most %d",
+				(unsigned long long)room, len, LC_METADATA_MAX);
 	pthread_mutex_lock(&e->lock);
 	lc__room_t *r = lc__room_find(&e->rooms, room);
 	if (!r)
@@ -151,7 +152,7 @@ int lc_engine_room_cancel(lc_engine_t *e, uint64_t room, const char *reason)
 {
 	int rc = 0;
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_room_cancel: engine is NULL");
 	pthread_mutex_lock(&e->lock);
 	lc__room_t *r = lc__room_find(&e->rooms, room);
 	if (!r)
@@ -239,7 +240,7 @@ int lc_engine_room_close(lc_engine_t *e, uint64_t room)
 {
 	int rc = 0;
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_room_close: engine is NULL");
 	pthread_mutex_lock(&e->lock);
 	lc__room_t *r = lc__room_find(&e->rooms, room);
 	if (!r)

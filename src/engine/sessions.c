@@ -203,7 +203,7 @@ int lc_engine_session_add(lc_engine_t *e, const lc_session_params_t *p)
 	lc__session_t *core;
 	int rc;
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_session_add: engine is NULL");
 	if ((rc = check_session_params(e, p)) || (rc = session_build(e, p, &s)))
 		return rc;
 
@@ -233,7 +233,8 @@ int lc_engine_session_remove(lc_engine_t *e, const char *name)
 {
 	lc__esession_t *s;
 	if (!e || !name)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_session_remove: %s is NULL",
+				!e ? "engine" : "name");
 	pthread_mutex_lock(&e->lock);
 	lc__session_t *core = lc__session_find(&e->sessions, name);
 	if (!core) {
@@ -259,7 +260,8 @@ int lc_engine_session_blocked(lc_engine_t *e, const char *name, uint64_t *failur
 {
 	int rc;
 	if (!e || !name)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_session_blocked: %s is NULL",
+				!e ? "engine" : "name");
 	pthread_mutex_lock(&e->lock);
 	lc__session_t *core = lc__session_find(&e->sessions, name);
 	if (!core)

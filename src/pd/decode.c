@@ -231,7 +231,7 @@ int lc_decode_endpoint(const lc_decode_t *d, char *buf, size_t cap)
 {
 	char ep[LC__MSG_STR_MAX], why[300];
 	if (!d || !buf)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_decode_endpoint: %s is NULL", !d ? "decode" : "buf");
 	/* As advertised to a peer not known yet (control/addr.h): the bound
 	 * wildcard never leaves this process. */
 	if (lc__addr_url_for(d->endpoint, NULL, ep, sizeof ep, why, sizeof why))
@@ -243,12 +243,16 @@ int lc_decode_endpoint(const lc_decode_t *d, char *buf, size_t cap)
 int lc_decode_counter(lc_decode_t *d, const char *name, uint64_t *out)
 {
 	if (!d || !name || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_decode_counter: %s is NULL",
+				!d      ? "decode"
+				: !name ? "name"
+					: "out");
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		if (!strcmp(lc__ctl_counter_name(i), name)) {
 			*out = atomic_load(&d->ctl[i]);
 			return 0;
 		}
+	lc__error_set(-ENOENT, "decode: no counter named '%.100s'", name);
 	return -ENOENT;
 }
 
@@ -382,14 +386,24 @@ int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 {
 	lc_receiver_pages_t pg = {0};
 	if (!r || !pages || pages->size < offsetof(lc_receiver_pages_t, prefix_len))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_send: %s",
+				!r       ? "receiver is NULL"
+				: !pages ? "pages is NULL"
+					 : "pages->size is too small (set it to "
+					   "sizeof(lc_receiver_pages_t))");
 	LC__PARAMS_COPY(&pg, pages);
 	if (pages->size <= offsetof(lc_receiver_pages_t, aux_index))
 		pg.aux_index = -1;
 	if ((pg.page_count && !pg.pages) || (pg.state_slot_count && !pg.state_slots) ||
 	    pg.page_count > LC__MSG_MAX_PAGES || pg.state_slot_count > LC__MSG_MAX_SLOTS ||
 	    pg.aux_index < -1)
-		return -EINVAL;
+		return LC__FAIL(
+			-EINVAL, "lc_receiver_send of room %llu: %s", (unsigned long long)r->room,
+			pg.page_count && !pg.pages                ? "pages->pages is NULL"
+			: pg.state_slot_count && !pg.state_slots  ? "pages->state_slots is NULL"
+			: pg.page_count > LC__MSG_MAX_PAGES       ? "too many pages"
+			: pg.state_slot_count > LC__MSG_MAX_SLOTS ? "too many state slots"
+								  : "aux_index < -1");
 	lc_decode_t *d = r->d;
 	pthread_mutex_lock(&d->lock);
 	int rc = 0;
@@ -463,7 +477,7 @@ static uint32_t layers_of(lc_receiver_t *r)
 int lc_receiver_poll(lc_receiver_t *r, lc_room_info_t *out)
 {
 	if (!r)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_poll: receiver is NULL");
 	lc_decode_t *d = r->d;
 	pthread_mutex_lock(&d->lock);
 	int status = r->status;
@@ -486,7 +500,7 @@ int lc_receiver_poll(lc_receiver_t *r, lc_room_info_t *out)
 int lc_receiver_layers_ready(lc_receiver_t *r)
 {
 	if (!r)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_layers_ready: receiver is NULL");
 	pthread_mutex_lock(&r->d->lock);
 	int n = r->status == LC_ROOM_FAILED ? 0 : (int)layers_of(r);
 	pthread_mutex_unlock(&r->d->lock);
@@ -496,7 +510,8 @@ int lc_receiver_layers_ready(lc_receiver_t *r)
 int lc_receiver_metadata(lc_receiver_t *r, void *buf, size_t cap)
 {
 	if (!r || (cap && !buf))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_metadata: %s is NULL",
+				r ? "buf" : "receiver");
 	int rc;
 	pthread_mutex_lock(&r->d->lock);
 	if (r->status != LC_ROOM_SUCCESS)
@@ -515,7 +530,7 @@ int lc_receiver_metadata(lc_receiver_t *r, void *buf, size_t cap)
 int lc_receiver_cancel(lc_receiver_t *r, const char *reason)
 {
 	if (!r)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_cancel: receiver is NULL");
 	int rc = 0;
 	pthread_mutex_lock(&r->d->lock);
 	if (lc__decode_final(r))

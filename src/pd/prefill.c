@@ -228,7 +228,7 @@ void lc_prefill_destroy(lc_prefill_t *p)
 int lc_prefill_engine(lc_prefill_t *p, lc_engine_t **out)
 {
 	if (!p || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_prefill_engine: %s is NULL", !p ? "prefill" : "out");
 	*out = p->engine;
 	return 0;
 }
@@ -236,7 +236,7 @@ int lc_prefill_engine(lc_prefill_t *p, lc_engine_t **out)
 int lc_prefill_endpoint(const lc_prefill_t *p, char *buf, size_t cap)
 {
 	if (!p || !buf)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_prefill_endpoint: %s is NULL", !p ? "prefill" : "buf");
 	int n = snprintf(buf, cap, "%s", p->endpoint);
 	return (size_t)n >= cap ? -ENOSPC : n;
 }
@@ -244,7 +244,10 @@ int lc_prefill_endpoint(const lc_prefill_t *p, char *buf, size_t cap)
 int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
 {
 	if (!p || !name || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_prefill_counter: %s is NULL",
+				!p      ? "prefill"
+				: !name ? "name"
+					: "out");
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		if (!strcmp(lc__ctl_counter_name(i), name)) {
 			*out = atomic_load(&p->ctl[i]);
@@ -254,6 +257,7 @@ int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
 		*out = atomic_load(&p->cancels_refused);
 		return 0;
 	}
+	lc__error_set(-ENOENT, "prefill: no counter named '%.100s'", name);
 	return -ENOENT;
 }
 
@@ -262,7 +266,7 @@ int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
 int lc_sender_create(lc_prefill_t *p, uint64_t room, lc_sender_t **out)
 {
 	if (!p || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sender_create: %s is NULL", !p ? "prefill" : "out");
 	lc_sender_t *s = calloc(1, sizeof *s);
 	if (!s)
 		return -ENOMEM;
@@ -296,14 +300,14 @@ int lc_sender_create(lc_prefill_t *p, uint64_t room, lc_sender_t **out)
 int lc_sender_metadata_set(lc_sender_t *s, const void *data, size_t len)
 {
 	if (!s)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sender_metadata_set: sender is NULL");
 	return lc_engine_room_metadata_set(s->p->engine, s->room, data, len);
 }
 
 int lc_sender_poll(lc_sender_t *s, lc_room_info_t *out)
 {
 	if (!s)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sender_poll: sender is NULL");
 	if (!s->final) {
 		lc_room_info_t info = {.size = sizeof info};
 		int rc = lc_engine_room_status(s->p->engine, s->room, &info);
@@ -330,7 +334,8 @@ int lc_sender_poll(lc_sender_t *s, lc_room_info_t *out)
 int lc_sender_prefix_len(lc_sender_t *s, uint64_t *tokens)
 {
 	if (!s || !tokens)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sender_prefix_len: %s is NULL",
+				!s ? "sender" : "tokens");
 	pthread_mutex_lock(&s->p->lock);
 	int rc = s->has_prefix ? 0 : -EAGAIN;
 	if (!rc)
@@ -342,7 +347,7 @@ int lc_sender_prefix_len(lc_sender_t *s, uint64_t *tokens)
 int lc_sender_cancel(lc_sender_t *s, const char *reason)
 {
 	if (!s)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sender_cancel: sender is NULL");
 	if (s->final)
 		return LC_ERR_STATE;
 	return lc_engine_room_cancel(s->p->engine, s->room, reason ? reason : "aborted by P");

@@ -352,7 +352,7 @@ fail_free:
 int lc_conn_flush(lc_conn_t *c)
 {
 	if (!c)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_conn_flush: conn is NULL");
 	if (c->ops->flush && !atomic_load(&c->closing))
 		c->ops->flush(c);
 	return 0;
@@ -368,7 +368,7 @@ int lc_conn_room_cancel(lc_conn_t *c, uint64_t room)
 	lc__batch_t **v;
 	int cancelled = 0;
 	if (!c)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_conn_room_cancel: conn is NULL");
 	size_t n = lc__conn_collect(c, same_room, &room, &v);
 	for (size_t i = 0; i < n; i++) {
 		if (!lc__batch_is_completed(v[i])) {

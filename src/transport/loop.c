@@ -425,7 +425,10 @@ extern const lc__transport_ops_t lc__loop_ops;
 int lc_loop_set_faults(lc_conn_t *c, const lc_loop_faults_t *faults)
 {
 	if (!c || !faults || c->ops != &lc__loop_ops)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_loop_set_faults: %s",
+				!c        ? "conn is NULL"
+				: !faults ? "faults is NULL"
+					  : "not a loop:// connection");
 	loop_conn_t *lc = c->tp;
 	lc_loop_faults_t f;
 	LC__PARAMS_COPY(&f, faults);
