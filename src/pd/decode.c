@@ -486,8 +486,8 @@ int lc_receiver_poll(lc_receiver_t *r, lc_room_info_t *out)
 		info.size = out->size ? LC__MIN(out->size, sizeof info) : sizeof info;
 		info.status = r->status;
 		info.fail_reason = r->fail_reason;
-		snprintf(info.reason, sizeof info.reason, "%s",
-			 r->status == LC_ROOM_FAILED ? r->reason : "");
+		lc__reason(info.reason, sizeof info.reason, "%s",
+			   r->status == LC_ROOM_FAILED ? r->reason : "");
 		info.dst_count = (uint32_t)r->plan.ntargets;
 		info.required_dst_count = r->plan.required_dst;
 		info.layers_landed = layers_of(r);

@@ -128,7 +128,7 @@ static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 	m->status.p_rank = (uint32_t)p->rank;
 	m->status.status = LC_ROOM_FAILED;
 	m->status.fail_reason = rc == -ENOENT ? LC_FAIL_SESSION_GONE : LC_FAIL_BAD_INPUT;
-	snprintf(m->status.reason, sizeof m->status.reason, "%s", fail);
+	lc__reason(m->status.reason, sizeof m->status.reason, "%s", fail);
 	memcpy(m->secret, s ? s->secret : msg->secret, LC__MSG_SECRET_LEN);
 	if (s && s->push)
 		lc__prefill_send(p, s->push, m);

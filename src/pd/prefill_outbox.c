@@ -96,7 +96,7 @@ void lc__prefill_on_final(void *arg, const lc_room_final_t *f)
 		snprintf(m->session, sizeof m->session, "%s", f->session);
 		m->status = f->status;
 		m->fail_reason = f->fail_reason;
-		snprintf(m->reason, sizeof m->reason, "%s", f->reason_text ? f->reason_text : "");
+		lc__reason(m->reason, sizeof m->reason, "%s", f->reason_text ? f->reason_text : "");
 		if (f->status == LC_ROOM_SUCCESS && f->metadata_len &&
 		    f->metadata_len <= LC_METADATA_MAX && (m->metadata = malloc(f->metadata_len))) {
 			memcpy(m->metadata, f->metadata, f->metadata_len);
@@ -200,7 +200,7 @@ void lc__prefill_flush(lc_prefill_t *p)
 			m->status.p_rank = (uint32_t)p->rank;
 			m->status.status = (uint8_t)o->status;
 			m->status.fail_reason = (uint32_t)o->fail_reason;
-			snprintf(m->status.reason, sizeof m->status.reason, "%s", o->reason);
+			lc__reason(m->status.reason, sizeof m->status.reason, "%s", o->reason);
 			m->status.metadata = o->metadata;
 			m->status.metadata_len = (uint32_t)o->metadata_len;
 			m->status.flags = o->status_flags;

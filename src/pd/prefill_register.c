@@ -360,7 +360,7 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_t *m, const char
 		LC__P_CTL_ADD(p, registrations_refused);
 		LC__ERROR_PEER("prefill %s: refused D session %s: %s", p->name, g->session, why);
 		reply->reply.result = rc;
-		snprintf(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
+		lc__reason(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
 		bool has_key = g->flags & LC__REG_HAS_CURVE_KEY;
 		lc__prefill_send_oneshot(p, g->status_ep,
 					 key_lie(g, peer) ? peer

@@ -71,7 +71,7 @@ static void deliver(lc__batch_t *b, int status, const char *reason)
 		.latency_ns = lc__now_ns() - b->post_ns,
 	};
 	if (reason)
-		snprintf(done.reason, sizeof done.reason, "%s", reason);
+		lc__reason(done.reason, sizeof done.reason, "%s", reason);
 	pthread_mutex_lock(&c->lock);
 	b->prev->next = b->next;
 	b->next->prev = b->prev;
