@@ -124,10 +124,13 @@ LC_API const char *lc_err_name(int code);
  * that fails because of what it was given or found ("buffer 7 is not inside
  * any given region", "tcp://127.0.0.1: missing port") records its reason
  * before it returns, and lc_last_error() returns it until the next failure
- * on this thread replaces it. A call that succeeds leaves the text alone, so
- * read it only right after a call returned a negative code, and trust it
- * for that call only when lc_last_error_code() equals that code (a failure
- * that records no reason, an -ENOMEM say, leaves an older text in place).
+ * on this thread replaces it. The create calls (lc_ctx_create,
+ * lc_listener_create, lc_conn_create, lc_region_register*, lc_engine_create,
+ * lc_prefill_create, lc_decode_create, lc_bootstrap_start) clear it when they
+ * start; other calls that succeed leave it alone. So read it only right
+ * after a call returned a negative code, and trust it for that call only
+ * when lc_last_error_code() equals that code (a failure that records no
+ * reason, an -ENOMEM say, leaves an older text in place).
  * Never NULL ("" when none); the text belongs to the thread and stays valid
  * until that thread's next call into the library. Failures on the library's
  * own threads (a room that fails later) are reported by the room's reason

@@ -211,6 +211,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out)
 {
 	lc_bootstrap_params_t p;
+	lc_last_error_clear();
 	if (!out)
 		return LC__FAIL(-EINVAL, "lc_bootstrap_start: out is NULL");
 	LC__PARAMS_COPY(&p, params);

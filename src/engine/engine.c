@@ -57,6 +57,7 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 {
 	lc_engine_t *e;
 	int rc;
+	lc_last_error_clear();
 	if (!ctx || !out)
 		return LC__FAIL(-EINVAL, "lc_engine_create: %s is NULL", ctx ? "out" : "ctx");
 	if ((rc = check_params(params)))

@@ -141,6 +141,7 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 	int rc;
 	/* NULL params stay -EINVAL: the layout, regions and listener have no
 	 * default. */
+	lc_last_error_clear();
 	LC__PARAMS_COPY(&pp, params);
 	if (!ctx || !out)
 		return LC__FAIL(-EINVAL, "lc_decode_create: %s is NULL", ctx ? "out" : "ctx");

@@ -148,6 +148,7 @@ int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefi
 	int rc;
 	/* NULL params stay -EINVAL: the layout, the bootstrap address and the
 	 * parallel layout have no default. */
+	lc_last_error_clear();
 	LC__PARAMS_COPY(&pp, params);
 	char bs[LC__BS_HOST_MAX];
 	if (!ctx || !out)
