@@ -154,10 +154,11 @@ static bool sc_rma_allowed(ustate_t *st, sconn_t *sc)
 		return true;
 	}
 	LC__COUNT(st->ctx, conns_refused_sw_rma);
-	LC__WARN("ucx: put mode: no hardware RMA to this sender (put lanes: %s): UCX would "
-		 "emulate it with CPU copies that check no key, letting any connected peer write "
-		 "D's memory; refusing the connection (use data mode am)",
-		 lanes);
+	LC__WARN_PEER(
+		"ucx: put mode: no hardware RMA to this sender (put lanes: %s): UCX would "
+		"emulate it with CPU copies that check no key, letting any connected peer write "
+		"D's memory; refusing the connection (use data mode am)",
+		lanes);
 	return false;
 }
 

@@ -344,8 +344,8 @@ static bool uc_rma_allowed(uconn_t *uc)
 	if (lc__ucx_ep_hw_rma(uc->ep, lanes, sizeof lanes) || uc->st->allow_sw_rma)
 		return true;
 	LC__COUNT(uc->st->ctx, conns_refused_sw_rma);
-	LC__WARN("ucx: put mode: RMA to %s is software-emulated (put lanes: %s); refusing it",
-		 uc->conn->url, lanes);
+	LC__WARN_PEER("ucx: put mode: RMA to %s is software-emulated (put lanes: %s); refusing it",
+		      uc->conn->url, lanes);
 	return false;
 }
 
