@@ -114,6 +114,24 @@ out:
 	return rc;
 }
 
+/* The reasons of the usual refusals, recorded and not logged (P's control
+ * thread asks about rooms a peer names). */
+static int no_room(uint64_t room)
+{
+	lc__error_set(-ENOENT,
+		      "room %llu: no such room at this engine (never opened, or its "
+		      "final status was already read)",
+		      (unsigned long long)room);
+	return -ENOENT;
+}
+
+static int room_final(const lc__room_t *r)
+{
+	lc__error_set(LC_ERR_STATE, "room %llu: already %s", (unsigned long long)r->id,
+		      lc_room_status_name(r->status));
+	return LC_ERR_STATE;
+}
+
 int lc_engine_room_metadata_set(lc_engine_t *e, uint64_t room, const void *data, size_t len)
 {
 	int rc = 0;
@@ -125,10 +143,12 @@ int lc_engine_room_metadata_set(lc_engine_t *e, uint64_t room, const void *data,
 	pthread_mutex_lock(&e->lock);
 	lc__room_t *r = lc__room_find(&e->rooms, room);
 	if (!r)
-		rc = -ENOENT;
-	else if (r->has_metadata)
+		rc = no_room(room);
+	else if (r->has_metadata) {
 		rc = -EEXIST;
-	else {
+		lc__error_set(rc, "room %llu: its metadata is already set",
+			      (unsigned long long)room);
+	} else {
 		if (len) {
 			r->metadata = malloc(len);
 			if (!r->metadata) {
@@ -156,9 +176,9 @@ int lc_engine_room_cancel(lc_engine_t *e, uint64_t room, const char *reason)
 	pthread_mutex_lock(&e->lock);
 	lc__room_t *r = lc__room_find(&e->rooms, room);
 	if (!r)
-		rc = -ENOENT;
+		rc = no_room(room);
 	else if (lc__room_final(r))
-		rc = LC_ERR_STATE;
+		rc = room_final(r);
 	else
 		lc__engine_fail_room(e, r, LC_FAIL_CANCELLED, "cancelled: %s",
 				     reason ? reason : "no reason");
@@ -219,7 +239,7 @@ int lc_engine_room_status(lc_engine_t *e, uint64_t room, lc_room_info_t *out)
 	pthread_mutex_lock(&e->lock);
 	lc__room_t *r = lc__room_find(&e->rooms, room);
 	if (!r) {
-		rc = -ENOENT;
+		rc = no_room(room);
 	} else {
 		info.status = r->status;
 		info.fail_reason = r->fail_reason;
@@ -244,7 +264,7 @@ int lc_engine_room_close(lc_engine_t *e, uint64_t room)
 	pthread_mutex_lock(&e->lock);
 	lc__room_t *r = lc__room_find(&e->rooms, room);
 	if (!r)
-		rc = -ENOENT;
+		rc = no_room(room);
 	else {
 		if (!lc__room_final(r))
 			lc__engine_fail_room(e, r, LC_FAIL_CANCELLED,
