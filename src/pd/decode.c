@@ -409,7 +409,12 @@ int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 	pthread_mutex_lock(&d->lock);
 	int rc = 0;
 	if (r->status != LC_ROOM_BOOTSTRAPPED || r->sent) {
-		rc = LC_ERR_STATE;
+		rc = LC__FAIL(LC_ERR_STATE, "lc_receiver_send of room %llu: %s",
+			      (unsigned long long)r->room,
+			      r->sent ? "its pages were already sent (once per room)"
+			      : r->status == LC_ROOM_BOOTSTRAPPING
+				      ? "not Bootstrapped yet (poll until LC_ROOM_BOOTSTRAPPED)"
+				      : "the room is final");
 		goto out;
 	}
 	if ((rc = grant_pages(d, r, &pg))) {
@@ -516,9 +521,12 @@ int lc_receiver_metadata(lc_receiver_t *r, void *buf, size_t cap)
 	int rc;
 	pthread_mutex_lock(&r->d->lock);
 	if (r->status != LC_ROOM_SUCCESS)
-		rc = LC_ERR_STATE;
+		lc__error_set(rc = LC_ERR_STATE,
+			      "room %llu: metadata is read after Success, the room is %s",
+			      (unsigned long long)r->room, lc_room_status_name(r->status));
 	else if (r->metadata_len > cap)
-		rc = -ENOSPC;
+		rc = LC__FAIL(-ENOSPC, "room %llu: %zu bytes of metadata, %zu given",
+			      (unsigned long long)r->room, r->metadata_len, cap);
 	else {
 		if (r->metadata_len)
 			memcpy(buf, r->metadata, r->metadata_len);
@@ -535,7 +543,9 @@ int lc_receiver_cancel(lc_receiver_t *r, const char *reason)
 	int rc = 0;
 	pthread_mutex_lock(&r->d->lock);
 	if (lc__decode_final(r))
-		rc = LC_ERR_STATE;
+		/* A race with the room's end, not a mistake: recorded, not logged. */
+		lc__error_set(rc = LC_ERR_STATE, "room %llu: already %s",
+			      (unsigned long long)r->room, lc_room_status_name(r->status));
 	else
 		lc__decode_fail(r->d, r, LC_FAIL_CANCELLED, true, "cancelled by D: %s",
 				reason ? reason : "no reason");

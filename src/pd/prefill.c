@@ -278,7 +278,8 @@ int lc_sender_create(lc_prefill_t *p, uint64_t room, lc_sender_t **out)
 		if (x->room == room) {
 			pthread_mutex_unlock(&p->lock);
 			free(s);
-			return -EEXIST;
+			return LC__FAIL(-EEXIST, "lc_sender_create: room %llu already has a sender",
+					(unsigned long long)room);
 		}
 	s->next = p->senders;
 	p->senders = s;
@@ -349,8 +350,11 @@ int lc_sender_cancel(lc_sender_t *s, const char *reason)
 {
 	if (!s)
 		return LC__FAIL(-EINVAL, "lc_sender_cancel: sender is NULL");
-	if (s->final)
+	if (s->final) { /* a race with the room's end: recorded, not logged */
+		lc__error_set(LC_ERR_STATE, "sender of room %llu: the room is already final",
+			      (unsigned long long)s->room);
 		return LC_ERR_STATE;
+	}
 	return lc_engine_room_cancel(s->p->engine, s->room, reason ? reason : "aborted by P");
 }
 
