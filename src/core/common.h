@@ -25,7 +25,7 @@
 /* Logging: one formatted line per call through the process-wide handler. */
 void lc__log(lc_log_level_t level, const char *file, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-/* The same with a va_list; more > 0 appends " (more more since last)". */
+/* The same with a va_list; more > 0 appends " (<more> more since last)". */
 void lc__vlog(lc_log_level_t level, const char *file, int line, uint64_t more, const char *fmt,
 	      va_list ap) __attribute__((format(printf, 5, 0)));
 extern _Atomic int lc__log_level;
