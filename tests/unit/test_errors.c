@@ -42,6 +42,9 @@ static void listener_urls_say_what_is_wrong(void **state)
 	assert_fails_with(lc_listener_create(ctx, NULL, &l), -EINVAL, "url is NULL");
 	assert_fails_with(lc_listener_create(ctx, "nope://x:1", &l), LC_ERR_NO_TRANSPORT,
 			  "no transport for nope://x:1");
+	if (tu_transport_built("shm"))
+		assert_fails_with(lc_listener_create(ctx, "shm://bad/name", &l), -EINVAL,
+				  "'/' in the name");
 	/* A call that succeeds after a failure starts afresh. */
 	assert_int_equal(lc_listener_create(ctx, "tcp://127.0.0.1:0", &l), 0);
 	assert_int_equal(lc_last_error_code(), 0);
