@@ -67,14 +67,14 @@ int lc__cmd_bootstrap(int argc, char **argv)
 	int rc = lc_ctx_create(
 		&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "bootstrap"}, &ctx);
 	if (rc < 0) {
-		fprintf(stderr, "bootstrap: %s\n", lc_strerror(rc));
+		fprintf(stderr, "bootstrap: %s\n", lc__cli_why(rc));
 		return 1;
 	}
 	p.ctx = ctx;
 	lc_bootstrap_t *b = NULL;
 	rc = lc_bootstrap_start(&p, &b);
 	if (rc < 0) {
-		fprintf(stderr, "bootstrap: cannot start: %s\n", lc_strerror(rc));
+		fprintf(stderr, "bootstrap: cannot start: %s\n", lc__cli_why(rc));
 		lc_ctx_destroy(ctx);
 		return 1;
 	}

@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "demo.h"
 
 /* Polling periods while rooms wait for something latency-relevant (a
@@ -44,7 +45,7 @@ static int send_msg(int fd, const demo_msg_t *m)
 static void send_fail(int fd, const char *who, const char *what, int rc)
 {
 	demo_msg_t m = {.type = DEMO_FAIL, .rc = rc};
-	snprintf(m.text, sizeof m.text, "%s: %s: %s (%s)", who, what, lc_strerror(rc),
+	snprintf(m.text, sizeof m.text, "%s: %s: %s (%s)", who, what, lc__cli_why(rc),
 		 lc_err_name(rc));
 	fprintf(stderr, "layercake demo: %s\n", m.text);
 	send_msg(fd, &m);

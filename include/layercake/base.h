@@ -8,7 +8,8 @@
  *
  * - Every call returns int: 0 (or a count) on success, a negative error code
  *   on failure: either -errno (-EINVAL, -ENOMEM, ...) or one of the LC_ERR_*
- *   codes below. lc_strerror() and lc_err_name() describe both kinds.
+ *   codes below. lc_strerror() and lc_err_name() describe both kinds, and
+ *   lc_last_error() says why the calling thread's last failing call failed.
  * - Output parameters are written only on success.
  * - Handles are opaque. Parameter structs start with a `size` member that
  *   the caller sets to sizeof(the struct); fields past `size` take defaults,
@@ -117,6 +118,30 @@ enum lc_error {
 LC_API const char *lc_strerror(int code);
 /* Symbolic name ("LC_ERR_GRANT", "LC_EINVAL") or "LC_UNKNOWN". Static. */
 LC_API const char *lc_err_name(int code);
+
+/*
+ * The cause of the last failure on the calling thread, in words: a call
+ * that fails because of what it was given or found ("buffer 7 is not inside
+ * any given region", "tcp://127.0.0.1: missing port") records its reason
+ * before it returns, and lc_last_error() returns it until the next failure
+ * on this thread replaces it. The create calls (lc_ctx_create,
+ * lc_listener_create, lc_conn_create, lc_region_register*, lc_engine_create,
+ * lc_prefill_create, lc_decode_create, lc_bootstrap_start) clear it when they
+ * start; other calls that succeed leave it alone. So read it only right
+ * after a call returned a negative code, and trust it for that call only
+ * when lc_last_error_code() equals that code (a failure that records no
+ * reason, an -ENOMEM say, leaves an older text in place).
+ * Never NULL ("" when none); the text belongs to the thread and stays valid
+ * until that thread's next call into the library. Failures on the library's
+ * own threads (a room that fails later) are reported by the room's reason
+ * and the log, not here. The Python package puts this text into
+ * LayercakeError.
+ */
+LC_API const char *lc_last_error(void);
+/* The code that lc_last_error()'s text was recorded with (0: none). */
+LC_API int lc_last_error_code(void);
+/* Forget the calling thread's last error (lc_last_error() returns ""). */
+LC_API void lc_last_error_clear(void);
 
 /* ------------------------------------------------------------------------
  * Logging

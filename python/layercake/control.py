@@ -19,7 +19,7 @@ import weakref
 
 from . import _ffi
 from .core import Region, _Handle
-from .engine import BufferKind, Engine, RoomStatus, _with_detail, int64_pointer, room_info
+from .engine import BufferKind, Engine, Layout, RoomStatus, _with_detail, int64_pointer, room_info
 from .errors import LayercakeError, check
 
 try:
@@ -28,6 +28,14 @@ except ImportError:  # pragma: no cover
     _np = None
 
 EAGAIN = -11
+
+
+def _need_type(value, types, what, expected):
+    """TypeError naming what was expected, rather than an AttributeError
+    deep inside (Prefill(ctx, layout, None))."""
+    if not isinstance(value, types):
+        raise TypeError(f"{what} must be {expected}, not {type(value).__name__}")
+    return value
 
 
 def _str(buf_fn, h, cap=512):
@@ -97,9 +105,12 @@ class Prefill(_Handle):
 
     def __init__(self, ctx, layout, bootstrap, host=None, name=None, world_size=1, dp_size=1,
                  engine_rank=0, metrics_server=None, bootstrap_secret=None):
-        super().__init__(ctx)
+        _need_type(layout, Layout, "Prefill: layout", "a layercake.Layout")
         if isinstance(bootstrap, BootstrapServer):
             bootstrap = bootstrap.addr
+        _need_type(bootstrap, str, "Prefill: bootstrap",
+                   "the bootstrap server's address as 'host:port' (str) or a BootstrapServer")
+        super().__init__(ctx)
         self._keep = [bootstrap.encode(), host.encode() if host else None,
                       name.encode() if name else None,
                       bootstrap_secret.encode() if bootstrap_secret else None]
@@ -241,6 +252,8 @@ class Decode(_Handle):
 
     def __init__(self, ctx, layout, regions, listen_url="tcp://0.0.0.0:0", host=None,
                  session=None, tp_size=1, tp_rank=0):
+        _need_type(layout, Layout, "Decode: layout", "a layercake.Layout")
+        _need_type(listen_url, str, "Decode: listen_url", "a data-plane URL (str), e.g. 'tcp://0.0.0.0:0'")
         super().__init__(ctx)
         regions = [regions] if isinstance(regions, Region) else list(regions)
         self._keep = [listen_url.encode(), host.encode() if host else None,

@@ -1,23 +1,43 @@
-"""Exceptions carrying the library's error code and text."""
+"""Exceptions carrying the library's error code, text and cause."""
 from . import _ffi
 
 
 class LayercakeError(Exception):
     """A layercake call failed. `code` is the negative code the C call
-    returned, `name` its symbol (e.g. "LC_ERR_GRANT"), `text` lc_strerror."""
+    returned, `name` its symbol (e.g. "LC_ERR_GRANT"), `text` lc_strerror,
+    and `reason` the cause the library recorded for this failure
+    (lc_last_error(), e.g. "buffer 7 is not inside any given region"), or
+    `text` when it recorded none. The message is "where: NAME: reason"."""
 
-    def __init__(self, code, where=""):
+    def __init__(self, code, where="", reason=None):
         self.code = int(code)
         self.name = _ffi.lc_err_name(self.code).decode()
         self.text = _ffi.lc_strerror(self.code).decode()
-        msg = f"{self.name}: {self.text}"
+        self.reason = reason or self.text
+        msg = f"{self.name}: {self.reason}"
         super().__init__(f"{where}: {msg}" if where else msg)
+
+
+def last_error():
+    """lc_last_error(): the cause of the calling thread's last failure ("" if none)."""
+    return _ffi.lc_last_error().decode(errors="replace")
+
+
+def _reason(rc):
+    """The reason recorded on this thread for the failure rc that a call just
+    returned, then forgotten (so a later failure that records none cannot
+    inherit it); None when the recorded one is of another code."""
+    if _ffi.lc_last_error_code() != rc:
+        return None
+    text = last_error()
+    _ffi.lc_last_error_clear()
+    return text or None
 
 
 def check(rc, where=""):
     """Raise LayercakeError for a negative return; pass other values through."""
     if rc < 0:
-        raise LayercakeError(rc, where)
+        raise LayercakeError(rc, where, _reason(rc))
     return rc
 
 

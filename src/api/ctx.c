@@ -14,8 +14,9 @@ int lc_ctx_create(const lc_ctx_params_t *params, lc_ctx_t **out)
 {
 	lc_ctx_params_t p;
 	int rc;
+	lc_last_error_clear();
 	if (!out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_ctx_create: out is NULL");
 	LC__PARAMS_COPY(&p, params);
 	lc_ctx_t *ctx = calloc(1, sizeof *ctx);
 	if (!ctx)

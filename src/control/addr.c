@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "control/addr.h"
+#include "core/common.h"
 #include "core/config.h"
 
 bool lc__addr_is_wildcard(const char *host)
@@ -76,6 +77,60 @@ int lc__addr_split(const char *hostport, char *host, size_t cap, int *port)
 	memcpy(host, h, hl);
 	host[hl] = '\0';
 	*port = (int)p;
+	return 0;
+}
+
+#define BOOTSTRAP_FORM "a bootstrap address is host:port, [v6]:port or http://host:port"
+
+int lc__addr_bootstrap(const char *addr, char *out, size_t cap)
+{
+	char host[LC__ADDR_HOST_MAX];
+	int port;
+	if (!addr || !*addr) {
+		lc__error_set(-EINVAL, "no bootstrap address given: " BOOTSTRAP_FORM);
+		return -EINVAL;
+	}
+	const char *a = !strncmp(addr, "http://", 7) ? addr + 7 : addr;
+	const char *scheme = strstr(a, "://");
+	if (scheme) {
+		lc__error_set(
+			-EINVAL,
+			"%.200s: %.*s:// is not the bootstrap server's scheme: " BOOTSTRAP_FORM,
+			addr, (int)(scheme - a), a);
+		return -EINVAL;
+	}
+	size_t n = strlen(a);
+	if (n && a[n - 1] == '/')
+		n--;
+	if (n == 0 || n >= cap || n >= sizeof host) {
+		lc__error_set(-EINVAL, "%.200s: %s: " BOOTSTRAP_FORM, addr,
+			      n == 0 ? "no host" : "too long");
+		return -EINVAL;
+	}
+	if (memchr(a, '/', n) || memchr(a, '?', n)) {
+		lc__error_set(-EINVAL, "%.200s: a bootstrap address has no path: " BOOTSTRAP_FORM,
+			      addr);
+		return -EINVAL;
+	}
+	char hp[LC__ADDR_HOST_MAX + 16];
+	snprintf(hp, sizeof hp, "%.*s", (int)n, a);
+	const char *rb = hp[0] == '[' ? strchr(hp, ']') : NULL;
+	const char *colon = rb ? (rb[1] == ':' ? rb + 1 : NULL) : strrchr(hp, ':');
+	const char *bad = NULL;
+	host[0] = '\0';
+	port = -1;
+	if (!colon || !colon[1])
+		bad = "missing port";
+	else if (lc__addr_split(hp, host, sizeof host, &port) || port <= 0)
+		bad = port == 0 ? "port 0 (the server's own port is needed)"
+				: "the port is not a number in 1..65535";
+	else if (!host[0])
+		bad = "no host";
+	if (bad) {
+		lc__error_set(-EINVAL, "%.200s: %s: " BOOTSTRAP_FORM, addr, bad);
+		return -EINVAL;
+	}
+	memcpy(out, hp, n + 1);
 	return 0;
 }
 

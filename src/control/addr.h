@@ -28,6 +28,13 @@ bool lc__addr_is_loopback(const char *host);
 /* "host:port" or "[v6]:port" (an optional "scheme://" in front, anything
  * after the port ignored) split; host without brackets. 0 or -EINVAL. */
 int lc__addr_split(const char *hostport, char *host, size_t cap, int *port);
+/* A bootstrap server's address as a caller gives it: "host:port",
+ * "[v6]:port" or "http://" followed by one of those (a trailing "/" is
+ * allowed). 0 with the "host:port" part in out; -EINVAL with the reason
+ * recorded (lc_last_error: "localhost: missing port: a bootstrap address
+ * is host:port ...") for anything else: another scheme ("tcp://"), no
+ * port, a port that is not 1..65535, a path. Nothing is logged. */
+int lc__addr_bootstrap(const char *addr, char *out, size_t cap);
 /* host and port as "host:port" or "[v6]:port". */
 void lc__addr_join(const char *host, int port, char *out, size_t cap);
 /* The local address of the route towards peer (numeric or a name; a

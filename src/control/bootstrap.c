@@ -97,7 +97,7 @@ static const char *framing_bad(struct MHD_Connection *c)
 /* The reply to a request refused for its headers: 400, counted, logged. */
 static int refuse_headers(lc_bootstrap_t *b, const char *why, char **resp, size_t *resp_len)
 {
-	LC__WARN("bootstrap: request refused (400): %s", why);
+	LC__WARN_PEER("bootstrap: request refused (400): %s", why);
 	pthread_mutex_lock(&b->lock);
 	b->headers_invalid++;
 	b->requests[CODE_400]++;
@@ -211,15 +211,16 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out)
 {
 	lc_bootstrap_params_t p;
+	lc_last_error_clear();
 	if (!out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_bootstrap_start: out is NULL");
 	LC__PARAMS_COPY(&p, params);
 	/* NULL params, or a struct too short to hold the port: the knob. */
 	if (!params ||
 	    (params->size && params->size < offsetof(lc_bootstrap_params_t, port) + sizeof p.port))
 		p.port = -1;
 	if (p.port < -1 || p.port > 65535)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_bootstrap_start: port %d outside -1..65535", p.port);
 	lc_bootstrap_t *b = calloc(1, sizeof *b);
 	if (!b)
 		return -ENOMEM;
@@ -229,7 +230,8 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	snprintf(b->host, sizeof b->host, "%s", p.host && *p.host ? p.host : "0.0.0.0");
 	int rc = lc__bootstrap_secret(p.secret, b->secret, sizeof b->secret);
 	if (rc < 0) {
-		LC__ERROR("bootstrap: cannot read the secret: %s", strerror(-rc));
+		LC__FAIL_AT(LC_LOG_ERROR, rc, "bootstrap: cannot read the secret: %s",
+			    strerror(-rc));
 		goto fail;
 	}
 	b->has_secret = rc == 1;
@@ -249,9 +251,10 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 		flags |= MHD_USE_IPv6;
 		bind_sa = (struct sockaddr *)&sa6;
 	} else if (inet_pton(AF_INET, b->host, &sa.sin_addr) != 1) {
-		LC__ERROR("bootstrap: bind address '%s' is not a numeric IPv4 or IPv6 address",
-			  b->host);
-		rc = -EINVAL;
+		rc = LC__FAIL_AT(
+			LC_LOG_ERROR, -EINVAL,
+			"bootstrap: bind address '%s' is not a numeric IPv4 or IPv6 address",
+			b->host);
 		goto fail;
 	}
 	b->daemon = MHD_start_daemon(
@@ -263,7 +266,8 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 		mhd_log, NULL, MHD_OPTION_END);
 	if (!b->daemon) {
 		rc = errno ? -errno : -EADDRINUSE;
-		LC__ERROR("bootstrap: cannot listen on %s:%d: %s", b->host, port, strerror(-rc));
+		LC__FAIL_AT(LC_LOG_ERROR, rc, "bootstrap: cannot listen on %s:%d: %s", b->host,
+			    port, strerror(-rc));
 		goto fail;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(b->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -346,7 +350,7 @@ int lc_bootstrap_addr(const lc_bootstrap_t *b, char *buf, size_t cap)
 {
 #ifdef LC__BS_BUILT
 	if (!b || !buf)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_bootstrap_addr: %s is NULL", !b ? "bootstrap" : "buf");
 	/* control/addr.h: the public address, the bound one, else (a wildcard
 	 * bind, no peer known yet) this host's primary address. */
 	char h[LC__BS_HOST_MAX], hp[LC__BS_HOST_MAX + 16];

@@ -232,7 +232,7 @@ static int handle_put(lc_bootstrap_t *b, const char *auth, const char *body, siz
 		LC__INFO("bootstrap: rank %lld registered at %s:%lld", (long long)q->rank, q->ip,
 			 (long long)q->port);
 	else
-		LC__WARN("bootstrap: PUT /route refused (%d): %s", code, why);
+		LC__WARN_PEER("bootstrap: PUT /route refused (%d): %s", code, why);
 	free(q);
 	json_object_put(o);
 	return code == 200 ? lc__bs_reply_text(resp, resp_len, 200, "OK")

@@ -160,7 +160,7 @@ static void *zap_main(void *arg)
 		}
 		if (!ok) {
 			atomic_fetch_add(&z->auth_refused, 1);
-			LC__WARN("channel: refused a control-plane peer with an unknown key");
+			LC__WARN_PEER("channel: refused a control-plane peer with an unknown key");
 		}
 		/* The user id is the client's key in z85: every message from it
 		 * carries it ("User-Id"), so that what a peer declares about its
@@ -416,13 +416,13 @@ int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key
 		zmq_setsockopt(p->sock, ZMQ_CURVE_SECRETKEY, z->secret_key, LC__CHAN_KEY_LEN);
 	}
 	if (z->push_hb_ms && (rc = watch(z, p))) {
-		LC__WARN("channel: cannot monitor the socket to %s: %s", endpoint,
-			 zmq_strerror(-rc));
+		LC__WARN_PEER("channel: cannot monitor the socket to %s: %s", endpoint,
+			      zmq_strerror(-rc));
 		goto fail;
 	}
 	if (zmq_connect(p->sock, endpoint)) {
 		int e = zmq_errno();
-		LC__WARN("channel: cannot connect to %s: %s", endpoint, zmq_strerror(e));
+		LC__WARN_PEER("channel: cannot connect to %s: %s", endpoint, zmq_strerror(e));
 		rc = e == EINVAL ? -EINVAL : -e;
 		goto fail;
 	}

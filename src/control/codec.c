@@ -108,7 +108,7 @@ static void r_fail(reader_t *r, const char *fmt, ...)
 	if (r->why && r->why_cap) {
 		va_list ap;
 		va_start(ap, fmt);
-		vsnprintf(r->why, r->why_cap, fmt, ap);
+		lc__vreason(r->why, r->why_cap, fmt, ap);
 		va_end(ap);
 	}
 }
@@ -430,8 +430,9 @@ int lc__msg_encode(const lc__msg_t *m, uint8_t **out, size_t *out_len)
 	if (bad && !w.err)
 		w.err = -EINVAL;
 	if (w.err) {
-		LC__DEBUG("encode %s refused: %s (%d)", lc__msg_type_name(m->type),
-			  bad ? bad : "size", w.err);
+		lc__error_set(w.err, "encode %s refused: %s", lc__msg_type_name(m->type),
+			      bad ? bad : "size");
+		LC__DEBUG("%s", lc_last_error());
 		free(w.p);
 		return w.err;
 	}

@@ -25,6 +25,9 @@
 /* Logging: one formatted line per call through the process-wide handler. */
 void lc__log(lc_log_level_t level, const char *file, int line, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* The same with a va_list; more > 0 appends " (<more> more since last)". */
+void lc__vlog(lc_log_level_t level, const char *file, int line, uint64_t more, const char *fmt,
+	      va_list ap) __attribute__((format(printf, 5, 0)));
 extern _Atomic int lc__log_level;
 
 #define LC__LOG(level, ...)                                                                        \
@@ -37,6 +40,57 @@ extern _Atomic int lc__log_level;
 #define LC__INFO(...) LC__LOG(LC_LOG_INFO, __VA_ARGS__)
 #define LC__DEBUG(...) LC__LOG(LC_LOG_DEBUG, __VA_ARGS__)
 #define LC__TRACE(...) LC__LOG(LC_LOG_TRACE, __VA_ARGS__)
+
+/*
+ * Failing with a reason. LC__FAIL(rc, fmt, ...) logs the reason at WARN
+ * (LC__FAIL_AT: at a chosen level), records it with rc as the calling
+ * thread's lc_last_error() and evaluates to rc, so a failing path reads
+ * `return LC__FAIL(-EINVAL, "buffer %u is not inside any region", b);`.
+ * lc__error_set records without a log line (the caller logs its own way).
+ * For failures a caller causes; a peer's goes through LC__LOG_PEER.
+ */
+int lc__fail(int rc, lc_log_level_t level, const char *file, int line, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+void lc__error_set(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The reason recorded on this thread for a failure rc of a callee, when it
+ * recorded one with that code; lc_strerror(rc) otherwise. For wrapping:
+ * `return LC__FAIL(rc, "listen on %s: %s", url, lc__why(rc));` (clear the
+ * last error where the outer call starts, so an older text is not taken). */
+const char *lc__why(int rc);
+#define LC__FAIL(rc, ...) lc__fail((rc), LC_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
+#define LC__FAIL_AT(level, rc, ...) lc__fail((rc), (level), __FILE__, __LINE__, __VA_ARGS__)
+
+/*
+ * The one logging path for whatever a peer can trigger (a dropped or
+ * refused message, a refused connection): each call site has its own
+ * limiter, which lets the first occurrence through, then at most one line
+ * per LC__LOG_PEER_INTERVAL_NS, that line ending "(N more since last)" with
+ * the occurrences it held back. Lock-free (two atomics per site), so a
+ * flood costs a clock read per event; the counters beside each site still
+ * count every event. No peer can grow the log faster than one line per
+ * second per site.
+ */
+typedef struct lc__ratelimit {
+	_Atomic uint64_t next_ns;    /* the earliest time the next line may go out */
+	_Atomic uint64_t suppressed; /* occurrences held back since the last line */
+} lc__ratelimit_t;
+#define LC__LOG_PEER_INTERVAL_NS 1000000000ull
+/* Whether this occurrence may be logged; when it may, *more is the number
+ * held back since the last line that went out. */
+bool lc__ratelimit_pass(lc__ratelimit_t *rl, uint64_t *more);
+void lc__log_more(lc_log_level_t level, const char *file, int line, uint64_t more, const char *fmt,
+		  ...) __attribute__((format(printf, 5, 6)));
+
+#define LC__LOG_PEER(level, ...)                                                                   \
+	do {                                                                                       \
+		static lc__ratelimit_t lc__rl_;                                                    \
+		uint64_t lc__more_;                                                                \
+		if ((int)(level) <= atomic_load_explicit(&lc__log_level, memory_order_relaxed) &&  \
+		    lc__ratelimit_pass(&lc__rl_, &lc__more_))                                      \
+			lc__log_more((level), __FILE__, __LINE__, lc__more_, __VA_ARGS__);         \
+	} while (0)
+#define LC__WARN_PEER(...) LC__LOG_PEER(LC_LOG_WARN, __VA_ARGS__)
+#define LC__ERROR_PEER(...) LC__LOG_PEER(LC_LOG_ERROR, __VA_ARGS__)
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 static inline uint64_t lc__now_ns(void)
@@ -123,7 +177,10 @@ static inline uint64_t lc__fnv1a(uint64_t h, const void *data, size_t n)
 }
 #define LC__FNV_INIT 14695981039346656037ull
 
-/* snprintf into a fixed reason buffer, never overflowing. */
+/* snprintf into a fixed reason buffer, never overflowing. A text that does
+ * not fit is cut at a word boundary and ends "..." (never mid-word). */
 void lc__reason(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void lc__vreason(char *buf, size_t cap, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
 
 #endif

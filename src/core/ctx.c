@@ -68,10 +68,13 @@ int64_t lc__ctx_cfg(lc_ctx_t *ctx, enum lc__config_field field)
 int lc_ctx_config_get_int(lc_ctx_t *ctx, const char *name, int64_t *out)
 {
 	if (!ctx || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "config get: %s is NULL", ctx ? "out" : "ctx");
 	int i = lc__config_find(name);
-	if (i < 0)
+	if (i < 0) {
+		lc__error_set(i, "config: no knob named '%.100s'%s", name ? name : "(NULL)",
+			      lc__config_find_str(name) >= 0 ? " with an integer value" : "");
 		return i;
+	}
 	*out = lc__ctx_cfg(ctx, (enum lc__config_field)i);
 	return 0;
 }
@@ -89,7 +92,7 @@ int lc_ctx_config_get(lc_ctx_t *ctx, const char *name, char *buf, size_t cap)
 	if (rc)
 		return rc;
 	if (!buf)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "config get %s: buf is NULL", name);
 	int n = snprintf(buf, cap, "%lld", (long long)v);
 	return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
 }
@@ -98,15 +101,23 @@ int lc_ctx_config_set(lc_ctx_t *ctx, const char *name, const char *value)
 {
 	int64_t v;
 	if (!ctx)
-		return -EINVAL;
-	if (lc__config_find_str(name) >= 0)
-		return -ENOTSUP; /* process-wide: set through its variable */
+		return LC__FAIL(-EINVAL, "config set: ctx is NULL");
+	if (lc__config_find_str(name) >= 0) /* process-wide: set through its variable */
+		return LC__FAIL(-ENOTSUP,
+				"config set %s: a process-wide text knob, set through "
+				"its environment variable",
+				name);
 	int i = lc__config_find(name);
 	if (i < 0)
-		return i;
+		return LC__FAIL(i, "config set: no knob named '%.100s'", name ? name : "(NULL)");
 	int rc = lc__config_parse(i, value, &v);
-	if (rc)
-		return rc;
+	if (rc) {
+		lc_config_info_t const *info = lc_config_info(i);
+		return LC__FAIL(rc, "config set %s=%.100s: %s (allowed %lld..%lld)", name,
+				value ? value : "(NULL)",
+				rc == -ERANGE ? "out of range" : "not a number",
+				(long long)info->min, (long long)info->max);
+	}
 	pthread_mutex_lock(&ctx->cfg_lock);
 	ctx->cfg.values[i] = v;
 	pthread_mutex_unlock(&ctx->cfg_lock);
@@ -135,13 +146,17 @@ uint64_t lc_ctx_counter(lc_ctx_t *ctx, int index)
 int lc_ctx_counter_by_name(lc_ctx_t *ctx, const char *name, uint64_t *out)
 {
 	if (!ctx || !name || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "counter: %s is NULL",
+				!ctx    ? "ctx"
+				: !name ? "name"
+					: "out");
 	for (int i = 0; i < LC__CNT_COUNT; i++) {
 		if (!strcmp(counter_names[i], name)) {
 			*out = atomic_load(&ctx->counters[i]);
 			return 0;
 		}
 	}
+	lc__error_set(-ENOENT, "no counter named '%.100s'", name);
 	return -ENOENT;
 }
 
@@ -150,7 +165,7 @@ int lc_ctx_counter_by_name(lc_ctx_t *ctx, const char *name, uint64_t *out)
 int lc_token_issue(lc_ctx_t *ctx, lc_token_t *out)
 {
 	if (!ctx || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_token_issue: %s is NULL", !ctx ? "ctx" : "out");
 	lc_token_t t;
 	int rc = lc__random_bytes(t.bytes, LC_TOKEN_LEN);
 	if (rc) {
@@ -180,7 +195,7 @@ int lc_token_revoke(lc_ctx_t *ctx, const lc_token_t *token)
 {
 	int rc = -ENOENT;
 	if (!ctx || !token)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_token_revoke: %s is NULL", !ctx ? "ctx" : "token");
 	pthread_mutex_lock(&ctx->token_lock);
 	for (size_t i = 0; i < ctx->ntokens; i++) {
 		if (!memcmp(ctx->tokens[i].bytes, token->bytes, LC_TOKEN_LEN)) {
@@ -220,9 +235,16 @@ int lc_grant_issue(lc_ctx_t *ctx, uint64_t room, const lc_region_t *r, uint64_t 
 		   uint64_t length)
 {
 	if (!ctx || !r || r->ctx != ctx)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_grant_issue: %s",
+				!ctx ? "ctx is NULL"
+				: !r ? "region is NULL"
+				     : "the region belongs to another context");
 	if (length == 0 || offset > r->len || length > r->len - offset)
-		return LC_ERR_OUT_OF_REGION;
+		return LC__FAIL(LC_ERR_OUT_OF_REGION,
+				"grant of room %llu: %llu bytes at %llu are not inside region %u "
+				"(%zu bytes)",
+				(unsigned long long)room, (unsigned long long)length,
+				(unsigned long long)offset, r->id, r->len);
 	int rc = lc__grant_issue(ctx->grants, room, r->id, offset, length);
 	if (!rc)
 		LC__COUNT(ctx, grants_added);
@@ -232,7 +254,7 @@ int lc_grant_issue(lc_ctx_t *ctx, uint64_t room, const lc_region_t *r, uint64_t 
 int lc_grant_revoke(lc_ctx_t *ctx, uint64_t room)
 {
 	if (!ctx)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_grant_revoke: ctx is NULL");
 	int n = lc__grant_revoke(ctx->grants, room);
 	if (n > 0)
 		LC__COUNT(ctx, grants_revoked);

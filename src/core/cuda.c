@@ -625,7 +625,9 @@ void lc__cuda_vmm_close(int ordinal, CUdeviceptr p, size_t size)
 int lc_cuda_info(lc_cuda_info_t *out)
 {
 	if (!out || out->size < offsetof(lc_cuda_info_t, why))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_cuda_info: %s",
+				out ? "out->size is too small (sizeof(lc_cuda_info_t))"
+				    : "out is NULL");
 	lc_cuda_info_t i;
 	memset(&i, 0, sizeof(i));
 	const char *lib = lc__config_env_str(LC__CFGS_cuda_lib);
@@ -646,7 +648,9 @@ int lc_cuda_info(lc_cuda_info_t *out)
 int lc_cuda_device(int ordinal, lc_cuda_device_t *out)
 {
 	if (!out || out->size < sizeof(size_t))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_cuda_device: %s",
+				out ? "out->size is not set (sizeof(lc_cuda_device_t))"
+				    : "out is NULL");
 	lc_cuda_device_t d;
 	memset(&d, 0, sizeof(d));
 	d.ordinal = ordinal;

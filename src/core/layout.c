@@ -40,22 +40,33 @@ int lc_layout_create(const lc_buffer_t *buffers, size_t n, lc_layout_t **out)
 	lc_layout_t *l;
 	int32_t max_layer = -1;
 	if (!buffers || !n || !out || n > UINT32_MAX / 2)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "layout: %s",
+				!buffers ? "buffers is NULL"
+				: !out   ? "out is NULL"
+				: !n     ? "no buffers"
+					 : "too many buffers");
 	for (size_t i = 0; i < n; i++) {
 		const lc_buffer_t *b = &buffers[i];
 		if (b->layer < 0 || b->item_len == 0 || b->length % b->item_len ||
 		    b->kind > LC_BUFFER_OTHER || b->rows > LC_WRITE_MAX_COUNT ||
 		    (b->rows > 1 && b->item_len % b->rows)) {
-			LC__WARN("layout: buffer %zu is invalid (layer %d, item_len %llu, length "
-				 "%llu, kind %u, rows %u)",
-				 i, b->layer, (unsigned long long)b->item_len,
-				 (unsigned long long)b->length, b->kind, b->rows);
-			return -EINVAL;
+			return LC__FAIL(
+				-EINVAL,
+				"layout: buffer %zu is invalid (layer %d, item_len %llu, "
+				"length %llu, kind %u, rows %u): %s",
+				i, b->layer, (unsigned long long)b->item_len,
+				(unsigned long long)b->length, b->kind, b->rows,
+				b->layer < 0                   ? "layer < 0"
+				: b->item_len == 0             ? "item_len 0"
+				: b->length % b->item_len      ? "length not a multiple of item_len"
+				: b->kind > LC_BUFFER_OTHER    ? "unknown kind"
+				: b->rows > LC_WRITE_MAX_COUNT ? "too many rows"
+							       : "item_len not a multiple of rows");
 		}
 		max_layer = LC__MAX(max_layer, b->layer);
 	}
 	if (max_layer >= (1 << 20))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "layout: layer %d, at most %d", max_layer, (1 << 20) - 1);
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
@@ -132,16 +143,27 @@ int lc_layout_build(const lc_layout_params_t *p, lc_layout_t **out)
 	int rc;
 
 	if (!p || !out || p->size < sizeof(size_t) + 4 * sizeof(uint32_t))
-		return -EINVAL;
+		return LC__FAIL(
+			-EINVAL, "layout builder: %s",
+			!p     ? "params is NULL"
+			: !out ? "out is NULL"
+			       : "params->size is too small (set it to sizeof(lc_layout_params_t))");
 	ncomp = model_components(p->model, kinds);
 	if (ncomp < 0 || p->layers == 0 || !p->item_len[0] || !p->pages) {
-		LC__WARN("layout: bad builder parameters (model %u, layers %u)", p->model,
-			 p->layers);
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "layout: bad builder parameters (model %u, layers %u): %s",
+				p->model, p->layers,
+				ncomp < 0         ? "unknown model"
+				: p->layers == 0  ? "no layers"
+				: !p->item_len[0] ? "item_len[0] is 0"
+						  : "no pages");
 	}
 	if (p->state_components &&
 	    (!p->state_layers || !p->state_layer_ids || !p->state_item_len || !p->state_slots))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "layout: state_components set but %s is not set",
+				!p->state_layers      ? "state_layers"
+				: !p->state_layer_ids ? "state_layer_ids"
+				: !p->state_item_len  ? "state_item_len"
+						      : "state_slots");
 	n = (size_t)ncomp * (p->layers + p->draft_layers) +
 	    (size_t)p->state_components * p->state_layers;
 	bufs = calloc(n, sizeof(*bufs));
@@ -195,9 +217,9 @@ int lc_layout_buffer_count(const lc_layout_t *l)
 int lc_layout_buffer(const lc_layout_t *l, int index, lc_buffer_t *out)
 {
 	if (!l || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "layout buffer: %s is NULL", l ? "out" : "layout");
 	if (index < 0 || (uint32_t)index >= l->nbuf)
-		return -ERANGE;
+		return LC__FAIL(-ERANGE, "layout buffer %d: the layout has %u buffers", index, l->nbuf);
 	*out = l->bufs[index];
 	return 0;
 }
@@ -210,9 +232,9 @@ int lc_layout_layer_count(const lc_layout_t *l)
 int lc_layout_layer_buffers(const lc_layout_t *l, int layer, uint32_t *out, size_t cap)
 {
 	if (!l || (!out && cap))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "layer buffers: %s is NULL", l ? "out" : "layout");
 	if (layer < 0 || (uint32_t)layer >= l->layers)
-		return -ERANGE;
+		return LC__FAIL(-ERANGE, "layer %d: the layout has %u layers", layer, l->layers);
 	uint32_t b = l->layer_start[layer], e = l->layer_start[layer + 1];
 	for (uint32_t i = b; i < e && i - b < cap; i++)
 		out[i - b] = l->layer_buf[i];

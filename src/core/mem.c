@@ -51,7 +51,11 @@ int lc_mem_alloc(size_t len, unsigned flags, void **out)
 {
 	int fd = -1, rc;
 	if (!out || len == 0 || (flags & ~(unsigned)(LC_MEM_SHAREABLE | LC_MEM_NO_HUGEPAGE)))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_mem_alloc: %s",
+				!out ? "out is NULL"
+				: len == 0
+					? "length 0"
+					: "unknown flags (LC_MEM_SHAREABLE, LC_MEM_NO_HUGEPAGE)");
 	size_t n = (len + HUGE_2M - 1) & ~(size_t)(HUGE_2M - 1);
 	if (n < len)
 		return -ENOMEM;
@@ -96,7 +100,7 @@ int lc_mem_free(void *ptr)
 {
 	allocation_t **pp, *a = NULL;
 	if (!ptr)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_mem_free: ptr is NULL");
 	pthread_mutex_lock(&alloc_lock);
 	for (pp = &allocations; *pp; pp = &(*pp)->next) {
 		if ((*pp)->addr == ptr) {
@@ -107,7 +111,7 @@ int lc_mem_free(void *ptr)
 	}
 	pthread_mutex_unlock(&alloc_lock);
 	if (!a)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_mem_free: %p is not an lc_mem_alloc allocation", ptr);
 	munmap(a->addr, a->len);
 	if (a->memfd >= 0)
 		close(a->memfd);

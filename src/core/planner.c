@@ -204,8 +204,17 @@ int lc_tp_fragment(const lc_tp_side_t *p, const lc_tp_side_t *d, lc_fragment_t *
 {
 	if (!p || !d || !out || p->tp_size < 1 || d->tp_size < 1 || p->tp_rank < 0 ||
 	    d->tp_rank < 0 || p->tp_rank >= p->tp_size || d->tp_rank >= d->tp_size ||
-	    !p->unit_len || !d->unit_len || !p->item_len || !d->item_len)
+	    !p->unit_len || !d->unit_len || !p->item_len || !d->item_len) {
+		/* Recorded, not logged: P computes this from a REGISTER too. */
+		lc__error_set(-EINVAL, "lc_tp_fragment: %s",
+			      !p || !d || !out ? "a pointer is NULL"
+			      : p->tp_size < 1 || d->tp_size < 1 || p->tp_rank < 0 ||
+					      d->tp_rank < 0 || p->tp_rank >= p->tp_size ||
+					      d->tp_rank >= d->tp_size
+				      ? "tp_rank outside [0, tp_size) on one side"
+				      : "unit_len and item_len must be set on both sides");
 		return -EINVAL;
+	}
 	/* Token-major pages: the head-major split below applies to each of
 	 * the page's token rows. */
 	uint64_t rows = p->rows > 1 ? p->rows : 1, d_rows = d->rows > 1 ? d->rows : 1;

@@ -56,8 +56,13 @@ int lc__regions_add_kind(lc__regions_t *t, lc_ctx_t *ctx, void *addr, size_t len
 {
 	uint8_t *p = addr;
 	int rc = 0;
-	if (!addr || len == 0 || (uintptr_t)p + len < (uintptr_t)p)
+	if (!addr || len == 0 || (uintptr_t)p + len < (uintptr_t)p) {
+		lc__error_set(-EINVAL, "%s",
+			      !addr      ? "address is NULL"
+			      : len == 0 ? "length is 0"
+					 : "range wraps past the end of the address space");
 		return -EINVAL;
+	}
 	struct lc_region *r = calloc(1, sizeof *r);
 	if (!r)
 		return -ENOMEM;
@@ -66,6 +71,7 @@ int lc__regions_add_kind(lc__regions_t *t, lc_ctx_t *ctx, void *addr, size_t len
 	if ((pos > 0 && t->by_addr[pos - 1]->addr + t->by_addr[pos - 1]->len > p) ||
 	    (pos < t->n && t->by_addr[pos]->addr < p + len)) {
 		rc = -EEXIST;
+		lc__error_set(rc, "the range overlaps a region already registered");
 		goto fail;
 	}
 	if (t->next_id > t->id_cap) {
@@ -188,11 +194,18 @@ int lc_region_unpack(const void *buf, size_t len, lc_region_desc_t *out)
 {
 	const uint8_t *p = buf;
 	if (!buf || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_region_unpack: %s is NULL", buf ? "out" : "buf");
 	if (len < LC__DESC_HEADER || lc__get_u32(p) != LC__DESC_MAGIC ||
 	    lc__get_u16(p + 4) != LC__DESC_VERSION ||
-	    LC__DESC_HEADER + (size_t)lc__get_u16(p + 6) != len)
+	    LC__DESC_HEADER + (size_t)lc__get_u16(p + 6) != len) {
+		lc__error_set(LC_ERR_PROTO, "region descriptor of %zu bytes: %s", len,
+			      len < LC__DESC_HEADER              ? "shorter than its header"
+			      : lc__get_u32(p) != LC__DESC_MAGIC ? "bad magic"
+			      : lc__get_u16(p + 4) != LC__DESC_VERSION
+				      ? "unknown version"
+				      : "length differs from what it says");
 		return LC_ERR_PROTO;
+	}
 	out->owner = lc__get_u64(p + 8);
 	out->region_id = lc__get_u32(p + 16);
 	out->flags = lc__get_u32(p + 20);

@@ -21,7 +21,7 @@ static sim_range_t *ranges;
 int lc_sim_alloc(size_t len, void **out)
 {
 	if (!out || len == 0)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sim_alloc: %s", out ? "length 0" : "out is NULL");
 	size_t n = (len + 4095) & ~(size_t)4095;
 	if (n < len)
 		return -ENOMEM;
@@ -59,7 +59,7 @@ int lc_sim_free(void *ptr)
 {
 	sim_range_t **pp, *s = NULL;
 	if (!ptr)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sim_free: ptr is NULL");
 	pthread_mutex_lock(&sim_lock);
 	for (pp = &ranges; *pp; pp = &(*pp)->next) {
 		if ((*pp)->addr == ptr) {
@@ -127,7 +127,9 @@ int lc_sim_write(void *ptr, const void *src, size_t len)
 	uint64_t off;
 	int fd = lc__sim_lookup(ptr, len, &off);
 	if (fd < 0 || (!src && len))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sim_write: %s",
+				fd < 0 ? "the range is not inside one lc_sim_alloc range"
+				       : "src is NULL");
 	return rw_all(fd, (void *)(uintptr_t)src, len, off, 1);
 }
 
@@ -136,6 +138,8 @@ int lc_sim_read(const void *ptr, void *dst, size_t len)
 	uint64_t off;
 	int fd = lc__sim_lookup(ptr, len, &off);
 	if (fd < 0 || (!dst && len))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sim_read: %s",
+				fd < 0 ? "the range is not inside one lc_sim_alloc range"
+				       : "dst is NULL");
 	return rw_all(fd, dst, len, off, 0);
 }

@@ -57,12 +57,16 @@ static void pool_sizes(lc_engine_t *e)
 static int check_params(const lc_engine_params_t *params)
 {
 	if (!params || params->size < offsetof(lc_engine_params_t, status_cb) || !params->layout)
-		return -EINVAL;
+		return LC__FAIL(
+			-EINVAL, "lc_engine_create: %s",
+			!params ? "params is NULL (the layout is required)"
+			: params->size < offsetof(lc_engine_params_t, status_cb)
+				? "params->size is too small (set it to sizeof(lc_engine_params_t))"
+				: "params->layout is required");
 	for (uint32_t i = 0; i < params->layout->nbuf; i++)
-		if (!params->layout->bufs[i].base) {
-			LC__WARN("engine: buffer %u of the layout has no base address", i);
-			return -EINVAL;
-		}
+		if (!params->layout->bufs[i].base)
+			return LC__FAIL(-EINVAL,
+					"engine: buffer %u of the layout has no base address", i);
 	return 0;
 }
 
@@ -70,8 +74,9 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 {
 	lc_engine_t *e;
 	int rc;
+	lc_last_error_clear();
 	if (!ctx || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_create: %s is NULL", ctx ? "out" : "ctx");
 	if ((rc = check_params(params)))
 		return rc;
 	e = calloc(1, sizeof(*e));
@@ -195,7 +200,10 @@ void lc__engine_set_post_hook(lc_engine_t *e, lc__post_hook_fn fn, void *arg)
 int lc_engine_metrics(lc_engine_t *e, lc_engine_metrics_t *out)
 {
 	if (!e || !out || out->size < sizeof(size_t))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_metrics: %s",
+				!e     ? "engine is NULL"
+				: !out ? "out is NULL"
+				       : "out->size is not set (sizeof(lc_engine_metrics_t))");
 	lc_engine_metrics_t m;
 	pthread_mutex_lock(&e->lock);
 	m = e->m;

@@ -232,11 +232,21 @@ static inline int lc__engine_refuse_record(lc_engine_t *e, int which, uint64_t s
 	return LC_ERR_STATE;
 }
 
-/* Count and log bad input from a caller; returns rc. */
+/* Count, record (lc_last_error) and log bad input from a caller; returns rc. */
 static inline int lc__engine_bad_input(lc_engine_t *e, int rc, const char *what)
 {
 	e->m.bad_input++;
-	LC__WARN("engine %s: %s: %s", e->name, what, lc_strerror(rc));
+	return LC__FAIL(rc, "engine %s: %s: %s", e->name, what, lc_strerror(rc));
+}
+
+/* The same for what a peer sends (a TRANSFER_INFO or REGISTER reaching the
+ * engine through P's control thread): the log line is rate-limited (one
+ * limiter per file that calls this). */
+static inline int lc__engine_bad_peer_input(lc_engine_t *e, int rc, const char *what)
+{
+	e->m.bad_input++;
+	lc__error_set(rc, "engine %s: %s: %s", e->name, what, lc_strerror(rc));
+	LC__WARN_PEER("%s", lc_last_error());
 	return rc;
 }
 

@@ -192,7 +192,7 @@ void lc__engine_fail_room(lc_engine_t *e, lc__room_t *r, int reason, const char 
 	char text[LC_REASON_MAX];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(text, sizeof(text), fmt, ap);
+	lc__vreason(text, sizeof text, fmt, ap);
 	va_end(ap);
 	if (lc__room_set_state(&e->rooms, r, LC_ROOM_FAILED, reason, text, lc__now_ns()) != 1)
 		return; /* already final: told once */

@@ -17,7 +17,7 @@ int lc_engine_batch_begin(lc_engine_t *e, int is_idle)
 {
 	int rc = 0;
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_batch_begin: engine is NULL");
 	pthread_mutex_lock(&e->lock);
 	if (e->batch_open)
 		rc = lc__engine_bad_input(e, LC_ERR_STATE, "batch_begin inside an open batch");
@@ -146,7 +146,10 @@ int lc_engine_chunk_add(lc_engine_t *e, const lc_chunk_t *c)
 	lc__task_t *t;
 	int rc;
 	if (!e || !c || c->size < offsetof(lc_chunk_t, state_slots))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_chunk_add: %s",
+				!e   ? "engine is NULL"
+				: !c ? "chunk is NULL"
+				     : "chunk->size is too small (set it to sizeof(lc_chunk_t))");
 	size_t csz = LC__MIN(c->size, sizeof(lc_chunk_t));
 	lc_chunk_t ch = {0};
 	memcpy(&ch, c, csz);
@@ -171,7 +174,7 @@ int lc_engine_batch_end(lc_engine_t *e)
 {
 	uint64_t cache, aux, now = lc__now_ns();
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_batch_end: engine is NULL");
 	pthread_mutex_lock(&e->lock);
 	if (!e->batch_open) {
 		int rc = lc__engine_bad_input(e, LC_ERR_STATE, "batch_end without batch_begin");

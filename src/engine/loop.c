@@ -209,7 +209,10 @@ int lc_engine_record_aux(lc_engine_t *e)
 int lc_engine_counter(lc_engine_t *e, int which, uint64_t **out)
 {
 	if (!e || !out || (which != LC_STEP_CACHE && which != LC_STEP_AUX))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_counter: %s",
+				!e     ? "engine is NULL"
+				: !out ? "out is NULL"
+				       : "which is neither LC_STEP_CACHE nor LC_STEP_AUX");
 	*out = e->steps.word[which];
 	return 0;
 }

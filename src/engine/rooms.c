@@ -16,7 +16,7 @@ int lc_engine_room_open(lc_engine_t *e, uint64_t room)
 	lc__room_t *r;
 	int rc;
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_room_open: engine is NULL");
 	pthread_mutex_lock(&e->lock);
 	rc = lc__room_open(&e->rooms, room, lc__now_ns(), &r);
 	e->room_scan_at = 0;
@@ -30,44 +30,42 @@ static int check_dst(lc_engine_t *e, const lc_dst_params_t *d, lc__session_t **c
 {
 	if ((d->page_count && !d->pages) || (d->dst_mask && !d->dst_local) ||
 	    (!d->is_dummy && !d->session) || !d->required_dst_count)
-		return lc__engine_bad_input(e, -EINVAL, "destination parameters");
+		return lc__engine_bad_peer_input(e, -EINVAL, "destination parameters");
 	if (d->session)
 		*core = lc__session_find(&e->sessions, d->session);
 	if (!d->is_dummy && !*core)
-		return lc__engine_bad_input(e, -ENOENT, "destination on an unregistered session");
+		return lc__engine_bad_peer_input(e, -ENOENT,
+						 "destination on an unregistered session");
 	return 0;
 }
 
 /* Whether the session may be the destination of one more unfinished room
  * (p_session_rooms_max): one D session, honest or not, cannot take every
- * room of the engine from the others. Counted, logged once per 1,024. */
+ * room of the engine from the others. Counted, logged rate-limited. */
 static int quota_check(lc_engine_t *e, const lc__session_t *core, uint64_t room, int64_t max)
 {
 	if (!core || (int64_t)core->rooms_live < max)
 		return 0;
 	uint64_t n = LC__COUNT(e->ctx, rooms_refused_session_quota) + 1;
-	if (n % 1024 == 1)
-		LC__WARN(
-			"engine %s: room %llu refused: session %s is a destination of %u unfinished "
-			"rooms (p_session_rooms_max %lld); %llu refused so far",
-			e->name, (unsigned long long)room, core->name, core->rooms_live,
-			(long long)max, (unsigned long long)n);
+	LC__WARN_PEER("engine %s: room %llu refused: session %s is a destination of %u unfinished "
+		      "rooms (p_session_rooms_max %lld); %llu refused so far",
+		      e->name, (unsigned long long)room, core->name, core->rooms_live,
+		      (long long)max, (unsigned long long)n);
 	return -ENOSPC;
 }
 
 /* Whether one more room fits under p_rooms_max (engine lock held). A
- * refusal happens before any allocation; it is counted, and logged once
- * per 1,024 so that a flood cannot flood the log too. */
+ * refusal happens before any allocation; it is counted, and logged
+ * rate-limited (LC__LOG_PEER) so that a flood cannot flood the log too. */
 static int room_cap_check(lc_engine_t *e, uint64_t room, int64_t max)
 {
 	if ((int64_t)e->rooms.count < max)
 		return 0;
 	uint64_t n = LC__COUNT(e->ctx, rooms_refused_cap) + 1;
-	if (n % 1024 == 1)
-		LC__WARN("engine %s: room %llu refused: %zu rooms open (p_rooms_max %lld); "
-			 "%llu refused so far",
-			 e->name, (unsigned long long)room, e->rooms.count, (long long)max,
-			 (unsigned long long)n);
+	LC__WARN_PEER("engine %s: room %llu refused: %zu rooms open (p_rooms_max %lld); "
+		      "%llu refused so far",
+		      e->name, (unsigned long long)room, e->rooms.count, (long long)max,
+		      (unsigned long long)n);
 	return -ENOSPC;
 }
 
@@ -99,7 +97,11 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 	int rc = 0;
 	uint64_t now = lc__now_ns();
 	if (!e || !p || p->size < offsetof(lc_dst_params_t, state_slots))
-		return -EINVAL;
+		return LC__FAIL(
+			-EINVAL, "lc_engine_dst_add: %s",
+			!e   ? "engine is NULL"
+			: !p ? "params is NULL"
+			     : "params->size is too small (set it to sizeof(lc_dst_params_t))");
 	lc_dst_params_t d = {0};
 	memcpy(&d, p, LC__MIN(p->size, sizeof(d)));
 	int64_t max = lc__ctx_cfg(e->ctx, LC__CFG_p_rooms_max); /* not under the lock */
@@ -118,7 +120,7 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 		goto out;
 	if ((rc = lc__room_add_dst(r, &d, core && !d.is_dummy ? core->owner : NULL))) {
 		if (rc != LC_ERR_STATE || !lc__room_final(r))
-			lc__engine_bad_input(e, rc, "room destination");
+			lc__engine_bad_peer_input(e, rc, "room destination");
 		goto out;
 	}
 	if (core) { /* lc__room_add_dst appended it */
@@ -141,20 +143,41 @@ out:
 	return rc;
 }
 
+/* The reasons of the usual refusals, recorded and not logged (P's control
+ * thread asks about rooms a peer names). */
+static int no_room(uint64_t room)
+{
+	lc__error_set(-ENOENT,
+		      "room %llu: no such room at this engine (never opened, or its "
+		      "final status was already read)",
+		      (unsigned long long)room);
+	return -ENOENT;
+}
+
+static int room_final(const lc__room_t *r)
+{
+	lc__error_set(LC_ERR_STATE, "room %llu: already %s", (unsigned long long)r->id,
+		      lc_room_status_name(r->status));
+	return LC_ERR_STATE;
+}
+
 int lc_engine_room_metadata_set(lc_engine_t *e, uint64_t room, const void *data, size_t len)
 {
 	int rc = 0;
 	if (!e || (len && !data))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "room metadata: %s is NULL", e ? "data" : "engine");
 	if (len > LC_METADATA_MAX)
-		return -EMSGSIZE;
+		return LC__FAIL(-EMSGSIZE, "room %llu: %zu bytes of metadata, at most %d",
+				(unsigned long long)room, len, LC_METADATA_MAX);
 	pthread_mutex_lock(&e->lock);
 	lc__room_t *r = lc__room_find(&e->rooms, room);
 	if (!r)
-		rc = -ENOENT;
-	else if (r->has_metadata)
+		rc = no_room(room);
+	else if (r->has_metadata) {
 		rc = -EEXIST;
-	else {
+		lc__error_set(rc, "room %llu: its metadata is already set",
+			      (unsigned long long)room);
+	} else {
 		if (len) {
 			r->metadata = malloc(len);
 			if (!r->metadata) {
@@ -178,13 +201,13 @@ int lc_engine_room_cancel(lc_engine_t *e, uint64_t room, const char *reason)
 {
 	int rc = 0;
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_room_cancel: engine is NULL");
 	pthread_mutex_lock(&e->lock);
 	lc__room_t *r = lc__room_find(&e->rooms, room);
 	if (!r)
-		rc = -ENOENT;
+		rc = no_room(room);
 	else if (lc__room_final(r))
-		rc = LC_ERR_STATE;
+		rc = room_final(r);
 	else
 		lc__engine_fail_room(e, r, LC_FAIL_CANCELLED, "cancelled: %s",
 				     reason ? reason : "no reason");
@@ -235,13 +258,17 @@ int lc_engine_room_status(lc_engine_t *e, uint64_t room, lc_room_info_t *out)
 {
 	int rc = 0;
 	if (!e || !out || out->size < offsetof(lc_room_info_t, dst_count))
-		return -EINVAL;
+		return LC__FAIL(
+			-EINVAL, "room info: %s",
+			!e     ? "engine is NULL"
+			: !out ? "out is NULL"
+			       : "out->size is too small (set it to sizeof(lc_room_info_t))");
 	lc_room_info_t info = {0};
 	info.size = LC__MIN(out->size, sizeof(info));
 	pthread_mutex_lock(&e->lock);
 	lc__room_t *r = lc__room_find(&e->rooms, room);
 	if (!r) {
-		rc = -ENOENT;
+		rc = no_room(room);
 	} else {
 		info.status = r->status;
 		info.fail_reason = r->fail_reason;
@@ -262,11 +289,11 @@ int lc_engine_room_close(lc_engine_t *e, uint64_t room)
 {
 	int rc = 0;
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_room_close: engine is NULL");
 	pthread_mutex_lock(&e->lock);
 	lc__room_t *r = lc__room_find(&e->rooms, room);
 	if (!r)
-		rc = -ENOENT;
+		rc = no_room(room);
 	else {
 		if (!lc__room_final(r))
 			lc__engine_fail_room(e, r, LC_FAIL_CANCELLED,

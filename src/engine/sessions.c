@@ -51,7 +51,7 @@ static int bad_fragment(lc_engine_t *e, const lc_session_params_t *p, size_t i, 
 		 (unsigned long long)f->dst_item_len, (unsigned long long)f->src_stride,
 		 (unsigned long long)f->dst_stride, problem);
 	pthread_mutex_lock(&e->lock);
-	int rc = lc__engine_bad_input(e, LC_ERR_GEOMETRY, what);
+	int rc = lc__engine_bad_peer_input(e, LC_ERR_GEOMETRY, what);
 	pthread_mutex_unlock(&e->lock);
 	return rc;
 }
@@ -113,12 +113,23 @@ static int apply_fragments(lc_engine_t *e, lc__esession_t *s, const lc_session_p
 
 static int check_session_params(lc_engine_t *e, const lc_session_params_t *p)
 {
+	/* A REGISTER reaches here too: reasons recorded, logs rate-limited. */
 	if (!p || p->size < offsetof(lc_session_params_t, buffer_region) || !p->name || !*p->name ||
-	    !p->url || (p->region_count && (!p->region_descs || !p->region_desc_lens)))
+	    !p->url || (p->region_count && (!p->region_descs || !p->region_desc_lens))) {
+		lc__error_set(
+			-EINVAL, "session: %s",
+			!p ? "params is NULL"
+			: p->size < offsetof(lc_session_params_t, buffer_region)
+				? "params->size is too small (set it to sizeof(lc_session_params_t))"
+			: !p->name || !*p->name ? "params->name is required"
+			: !p->url               ? "params->url is required"
+						: "region_descs or region_desc_lens is NULL");
 		return -EINVAL;
+	}
 	if (!p->buffer_region && p->region_count != e->layout->nbuf) {
-		LC__WARN("session %s: %zu region descriptors for %u buffers", p->name,
-			 p->region_count, e->layout->nbuf);
+		lc__error_set(-EINVAL, "session %s: %zu region descriptors for %u buffers", p->name,
+			      p->region_count, e->layout->nbuf);
+		LC__WARN_PEER("%s", lc_last_error());
 		return -EINVAL;
 	}
 	const uint32_t *buf_region =
@@ -142,8 +153,8 @@ static int map_buffers(lc_engine_t *e, lc__esession_t *s, const lc_session_param
 	for (size_t i = 0; i < p->region_count; i++)
 		if ((rc = lc_conn_import_region(s->conn, p->region_descs[i], p->region_desc_lens[i],
 						&ids[i]))) {
-			LC__WARN("session %s: importing region %zu: %s", p->name, i,
-				 lc_strerror(rc));
+			LC__WARN_PEER("session %s: importing region %zu: %s", p->name, i,
+				      lc__why(rc));
 			return rc;
 		}
 	for (uint32_t b = 0; b < e->layout->nbuf; b++) {
@@ -172,7 +183,7 @@ static int session_build(lc_engine_t *e, const lc_session_params_t *p, lc__esess
 	lc_conn_params_t cp = {.size = sizeof(cp), .cq = e->cq, .has_token = p->has_token};
 	cp.token = p->token;
 	if ((rc = lc_conn_create(e->ctx, p->url, &cp, &s->conn))) {
-		LC__WARN("session %s: connecting to %s: %s", p->name, p->url, lc_strerror(rc));
+		LC__WARN_PEER("session %s: connecting to %s: %s", p->name, p->url, lc__why(rc));
 		goto fail;
 	}
 	if ((rc = map_buffers(e, s, p, ids)))
@@ -192,7 +203,7 @@ int lc_engine_session_add(lc_engine_t *e, const lc_session_params_t *p)
 	lc__session_t *core;
 	int rc;
 	if (!e)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_session_add: engine is NULL");
 	if ((rc = check_session_params(e, p)) || (rc = session_build(e, p, &s)))
 		return rc;
 
@@ -222,7 +233,8 @@ int lc_engine_session_remove(lc_engine_t *e, const char *name)
 {
 	lc__esession_t *s;
 	if (!e || !name)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_session_remove: %s is NULL",
+				!e ? "engine" : "name");
 	pthread_mutex_lock(&e->lock);
 	lc__session_t *core = lc__session_find(&e->sessions, name);
 	if (!core) {
@@ -248,7 +260,8 @@ int lc_engine_session_blocked(lc_engine_t *e, const char *name, uint64_t *failur
 {
 	int rc;
 	if (!e || !name)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_engine_session_blocked: %s is NULL",
+				!e ? "engine" : "name");
 	pthread_mutex_lock(&e->lock);
 	lc__session_t *core = lc__session_find(&e->sessions, name);
 	if (!core)

@@ -57,10 +57,9 @@ static int map_regions(lc_decode_t *d, const lc_decode_params_t *pp)
 			if (a >= base && a + buf->length <= base + lc_region_length(d->regions[i]))
 				break;
 		}
-		if (i == d->nregions) {
-			LC__ERROR("decode: buffer %u is not inside any given region", b);
-			return -EINVAL;
-		}
+		if (i == d->nregions)
+			return LC__FAIL_AT(LC_LOG_ERROR, -EINVAL,
+					   "decode: buffer %u is not inside any given region", b);
 		d->buf_region[b] = (uint32_t)i;
 		d->buf_offset[b] = a - (uintptr_t)lc_region_addr(d->regions[i]);
 	}
@@ -71,7 +70,8 @@ static int set_session(lc_decode_t *d, const char *session)
 {
 	if (session && *session) {
 		if (strlen(session) >= sizeof d->session)
-			return -EINVAL;
+			return LC__FAIL(-EINVAL, "decode: session name longer than %zu bytes",
+					sizeof d->session - 1);
 		snprintf(d->session, sizeof d->session, "%s", session);
 	} else {
 		const char *colon = strrchr(d->endpoint, ':');
@@ -141,14 +141,26 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 	int rc;
 	/* NULL params stay -EINVAL: the layout, regions and listener have no
 	 * default. */
+	lc_last_error_clear();
 	LC__PARAMS_COPY(&pp, params);
-	if (!ctx || !out || !pp.layout || !pp.regions || !pp.region_count || !pp.listen_url ||
-	    pp.region_count > LC__MSG_MAX_REGIONS)
-		return -EINVAL;
+	if (!ctx || !out)
+		return LC__FAIL(-EINVAL, "lc_decode_create: %s is NULL", ctx ? "out" : "ctx");
+	const char *missing = !pp.layout         ? "layout"
+			      : !pp.regions      ? "regions"
+			      : !pp.region_count ? "region_count"
+			      : !pp.listen_url   ? "listen_url"
+						 : NULL;
+	if (missing)
+		return LC__FAIL(-EINVAL, "lc_decode_create: params->%s is required (%s)", missing,
+				params ? "not set" : "params is NULL");
+	if (pp.region_count > LC__MSG_MAX_REGIONS)
+		return LC__FAIL(-EINVAL, "lc_decode_create: %zu regions, at most %d",
+				pp.region_count, LC__MSG_MAX_REGIONS);
 	if (pp.tp_size <= 0)
 		pp.tp_size = 1;
 	if (pp.tp_rank < 0 || pp.tp_rank >= pp.tp_size)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_decode_create: tp_rank %d outside [0, tp_size %d)",
+				pp.tp_rank, pp.tp_size);
 	lc_decode_t *d = decode_new(ctx, &pp);
 	if (!d)
 		return -ENOMEM;
@@ -220,7 +232,7 @@ int lc_decode_endpoint(const lc_decode_t *d, char *buf, size_t cap)
 {
 	char ep[LC__MSG_STR_MAX], why[300];
 	if (!d || !buf)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_decode_endpoint: %s is NULL", !d ? "decode" : "buf");
 	/* As advertised to a peer not known yet (control/addr.h): the bound
 	 * wildcard never leaves this process. */
 	if (lc__addr_url_for(d->endpoint, NULL, ep, sizeof ep, why, sizeof why))
@@ -232,12 +244,16 @@ int lc_decode_endpoint(const lc_decode_t *d, char *buf, size_t cap)
 int lc_decode_counter(lc_decode_t *d, const char *name, uint64_t *out)
 {
 	if (!d || !name || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_decode_counter: %s is NULL",
+				!d      ? "decode"
+				: !name ? "name"
+					: "out");
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		if (!strcmp(lc__ctl_counter_name(i), name)) {
 			*out = atomic_load(&d->ctl[i]);
 			return 0;
 		}
+	lc__error_set(-ENOENT, "decode: no counter named '%.100s'", name);
 	return -ENOENT;
 }
 
@@ -247,12 +263,11 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 {
 	char addr[LC__BS_HOST_MAX];
 	if (!d || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_create: %s is NULL", d ? "out" : "decode");
 	if (bootstrap && *bootstrap) {
-		const char *a = !strncmp(bootstrap, "http://", 7) ? bootstrap + 7 : bootstrap;
-		if (strlen(a) >= sizeof addr || !strchr(a, ':'))
-			return -EINVAL;
-		snprintf(addr, sizeof addr, "%s", a);
+		if (lc__addr_bootstrap(bootstrap, addr, sizeof addr))
+			return LC__FAIL(-EINVAL, "receiver of room %llu: %s",
+					(unsigned long long)room, lc_last_error());
 	} else {
 		snprintf(addr, sizeof addr, "127.0.0.1:%lld", (long long)d->default_port);
 	}
@@ -273,7 +288,9 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 	if (rc) {
 		pthread_mutex_unlock(&d->lock);
 		free(r);
-		return rc;
+		return LC__FAIL(rc, "receiver of room %llu: %s", (unsigned long long)room,
+				rc == -EEXIST ? "the room already has a receiver"
+					      : "too many P addresses known to this D");
 	}
 	r->next = d->receivers;
 	d->receivers = r;
@@ -370,19 +387,34 @@ int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 {
 	lc_receiver_pages_t pg = {0};
 	if (!r || !pages || pages->size < offsetof(lc_receiver_pages_t, prefix_len))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_send: %s",
+				!r       ? "receiver is NULL"
+				: !pages ? "pages is NULL"
+					 : "pages->size is too small (set it to "
+					   "sizeof(lc_receiver_pages_t))");
 	LC__PARAMS_COPY(&pg, pages);
 	if (pages->size <= offsetof(lc_receiver_pages_t, aux_index))
 		pg.aux_index = -1;
 	if ((pg.page_count && !pg.pages) || (pg.state_slot_count && !pg.state_slots) ||
 	    pg.page_count > LC__MSG_MAX_PAGES || pg.state_slot_count > LC__MSG_MAX_SLOTS ||
 	    pg.aux_index < -1)
-		return -EINVAL;
+		return LC__FAIL(
+			-EINVAL, "lc_receiver_send of room %llu: %s", (unsigned long long)r->room,
+			pg.page_count && !pg.pages                ? "pages->pages is NULL"
+			: pg.state_slot_count && !pg.state_slots  ? "pages->state_slots is NULL"
+			: pg.page_count > LC__MSG_MAX_PAGES       ? "too many pages"
+			: pg.state_slot_count > LC__MSG_MAX_SLOTS ? "too many state slots"
+								  : "aux_index < -1");
 	lc_decode_t *d = r->d;
 	pthread_mutex_lock(&d->lock);
 	int rc = 0;
 	if (r->status != LC_ROOM_BOOTSTRAPPED || r->sent) {
-		rc = LC_ERR_STATE;
+		rc = LC__FAIL(LC_ERR_STATE, "lc_receiver_send of room %llu: %s",
+			      (unsigned long long)r->room,
+			      r->sent ? "its pages were already sent (once per room)"
+			      : r->status == LC_ROOM_BOOTSTRAPPING
+				      ? "not Bootstrapped yet (poll until LC_ROOM_BOOTSTRAPPED)"
+				      : "the room is final");
 		goto out;
 	}
 	if ((rc = grant_pages(d, r, &pg))) {
@@ -451,7 +483,7 @@ static uint32_t layers_of(lc_receiver_t *r)
 int lc_receiver_poll(lc_receiver_t *r, lc_room_info_t *out)
 {
 	if (!r)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_poll: receiver is NULL");
 	lc_decode_t *d = r->d;
 	pthread_mutex_lock(&d->lock);
 	int status = r->status;
@@ -460,8 +492,8 @@ int lc_receiver_poll(lc_receiver_t *r, lc_room_info_t *out)
 		info.size = out->size ? LC__MIN(out->size, sizeof info) : sizeof info;
 		info.status = r->status;
 		info.fail_reason = r->fail_reason;
-		snprintf(info.reason, sizeof info.reason, "%s",
-			 r->status == LC_ROOM_FAILED ? r->reason : "");
+		lc__reason(info.reason, sizeof info.reason, "%s",
+			   r->status == LC_ROOM_FAILED ? r->reason : "");
 		info.dst_count = (uint32_t)r->plan.ntargets;
 		info.required_dst_count = r->plan.required_dst;
 		info.layers_landed = layers_of(r);
@@ -474,7 +506,7 @@ int lc_receiver_poll(lc_receiver_t *r, lc_room_info_t *out)
 int lc_receiver_layers_ready(lc_receiver_t *r)
 {
 	if (!r)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_layers_ready: receiver is NULL");
 	pthread_mutex_lock(&r->d->lock);
 	int n = r->status == LC_ROOM_FAILED ? 0 : (int)layers_of(r);
 	pthread_mutex_unlock(&r->d->lock);
@@ -484,13 +516,17 @@ int lc_receiver_layers_ready(lc_receiver_t *r)
 int lc_receiver_metadata(lc_receiver_t *r, void *buf, size_t cap)
 {
 	if (!r || (cap && !buf))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_metadata: %s is NULL",
+				r ? "buf" : "receiver");
 	int rc;
 	pthread_mutex_lock(&r->d->lock);
 	if (r->status != LC_ROOM_SUCCESS)
-		rc = LC_ERR_STATE;
+		lc__error_set(rc = LC_ERR_STATE,
+			      "room %llu: metadata is read after Success, the room is %s",
+			      (unsigned long long)r->room, lc_room_status_name(r->status));
 	else if (r->metadata_len > cap)
-		rc = -ENOSPC;
+		rc = LC__FAIL(-ENOSPC, "room %llu: %zu bytes of metadata, %zu given",
+			      (unsigned long long)r->room, r->metadata_len, cap);
 	else {
 		if (r->metadata_len)
 			memcpy(buf, r->metadata, r->metadata_len);
@@ -503,11 +539,13 @@ int lc_receiver_metadata(lc_receiver_t *r, void *buf, size_t cap)
 int lc_receiver_cancel(lc_receiver_t *r, const char *reason)
 {
 	if (!r)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_receiver_cancel: receiver is NULL");
 	int rc = 0;
 	pthread_mutex_lock(&r->d->lock);
 	if (lc__decode_final(r))
-		rc = LC_ERR_STATE;
+		/* A race with the room's end, not a mistake: recorded, not logged. */
+		lc__error_set(rc = LC_ERR_STATE, "room %llu: already %s",
+			      (unsigned long long)r->room, lc_room_status_name(r->status));
 	else
 		lc__decode_fail(r->d, r, LC_FAIL_CANCELLED, true, "cancelled by D: %s",
 				reason ? reason : "no reason");

@@ -93,7 +93,7 @@ void lc__decode_fail(lc_decode_t *d, lc_receiver_t *r, int reason, bool tell_p, 
 	}
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(text, sizeof text, fmt, ap);
+	lc__vreason(text, sizeof text, fmt, ap);
 	va_end(ap);
 	apply(d, r, LC_ROOM_FAILED, reason, text);
 	/* Also before the transfer info went out: P may already hold the room
@@ -166,7 +166,8 @@ static void settle(lc_decode_t *d, lc_receiver_t *r, uint64_t now)
 	char why[LC_REASON_MAX];
 	if (d->checksum && lc__decode_check_sum(d, r, why, sizeof why)) {
 		LC__COUNT(d->ctx, rooms_checksum_failed);
-		LC__WARN("decode %s: room %llu: %s", d->session, (unsigned long long)r->room, why);
+		LC__WARN_PEER("decode %s: room %llu: %s", d->session, (unsigned long long)r->room,
+			      why);
 		lc__decode_fail(d, r, LC_FAIL_TRANSFER, true, "%s", why);
 		return;
 	}
@@ -193,7 +194,7 @@ static void forget_registration(lc_receiver_t *r, int t, const lc__msg_status_t 
 
 /* A STATUS, LAYERS or REGISTER_REPLY of P rank p_rank of peer pe must carry
  * the secret this D registered with at that rank (constant-time compare).
- * False (counted in session_mismatches, logged once per 1,024) when it does
+ * False (counted in session_mismatches, logged rate-limited) when it does
  * not: the message is dropped. */
 static bool proven(lc_decode_t *d, const lc__ppeer_t *pe, uint32_t p_rank, const uint8_t *secret,
 		   const char *what)
@@ -203,10 +204,9 @@ static bool proven(lc_decode_t *d, const lc__ppeer_t *pe, uint32_t p_rank, const
 	    lc__ct_equal(pe->ranks[p_rank].secret, secret, LC__MSG_SECRET_LEN))
 		return true;
 	uint64_t n = LC__D_CTL_ADD(d, session_mismatches) + 1;
-	if (n % 1024 == 1)
-		LC__WARN("decode %s: a %s from P rank %u without this session's secret at that "
-			 "rank: dropped (%llu so far)",
-			 d->session, what, p_rank, (unsigned long long)n);
+	LC__WARN_PEER("decode %s: a %s from P rank %u without this session's secret at that "
+		      "rank: dropped (%llu so far)",
+		      d->session, what, p_rank, (unsigned long long)n);
 	return false;
 }
 
@@ -241,9 +241,9 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s, const uint8
 	if (!r->sent) {
 		/* Nothing granted yet: no P rank can have finished the room. */
 		LC__D_CTL_ADD(d, msgs_unexpected);
-		LC__WARN("decode %s: Success for room %llu from P rank %u before D sent its "
-			 "pages: ignored",
-			 d->session, (unsigned long long)s->room, s->p_rank);
+		LC__WARN_PEER("decode %s: Success for room %llu from P rank %u before D sent its "
+			      "pages: ignored",
+			      d->session, (unsigned long long)s->room, s->p_rank);
 		return;
 	}
 	if (!r->got[t].responded) {
@@ -319,15 +319,15 @@ static void handle_reply(lc_decode_t *d, const lc__msg_register_reply_t *m, cons
 	}
 	if (!matched) {
 		LC__D_CTL_ADD(d, msgs_unexpected);
-		LC__WARN("decode %s: registration reply from P rank %u answers no outstanding "
-			 "registration: dropped",
-			 d->session, m->p_rank);
+		LC__WARN_PEER("decode %s: registration reply from P rank %u answers no outstanding "
+			      "registration: dropped",
+			      d->session, m->p_rank);
 		return;
 	}
 	if (m->result) {
 		LC__D_CTL_ADD(d, registrations_refused);
-		LC__ERROR("decode %s: P rank %u refused the registration: %s", d->session,
-			  m->p_rank, m->reason);
+		LC__ERROR_PEER("decode %s: P rank %u refused the registration: %s", d->session,
+			       m->p_rank, m->reason);
 	}
 }
 
@@ -342,15 +342,16 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 		int version = lc__msg_peek_version(buf, len);
 		if (version >= 0 && version != LC__MSG_VERSION) {
 			LC__D_CTL_ADD(d, msgs_old_version);
-			LC__ERROR("decode %s: a P speaks control message version %d, this D speaks "
-				  "%d: dropped; run one library version on both sides",
-				  d->session, version, LC__MSG_VERSION);
+			LC__ERROR_PEER(
+				"decode %s: a P speaks control message version %d, this D speaks "
+				"%d: dropped; run one library version on both sides",
+				d->session, version, LC__MSG_VERSION);
 			free(m);
 			return;
 		}
 		LC__D_CTL_ADD(d, msgs_malformed);
-		LC__WARN("decode %s: dropped a malformed message (%zu bytes): %s", d->session, len,
-			 why);
+		LC__WARN_PEER("decode %s: dropped a malformed message (%zu bytes): %s", d->session,
+			      len, why);
 		free(m);
 		return;
 	}
@@ -367,8 +368,8 @@ static void handle_message(lc_decode_t *d, const void *buf, size_t len)
 		break;
 	default:
 		LC__D_CTL_ADD(d, msgs_unexpected);
-		LC__WARN("decode %s: unexpected %s message dropped", d->session,
-			 lc__msg_type_name(m->type));
+		LC__WARN_PEER("decode %s: unexpected %s message dropped", d->session,
+			      lc__msg_type_name(m->type));
 	}
 	pthread_mutex_unlock(&d->lock);
 	lc__msg_free(m);

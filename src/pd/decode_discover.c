@@ -295,7 +295,7 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 	}
 	pr->has_secret = true;
 	if (pr->adv_rc) {
-		LC__ERROR("decode %s: P rank %d: %s", d->session, rank, pr->adv_why);
+		LC__ERROR_PEER("decode %s: P rank %d: %s", d->session, rank, pr->adv_why);
 		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true, "P rank %d: %s", rank, pr->adv_why);
 		return -1;
 	}
@@ -345,8 +345,8 @@ static bool plan_room(lc_decode_t *d, lc_receiver_t *r)
 		/* P refuses the registration naming the first difference, and the
 		 * refusal fails the room here and there (decode_control.c): P
 		 * learns of it at once instead of at its bootstrap deadline. */
-		LC__WARN("decode %s: geometry differs from P at %s: %s", d->session, pe->addr,
-			 why);
+		LC__WARN_PEER("decode %s: geometry differs from P at %s: %s", d->session, pe->addr,
+			      why);
 	if (r->planned)
 		return true;
 	lc__topology_t t = topology(d, pe->info);

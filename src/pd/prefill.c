@@ -50,8 +50,9 @@ static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
 		.timeout_ms = 2000, .retries = 5, .secret = has_secret == 1 ? secret : NULL};
 	int rc = lc__bootstrap_register(p->bootstrap, &info, &o, why, sizeof why);
 	if (rc)
-		LC__ERROR("prefill %s: registering with bootstrap %s failed: %s", p->name,
-			  p->bootstrap, why);
+		LC__FAIL_AT(LC_LOG_ERROR, rc,
+			    "prefill %s: registering with bootstrap %s failed: %s", p->name,
+			    p->bootstrap, why);
 	return rc;
 }
 
@@ -119,10 +120,10 @@ static int advertise(lc_prefill_t *p)
 		return -EINVAL;
 	int rc = lc__addr_advertise(p->bind, bs, p->host, sizeof p->host, why, sizeof why);
 	if (rc) {
-		LC__ERROR("prefill %s: no address to advertise (check the bootstrap address, or "
-			  "set host or LAYERCAKE_ADVERTISE_HOST): %s",
-			  p->name, why);
-		return rc;
+		return LC__FAIL_AT(LC_LOG_ERROR, rc,
+				   "prefill %s: no address to advertise (check the bootstrap "
+				   "address, or set host or LAYERCAKE_ADVERTISE_HOST): %s",
+				   p->name, why);
 	}
 	char hp[LC__BS_HOST_MAX + 16];
 	lc__addr_join(p->host, port, hp, sizeof hp);
@@ -167,10 +168,25 @@ int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefi
 	int rc;
 	/* NULL params stay -EINVAL: the layout, the bootstrap address and the
 	 * parallel layout have no default. */
+	lc_last_error_clear();
 	LC__PARAMS_COPY(&pp, params);
-	if (!ctx || !out || !pp.layout || !pp.bootstrap || pp.world_size < 1 || pp.dp_size < 1 ||
-	    pp.world_size % pp.dp_size || pp.engine_rank < 0 || pp.engine_rank >= pp.world_size)
-		return -EINVAL;
+	char bs[LC__BS_HOST_MAX];
+	if (!ctx || !out)
+		return LC__FAIL(-EINVAL, "lc_prefill_create: %s is NULL", ctx ? "out" : "ctx");
+	if (!pp.layout || !pp.bootstrap)
+		return LC__FAIL(-EINVAL, "lc_prefill_create: params->%s is required (%s)",
+				!pp.layout ? "layout" : "bootstrap",
+				params ? "not set" : "params is NULL");
+	if (pp.world_size < 1 || pp.dp_size < 1 || pp.world_size % pp.dp_size ||
+	    pp.engine_rank < 0 || pp.engine_rank >= pp.world_size)
+		return LC__FAIL(
+			-EINVAL,
+			"lc_prefill_create: world_size %d, dp_size %d, engine_rank %d: "
+			"need world_size >= 1 a multiple of dp_size >= 1 and engine_rank in "
+			"[0, world_size)",
+			pp.world_size, pp.dp_size, pp.engine_rank);
+	if (lc__addr_bootstrap(pp.bootstrap, bs, sizeof bs))
+		return LC__FAIL(-EINVAL, "lc_prefill_create: %s", lc_last_error());
 	lc_prefill_t *p = prefill_new(ctx, &pp);
 	if (!p)
 		return -ENOMEM;
@@ -233,7 +249,7 @@ void lc_prefill_destroy(lc_prefill_t *p)
 int lc_prefill_engine(lc_prefill_t *p, lc_engine_t **out)
 {
 	if (!p || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_prefill_engine: %s is NULL", !p ? "prefill" : "out");
 	*out = p->engine;
 	return 0;
 }
@@ -241,7 +257,7 @@ int lc_prefill_engine(lc_prefill_t *p, lc_engine_t **out)
 int lc_prefill_endpoint(const lc_prefill_t *p, char *buf, size_t cap)
 {
 	if (!p || !buf)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_prefill_endpoint: %s is NULL", !p ? "prefill" : "buf");
 	int n = snprintf(buf, cap, "%s", p->endpoint);
 	return (size_t)n >= cap ? -ENOSPC : n;
 }
@@ -249,7 +265,10 @@ int lc_prefill_endpoint(const lc_prefill_t *p, char *buf, size_t cap)
 int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
 {
 	if (!p || !name || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_prefill_counter: %s is NULL",
+				!p      ? "prefill"
+				: !name ? "name"
+					: "out");
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		if (!strcmp(lc__ctl_counter_name(i), name)) {
 			*out = atomic_load(&p->ctl[i]);
@@ -259,6 +278,7 @@ int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
 		*out = atomic_load(&p->cancels_refused);
 		return 0;
 	}
+	lc__error_set(-ENOENT, "prefill: no counter named '%.100s'", name);
 	return -ENOENT;
 }
 
@@ -267,7 +287,7 @@ int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
 int lc_sender_create(lc_prefill_t *p, uint64_t room, lc_sender_t **out)
 {
 	if (!p || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sender_create: %s is NULL", !p ? "prefill" : "out");
 	lc_sender_t *s = calloc(1, sizeof *s);
 	if (!s)
 		return -ENOMEM;
@@ -278,7 +298,8 @@ int lc_sender_create(lc_prefill_t *p, uint64_t room, lc_sender_t **out)
 		if (x->room == room) {
 			pthread_mutex_unlock(&p->lock);
 			free(s);
-			return -EEXIST;
+			return LC__FAIL(-EEXIST, "lc_sender_create: room %llu already has a sender",
+					(unsigned long long)room);
 		}
 	s->next = p->senders;
 	p->senders = s;
@@ -301,14 +322,14 @@ int lc_sender_create(lc_prefill_t *p, uint64_t room, lc_sender_t **out)
 int lc_sender_metadata_set(lc_sender_t *s, const void *data, size_t len)
 {
 	if (!s)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sender_metadata_set: sender is NULL");
 	return lc_engine_room_metadata_set(s->p->engine, s->room, data, len);
 }
 
 int lc_sender_poll(lc_sender_t *s, lc_room_info_t *out)
 {
 	if (!s)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sender_poll: sender is NULL");
 	if (!s->final) {
 		lc_room_info_t info = {.size = sizeof info};
 		int rc = lc_engine_room_status(s->p->engine, s->room, &info);
@@ -335,7 +356,8 @@ int lc_sender_poll(lc_sender_t *s, lc_room_info_t *out)
 int lc_sender_prefix_len(lc_sender_t *s, uint64_t *tokens)
 {
 	if (!s || !tokens)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_sender_prefix_len: %s is NULL",
+				!s ? "sender" : "tokens");
 	pthread_mutex_lock(&s->p->lock);
 	int rc = s->has_prefix ? 0 : -EAGAIN;
 	if (!rc)
@@ -347,9 +369,12 @@ int lc_sender_prefix_len(lc_sender_t *s, uint64_t *tokens)
 int lc_sender_cancel(lc_sender_t *s, const char *reason)
 {
 	if (!s)
-		return -EINVAL;
-	if (s->final)
+		return LC__FAIL(-EINVAL, "lc_sender_cancel: sender is NULL");
+	if (s->final) { /* a race with the room's end: recorded, not logged */
+		lc__error_set(LC_ERR_STATE, "sender of room %llu: the room is already final",
+			      (unsigned long long)s->room);
 		return LC_ERR_STATE;
+	}
 	return lc_engine_room_cancel(s->p->engine, s->room, reason ? reason : "aborted by P");
 }
 

@@ -51,7 +51,7 @@ static bool room_known(lc_prefill_t *p, uint64_t room)
 
 /* A dummy from no registered session opens a room only where P already has
  * a sender for it: anyone could name a fresh room id, and each would cost P
- * an engine room. Counted, logged once per 1,024. */
+ * an engine room. Counted, logged rate-limited (LC__LOG_PEER). */
 static bool dummy_refused(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 {
 	pthread_mutex_lock(&p->lock);
@@ -60,10 +60,9 @@ static bool dummy_refused(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 	if (known)
 		return false;
 	uint64_t n = LC__COUNT(p->ctx, infos_refused_unknown) + 1;
-	if (n % 1024 == 1)
-		LC__WARN("prefill %s: refused a dummy transfer info for unknown room %llu from "
-			 "unregistered %s (%llu so far)",
-			 p->name, (unsigned long long)t->room, t->session, (unsigned long long)n);
+	LC__WARN_PEER("prefill %s: refused a dummy transfer info for unknown room %llu from "
+		      "unregistered %s (%llu so far)",
+		      p->name, (unsigned long long)t->room, t->session, (unsigned long long)n);
 	return true;
 }
 
@@ -89,7 +88,7 @@ static bool unregistered_dropped(lc_prefill_t *p, const lc__msg_t *msg)
 	if (tomb_of(p, msg))
 		return false;
 	uint64_t n = LC__COUNT(p->ctx, infos_refused_unregistered) + 1;
-	LC__P_LOG_RL(LC_LOG_WARN,
+	LC__LOG_PEER(LC_LOG_WARN,
 		     "prefill %s: dropped a transfer info for room %llu from unregistered %.200s "
 		     "(%llu so far)",
 		     p->name, (unsigned long long)msg->info.room, msg->info.session,
@@ -151,13 +150,13 @@ static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 	}
 	if (!fail)
 		return;
-	if (dummy) { /* D is told nothing; the engine counted it (and logs once per 1,024) */
+	if (dummy) { /* D is told nothing; the engine counted it (and logs, rate-limited) */
 		LC__DEBUG("prefill %s: dummy for room %llu from %s: %s", p->name,
 			  (unsigned long long)t->room, t->session, fail);
 		return;
 	}
-	LC__P_LOG_RL(LC_LOG_WARN, "prefill %s: room %llu from %.200s: %s", p->name,
-		     (unsigned long long)t->room, t->session, fail);
+	LC__WARN_PEER("prefill %s: room %llu from %.200s: %s", p->name, (unsigned long long)t->room,
+		      t->session, fail);
 	lc__msg_t *m = calloc(1, sizeof *m);
 	if (!m)
 		return;
@@ -166,7 +165,7 @@ static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 	m->status.p_rank = (uint32_t)p->rank;
 	m->status.status = LC_ROOM_FAILED;
 	m->status.fail_reason = rc == -ENOENT ? LC_FAIL_SESSION_GONE : LC_FAIL_BAD_INPUT;
-	snprintf(m->status.reason, sizeof m->status.reason, "%s", fail);
+	lc__reason(m->status.reason, sizeof m->status.reason, "%s", fail);
 	memcpy(m->secret, s ? s->secret : msg->secret, LC__MSG_SECRET_LEN);
 	const lc__ptomb_t *tomb = s ? NULL : tomb_of(p, msg);
 	if (s && s->push)
@@ -212,19 +211,18 @@ static void handle_cancel(lc_prefill_t *p, const lc__msg_t *msg, const char *pee
 		return;
 	if (!known || rc == -EPERM) {
 		atomic_fetch_add(&p->cancels_refused, 1);
-		LC__P_LOG_RL(LC_LOG_WARN,
-			     "prefill %s: refused a cancel of room %llu from %.200s: %s", p->name,
-			     (unsigned long long)c->room, c->session,
-			     known ? "not a destination of the room"
-				   : "no registered session with that secret");
+		LC__WARN_PEER("prefill %s: refused a cancel of room %llu from %.200s: %s", p->name,
+			      (unsigned long long)c->room, c->session,
+			      known ? "not a destination of the room"
+				    : "no registered session with that secret");
 		return;
 	}
 	LC__INFO("prefill %s: D %s cancelled room %llu (%s): %s", p->name, c->session,
 		 (unsigned long long)c->room, c->reason, rc ? lc_strerror(rc) : "ok");
 }
 
-/* A message of another protocol version: counted and logged, once per
- * 1,024, naming both versions; an old D's REGISTER is answered with a
+/* A message of another protocol version: counted and logged (rate-limited),
+ * naming both versions; an old D's REGISTER is answered with a
  * refusal in its own version, so that its rooms fail with the reason. */
 static void other_version(lc_prefill_t *p, const void *buf, size_t len, int version,
 			  const char *peer)
@@ -233,10 +231,9 @@ static void other_version(lc_prefill_t *p, const void *buf, size_t len, int vers
 	uint8_t *out;
 	size_t out_len;
 	uint64_t n = LC__P_CTL_ADD(p, msgs_old_version) + 1;
-	if (n % 1024 == 1)
-		LC__ERROR("prefill %s: a peer speaks control message version %d, this P speaks "
-			  "%d: dropped (%llu so far); run one library version on both sides",
-			  p->name, version, LC__MSG_VERSION, (unsigned long long)n);
+	LC__ERROR_PEER("prefill %s: a peer speaks control message version %d, this P speaks "
+		       "%d: dropped (%llu so far); run one library version on both sides",
+		       p->name, version, LC__MSG_VERSION, (unsigned long long)n);
 	snprintf(reason, sizeof reason,
 		 "P speaks control message version %d, this D version %d: upgrade D",
 		 LC__MSG_VERSION, version);
@@ -263,8 +260,8 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 	}
 	if (rc) {
 		LC__P_CTL_ADD(p, msgs_malformed);
-		LC__P_LOG_RL(LC_LOG_WARN, "prefill %s: dropped a malformed message (%zu bytes): %s",
-			     p->name, len, why);
+		LC__WARN_PEER("prefill %s: dropped a malformed message (%zu bytes): %s", p->name,
+			      len, why);
 		free(m);
 		return;
 	}
@@ -280,8 +277,8 @@ static void handle_message(lc_prefill_t *p, const void *buf, size_t len, const c
 		break;
 	default:
 		LC__P_CTL_ADD(p, msgs_unexpected);
-		LC__P_LOG_RL(LC_LOG_WARN, "prefill %s: unexpected %s message dropped", p->name,
-			     lc__msg_type_name(m->type));
+		LC__WARN_PEER("prefill %s: unexpected %s message dropped", p->name,
+			      lc__msg_type_name(m->type));
 	}
 	lc__msg_free(m);
 	free(m);

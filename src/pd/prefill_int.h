@@ -150,24 +150,6 @@ struct lc_prefill {
 
 #define LC__P_CTL_ADD(p, name) atomic_fetch_add(&(p)->ctl[LC__CTL_##name], 1)
 
-/* A log line a peer can trigger, rate-limited per call site: the first,
- * then at most one per LC__P_LOG_EVERY_NS, each saying how many were not
- * logged since. The counters count every event. Deliberately tiny and
- * private to pd/prefill*.c: a stand-in for a general core/log.c one. */
-#define LC__P_LOG_EVERY_NS 1000000000ull
-#define LC__P_LOG_RL(level, fmt, ...)                                                              \
-	do {                                                                                       \
-		static _Atomic uint64_t rl_next_, rl_skipped_;                                     \
-		uint64_t rl_now_ = lc__now_ns(), rl_at_ = atomic_load(&rl_next_);                  \
-		if (rl_now_ >= rl_at_ &&                                                           \
-		    atomic_compare_exchange_strong(&rl_next_, &rl_at_,                             \
-						   rl_now_ + LC__P_LOG_EVERY_NS))                  \
-			LC__LOG(level, fmt " [%llu more not logged]", __VA_ARGS__,                 \
-				(unsigned long long)atomic_exchange(&rl_skipped_, 0));             \
-		else                                                                               \
-			atomic_fetch_add(&rl_skipped_, 1);                                         \
-	} while (0)
-
 /* ---- prefill_outbox.c ---- */
 
 /* Wake the control thread. */
@@ -187,7 +169,7 @@ lc__dsess_t *lc__prefill_session_any(lc_prefill_t *p, const char *name);
 /* The incarnation a D message about session `name` proves (its secret and,
  * when the incarnation was registered over CURVE, the sender's key `peer`),
  * or NULL. A known id that nothing matches is counted (session_mismatches)
- * and logged, once per 1,024. Control thread. */
+ * and logged (rate-limited, LC__LOG_PEER). Control thread. */
 lc__dsess_t *lc__prefill_session_owned(lc_prefill_t *p, const char *name, const uint8_t *secret,
 				       const char *peer, const char *what);
 /* Encode and send (bounded wait); counts and logs a failure. */

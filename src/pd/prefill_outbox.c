@@ -63,11 +63,10 @@ lc__dsess_t *lc__prefill_session_owned(lc_prefill_t *p, const char *name, const 
 	if (!known)
 		return NULL;
 	uint64_t n = LC__P_CTL_ADD(p, session_mismatches) + 1;
-	if (n % 1024 == 1)
-		LC__WARN("prefill %s: a %s for session %s proves no incarnation of it (%s); "
-			 "dropped (%llu so far)",
-			 p->name, what, name, s ? "sent with another CURVE key" : "wrong secret",
-			 (unsigned long long)n);
+	LC__WARN_PEER("prefill %s: a %s for session %s proves no incarnation of it (%s); "
+		      "dropped (%llu so far)",
+		      p->name, what, name, s ? "sent with another CURVE key" : "wrong secret",
+		      (unsigned long long)n);
 	return NULL;
 }
 
@@ -104,7 +103,7 @@ void lc__prefill_on_final(void *arg, const lc_room_final_t *f)
 		snprintf(m->session, sizeof m->session, "%s", f->session);
 		m->status = f->status;
 		m->fail_reason = f->fail_reason;
-		snprintf(m->reason, sizeof m->reason, "%s", f->reason_text ? f->reason_text : "");
+		lc__reason(m->reason, sizeof m->reason, "%s", f->reason_text ? f->reason_text : "");
 		if (f->status == LC_ROOM_SUCCESS && f->metadata_len &&
 		    f->metadata_len <= LC_METADATA_MAX && (m->metadata = malloc(f->metadata_len))) {
 			memcpy(m->metadata, f->metadata, f->metadata_len);
@@ -161,8 +160,8 @@ int lc__prefill_send(lc_prefill_t *p, lc__push_t *push, const lc__msg_t *m)
 	free(buf);
 	if (rc) {
 		LC__P_CTL_ADD(p, send_failures);
-		LC__WARN("prefill %s: sending %s: %s", p->name, lc__msg_type_name(m->type),
-			 lc_strerror(rc));
+		LC__WARN_PEER("prefill %s: sending %s: %s", p->name, lc__msg_type_name(m->type),
+			      lc_strerror(rc));
 	} else {
 		LC__P_CTL_ADD(p, msgs_sent);
 	}
@@ -208,7 +207,7 @@ static lc__preply_t *reply_socket(lc_prefill_t *p, const char *ep, const char *k
 		lc__push_close_now(p->replies[old].push);
 		p->replies[old] = p->replies[--p->nreplies];
 		uint64_t n = LC__COUNT(p->ctx, replies_dropped) + 1;
-		LC__P_LOG_RL(LC_LOG_WARN,
+		LC__LOG_PEER(LC_LOG_WARN,
 			     "prefill %s: %zu answers to D endpoints pending (p_replies_max): "
 			     "dropped the oldest (%llu so far)",
 			     p->name, max, (unsigned long long)n);
@@ -218,7 +217,7 @@ static lc__preply_t *reply_socket(lc_prefill_t *p, const char *ep, const char *k
 	int rc = lc__push_connect(p->z, ep, key, &r->push);
 	if (rc) {
 		LC__P_CTL_ADD(p, send_failures);
-		LC__P_LOG_RL(LC_LOG_WARN, "prefill %s: cannot connect to %.200s: %s", p->name, ep,
+		LC__LOG_PEER(LC_LOG_WARN, "prefill %s: cannot connect to %.200s: %s", p->name, ep,
 			     lc_strerror(rc));
 		return NULL;
 	}
@@ -234,7 +233,7 @@ void lc__prefill_reply_raw(lc_prefill_t *p, const char *ep, const char *key, con
 {
 	if (!lc__prefill_scheme_ok(ep)) {
 		uint64_t n = LC__COUNT(p->ctx, replies_refused_scheme) + 1;
-		LC__P_LOG_RL(LC_LOG_WARN,
+		LC__LOG_PEER(LC_LOG_WARN,
 			     "prefill %s: not answering %.200s: its transport is not in "
 			     "status_schemes (%llu so far)",
 			     p->name, ep, (unsigned long long)n);
@@ -245,7 +244,7 @@ void lc__prefill_reply_raw(lc_prefill_t *p, const char *ep, const char *key, con
 		return;
 	if (r->sent == LC__P_REPLY_MSGS) {
 		uint64_t n = LC__COUNT(p->ctx, replies_dropped) + 1;
-		LC__P_LOG_RL(LC_LOG_WARN,
+		LC__LOG_PEER(LC_LOG_WARN,
 			     "prefill %s: %d answers to %.200s pending: dropped one (%llu so far)",
 			     p->name, LC__P_REPLY_MSGS, ep, (unsigned long long)n);
 		return;
@@ -255,7 +254,7 @@ void lc__prefill_reply_raw(lc_prefill_t *p, const char *ep, const char *key, con
 	int rc = lc__push_send(r->push, buf, len, 0);
 	if (rc) {
 		LC__P_CTL_ADD(p, send_failures);
-		LC__P_LOG_RL(LC_LOG_WARN, "prefill %s: answering %.200s: %s", p->name, ep,
+		LC__LOG_PEER(LC_LOG_WARN, "prefill %s: answering %.200s: %s", p->name, ep,
 			     lc_strerror(rc));
 	} else {
 		LC__P_CTL_ADD(p, msgs_sent);
@@ -319,7 +318,7 @@ void lc__prefill_flush(lc_prefill_t *p)
 			m->status.p_rank = (uint32_t)p->rank;
 			m->status.status = (uint8_t)o->status;
 			m->status.fail_reason = (uint32_t)o->fail_reason;
-			snprintf(m->status.reason, sizeof m->status.reason, "%s", o->reason);
+			lc__reason(m->status.reason, sizeof m->status.reason, "%s", o->reason);
 			m->status.metadata = o->metadata;
 			m->status.metadata_len = (uint32_t)o->metadata_len;
 			m->status.flags = o->status_flags;

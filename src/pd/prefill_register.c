@@ -186,7 +186,7 @@ static void evict(lc_prefill_t *p, lc__dsess_t *s)
 	snprintf(t->status_ep, sizeof t->status_ep, "%s", s->status_ep);
 	snprintf(t->key, sizeof t->key, "%s", s->key);
 	uint64_t n = LC__COUNT(p->ctx, sessions_evicted) + 1;
-	LC__P_LOG_RL(LC_LOG_INFO, "prefill %s: evicted idle D session %.200s (%llu so far)",
+	LC__LOG_PEER(LC_LOG_INFO, "prefill %s: evicted idle D session %.200s (%llu so far)",
 		     p->name, s->ename, (unsigned long long)n);
 	lc__push_close(s->push);
 	free(s);
@@ -266,7 +266,7 @@ static int make_room(lc_prefill_t *p, char *why, size_t cap)
 	if (evict_idle(p, n - keep))
 		return 0;
 	uint64_t k = LC__COUNT(p->ctx, sessions_refused_full) + 1;
-	LC__P_LOG_RL(LC_LOG_WARN,
+	LC__LOG_PEER(LC_LOG_WARN,
 		     "prefill %s: session table full of live or recent sessions: refusing "
 		     "newcomers (%llu so far)",
 		     p->name, (unsigned long long)k);
@@ -395,10 +395,10 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_t *m, const char
 		rc = add_session(p, g, ename, why, sizeof why);
 	if (rc) {
 		LC__P_CTL_ADD(p, registrations_refused);
-		LC__P_LOG_RL(LC_LOG_ERROR, "prefill %s: refused D session %.200s: %s", p->name,
-			     g->session, why);
+		LC__ERROR_PEER("prefill %s: refused D session %.200s: %s", p->name, g->session,
+			       why);
 		reply->reply.result = rc;
-		snprintf(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
+		lc__reason(reply->reply.reason, sizeof reply->reply.reason, "%s", why);
 		bool has_key = g->flags & LC__REG_HAS_CURVE_KEY;
 		lc__prefill_reply(p, g->status_ep,
 				  key_lie(g, peer) ? peer
@@ -409,7 +409,7 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_t *m, const char
 		return;
 	}
 	lc__dsess_t *s = remember_session(p, m, ename, peer);
-	LC__P_LOG_RL(LC_LOG_INFO,
+	LC__LOG_PEER(LC_LOG_INFO,
 		     "prefill %s: D session %.200s registered (data %.200s, status %.200s)",
 		     p->name, g->session, g->data_url, g->status_ep);
 	if (s && s->push)

@@ -71,7 +71,7 @@ static void deliver(lc__batch_t *b, int status, const char *reason)
 		.latency_ns = lc__now_ns() - b->post_ns,
 	};
 	if (reason)
-		snprintf(done.reason, sizeof done.reason, "%s", reason);
+		lc__reason(done.reason, sizeof done.reason, "%s", reason);
 	pthread_mutex_lock(&c->lock);
 	b->prev->next = b->next;
 	b->next->prev = b->prev;
@@ -110,7 +110,7 @@ void lc__batch_fail(lc__batch_t *b, int code, const char *fmt, ...)
 	if (lc__batch_is_completed(b))
 		return;
 	va_start(ap, fmt);
-	vsnprintf(reason, sizeof reason, fmt, ap);
+	lc__vreason(reason, sizeof reason, fmt, ap);
 	va_end(ap);
 	lc__batch_complete(b, code, reason);
 }
@@ -142,7 +142,7 @@ void lc__conn_fail_all(lc_conn_t *c, int code, const char *fmt, ...)
 	lc__batch_t **v;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(reason, sizeof reason, fmt, ap);
+	lc__vreason(reason, sizeof reason, fmt, ap);
 	va_end(ap);
 	size_t n = lc__conn_collect(c, NULL, NULL, &v);
 	for (size_t i = 0; i < n; i++) {

@@ -14,13 +14,16 @@
 
 int lc_listener_create(lc_ctx_t *ctx, const char *url, lc_listener_t **out)
 {
+	lc_last_error_clear();
 	if (!ctx || !url || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_listener_create: %s is NULL",
+				!ctx   ? "ctx"
+				: !url ? "url"
+				       : "out");
 	const lc__transport_ops_t *ops = lc__transport_find(url);
-	if (!ops) {
-		LC__WARN("no transport for %s (built in: %s)", url, lc_transports());
-		return LC_ERR_NO_TRANSPORT;
-	}
+	if (!ops)
+		return LC__FAIL(LC_ERR_NO_TRANSPORT, "no transport for %s (built in: %s)", url,
+				lc_transports());
 	lc_listener_t *l = calloc(1, sizeof *l);
 	if (!l)
 		return -ENOMEM;
@@ -30,9 +33,8 @@ int lc_listener_create(lc_ctx_t *ctx, const char *url, lc_listener_t **out)
 	if (!rc)
 		rc = ops->listen(l, url);
 	if (rc) {
-		LC__WARN("listen on %s: %s", url, lc_strerror(rc));
 		free(l);
-		return rc;
+		return LC__FAIL(rc, "listen on %s: %s", url, lc__why(rc));
 	}
 	pthread_mutex_lock(&ctx->objs_lock);
 	l->ctx_next = ctx->listeners;
@@ -48,10 +50,11 @@ int lc_listener_create(lc_ctx_t *ctx, const char *url, lc_listener_t **out)
 int lc_listener_url(const lc_listener_t *l, char *buf, size_t cap)
 {
 	if (!l || !buf)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_listener_url: %s is NULL", !l ? "listener" : "buf");
 	size_t n = strlen(l->url);
 	if (n + 1 > cap)
-		return -ENOSPC;
+		return LC__FAIL(-ENOSPC, "lc_listener_url: %zu bytes needed, %zu given", n + 1,
+				cap);
 	memcpy(buf, l->url, n + 1);
 	return (int)n;
 }
@@ -79,14 +82,28 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 {
 	lc_conn_params_t p;
 	/* params are required: a connection needs a completion queue. */
+	/* P connects to the URL a D sent: failures past the arguments are
+	 * logged rate-limited (LC__LOG_PEER). */
+	lc_last_error_clear();
 	if (!ctx || !url || !out || !params)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_conn_create: %s is NULL",
+				!ctx   ? "ctx"
+				: !url ? "url"
+				: !out ? "out"
+				       : "params (cq is required)");
 	LC__PARAMS_COPY(&p, params);
-	if (!p.cq || strlen(url) >= LC__URL_MAX || p.lanes < 0)
-		return -EINVAL;
+	if (!p.cq)
+		return LC__FAIL(-EINVAL, "lc_conn_create: params->cq is required");
+	if (strlen(url) >= LC__URL_MAX)
+		return LC__FAIL(-EINVAL, "lc_conn_create: URL longer than %d bytes",
+				LC__URL_MAX - 1);
+	if (p.lanes < 0)
+		return LC__FAIL(-EINVAL, "lc_conn_create: lanes %d < 0", p.lanes);
 	const lc__transport_ops_t *ops = lc__transport_find(url);
 	if (!ops) {
-		LC__WARN("no transport for %s (built in: %s)", url, lc_transports());
+		lc__error_set(LC_ERR_NO_TRANSPORT, "no transport for %.200s (built in: %s)", url,
+			      lc_transports());
+		LC__WARN_PEER("%s", lc_last_error());
 		return LC_ERR_NO_TRANSPORT;
 	}
 	lc_conn_t *c = calloc(1, sizeof *c);
@@ -104,10 +121,11 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 	if (!rc)
 		rc = ops->conn_open(c, url, &p);
 	if (rc) {
-		LC__WARN("connection to %s: %s", url, lc_strerror(rc));
 		LC__COUNT(ctx, conns_failed);
 		pthread_mutex_destroy(&c->lock);
 		free(c);
+		lc__error_set(rc, "connection to %s: %s", url, lc__why(rc));
+		LC__WARN_PEER("%s", lc_last_error());
 		return rc;
 	}
 	LC__COUNT(ctx, conns_opened);
@@ -147,7 +165,10 @@ int lc_conn_import_region(lc_conn_t *c, const void *desc, size_t len, uint32_t *
 {
 	lc_region_desc_t d;
 	if (!c || !desc || !region_id_out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_conn_import_region: %s is NULL",
+				!c      ? "conn"
+				: !desc ? "desc"
+					: "region_id_out");
 	int rc = lc_region_unpack(desc, len, &d);
 	if (rc)
 		return rc;
@@ -197,12 +218,13 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 		if (!writes[i].length)
 			continue;
 		if (strided_span(&writes[i], &ls, &rs)) {
-			LC__WARN("batch to %s: write %zu: %u blocks of %llu bytes at strides "
-				 "%llu/%llu overlap or overflow",
-				 c->url, i, writes[i].count, (unsigned long long)writes[i].length,
-				 (unsigned long long)writes[i].local_stride,
-				 (unsigned long long)writes[i].remote_stride);
-			return -EINVAL;
+			return LC__FAIL(
+				-EINVAL,
+				"batch to %s: write %zu: %u blocks of %llu bytes at strides "
+				"%llu/%llu overlap or overflow",
+				c->url, i, writes[i].count, (unsigned long long)writes[i].length,
+				(unsigned long long)writes[i].local_stride,
+				(unsigned long long)writes[i].remote_stride);
 		}
 		keep += native || writes[i].count <= 1 ? 1 : writes[i].count;
 	}
@@ -217,10 +239,10 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 			continue; /* lands nothing; complete with the rest */
 		strided_span(w, &ls, &rs);
 		if (!w->local || lc__source_find(c->ctx, w->local, ls, &src)) {
-			LC__WARN(
+			return LC__FAIL(
+				LC_ERR_REGION,
 				"batch to %s: write %zu source %p+%llu is not in a registered region",
 				c->url, i, w->local, (unsigned long long)ls);
-			return LC_ERR_REGION;
 		}
 		uint32_t count = w->count > 1 ? w->count : 1;
 		b->bytes += (uint64_t)count * w->length;
@@ -250,13 +272,17 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	lc_batch_params_t p = {0};
 	int rc;
 	if (!c || !batch_id || (n && !writes))
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_batch_post: %s is NULL",
+				!c          ? "conn"
+				: !batch_id ? "batch_id"
+					    : "writes (with n > 0)");
 	if (params)
 		memcpy(&p, params, LC__MIN(params->size ? params->size : sizeof p, sizeof p));
 	if (p.flags & ~(uint32_t)LC_BATCH_DEFER)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_batch_post: unknown flags 0x%x", p.flags);
 	if (atomic_load(&c->closing))
-		return LC_ERR_CLOSED;
+		return LC__FAIL(LC_ERR_CLOSED, "lc_batch_post: connection to %s is closing",
+				c->url);
 	lc__batch_t *b = calloc(1, sizeof *b);
 	if (!b)
 		return -ENOMEM;
@@ -326,7 +352,7 @@ fail_free:
 int lc_conn_flush(lc_conn_t *c)
 {
 	if (!c)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_conn_flush: conn is NULL");
 	if (c->ops->flush && !atomic_load(&c->closing))
 		c->ops->flush(c);
 	return 0;
@@ -342,7 +368,7 @@ int lc_conn_room_cancel(lc_conn_t *c, uint64_t room)
 	lc__batch_t **v;
 	int cancelled = 0;
 	if (!c)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_conn_room_cancel: conn is NULL");
 	size_t n = lc__conn_collect(c, same_room, &room, &v);
 	for (size_t i = 0; i < n; i++) {
 		if (!lc__batch_is_completed(v[i])) {

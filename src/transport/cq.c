@@ -12,7 +12,7 @@
 int lc_cq_create(lc_ctx_t *ctx, lc_cq_t **out)
 {
 	if (!ctx || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_cq_create: %s is NULL", !ctx ? "ctx" : "out");
 	lc_cq_t *cq = calloc(1, sizeof *cq);
 	if (!cq)
 		return -ENOMEM;
@@ -124,7 +124,10 @@ int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
 	uint64_t drain;
 	int n = 0;
 	if (!cq || (!out && max > 0) || max < 0)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_cq_poll: %s",
+				!cq       ? "cq is NULL"
+				: max < 0 ? "max < 0"
+					  : "out is NULL");
 	pthread_mutex_lock(&cq->lock);
 	while (n < max && cq->count > 0) {
 		out[n++] = cq->ring[cq->head];

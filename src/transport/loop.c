@@ -318,9 +318,10 @@ static bool thread_take(lc_ctx_t *ctx, const char *url)
 	atomic_fetch_sub(&ctx->conn_threads, 1);
 	uint64_t n = LC__COUNT(ctx, conns_refused_threads) + 1;
 	if (!(n & (n - 1))) /* the 1st, 2nd, 4th...: a flood does not flood the log */
-		LC__WARN("loop: refusing %s: %d connection threads running (conn_threads_max); "
-			 "%llu refused",
-			 url, max, (unsigned long long)n);
+		LC__WARN_PEER(
+			"loop: refusing %s: %d connection threads running (conn_threads_max); "
+			"%llu refused",
+			url, max, (unsigned long long)n);
 	return false;
 }
 
@@ -424,7 +425,10 @@ extern const lc__transport_ops_t lc__loop_ops;
 int lc_loop_set_faults(lc_conn_t *c, const lc_loop_faults_t *faults)
 {
 	if (!c || !faults || c->ops != &lc__loop_ops)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_loop_set_faults: %s",
+				!c        ? "conn is NULL"
+				: !faults ? "faults is NULL"
+					  : "not a loop:// connection");
 	loop_conn_t *lc = c->tp;
 	lc_loop_faults_t f;
 	LC__PARAMS_COPY(&f, faults);

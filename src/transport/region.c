@@ -15,9 +15,8 @@
 static int refuse_kind(lc_ctx_t *ctx, void *addr, size_t len, int kind, int rc, const char *why)
 {
 	LC__COUNT(ctx, regions_rejected_kind);
-	LC__WARN("register %p+%zu as memory kind %d: %s (%s)", addr, len, kind, why,
-		 lc_strerror(rc));
-	return rc;
+	return LC__FAIL(rc, "register %p+%zu as memory kind %d: %s (%s)", addr, len, kind, why,
+			lc_strerror(rc));
 }
 
 /* CUDA memory: what the driver says the range is must be what the caller
@@ -65,8 +64,9 @@ int lc_region_register_ex(lc_ctx_t *ctx, void *addr, size_t len, const lc_region
 {
 	lc_region_params_t p;
 	uint64_t off = 0;
+	lc_last_error_clear();
 	if (!ctx || !out)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_region_register: %s is NULL", ctx ? "out" : "ctx");
 	LC__PARAMS_COPY(&p, params);
 	if (!params && lc_sim_is(addr, len))
 		p.kind = LC_MEM_KIND_SIM; /* plain registration detects sim ranges */
@@ -76,7 +76,7 @@ int lc_region_register_ex(lc_ctx_t *ctx, void *addr, size_t len, const lc_region
 	int fd = LC__KIND_IS_HOST(p.kind) ? lc__mem_memfd(addr, len, &off) : -1;
 	rc = lc__regions_add_kind(&ctx->regions, ctx, addr, len, fd, off, p.kind, p.device, out);
 	if (rc)
-		LC__WARN("register %p+%zu: %s", addr, len, lc_strerror(rc));
+		return LC__FAIL(rc, "register %p+%zu: %s", addr, len, lc__why(rc));
 	else
 		LC__DEBUG("region %u = %p+%zu kind %d%s", (*out)->id, addr, len, p.kind,
 			  fd >= 0 ? " (memfd)" : "");
@@ -91,7 +91,7 @@ int lc_region_register(lc_ctx_t *ctx, void *addr, size_t len, lc_region_t **out)
 int lc_region_deregister(lc_region_t *r)
 {
 	if (!r)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_region_deregister: region is NULL");
 	lc_ctx_t *ctx = r->ctx;
 	int revoked = lc__grant_revoke_region(ctx->grants, r->id);
 	if (revoked)
@@ -105,9 +105,10 @@ int lc_region_pack(const lc_region_t *r, void *buf, size_t cap)
 	uint8_t *p = buf;
 	int keys = 0;
 	if (!r || !buf)
-		return -EINVAL;
+		return LC__FAIL(-EINVAL, "lc_region_pack: %s is NULL", r ? "buf" : "region");
 	if (cap < LC__DESC_HEADER)
-		return -ENOSPC;
+		return LC__FAIL(-ENOSPC, "lc_region_pack: %zu bytes given, at least %d needed", cap,
+				LC__DESC_HEADER);
 	/* Transport keys: only transports with one-sided writes add any. */
 	keys = lc__transports_pack_region(r->ctx, r, p + LC__DESC_HEADER, cap - LC__DESC_HEADER);
 	if (keys < 0)

@@ -14,13 +14,13 @@ int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset
 	lc__region_info_t r;
 	if (lc__regions_get(&ctx->regions, region, &r)) {
 		LC__COUNT(ctx, writes_rejected_region);
-		LC__WARN("rejected write for room %llu: unknown region %u",
-			 (unsigned long long)room, region);
+		LC__WARN_PEER("rejected write for room %llu: unknown region %u",
+			      (unsigned long long)room, region);
 		return LC_ERR_REGION;
 	}
 	if (offset > r.len || length > r.len - offset) {
 		LC__COUNT(ctx, writes_rejected_range);
-		LC__WARN(
+		LC__WARN_PEER(
 			"rejected write for room %llu: [%llu, +%llu) outside region %u of %zu bytes",
 			(unsigned long long)room, (unsigned long long)offset,
 			(unsigned long long)length, region, r.len);
@@ -30,17 +30,17 @@ int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset
 	int rc;
 	if (lc__grant_lookup(ctx->grants, room, region, offset, length, &g)) {
 		LC__COUNT(ctx, writes_rejected_grant);
-		LC__WARN("rejected write for room %llu: region %u [%llu, +%llu) not granted",
-			 (unsigned long long)room, region, (unsigned long long)offset,
-			 (unsigned long long)length);
+		LC__WARN_PEER("rejected write for room %llu: region %u [%llu, +%llu) not granted",
+			      (unsigned long long)room, region, (unsigned long long)offset,
+			      (unsigned long long)length);
 		return LC_ERR_GRANT;
 	}
 	lc__copier_t *cp = NULL;
 	if (!LC__KIND_IS_HOST(r.kind) && (rc = lc__copier_get(ctx, r.kind, r.device, &cp))) {
 		lc__grant_put(g);
 		LC__COUNT(ctx, device_copy_errors);
-		LC__WARN("rejected write for room %llu: region %u has no copy engine (%s)",
-			 (unsigned long long)room, region, lc_strerror(rc));
+		LC__WARN_PEER("rejected write for room %llu: region %u has no copy engine (%s)",
+			      (unsigned long long)room, region, lc_strerror(rc));
 		return rc;
 	}
 	bool host = cp == NULL;
@@ -110,17 +110,18 @@ static void land_count_range(lc__land_t *l, uint64_t offset, uint64_t length)
 	int rc = lc__grant_landed(l->g, l->region, offset, length, &o);
 	if (o.broke) {
 		LC__COUNT(l->ctx, grant_intervals_capped);
-		LC__WARN("room %llu: its writes leave more gaps than grant_intervals_max allows "
-			 "(%s): D stops counting the room and fails it",
-			 (unsigned long long)l->room, lc_strerror(rc));
+		LC__WARN_PEER(
+			"room %llu: its writes leave more gaps than grant_intervals_max allows "
+			"(%s): D stops counting the room and fails it",
+			(unsigned long long)l->room, lc_strerror(rc));
 	}
 	if (!o.twice)
 		return;
 	LC__COUNT_ADD(l->ctx, bytes_landed_twice, o.twice);
 	if (o.first_twice)
-		LC__WARN("room %llu: %llu bytes of region %u landed twice (a duplicate or "
-			 "replayed write)",
-			 (unsigned long long)l->room, (unsigned long long)o.twice, l->region);
+		LC__WARN_PEER("room %llu: %llu bytes of region %u landed twice (a duplicate or "
+			      "replayed write)",
+			      (unsigned long long)l->room, (unsigned long long)o.twice, l->region);
 }
 
 void lc__land_block_done(lc__land_t *l, uint64_t at, uint64_t n)
@@ -170,11 +171,11 @@ int lc__land_strided_span(lc_ctx_t *ctx, uint64_t room, uint64_t offset, uint64_
 	    (k && dst_stride > (UINT64_MAX - length) / k) ||
 	    k * dst_stride + length > UINT64_MAX - offset) {
 		LC__COUNT(ctx, writes_rejected_range);
-		LC__WARN("rejected strided write for room %llu: %u blocks of %llu bytes %llu "
-			 "apart at %llu (overlapping, overflowing or more than %u)",
-			 (unsigned long long)room, count, (unsigned long long)length,
-			 (unsigned long long)dst_stride, (unsigned long long)offset,
-			 LC_WRITE_MAX_COUNT);
+		LC__WARN_PEER("rejected strided write for room %llu: %u blocks of %llu bytes %llu "
+			      "apart at %llu (overlapping, overflowing or more than %u)",
+			      (unsigned long long)room, count, (unsigned long long)length,
+			      (unsigned long long)dst_stride, (unsigned long long)offset,
+			      LC_WRITE_MAX_COUNT);
 		return LC_ERR_OUT_OF_REGION;
 	}
 	*span = k * dst_stride + length;

@@ -202,7 +202,9 @@ static int case_rank_ip(const char *cli)
 	REFUSED("\"rank_ip\":\"\xff\xfe\"", "UTF-8");
 	unsigned long long after = metric(INVALID);
 	TU_CHECK(after - before == 12, "invalid PUTs counted %llu, want 12", after - before);
-	TU_CHECK(log_lines("PUT /route refused (400)") >= 12, "refusals not logged");
+	/* Logged through the rate-limited path (LC__LOG_PEER): the first at
+	 * once, the rest counted above and summed in a later line. */
+	TU_CHECK(log_lines("PUT /route refused (400)") >= 1, "refusals not logged");
 	/* Host names and both address families still register. */
 	accepted("\"rank_ip\":\"p0-rank.cluster.internal\"");
 	accepted("\"rank_ip\":\"fe80::1\"");
@@ -276,7 +278,7 @@ static int case_strings(const char *cli)
 		"curve_public_key");
 	unsigned long long after = metric(INVALID);
 	TU_CHECK(after - before == 11, "invalid PUTs counted %llu, want 11", after - before);
-	TU_CHECK(log_lines("PUT /route refused (400)") >= 11, "refusals not logged");
+	TU_CHECK(log_lines("PUT /route refused (400)") >= 1, "refusals not logged");
 	fprintf(stderr, "ok: NUL, control characters, bad UTF-8 and bad keys refused\n");
 	return 0;
 }
@@ -349,7 +351,7 @@ static int case_content_length(const char *cli)
 	unsigned long long after = metric("layercake_bootstrap_bad_headers_total");
 	TU_CHECK(after - before == LC__ARRAY_SIZE(heads), "bad headers counted %llu, want %zu",
 		 after - before, LC__ARRAY_SIZE(heads));
-	TU_CHECK(log_lines("Content-Length") >= (int)LC__ARRAY_SIZE(heads), "refusals not logged");
+	TU_CHECK(log_lines("Content-Length") >= 1, "refusals not logged"); /* rate-limited */
 	/* One Content-Length still works. */
 	int n = snprintf(req, sizeof req,
 			 "PUT /route HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\nConnection: "

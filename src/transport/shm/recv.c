@@ -182,8 +182,8 @@ static void dconn_close(shm_listener_t *sl, dconn_t *dc, const char *why)
 static void malformed(shm_listener_t *sl, dconn_t *dc, const char *what)
 {
 	LC__COUNT(sl->ctx, frames_malformed);
-	LC__WARN("shm://%s: malformed message from pid %ld (%s); closing the connection", sl->name,
-		 (long)dc->pid, what);
+	LC__WARN_PEER("shm://%s: malformed message from pid %ld (%s); closing the connection",
+		      sl->name, (long)dc->pid, what);
 }
 
 static src_region_t *src_find(dconn_t *dc, uint32_t id)
@@ -205,8 +205,8 @@ static int src_map(shm_listener_t *sl, src_region_t *s, int fd, uint64_t off)
 	 * could block (FUSE) or shrink under us. */
 	int seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		LC__WARN("shm://%s: source region %u: the passed fd is not a memfd", sl->name,
-			 s->id);
+		LC__WARN_PEER("shm://%s: source region %u: the passed fd is not a memfd", sl->name,
+			      s->id);
 		return -1;
 	}
 	if (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
@@ -218,9 +218,10 @@ static int src_map(shm_listener_t *sl, src_region_t *s, int fd, uint64_t off)
 		return -1;
 	}
 	if (off > (uint64_t)st.st_size || s->len > (uint64_t)st.st_size - off) {
-		LC__WARN("shm://%s: source region %u: [%llu, +%llu) beyond the memfd (%lld bytes)",
-			 sl->name, s->id, (unsigned long long)off, (unsigned long long)s->len,
-			 (long long)st.st_size);
+		LC__WARN_PEER(
+			"shm://%s: source region %u: [%llu, +%llu) beyond the memfd (%lld bytes)",
+			sl->name, s->id, (unsigned long long)off, (unsigned long long)s->len,
+			(long long)st.st_size);
 		return -1;
 	}
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
@@ -228,7 +229,8 @@ static int src_map(shm_listener_t *sl, src_region_t *s, int fd, uint64_t off)
 	size_t map_len = (size_t)(s->len + (off - aligned));
 	void *m = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, (off_t)aligned);
 	if (m == MAP_FAILED) {
-		LC__WARN("shm://%s: source region %u: mmap: %s", sl->name, s->id, strerror(errno));
+		LC__WARN_PEER("shm://%s: source region %u: mmap: %s", sl->name, s->id,
+			      strerror(errno));
 		return -1;
 	}
 	/* Huge pages where shmem THP is enabled ("advise"); harmless where not.
@@ -254,10 +256,10 @@ static void src_cma(shm_listener_t *sl, dconn_t *dc, src_region_t *s)
 	if (process_vm_readv(dc->pid, &lv, 1, &rv, 1, 0) == 1)
 		return;
 	s->err = -ENOTSUP;
-	LC__WARN("shm://%s: source region %u of pid %ld is not memfd-backed and cross-memory "
-		 "attach is refused (%s); its writes fail: allocate sender memory with "
-		 "lc_mem_alloc(LC_MEM_SHAREABLE)",
-		 sl->name, s->id, (long)dc->pid, strerror(errno));
+	LC__WARN_PEER("shm://%s: source region %u of pid %ld is not memfd-backed and cross-memory "
+		      "attach is refused (%s); its writes fail: allocate sender memory with "
+		      "lc_mem_alloc(LC_MEM_SHAREABLE)",
+		      sl->name, s->id, (long)dc->pid, strerror(errno));
 }
 
 /* The slot of source region id: its old one (released) or a new one;
@@ -318,8 +320,8 @@ static int ipc_device(const char *pci)
 static int ipc_reject(shm_listener_t *sl, dconn_t *dc, uint32_t id, int code, const char *why)
 {
 	LC__COUNT(sl->ctx, ipc_rejected);
-	LC__WARN("shm://%s: CUDA IPC region %u of pid %ld: %s; its writes fail (%s)", sl->name, id,
-		 (long)dc->pid, why, lc_err_name(code));
+	LC__WARN_PEER("shm://%s: CUDA IPC region %u of pid %ld: %s; its writes fail (%s)", sl->name,
+		      id, (long)dc->pid, why, lc_err_name(code));
 	return code;
 }
 
@@ -556,15 +558,15 @@ static int on_hello(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t le
 	lc__shm_welcome_t w = {.magic = LC__SHM_MAGIC, .version = LC__SHM_VERSION};
 	if (h.version != LC__SHM_VERSION) {
 		w.status = LC_ERR_PROTO;
-		LC__WARN("shm://%s: pid %ld speaks version %u, we speak %u", sl->name,
-			 (long)dc->pid, h.version, LC__SHM_VERSION);
+		LC__WARN_PEER("shm://%s: pid %ld speaks version %u, we speak %u", sl->name,
+			      (long)dc->pid, h.version, LC__SHM_VERSION);
 	} else if (!lc__ctx_token_accepted(sl->ctx, h.token, h.flags & LC__SHM_HELLO_TOKEN)) {
 		w.status = LC_ERR_AUTH;
 		LC__COUNT(sl->ctx, conns_rejected_auth);
-		LC__WARN("shm://%s: rejected a connection from pid %ld: %s", sl->name,
-			 (long)dc->pid,
-			 h.flags & LC__SHM_HELLO_TOKEN ? "token not accepted"
-						       : "no token presented");
+		LC__WARN_PEER("shm://%s: rejected a connection from pid %ld: %s", sl->name,
+			      (long)dc->pid,
+			      h.flags & LC__SHM_HELLO_TOKEN ? "token not accepted"
+							    : "no token presented");
 	}
 	/* CUDA IPC where P offers it and device memory made us load CUDA. */
 	if (!w.status && (h.flags & LC__SHM_HELLO_IPC) && !sl->no_ipc && lc__cuda_loaded())
@@ -698,10 +700,10 @@ static void make_room(shm_listener_t *sl)
 	if (!oldest || (pending < sl->pending_max && sl->nconns < MAX_CONNS))
 		return;
 	LC__COUNT(sl->ctx, conns_evicted_pending);
-	if (sl->evicted++ % 1024 == 0)
-		LC__WARN("shm://%s: closing the oldest connection without a handshake to take a "
-			 "new one (%llu closed so far)",
-			 sl->name, (unsigned long long)sl->evicted);
+	sl->evicted++;
+	LC__WARN_PEER("shm://%s: closing the oldest connection without a handshake to take a "
+		      "new one (%llu closed so far)",
+		      sl->name, (unsigned long long)sl->evicted);
 	dconn_close(sl, oldest, "too many connections without a handshake");
 }
 
@@ -732,7 +734,7 @@ static void dconn_add(shm_listener_t *sl, int fd)
 		  (long)cred.uid);
 	return;
 refuse:
-	LC__WARN("shm://%s: refusing a connection (%zu open)", sl->name, sl->nconns);
+	LC__WARN_PEER("shm://%s: refusing a connection (%zu open)", sl->name, sl->nconns);
 	if (dc) {
 		free(dc->acks);
 		free(dc->in);
@@ -747,7 +749,7 @@ static void accept_burst(shm_listener_t *sl)
 		int fd = accept4(sl->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				LC__WARN("shm://%s: accept: %s", sl->name, strerror(errno));
+				LC__WARN_PEER("shm://%s: accept: %s", sl->name, strerror(errno));
 			if (errno != EINTR && errno != ECONNABORTED)
 				return;
 			continue;

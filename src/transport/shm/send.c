@@ -128,7 +128,7 @@ static void fail_all(shm_conn_t *sc, int code, const char *fmt, ...)
 	char reason[LC_REASON_MAX];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(reason, sizeof reason, fmt, ap);
+	lc__vreason(reason, sizeof reason, fmt, ap);
 	va_end(ap);
 	pthread_mutex_lock(&sc->lock);
 	pbatch_t *pb = sc->head;
@@ -189,7 +189,7 @@ static void p_fail(shm_conn_t *sc, int code, const char *fmt, ...)
 	char why[LC_REASON_MAX];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(why, sizeof why, fmt, ap);
+	lc__vreason(why, sizeof why, fmt, ap);
 	va_end(ap);
 	LC__DEBUG("%s: %s: %s", sc->c->url, lc_err_name(code), why);
 	p_disconnect(sc);
@@ -596,7 +596,8 @@ static void p_receive(shm_conn_t *sc)
 			     p_on_acks(sc, sc->in, (size_t)n);
 		if (!ok) {
 			LC__COUNT(sc->ctx, frames_malformed);
-			LC__WARN("%s: malformed message from the receiver; closing", sc->c->url);
+			LC__WARN_PEER("%s: malformed message from the receiver; closing",
+				      sc->c->url);
 			p_fail(sc, LC_ERR_PROTO, "malformed message from the receiver");
 			return;
 		}

@@ -13,13 +13,20 @@
 int lc__shm_name_from_url(const char *url, char *name, size_t cap, bool listening)
 {
 	static const char scheme[] = "shm://";
-	if (strncmp(url, scheme, sizeof scheme - 1))
+	if (strncmp(url, scheme, sizeof scheme - 1)) {
+		lc__error_set(-EINVAL, "%.200s: not a shm:// URL", url);
 		return -EINVAL;
+	}
 	const char *n = url + sizeof scheme - 1;
 	size_t len = strcspn(n, "?");
 	if (len == 0 || (len == 4 && !strncmp(n, "auto", 4))) {
-		if (!listening)
+		if (!listening) {
+			lc__error_set(-EINVAL,
+				      "%.200s: a connection needs the listener's name "
+				      "(shm://auto is for listening)",
+				      url);
 			return -EINVAL;
+		}
 		uint64_t r;
 		int rc = lc__random_u64(&r);
 		if (rc)
@@ -27,13 +34,21 @@ int lc__shm_name_from_url(const char *url, char *name, size_t cap, bool listenin
 		snprintf(name, cap, "lc-%ld-%016llx", (long)getpid(), (unsigned long long)r);
 		return 0;
 	}
-	if (len > LC__SHM_NAME_MAX || len + 1 > cap)
+	if (len > LC__SHM_NAME_MAX || len + 1 > cap) {
+		lc__error_set(-EINVAL, "%.200s: name longer than %d characters", url,
+			      (int)LC__MIN((size_t)LC__SHM_NAME_MAX, cap - 1));
 		return -EINVAL;
+	}
 	for (size_t i = 0; i < len; i++) {
 		char ch = n[i];
 		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.'))
+		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.')) {
+			lc__error_set(-EINVAL,
+				      "%.200s: '%c' in the name (letters, digits, '-', '_' "
+				      "and '.' only)",
+				      url, ch);
 			return -EINVAL;
+		}
 	}
 	memcpy(name, n, len);
 	name[len] = '\0';

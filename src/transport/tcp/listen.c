@@ -122,11 +122,11 @@ static void make_room(tcp_listener_t *tl, const uint8_t *key, uint8_t len)
 	if (!v)
 		return;
 	LC__COUNT(tl->ctx, conns_evicted_pending);
-	if (tl->evicted++ % 1024 == 0)
-		LC__WARN("tcp: closing the oldest connection without a handshake to take a new "
-			 "one (%s cap; %llu closed so far)",
-			 v == old_same && same >= tl->pending_per_addr ? "per-address" : "listener",
-			 (unsigned long long)tl->evicted);
+	tl->evicted++;
+	LC__WARN_PEER("tcp: closing the oldest connection without a handshake to take a new "
+		      "one (%s cap; %llu closed so far)",
+		      v == old_same && same >= tl->pending_per_addr ? "per-address" : "listener",
+		      (unsigned long long)tl->evicted);
 	rlane_close(tl, v);
 }
 
@@ -137,7 +137,7 @@ static void rlane_add(tcp_listener_t *tl, int fd, const struct sockaddr_storage 
 	peer_key(a, key, &len);
 	make_room(tl, key, len);
 	if (tl->nlanes >= MAX_ACCEPTED || !(r = calloc(1, sizeof *r))) {
-		LC__WARN("tcp: refusing a connection (%zu open)", tl->nlanes);
+		LC__WARN_PEER("tcp: refusing a connection (%zu open)", tl->nlanes);
 		close(fd);
 		return;
 	}
@@ -170,7 +170,7 @@ static void accept_burst(tcp_listener_t *tl)
 			accept4(tl->fd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				LC__WARN("tcp: accept: %s", strerror(errno));
+				LC__WARN_PEER("tcp: accept: %s", strerror(errno));
 			if (errno != EINTR && errno != ECONNABORTED)
 				return;
 			continue;
@@ -214,8 +214,8 @@ static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
 		if (r->readable && !r->paused && !lc__tcp_rlane_held(r))
 			lc__tcp_rlane_pump(r);
 		if (r->phase == R_HELLO && !r->dead && now >= r->hello_deadline_ns) {
-			LC__WARN("tcp: no handshake within %llu ms; closing",
-				 (unsigned long long)(tl->hello_ns / 1000000));
+			LC__WARN_PEER("tcp: no handshake within %llu ms; closing",
+				      (unsigned long long)(tl->hello_ns / 1000000));
 			r->dead = true;
 		}
 		if (rlane_idle(tl, r, now)) {

@@ -355,10 +355,10 @@ static void revoked_run(rlane_t *r, lc__grant_room_t *g)
 {
 	const rwrite_t *first = &r->run[r->run_i];
 	uint32_t n = 0;
-	LC__WARN("tcp: grant of room %llu revoked during a write to region %u [%llu, +%llu); "
-		 "discarding the rest of the run",
-		 (unsigned long long)r->room, first->region, (unsigned long long)first->offset,
-		 (unsigned long long)first->len);
+	LC__WARN_PEER("tcp: grant of room %llu revoked during a write to region %u [%llu, +%llu); "
+		      "discarding the rest of the run",
+		      (unsigned long long)r->room, first->region, (unsigned long long)first->offset,
+		      (unsigned long long)first->len);
 	for (uint32_t i = r->run_i; i < r->run_n; i++, n++)
 		if (r->run[i].dst && r->run[i].land.g == g)
 			revoked_midway(r, &r->run[i]);
@@ -491,8 +491,8 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 	lc__tcp_rlane_flush(r);
 	if (!ok) {
 		LC__COUNT(r->tl->ctx, conns_rejected_auth);
-		LC__WARN("tcp: rejected a connection: %s",
-			 has ? "unknown or revoked session token" : "no session token");
+		LC__WARN_PEER("tcp: rejected a connection: %s",
+			      has ? "unknown or revoked session token" : "no session token");
 		return LC_ERR_AUTH;
 	}
 	if (!admitted)
@@ -716,8 +716,8 @@ static void rlane_bad(rlane_t *r, int rc)
 	if (rc != LC_ERR_PROTO)
 		return; /* LC_ERR_AUTH, -EBUSY: counted and logged by on_hello */
 	LC__COUNT(r->tl->ctx, frames_malformed);
-	LC__WARN("tcp: malformed frame after %llu writes on a lane; closing it",
-		 (unsigned long long)r->seq);
+	LC__WARN_PEER("tcp: malformed frame after %llu writes on a lane; closing it",
+		      (unsigned long long)r->seq);
 }
 
 void lc__tcp_rlane_pump(rlane_t *r)

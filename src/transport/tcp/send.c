@@ -222,7 +222,7 @@ static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
 	char why[LC_REASON_MAX];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(why, sizeof why, fmt, ap);
+	lc__vreason(why, sizeof why, fmt, ap);
 	va_end(ap);
 	tcp_conn_t *tc = ln->tc;
 	size_t nseg = 0;
@@ -233,8 +233,8 @@ static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
 		seg_release(ln, s);
 	}
 	if (nseg && code != LC_ERR_CANCELLED)
-		LC__WARN("tcp://%s:%d lane %d: %s (%s; %zu segments failed)", tc->host, tc->port,
-			 ln->idx, why, lc_err_name(code), nseg);
+		LC__WARN_PEER("tcp://%s:%d lane %d: %s (%s; %zu segments failed)", tc->host,
+			      tc->port, ln->idx, why, lc_err_name(code), nseg);
 	else
 		LC__DEBUG("tcp://%s:%d lane %d: %s", tc->host, tc->port, ln->idx, why);
 	ln->head = ln->tail = ln->cur = NULL;
@@ -262,8 +262,8 @@ static bool lane_resend(lane_t *ln, const char *why)
 static void lane_malformed(lane_t *ln, const char *what)
 {
 	LC__COUNT(ln->tc->ctx, frames_malformed);
-	LC__WARN("tcp://%s:%d lane %d: malformed frame from the receiver: %s", ln->tc->host,
-		 ln->tc->port, ln->idx, what);
+	LC__WARN_PEER("tcp://%s:%d lane %d: malformed frame from the receiver: %s", ln->tc->host,
+		      ln->tc->port, ln->idx, what);
 	lane_fail(ln, LC_ERR_PROTO, "malformed frame from the receiver: %s", what);
 }
 
@@ -852,6 +852,9 @@ int lc__tcp_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 	pthread_mutex_init(&tc->lock, NULL);
 	rc = lc__url_host_port(url, "tcp", tc->host, sizeof tc->host, &tc->port);
 	if (rc || tc->port == 0) {
+		if (!rc)
+			lc__error_set(-EINVAL, "%s: port 0 (connect needs the listener's port)",
+				      url);
 		rc = -EINVAL;
 		goto fail;
 	}

@@ -154,10 +154,11 @@ static bool sc_rma_allowed(ustate_t *st, sconn_t *sc)
 		return true;
 	}
 	LC__COUNT(st->ctx, conns_refused_sw_rma);
-	LC__WARN("ucx: put mode: no hardware RMA to this sender (put lanes: %s): UCX would "
-		 "emulate it with CPU copies that check no key, letting any connected peer write "
-		 "D's memory; refusing the connection (use data mode am)",
-		 lanes);
+	LC__WARN_PEER(
+		"ucx: put mode: no hardware RMA to this sender (put lanes: %s): UCX would "
+		"emulate it with CPU copies that check no key, letting any connected peer write "
+		"D's memory; refusing the connection (use data mode am)",
+		lanes);
 	return false;
 }
 
@@ -173,7 +174,7 @@ void lc__ucx_on_hello(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 	}
 	if (!lc__ctx_token_accepted(st->ctx, h.token, h.has_token)) {
 		LC__COUNT(st->ctx, conns_rejected_auth);
-		LC__WARN("ucx: rejected a connection with a bad session token");
+		LC__WARN_PEER("ucx: rejected a connection with a bad session token");
 		reply_hello(st, sc->ep, LC_ERR_AUTH);
 		sc->rejected = true;
 		sc->close_at = lc__now_ns() + REJECTED_LINGER_NS;
@@ -194,9 +195,9 @@ void lc__ucx_on_unauthed(ustate_t *st, sconn_t *sc, unsigned id)
 	if (sc->rejected)
 		return;
 	LC__COUNT(st->ctx, conns_rejected_auth);
-	LC__WARN("ucx: refused message %u from a connection that presented no accepted token; "
-		 "closing it",
-		 id);
+	LC__WARN_PEER("ucx: refused message %u from a connection that presented no accepted token; "
+		      "closing it",
+		      id);
 	reply_hello(st, sc->ep, LC_ERR_AUTH);
 	sc->rejected = true;
 	sc->close_at = lc__now_ns() + REJECTED_LINGER_NS;
@@ -247,9 +248,10 @@ void lc__ucx_on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 		return;
 	}
 	if (!(h.flags & UW_LEASE_F_AM) && !st->put_mode) {
-		LC__WARN("ucx: refused a put lease for room %llu: this receiver runs in data mode "
-			 "am (no RMA enabled)",
-			 (unsigned long long)h.room);
+		LC__WARN_PEER(
+			"ucx: refused a put lease for room %llu: this receiver runs in data mode "
+			"am (no RMA enabled)",
+			(unsigned long long)h.room);
 		reply_lease(st, sc->ep, h.seq, LC_ENOTSUP, 0);
 		return;
 	}
@@ -518,7 +520,7 @@ void lc__ucx_on_write(ustate_t *st, sconn_t *sc, const uint8_t *h, size_t hlen, 
 	w->busy = true;
 	ucs_status_ptr_t r = ucp_am_recv_data_nbx(st->worker, data, into, length, &p);
 	if (UCS_PTR_IS_ERR(r)) {
-		LC__WARN("ucx: receiving a write: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+		LC__WARN_PEER("ucx: receiving a write: %s", ucs_status_string(UCS_PTR_STATUS(r)));
 		write_received(w, UCS_PTR_STATUS(r));
 	} else if (r == NULL) {
 		write_received(w, UCS_OK); /* completed in place */
@@ -600,9 +602,9 @@ static void sc_service(ustate_t *st, uint64_t now)
 	for (sconn_t **pp = &st->sconns; *pp;) {
 		sconn_t *sc = *pp;
 		if (!sc->closed && !sc->authed && !sc->rejected && now >= sc->hello_deadline) {
-			LC__WARN("ucx: no handshake within %llu ms; closing",
-				 (unsigned long long)lc__ctx_cfg(st->ctx,
-								 LC__CFG_connect_timeout_ms));
+			LC__WARN_PEER("ucx: no handshake within %llu ms; closing",
+				      (unsigned long long)lc__ctx_cfg(st->ctx,
+								      LC__CFG_connect_timeout_ms));
 			sc_close(st, sc);
 		}
 		if (!sc->closed && (sc->failed || (sc->rejected && now >= sc->close_at)))
@@ -627,9 +629,10 @@ static void sc_service(ustate_t *st, uint64_t now)
 			}
 		}
 		if (fence) {
-			LC__WARN("ucx: a sender did not release a revoked room within %llu ms; "
-				 "closing its connection (fence)",
-				 (unsigned long long)(sc->ul->fence_ns / 1000000));
+			LC__WARN_PEER(
+				"ucx: a sender did not release a revoked room within %llu ms; "
+				"closing its connection (fence)",
+				(unsigned long long)(sc->ul->fence_ns / 1000000));
 			sc_close(st, sc);
 		}
 		if (sc->closed) {
@@ -691,8 +694,10 @@ int lc__ucx_listen(ustate_t *st, lc_listener_t *l, const char *url)
 	if (rc)
 		return rc;
 	if (lc__url_query_u64(url, "fence_ms", &fence_ms) < 0 || fence_ms == 0 ||
-	    fence_ms > 3600000)
+	    fence_ms > 3600000) {
+		lc__error_set(-EINVAL, "%s: fence_ms must be 1..3600000", url);
 		return -EINVAL;
+	}
 	ulistener_t *ul = calloc(1, sizeof *ul);
 	if (!ul)
 		return -ENOMEM;

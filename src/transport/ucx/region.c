@@ -73,15 +73,16 @@ int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint
 	uw_key_t k = {0};
 	bool put = uc->st->put_mode;
 	if (put && uw_key_decode(blob, blob_len, &k)) {
-		LC__WARN("ucx: put mode: region %u's descriptor carries no ucx key (the receiver "
-			 "runs in data mode am, or packed before creating its ucx listener)",
-			 desc->region_id);
+		LC__WARN_PEER(
+			"ucx: put mode: region %u's descriptor carries no ucx key (the receiver "
+			"runs in data mode am, or packed before creating its ucx listener)",
+			desc->region_id);
 		return LC_ERR_PROTO;
 	}
 	if (!put) /* am mode: D publishes no key, and P uses none */
 		k = (uw_key_t){.length = desc->length};
 	if (k.length < desc->length) {
-		LC__WARN("ucx: region %u's key maps less than the region", desc->region_id);
+		LC__WARN_PEER("ucx: region %u's key maps less than the region", desc->region_id);
 		return LC_ERR_PROTO;
 	}
 	uint8_t *buf = malloc(k.rkey_len ? k.rkey_len : 1);

@@ -78,9 +78,9 @@ static void uc_mark_dead(uconn_t *uc, int code, const char *fmt, ...)
 		return;
 	uc->state = UC_DEAD;
 	va_start(ap, fmt);
-	vsnprintf(reason, sizeof reason, fmt, ap);
+	lc__vreason(reason, sizeof reason, fmt, ap);
 	va_end(ap);
-	LC__WARN("ucx: %s", reason);
+	LC__WARN_PEER("ucx: %s", reason);
 	pthread_mutex_lock(&uc->lock);
 	uc->dead_code = code;
 	snprintf(uc->dead_reason, sizeof uc->dead_reason, "%s", reason);
@@ -344,8 +344,8 @@ static bool uc_rma_allowed(uconn_t *uc)
 	if (lc__ucx_ep_hw_rma(uc->ep, lanes, sizeof lanes) || uc->st->allow_sw_rma)
 		return true;
 	LC__COUNT(uc->st->ctx, conns_refused_sw_rma);
-	LC__WARN("ucx: put mode: RMA to %s is software-emulated (put lanes: %s); refusing it",
-		 uc->conn->url, lanes);
+	LC__WARN_PEER("ucx: put mode: RMA to %s is software-emulated (put lanes: %s); refusing it",
+		      uc->conn->url, lanes);
 	return false;
 }
 
@@ -519,6 +519,9 @@ int lc__ucx_conn_open(ustate_t *st, lc_conn_t *c, const char *url)
 	rc = lc__url_host_port(url, "ucx", uc->host, sizeof uc->host, &uc->port);
 	if (rc || uc->port == 0) {
 		free(uc);
+		if (!rc)
+			lc__error_set(-EINVAL, "%s: port 0 (connect needs the listener's port)",
+				      url);
 		return rc ? rc : -EINVAL;
 	}
 	uc->conn = c;
