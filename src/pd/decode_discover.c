@@ -186,12 +186,41 @@ static void retry_later(lc_decode_t *d, uint64_t room, const char *why)
 	}
 }
 
+/* A lookup at the peer's bootstrap server failed (fail: enum lc__bs_fail).
+ * Said at once, and again only when its kind changes: a refused connection
+ * is a P not up yet (D may start first: the room waits for its bootstrap
+ * deadline), an answer that is not a bootstrap server's will not change
+ * (the room fails now). */
+static void lookup_failed(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int fail,
+			  const char *why)
+{
+	LC__D_CTL_ADD(d, bootstrap_failures);
+	if (fail != pe->last_fail) {
+		pe->last_fail = fail;
+		if (fail == LC__BS_FAIL_NOT_SERVER)
+			LC__ERROR("decode %s: bootstrap address %s is wrong: %s", d->session,
+				  pe->addr, why);
+		else
+			LC__WARN("decode %s: bootstrap server %s: %s; retrying until "
+				 "bootstrap_timeout_ms (%llu ms) in case P is not up yet",
+				 d->session, pe->addr, why,
+				 (unsigned long long)(d->bootstrap_ns / 1000000));
+	}
+	lc_receiver_t *r = lc__decode_find(d, room);
+	if (r && fail == LC__BS_FAIL_NOT_SERVER)
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
+				"%s; give D its P's bootstrap server host:port", why);
+	else
+		retry_later(d, room, why);
+}
+
 /* GET /route -1/-1 of the room's P, once per peer. Returns the receiver,
  * still Bootstrapping, once pe->info is known; NULL to stop this pass. */
 static lc_receiver_t *fetch_parallel(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe)
 {
 	char why[300] = "", addr[LC__BS_HOST_MAX];
-	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 1};
+	int fail = LC__BS_FAIL_NONE;
+	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 1, .fail = &fail};
 	uint64_t gen = pe->generation;
 	lc__parallel_info_t *pi = calloc(1, sizeof *pi);
 	if (!pi)
@@ -203,9 +232,10 @@ static lc_receiver_t *fetch_parallel(lc_decode_t *d, uint64_t room, lc__ppeer_t 
 	if (rc || pe->info || pe->generation != gen) {
 		free(pi);
 		if (rc)
-			retry_later(d, room, why);
+			lookup_failed(d, room, pe, fail, why);
 		return NULL;
 	}
+	pe->last_fail = LC__BS_FAIL_NONE;
 	pe->ranks = calloc((size_t)pi->world_size, sizeof *pe->ranks);
 	if (!pe->ranks) {
 		free(pi);

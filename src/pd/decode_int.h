@@ -74,6 +74,7 @@ typedef struct lc__ppeer {
 	lc__parallel_info_t *info; /* NULL until fetched */
 	lc__prank_t *ranks;        /* info->world_size */
 	int misses;
+	int last_fail; /* the last lookup's enum lc__bs_fail (said once per kind) */
 	uint64_t next_probe_ns;
 	uint64_t generation; /* bumped when the peer is declared dead */
 } lc__ppeer_t;
