@@ -196,6 +196,7 @@ void lc_decode_destroy(lc_decode_t *d)
 		pthread_join(d->disc_thread, NULL);
 	for (int i = 0; i < d->npeers; i++) {
 		lc__decode_peer_reset(d->peers[i]);
+		free(d->peers[i]->pins);
 		free(d->peers[i]);
 	}
 	lc__pull_close(d->pull);

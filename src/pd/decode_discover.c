@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "control/addr.h"
+#include "control/curve_keys.h"
 #include "pd/decode_int.h"
 
 lc__ppeer_t *lc__decode_peer_get(lc_decode_t *d, const char *addr)
@@ -261,6 +262,77 @@ static void rank_host(const char *bootstrap, lc__rank_info_t *ri)
 		snprintf(ri->rank_ip, sizeof ri->rank_ip, "%s", bs);
 }
 
+/* The pin of P rank `rank` of a peer (grown on demand, kept across
+ * lc__decode_peer_reset); NULL without memory. */
+static lc__pin_t *pin_of(lc__ppeer_t *pe, int rank)
+{
+	if (rank >= pe->npins) {
+		lc__pin_t *p = realloc(pe->pins, (size_t)(rank + 1) * sizeof *p);
+		if (!p)
+			return NULL;
+		memset(p + pe->npins, 0, (size_t)(rank + 1 - pe->npins) * sizeof *p);
+		pe->pins = p;
+		pe->npins = rank + 1;
+	}
+	return &pe->pins[rank];
+}
+
+/* D authenticates a P rank before it hands it anything (its data-plane
+ * token and session secret go in the REGISTER; docs/security.md, "D
+ * authenticates P"): a route is only the bootstrap server's word, which
+ * anyone who reaches the server may have written. With CURVE on, the
+ * rank's server key must be one D trusts (curve_keys.h; "" is D's own key):
+ * the handshake then proves the rank holds its secret, wherever it moved.
+ * Without CURVE, the endpoint and key first learned for the rank are
+ * pinned for this D's life: a changed route (P restarted elsewhere, or an
+ * impostor's PUT) is refused. False: the room failed, nothing was sent. */
+static bool route_trusted(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank,
+			  const char *ep, const char *key)
+{
+	char why[LC_REASON_MAX];
+	const char *own = lc__zctx_public_key(d->z);
+	if (own[0]) {
+		int ok = !key[0] || !strcmp(key, own) ? 1 : lc__curve_key_authorized(key);
+		if (ok == 1)
+			return true;
+		lc__reason(why, sizeof why,
+			   "P rank %d's route (%s) names CURVE key %.40s, which D does not "
+			   "authorize (authorized_keys%s): nothing sent to it",
+			   rank, ep, key, ok < 0 ? " unreadable" : "");
+	} else {
+		lc__pin_t *pin = pin_of(pe, rank);
+		if (pin && !pin->set) {
+			snprintf(pin->endpoint, sizeof pin->endpoint, "%s", ep);
+			snprintf(pin->key, sizeof pin->key, "%s", key);
+			pin->set = true;
+			return true;
+		}
+		if (pin && !strcmp(pin->endpoint, ep) && !strcmp(pin->key, key))
+			return true;
+		if (!pin)
+			lc__reason(why, sizeof why, "P rank %d: no memory to pin its route", rank);
+		else
+			lc__reason(why, sizeof why,
+				   "P rank %d's route changed during this D's session: %s first, "
+				   "now %s; refused (pinned without CURVE: keep P's port, restart "
+				   "D, or turn CURVE on)",
+				   rank, pin->endpoint, ep);
+	}
+	LC__D_CTL_ADD(d, routes_refused);
+	uint64_t now = lc__now_ns();
+	pe->refused_quiet++;
+	if (now >= pe->refused_log_ns) { /* a route is anyone's: one line a second */
+		LC__ERROR("decode %s: bootstrap %s: %s (%llu refused since the last line)",
+			  d->session, pe->addr, why, (unsigned long long)pe->refused_quiet);
+		pe->refused_quiet = 0;
+		pe->refused_log_ns = now + 1000000000ull;
+	}
+	lc_receiver_t *r = lc__decode_find(d, room);
+	if (r)
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "%s", why);
+	return false;
+}
+
 /* GET /route of one P rank, once per rank. Returns the receiver, still
  * Bootstrapping, once the rank's endpoint is known; NULL to stop. */
 static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank)
@@ -291,6 +363,8 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 		return NULL;
 	}
 	lc__prank_t *pr = &pe->ranks[rank];
+	if (!pr->resolved && !route_trusted(d, room, pe, rank, ep, ri.curve_key))
+		return NULL;
 	if (!pr->resolved) {
 		snprintf(pr->endpoint, sizeof pr->endpoint, "%s", ep);
 		pr->adv_rc = adv_rc;

@@ -68,11 +68,22 @@ typedef struct lc__prank {
 	char adv_why[LC_REASON_MAX];
 } lc__prank_t;
 
+/* What D first learned of a P rank's route, kept for the D's life
+ * without CURVE (decode_discover.c, route_trusted). */
+typedef struct lc__pin {
+	bool set;
+	char endpoint[300];
+	char key[LC__BS_KEY_MAX];
+} lc__pin_t;
+
 /* One P instance, by bootstrap address. */
 typedef struct lc__ppeer {
 	char addr[LC__BS_HOST_MAX];
 	lc__parallel_info_t *info; /* NULL until fetched */
 	lc__prank_t *ranks;        /* info->world_size */
+	lc__pin_t *pins;           /* npins, by rank; survive lc__decode_peer_reset */
+	int npins;
+	uint64_t refused_log_ns, refused_quiet; /* routes refused: one line a second */
 	int misses;
 	int last_fail; /* the last lookup's enum lc__bs_fail (said once per kind) */
 	uint64_t next_probe_ns;
