@@ -71,7 +71,9 @@ typedef struct lc__rank_info {
 	X(msgs_old_version)                                                                        \
 	X(registrations_unanswered)                                                                \
 	X(bootstrap_failures)                                                                      \
-	X(routes_refused)
+	X(routes_refused)                                                                          \
+	X(lanes_closed)                                                                            \
+	X(peers_gone)
 
 enum lc__ctl_counter {
 #define LC__CTL_ENUM(name) LC__CTL_##name,

@@ -554,23 +554,26 @@ static int rank_down(lc_decode_t *d, lc__ppeer_t *pe, uint64_t now)
 	return -1;
 }
 
-/* One P rank's channel was down for too many heartbeats: the peer's rooms
- * fail, its caches go. */
-static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe, int rank)
+/* One P rank's channel was down for too many heartbeats (gone: its lanes
+ * closed and its channel is down, lanes_gone): the peer's rooms fail, its
+ * caches go. */
+static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe, int rank, bool gone)
 {
-	char ep[sizeof pe->ranks[rank].endpoint];
+	char ep[sizeof pe->ranks[rank].endpoint], why[160];
 	snprintf(ep, sizeof ep, "%s", pe->ranks[rank].endpoint);
 	LC__D_CTL_ADD(d, peers_dead);
-	LC__ERROR("decode %s: P at %s, rank %d (%s): control channel down for %d heartbeats: "
-		  "failing its rooms",
-		  d->session, pe->addr, rank, ep, pe->misses);
+	if (gone) {
+		LC__D_CTL_ADD(d, peers_gone);
+		snprintf(why, sizeof why, "closed its data lanes and its control channel is down");
+	} else {
+		snprintf(why, sizeof why, "missed %d heartbeats: control channel down", pe->misses);
+	}
+	LC__ERROR("decode %s: P at %s, rank %d (%s) %s: failing its rooms", d->session, pe->addr,
+		  rank, ep, why);
 	for (lc_receiver_t *r = d->receivers; r; r = r->next)
 		if (r->peer == pe)
-			lc__decode_fail(
-				d, r, LC_FAIL_SESSION_GONE, false,
-				"P at %s rank %d (%s) missed %d heartbeats: control channel "
-				"down",
-				pe->addr, rank, ep, pe->misses);
+			lc__decode_fail(d, r, LC_FAIL_SESSION_GONE, false, "P at %s rank %d (%s) %s",
+					pe->addr, rank, ep, why);
 	pe->misses = 0;
 	lc__decode_peer_reset(pe); /* a restarted P is discovered and registered afresh */
 }
@@ -596,7 +599,61 @@ static void heartbeat(lc_decode_t *d, uint64_t now)
 		}
 		LC__D_CTL_ADD(d, heartbeat_failures);
 		if (++pe->misses >= d->hb_misses)
-			peer_dead(d, pe, rank);
+			peer_dead(d, pe, rank, false);
+	}
+}
+
+void lc__decode_lane_gone(void *arg, uint64_t room)
+{
+	lc_decode_t *d = arg;
+	LC__D_CTL_ADD(d, lanes_closed);
+	atomic_store(&d->gone_room, room);
+	atomic_fetch_add(&d->lanes_gone, 1);
+	/* Never waits: D may hold `lock` while it revokes a grant, which
+	 * waits for this thread's landings. A wake-up missed here is caught
+	 * within LC__D_LIVE_WAIT_NS. */
+	if (!pthread_mutex_trylock(&d->lock)) {
+		pthread_cond_signal(&d->cond);
+		pthread_mutex_unlock(&d->lock);
+	}
+}
+
+/* A P rank that answered D's REGISTER, whose control channel is down now
+ * and that a live room uses (-1: none). No grace: lanes_gone asks it only
+ * when P's lanes closed. */
+static int rank_gone(const lc_decode_t *d, lc__ppeer_t *pe)
+{
+	for (int rank = 0; rank < pe->info->world_size; rank++) {
+		lc__prank_t *pr = &pe->ranks[rank];
+		if (pr->push && pr->registered && !pr->reg_pending && !lc__push_up(pr->push) &&
+		    rank_in_use(d, pe, rank))
+			return rank;
+	}
+	return -1;
+}
+
+/* P's lanes into this D closed or were reset by P (the listener's word):
+ * for LC__D_GONE_WINDOW_NS, a P rank in use whose control channel is down
+ * too is gone at once, not after heartbeat_misses intervals. A process that
+ * died (SIGKILL, a crash) closes both at once; a partition closes neither,
+ * and a P that closed a lane for a reason of its own keeps its channel up:
+ * the heartbeat judges those. No I/O. */
+static void lanes_gone(lc_decode_t *d, uint64_t now)
+{
+	uint64_t n = atomic_load(&d->lanes_gone);
+	if (n != d->lanes_seen) {
+		d->lanes_seen = n;
+		d->gone_until_ns = now + LC__D_GONE_WINDOW_NS;
+		LC__DEBUG("decode %s: a lane from P closed (last room %llu): looking for a P gone",
+			  d->session, (unsigned long long)atomic_load(&d->gone_room));
+	}
+	if (now >= d->gone_until_ns)
+		return;
+	for (int i = 0; i < d->npeers; i++) {
+		lc__ppeer_t *pe = d->peers[i];
+		int rank = pe->info ? rank_gone(d, pe) : -1;
+		if (rank >= 0)
+			peer_dead(d, pe, rank, true);
 	}
 }
 
@@ -612,18 +669,27 @@ void *lc__decode_disc_main(void *arg)
 		 * while the lock is dropped). */
 		uint64_t rooms[64];
 		int n = 0;
-		for (lc_receiver_t *r = d->receivers; r && n < 64; r = r->next)
+		bool live = false;
+		for (lc_receiver_t *r = d->receivers; r && n < 64; r = r->next) {
+			live |= !lc__decode_final(r);
 			if (r->status == LC_ROOM_BOOTSTRAPPING) {
 				if (r->next_try_ns <= now)
 					rooms[n++] = r->room;
 				else if (r->next_try_ns < next)
 					next = r->next_try_ns;
 			}
+		}
 		for (int i = 0; i < n && !atomic_load(&d->stop); i++)
 			discover_one(d, rooms[i]);
-		heartbeat(d, lc__now_ns());
-		if (n)
+		now = lc__now_ns();
+		lanes_gone(d, now);
+		heartbeat(d, now);
+		if (n || atomic_load(&d->lanes_gone) != d->lanes_seen)
 			continue;
+		if (now < d->gone_until_ns)
+			next = LC__MIN(next, now + LC__D_GONE_POLL_NS);
+		else if (live)
+			next = LC__MIN(next, now + LC__D_LIVE_WAIT_NS);
 		struct timespec ts = lc__abs_ts(next);
 		pthread_cond_timedwait(&d->cond, &d->lock, &ts);
 	}

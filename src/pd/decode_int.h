@@ -40,6 +40,14 @@
 /* A REGISTER unanswered this long is no longer outstanding: no reply is
  * believed for it afterwards. */
 #define LC__D_REPLY_WAIT_NS (10000ull * 1000000)
+/* After P's lanes into D closed, this long is spent looking for a P rank
+ * whose control channel is down too (decode_discover.c, lanes_gone), every
+ * LC__D_GONE_POLL_NS. */
+#define LC__D_GONE_WINDOW_NS (1000ull * 1000000)
+#define LC__D_GONE_POLL_NS (20ull * 1000000)
+/* The discovery thread's longest sleep while rooms are live: bounds a
+ * wake-up lost by lc__decode_lane_gone's trylock. */
+#define LC__D_LIVE_WAIT_NS (100ull * 1000000)
 
 /* One P rank as this D knows it. */
 typedef struct lc__prank {
@@ -159,6 +167,10 @@ struct lc_decode {
 	bool ctl_started, disc_started;
 	_Atomic bool stop;
 	_Atomic uint64_t ctl[LC__CTL_COUNT];
+	/* Lanes from P closed by P (the listener's word, any thread), and the
+	 * last room written on one; the discovery thread's view of them. */
+	_Atomic uint64_t lanes_gone, gone_room;
+	uint64_t lanes_seen, gone_until_ns;
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* discovery work or stop */
@@ -205,5 +217,8 @@ lc__ppeer_t *lc__decode_peer_get(lc_decode_t *d, const char *addr);
 void lc__decode_peer_reset(lc__ppeer_t *pe);
 /* The discovery thread. */
 void *lc__decode_disc_main(void *arg);
+/* The data listener's lc__peer_gone_fn: a lane from P closed or reset by
+ * P. Takes no lock it could wait for (the listener's I/O thread). */
+void lc__decode_lane_gone(void *arg, uint64_t room);
 
 #endif
