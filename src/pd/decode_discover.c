@@ -201,6 +201,9 @@ static void lookup_failed(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int fa
 		if (fail == LC__BS_FAIL_NOT_SERVER)
 			LC__ERROR("decode %s: bootstrap address %s is wrong: %s", d->session,
 				  pe->addr, why);
+		else if (fail == LC__BS_FAIL_HTTP) /* a server there: P not up yet */
+			LC__INFO("decode %s: bootstrap server %s: %s; waiting for P", d->session,
+				 pe->addr, why);
 		else
 			LC__WARN("decode %s: bootstrap server %s: %s; retrying until "
 				 "bootstrap_timeout_ms (%llu ms) in case P is not up yet",

@@ -13,6 +13,10 @@
  *                                    "not a bootstrap server"
  *     adversarial_discover http404   a web server answering 404 to anything:
  *                                    the same
+ *     adversarial_discover no_p_yet  a real bootstrap server with no P yet
+ *                                    (404 to GET /route, 200 to /health): the
+ *                                    room waits (D may start before its P),
+ *                                    no "not a bootstrap server"
  *
  * Exit 0 pass, 1 fail, 77 skipped.
  */
@@ -114,13 +118,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s refused|garbage|http404\n", argv[0]);
 		return 2;
 	}
-	bool refused = !strcmp(argv[1], "refused");
+	bool refused = !strcmp(argv[1], "refused"), no_p = !strcmp(argv[1], "no_p_yet");
 	if (!strcmp(argv[1], "garbage"))
 		srv_answer = "SSH-2.0-OpenSSH_9.2 not what you wanted\r\n";
 	else if (!strcmp(argv[1], "http404"))
 		srv_answer = "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\n"
 			     "Content-Length: 22\r\nConnection: close\r\n\r\n<h1>Not Found</h1>\r\n\r\n";
-	else if (!refused) {
+	else if (!refused && !no_p) {
 		fprintf(stderr, "unknown case %s\n", argv[1]);
 		return 2;
 	}
@@ -142,8 +146,15 @@ int main(int argc, char **argv)
 	TU_OK(rc);
 	pthread_t srv;
 	char bs[64];
-	snprintf(bs, sizeof bs, "127.0.0.1:%d", loopback_port(!refused));
-	if (!refused)
+	lc_bootstrap_t *b = NULL;
+	if (no_p) {
+		lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+		TU_OK(lc_bootstrap_start(&bp, &b));
+		TU_OK(lc_bootstrap_addr(b, bs, sizeof bs));
+	} else {
+		snprintf(bs, sizeof bs, "127.0.0.1:%d", loopback_port(!refused));
+	}
+	if (srv_answer)
 		TU_CHECK(pthread_create(&srv, NULL, srv_main, NULL) == 0, "server thread");
 	lc_receiver_t *r;
 	uint64_t t0 = now_ms();
@@ -151,7 +162,8 @@ int main(int argc, char **argv)
 	lc_room_info_t info = {.size = sizeof info};
 	int st = LC_ROOM_BOOTSTRAPPING, failures = 0;
 	bool heard = false;
-	while (now_ms() - t0 < WORD_MS) {
+	/* no_p_yet: lookups every 200 ms, each a 404 and a /health. */
+	while (now_ms() - t0 < (no_p ? 1500 : WORD_MS)) {
 		st = lc_receiver_poll(r, &info);
 		heard = refused ? log_has("connection refused", bs)
 				: log_has("not a bootstrap server", bs);
@@ -165,7 +177,11 @@ int main(int argc, char **argv)
 	pthread_mutex_lock(&log_lock);
 	fprintf(stderr, "log:\n%s", log_text);
 	pthread_mutex_unlock(&log_lock);
-	if (!heard) {
+	if (no_p && (st != LC_ROOM_BOOTSTRAPPING || heard)) {
+		fprintf(stderr, "want the room waiting for P and no \"not a bootstrap server\"\n");
+		failures++;
+	}
+	if (!no_p && !heard) {
 		fprintf(stderr, "want a warning naming %s within %d ms\n",
 			refused ? "\"connection refused\"" : "\"not a bootstrap server\"", WORD_MS);
 		failures++;
@@ -174,7 +190,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "want the room still waiting for its P (D may start first)\n");
 		failures++;
 	}
-	if (!refused && (st != LC_ROOM_FAILED || info.fail_reason != LC_FAIL_BAD_INPUT ||
+	if (srv_answer && (st != LC_ROOM_FAILED || info.fail_reason != LC_FAIL_BAD_INPUT ||
 			 !strstr(info.reason, "not a bootstrap server") ||
 			 !strstr(info.reason, bs))) {
 		fprintf(stderr, "want Failed (bad_input) within %d ms, the reason naming \"not a "
@@ -184,7 +200,9 @@ int main(int argc, char **argv)
 	}
 	lc_receiver_destroy(r);
 	lc_decode_destroy(d);
-	if (!refused) {
+	if (b)
+		lc_bootstrap_stop(b);
+	if (srv_answer) {
 		shutdown(srv_fd, SHUT_RDWR);
 		close(srv_fd);
 		pthread_join(srv, NULL);
