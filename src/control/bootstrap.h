@@ -72,6 +72,7 @@ typedef struct lc__rank_info {
 	X(registrations_unanswered)                                                                \
 	X(bootstrap_failures)                                                                      \
 	X(routes_refused)                                                                          \
+	X(routes_moved)                                                                            \
 	X(lanes_closed)                                                                            \
 	X(peers_gone)
 

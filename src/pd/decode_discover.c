@@ -6,9 +6,13 @@
  * live rooms (the heartbeat). All HTTP runs here with `lock` dropped.
  */
 #include <errno.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "control/addr.h"
 #include "control/curve_keys.h"
@@ -287,10 +291,13 @@ static lc__pin_t *pin_of(lc__ppeer_t *pe, int rank)
  * rank's server key must be one D trusts (curve_keys.h; "" is D's own key):
  * the handshake then proves the rank holds its secret, wherever it moved.
  * Without CURVE, the endpoint and key first learned for the rank are
- * pinned for this D's life: a changed route (P restarted elsewhere, or an
- * impostor's PUT) is refused. False: the room failed, nothing was sent. */
+ * pinned for this D's life: a changed route is refused while something
+ * still accepts connections at the pinned endpoint (old_alive: the rank is
+ * there, the new route is an impostor's), and taken as the rank's move
+ * once nothing does (a P restarted on another port). False: the room
+ * failed, nothing was sent. */
 static bool route_trusted(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank,
-			  const char *ep, const char *key)
+			  const char *ep, const char *key, bool old_alive)
 {
 	char why[LC_REASON_MAX];
 	const char *own = lc__zctx_public_key(d->z);
@@ -312,13 +319,21 @@ static bool route_trusted(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int ra
 		}
 		if (pin && !strcmp(pin->endpoint, ep) && !strcmp(pin->key, key))
 			return true;
+		if (pin && !old_alive) {
+			LC__D_CTL_ADD(d, routes_moved);
+			LC__WARN("decode %s: P rank %d moved from %s to %s (nothing accepts at the "
+				 "old address any more): following it",
+				 d->session, rank, pin->endpoint, ep);
+			snprintf(pin->endpoint, sizeof pin->endpoint, "%s", ep);
+			snprintf(pin->key, sizeof pin->key, "%s", key);
+			return true;
+		}
 		if (!pin)
 			lc__reason(why, sizeof why, "P rank %d: no memory to pin its route", rank);
 		else
 			lc__reason(why, sizeof why,
-				   "P rank %d's route changed during this D's session: %s first, "
-				   "now %s; refused (pinned without CURVE: keep P's port, restart "
-				   "D, or turn CURVE on)",
+				   "P rank %d's route changed during this D's session: %s first "
+				   "(still answering), now %s; refused (pinned without CURVE)",
 				   rank, pin->endpoint, ep);
 	}
 	LC__D_CTL_ADD(d, routes_refused);
@@ -336,6 +351,35 @@ static bool route_trusted(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int ra
 	return false;
 }
 
+/* Whether something accepts TCP connections at endpoint within
+ * LC__D_PROBE_MS: a pinned P rank's old address, asked before D follows a
+ * changed route. With `lock` dropped (a host name may need DNS). */
+static bool endpoint_alive(const char *endpoint)
+{
+	char host[LC__BS_HOST_MAX], port_s[16];
+	int port, err = 0;
+	socklen_t n = sizeof err;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+	if (lc__addr_split(endpoint, host, sizeof host, &port))
+		return false;
+	snprintf(port_s, sizeof port_s, "%d", port);
+	if (getaddrinfo(host, port_s, &hints, &ai) || !ai)
+		return false;
+	bool alive = false;
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		if (!connect(fd, ai->ai_addr, ai->ai_addrlen))
+			alive = true;
+		else if (errno == EINPROGRESS && poll(&p, 1, LC__D_PROBE_MS) == 1 &&
+			 !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &n) && !err)
+			alive = true;
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return alive;
+}
+
 /* GET /route of one P rank, once per rank. Returns the receiver, still
  * Bootstrapping, once the rank's endpoint is known; NULL to stop. */
 static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank)
@@ -345,6 +389,10 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	uint64_t gen = pe->generation;
 	int ptp = pe->info->world_size / pe->info->dp_size;
 	lc__rank_info_t ri;
+	char pinned[sizeof pe->pins->endpoint] = "";
+	bool old_alive = false;
+	if (rank < pe->npins && pe->pins[rank].set)
+		snprintf(pinned, sizeof pinned, "%s", pe->pins[rank].endpoint);
 	snprintf(addr, sizeof addr, "%s", pe->addr);
 	pthread_mutex_unlock(&d->lock);
 	int rc = lc__bootstrap_get_rank(addr, rank % ptp, rank / ptp, &o, &ri, why, sizeof why);
@@ -357,6 +405,7 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 		snprintf(ep, sizeof ep, "tcp://%s", hp);
 		adv_rc = advertise_to(d, ep, adv_status, adv_data, sizeof adv_status, adv_why,
 				      sizeof adv_why);
+		old_alive = pinned[0] && strcmp(pinned, ep) && endpoint_alive(pinned);
 	}
 	pthread_mutex_lock(&d->lock);
 	if (pe->generation != gen || !pe->info)
@@ -366,7 +415,7 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 		return NULL;
 	}
 	lc__prank_t *pr = &pe->ranks[rank];
-	if (!pr->resolved && !route_trusted(d, room, pe, rank, ep, ri.curve_key))
+	if (!pr->resolved && !route_trusted(d, room, pe, rank, ep, ri.curve_key, old_alive))
 		return NULL;
 	if (!pr->resolved) {
 		snprintf(pr->endpoint, sizeof pr->endpoint, "%s", ep);

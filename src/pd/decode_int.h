@@ -45,6 +45,9 @@
  * LC__D_GONE_POLL_NS. */
 #define LC__D_GONE_WINDOW_NS (1000ull * 1000000)
 #define LC__D_GONE_POLL_NS (20ull * 1000000)
+/* How long D waits for a pinned P rank's old address to accept a
+ * connection before it follows a changed route (no CURVE). */
+#define LC__D_PROBE_MS 500
 /* The discovery thread's longest sleep while rooms are live: bounds a
  * wake-up lost by lc__decode_lane_gone's trylock. */
 #define LC__D_LIVE_WAIT_NS (100ull * 1000000)

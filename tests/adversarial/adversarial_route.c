@@ -17,6 +17,12 @@
  *                                     gets no message, no byte of D changes.
  *                                     The real route back: round 3 takes
  *                                     P's bytes only.
+ *     adversarial_route moved         CURVE off. Round 0 succeeds; P is
+ *                                     SIGKILLed and a new P rank 0 starts
+ *                                     (another port); nothing accepts at the
+ *                                     pinned address any more, so D follows
+ *                                     the route (routes_moved) and round 2
+ *                                     succeeds byte-exact.
  *     adversarial_route hijack_curve  CURVE on, the impostor's key not in D's
  *                                     authorized keys: its route is refused
  *                                     before any handshake (no REGISTER, no
@@ -417,6 +423,24 @@ static int case_hijack(void)
 	return world_down(&w, failures);
 }
 
+static int case_moved(void)
+{
+	world_t w;
+	int failures = 0, mask;
+	long changed;
+	unsigned long long refused;
+	char finals[ROOMS][512];
+	world_up(&w, NULL);
+	failures += check_ok(&w, 0);
+	kill(w.p.pid, SIGKILL);
+	adv_reap(&w.p, 5000);
+	round_of(&w, -2, false, &mask, &changed, &refused, finals); /* D forgets P */
+	adv_spawn(&w.p, p_child, w.bs); /* P restarted: same rank, another port */
+	TU_CHECK(adv_wait_line(&w.p, "p-up", 15000, NULL, 0), "the new P did not start");
+	failures += check_ok(&w, 2);
+	return world_down(&w, failures);
+}
+
 static int case_hijack_curve(void)
 {
 	static char dir[64];
@@ -461,6 +485,8 @@ int main(int argc, char **argv)
 		return case_hijack();
 	if (argc == 2 && !strcmp(argv[1], "hijack_curve"))
 		return case_hijack_curve();
-	fprintf(stderr, "usage: %s hijack|hijack_curve\n", argv[0]);
+	if (argc == 2 && !strcmp(argv[1], "moved"))
+		return case_moved();
+	fprintf(stderr, "usage: %s hijack|hijack_curve|moved\n", argv[0]);
 	return 2;
 }
