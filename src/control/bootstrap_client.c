@@ -103,8 +103,10 @@ static int http_once(const char *method, const char *url, const char *body, size
 		curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
 		*kind = curl_kind(cc, os_errno);
 		if (detail && detail_cap)
-			snprintf(detail, detail_cap, "%s", errbuf[0] ? errbuf : curl_easy_strerror(cc));
-		LC__DEBUG("http %s %s: %s", method, url, errbuf[0] ? errbuf : curl_easy_strerror(cc));
+			snprintf(detail, detail_cap, "%s",
+				 errbuf[0] ? errbuf : curl_easy_strerror(cc));
+		LC__DEBUG("http %s %s: %s", method, url,
+			  errbuf[0] ? errbuf : curl_easy_strerror(cc));
 		rc = cc == CURLE_OPERATION_TIMEDOUT ? LC_ETIMEDOUT : LC_ERR_UNREACHABLE;
 	}
 	curl_slist_free_all(hdr);
@@ -189,7 +191,8 @@ static int http_error(int code, const char *what, const char *addr, const char *
 {
 	if (why && cap) {
 		if (code < 0 && out->kind == LC__BS_FAIL_NOT_SERVER)
-			snprintf(why, cap, "not a bootstrap server at %s (its answer to %s is not HTTP: %s)",
+			snprintf(why, cap,
+				 "not a bootstrap server at %s (its answer to %s is not HTTP: %s)",
 				 addr, what, out->detail);
 		else if (code < 0 && out->kind != LC__BS_FAIL_NONE)
 			snprintf(why, cap, "%s at %s: %s: %s", what, addr, kind_text(out->kind),

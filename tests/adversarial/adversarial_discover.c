@@ -122,8 +122,9 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "garbage"))
 		srv_answer = "SSH-2.0-OpenSSH_9.2 not what you wanted\r\n";
 	else if (!strcmp(argv[1], "http404"))
-		srv_answer = "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\n"
-			     "Content-Length: 22\r\nConnection: close\r\n\r\n<h1>Not Found</h1>\r\n\r\n";
+		srv_answer =
+			"HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\n"
+			"Content-Length: 22\r\nConnection: close\r\n\r\n<h1>Not Found</h1>\r\n\r\n";
 	else if (!refused && !no_p) {
 		fprintf(stderr, "unknown case %s\n", argv[1]);
 		return 2;
@@ -190,11 +191,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "want the room still waiting for its P (D may start first)\n");
 		failures++;
 	}
-	if (srv_answer && (st != LC_ROOM_FAILED || info.fail_reason != LC_FAIL_BAD_INPUT ||
-			 !strstr(info.reason, "not a bootstrap server") ||
-			 !strstr(info.reason, bs))) {
-		fprintf(stderr, "want Failed (bad_input) within %d ms, the reason naming \"not a "
-				"bootstrap server\" and %s\n",
+	if (srv_answer &&
+	    (st != LC_ROOM_FAILED || info.fail_reason != LC_FAIL_BAD_INPUT ||
+	     !strstr(info.reason, "not a bootstrap server") || !strstr(info.reason, bs))) {
+		fprintf(stderr,
+			"want Failed (bad_input) within %d ms, the reason naming \"not a "
+			"bootstrap server\" and %s\n",
 			WORD_MS, bs);
 		failures++;
 	}

@@ -442,7 +442,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	tu_watchdog(110);
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s bootstrap_killed|bootstrap_slow|p_killed|p_killed_mid CLI\n",
+		fprintf(stderr,
+			"usage: %s bootstrap_killed|bootstrap_slow|p_killed|p_killed_mid CLI\n",
 			argv[0]);
 		return 2;
 	}

@@ -64,7 +64,8 @@ static int p_child(void *arg, int go_fd)
 	tu_pool_init(&s, "p0", NULL, LAYERS, PAGES, ITEM);
 	for (int k = 0; k < NBUF; k++)
 		for (int pg = 0; pg < PAGES; pg++)
-			tu_fill((uint8_t *)s.bases[k] + (size_t)pg * ITEM, ITEM, adv_seed_of(k, pg));
+			tu_fill((uint8_t *)s.bases[k] + (size_t)pg * ITEM, ITEM,
+				adv_seed_of(k, pg));
 	lc_prefill_params_t pp = {.size = sizeof pp,
 				  .layout = s.layout,
 				  .bootstrap = bs,
@@ -105,8 +106,8 @@ static int d_room(lc_receiver_t *rcv, const tu_pool_t *s, int round, int i, uint
 	int bad = 0;
 	for (int b = 0; b < NBUF; b++)
 		for (int j = 0; j < NPAGES; j++)
-			bad += tu_verify((const uint8_t *)s->bases[b] + adv_d_page(i, j) * ITEM, ITEM,
-					 adv_seed_of(b, 1 + j)) >= 0;
+			bad += tu_verify((const uint8_t *)s->bases[b] + adv_d_page(i, j) * ITEM,
+					 ITEM, adv_seed_of(b, 1 + j)) >= 0;
 	return bad ? 0 : 1;
 }
 
@@ -164,8 +165,7 @@ static void d_round(lc_decode_t *d, tu_pool_t *s, const char *bs, int round, boo
 		lc_receiver_destroy(rcv[i]);
 	uint64_t refused = 0;
 	TU_OK(lc_decode_counter(d, "routes_refused", &refused));
-	say("d-round %d %d %ld %llu", round, mask, d_changed(s, mask),
-	    (unsigned long long)refused);
+	say("d-round %d %d %ld %llu", round, mask, d_changed(s, mask), (unsigned long long)refused);
 }
 
 static int d_child(void *arg, int go_fd)
@@ -215,7 +215,8 @@ static void route_body(const world_t *w, const char *ip, int port, const char *k
 	snprintf(url, sizeof url, "http://%s/route?engine_rank=-1&target_dp_group=-1", w->bs);
 	TU_CHECK(lc__http_request("GET", url, NULL, 0, NULL, 3000, &resp, &len) == 200,
 		 "parallel info");
-	const char *l = strstr(resp, "\"kv_item_lens\":"), *f = strstr(resp, "\"layout_fingerprint\":\"");
+	const char *l = strstr(resp, "\"kv_item_lens\":"),
+		   *f = strstr(resp, "\"layout_fingerprint\":\"");
 	TU_CHECK(l && f, "parallel info fields: %s", resp);
 	sscanf(l + strlen("\"kv_item_lens\":"), "%511[^]]", lens);
 	sscanf(f + strlen("\"layout_fingerprint\":\""), "%31[0-9a-f]", fp);
@@ -293,8 +294,7 @@ static void round_of(world_t *w, int r, bool with_p, int *mask, long *changed,
 	}
 	snprintf(line, sizeof line, "d-round %d ", r);
 	TU_CHECK(adv_wait_line(&w->d, line, 30000, line, sizeof line), "D round %d", r);
-	TU_CHECK(sscanf(line, "d-round %*d %d %ld %llu", mask, changed, refused) == 3, "%s",
-		 line);
+	TU_CHECK(sscanf(line, "d-round %*d %d %ld %llu", mask, changed, refused) == 3, "%s", line);
 	fprintf(stderr, "round %d: %s\n", r, line);
 	if (with_p) {
 		snprintf(line, sizeof line, "p-round %d", r);
@@ -352,14 +352,16 @@ static int check_refused(world_t *w, int r, const char *why, unsigned long long 
 	round_of(w, r, false, &mask, &changed, &refused, finals);
 	for (int i = 0; i < ROOMS; i++)
 		if (!strstr(finals[i], why) || !strstr(finals[i], w->inbox_ep + strlen("tcp://"))) {
-			fprintf(stderr, "round %d room %d: want a reason with \"%s\" naming the "
-					"impostor's route %s\n",
+			fprintf(stderr,
+				"round %d room %d: want a reason with \"%s\" naming the "
+				"impostor's route %s\n",
 				r, i, why, w->inbox_ep);
 			failures++;
 		}
 	if (mask || changed) {
-		fprintf(stderr, "round %d: want every room failed and D untouched (mask %d, %ld "
-				"bytes changed)\n",
+		fprintf(stderr,
+			"round %d: want every room failed and D untouched (mask %d, %ld "
+			"bytes changed)\n",
 			r, mask, changed);
 		failures++;
 	}
@@ -382,8 +384,9 @@ static int check_ok(world_t *w, int r)
 	char finals[ROOMS][512];
 	round_of(w, r, true, &mask, &changed, &refused, finals);
 	if (mask != ALL || changed) {
-		fprintf(stderr, "round %d: want every room Success byte-exact (mask %d, %ld bytes "
-				"outside)\n",
+		fprintf(stderr,
+			"round %d: want every room Success byte-exact (mask %d, %ld bytes "
+			"outside)\n",
 			r, mask, changed);
 		return 1;
 	}
@@ -407,8 +410,7 @@ static int case_hijack(void)
 	round_of(&w, -2, false, &mask, &changed, &refused, finals);
 	kill(w.p.pid, SIGCONT);
 	if (mask || changed)
-		fprintf(stderr, "round 1 (P stopped): mask %d, %ld bytes changed\n", mask,
-			changed),
+		fprintf(stderr, "round 1 (P stopped): mask %d, %ld bytes changed\n", mask, changed),
 			failures++;
 	failures += check_refused(&w, 2, "changed", refused);
 	/* The real route back: the pin matches and D registers with P again.
