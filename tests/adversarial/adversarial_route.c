@@ -21,8 +21,9 @@
  *                                     SIGKILLed and a new P rank 0 starts
  *                                     (another port); nothing accepts at the
  *                                     pinned address any more, so D follows
- *                                     the route (routes_moved) and round 2
- *                                     succeeds byte-exact.
+ *                                     the route (routes_moved) and round 3
+ *                                     succeeds byte-exact (round 2 may meet
+ *                                     a REGISTER still out to the dead one).
  *     adversarial_route hijack_curve  CURVE on, the impostor's key not in D's
  *                                     authorized keys: its route is refused
  *                                     before any handshake (no REGISTER, no
@@ -439,7 +440,14 @@ static int case_moved(void)
 	round_of(&w, -2, false, &mask, &changed, &refused, finals); /* D forgets P */
 	adv_spawn(&w.p, p_child, w.bs); /* P restarted: same rank, another port */
 	TU_CHECK(adv_wait_line(&w.p, "p-up", 15000, NULL, 0), "the new P did not start");
-	failures += check_ok(&w, 2);
+	/* Round 1's rooms may have looked the rank up again before the new P
+	 * registered (the dead address, pinned: it matches), and a REGISTER
+	 * to it may still be unanswered: round 2 may fail on it, and drops
+	 * the dead address. Round 3 finds the new one and follows it. */
+	round_of(&w, 2, true, &mask, &changed, &refused, finals);
+	if (changed)
+		fprintf(stderr, "round 2: %ld bytes changed outside\n", changed), failures++;
+	failures += check_ok(&w, 3);
 	return world_down(&w, failures);
 }
 
