@@ -24,6 +24,10 @@
  *                     D's lanes from P close and P's control channel is
  *                     down, so each room fails within P_GONE_BOUND_MS
  *                     (issue 20, point 6: it took the heartbeats' 8-10 s).
+ *   lane_closed       a lane into D (D's own token, its handshake done) closed
+ *                     by its peer while wave 0 is in flight, P alive: the
+ *                     listener reports it (lanes_closed), but P's control
+ *                     channel is up, so the rooms succeed byte-exact.
  *
  * Exit 0 pass, 1 fail, 77 skipped (a facility missing here).
  */
@@ -40,8 +44,10 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "pd/decode_int.h"
 #include "rooms.h"
 #include "testutil.h"
+#include "transport/tcp/wire.h"
 
 #define WAVES 2
 #define SLOW_CONNS 300
@@ -50,7 +56,7 @@
 #define P_GONE_BOUND_MS 1000 /* the data path's word: tens of ms, and slack */
 #define D_KNOBS "heartbeat_interval_ms=200,heartbeat_misses=2"
 
-enum fault { BOOTSTRAP_KILLED, BOOTSTRAP_SLOW, P_KILLED, P_KILLED_MID };
+enum fault { BOOTSTRAP_KILLED, BOOTSTRAP_SLOW, P_KILLED, P_KILLED_MID, LANE_CLOSED };
 static enum fault the_fault; /* set before the children fork */
 
 #define say(...) tu_say(adv_status_fd, __VA_ARGS__)
@@ -216,6 +222,41 @@ static void d_open_wave(lc_decode_t *d, const char *bs_addr, lc_receiver_t **rcv
 	say("d-sent %d", w);
 }
 
+/* A lane into D's own listener with D's token: HELLO, its reply, then
+ * closed by this side (the listener sees its peer go). */
+static void d_lane_closed(lc_decode_t *d)
+{
+	char host[64];
+	int port = 0;
+	TU_CHECK(sscanf(d->data_url, "tcp://%63[^:]:%d", host, &port) == 2, "%s", d->data_url);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	inet_pton(AF_INET, host, &sa.sin_addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	TU_CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "connect %s",
+		 d->data_url);
+	uint8_t f[LC__TCP_CTRL_LEN];
+	lc__tcp_ctrl_t hello = {.type = LC__TCP_HELLO,
+				.status = LC__TCP_HELLO_TOKEN,
+				.a = lc__get_u64(d->token.bytes),
+				.b = lc__get_u64(d->token.bytes + 8)};
+	lc__tcp_encode_ctrl(f, &hello);
+	TU_CHECK(send(fd, f, sizeof f, MSG_NOSIGNAL) == (ssize_t)sizeof f, "HELLO");
+	size_t got = 0;
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	while (got < sizeof f && poll(&p, 1, 5000) == 1) {
+		ssize_t n = recv(fd, f + got, sizeof f - got, 0);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	lc__tcp_ctrl_t reply;
+	lc__tcp_decode_ctrl(f, &reply);
+	TU_CHECK(got == sizeof f && reply.type == LC__TCP_HELLO_REPLY && reply.status == 0,
+		 "HELLO_REPLY (%zu bytes, status %d)", got, reply.status);
+	close(fd);
+	usleep(300000); /* well inside D's window for a P gone */
+}
+
 /* Per wave on 'g': open, send, wait, check; "d-done W FAILURES". */
 static int d_child(void *arg, int go_fd)
 {
@@ -240,6 +281,12 @@ static int d_child(void *arg, int go_fd)
 	say("d-up");
 	for (int w = 0; w < WAVES && adv_wait_byte(go_fd) == 'g'; w++) {
 		d_open_wave(d, bs_addr, rcv[w], w);
+		if (the_fault == LANE_CLOSED && w == 0) {
+			d_lane_closed(d);
+			uint64_t n = 0;
+			TU_OK(lc_decode_counter(d, "lanes_closed", &n));
+			say("d-lanes %llu", (unsigned long long)n);
+		}
 		int f = 0;
 		for (int i = 0; i < ROOMS; i++)
 			f += d_check_room(rcv[w][i], &s, w * ROOMS + i);
@@ -392,8 +439,16 @@ static int run_wave(adv_proc_t *p, adv_proc_t *d, int w, enum fault f, const cha
 		kill(p->pid, SIGKILL);
 		return check_finals(d, w, true, bs_addr, t0, P_GONE_BOUND_MS);
 	}
-	if (w == 0)
+	if (w == 0 && f == LANE_CLOSED) {
+		unsigned long long n = 0;
+		if (!adv_wait_line(d, "d-lanes ", 20000, line, sizeof line) ||
+		    sscanf(line, "d-lanes %llu", &n) != 1 || !n) {
+			fprintf(stderr, "D: '%s' (want lanes_closed counted)\n", line);
+			return 1;
+		}
+	} else if (w == 0) {
 		usleep(FAULT_MS * 1000); /* longer than the heartbeat's patience */
+	}
 	adv_go(p);
 	int bad = check_finals(d, w, false, bs_addr, t0, 0);
 	int pf = -1;
@@ -455,6 +510,8 @@ int main(int argc, char **argv)
 		return run_case(P_KILLED, argv[2]);
 	if (!strcmp(argv[1], "p_killed_mid"))
 		return run_case(P_KILLED_MID, argv[2]);
+	if (!strcmp(argv[1], "lane_closed"))
+		return run_case(LANE_CLOSED, argv[2]);
 	fprintf(stderr, "unknown case %s\n", argv[1]);
 	return 2;
 }
