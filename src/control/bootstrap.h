@@ -69,7 +69,12 @@ typedef struct lc__rank_info {
 	X(session_mismatches)                                                                      \
 	X(session_incarnations)                                                                    \
 	X(msgs_old_version)                                                                        \
-	X(registrations_unanswered)
+	X(registrations_unanswered)                                                                \
+	X(bootstrap_failures)                                                                      \
+	X(routes_refused)                                                                          \
+	X(routes_moved)                                                                            \
+	X(lanes_closed)                                                                            \
+	X(peers_gone)
 
 enum lc__ctl_counter {
 #define LC__CTL_ENUM(name) LC__CTL_##name,
@@ -121,13 +126,29 @@ typedef struct lc__http_opts {
 	int timeout_ms;
 	int retries;
 	const char *secret; /* PUT: sent as "Authorization: Bearer <secret>" */
+	int *fail;          /* optional out: the last try's enum lc__bs_fail */
 } lc__http_opts_t;
+
+/* What made a client call fail (lc__http_opts_t.fail), so that D can tell a
+ * P not up yet from an address that will never work (docs/deployment.md,
+ * "A wrong bootstrap address"). An answer that is not a bootstrap server's
+ * is final: a call stops retrying at it. */
+enum lc__bs_fail {
+	LC__BS_FAIL_NONE = 0,
+	LC__BS_FAIL_REFUSED,     /* connection refused: nothing listens there (yet) */
+	LC__BS_FAIL_TIMEOUT,     /* no answer within timeout_ms */
+	LC__BS_FAIL_UNREACHABLE, /* no route or host, or closed without an answer */
+	LC__BS_FAIL_NOT_SERVER,  /* bytes that are not HTTP, or not a bootstrap server's */
+	LC__BS_FAIL_HTTP,        /* a bootstrap server's error status (404 included) */
+};
 
 /* PUT /route. Errors: LC_ERR_UNREACHABLE, LC_ERR_AUTH (401),
  * LC_ERR_BOOTSTRAP (other non-200, with the server's text in why). */
 int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
 			   const lc__http_opts_t *o, char *why, size_t why_cap);
-/* GET /route -1/-1. -ENOENT (404: nothing registered yet). */
+/* GET /route -1/-1. -ENOENT (404: nothing registered yet). A 404 whose
+ * server does not answer GET /health with 200 is no bootstrap server:
+ * LC_ERR_BOOTSTRAP, fail NOT_SERVER. */
 int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o, lc__parallel_info_t *out,
 			       char *why, size_t why_cap);
 /* GET /route for one rank. -ENOENT for an unknown rank (404). */

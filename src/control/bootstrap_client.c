@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,22 +39,45 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 	return b->s.oom ? 0 : len;
 }
 
-int lc__http_request(const char *method, const char *url, const char *body, size_t body_len,
-		     const char *auth, int timeout_ms, char **resp, size_t *resp_len)
+/* What a failed curl call was, for D's early word on a wrong address. */
+static int curl_kind(CURLcode cc, long os_errno)
+{
+	switch (cc) {
+	case CURLE_COULDNT_CONNECT:
+		return os_errno == ECONNREFUSED ? LC__BS_FAIL_REFUSED : LC__BS_FAIL_UNREACHABLE;
+	case CURLE_OPERATION_TIMEDOUT:
+		return LC__BS_FAIL_TIMEOUT;
+	case CURLE_WEIRD_SERVER_REPLY:
+	case CURLE_UNSUPPORTED_PROTOCOL: /* "HTTP/0.9": bytes that are not HTTP */
+	case CURLE_HTTP2:
+	case CURLE_BAD_CONTENT_ENCODING:
+		return LC__BS_FAIL_NOT_SERVER;
+	default: /* resolve errors, resets, nothing sent back: maybe a busy server */
+		return LC__BS_FAIL_UNREACHABLE;
+	}
+}
+
+/* One request: the HTTP status (> 0) with the body, or < 0 with *kind
+ * (enum lc__bs_fail) and curl's words in detail. */
+static int http_once(const char *method, const char *url, const char *body, size_t body_len,
+		     const char *auth, int timeout_ms, char **resp, size_t *resp_len, int *kind,
+		     char *detail, size_t detail_cap)
 {
 	pthread_once(&curl_once, curl_init_once);
+	*kind = LC__BS_FAIL_NONE;
 	CURL *c = curl_easy_init();
 	if (!c)
 		return -ENOMEM;
 	body_sink_t sink = {0};
 	struct curl_slist *hdr = NULL;
-	char authbuf[LC__BS_SECRET_MAX + 32];
+	char authbuf[LC__BS_SECRET_MAX + 32], errbuf[CURL_ERROR_SIZE] = "";
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)timeout_ms);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
 	curl_easy_setopt(c, CURLOPT_PROXY, "");
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 	if (body) {
@@ -70,13 +94,19 @@ int lc__http_request(const char *method, const char *url, const char *body, size
 	}
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
 	CURLcode cc = curl_easy_perform(c);
-	long status = 0;
+	long status = 0, os_errno = 0;
 	int rc;
 	if (cc == CURLE_OK) {
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
 		rc = (int)status;
 	} else {
-		LC__DEBUG("http %s %s: %s", method, url, curl_easy_strerror(cc));
+		curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
+		*kind = curl_kind(cc, os_errno);
+		if (detail && detail_cap)
+			snprintf(detail, detail_cap, "%s",
+				 errbuf[0] ? errbuf : curl_easy_strerror(cc));
+		LC__DEBUG("http %s %s: %s", method, url,
+			  errbuf[0] ? errbuf : curl_easy_strerror(cc));
 		rc = cc == CURLE_OPERATION_TIMEDOUT ? LC_ETIMEDOUT : LC_ERR_UNREACHABLE;
 	}
 	curl_slist_free_all(hdr);
@@ -92,9 +122,26 @@ int lc__http_request(const char *method, const char *url, const char *body, size
 	return rc;
 }
 
-/* One request with bounded retries (connection errors and 5xx). */
+int lc__http_request(const char *method, const char *url, const char *body, size_t body_len,
+		     const char *auth, int timeout_ms, char **resp, size_t *resp_len)
+{
+	int kind;
+	return http_once(method, url, body, body_len, auth, timeout_ms, resp, resp_len, &kind, NULL,
+			 0);
+}
+
+/* A call's outcome: the HTTP status or < 0, and for a failed connection
+ * its kind and curl's words. */
+typedef struct http_out {
+	int kind;
+	char detail[CURL_ERROR_SIZE];
+} http_out_t;
+
+/* One request with bounded retries (connection errors and 5xx; never an
+ * answer that is not HTTP: it will not change). */
 static int http_retry(const char *method, const char *addr, const char *path_query,
-		      const char *body, const lc__http_opts_t *o, char **resp, size_t *resp_len)
+		      const char *body, const lc__http_opts_t *o, char **resp, size_t *resp_len,
+		      http_out_t *out)
 {
 	char url[LC__BS_HOST_MAX + 256];
 	const char *hostport = !strncmp(addr, "http://", 7) ? addr + 7 : addr;
@@ -103,26 +150,54 @@ static int http_retry(const char *method, const char *addr, const char *path_que
 	int retries = o && o->retries >= 0 ? LC__MIN(o->retries, 20) : 2;
 	unsigned pause_ms = 50;
 	int rc = LC_ERR_UNREACHABLE;
+	out->kind = LC__BS_FAIL_NONE;
+	out->detail[0] = '\0';
 	for (int attempt = 0; attempt <= retries; attempt++) {
 		if (attempt) {
 			usleep(pause_ms * 1000);
 			pause_ms = LC__MIN(pause_ms * 2, 1000u);
 		}
 		*resp = NULL;
-		rc = lc__http_request(method, url, body, body ? strlen(body) : 0,
-				      o ? o->secret : NULL, timeout, resp, resp_len);
-		if (rc > 0 && rc < 500)
-			return rc;
+		rc = http_once(method, url, body, body ? strlen(body) : 0, o ? o->secret : NULL,
+			       timeout, resp, resp_len, &out->kind, out->detail,
+			       sizeof out->detail);
+		if ((rc > 0 && rc < 500) || out->kind == LC__BS_FAIL_NOT_SERVER)
+			break;
 		if (rc > 0 && attempt < retries)
 			free(*resp);
 	}
+	if (rc > 0 && rc != 200)
+		out->kind = LC__BS_FAIL_HTTP;
+	if (o && o->fail)
+		*o->fail = out->kind;
 	return rc;
 }
 
-static int http_error(int code, const char *what, const char *resp, char *why, size_t cap)
+/* The words for a failed connection, by kind. */
+static const char *kind_text(int kind)
+{
+	switch (kind) {
+	case LC__BS_FAIL_REFUSED:
+		return "connection refused (nothing listens there yet)";
+	case LC__BS_FAIL_TIMEOUT:
+		return "no answer (timeout)";
+	default:
+		return "unreachable";
+	}
+}
+
+static int http_error(int code, const char *what, const char *addr, const char *resp,
+		      const http_out_t *out, char *why, size_t cap)
 {
 	if (why && cap) {
-		if (code < 0)
+		if (code < 0 && out->kind == LC__BS_FAIL_NOT_SERVER)
+			snprintf(why, cap,
+				 "not a bootstrap server at %s (its answer to %s is not HTTP: %s)",
+				 addr, what, out->detail);
+		else if (code < 0 && out->kind != LC__BS_FAIL_NONE)
+			snprintf(why, cap, "%s at %s: %s: %s", what, addr, kind_text(out->kind),
+				 out->detail);
+		else if (code < 0)
 			snprintf(why, cap, "%s: %s", what, lc_strerror(code));
 		else
 			snprintf(why, cap, "%s: HTTP %d: %.200s", what, code, resp ? resp : "");
@@ -134,6 +209,41 @@ static int http_error(int code, const char *what, const char *resp, char *why, s
 	if (code == 404)
 		return -ENOENT;
 	return LC_ERR_BOOTSTRAP;
+}
+
+/* The first bytes of an answer, printable, for a reason. */
+static void printable(const char *s, char *out, size_t cap)
+{
+	size_t n = 0;
+	for (; s && *s && n + 1 < cap; s++)
+		out[n++] = *s >= 0x20 && *s < 0x7f && *s != '"' ? *s : '.';
+	out[n] = '\0';
+}
+
+/* An answer that is no bootstrap server's: final (fail NOT_SERVER). */
+static void __attribute__((format(printf, 4, 5)))
+not_server(const lc__http_opts_t *o, char *why, size_t cap, const char *fmt, ...)
+{
+	if (o && o->fail)
+		*o->fail = LC__BS_FAIL_NOT_SERVER;
+	if (why && cap) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(why, cap, fmt, ap);
+		va_end(ap);
+	}
+}
+
+/* GET /health answers 200 (one try). */
+static bool health_ok(const char *addr, const lc__http_opts_t *o)
+{
+	char *resp = NULL;
+	size_t len = 0;
+	lc__http_opts_t once = {.timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 2000};
+	http_out_t out;
+	int code = http_retry("GET", addr, "/health", NULL, &once, &resp, &len, &out);
+	free(resp);
+	return code == 200;
 }
 
 int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
@@ -169,9 +279,10 @@ int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
 		return -ENOMEM;
 	char *resp = NULL;
 	size_t len = 0;
-	int code = http_retry("PUT", addr, "/route", body, o, &resp, &len);
+	http_out_t out;
+	int code = http_retry("PUT", addr, "/route", body, o, &resp, &len, &out);
 	free(body);
-	int rc = code == 200 ? 0 : http_error(code, "PUT /route", resp, why, why_cap);
+	int rc = code == 200 ? 0 : http_error(code, "PUT /route", addr, resp, &out, why, why_cap);
 	free(resp);
 	return rc;
 }
@@ -179,15 +290,29 @@ int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
 int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o, lc__parallel_info_t *out,
 			       char *why, size_t why_cap)
 {
-	char *resp = NULL;
+	char *resp = NULL, head[48];
 	size_t len = 0;
+	http_out_t ho;
 	int code = http_retry("GET", addr, "/route?engine_rank=-1&target_dp_group=-1", NULL, o,
-			      &resp, &len);
+			      &resp, &len, &ho);
+	if (code == 404 && !health_ok(addr, o)) {
+		/* Any web server says 404; a bootstrap server without P yet
+		 * also answers /health (D started before P: it waits). */
+		printable(resp, head, sizeof head);
+		not_server(o, why, why_cap,
+			   "not a bootstrap server at %s (HTTP 404 \"%s\" to GET /route, and "
+			   "GET /health is not 200)",
+			   addr, head);
+		free(resp);
+		return LC_ERR_BOOTSTRAP;
+	}
 	if (code != 200) {
-		int rc = http_error(code, "GET /route (parallel info)", resp, why, why_cap);
+		int rc = http_error(code, "GET /route (parallel info)", addr, resp, &ho, why,
+				    why_cap);
 		free(resp);
 		return rc;
 	}
+	printable(resp, head, sizeof head);
 	json_object *j = lc__bs_parse_obj(resp, len);
 	free(resp);
 	int64_t w, d, reg = 0, layers = 0;
@@ -220,8 +345,11 @@ int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o, lc__p
 	}
 	rc = 0;
 bad:
-	if (rc && why && why_cap)
-		snprintf(why, why_cap, "GET /route (parallel info): malformed reply");
+	if (rc) /* a 200 that is not the parallel info: it will not change */
+		not_server(o, why, why_cap,
+			   "not a bootstrap server at %s (its 200 to GET /route is not the "
+			   "parallel info: \"%s\")",
+			   addr, head);
 	json_object_put(j);
 	return rc;
 }
@@ -233,9 +361,10 @@ int lc__bootstrap_get_rank(const char *addr, int tp_rank, int dp_group, const lc
 	snprintf(path, sizeof path, "/route?engine_rank=%d&target_dp_group=%d", tp_rank, dp_group);
 	char *resp = NULL;
 	size_t len = 0;
-	int code = http_retry("GET", addr, path, NULL, o, &resp, &len);
+	http_out_t ho;
+	int code = http_retry("GET", addr, path, NULL, o, &resp, &len, &ho);
 	if (code != 200) {
-		int rc = http_error(code, "GET /route (rank)", resp, why, why_cap);
+		int rc = http_error(code, "GET /route (rank)", addr, resp, &ho, why, why_cap);
 		free(resp);
 		return rc;
 	}
@@ -265,12 +394,48 @@ int lc__bootstrap_health(const char *addr, const lc__http_opts_t *o)
 	char *resp = NULL;
 	size_t len = 0;
 	lc__http_opts_t once = {.timeout_ms = o ? o->timeout_ms : 2000, .retries = 0};
-	int code = http_retry("GET", addr, "/health", NULL, &once, &resp, &len);
+	http_out_t out;
+	int code = http_retry("GET", addr, "/health", NULL, &once, &resp, &len, &out);
 	free(resp);
 	return code == 200 ? 0 : code < 0 ? code : LC_ERR_BOOTSTRAP;
 }
 
 #else /* built without libmicrohttpd, json-c or libcurl */
+
+/* The first bytes of an answer, printable, for a reason. */
+static void printable(const char *s, char *out, size_t cap)
+{
+	size_t n = 0;
+	for (; s && *s && n + 1 < cap; s++)
+		out[n++] = *s >= 0x20 && *s < 0x7f && *s != '"' ? *s : '.';
+	out[n] = '\0';
+}
+
+/* An answer that is no bootstrap server's: final (fail NOT_SERVER). */
+static void __attribute__((format(printf, 4, 5)))
+not_server(const lc__http_opts_t *o, char *why, size_t cap, const char *fmt, ...)
+{
+	if (o && o->fail)
+		*o->fail = LC__BS_FAIL_NOT_SERVER;
+	if (why && cap) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(why, cap, fmt, ap);
+		va_end(ap);
+	}
+}
+
+/* GET /health answers 200 (one try). */
+static bool health_ok(const char *addr, const lc__http_opts_t *o)
+{
+	char *resp = NULL;
+	size_t len = 0;
+	lc__http_opts_t once = {.timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 2000};
+	http_out_t out;
+	int code = http_retry("GET", addr, "/health", NULL, &once, &resp, &len, &out);
+	free(resp);
+	return code == 200;
+}
 
 int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
 			   const lc__http_opts_t *o, char *why, size_t why_cap)

@@ -13,6 +13,7 @@
 #include "core/params.h"
 #include "control/addr.h"
 #include "pd/decode_int.h"
+#include "transport/transport.h"
 
 #ifdef LC_HAVE_ZMQ
 static void load_knobs(lc_decode_t *d, lc_ctx_t *ctx)
@@ -183,6 +184,8 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 		goto fail;
 	if ((rc = set_session(d, pp.session)) || (rc = start_threads(d)))
 		goto fail;
+	/* A P that dies closes its lanes at once (decode_discover.c). */
+	lc__listener_watch(d->listener, lc__decode_lane_gone, d);
 	LC__INFO("decode %s: data %s, control %s", d->session, d->data_url, d->endpoint);
 	*out = d;
 	return 0;
@@ -208,6 +211,7 @@ void lc_decode_destroy(lc_decode_t *d)
 		pthread_join(d->disc_thread, NULL);
 	for (int i = 0; i < d->npeers; i++) {
 		lc__decode_peer_reset(d->peers[i]);
+		free(d->peers[i]->pins);
 		free(d->peers[i]);
 	}
 	lc__pull_close(d->pull);

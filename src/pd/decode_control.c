@@ -397,7 +397,8 @@ static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
 			pr->registered = false;
 			LC__D_CTL_ADD(d, registrations_unanswered);
 			char why[LC_REASON_MAX];
-			if (pr->push && !lc__push_up(pr->push))
+			bool unreachable = pr->push && !lc__push_up(pr->push);
+			if (unreachable)
 				lc__reason(why, sizeof why,
 					   "set P's host or LAYERCAKE_ADVERTISE_HOST on P: this D "
 					   "cannot reach P rank %d at %s, the address P advertised",
@@ -418,6 +419,14 @@ static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
 							why,
 							(unsigned long long)(d->reply_wait_ns /
 									     1000000));
+			if (unreachable) {
+				/* Nothing there: the next room looks the route up
+				 * again (a P restarted elsewhere, looked up once
+				 * before it registered again, is found then). */
+				lc__push_close(pr->push);
+				pr->push = NULL;
+				pr->resolved = false;
+			}
 		}
 	}
 }

@@ -6,11 +6,16 @@
  * live rooms (the heartbeat). All HTTP runs here with `lock` dropped.
  */
 #include <errno.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "control/addr.h"
+#include "control/curve_keys.h"
 #include "pd/decode_int.h"
 
 lc__ppeer_t *lc__decode_peer_get(lc_decode_t *d, const char *addr)
@@ -186,12 +191,44 @@ static void retry_later(lc_decode_t *d, uint64_t room, const char *why)
 	}
 }
 
+/* A lookup at the peer's bootstrap server failed (fail: enum lc__bs_fail).
+ * Said at once, and again only when its kind changes: a refused connection
+ * is a P not up yet (D may start first: the room waits for its bootstrap
+ * deadline), an answer that is not a bootstrap server's will not change
+ * (the room fails now). */
+static void lookup_failed(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int fail,
+			  const char *why)
+{
+	LC__D_CTL_ADD(d, bootstrap_failures);
+	if (fail != pe->last_fail) {
+		pe->last_fail = fail;
+		if (fail == LC__BS_FAIL_NOT_SERVER)
+			LC__ERROR("decode %s: bootstrap address %s is wrong: %s", d->session,
+				  pe->addr, why);
+		else if (fail == LC__BS_FAIL_HTTP) /* a server there: P not up yet */
+			LC__INFO("decode %s: bootstrap server %s: %s; waiting for P", d->session,
+				 pe->addr, why);
+		else
+			LC__WARN("decode %s: bootstrap server %s: %s; retrying until "
+				 "bootstrap_timeout_ms (%llu ms) in case P is not up yet",
+				 d->session, pe->addr, why,
+				 (unsigned long long)(d->bootstrap_ns / 1000000));
+	}
+	lc_receiver_t *r = lc__decode_find(d, room);
+	if (r && fail == LC__BS_FAIL_NOT_SERVER)
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
+				"%s; give D its P's bootstrap server host:port", why);
+	else
+		retry_later(d, room, why);
+}
+
 /* GET /route -1/-1 of the room's P, once per peer. Returns the receiver,
  * still Bootstrapping, once pe->info is known; NULL to stop this pass. */
 static lc_receiver_t *fetch_parallel(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe)
 {
 	char why[300] = "", addr[LC__BS_HOST_MAX];
-	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 1};
+	int fail = LC__BS_FAIL_NONE;
+	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 1, .fail = &fail};
 	uint64_t gen = pe->generation;
 	lc__parallel_info_t *pi = calloc(1, sizeof *pi);
 	if (!pi)
@@ -203,9 +240,10 @@ static lc_receiver_t *fetch_parallel(lc_decode_t *d, uint64_t room, lc__ppeer_t 
 	if (rc || pe->info || pe->generation != gen) {
 		free(pi);
 		if (rc)
-			retry_later(d, room, why);
+			lookup_failed(d, room, pe, fail, why);
 		return NULL;
 	}
+	pe->last_fail = LC__BS_FAIL_NONE;
 	pe->ranks = calloc((size_t)pi->world_size, sizeof *pe->ranks);
 	if (!pe->ranks) {
 		free(pi);
@@ -231,6 +269,117 @@ static void rank_host(const char *bootstrap, lc__rank_info_t *ri)
 		snprintf(ri->rank_ip, sizeof ri->rank_ip, "%s", bs);
 }
 
+/* The pin of P rank `rank` of a peer (grown on demand, kept across
+ * lc__decode_peer_reset); NULL without memory. */
+static lc__pin_t *pin_of(lc__ppeer_t *pe, int rank)
+{
+	if (rank >= pe->npins) {
+		lc__pin_t *p = realloc(pe->pins, (size_t)(rank + 1) * sizeof *p);
+		if (!p)
+			return NULL;
+		memset(p + pe->npins, 0, (size_t)(rank + 1 - pe->npins) * sizeof *p);
+		pe->pins = p;
+		pe->npins = rank + 1;
+	}
+	return &pe->pins[rank];
+}
+
+/* D authenticates a P rank before it hands it anything (its data-plane
+ * token and session secret go in the REGISTER; docs/security.md, "D
+ * authenticates P"): a route is only the bootstrap server's word, which
+ * anyone who reaches the server may have written. With CURVE on, the
+ * rank's server key must be one D trusts (curve_keys.h; "" is D's own key):
+ * the handshake then proves the rank holds its secret, wherever it moved.
+ * Without CURVE, the endpoint and key first learned for the rank are
+ * pinned for this D's life: a changed route is refused while something
+ * still accepts connections at the pinned endpoint (old_alive: the rank is
+ * there, the new route is an impostor's), and taken as the rank's move
+ * once nothing does (a P restarted on another port). False: the room
+ * failed, nothing was sent. */
+static bool route_trusted(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank,
+			  const char *ep, const char *key, bool old_alive)
+{
+	char why[LC_REASON_MAX];
+	const char *own = lc__zctx_public_key(d->z);
+	if (own[0]) {
+		int ok = !key[0] || !strcmp(key, own) ? 1 : lc__curve_key_authorized(key);
+		if (ok == 1)
+			return true;
+		lc__reason(why, sizeof why,
+			   "P rank %d's route (%s) names CURVE key %.40s, which D does not "
+			   "authorize (authorized_keys%s): nothing sent to it",
+			   rank, ep, key, ok < 0 ? " unreadable" : "");
+	} else {
+		lc__pin_t *pin = pin_of(pe, rank);
+		if (pin && !pin->set) {
+			snprintf(pin->endpoint, sizeof pin->endpoint, "%s", ep);
+			snprintf(pin->key, sizeof pin->key, "%s", key);
+			pin->set = true;
+			return true;
+		}
+		if (pin && !strcmp(pin->endpoint, ep) && !strcmp(pin->key, key))
+			return true;
+		if (pin && !old_alive) {
+			LC__D_CTL_ADD(d, routes_moved);
+			LC__WARN("decode %s: P rank %d moved from %s to %s (nothing accepts at the "
+				 "old address any more): following it",
+				 d->session, rank, pin->endpoint, ep);
+			snprintf(pin->endpoint, sizeof pin->endpoint, "%s", ep);
+			snprintf(pin->key, sizeof pin->key, "%s", key);
+			return true;
+		}
+		if (!pin)
+			lc__reason(why, sizeof why, "P rank %d: no memory to pin its route", rank);
+		else
+			lc__reason(why, sizeof why,
+				   "P rank %d's route changed during this D's session: %s first "
+				   "(still answering), now %s; refused (pinned without CURVE)",
+				   rank, pin->endpoint, ep);
+	}
+	LC__D_CTL_ADD(d, routes_refused);
+	uint64_t now = lc__now_ns();
+	pe->refused_quiet++;
+	if (now >= pe->refused_log_ns) { /* a route is anyone's: one line a second */
+		LC__ERROR("decode %s: bootstrap %s: %s (%llu refused since the last line)",
+			  d->session, pe->addr, why, (unsigned long long)pe->refused_quiet);
+		pe->refused_quiet = 0;
+		pe->refused_log_ns = now + 1000000000ull;
+	}
+	lc_receiver_t *r = lc__decode_find(d, room);
+	if (r)
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "%s", why);
+	return false;
+}
+
+/* Whether something accepts TCP connections at endpoint within
+ * LC__D_PROBE_MS: a pinned P rank's old address, asked before D follows a
+ * changed route. With `lock` dropped (a host name may need DNS). */
+static bool endpoint_alive(const char *endpoint)
+{
+	char host[LC__BS_HOST_MAX], port_s[16];
+	int port, err = 0;
+	socklen_t n = sizeof err;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+	if (lc__addr_split(endpoint, host, sizeof host, &port))
+		return false;
+	snprintf(port_s, sizeof port_s, "%d", port);
+	if (getaddrinfo(host, port_s, &hints, &ai) || !ai)
+		return false;
+	bool alive = false;
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		if (!connect(fd, ai->ai_addr, ai->ai_addrlen))
+			alive = true;
+		else if (errno == EINPROGRESS && poll(&p, 1, LC__D_PROBE_MS) == 1 &&
+			 !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &n) && !err)
+			alive = true;
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return alive;
+}
+
 /* GET /route of one P rank, once per rank. Returns the receiver, still
  * Bootstrapping, once the rank's endpoint is known; NULL to stop. */
 static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank)
@@ -240,6 +389,10 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	uint64_t gen = pe->generation;
 	int ptp = pe->info->world_size / pe->info->dp_size;
 	lc__rank_info_t ri;
+	char pinned[sizeof pe->pins->endpoint] = "";
+	bool old_alive = false;
+	if (rank < pe->npins && pe->pins[rank].set)
+		snprintf(pinned, sizeof pinned, "%s", pe->pins[rank].endpoint);
 	snprintf(addr, sizeof addr, "%s", pe->addr);
 	pthread_mutex_unlock(&d->lock);
 	int rc = lc__bootstrap_get_rank(addr, rank % ptp, rank / ptp, &o, &ri, why, sizeof why);
@@ -252,6 +405,7 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 		snprintf(ep, sizeof ep, "tcp://%s", hp);
 		adv_rc = advertise_to(d, ep, adv_status, adv_data, sizeof adv_status, adv_why,
 				      sizeof adv_why);
+		old_alive = pinned[0] && strcmp(pinned, ep) && endpoint_alive(pinned);
 	}
 	pthread_mutex_lock(&d->lock);
 	if (pe->generation != gen || !pe->info)
@@ -261,6 +415,8 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 		return NULL;
 	}
 	lc__prank_t *pr = &pe->ranks[rank];
+	if (!pr->resolved && !route_trusted(d, room, pe, rank, ep, ri.curve_key, old_alive))
+		return NULL;
 	if (!pr->resolved) {
 		snprintf(pr->endpoint, sizeof pr->endpoint, "%s", ep);
 		pr->adv_rc = adv_rc;
@@ -450,23 +606,26 @@ static int rank_down(lc_decode_t *d, lc__ppeer_t *pe, uint64_t now)
 	return -1;
 }
 
-/* One P rank's channel was down for too many heartbeats: the peer's rooms
- * fail, its caches go. */
-static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe, int rank)
+/* One P rank's channel was down for too many heartbeats (gone: its lanes
+ * closed and its channel is down, lanes_gone): the peer's rooms fail, its
+ * caches go. */
+static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe, int rank, bool gone)
 {
-	char ep[sizeof pe->ranks[rank].endpoint];
+	char ep[sizeof pe->ranks[rank].endpoint], why[160];
 	snprintf(ep, sizeof ep, "%s", pe->ranks[rank].endpoint);
 	LC__D_CTL_ADD(d, peers_dead);
-	LC__ERROR("decode %s: P at %s, rank %d (%s): control channel down for %d heartbeats: "
-		  "failing its rooms",
-		  d->session, pe->addr, rank, ep, pe->misses);
+	if (gone) {
+		LC__D_CTL_ADD(d, peers_gone);
+		snprintf(why, sizeof why, "closed its data lanes and its control channel is down");
+	} else {
+		snprintf(why, sizeof why, "missed %d heartbeats: control channel down", pe->misses);
+	}
+	LC__ERROR("decode %s: P at %s, rank %d (%s) %s: failing its rooms", d->session, pe->addr,
+		  rank, ep, why);
 	for (lc_receiver_t *r = d->receivers; r; r = r->next)
 		if (r->peer == pe)
-			lc__decode_fail(
-				d, r, LC_FAIL_SESSION_GONE, false,
-				"P at %s rank %d (%s) missed %d heartbeats: control channel "
-				"down",
-				pe->addr, rank, ep, pe->misses);
+			lc__decode_fail(d, r, LC_FAIL_SESSION_GONE, false, "P at %s rank %d (%s) %s",
+					pe->addr, rank, ep, why);
 	pe->misses = 0;
 	lc__decode_peer_reset(pe); /* a restarted P is discovered and registered afresh */
 }
@@ -492,7 +651,61 @@ static void heartbeat(lc_decode_t *d, uint64_t now)
 		}
 		LC__D_CTL_ADD(d, heartbeat_failures);
 		if (++pe->misses >= d->hb_misses)
-			peer_dead(d, pe, rank);
+			peer_dead(d, pe, rank, false);
+	}
+}
+
+void lc__decode_lane_gone(void *arg, uint64_t room)
+{
+	lc_decode_t *d = arg;
+	LC__D_CTL_ADD(d, lanes_closed);
+	atomic_store(&d->gone_room, room);
+	atomic_fetch_add(&d->lanes_gone, 1);
+	/* Never waits: D may hold `lock` while it revokes a grant, which
+	 * waits for this thread's landings. A wake-up missed here is caught
+	 * within LC__D_LIVE_WAIT_NS. */
+	if (!pthread_mutex_trylock(&d->lock)) {
+		pthread_cond_signal(&d->cond);
+		pthread_mutex_unlock(&d->lock);
+	}
+}
+
+/* A P rank that answered D's REGISTER, whose control channel is down now
+ * and that a live room uses (-1: none). No grace: lanes_gone asks it only
+ * when P's lanes closed. */
+static int rank_gone(const lc_decode_t *d, lc__ppeer_t *pe)
+{
+	for (int rank = 0; rank < pe->info->world_size; rank++) {
+		lc__prank_t *pr = &pe->ranks[rank];
+		if (pr->push && pr->registered && !pr->reg_pending && !lc__push_up(pr->push) &&
+		    rank_in_use(d, pe, rank))
+			return rank;
+	}
+	return -1;
+}
+
+/* P's lanes into this D closed or were reset by P (the listener's word):
+ * for LC__D_GONE_WINDOW_NS, a P rank in use whose control channel is down
+ * too is gone at once, not after heartbeat_misses intervals. A process that
+ * died (SIGKILL, a crash) closes both at once; a partition closes neither,
+ * and a P that closed a lane for a reason of its own keeps its channel up:
+ * the heartbeat judges those. No I/O. */
+static void lanes_gone(lc_decode_t *d, uint64_t now)
+{
+	uint64_t n = atomic_load(&d->lanes_gone);
+	if (n != d->lanes_seen) {
+		d->lanes_seen = n;
+		d->gone_until_ns = now + LC__D_GONE_WINDOW_NS;
+		LC__DEBUG("decode %s: a lane from P closed (last room %llu): looking for a P gone",
+			  d->session, (unsigned long long)atomic_load(&d->gone_room));
+	}
+	if (now >= d->gone_until_ns)
+		return;
+	for (int i = 0; i < d->npeers; i++) {
+		lc__ppeer_t *pe = d->peers[i];
+		int rank = pe->info ? rank_gone(d, pe) : -1;
+		if (rank >= 0)
+			peer_dead(d, pe, rank, true);
 	}
 }
 
@@ -508,18 +721,27 @@ void *lc__decode_disc_main(void *arg)
 		 * while the lock is dropped). */
 		uint64_t rooms[64];
 		int n = 0;
-		for (lc_receiver_t *r = d->receivers; r && n < 64; r = r->next)
+		bool live = false;
+		for (lc_receiver_t *r = d->receivers; r && n < 64; r = r->next) {
+			live |= !lc__decode_final(r);
 			if (r->status == LC_ROOM_BOOTSTRAPPING) {
 				if (r->next_try_ns <= now)
 					rooms[n++] = r->room;
 				else if (r->next_try_ns < next)
 					next = r->next_try_ns;
 			}
+		}
 		for (int i = 0; i < n && !atomic_load(&d->stop); i++)
 			discover_one(d, rooms[i]);
-		heartbeat(d, lc__now_ns());
-		if (n)
+		now = lc__now_ns();
+		lanes_gone(d, now);
+		heartbeat(d, now);
+		if (n || atomic_load(&d->lanes_gone) != d->lanes_seen)
 			continue;
+		if (now < d->gone_until_ns)
+			next = LC__MIN(next, now + LC__D_GONE_POLL_NS);
+		else if (live)
+			next = LC__MIN(next, now + LC__D_LIVE_WAIT_NS);
 		struct timespec ts = lc__abs_ts(next);
 		pthread_cond_timedwait(&d->cond, &d->lock, &ts);
 	}

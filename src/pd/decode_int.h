@@ -40,6 +40,17 @@
 /* A REGISTER unanswered this long is no longer outstanding: no reply is
  * believed for it afterwards. */
 #define LC__D_REPLY_WAIT_NS (10000ull * 1000000)
+/* After P's lanes into D closed, this long is spent looking for a P rank
+ * whose control channel is down too (decode_discover.c, lanes_gone), every
+ * LC__D_GONE_POLL_NS. */
+#define LC__D_GONE_WINDOW_NS (1000ull * 1000000)
+#define LC__D_GONE_POLL_NS (20ull * 1000000)
+/* How long D waits for a pinned P rank's old address to accept a
+ * connection before it follows a changed route (no CURVE). */
+#define LC__D_PROBE_MS 500
+/* The discovery thread's longest sleep while rooms are live: bounds a
+ * wake-up lost by lc__decode_lane_gone's trylock. */
+#define LC__D_LIVE_WAIT_NS (100ull * 1000000)
 
 /* One P rank as this D knows it. */
 typedef struct lc__prank {
@@ -68,12 +79,24 @@ typedef struct lc__prank {
 	char adv_why[LC_REASON_MAX];
 } lc__prank_t;
 
+/* What D first learned of a P rank's route, kept for the D's life
+ * without CURVE (decode_discover.c, route_trusted). */
+typedef struct lc__pin {
+	bool set;
+	char endpoint[300];
+	char key[LC__BS_KEY_MAX];
+} lc__pin_t;
+
 /* One P instance, by bootstrap address. */
 typedef struct lc__ppeer {
 	char addr[LC__BS_HOST_MAX];
 	lc__parallel_info_t *info; /* NULL until fetched */
 	lc__prank_t *ranks;        /* info->world_size */
+	lc__pin_t *pins;           /* npins, by rank; survive lc__decode_peer_reset */
+	int npins;
+	uint64_t refused_log_ns, refused_quiet; /* routes refused: one line a second */
 	int misses;
+	int last_fail; /* the last lookup's enum lc__bs_fail (said once per kind) */
 	uint64_t next_probe_ns;
 	uint64_t generation; /* bumped when the peer is declared dead */
 } lc__ppeer_t;
@@ -147,6 +170,10 @@ struct lc_decode {
 	bool ctl_started, disc_started;
 	_Atomic bool stop;
 	_Atomic uint64_t ctl[LC__CTL_COUNT];
+	/* Lanes from P closed by P (the listener's word, any thread), and the
+	 * last room written on one; the discovery thread's view of them. */
+	_Atomic uint64_t lanes_gone, gone_room;
+	uint64_t lanes_seen, gone_until_ns;
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* discovery work or stop */
@@ -193,5 +220,8 @@ lc__ppeer_t *lc__decode_peer_get(lc_decode_t *d, const char *addr);
 void lc__decode_peer_reset(lc__ppeer_t *pe);
 /* The discovery thread. */
 void *lc__decode_disc_main(void *arg);
+/* The data listener's lc__peer_gone_fn: a lane from P closed or reset by
+ * P. Takes no lock it could wait for (the listener's I/O thread). */
+void lc__decode_lane_gone(void *arg, uint64_t room);
 
 #endif

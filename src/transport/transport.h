@@ -77,6 +77,11 @@ struct lc_conn {
 	struct lc_conn *ctx_next, *ctx_prev; /* ctx->conns, under objs_lock */
 };
 
+/* A peer closed or reset an authenticated connection into a listener (not
+ * this side's close): room is the last room it wrote on it (0 if none). On
+ * the transport's I/O thread; must not block nor take its owner's locks. */
+typedef void (*lc__peer_gone_fn)(void *arg, uint64_t room);
+
 struct lc_listener {
 	lc_ctx_t *ctx;
 	const struct lc__transport_ops *ops;
@@ -84,7 +89,28 @@ struct lc_listener {
 	void *tp_state;        /* the transport's per-context state, or NULL */
 	char url[LC__URL_MAX]; /* resolved by the transport's listen() */
 	struct lc_listener *ctx_next, *ctx_prev;
+	/* Optional (lc__listener_watch): told when a peer goes (tcp only
+	 * today; other transports never call it). */
+	_Atomic(lc__peer_gone_fn) peer_gone;
+	void *_Atomic peer_gone_arg;
 };
+
+/* Watch a listener's peers (D: a P whose lanes close, docs/control-plane.md
+ * "A P that is gone"). fn NULL stops. Any thread; a call already running
+ * may finish after it returns, lc_listener_destroy waits for it. */
+static inline void lc__listener_watch(lc_listener_t *l, lc__peer_gone_fn fn, void *arg)
+{
+	atomic_store(&l->peer_gone_arg, arg);
+	atomic_store(&l->peer_gone, fn);
+}
+
+/* For transports: a peer closed an authenticated connection. */
+static inline void lc__listener_peer_gone(lc_listener_t *l, uint64_t room)
+{
+	lc__peer_gone_fn fn = atomic_load(&l->peer_gone);
+	if (fn)
+		fn(atomic_load(&l->peer_gone_arg), room);
+}
 
 typedef struct lc__transport_ops {
 	const char *scheme;

@@ -19,6 +19,15 @@
  *   p_killed          wave 0 sent, then P SIGKILLed: each of D's rooms fails
  *                     (session_gone) within P_DEAD_BOUND_MS, with a reason
  *                     naming P's address.
+ *   p_killed_mid      D with the default heartbeat (5 s, 2 misses), P
+ *                     SIGKILLed mid-transfer (two of four layers written):
+ *                     D's lanes from P close and P's control channel is
+ *                     down, so each room fails within P_GONE_BOUND_MS
+ *                     (issue 20, point 6: it took the heartbeats' 8-10 s).
+ *   lane_closed       a lane into D (D's own token, its handshake done) closed
+ *                     by its peer while wave 0 is in flight, P alive: the
+ *                     listener reports it (lanes_closed), but P's control
+ *                     channel is up, so the rooms succeed byte-exact.
  *
  * Exit 0 pass, 1 fail, 77 skipped (a facility missing here).
  */
@@ -35,14 +44,20 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "pd/decode_int.h"
 #include "rooms.h"
 #include "testutil.h"
+#include "transport/tcp/wire.h"
 
 #define WAVES 2
 #define SLOW_CONNS 300
 #define FAULT_MS 1500        /* the fault lasts this long before P computes */
 #define P_DEAD_BOUND_MS 2000 /* (misses + 1) x interval = 600 ms, and slack */
+#define P_GONE_BOUND_MS 1000 /* the data path's word: tens of ms, and slack */
 #define D_KNOBS "heartbeat_interval_ms=200,heartbeat_misses=2"
+
+enum fault { BOOTSTRAP_KILLED, BOOTSTRAP_SLOW, P_KILLED, P_KILLED_MID, LANE_CLOSED };
+static enum fault the_fault; /* set before the children fork */
 
 #define say(...) tu_say(adv_status_fd, __VA_ARGS__)
 
@@ -74,6 +89,11 @@ static int p_forward(lc_engine_t *eng, lc_sender_t **snd, int w)
 	for (int l = 0; l < LAYERS; l++) {
 		usleep(2000);
 		TU_OK(lc_engine_record_cache(eng));
+		if (the_fault == P_KILLED_MID && l == 1) {
+			usleep(200000); /* the two layers written */
+			say("p-mid %d", w);
+			pause(); /* killed here */
+		}
 	}
 	TU_OK(lc_engine_record_aux(eng));
 	for (int i = 0; i < ROOMS; i++) {
@@ -202,6 +222,41 @@ static void d_open_wave(lc_decode_t *d, const char *bs_addr, lc_receiver_t **rcv
 	say("d-sent %d", w);
 }
 
+/* A lane into D's own listener with D's token: HELLO, its reply, then
+ * closed by this side (the listener sees its peer go). */
+static void d_lane_closed(lc_decode_t *d)
+{
+	char host[64];
+	int port = 0;
+	TU_CHECK(sscanf(d->data_url, "tcp://%63[^:]:%d", host, &port) == 2, "%s", d->data_url);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	inet_pton(AF_INET, host, &sa.sin_addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	TU_CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "connect %s",
+		 d->data_url);
+	uint8_t f[LC__TCP_CTRL_LEN];
+	lc__tcp_ctrl_t hello = {.type = LC__TCP_HELLO,
+				.status = LC__TCP_HELLO_TOKEN,
+				.a = lc__get_u64(d->token.bytes),
+				.b = lc__get_u64(d->token.bytes + 8)};
+	lc__tcp_encode_ctrl(f, &hello);
+	TU_CHECK(send(fd, f, sizeof f, MSG_NOSIGNAL) == (ssize_t)sizeof f, "HELLO");
+	size_t got = 0;
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	while (got < sizeof f && poll(&p, 1, 5000) == 1) {
+		ssize_t n = recv(fd, f + got, sizeof f - got, 0);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	lc__tcp_ctrl_t reply;
+	lc__tcp_decode_ctrl(f, &reply);
+	TU_CHECK(got == sizeof f && reply.type == LC__TCP_HELLO_REPLY && reply.status == 0,
+		 "HELLO_REPLY (%zu bytes, status %d)", got, reply.status);
+	close(fd);
+	usleep(300000); /* well inside D's window for a P gone */
+}
+
 /* Per wave on 'g': open, send, wait, check; "d-done W FAILURES". */
 static int d_child(void *arg, int go_fd)
 {
@@ -210,7 +265,7 @@ static int d_child(void *arg, int go_fd)
 	lc_decode_t *d;
 	lc_receiver_t *rcv[WAVES][ROOMS] = {{0}};
 	int failures = 0;
-	tu_pool_init(&s, "d0", D_KNOBS, LAYERS, PAGES, ITEM);
+	tu_pool_init(&s, "d0", the_fault == P_KILLED_MID ? NULL : D_KNOBS, LAYERS, PAGES, ITEM);
 	memset(s.mem, CANARY, s.len);
 	lc_decode_params_t dp = {.size = sizeof dp,
 				 .layout = s.layout,
@@ -226,6 +281,12 @@ static int d_child(void *arg, int go_fd)
 	say("d-up");
 	for (int w = 0; w < WAVES && adv_wait_byte(go_fd) == 'g'; w++) {
 		d_open_wave(d, bs_addr, rcv[w], w);
+		if (the_fault == LANE_CLOSED && w == 0) {
+			d_lane_closed(d);
+			uint64_t n = 0;
+			TU_OK(lc_decode_counter(d, "lanes_closed", &n));
+			say("d-lanes %llu", (unsigned long long)n);
+		}
 		int f = 0;
 		for (int i = 0; i < ROOMS; i++)
 			f += d_check_room(rcv[w][i], &s, w * ROOMS + i);
@@ -315,11 +376,10 @@ static int slow_clients(const char *addr, int *fds)
 
 /* ==== the parent ==== */
 
-enum fault { BOOTSTRAP_KILLED, BOOTSTRAP_SLOW, P_KILLED };
-
 /* "d-final" lines of one wave: rooms that failed; with want_fail each must
  * have failed as session_gone, naming P's address, in time. */
-static int check_finals(adv_proc_t *d, int w, bool want_fail, const char *bs_addr, uint64_t t0)
+static int check_finals(adv_proc_t *d, int w, bool want_fail, const char *bs_addr, uint64_t t0,
+			int bound_ms)
 {
 	int bad = 0;
 	char line[512];
@@ -342,9 +402,9 @@ static int check_finals(adv_proc_t *d, int w, bool want_fail, const char *bs_add
 			fprintf(stderr, "want Failed (session_gone) naming \"%s\"\n", named);
 			bad++;
 		}
-		if (ms > P_DEAD_BOUND_MS) {
+		if (ms > (uint64_t)bound_ms) {
 			fprintf(stderr, "failed %llu ms after P died (bound %d ms)\n",
-				(unsigned long long)ms, P_DEAD_BOUND_MS);
+				(unsigned long long)ms, bound_ms);
 			bad++;
 		}
 	}
@@ -370,12 +430,27 @@ static int run_wave(adv_proc_t *p, adv_proc_t *d, int w, enum fault f, const cha
 		fprintf(stderr, "%d slow connections held\n", slow_clients(bs_addr, slow));
 	if (w == 0 && f == P_KILLED) {
 		kill(p->pid, SIGKILL);
-		return check_finals(d, w, true, bs_addr, t0);
+		return check_finals(d, w, true, bs_addr, t0, P_DEAD_BOUND_MS);
 	}
-	if (w == 0)
+	if (w == 0 && f == P_KILLED_MID) {
+		adv_go(p);
+		TU_CHECK(adv_wait_line(p, "p-mid 0", 20000, NULL, 0), "P never got mid-transfer");
+		t0 = adv_now_ms();
+		kill(p->pid, SIGKILL);
+		return check_finals(d, w, true, bs_addr, t0, P_GONE_BOUND_MS);
+	}
+	if (w == 0 && f == LANE_CLOSED) {
+		unsigned long long n = 0;
+		if (!adv_wait_line(d, "d-lanes ", 20000, line, sizeof line) ||
+		    sscanf(line, "d-lanes %llu", &n) != 1 || !n) {
+			fprintf(stderr, "D: '%s' (want lanes_closed counted)\n", line);
+			return 1;
+		}
+	} else if (w == 0) {
 		usleep(FAULT_MS * 1000); /* longer than the heartbeat's patience */
+	}
 	adv_go(p);
-	int bad = check_finals(d, w, false, bs_addr, t0);
+	int bad = check_finals(d, w, false, bs_addr, t0, 0);
 	int pf = -1;
 	snprintf(line, sizeof line, "p-done %d", w);
 	if (!adv_wait_line(p, line, 20000, line, sizeof line) ||
@@ -393,19 +468,21 @@ static int run_case(enum fault f, const char *cli)
 	adv_proc_t p, d;
 	for (int i = 0; i < SLOW_CONNS; i++)
 		slow[i] = -1;
+	the_fault = f;
 	server_start(cli, bs_addr, sizeof bs_addr);
 	adv_spawn(&p, p_child, bs_addr);
 	TU_CHECK(adv_wait_line(&p, "p-up", 15000, NULL, 0), "P did not start");
 	adv_spawn(&d, d_child, bs_addr);
 	TU_CHECK(adv_wait_line(&d, "d-up", 15000, NULL, 0), "D did not start");
 	int bad = run_wave(&p, &d, 0, f, bs_addr, slow);
-	if (f != P_KILLED)
+	bool killed = f == P_KILLED || f == P_KILLED_MID;
+	if (!killed)
 		bad += run_wave(&p, &d, 1, f, bs_addr, slow);
 	int rc = adv_reap(&d, 20000);
-	if (rc && f != P_KILLED) /* D's own verdict counts the failures wanted */
+	if (rc && !killed) /* D's own verdict counts the failures wanted */
 		fprintf(stderr, "D exited %d\n", rc), bad++;
 	rc = adv_reap(&p, 20000);
-	if (rc && f != P_KILLED)
+	if (rc && !killed)
 		fprintf(stderr, "P exited %d\n", rc), bad++;
 	for (int i = 0; i < SLOW_CONNS; i++)
 		if (slow[i] >= 0)
@@ -420,7 +497,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	tu_watchdog(110);
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s bootstrap_killed|bootstrap_slow|p_killed CLI\n",
+		fprintf(stderr,
+			"usage: %s bootstrap_killed|bootstrap_slow|p_killed|p_killed_mid CLI\n",
 			argv[0]);
 		return 2;
 	}
@@ -430,6 +508,10 @@ int main(int argc, char **argv)
 		return run_case(BOOTSTRAP_SLOW, argv[2]);
 	if (!strcmp(argv[1], "p_killed"))
 		return run_case(P_KILLED, argv[2]);
+	if (!strcmp(argv[1], "p_killed_mid"))
+		return run_case(P_KILLED_MID, argv[2]);
+	if (!strcmp(argv[1], "lane_closed"))
+		return run_case(LANE_CLOSED, argv[2]);
 	fprintf(stderr, "unknown case %s\n", argv[1]);
 	return 2;
 }

@@ -229,7 +229,13 @@ static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
 			r->dead = true;
 		}
 		if (r->dead) {
+			/* A peer that went (EOF, reset) after its handshake: the
+			 * listener's owner may want to know (D: is P gone?). */
+			bool gone = r->peer_gone && r->phase != R_HELLO;
+			uint64_t room = r->wrote ? r->room : 0;
 			rlane_close(tl, r);
+			if (gone)
+				lc__listener_peer_gone(tl->l, room);
 			continue;
 		}
 		if (r->phase == R_HELLO)

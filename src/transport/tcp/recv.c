@@ -59,8 +59,10 @@ void lc__tcp_rlane_flush(rlane_t *r)
 			continue;
 		if (n < 0) {
 			r->writable = false;
-			if (errno != EAGAIN)
+			if (errno != EAGAIN) {
+				r->peer_gone = errno == EPIPE || errno == ECONNRESET;
 				r->dead = true;
+			}
 			return;
 		}
 		memmove(r->out, r->out + n, r->out_len - (size_t)n);
@@ -409,6 +411,7 @@ static int on_run(rlane_t *r, const uint8_t *p)
 		w->dst = w->code ? NULL : w->land.dev ? w->land.dev : w->land.dst;
 	}
 	r->room = h.room;
+	r->wrote = true;
 	r->run_n = h.n;
 	r->run_i = 0;
 	r->done = 0;
@@ -733,6 +736,7 @@ void lc__tcp_rlane_pump(rlane_t *r)
 		if (got == -2)
 			break; /* stays readable: slots_reap pumps it again */
 		if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+			r->peer_gone = got == 0 || errno == ECONNRESET;
 			r->dead = true;
 			break;
 		}

@@ -117,6 +117,8 @@ typedef struct rlane {
 	struct rlane *next, *prev;
 	enum rphase phase;
 	bool readable, writable, paused, dead;
+	bool peer_gone; /* dead because the peer closed or reset it */
+	bool wrote;     /* a WRITES frame came: room is the last one's */
 	uint64_t hello_deadline_ns;
 	uint8_t peer[16]; /* source address (4 or 16 bytes), for the pending caps */
 	uint8_t peer_len;
