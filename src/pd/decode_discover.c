@@ -113,11 +113,12 @@ static int advertise_to(const lc_decode_t *d, const char *endpoint, char *status
 		return LC_ERR_UNREACHABLE;
 	}
 	if (lc__addr_loopback_wrong(data, peer)) {
-		lc__reason(why, why_cap,
-			   "set D's listen_url to tcp://0.0.0.0:0 (every address) or "
-			   "LAYERCAKE_ADVERTISE_HOST: %s, D's data listener, is a loopback address P "
-			   "at %s cannot reach",
-			   data, peer);
+		lc__reason(
+			why, why_cap,
+			"set D's listen_url to tcp://0.0.0.0:0 (every address) or "
+			"LAYERCAKE_ADVERTISE_HOST: %s, D's data listener, is a loopback address P "
+			"at %s cannot reach",
+			data, peer);
 		return LC_ERR_UNREACHABLE;
 	}
 	return 0;
@@ -196,8 +197,7 @@ static void retry_later(lc_decode_t *d, uint64_t room, const char *why)
  * is a P not up yet (D may start first: the room waits for its bootstrap
  * deadline), an answer that is not a bootstrap server's will not change
  * (the room fails now). */
-static void lookup_failed(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int fail,
-			  const char *why)
+static void lookup_failed(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int fail, const char *why)
 {
 	LC__D_CTL_ADD(d, bootstrap_failures);
 	if (fail != pe->last_fail) {
@@ -296,8 +296,8 @@ static lc__pin_t *pin_of(lc__ppeer_t *pe, int rank)
  * there, the new route is an impostor's), and taken as the rank's move
  * once nothing does (a P restarted on another port). False: the room
  * failed, nothing was sent. */
-static bool route_trusted(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank,
-			  const char *ep, const char *key, bool old_alive)
+static bool route_trusted(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank, const char *ep,
+			  const char *key, bool old_alive)
 {
 	char why[LC_REASON_MAX];
 	const char *own = lc__zctx_public_key(d->z);
@@ -321,9 +321,10 @@ static bool route_trusted(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int ra
 			return true;
 		if (pin && !old_alive) {
 			LC__D_CTL_ADD(d, routes_moved);
-			LC__WARN("decode %s: P rank %d moved from %s to %s (nothing accepts at the "
-				 "old address any more): following it",
-				 d->session, rank, pin->endpoint, ep);
+			LC__WARN_PEER(
+				"decode %s: P rank %d moved from %s to %s (nothing accepts at the "
+				"old address any more): following it",
+				d->session, rank, pin->endpoint, ep);
 			snprintf(pin->endpoint, sizeof pin->endpoint, "%s", ep);
 			snprintf(pin->key, sizeof pin->key, "%s", key);
 			return true;
@@ -396,7 +397,8 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	snprintf(addr, sizeof addr, "%s", pe->addr);
 	pthread_mutex_unlock(&d->lock);
 	int rc = lc__bootstrap_get_rank(addr, rank % ptp, rank / ptp, &o, &ri, why, sizeof why);
-	char ep[300], adv_status[LC__MSG_STR_MAX], adv_data[LC__MSG_STR_MAX], adv_why[LC_REASON_MAX];
+	char ep[300], adv_status[LC__MSG_STR_MAX], adv_data[LC__MSG_STR_MAX],
+		adv_why[LC_REASON_MAX];
 	int adv_rc = 0;
 	if (!rc) {
 		char hp[LC__BS_HOST_MAX + 16];
@@ -469,12 +471,13 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 		if (!pr->unsent_since_ns)
 			pr->unsent_since_ns = now;
 		if (now - pr->unsent_since_ns >= d->reply_wait_ns) {
-			lc__decode_fail(d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, false,
-					"set P's host or LAYERCAKE_ADVERTISE_HOST on P: this D cannot "
-					"reach P rank %d at %s, the address P advertised (%llu ms, "
-					"connect_timeout_ms)",
-					rank, pr->endpoint,
-					(unsigned long long)(d->reply_wait_ns / 1000000));
+			lc__decode_fail(
+				d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, false,
+				"set P's host or LAYERCAKE_ADVERTISE_HOST on P: this D cannot "
+				"reach P rank %d at %s, the address P advertised (%llu ms, "
+				"connect_timeout_ms)",
+				rank, pr->endpoint,
+				(unsigned long long)(d->reply_wait_ns / 1000000));
 			return -1;
 		}
 		r->next_try_ns = now + LC__D_RETRY_NS;
@@ -597,9 +600,9 @@ static int rank_down(lc_decode_t *d, lc__ppeer_t *pe, uint64_t now)
 	for (int rank = 0; rank < pe->info->world_size; rank++) {
 		lc__prank_t *pr = &pe->ranks[rank];
 		if (pr->push && !lc__push_up(pr->push) &&
-		    now >= pr->reg_sent_ns + (pr->reg_pending ? LC__MAX(d->hb_interval_ns,
-									    d->reply_wait_ns)
-							      : d->hb_interval_ns) &&
+		    now >= pr->reg_sent_ns + (pr->reg_pending
+						      ? LC__MAX(d->hb_interval_ns, d->reply_wait_ns)
+						      : d->hb_interval_ns) &&
 		    rank_in_use(d, pe, rank))
 			return rank;
 	}
@@ -624,8 +627,8 @@ static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe, int rank, bool gone)
 		  rank, ep, why);
 	for (lc_receiver_t *r = d->receivers; r; r = r->next)
 		if (r->peer == pe)
-			lc__decode_fail(d, r, LC_FAIL_SESSION_GONE, false, "P at %s rank %d (%s) %s",
-					pe->addr, rank, ep, why);
+			lc__decode_fail(d, r, LC_FAIL_SESSION_GONE, false,
+					"P at %s rank %d (%s) %s", pe->addr, rank, ep, why);
 	pe->misses = 0;
 	lc__decode_peer_reset(pe); /* a restarted P is discovered and registered afresh */
 }
