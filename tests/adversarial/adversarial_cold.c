@@ -26,14 +26,21 @@
  *                     another session (refused, counted) and its own room
  *   garbage           bytes that are no message, and messages P never takes
  *                     (STATUS, REGISTER_REPLY): dropped and counted
+ *   prefill_api       lc_prefill_create's refusals (-EINVAL for each missing or
+ *                     inconsistent parameter; a bootstrap server that refuses
+ *                     connections fails the create, after its retries); a P
+ *                     publishing on /metrics shows its rank there
  *
  * Exit 0 pass, 1 fail, 77 skipped.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <zmq.h>
@@ -513,6 +520,99 @@ static void case_garbage(void)
 	world_down(&w);
 }
 
+/* GET path from the bootstrap server at addr ("host:port"): the whole
+ * response, NUL-terminated, in buf. */
+static void http_get(const char *addr, const char *path, char *buf, size_t cap)
+{
+	char host[64];
+	int port = 0;
+	TU_CHECK(sscanf(addr, "%63[^:]:%d", host, &port) == 2, "address %s", addr);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	TU_CHECK(inet_pton(AF_INET, host, &sa.sin_addr) == 1, "host %s", host);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct timeval tv = {10, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	TU_CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "connect %s",
+		 addr);
+	char req[256];
+	int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr);
+	TU_CHECK(write(fd, req, (size_t)n) == n, "request");
+	size_t got = 0;
+	ssize_t k;
+	while (got + 1 < cap && (k = read(fd, buf + got, cap - 1 - got)) > 0)
+		got += (size_t)k;
+	buf[got] = '\0';
+	close(fd);
+}
+
+static void case_prefill_api(void)
+{
+	lc_bootstrap_t *b;
+	char addr[64];
+	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+	TU_OK(lc_bootstrap_start(&bp, &b));
+	TU_OK(lc_bootstrap_addr(b, addr, sizeof addr));
+	tu_pool_t s;
+	tu_pool_init(&s, "p0", NULL, LAYERS, PAGES, ITEM);
+	lc_prefill_t *pf = NULL;
+	const lc_prefill_params_t good = {.size = sizeof good,
+					  .layout = s.layout,
+					  .bootstrap = addr,
+					  .name = "p0",
+					  .world_size = 2,
+					  .dp_size = 1,
+					  .engine_rank = 1,
+					  .metrics_server = b};
+	lc_prefill_params_t p = good;
+	TU_CHECK(lc_prefill_create(NULL, &p, &pf) == -EINVAL, "NULL ctx");
+	TU_CHECK(lc_prefill_create(s.ctx, &p, NULL) == -EINVAL, "NULL out");
+	TU_CHECK(lc_prefill_create(s.ctx, NULL, &pf) == -EINVAL, "NULL params");
+	p.layout = NULL;
+	TU_CHECK(lc_prefill_create(s.ctx, &p, &pf) == -EINVAL, "no layout");
+	p = good;
+	p.bootstrap = NULL;
+	TU_CHECK(lc_prefill_create(s.ctx, &p, &pf) == -EINVAL, "no bootstrap");
+	static const int bad[][3] = {{0, 1, 0}, {2, 0, 0}, {3, 2, 0}, {2, 1, -1}, {2, 1, 2}};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		p = good;
+		p.world_size = bad[i][0];
+		p.dp_size = bad[i][1];
+		p.engine_rank = bad[i][2];
+		TU_CHECK(lc_prefill_create(s.ctx, &p, &pf) == -EINVAL,
+			 "world %d dp %d rank %d taken", bad[i][0], bad[i][1], bad[i][2]);
+	}
+	TU_CHECK(pf == NULL, "a refused create wrote its output");
+	/* A bootstrap server that refuses connections: the create fails. */
+	p = good;
+	p.bootstrap = "127.0.0.1:1";
+	p.metrics_server = NULL;
+	uint64_t t0 = adv_now_ms();
+	int rc = lc_prefill_create(s.ctx, &p, &pf);
+	TU_CHECK(rc != 0 && pf == NULL, "a P with no bootstrap server: %s", lc_err_name(rc));
+	fprintf(stderr, "no bootstrap server: %s after %llu ms\n", lc_err_name(rc),
+		(unsigned long long)(adv_now_ms() - t0));
+	/* Rank 1 of 2, publishing on /metrics. */
+	TU_OK(lc_prefill_create(s.ctx, &good, &pf));
+	char ep[8];
+	TU_CHECK(lc_prefill_endpoint(pf, ep, sizeof ep) == -ENOSPC, "a short endpoint buffer");
+	TU_CHECK(lc_prefill_endpoint(NULL, ep, sizeof ep) == -EINVAL, "NULL prefill");
+	uint64_t v;
+	TU_CHECK(lc_prefill_counter(pf, "no_such_counter", &v) == -ENOENT, "unknown counter");
+	TU_CHECK(lc_prefill_counter(pf, NULL, &v) == -EINVAL, "NULL name");
+	lc_engine_t *eng;
+	TU_CHECK(lc_prefill_engine(NULL, &eng) == -EINVAL, "NULL prefill");
+	static char body[1 << 16];
+	http_get(addr, "/metrics", body, sizeof body);
+	TU_CHECK(strstr(body, " 200 ") && strstr(body, "layercake_rooms_active{rank=\"1\"}"),
+		 "P rank 1 is not on /metrics:\n%.2000s", body);
+	lc_prefill_destroy(pf);
+	/* Gone from /metrics with it. */
+	http_get(addr, "/metrics", body, sizeof body);
+	TU_CHECK(!strstr(body, "rank=\"1\""), "P rank 1 is still on /metrics");
+	tu_pool_fini(&s);
+	lc_bootstrap_stop(b);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -535,6 +635,8 @@ int main(int argc, char **argv)
 		case_cancels();
 	else if (!strcmp(n, "garbage"))
 		case_garbage();
+	else if (!strcmp(n, "prefill_api"))
+		case_prefill_api();
 	else {
 		fprintf(stderr, "unknown case %s\n", n);
 		return 2;

@@ -319,6 +319,34 @@ static void remove_fails_the_rooms_and_forgets_the_session(void **state)
 	room_on(f, 5, "d0");
 }
 
+/* lc_engine_create refuses what it cannot run with, and writes nothing. */
+static void engine_create_refuses_bad_params(void **state)
+{
+	fx_t *f = *state;
+	lc_engine_t *e = NULL;
+	lc_engine_params_t ep = {.size = sizeof ep, .layout = f->layout};
+	assert_int_equal(lc_engine_create(NULL, &ep, &e), -EINVAL);
+	assert_int_equal(lc_engine_create(f->p, &ep, NULL), -EINVAL);
+	assert_int_equal(lc_engine_create(f->p, NULL, &e), -EINVAL);
+	ep.size = sizeof(size_t);
+	assert_int_equal(lc_engine_create(f->p, &ep, &e), -EINVAL);
+	ep = (lc_engine_params_t){.size = sizeof ep};
+	assert_int_equal(lc_engine_create(f->p, &ep, &e), -EINVAL);
+	/* A layout without base addresses (D's view of a pool). */
+	lc_layout_t *bare;
+	lc_layout_params_t lp = {.size = sizeof lp,
+				 .model = LC_LAYOUT_MHA,
+				 .layers = L,
+				 .pages = PAGES,
+				 .item_len = {ITEM}};
+	if (lc_layout_build(&lp, &bare) == 0) {
+		ep.layout = bare;
+		assert_int_equal(lc_engine_create(f->p, &ep, &e), -EINVAL);
+		lc_layout_destroy(bare);
+	}
+	assert_null(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -332,6 +360,8 @@ int main(void)
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(remove_fails_the_rooms_and_forgets_the_session,
 						fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(engine_create_refuses_bad_params, fx_setup,
+						fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
