@@ -30,6 +30,11 @@
  *                     inconsistent parameter; a bootstrap server that refuses
  *                     connections fails the create, after its retries); a P
  *                     publishing on /metrics shows its rank there
+ *   secret_dir        LAYERCAKE_SECRET_DIR with half a keypair (P runs without
+ *                     CURVE), with malformed or unreadable key files (the
+ *                     create fails), with a keypair and authorized_keys that
+ *                     hold a comment and a malformed line (ignored, CURVE
+ *                     on); a host this machine does not have: bind fails
  *
  * Exit 0 pass, 1 fail, 77 skipped.
  */
@@ -41,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <zmq.h>
@@ -613,6 +619,76 @@ static void case_prefill_api(void)
 	lc_bootstrap_stop(b);
 }
 
+static void put_file(const char *dir, const char *name, const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	TU_CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0, "writing %s", path);
+}
+
+/* A P rank created with LAYERCAKE_SECRET_DIR=dir (and host): its result,
+ * the P destroyed again. */
+static int p_with(lc_ctx_t *ctx, const lc_layout_t *layout, const char *addr, const char *dir,
+		  const char *host)
+{
+	setenv("LAYERCAKE_SECRET_DIR", dir, 1);
+	lc_prefill_params_t p = {.size = sizeof p,
+				 .layout = layout,
+				 .bootstrap = addr,
+				 .host = host,
+				 .world_size = 1,
+				 .dp_size = 1};
+	lc_prefill_t *pf = NULL;
+	int rc = lc_prefill_create(ctx, &p, &pf);
+	unsetenv("LAYERCAKE_SECRET_DIR");
+	lc_prefill_destroy(pf);
+	fprintf(stderr, "secret dir %s, host %s: %s\n", dir, host ? host : "-", lc_err_name(rc));
+	return rc;
+}
+
+static void case_secret_dir(void)
+{
+	lc_bootstrap_t *b;
+	char addr[64], dir[64] = "/tmp/lc-cold-XXXXXX";
+	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+	TU_OK(lc_bootstrap_start(&bp, &b));
+	TU_OK(lc_bootstrap_addr(b, addr, sizeof addr));
+	tu_pool_t s;
+	tu_pool_init(&s, "p0", NULL, LAYERS, PAGES, ITEM);
+	TU_CHECK(mkdtemp(dir), "mkdtemp");
+	char pub[41], sec[41], other[41], junk[41];
+	TU_CHECK(zmq_curve_keypair(pub, sec) == 0 && zmq_curve_keypair(other, junk) == 0,
+		 "zmq_curve_keypair");
+	/* 1. Half a keypair: no CURVE, P still runs. */
+	put_file(dir, "curve.public", pub);
+	TU_OK(p_with(s.ctx, s.layout, addr, dir, NULL));
+	/* 2. Malformed key files. */
+	put_file(dir, "curve.secret", "too short\n");
+	TU_CHECK(p_with(s.ctx, s.layout, addr, dir, NULL) == -EINVAL, "a short secret");
+	/* 3. A key file that cannot be read. */
+	char path[512];
+	snprintf(path, sizeof path, "%s/curve.secret", dir);
+	unlink(path);
+	TU_CHECK(mkdir(path, 0700) == 0, "mkdir");
+	TU_CHECK(p_with(s.ctx, s.layout, addr, dir, NULL) != 0, "an unreadable secret");
+	rmdir(path);
+	/* 4. A keypair, and authorized_keys with a comment, a blank line, a
+	 * malformed key and a good one: the bad line is ignored. */
+	put_file(dir, "curve.secret", sec);
+	char keys[256];
+	snprintf(keys, sizeof keys, "# the D ranks\n\nnot-a-key\n%s\n", other);
+	put_file(dir, "authorized_keys", keys);
+	TU_OK(p_with(s.ctx, s.layout, addr, dir, NULL));
+	snprintf(path, sizeof path, "rm -rf %s", dir);
+	TU_CHECK(system(path) == 0, "rm");
+	/* 5. An address this host does not have (TEST-NET-1: nothing is sent). */
+	TU_CHECK(p_with(s.ctx, s.layout, addr, "", "192.0.2.1") != 0,
+		 "bound an address this host does not have");
+	tu_pool_fini(&s);
+	lc_bootstrap_stop(b);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -637,6 +713,8 @@ int main(int argc, char **argv)
 		case_garbage();
 	else if (!strcmp(n, "prefill_api"))
 		case_prefill_api();
+	else if (!strcmp(n, "secret_dir"))
+		case_secret_dir();
 	else {
 		fprintf(stderr, "unknown case %s\n", n);
 		return 2;
