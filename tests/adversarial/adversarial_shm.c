@@ -15,6 +15,15 @@
  *              sent again replaces the first; a dropped region is unknown
  *   flags      a REGION that says it passes an fd and passes none, and one
  *              that passes an fd it does not declare: malformed
+ *   idle       a P that connects and says nothing is closed after D's
+ *              connect_timeout_ms; a message larger than any is truncated
+ *              (malformed); a second listener on a name in use is refused
+ *   raw_d      P against a D that speaks the wire by hand: one that never
+ *              answers the HELLO (LC_ERR_UNREACHABLE after connect_timeout_ms),
+ *              one that never acknowledges (LC_ERR_STALLED after
+ *              progress_timeout_ms), one that answers garbage and passes an
+ *              fd (LC_ERR_PROTO, frames_malformed at P); each batch fails
+ *              with its reason
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -316,6 +326,152 @@ static void case_flags(void)
 	d_down(&d);
 }
 
+static void case_idle(void)
+{
+	d_side_t d = {0};
+	d_up(&d);
+	TU_OK(lc_ctx_config_set(d.rx, "connect_timeout_ms", "200"));
+	uint64_t before = counter(&d, "frames_malformed");
+	/* 1. Connected, silent: closed after connect_timeout_ms. */
+	int fd = raw_socket(&d);
+	expect_closed(fd, "a connection without a handshake");
+	/* 2. A message larger than the biggest one there is. */
+	fd = raw_connect(&d);
+	size_t big = LC__SHM_MSG_MAX + 4096;
+	uint8_t *m = calloc(1, big);
+	lc__shm_put_hdr(m, LC__SHM_WRITES, 1);
+	TU_CHECK(send(fd, m, big, 0) == (ssize_t)big, "send: %s", strerror(errno));
+	free(m);
+	expect_closed(fd, "a truncated message");
+	TU_CHECK(counter(&d, "frames_malformed") == before + 1, "malformed %llu",
+		 (unsigned long long)counter(&d, "frames_malformed"));
+	/* 3. The same name again. */
+	lc_listener_t *l2 = NULL;
+	TU_CHECK(lc_listener_create(d.rx, d.url, &l2) == -EEXIST && !l2,
+		 "a second listener on %s", d.url);
+	/* Still serving. */
+	fd = raw_connect(&d);
+	close(fd);
+	d_down(&d);
+}
+
+/* ---- a D that speaks the wire by hand, for an honest P ---- */
+
+enum raw_d_mode { D_SILENT, D_NO_ACKS, D_GARBAGE };
+
+typedef struct raw_d {
+	int lfd;
+	char name[LC__SHM_NAME_MAX + 1];
+	enum raw_d_mode mode;
+	pthread_t th;
+} raw_d_t;
+
+static void *raw_d_main(void *arg)
+{
+	raw_d_t *r = arg;
+	int fd = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	uint8_t m[LC__SHM_MSG_MAX];
+	struct timeval tv = {10, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	if (recv(fd, m, sizeof m, 0) <= 0) /* the HELLO */
+		goto out;
+	if (r->mode != D_SILENT) {
+		lc__shm_welcome_t w = {.magic = LC__SHM_MAGIC, .version = LC__SHM_VERSION};
+		lc__shm_send(fd, m, lc__shm_put_welcome(m, &w), -1);
+	}
+	if (r->mode == D_GARBAGE) {
+		int junk = memfd_create("junk", MFD_CLOEXEC);
+		lc__shm_send(fd, "garbage!", 8, junk);
+		close(junk);
+	}
+	/* Read (and drop) whatever P sends until it hangs up. */
+	while (recv(fd, m, sizeof m, 0) > 0)
+		;
+out:
+	close(fd);
+	return NULL;
+}
+
+static void raw_d_start(raw_d_t *r, enum raw_d_mode mode)
+{
+	struct sockaddr_un sa;
+	r->mode = mode;
+	snprintf(r->name, sizeof r->name, "lc-rawd-%d-%d", (int)getpid(), (int)mode);
+	socklen_t alen = lc__shm_addr(r->name, &sa);
+	r->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	TU_CHECK(r->lfd >= 0 && bind(r->lfd, (struct sockaddr *)&sa, alen) == 0 &&
+			 listen(r->lfd, 4) == 0,
+		 "raw D listen: %s", strerror(errno));
+	TU_CHECK(pthread_create(&r->th, NULL, raw_d_main, r) == 0, "thread");
+}
+
+static void raw_d_stop(raw_d_t *r)
+{
+	pthread_join(r->th, NULL);
+	close(r->lfd);
+}
+
+static void p_against(enum raw_d_mode mode, int want, const char *words)
+{
+	raw_d_t r;
+	raw_d_start(&r, mode);
+	lc_ctx_t *tx, *other;
+	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "p"},
+			    &tx));
+	TU_OK(lc_ctx_config_set(tx, "connect_timeout_ms", "300"));
+	TU_OK(lc_ctx_config_set(tx, "progress_timeout_ms", "300"));
+	/* A real descriptor to import (the raw D checks nothing). */
+	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "x"},
+			    &other));
+	uint8_t *dmem = calloc(1, SRC), *src;
+	lc_region_t *dr, *sr;
+	TU_OK(lc_region_register(other, dmem, SRC, &dr));
+	uint8_t desc[LC_REGION_DESC_MAX];
+	int n = lc_region_pack(dr, desc, sizeof desc);
+	TU_OK(n);
+	TU_OK(lc_mem_alloc(SRC, LC_MEM_SHAREABLE, (void **)&src));
+	TU_OK(lc_region_register(tx, src, SRC, &sr));
+	lc_cq_t *cq;
+	TU_OK(lc_cq_create(tx, &cq));
+	char url[128];
+	snprintf(url, sizeof url, "shm://%s", r.name);
+	lc_conn_t *conn;
+	lc_conn_params_t cp = {.size = sizeof cp, .cq = cq};
+	TU_OK(lc_conn_create(tx, url, &cp, &conn));
+	uint32_t remote;
+	TU_OK(lc_conn_import_region(conn, desc, (size_t)n, &remote));
+	lc_write_t w = {.local = src, .remote_region = remote, .length = 4096};
+	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 20000};
+	uint64_t id;
+	TU_OK(lc_batch_post(conn, &w, 1, &bp, &id));
+	lc_completion_t c = tu_wait_one(cq, 15000);
+	fprintf(stderr, "raw D mode %d: %s (%s)\n", mode, lc_err_name(c.status), c.reason);
+	TU_CHECK(c.batch_id == id && c.status == want && strstr(c.reason, words),
+		 "raw D mode %d: %s (%s), expected %s with \"%s\"", mode, lc_err_name(c.status),
+		 c.reason, lc_err_name(want), words);
+	if (mode == D_GARBAGE) {
+		uint64_t v = 0;
+		TU_OK(lc_ctx_counter_by_name(tx, "frames_malformed", &v));
+		TU_CHECK(v == 1, "P counted %llu malformed frames", (unsigned long long)v);
+	}
+	lc_conn_destroy(conn);
+	raw_d_stop(&r);
+	lc_cq_destroy(cq);
+	lc_ctx_destroy(tx);
+	lc_ctx_destroy(other);
+	lc_mem_free(src);
+	free(dmem);
+}
+
+static void case_raw_d(void)
+{
+	p_against(D_SILENT, LC_ERR_UNREACHABLE, "no handshake within");
+	p_against(D_NO_ACKS, LC_ERR_STALLED, "no acknowledgement within");
+	p_against(D_GARBAGE, LC_ERR_PROTO, "malformed message from the receiver");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -335,6 +491,10 @@ int main(int argc, char **argv)
 		case_sources();
 	else if (!strcmp(n, "flags"))
 		case_flags();
+	else if (!strcmp(n, "idle"))
+		case_idle();
+	else if (!strcmp(n, "raw_d"))
+		case_raw_d();
 	else {
 		fprintf(stderr, "unknown case %s\n", n);
 		return 2;
