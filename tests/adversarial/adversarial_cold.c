@@ -30,6 +30,10 @@
  *                     inconsistent parameter; a bootstrap server that refuses
  *                     connections fails the create, after its retries); a P
  *                     publishing on /metrics shows its rank there
+ *   bad_endpoint      a D whose status endpoint P cannot connect to: a refusal
+ *                     goes nowhere (counted), an accepted session has no
+ *                     channel, and a refused transfer info of it is answered
+ *                     on the info's own endpoint instead
  *   secret_dir        LAYERCAKE_SECRET_DIR with half a keypair (P runs without
  *                     CURVE), with malformed or unreadable key files (the
  *                     create fails), with a keypair and authorized_keys that
@@ -619,6 +623,38 @@ static void case_prefill_api(void)
 	lc_bootstrap_stop(b);
 }
 
+static void case_bad_endpoint(void)
+{
+	world_t w;
+	world_up(&w, NULL);
+	static const char nowhere[] = "tcp://127.0.0.1"; /* no port: zmq_connect refuses it */
+	uint8_t secret[LC__MSG_SECRET_LEN];
+	guess(secret, 8);
+	/* 1. Refused, and the refusal cannot be delivered. */
+	send_register(&w, "cold-noep", nowhere, secret, ZERO_SECRET);
+	await_ctl(&w, "registrations_refused", 1);
+	/* 2. Accepted, but P has no channel to it: no reply. */
+	send_register(&w, "cold-noep", nowhere, secret, OK);
+	await_ctl(&w, "registrations", 2);
+	TU_CHECK(p_ctl(&w, "registrations_refused") == 1, "the second REGISTER was refused");
+	/* 3. Its info twice for room 51: the second one's refusal comes to the
+	 * info's own status endpoint. */
+	lc_sender_t *snd;
+	TU_OK(lc_sender_create(w.P.pf, 51, &snd));
+	send_info(&w, "cold-noep", secret, 51, false, 1);
+	await_dsts(&w, 51, 1);
+	send_info(&w, "cold-noep", secret, 51, false, 1);
+	lc__msg_t m;
+	TU_CHECK(next_msg(w.rx, LC__MSG_STATUS, &m), "no STATUS for the refused info");
+	TU_CHECK(m.status.room == 51 && m.status.fail_reason == LC_FAIL_BAD_INPUT,
+		 "status %u (%s)", m.status.fail_reason, m.status.reason);
+	lc__msg_free(&m);
+	lc_sender_destroy(snd);
+	/* P still serves. */
+	register_ok(&w, "cold-a", 1, w.inbox, w.rx);
+	world_down(&w);
+}
+
 static void put_file(const char *dir, const char *name, const char *text)
 {
 	char path[512];
@@ -715,6 +751,8 @@ int main(int argc, char **argv)
 		case_prefill_api();
 	else if (!strcmp(n, "secret_dir"))
 		case_secret_dir();
+	else if (!strcmp(n, "bad_endpoint"))
+		case_bad_endpoint();
 	else {
 		fprintf(stderr, "unknown case %s\n", n);
 		return 2;
