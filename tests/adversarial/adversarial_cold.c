@@ -34,6 +34,10 @@
  *                     goes nowhere (counted), an accepted session has no
  *                     channel, and a refused transfer info of it is answered
  *                     on the info's own endpoint instead
+ *   bootstrap_api     lc_bootstrap_start's refusals: no output, a port out of
+ *                     range, a host name where a numeric address belongs, a
+ *                     secret too long, a port in use; the port from the
+ *                     context's knob; a server on ::1, which a P registers at
  *   secret_dir        LAYERCAKE_SECRET_DIR with half a keypair (P runs without
  *                     CURVE), with malformed or unreadable key files (the
  *                     create fails), with a keypair and authorized_keys that
@@ -655,6 +659,67 @@ static void case_bad_endpoint(void)
 	world_down(&w);
 }
 
+static void case_bootstrap_api(void)
+{
+	lc_bootstrap_t *b = NULL, *b2 = NULL;
+	char addr[64];
+	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+	TU_CHECK(lc_bootstrap_start(&bp, NULL) == -EINVAL, "NULL out");
+	bp.port = 70000;
+	TU_CHECK(lc_bootstrap_start(&bp, &b) == -EINVAL, "port 70000");
+	bp.port = -2;
+	TU_CHECK(lc_bootstrap_start(&bp, &b) == -EINVAL, "port -2");
+	bp.port = 0;
+	bp.host = "localhost";
+	TU_CHECK(lc_bootstrap_start(&bp, &b) == -EINVAL, "a host name");
+	bp.host = "127.0.0.1";
+	static char long_secret[400];
+	memset(long_secret, 's', sizeof long_secret - 1);
+	bp.secret = long_secret;
+	TU_CHECK(lc_bootstrap_start(&bp, &b) < 0, "a secret too long");
+	bp.secret = NULL;
+	TU_CHECK(!b, "a refused start wrote its output");
+	TU_CHECK(lc_bootstrap_addr(NULL, addr, sizeof addr) == -EINVAL, "NULL server");
+	/* A port in use. */
+	TU_OK(lc_bootstrap_start(&bp, &b));
+	TU_OK(lc_bootstrap_addr(b, addr, sizeof addr));
+	const char *colon = strrchr(addr, ':');
+	bp.port = atoi(colon + 1);
+	TU_CHECK(lc_bootstrap_start(&bp, &b2) < 0 && !b2, "a second server on %s", addr);
+	lc_bootstrap_stop(b);
+	/* The port from the context's knob (0: any). */
+	lc_ctx_t *ctx;
+	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t)}, &ctx));
+	TU_OK(lc_ctx_config_set(ctx, "bootstrap_port", "0"));
+	lc_bootstrap_params_t kp = {.size = sizeof kp, .host = "127.0.0.1", .port = -1, .ctx = ctx};
+	TU_OK(lc_bootstrap_start(&kp, &b));
+	lc_bootstrap_stop(b);
+	lc_ctx_destroy(ctx);
+	/* On ::1 (skipped where there is no IPv6 loopback), with a P on it. */
+	lc_bootstrap_params_t v6 = {.size = sizeof v6, .host = "::1", .port = 0};
+	if (lc_bootstrap_start(&v6, &b)) {
+		fprintf(stderr, "no IPv6 loopback: the ::1 half is skipped\n");
+		return;
+	}
+	TU_OK(lc_bootstrap_addr(b, addr, sizeof addr));
+	TU_CHECK(strstr(addr, "::1"), "the server says %s", addr);
+	tu_pool_t s;
+	tu_pool_init(&s, "p0", NULL, LAYERS, PAGES, ITEM);
+	lc_prefill_params_t pp = {.size = sizeof pp,
+				  .layout = s.layout,
+				  .bootstrap = addr,
+				  .host = "::1",
+				  .world_size = 1,
+				  .dp_size = 1};
+	lc_prefill_t *pf;
+	TU_OK(lc_prefill_create(s.ctx, &pp, &pf));
+	char ep[300];
+	TU_CHECK(lc_prefill_endpoint(pf, ep, sizeof ep) > 0 && strstr(ep, "::1"), "P at %s", ep);
+	lc_prefill_destroy(pf);
+	tu_pool_fini(&s);
+	lc_bootstrap_stop(b);
+}
+
 static void put_file(const char *dir, const char *name, const char *text)
 {
 	char path[512];
@@ -753,6 +818,8 @@ int main(int argc, char **argv)
 		case_secret_dir();
 	else if (!strcmp(n, "bad_endpoint"))
 		case_bad_endpoint();
+	else if (!strcmp(n, "bootstrap_api"))
+		case_bootstrap_api();
 	else {
 		fprintf(stderr, "unknown case %s\n", n);
 		return 2;
