@@ -4,7 +4,8 @@
  * caller can get the parameters wrong is refused with its code and adds
  * nothing; registering a name again or removing it fails that session's
  * rooms in flight (LC_FAIL_SESSION_GONE, the reason says which) and leaves
- * other sessions' rooms alone.
+ * other sessions' rooms alone. Also lc_engine_create's refusals, and rooms
+ * whose destination and chunk cannot be planned together (bad_input).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -347,6 +348,75 @@ static void engine_create_refuses_bad_params(void **state)
 	assert_null(e);
 }
 
+/* The room's status once it is final (10 s at most). */
+static lc_room_info_t final_of(fx_t *f, uint64_t room)
+{
+	lc_room_info_t info = {.size = sizeof info};
+	for (int i = 0; i < 2000; i++) {
+		assert_int_equal(lc_engine_room_status(f->e, room, &info), 0);
+		if (info.status == LC_ROOM_FAILED || info.status == LC_ROOM_SUCCESS)
+			return info;
+		usleep(5000);
+	}
+	fail_msg("room %llu did not end: status %d", (unsigned long long)room, info.status);
+	return info;
+}
+
+/* What D's transfer info and P's chunk disagree on fails the room at
+ * planning with bad_input and says what: state slots that do not pair
+ * (2 at P, 3 at D: only 1:n broadcasts), a D page list too short for the
+ * chunk, a D-side partial cache whose local ids run out. */
+static void plans_that_do_not_fit_fail_the_room(void **state)
+{
+	fx_t *f = *state;
+	lc_session_params_t p = params(f, "d0");
+	assert_int_equal(lc_engine_session_add(f->e, &p), 0);
+	assert_int_equal(lc_grant_issue(f->d, 1, f->dreg, 0, NBUF * BUF_BYTES), 0);
+	int64_t dpages[4] = {0, 1, 2, 3}, dslots[3] = {0, 1, 2}, pslots[2] = {0, 1};
+	int64_t dlocal[1] = {5};
+	uint8_t dmask[2] = {1, 1};
+	struct {
+		uint64_t room;
+		size_t dpage_count, dslot_count;
+		const uint8_t *mask;
+		const char *words;
+	} t[] = {
+		{61, 2, 3, NULL, "state slots"},
+		{62, 1, 0, NULL, "holds 1 pages"},
+		{63, 2, 0, dmask, "partial-cache index out of range"},
+	};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		lc_dst_params_t dp = {.size = sizeof dp,
+				      .session = "d0",
+				      .pages = dpages,
+				      .page_count = t[i].dpage_count,
+				      .required_dst_count = 1,
+				      .state_slots = dslots,
+				      .state_slot_count = t[i].dslot_count,
+				      .dst_mask = t[i].mask,
+				      .dst_local = t[i].mask ? dlocal : NULL,
+				      .dst_local_count = t[i].mask ? 1 : 0};
+		assert_int_equal(lc_engine_room_dst_add(f->e, t[i].room, &dp), 0);
+		int64_t ppages[2] = {0, 1};
+		lc_chunk_t ch = {.size = sizeof ch,
+				 .room = t[i].room,
+				 .pages = ppages,
+				 .page_count = 2,
+				 .is_last = 1,
+				 .state_slots = pslots,
+				 .state_slot_count = 2};
+		assert_int_equal(lc_engine_batch_begin(f->e, 0), 0);
+		assert_int_equal(lc_engine_chunk_add(f->e, &ch), 0);
+		assert_int_equal(lc_engine_batch_end(f->e), 0);
+		lc_room_info_t info = final_of(f, t[i].room);
+		assert_int_equal(info.status, LC_ROOM_FAILED);
+		assert_int_equal(info.fail_reason, LC_FAIL_BAD_INPUT);
+		if (!strstr(info.reason, t[i].words))
+			fail_msg("room %llu: \"%s\" does not say \"%s\"",
+				 (unsigned long long)t[i].room, info.reason, t[i].words);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -361,6 +431,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(remove_fails_the_rooms_and_forgets_the_session,
 						fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(engine_create_refuses_bad_params, fx_setup,
+						fx_teardown),
+		cmocka_unit_test_setup_teardown(plans_that_do_not_fit_fail_the_room, fx_setup,
 						fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
