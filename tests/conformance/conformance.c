@@ -342,6 +342,22 @@ static void case_single_write(harness_t *h)
 	expect_canary_outside(h, 4096, 4096 + 65536);
 }
 
+/* One 12 MiB write: past every transport's slice and staging chunk, and
+ * over shm past the size (LC__SHM_SPLIT_MIN) that a second copy thread
+ * (shm_copy_threads=2, conformance.shm_copy2.*) takes half of. */
+static void case_large_write(harness_t *h)
+{
+	const uint64_t len = 12u << 20;
+	setup(h);
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 2u << 20, len));
+	lc_write_t w = wr(h, 1u << 20, 2u << 20, len);
+	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
+	expect_status(&c, 0);
+	TU_CHECK(c.bytes == len, "bytes %llu", (unsigned long long)c.bytes);
+	expect_same(h, 1u << 20, 2u << 20, len);
+	expect_canary_outside(h, 2u << 20, (2u << 20) + len);
+}
+
 static void case_batch_10000(harness_t *h)
 {
 	enum { N = 10000, LEN = 512 };
@@ -899,6 +915,7 @@ static const struct {
 	void (*run)(harness_t *);
 } cases[] = {
 	{"single_write", case_single_write},
+	{"large_write", case_large_write},
 	{"batch_10000", case_batch_10000},
 	{"zero_length", case_zero_length},
 	{"outside_region", case_outside_region},

@@ -19,6 +19,14 @@
  *                and the import is closed again
  *   bad_range    a region beyond its allocation, a write beyond its region,
  *                an IPC region without IPC accepted: malformed, connection closed
+ *   fail_open, fail_vmm_import, fail_vmm_map, fail_vmm_access
+ *                D's driver refuses the import (cuIpcOpenMemHandle, or a step
+ *                of the VMM import: FAKECUDA_VMM=1): the writes fail with a
+ *                reason, ipc_rejected, and nothing stays mapped at D
+ *   fail_dtod, fail_dtoh
+ *                D's driver fails the copy itself (device to device into
+ *                CUDA memory, device to host into host memory): the batch
+ *                fails with LC_ERR_IO, device_copy_errors counted
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,7 +51,7 @@
 enum dmode { D_CUDA, D_HOST, D_HOST_NOCUDA };
 
 typedef struct counters {
-	uint64_t ipc_writes, ipc_imports, ipc_rejected, malformed, applied;
+	uint64_t ipc_writes, ipc_imports, ipc_rejected, malformed, applied, copy_errors;
 	long maps; /* fake device mappings in D (memfd:fakecuda lines of its maps) */
 } counters_t;
 
@@ -56,6 +64,7 @@ typedef struct child {
 	uint32_t dlen;
 	uint8_t *dst; /* shared with the child */
 	enum dmode mode;
+	const char *fail; /* FAKECUDA_FAIL in D alone, or NULL */
 } child_t;
 
 static void cuda_ready(void)
@@ -107,6 +116,8 @@ static void child_main(child_t *c, int in, int out)
 	lc_ctx_t *rx;
 	lc_region_t *r;
 	lc_listener_t *l;
+	if (c->fail) /* the fake reads it at each call: P is not affected */
+		setenv("FAKECUDA_FAIL", c->fail, 1);
 	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "d"}, &rx));
 	if (c->mode == D_HOST)
 		cuda_ready(); /* D has CUDA, its destination is host memory */
@@ -133,6 +144,7 @@ static void child_main(child_t *c, int in, int out)
 				.ipc_rejected = counter(rx, "ipc_rejected"),
 				.malformed = counter(rx, "frames_malformed"),
 				.applied = counter(rx, "writes_applied"),
+				.copy_errors = counter(rx, "device_copy_errors"),
 				.maps = fake_maps()};
 		full_write(out, &k, sizeof k);
 	}
@@ -321,6 +333,43 @@ static void honest(enum dmode mode, const char *query, int nregions, bool want_i
 	child_stop(&c);
 }
 
+/* D's driver fails `fail`: the batch fails with a reason (LC_ERR_IO when
+ * the copy failed, any error when the import did), nothing lands, and the
+ * failed import leaves nothing mapped. */
+static void failing(enum dmode mode, const char *fail, bool import_fails)
+{
+	child_t c = {.fail = fail};
+	sender_t s = {0};
+	child_start(&c, mode);
+	long base = child_counters(&c).maps;
+	sender_start(&s, &c, "", 1);
+	lc_write_t w = {.local = s.src, .remote_region = s.remote, .length = 1u << 20};
+	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 20000};
+	uint64_t id;
+	TU_OK(lc_batch_post(s.conn, &w, 1, &bp, &id));
+	lc_completion_t done = tu_wait_one(s.cq, 30000);
+	TU_CHECK(done.batch_id == id && done.status != 0 && done.reason[0],
+		 "with %s failing at D: %s (%s)", fail, lc_err_name(done.status), done.reason);
+	fprintf(stderr, "%s failing at D: %s (%s)\n", fail, lc_err_name(done.status),
+		done.reason);
+	counters_t k = child_counters(&c);
+	TU_CHECK(k.applied == 0 && k.ipc_writes == 0, "applied %llu, IPC writes %llu",
+		 (unsigned long long)k.applied, (unsigned long long)k.ipc_writes);
+	if (import_fails) {
+		TU_CHECK(k.ipc_rejected == 1 && k.ipc_imports == 0, "rejected %llu imports %llu",
+			 (unsigned long long)k.ipc_rejected, (unsigned long long)k.ipc_imports);
+		TU_CHECK(k.maps == base, "a failed import left %ld mappings (had %ld)", k.maps,
+			 base);
+	} else {
+		TU_CHECK(done.status == LC_ERR_IO && k.copy_errors >= 1 && k.ipc_imports == 1,
+			 "copy errors %llu imports %llu", (unsigned long long)k.copy_errors,
+			 (unsigned long long)k.ipc_imports);
+	}
+	sender_stop(&s);
+	expect_maps(&c, base);
+	child_stop(&c);
+}
+
 /* ---- a raw P speaking the wire by hand ---- */
 
 static int raw_connect(child_t *c, bool offer_ipc, uint32_t *welcome_flags)
@@ -493,6 +542,18 @@ int main(int argc, char **argv)
 		case_bad_size();
 	else if (!strcmp(n, "bad_range"))
 		case_bad_range();
+	else if (!strcmp(n, "fail_open"))
+		failing(D_CUDA, "cuIpcOpenMemHandle_v2", true);
+	else if (!strcmp(n, "fail_vmm_import"))
+		failing(D_CUDA, "cuMemImportFromShareableHandle", true);
+	else if (!strcmp(n, "fail_vmm_map"))
+		failing(D_CUDA, "cuMemMap", true);
+	else if (!strcmp(n, "fail_vmm_access"))
+		failing(D_CUDA, "cuMemSetAccess", true);
+	else if (!strcmp(n, "fail_dtod"))
+		failing(D_CUDA, "cuMemcpyDtoDAsync_v2", false);
+	else if (!strcmp(n, "fail_dtoh"))
+		failing(D_HOST, "cuMemcpyDtoHAsync_v2", false);
 	else {
 		fprintf(stderr, "unknown case %s\n", n);
 		return 2;

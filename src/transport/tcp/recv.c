@@ -512,7 +512,9 @@ static void payload_from_stage(rlane_t *r, size_t n)
 {
 	rwrite_t *w = &r->run[r->run_i];
 	int rc = w->dst ? land_stream(w, r->done, r->stage + r->st_pos, n) : 0;
-	if (rc == LC_ERR_GRANT || (rc && !w->sdev))
+	/* A device copy that failed is LC_ERR_IO, not a revoke: the write
+	 * is refused with its own cause and the run goes on. */
+	if (rc == LC_ERR_GRANT)
 		revoked_run(r, w->land.g);
 	else if (rc)
 		write_drop(w, LC_ERR_IO, LC__TCP_REJECT_CHECK);

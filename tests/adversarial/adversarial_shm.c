@@ -1,0 +1,514 @@
+/*
+ * shm://'s receiver against a P that speaks the wire by hand (the real
+ * encoders of transport/shm/wire.h over its unix socket): the listener runs
+ * in this process, the raw P on its own socket, so D's memory and counters
+ * are read directly. Run as `adversarial_shm <case>`:
+ *
+ *   handshake  a message before HELLO, HELLO twice, a short message, another
+ *              version, an fd passed with a HELLO: malformed or refused,
+ *              each connection closed, the listener still serving
+ *   sources    source regions D cannot map: a regular file, a memfd that
+ *              cannot be sealed, a memfd shorter than the region: D reads
+ *              them with process_vm_readv, strided too, every byte landed;
+ *              an address P does not have: its writes fail (-ENOTSUP); a
+ *              region whose second page is gone: LC_ERR_IO; a region id
+ *              sent again replaces the first; a dropped region is unknown
+ *   flags      a REGION that says it passes an fd and passes none, and one
+ *              that passes an fd it does not declare: malformed
+ *   idle       a P that connects and says nothing is closed after D's
+ *              connect_timeout_ms; a message larger than any is truncated
+ *              (malformed); a second listener on a name in use is refused
+ *   raw_d      P against a D that speaks the wire by hand: one that never
+ *              answers the HELLO (LC_ERR_UNREACHABLE after connect_timeout_ms),
+ *              one that never acknowledges (LC_ERR_STALLED after
+ *              progress_timeout_ms), one that answers garbage and passes an
+ *              fd (LC_ERR_PROTO, frames_malformed at P); each batch fails
+ *              with its reason
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "transport/shm/shm_int.h"
+
+#define DST (1u << 20)
+#define SRC (64u << 10)
+#define ROOM 9
+
+typedef struct d_side {
+	lc_ctx_t *rx;
+	lc_listener_t *l;
+	lc_region_t *r;
+	uint8_t *dst;
+	char url[256];
+	lc_token_t token;
+	uint32_t id; /* the region's id, named in write records */
+} d_side_t;
+
+static void d_up(d_side_t *d)
+{
+	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "d"},
+			    &d->rx));
+	d->dst = calloc(1, DST);
+	TU_OK(lc_region_register(d->rx, d->dst, DST, &d->r));
+	TU_OK(lc_listener_create(d->rx, tu_listen_url("shm"), &d->l));
+	TU_OK(lc_listener_url(d->l, d->url, sizeof d->url));
+	TU_OK(lc_token_issue(d->rx, &d->token));
+	TU_OK(lc_grant_issue(d->rx, ROOM, d->r, 0, DST));
+	uint8_t desc[LC_REGION_DESC_MAX];
+	lc_region_desc_t rd;
+	int n = lc_region_pack(d->r, desc, sizeof desc);
+	TU_OK(n);
+	TU_OK(lc_region_unpack(desc, (size_t)n, &rd));
+	d->id = rd.region_id;
+}
+static uint32_t dst_id; /* d->id, for send_write */
+
+static void d_down(d_side_t *d)
+{
+	lc_listener_destroy(d->l);
+	lc_ctx_destroy(d->rx);
+	free(d->dst);
+}
+
+static uint64_t counter(d_side_t *d, const char *name)
+{
+	uint64_t v = 0;
+	TU_OK(lc_ctx_counter_by_name(d->rx, name, &v));
+	return v;
+}
+
+static int raw_socket(d_side_t *d)
+{
+	char name[LC__SHM_NAME_MAX + 1];
+	struct sockaddr_un sa;
+	TU_OK(lc__shm_name_from_url(d->url, name, sizeof name, false));
+	socklen_t alen = lc__shm_addr(name, &sa);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	TU_CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&sa, alen) == 0, "connect");
+	struct timeval tv = {10, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	return fd;
+}
+
+static void send_hello(d_side_t *d, int fd, uint32_t version, int pass_fd)
+{
+	lc__shm_hello_t h = {.magic = LC__SHM_MAGIC, .version = version, .flags = LC__SHM_HELLO_TOKEN};
+	memcpy(h.token, d->token.bytes, LC_TOKEN_LEN);
+	uint8_t m[LC__SHM_HELLO_LEN];
+	TU_OK(lc__shm_send(fd, m, lc__shm_put_hello(m, &h), pass_fd));
+}
+
+/* The WELCOME's status, or 1 when D closed instead. */
+static int welcome(int fd)
+{
+	uint8_t m[LC__SHM_ACKS_MAX];
+	ssize_t n = recv(fd, m, sizeof m, 0);
+	TU_CHECK(n >= 0, "no answer from D: %s", strerror(errno));
+	if (n == 0)
+		return 1;
+	lc__shm_welcome_t w;
+	TU_CHECK(lc__shm_get_welcome(m, (size_t)n, &w) == 0, "not a WELCOME");
+	return w.status;
+}
+
+static int raw_connect(d_side_t *d)
+{
+	int fd = raw_socket(d);
+	send_hello(d, fd, LC__SHM_VERSION, -1);
+	TU_CHECK(welcome(fd) == 0, "handshake refused");
+	return fd;
+}
+
+/* D closed the connection (within 10 s). */
+static void expect_closed(int fd, const char *what)
+{
+	uint8_t m[LC__SHM_ACKS_MAX];
+	ssize_t n;
+	while ((n = recv(fd, m, sizeof m, 0)) > 0)
+		;
+	TU_CHECK(n == 0 || errno == ECONNRESET, "D kept a connection after %s (%s)", what,
+		 n < 0 ? strerror(errno) : "");
+	close(fd);
+}
+
+static void send_region(int fd, uint32_t id, const void *addr, uint64_t len, uint64_t off,
+			uint32_t flags, int pass_fd)
+{
+	lc__shm_region_t r = {.id = id, .flags = flags, .addr = (uint64_t)(uintptr_t)addr,
+			      .len = len, .offset = off};
+	uint8_t m[LC__SHM_REGION_LEN];
+	TU_OK(lc__shm_send(fd, m, lc__shm_put_region(m, &r), pass_fd));
+}
+
+static void send_write(int fd, uint64_t batch, uint32_t src, uint64_t src_off, uint64_t dst_off,
+		       uint64_t len, uint32_t count, uint64_t src_stride, uint64_t dst_stride)
+{
+	uint8_t m[LC__SHM_MSG_MAX];
+	lc__shm_write_t w = {.batch = batch,
+			     .room = ROOM,
+			     .src = src,
+			     .dst = dst_id,
+			     .src_off = src_off,
+			     .dst_off = dst_off,
+			     .length = len,
+			     .count = count,
+			     .src_stride = src_stride,
+			     .dst_stride = dst_stride};
+	lc__shm_put_write(m, 0, &w);
+	lc__shm_put_hdr(m, LC__SHM_WRITES, 1);
+	TU_OK(lc__shm_send(fd, m, lc__shm_writes_len(1), -1));
+}
+
+/* The status of the one ack that follows, or 1 when D closed instead. */
+static int ack(int fd)
+{
+	uint8_t m[LC__SHM_ACKS_MAX];
+	ssize_t n = recv(fd, m, sizeof m, 0);
+	TU_CHECK(n >= 0, "no ack from D: %s", strerror(errno));
+	if (n == 0)
+		return 1;
+	TU_CHECK(lc__shm_type(m, (size_t)n) == LC__SHM_ACKS && lc__shm_count(m, (size_t)n, 16) == 1,
+		 "not one ack");
+	lc__shm_ack_t a;
+	lc__shm_get_ack(m, 0, &a);
+	return a.status;
+}
+
+static void case_handshake(void)
+{
+	d_side_t d = {0};
+	d_up(&d);
+	uint64_t before = counter(&d, "frames_malformed");
+	/* 1. A REGION before any HELLO. */
+	int fd = raw_socket(&d);
+	send_region(fd, 1, d.dst, 4096, 0, 0, -1);
+	expect_closed(fd, "a message before HELLO");
+	/* 2. HELLO twice. */
+	fd = raw_connect(&d);
+	send_hello(&d, fd, LC__SHM_VERSION, -1);
+	expect_closed(fd, "a second HELLO");
+	/* 3. Four bytes. */
+	fd = raw_connect(&d);
+	TU_OK(lc__shm_send(fd, "four", 4, -1));
+	expect_closed(fd, "a short message");
+	/* 4. A message of no known type. */
+	fd = raw_connect(&d);
+	uint8_t m[LC__SHM_HDR];
+	lc__shm_put_hdr(m, 99, 0);
+	TU_OK(lc__shm_send(fd, m, sizeof m, -1));
+	expect_closed(fd, "an unknown type");
+	TU_CHECK(counter(&d, "frames_malformed") == before + 4, "malformed %llu, expected %llu",
+		 (unsigned long long)counter(&d, "frames_malformed"),
+		 (unsigned long long)before + 4);
+	/* 5. Another version: refused in the WELCOME, then closed. */
+	fd = raw_socket(&d);
+	send_hello(&d, fd, LC__SHM_VERSION + 1, -1);
+	TU_CHECK(welcome(fd) == LC_ERR_PROTO, "another version was not refused");
+	expect_closed(fd, "a refused handshake");
+	/* 6. An fd passed with the HELLO is dropped; the handshake goes on. */
+	fd = raw_socket(&d);
+	int junk = memfd_create("junk", MFD_CLOEXEC);
+	send_hello(&d, fd, LC__SHM_VERSION, junk);
+	close(junk);
+	TU_CHECK(welcome(fd) == 0, "a HELLO with an fd was refused");
+	close(fd);
+	d_down(&d);
+}
+
+/* Every byte of [dst_off, +len) at D equals src + src_off. */
+static void expect_bytes(d_side_t *d, uint64_t dst_off, const uint8_t *src, uint64_t len)
+{
+	TU_CHECK(!memcmp(d->dst + dst_off, src, len), "bytes at D's %llu differ",
+		 (unsigned long long)dst_off);
+}
+
+static void case_sources(void)
+{
+	d_side_t d = {0};
+	d_up(&d);
+	dst_id = d.id;
+	uint8_t *src = malloc(SRC);
+	tu_fill(src, SRC, 77);
+	int fd = raw_connect(&d);
+	/* 1. A regular file: not a memfd, read by CMA from our address. */
+	FILE *tf = tmpfile();
+	TU_CHECK(tf && ftruncate(fileno(tf), SRC) == 0, "tmpfile");
+	send_region(fd, 1, src, SRC, 0, LC__SHM_REGION_FD, fileno(tf));
+	fclose(tf);
+	send_write(fd, 1, 1, 0, 0, 8192, 0, 0, 0);
+	TU_CHECK(ack(fd) == 0, "CMA write from a file-backed region");
+	expect_bytes(&d, 0, src, 8192);
+	/* Strided from the same region: four rows of 256 bytes. */
+	send_write(fd, 2, 1, 1024, 65536, 256, 4, 1024, 512);
+	TU_CHECK(ack(fd) == 0, "strided CMA write");
+	for (int k = 0; k < 4; k++)
+		expect_bytes(&d, 65536 + 512 * (uint64_t)k, src + 1024 + 1024 * k, 256);
+	/* 2. A memfd that cannot be sealed against shrinking. */
+	int mf = memfd_create("unsealable", MFD_CLOEXEC);
+	TU_CHECK(mf >= 0 && ftruncate(mf, SRC) == 0, "memfd");
+	send_region(fd, 2, src, SRC, 0, LC__SHM_REGION_FD, mf);
+	close(mf);
+	send_write(fd, 3, 2, 4096, 131072, 4096, 0, 0, 0);
+	TU_CHECK(ack(fd) == 0, "CMA write from an unsealable memfd");
+	expect_bytes(&d, 131072, src + 4096, 4096);
+	/* 3. A memfd shorter than the region. */
+	mf = memfd_create("short", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	TU_CHECK(mf >= 0 && ftruncate(mf, 4096) == 0, "memfd");
+	send_region(fd, 3, src, SRC, 0, LC__SHM_REGION_FD, mf);
+	close(mf);
+	send_write(fd, 4, 3, 8192, 196608, 8192, 0, 0, 0);
+	TU_CHECK(ack(fd) == 0, "CMA write from a short memfd");
+	expect_bytes(&d, 196608, src + 8192, 8192);
+	/* 4. An address P does not have: the probe fails, its writes too. */
+	send_region(fd, 4, (void *)(uintptr_t)0x1000, SRC, 0, 0, -1);
+	send_write(fd, 5, 4, 0, 262144, 4096, 0, 0, 0);
+	int st = ack(fd);
+	TU_CHECK(st == -ENOTSUP, "a write from memory P has not: %s", lc_err_name(st));
+	/* 5. A region whose second page is gone. */
+	long page = sysconf(_SC_PAGESIZE);
+	uint8_t *two = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	TU_CHECK(two != MAP_FAILED, "mmap");
+	memset(two, 0x3c, (size_t)page);
+	TU_CHECK(munmap(two + page, (size_t)page) == 0, "munmap");
+	send_region(fd, 5, two, 2 * (uint64_t)page, 0, 0, -1);
+	send_write(fd, 6, 5, 0, 327680, 2 * (uint64_t)page, 0, 0, 0);
+	st = ack(fd);
+	TU_CHECK(st == LC_ERR_IO, "a write running off P's memory: %s", lc_err_name(st));
+	/* 6. Region 5 again, now whole: it replaces the first. */
+	send_region(fd, 5, src, SRC, 0, 0, -1);
+	send_write(fd, 7, 5, 0, 393216, 4096, 0, 0, 0);
+	TU_CHECK(ack(fd) == 0, "a write from a replaced region");
+	expect_bytes(&d, 393216, src, 4096);
+	TU_CHECK(counter(&d, "frames_malformed") == 0, "malformed frames");
+	/* 7. Dropped, then written from: unknown, the connection closes. */
+	uint8_t m[LC__SHM_DROP_LEN];
+	TU_OK(lc__shm_send(fd, m, lc__shm_put_drop(m, 5), -1));
+	send_write(fd, 8, 5, 0, 0, 4096, 0, 0, 0);
+	TU_CHECK(ack(fd) == 1, "D wrote from a dropped region");
+	close(fd);
+	TU_CHECK(counter(&d, "frames_malformed") == 1, "malformed %llu",
+		 (unsigned long long)counter(&d, "frames_malformed"));
+	munmap(two, (size_t)page);
+	free(src);
+	d_down(&d);
+}
+
+static void case_flags(void)
+{
+	d_side_t d = {0};
+	d_up(&d);
+	uint8_t *src = calloc(1, SRC);
+	int fd = raw_connect(&d);
+	send_region(fd, 1, src, SRC, 0, LC__SHM_REGION_FD, -1);
+	expect_closed(fd, "a REGION without its fd");
+	fd = raw_connect(&d);
+	int mf = memfd_create("undeclared", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	TU_CHECK(mf >= 0 && ftruncate(mf, SRC) == 0, "memfd");
+	send_region(fd, 1, src, SRC, 0, 0, mf);
+	close(mf);
+	expect_closed(fd, "a REGION with an undeclared fd");
+	fd = raw_connect(&d);
+	send_region(fd, 1, src, 0, 0, 0, -1);
+	expect_closed(fd, "an empty REGION");
+	TU_CHECK(counter(&d, "frames_malformed") == 3, "malformed %llu",
+		 (unsigned long long)counter(&d, "frames_malformed"));
+	free(src);
+	d_down(&d);
+}
+
+static void case_idle(void)
+{
+	d_side_t d = {0};
+	d_up(&d);
+	TU_OK(lc_ctx_config_set(d.rx, "connect_timeout_ms", "200"));
+	uint64_t before = counter(&d, "frames_malformed");
+	/* 1. Connected, silent: closed after connect_timeout_ms. */
+	int fd = raw_socket(&d);
+	expect_closed(fd, "a connection without a handshake");
+	/* 2. A message larger than the biggest one there is. */
+	fd = raw_connect(&d);
+	size_t big = LC__SHM_MSG_MAX + 4096;
+	uint8_t *m = calloc(1, big);
+	lc__shm_put_hdr(m, LC__SHM_WRITES, 1);
+	TU_CHECK(send(fd, m, big, 0) == (ssize_t)big, "send: %s", strerror(errno));
+	free(m);
+	expect_closed(fd, "a truncated message");
+	TU_CHECK(counter(&d, "frames_malformed") == before + 1, "malformed %llu",
+		 (unsigned long long)counter(&d, "frames_malformed"));
+	/* 3. The same name again. */
+	lc_listener_t *l2 = NULL;
+	TU_CHECK(lc_listener_create(d.rx, d.url, &l2) == -EEXIST && !l2,
+		 "a second listener on %s", d.url);
+	/* Still serving. */
+	fd = raw_connect(&d);
+	close(fd);
+	d_down(&d);
+}
+
+/* ---- a D that speaks the wire by hand, for an honest P ---- */
+
+enum raw_d_mode { D_SILENT, D_NO_ACKS, D_GARBAGE };
+
+typedef struct raw_d {
+	int lfd;
+	char name[LC__SHM_NAME_MAX + 1];
+	enum raw_d_mode mode;
+	pthread_t th;
+} raw_d_t;
+
+static void *raw_d_main(void *arg)
+{
+	raw_d_t *r = arg;
+	int fd = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	uint8_t m[LC__SHM_MSG_MAX];
+	struct timeval tv = {10, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	if (recv(fd, m, sizeof m, 0) <= 0) /* the HELLO */
+		goto out;
+	if (r->mode != D_SILENT) {
+		lc__shm_welcome_t w = {.magic = LC__SHM_MAGIC, .version = LC__SHM_VERSION};
+		lc__shm_send(fd, m, lc__shm_put_welcome(m, &w), -1);
+	}
+	/* Garbage once the batch is on the wire (its WRITES read): sooner, P
+	 * would fail only that connection and send the batch on a new one. */
+	ssize_t k = 0;
+	while (r->mode == D_GARBAGE && (k = recv(fd, m, sizeof m, 0)) > 0 &&
+	       lc__shm_type(m, (size_t)k) != LC__SHM_WRITES)
+		; /* its REGION */
+	if (r->mode == D_GARBAGE && k > 0) {
+		int junk = memfd_create("junk", MFD_CLOEXEC);
+		lc__shm_send(fd, "garbage!", 8, junk);
+		close(junk);
+	}
+	/* Read (and drop) whatever P sends until it hangs up. */
+	while (recv(fd, m, sizeof m, 0) > 0)
+		;
+out:
+	close(fd);
+	return NULL;
+}
+
+static void raw_d_start(raw_d_t *r, enum raw_d_mode mode)
+{
+	struct sockaddr_un sa;
+	r->mode = mode;
+	snprintf(r->name, sizeof r->name, "lc-rawd-%d-%d", (int)getpid(), (int)mode);
+	socklen_t alen = lc__shm_addr(r->name, &sa);
+	r->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	TU_CHECK(r->lfd >= 0 && bind(r->lfd, (struct sockaddr *)&sa, alen) == 0 &&
+			 listen(r->lfd, 4) == 0,
+		 "raw D listen: %s", strerror(errno));
+	TU_CHECK(pthread_create(&r->th, NULL, raw_d_main, r) == 0, "thread");
+}
+
+static void raw_d_stop(raw_d_t *r)
+{
+	pthread_join(r->th, NULL);
+	close(r->lfd);
+}
+
+static void p_against(enum raw_d_mode mode, int want, const char *words)
+{
+	raw_d_t r;
+	raw_d_start(&r, mode);
+	lc_ctx_t *tx, *other;
+	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "p"},
+			    &tx));
+	/* Only the deadline under test is short: a raw D slowed by a loaded
+	 * machine must not fail the others' handshake first. */
+	if (mode == D_SILENT)
+		TU_OK(lc_ctx_config_set(tx, "connect_timeout_ms", "300"));
+	if (mode == D_NO_ACKS)
+		TU_OK(lc_ctx_config_set(tx, "progress_timeout_ms", "300"));
+	/* A real descriptor to import (the raw D checks nothing). */
+	TU_OK(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "x"},
+			    &other));
+	uint8_t *dmem = calloc(1, SRC), *src;
+	lc_region_t *dr, *sr;
+	TU_OK(lc_region_register(other, dmem, SRC, &dr));
+	uint8_t desc[LC_REGION_DESC_MAX];
+	int n = lc_region_pack(dr, desc, sizeof desc);
+	TU_OK(n);
+	TU_OK(lc_mem_alloc(SRC, LC_MEM_SHAREABLE, (void **)&src));
+	TU_OK(lc_region_register(tx, src, SRC, &sr));
+	lc_cq_t *cq;
+	TU_OK(lc_cq_create(tx, &cq));
+	char url[128];
+	snprintf(url, sizeof url, "shm://%s", r.name);
+	lc_conn_t *conn;
+	lc_conn_params_t cp = {.size = sizeof cp, .cq = cq};
+	TU_OK(lc_conn_create(tx, url, &cp, &conn));
+	uint32_t remote;
+	TU_OK(lc_conn_import_region(conn, desc, (size_t)n, &remote));
+	lc_write_t w = {.local = src, .remote_region = remote, .length = 4096};
+	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 20000};
+	uint64_t id;
+	TU_OK(lc_batch_post(conn, &w, 1, &bp, &id));
+	lc_completion_t c = tu_wait_one(cq, 15000);
+	fprintf(stderr, "raw D mode %d: %s (%s)\n", mode, lc_err_name(c.status), c.reason);
+	TU_CHECK(c.batch_id == id && c.status == want && strstr(c.reason, words),
+		 "raw D mode %d: %s (%s), expected %s with \"%s\"", mode, lc_err_name(c.status),
+		 c.reason, lc_err_name(want), words);
+	if (mode == D_GARBAGE) {
+		uint64_t v = 0;
+		TU_OK(lc_ctx_counter_by_name(tx, "frames_malformed", &v));
+		TU_CHECK(v == 1, "P counted %llu malformed frames", (unsigned long long)v);
+	}
+	lc_conn_destroy(conn);
+	raw_d_stop(&r);
+	lc_cq_destroy(cq);
+	lc_ctx_destroy(tx);
+	lc_ctx_destroy(other);
+	lc_mem_free(src);
+	free(dmem);
+}
+
+static void case_raw_d(void)
+{
+	p_against(D_SILENT, LC_ERR_UNREACHABLE, "no handshake within");
+	p_against(D_NO_ACKS, LC_ERR_STALLED, "no acknowledgement within");
+	p_against(D_GARBAGE, LC_ERR_PROTO, "malformed message from the receiver");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: adversarial_shm <case>\n");
+		return 2;
+	}
+	tu_watchdog(55);
+	signal(SIGPIPE, SIG_IGN);
+	if (!tu_transport_built("shm")) {
+		fprintf(stderr, "skip: no shm transport\n");
+		return TU_SKIP;
+	}
+	const char *n = argv[1];
+	if (!strcmp(n, "handshake"))
+		case_handshake();
+	else if (!strcmp(n, "sources"))
+		case_sources();
+	else if (!strcmp(n, "flags"))
+		case_flags();
+	else if (!strcmp(n, "idle"))
+		case_idle();
+	else if (!strcmp(n, "raw_d"))
+		case_raw_d();
+	else {
+		fprintf(stderr, "unknown case %s\n", n);
+		return 2;
+	}
+	printf("adversarial_shm %s: ok\n", n);
+	return 0;
+}
