@@ -92,9 +92,8 @@ typedef struct lane {
 	uint64_t seq_next;  /* seq of the write at the cursor */
 	uint64_t seq_acked; /* writes acknowledged */
 	uint64_t queued;    /* payload bytes queued and unacknowledged */
-	/* The queued writes came to an idle, connected lane and none is acked:
-	 * D closes such a lane (idle, caps) only with no granted write open,
-	 * so they may go again, once, on a new socket if it closes. */
+	/* Queued writes came to an idle, connected lane, none acked: D closes
+	 * such a lane only with no granted write open; they may go again once. */
 	bool resend_ok;
 	uint8_t in[IN_CAP];
 	size_t in_len;
@@ -243,8 +242,8 @@ static void lane_fail(lane_t *ln, int code, const char *fmt, ...)
 	lane_close_fd(ln);
 }
 
-/* The receiver closed a lane whose queued writes may go again (resend_ok):
- * rewind; it reconnects as for any queued work. False: the caller fails them. */
+/* D closed a lane whose queued writes may go again (resend_ok): rewind, and
+ * reconnect as for any queued work. False: the caller fails them. */
 static bool lane_resend(lane_t *ln, const char *why)
 {
 	if (!ln->resend_ok || !ln->head)
