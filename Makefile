@@ -55,7 +55,9 @@ test-tsan: deps
 # package; scripts/deps.sh installs it). build-cov/ is instrumented with
 # --coverage at -O0; stale counters are removed before the run. Branches
 # GCC adds for exception unwinding or proves unreachable are not counted.
-# CTEST_ARGS narrows the run (then the totals are of that subset).
+# CTEST_ARGS narrows the run (then the totals are of that subset). Never
+# -o /dev/null: gcovr replaces its output file, and as root that turned
+# /dev/null into a regular file.
 COV_BUILD = build-cov
 GCOVR = gcovr --root $(CURDIR) --filter '$(CURDIR)/src/'
 coverage: deps
@@ -66,7 +68,7 @@ coverage: deps
 	  --json $(COV_BUILD)/coverage.json
 	$(GCOVR) -a $(COV_BUILD)/coverage.json --sort-uncovered
 	$(GCOVR) -a $(COV_BUILD)/coverage.json --sort-uncovered --branches
-	@$(GCOVR) -a $(COV_BUILD)/coverage.json --print-summary -o /dev/null
+	@$(GCOVR) -a $(COV_BUILD)/coverage.json --print-summary -o $(COV_BUILD)/coverage.txt
 	@test "$$(cat $(COV_BUILD)/ctest.rc)" = 0 || { echo "coverage: some tests failed (above)" >&2; exit 1; }
 
 # valgrind memcheck over the conformance suite of loop, tcp and shm.
