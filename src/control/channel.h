@@ -58,6 +58,11 @@ int lc__pull_recv(lc__pull_t *p, void **buf, size_t *len);
  * authenticated it) in peer_key[cap >= 41]; "" without CURVE. */
 int lc__pull_recv_from(lc__pull_t *p, void **buf, size_t *len, char *peer_key, size_t cap);
 void lc__pull_close(lc__pull_t *p);
+/* Connections the inbox refused so far (inbox_conns_max, inbox_conns_per_addr,
+ * closed while out of descriptors: control/inbox_guard.h) and holds now.
+ * Any thread. */
+uint64_t lc__pull_conns_refused(const lc__pull_t *p);
+uint64_t lc__pull_conns_held(const lc__pull_t *p);
 
 /* Connect to a peer inbox. server_key: the peer's z85 key ("" or NULL: our
  * own, for a deployment sharing one keypair). Never blocks on the network. */
