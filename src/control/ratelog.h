@@ -34,14 +34,18 @@ static inline bool lc__ratelog_ok(lc__ratelog_t *r, uint64_t *suppressed)
 	return true;
 }
 
-/* LC__RATELOG(r, level, fmt, ...): the line, with " (N more since)" when
- * some were suppressed. */
+/* LC__RATELOG(r, level, fmt, ...): the line, with " (N more since the last
+ * such line)" when some were suppressed. */
 #define LC__RATELOG(r, level, fmt, ...)                                                            \
 	do {                                                                                       \
 		uint64_t lc__rl_n_;                                                                \
-		if (lc__ratelog_ok((r), &lc__rl_n_))                                               \
+		if (!lc__ratelog_ok((r), &lc__rl_n_))                                              \
+			break;                                                                     \
+		if (lc__rl_n_)                                                                     \
 			LC__LOG((level), fmt " (%llu more since the last such line)",              \
 				##__VA_ARGS__, (unsigned long long)lc__rl_n_);                     \
+		else                                                                               \
+			LC__LOG((level), fmt, ##__VA_ARGS__);                                      \
 	} while (0)
 
 #endif
