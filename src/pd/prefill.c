@@ -45,10 +45,12 @@ struct lc__route_keeper {
 	lc__ratelog_t log;
 };
 
-static int claim(lc_prefill_t *p, struct lc__route_keeper *k, char *why, size_t cap)
+/* retries: 5 for the claim at create, 0 for a refresh (the next one is
+ * the retry). */
+static int claim(lc_prefill_t *p, struct lc__route_keeper *k, int retries, char *why, size_t cap)
 {
 	lc__http_opts_t o = {.timeout_ms = 2000,
-			     .retries = k->running ? 0 : 5,
+			     .retries = retries,
 			     .secret = k->has_secret ? k->secret : NULL};
 	return lc__bootstrap_claim(p->bootstrap, &k->info, false, &o, k->owner, &k->ttl_ms, why,
 				   cap);
@@ -69,7 +71,7 @@ static void *refresh_main(void *arg)
 			break;
 		pthread_mutex_unlock(&k->lock);
 		char why[300] = "";
-		int rc = claim(p, k, why, sizeof why);
+		int rc = claim(p, k, 0, why, sizeof why);
 		if (rc == -EEXIST) {
 			uint64_t n = LC__P_CTL_ADD(p, route_conflicts) + 1;
 			LC__RATELOG(&k->log, LC_LOG_ERROR,
@@ -137,7 +139,7 @@ static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
 	snprintf(k->info.rank_ip, sizeof k->info.rank_ip, "%s", p->host);
 	snprintf(k->info.curve_key, sizeof k->info.curve_key, "%s", lc__zctx_public_key(p->z));
 	k->has_secret = lc__bootstrap_secret(secret_param, k->secret, sizeof k->secret) == 1;
-	int rc = claim(p, k, why, sizeof why);
+	int rc = claim(p, k, 5, why, sizeof why);
 	if (rc == -EEXIST) {
 		LC__P_CTL_ADD(p, route_conflicts);
 		LC__ERROR("prefill %s: rank %d is taken at bootstrap %s (another P, or a stale "
