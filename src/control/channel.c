@@ -275,6 +275,10 @@ int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpo
 	 * dropped by libzmq (inbox_guard.h: why this and not ZAP). */
 	int hs = (int)lc__config_env_int(LC__CFG_inbox_handshake_ms);
 	zmq_setsockopt(p->sock, ZMQ_HANDSHAKE_IVL, &hs, sizeof hs);
+	/* A short accept queue: what a flood gets accepted at once, before
+	 * the guard refuses it, holds descriptors until libzmq closes it. */
+	int backlog = LC__CHAN_BACKLOG;
+	zmq_setsockopt(p->sock, ZMQ_BACKLOG, &backlog, sizeof backlog);
 	int rc = lc__inbox_guard_start(z->zmq, p->sock, &p->guard);
 	if (rc) {
 		LC__ERROR("channel: cannot watch an inbox's connections: %s", zmq_strerror(-rc));

@@ -21,6 +21,7 @@
 #define LC__CHAN_SNDHWM 4096
 #define LC__CHAN_RCVHWM 65536
 #define LC__CHAN_LINGER_MS 200
+#define LC__CHAN_BACKLOG 32 /* an inbox's accept queue (libzmq's default: 100) */
 #define LC__CHAN_KEY_LEN 40 /* z85 of a 32-byte key */
 
 typedef struct lc__zctx lc__zctx_t;

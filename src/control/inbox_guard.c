@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -35,7 +36,7 @@ struct lc__inbox_guard {
 	unsigned n;
 	int listen_fd, port; /* from ZMQ_EVENT_LISTENING */
 	int spare;           /* a descriptor kept to free on EMFILE */
-	lc__ratelog_t log;
+	lc__ratelog_t log, drain_log;
 };
 
 static _Atomic uint64_t guard_seq;
@@ -135,11 +136,35 @@ static void on_disconnected(lc__inbox_guard_t *g, int fd)
 		}
 }
 
+/* Whether fd is a listening socket on the inbox's port. */
+static bool is_listener(const lc__inbox_guard_t *g, int fd)
+{
+	int on = 0;
+	socklen_t ol = sizeof on;
+	return fd >= 0 && !getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &ol) && on &&
+	       local_port(fd) == g->port;
+}
+
+/* The listener libzmq bound. Made non-blocking: libzmq accepts only once
+ * poll says so and takes EAGAIN as "someone else took it", and the drain
+ * below must never block on an empty backlog (nor make libzmq's accept
+ * block by taking the connection it was woken for). */
+static void on_listening(lc__inbox_guard_t *g, int fd)
+{
+	g->port = local_port(fd);
+	if (!is_listener(g, fd))
+		return;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK))
+		return; /* no drain on EMFILE then */
+	g->listen_fd = fd;
+}
+
 /* Out of descriptors: libzmq's listener would retry its accept at once,
  * forever. Free the spare, accept and close what waits, take it back. */
 static void on_accept_failed(lc__inbox_guard_t *g, int err)
 {
-	if ((err != EMFILE && err != ENFILE) || g->listen_fd < 0)
+	if ((err != EMFILE && err != ENFILE) || !is_listener(g, g->listen_fd))
 		return;
 	if (g->spare >= 0)
 		close(g->spare);
@@ -151,7 +176,7 @@ static void on_accept_failed(lc__inbox_guard_t *g, int err)
 	g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (drained) {
 		uint64_t total = atomic_fetch_add(&g->refused, drained) + drained;
-		LC__RATELOG(&g->log, LC_LOG_WARN,
+		LC__RATELOG(&g->drain_log, LC_LOG_WARN,
 			    "channel: inbox on port %d out of descriptors (%s): closed %u waiting "
 			    "connections (%llu refused so far)",
 			    g->port, strerror(err), drained, (unsigned long long)total);
@@ -164,9 +189,14 @@ static void *guard_main(void *arg)
 	pthread_setname_np(pthread_self(), "lc-inbox-guard");
 	while (!atomic_load(&g->stop)) {
 		zmq_pollitem_t it = {.socket = g->mon, .events = ZMQ_POLLIN};
-		if (zmq_poll(&it, 1, 200) <= 0)
+		/* lc__inbox_guard_stop ends the monitor: MONITOR_STOPPED wakes
+		 * this at once; the timeout only bounds a missed one. */
+		if (zmq_poll(&it, 1, 1000) <= 0)
 			continue;
-		for (;;) {
+		/* Out of descriptors, libzmq reports every retry of its accept:
+		 * one drain for each batch of events, not one per event. */
+		int accept_err = 0;
+		for (int n = 0; n < 1024; n++) {
 			zmq_msg_t m;
 			zmq_msg_init(&m);
 			if (zmq_msg_recv(&m, g->mon, ZMQ_DONTWAIT) < 0) {
@@ -186,17 +216,22 @@ static void *guard_main(void *arg)
 					break;
 			}
 			zmq_msg_close(&m);
-			if (ev == ZMQ_EVENT_LISTENING) {
-				g->listen_fd = (int)val;
-				g->port = local_port((int)val);
-			} else if (ev == ZMQ_EVENT_ACCEPTED) {
+			if (ev == ZMQ_EVENT_LISTENING)
+				on_listening(g, (int)val);
+			else if (ev == ZMQ_EVENT_ACCEPTED)
 				on_accepted(g, (int)val);
-			} else if (ev == ZMQ_EVENT_DISCONNECTED) {
+			else if (ev == ZMQ_EVENT_DISCONNECTED)
 				on_disconnected(g, (int)val);
-			} else if (ev == ZMQ_EVENT_ACCEPT_FAILED) {
-				on_accept_failed(g, (int)val);
-			}
+			else if (ev == ZMQ_EVENT_ACCEPT_FAILED && (val == EMFILE || val == ENFILE))
+				accept_err = (int)val;
+			else if (ev == ZMQ_EVENT_MONITOR_STOPPED)
+				atomic_store(&g->stop, true);
 		}
+		if (accept_err)
+			on_accept_failed(g, accept_err);
+		/* Lost to libzmq after a drain: take it back once one is free. */
+		if (g->spare < 0)
+			g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	}
 	zmq_close(g->mon);
 	return NULL;
@@ -209,6 +244,18 @@ int lc__inbox_guard_start(void *zmq, void *sock, lc__inbox_guard_t **out)
 		return -ENOMEM;
 	g->max = (unsigned)lc__config_env_int(LC__CFG_inbox_conns_max);
 	g->per_addr = (unsigned)lc__config_env_int(LC__CFG_inbox_conns_per_addr);
+	/* Never more than a quarter of the descriptors the process may open:
+	 * an inbox at its cap must leave the rest of the process (sessions,
+	 * lanes) room, and libzmq's listener spins while none is left. */
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 4 < g->max) {
+		g->max = (unsigned)LC__MAX(rl.rlim_cur / 4, 1);
+		LC__INFO("channel: an inbox holds at most %u connections (a quarter of "
+			 "RLIMIT_NOFILE %llu, under inbox_conns_max)",
+			 g->max, (unsigned long long)rl.rlim_cur);
+	}
+	g->per_addr = LC__MIN(g->per_addr, g->max);
 	g->listen_fd = -1;
 	g->held = calloc(g->max, sizeof *g->held);
 	g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -219,7 +266,7 @@ int lc__inbox_guard_start(void *zmq, void *sock, lc__inbox_guard_t **out)
 	snprintf(name, sizeof name, "inproc://lc-inbox-guard-%llu",
 		 (unsigned long long)atomic_fetch_add(&guard_seq, 1));
 	int events = ZMQ_EVENT_LISTENING | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
-		     ZMQ_EVENT_ACCEPT_FAILED;
+		     ZMQ_EVENT_ACCEPT_FAILED | ZMQ_EVENT_MONITOR_STOPPED;
 	if (zmq_socket_monitor(sock, name, events)) {
 		rc = -zmq_errno();
 		goto fail;

@@ -6,7 +6,9 @@
  * libzmq has no connection limit and accepts whatever arrives; a socket
  * monitor (zmq_socket_monitor) is the one place that sees every accepted
  * connection with its fd and every disconnect. The guard's thread reads it:
- * a connection over inbox_conns_max, or over inbox_conns_per_addr for its
+ * a connection over inbox_conns_max (at most a quarter of RLIMIT_NOFILE,
+ * so that an inbox at its cap leaves the process descriptors), or over
+ * inbox_conns_per_addr for its
  * source address, is shut down at once (shutdown(2), never close: the fd
  * stays libzmq's, which sees the end of it and closes it). Connections that
  * never finish their ZMTP handshake are dropped by libzmq itself after

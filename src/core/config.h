@@ -97,8 +97,8 @@
 	  "absolute deadline of one bootstrap connection, however slowly it trickles; past it "    \
 	  "the server closes it (conns_deadline)")                                                 \
 	X(inbox_conns_max, "LAYERCAKE_INBOX_CONNS_MAX", 128, 1, 65536,                             \
-	  "TCP connections one ZeroMQ inbox (P's or D's) holds; past it a new one is closed at "   \
-	  "once (inbox_conns_refused)")                                                            \
+	  "TCP connections one ZeroMQ inbox (P's or D's) holds, at most a quarter of "             \
+	  "RLIMIT_NOFILE; past it a new one is closed at once (inbox_conns_refused)")              \
 	X(inbox_conns_per_addr, "LAYERCAKE_INBOX_CONNS_PER_ADDR", 64, 1, 65536,                    \
 	  "TCP connections one source address may hold at a ZeroMQ inbox; past it a new one is "   \
 	  "closed at once (inbox_conns_refused)")                                                  \

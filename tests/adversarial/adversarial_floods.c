@@ -13,6 +13,11 @@
  *                    1,024: P stays under 300 fds and 10% of a core, counts
  *                    the refusals (inbox_conns_refused), and a real D's
  *                    rooms succeed byte-exact afterwards.
+ *   inbox_emfile     the same with P under RLIMIT_NOFILE 96, below what the
+ *                    caps allow: P runs out of descriptors, and libzmq's
+ *                    listener must not spin on EMFILE (under 25% of a core);
+ *                    a real D's rooms succeed once the flood's handshakes
+ *                    have timed out.
  *   bootstrap_idle   1,000 idle connections from 127.0.0.1 to a bootstrap
  *                    server: GET /health and GET /route from 127.0.0.2
  *                    answer, the median of five under 100 ms.
@@ -31,6 +36,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +56,10 @@
 #define INBOX_ADDRS 50
 #define INBOX_MAX_FDS 300
 #define INBOX_MAX_CPU 0.10
+#define INBOX_EMFILE_LIMIT 96 /* under P's fds plus inbox_conns_max: EMFILE */
+/* Out of descriptors, P spends some CPU refusing the burst (measured 3-8%
+ * on a loaded 2-core VM); a listener that spins on EMFILE takes a core. */
+#define INBOX_EMFILE_MAX_CPU 0.25
 #define BS_IDLE 1000
 #define BS_SLOW 300
 #define HEALTH_MS 100
@@ -164,8 +174,9 @@ static double cpu_of(pid_t pid)
 
 static int p_child(void *arg, int go_fd)
 {
-	/* The fd limit the finding was measured with. */
-	struct rlimit rl = {.rlim_cur = 1024, .rlim_max = 1024};
+	/* The fd limit the finding was measured with, or one below the caps. */
+	rlim_t lim = (rlim_t)(intptr_t)arg;
+	struct rlimit rl = {.rlim_cur = lim, .rlim_max = lim};
 	TU_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s", strerror(errno));
 	adv_p_t P;
 	lc_sender_t *snd[ROOMS] = {0};
@@ -188,13 +199,13 @@ static int p_child(void *arg, int go_fd)
 	return failures ? 1 : 0;
 }
 
-static int case_inbox_flood(void)
+static int case_inbox_flood(int fd_limit)
 {
 	adv_proc_t p, d;
 	char addr[64], ep[300], line[512], host[64];
 	int port, failures = 0;
 	static int fds[INBOX_FLOOD];
-	adv_spawn(&p, p_child, NULL);
+	adv_spawn(&p, p_child, (void *)(intptr_t)fd_limit);
 	TU_CHECK(adv_wait_line(&p, "addr ", 15000, line, sizeof line) &&
 			 sscanf(line, "addr %63s %299s", addr, ep) == 2,
 		 "P did not start");
@@ -239,12 +250,23 @@ static int case_inbox_flood(void)
 		fprintf(stderr, "P held %ld fds (bound %d)\n", peak, INBOX_MAX_FDS);
 		failures++;
 	}
-	if (cpu >= INBOX_MAX_CPU) {
+	double max_cpu = fd_limit < 1024 ? INBOX_EMFILE_MAX_CPU : INBOX_MAX_CPU;
+	if (cpu >= max_cpu) {
 		fprintf(stderr, "P used %.1f%% of a core (bound %.0f%%)\n", 100 * cpu,
-			100 * INBOX_MAX_CPU);
+			100 * max_cpu);
 		failures++;
 	}
-	/* A real D afterwards, the attacker's connections still open. */
+	/* A real D afterwards, the attacker's connections still open; under
+	 * the low limit the attacker leaves first (P has no descriptor to
+	 * spare for D while the flood lasts: what is tested there is that it
+	 * does not spin, and that it recovers). */
+	if (fd_limit < 1024) {
+		for (int i = 0; i < INBOX_FLOOD; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+		memset(fds, 0xff, sizeof fds);
+		usleep(500000);
+	}
 	adv_spawn(&d, adv_d_child, &(adv_d_arg_t){addr, "tcp://127.0.0.1:0"});
 	adv_go(&d);
 	adv_go(&p);
@@ -266,6 +288,8 @@ static int case_inbox_flood(void)
 	}
 	adv_go(&p);
 	rc = adv_reap(&p, 20000);
+	if (rc)
+		fprintf(stderr, "P exited %d\n", rc);
 	failures += rc != 0;
 	for (int i = 0; i < INBOX_FLOOD; i++)
 		if (fds[i] >= 0)
@@ -388,7 +412,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	tu_watchdog(110);
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s inbox_flood|bootstrap_idle|bootstrap_slowloris\n",
+		fprintf(stderr,
+			"usage: %s inbox_flood|inbox_emfile|bootstrap_idle|bootstrap_slowloris\n",
 			argv[0]);
 		return 2;
 	}
@@ -403,7 +428,9 @@ int main(int argc, char **argv)
 	rl.rlim_cur = rl.rlim_max;
 	setrlimit(RLIMIT_NOFILE, &rl);
 	if (!strcmp(argv[1], "inbox_flood"))
-		return case_inbox_flood();
+		return case_inbox_flood(1024);
+	if (!strcmp(argv[1], "inbox_emfile"))
+		return case_inbox_flood(INBOX_EMFILE_LIMIT);
 	if (!strcmp(argv[1], "bootstrap_idle"))
 		return case_bootstrap(false);
 	if (!strcmp(argv[1], "bootstrap_slowloris"))
