@@ -80,10 +80,10 @@ typedef struct lc_prefill_params {
 	 * address of the route towards the bootstrap server (docs/deployment.md);
 	 * another address is bound and told as it is. */
 	const char *host;
-	const char *name;          /* for log lines; may be NULL */
-	int world_size;            /* P ranks in all, >= 1 */
-	int dp_size;               /* data-parallel groups, divides world_size */
-	int engine_rank;           /* this rank, 0 .. world_size-1 */
+	const char *name; /* for log lines; may be NULL */
+	int world_size;   /* P ranks in all, >= 1 */
+	int dp_size;      /* data-parallel groups, divides world_size */
+	int engine_rank;  /* this rank, 0 .. world_size-1 */
 	int reserved;
 	/* Optional: publish this rank's metrics (engine and control plane) on
 	 * that server's /metrics; it must outlive the lc_prefill_t. */
@@ -101,11 +101,15 @@ typedef struct lc_prefill_params {
 /* Create the engine (lc_engine_create; knobs from ctx), bind the control
  * socket, start the control thread and register with the bootstrap server
  * (PUT /route: 2 s per try, 5 retries with growing pauses).
- * Blocks for the registration. Errors: -EINVAL (also a layout buffer
- * outside every region registered on ctx, logged with the buffer, before
- * anything starts), -ENOMEM, the engine's
- * errors, LC_ERR_UNREACHABLE / LC_ERR_AUTH / LC_ERR_BOOTSTRAP from the
- * registration, LC_ENOTSUP without ZeroMQ or libcurl. */
+ * Blocks for the registration. The route is owned (docs/protocol.md 2): a
+ * thread refreshes it every third of the server's route_ttl_ms until
+ * lc_prefill_destroy. Errors: -EINVAL (also a layout buffer outside every
+ * region registered on ctx, logged with the buffer, before anything
+ * starts), -ENOMEM, the engine's errors,
+ * -EEXIST when another P that is alive owns this engine_rank at the
+ * bootstrap server (logged with its endpoint), LC_ERR_UNREACHABLE /
+ * LC_ERR_AUTH / LC_ERR_BOOTSTRAP from the registration, LC_ENOTSUP without
+ * ZeroMQ or libcurl. */
 LC_API int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefill_t **out);
 /* Stop the control thread, destroy the engine (unfinished rooms fail and
  * their D ranks are told), close the sockets. Senders must be destroyed
@@ -123,7 +127,10 @@ LC_API int lc_prefill_endpoint(const lc_prefill_t *prefill, char *buf, size_t ca
  * that session is not a destination of; "session_mismatches": messages
  * naming a known session without its secret (or, with CURVE, from another
  * key); "session_incarnations": REGISTERs of a known session id with a new
- * secret; "msgs_old_version": messages of another protocol version).
+ * secret; "msgs_old_version": messages of another protocol version;
+ * "route_conflicts": refreshes of the rank's route refused because another
+ * P took it; "route_refresh_failures": refreshes that failed otherwise;
+ * "inbox_conns_refused": TCP connections the inbox refused for its caps).
  * -ENOENT for an unknown name. */
 LC_API int lc_prefill_counter(lc_prefill_t *prefill, const char *name, uint64_t *out);
 

@@ -23,6 +23,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #endif
 
 int lc__bootstrap_secret(const char *secret, char *out, size_t cap)
@@ -200,6 +201,165 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	}
 }
 
+/* ---- connections: per source address and an absolute deadline ---- */
+
+/* The address bytes of sa (IPv4-mapped IPv6 as IPv4), 0 when not IP. */
+static size_t addr_key(const struct sockaddr *sa, unsigned char out[16])
+{
+	if (sa->sa_family == AF_INET) {
+		memcpy(out, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+		return 4;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		if (IN6_IS_ADDR_V4MAPPED(a)) {
+			memcpy(out, a->s6_addr + 12, 4);
+			return 4;
+		}
+		memcpy(out, a, 16);
+		return 16;
+	}
+	return 0;
+}
+
+static void addr_text(const unsigned char *a, size_t n, char *buf, size_t cap)
+{
+	if (!inet_ntop(n == 4 ? AF_INET : AF_INET6, a, buf, (socklen_t)cap))
+		snprintf(buf, cap, "?");
+}
+
+/* libmicrohttpd's accept policy: refuse an address that holds
+ * per_addr_max connections already (MHD's own per-IP limit counts no
+ * refusals). Runs on MHD's thread, like notify_connection. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *sa, socklen_t len)
+{
+	lc_bootstrap_t *b = cls;
+	unsigned char a[16];
+	size_t n = addr_key(sa, a);
+	if (!n)
+		return MHD_YES;
+	unsigned held = 0;
+	pthread_mutex_lock(&b->lock);
+	for (lc__bs_conn_t *c = b->conns; c; c = c->next)
+		held += c->addr_len == n && !memcmp(c->addr, a, n);
+	bool ok = held < b->per_addr_max;
+	if (!ok) {
+		uint64_t total = ++b->conns_refused_addr;
+		char t[64];
+		addr_text(a, n, t, sizeof t);
+		LC__LOG_PEER(LC_LOG_WARN,
+			     "bootstrap: refused a connection from %s: it holds %u already "
+			     "(bootstrap_conns_per_addr; %llu refused so far)",
+			     t, held, (unsigned long long)total);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return ok ? MHD_YES : MHD_NO;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	lc_bootstrap_t *b = cls;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		lc__bs_conn_t *c = calloc(1, sizeof *c);
+		const union MHD_ConnectionInfo *ai =
+			MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		const union MHD_ConnectionInfo *fi =
+			MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (!c)
+			return; /* untracked: neither limited nor timed; MHD's timeout holds */
+		c->mhd = mc;
+		c->fd = fi ? fi->connect_fd : -1;
+		c->started_ns = lc__now_ns();
+		c->addr_len = ai && ai->client_addr ? addr_key(ai->client_addr, c->addr) : 0;
+		pthread_mutex_lock(&b->lock);
+		c->next = b->conns;
+		b->conns = c;
+		pthread_mutex_unlock(&b->lock);
+		*socket_context = c;
+	} else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+		/* Before MHD closes the fd: the reaper, under the lock, never
+		 * shuts down an fd that is not this connection's. */
+		pthread_mutex_lock(&b->lock);
+		for (lc__bs_conn_t **pp = &b->conns; *pp; pp = &(*pp)->next)
+			if (*pp == *socket_context) {
+				*pp = (*pp)->next;
+				break;
+			}
+		pthread_mutex_unlock(&b->lock);
+		free(*socket_context);
+		*socket_context = NULL;
+	}
+}
+
+/* Shut down (not close: the fd stays libmicrohttpd's) every connection past
+ * its absolute deadline; MHD then sees the end of it and closes it. A
+ * trickle that keeps MHD's idle timeout alive does not outlive this. */
+static void *reaper_main(void *arg)
+{
+	lc_bootstrap_t *b = arg;
+	pthread_setname_np(pthread_self(), "lc-bs-reaper");
+	pthread_mutex_lock(&b->lock);
+	while (!b->reaper_stop) {
+		uint64_t now = lc__now_ns();
+		for (lc__bs_conn_t *c = b->conns; c; c = c->next) {
+			if (c->shut || c->fd < 0 || now - c->started_ns < b->request_ns)
+				continue;
+			c->shut = true;
+			shutdown(c->fd, SHUT_RDWR);
+			uint64_t total = ++b->conns_deadline;
+			char t[64];
+			addr_text(c->addr, c->addr_len, t, sizeof t);
+			LC__LOG_PEER(LC_LOG_WARN,
+				     "bootstrap: closed a connection from %s after %llu ms "
+				     "(bootstrap_request_ms; %llu so far)",
+				     c->addr_len ? t : "?",
+				     (unsigned long long)((now - c->started_ns) / 1000000),
+				     (unsigned long long)total);
+		}
+		/* A tenth of the deadline (at most 250 ms) past it at worst. */
+		uint64_t step = LC__MIN(b->request_ns / 10, 250000000ull);
+		struct timespec ts = lc__abs_ts(lc__now_ns() + step);
+		pthread_cond_timedwait(&b->reaper_cond, &b->lock, &ts);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return NULL;
+}
+
+static int reaper_start(lc_bootstrap_t *b)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&b->reaper_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (pthread_create(&b->reaper, NULL, reaper_main, b)) {
+		pthread_cond_destroy(&b->reaper_cond);
+		return -EAGAIN;
+	}
+	b->reaper_running = true;
+	return 0;
+}
+
+static void reaper_stop(lc_bootstrap_t *b)
+{
+	if (!b->reaper_running)
+		return;
+	pthread_mutex_lock(&b->lock);
+	b->reaper_stop = true;
+	pthread_cond_signal(&b->reaper_cond);
+	pthread_mutex_unlock(&b->lock);
+	pthread_join(b->reaper, NULL);
+	pthread_cond_destroy(&b->reaper_cond);
+	b->reaper_running = false;
+}
+
+/* A knob from the server's context, else the environment. */
+static int64_t knob(lc_bootstrap_t *b, enum lc__config_field f)
+{
+	return b->ctx ? lc__ctx_cfg(b->ctx, f) : lc__config_env_int(f);
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	char line[256];
@@ -235,12 +395,13 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 		goto fail;
 	}
 	b->has_secret = rc == 1;
-	int port = p.port;
-	if (port < 0) {
-		int64_t v = p.ctx ? lc__ctx_cfg(p.ctx, LC__CFG_bootstrap_port)
-				  : lc__config_env_int(LC__CFG_bootstrap_port);
-		port = (int)v;
-	}
+	int port = p.port < 0 ? (int)knob(b, LC__CFG_bootstrap_port) : p.port;
+	b->route_ttl_ms = (uint64_t)knob(b, LC__CFG_route_ttl_ms);
+	b->per_addr_max = (unsigned)knob(b, LC__CFG_bootstrap_conns_per_addr);
+	b->request_ns = (uint64_t)knob(b, LC__CFG_bootstrap_request_ms) * 1000000ull;
+	/* MHD's idle timeout: whole seconds, within the absolute deadline. */
+	unsigned idle_s =
+		(unsigned)LC__MAX(1, LC__MIN(10, (int64_t)(b->request_ns / 1000000000ull)));
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL;
@@ -257,17 +418,19 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 			b->host);
 		goto fail;
 	}
+	if ((rc = reaper_start(b)))
+		goto fail;
 	b->daemon = MHD_start_daemon(
-		flags, (uint16_t)port,
-		NULL, NULL, on_request, b, MHD_OPTION_SOCK_ADDR, bind_sa,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, b, MHD_OPTION_CONNECTION_LIMIT,
-		(unsigned)256, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(32 * 1024), MHD_OPTION_EXTERNAL_LOGGER,
-		mhd_log, NULL, MHD_OPTION_END);
+		flags, (uint16_t)port, on_accept, b, on_request, b, MHD_OPTION_SOCK_ADDR, bind_sa,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, b, MHD_OPTION_NOTIFY_CONNECTION,
+		on_connection, b, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+		MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+		(size_t)(32 * 1024), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
 	if (!b->daemon) {
 		rc = errno ? -errno : -EADDRINUSE;
 		LC__FAIL_AT(LC_LOG_ERROR, rc, "bootstrap: cannot listen on %s:%d: %s", b->host,
 			    port, strerror(-rc));
+		reaper_stop(b);
 		goto fail;
 	}
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(b->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -287,7 +450,13 @@ void lc_bootstrap_stop(lc_bootstrap_t *b)
 {
 	if (!b)
 		return;
-	MHD_stop_daemon(b->daemon);
+	MHD_stop_daemon(b->daemon); /* notifies every connection closed */
+	reaper_stop(b);
+	while (b->conns) { /* none, unless a notification was missed */
+		lc__bs_conn_t *c = b->conns;
+		b->conns = c->next;
+		free(c);
+	}
 	free(b->ranks);
 	pthread_cond_destroy(&b->cond);
 	pthread_mutex_destroy(&b->lock);

@@ -19,6 +19,7 @@
 #define LC__BS_HOST_MAX 256
 #define LC__BS_KEY_MAX 64 /* z85 CURVE public key (40) + NUL */
 #define LC__BS_SECRET_MAX 256
+#define LC__BS_OWNER_LEN 32 /* owner token: 128 random bits in hex */
 
 /* What a P rank registers (PUT /route) and what GET /route returns. */
 typedef struct lc__prefill_info {
@@ -74,7 +75,10 @@ typedef struct lc__rank_info {
 	X(routes_refused)                                                                          \
 	X(routes_moved)                                                                            \
 	X(lanes_closed)                                                                            \
-	X(peers_gone)
+	X(peers_gone)                                                                              \
+	X(route_conflicts)                                                                         \
+	X(route_refresh_failures)                                                                  \
+	X(inbox_conns_refused)
 
 enum lc__ctl_counter {
 #define LC__CTL_ENUM(name) LC__CTL_##name,
@@ -146,6 +150,18 @@ enum lc__bs_fail {
  * LC_ERR_BOOTSTRAP (other non-200, with the server's text in why). */
 int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
 			   const lc__http_opts_t *o, char *why, size_t why_cap);
+/* PUT /route of an owned route (bootstrap_owner.c): owner[LC__BS_OWNER_LEN
+ * + 1] is "" to claim the rank, or the token a claim got, to refresh it; on
+ * success it holds the route's token and *ttl_ms its life (0: a server
+ * without owned routes). takeover (with the secret in o) replaces a route
+ * another P owns. Errors: -EEXIST (409: the rank is owned by another P
+ * whose route has not lapsed; why says so), else as lc__bootstrap_register. */
+int lc__bootstrap_claim(const char *addr, const lc__prefill_info_t *info, bool takeover,
+			const lc__http_opts_t *o, char *owner, uint64_t *ttl_ms, char *why,
+			size_t why_cap);
+/* The text of the 409 for an owned rank (the client tells it from a
+ * layout conflict by it). */
+#define LC__BS_TAKEN_TEXT "is registered by another P"
 /* GET /route -1/-1. -ENOENT (404: nothing registered yet). A 404 whose
  * server does not answer GET /health with 200 is no bootstrap server:
  * LC_ERR_BOOTSTRAP, fail NOT_SERVER. */

@@ -37,12 +37,29 @@ void lc__sb_printf(lc__sbuf_t *s, const char *fmt, ...) __attribute__((format(pr
 
 /* ---- the server's state ---- */
 
+/* A route is owned: the first PUT of a rank gets an owner token that its
+ * later PUTs (refreshes) carry; until expires_ns no other PUT may replace
+ * it but one with the bootstrap secret asking for a takeover. */
 typedef struct lc__bs_rank {
 	bool registered;
 	char ip[LC__BS_HOST_MAX];
 	int port;
 	char key[LC__BS_KEY_MAX];
+	char owner[LC__BS_OWNER_LEN + 1];
+	uint64_t expires_ns; /* CLOCK_MONOTONIC */
 } lc__bs_rank_t;
+
+/* A connection the server holds, for the per-address limit and the
+ * absolute deadline (bootstrap.c). */
+typedef struct lc__bs_conn {
+	struct lc__bs_conn *next;
+	void *mhd;           /* struct MHD_Connection */
+	int fd;              /* owned by libmicrohttpd; shut down at the deadline */
+	uint64_t started_ns; /* accepted */
+	bool shut;           /* past its deadline, shut down once */
+	unsigned char addr[16];
+	size_t addr_len;
+} lc__bs_conn_t;
 
 typedef struct lc__bs_source {
 	int id;
@@ -93,6 +110,17 @@ struct lc_bootstrap {
 	uint64_t puts_ok, puts_refused;
 	uint64_t puts_invalid;    /* PUTs refused with 400: a field failed its check */
 	uint64_t headers_invalid; /* requests refused for their headers */
+	uint64_t puts_conflict;   /* PUTs refused (409): the rank is owned by another */
+	uint64_t route_ttl_ms;
+
+	/* Connections (bootstrap.c): the ones held, by source address. */
+	lc__bs_conn_t *conns;
+	unsigned per_addr_max;
+	uint64_t request_ns; /* absolute deadline of a connection */
+	uint64_t conns_refused_addr, conns_deadline;
+	pthread_t reaper;
+	bool reaper_running, reaper_stop;
+	pthread_cond_t reaper_cond; /* CLOCK_MONOTONIC */
 };
 
 /* ---- JSON (bootstrap_json.c) ---- */

@@ -44,6 +44,7 @@ static void render_hist(lc__sbuf_t *s, const char *name, const char *labels,
 /* What the server itself counts, copied under its lock. */
 typedef struct server_counts {
 	uint64_t req[CODE_COUNT], puts_ok, puts_refused, puts_invalid, headers_invalid;
+	uint64_t puts_conflict, conns_refused_addr, conns_deadline;
 	int registered, world;
 } server_counts_t;
 
@@ -61,6 +62,9 @@ static lc__metrics_snapshot_t *snapshot(lc_bootstrap_t *b, server_counts_t *c, i
 	c->puts_refused = b->puts_refused;
 	c->puts_invalid = b->puts_invalid;
 	c->headers_invalid = b->headers_invalid;
+	c->puts_conflict = b->puts_conflict;
+	c->conns_refused_addr = b->conns_refused_addr;
+	c->conns_deadline = b->conns_deadline;
 	c->registered = b->registered;
 	c->world = b->world_size;
 	pthread_mutex_unlock(&b->lock);
@@ -91,9 +95,19 @@ static void render_server(lc__sbuf_t *s, const server_counts_t *c)
 		      "# TYPE layercake_bootstrap_registrations_total counter\n"
 		      "layercake_bootstrap_registrations_total{outcome=\"accepted\"} %llu\n"
 		      "layercake_bootstrap_registrations_total{outcome=\"refused\"} %llu\n"
-		      "layercake_bootstrap_registrations_total{outcome=\"invalid\"} %llu\n",
+		      "layercake_bootstrap_registrations_total{outcome=\"invalid\"} %llu\n"
+		      "layercake_bootstrap_registrations_total{outcome=\"conflict\"} %llu\n",
 		      (unsigned long long)c->puts_ok, (unsigned long long)c->puts_refused,
-		      (unsigned long long)c->puts_invalid);
+		      (unsigned long long)c->puts_invalid, (unsigned long long)c->puts_conflict);
+	lc__sb_printf(s,
+		      "# HELP layercake_bootstrap_conns_closed_total Connections the server "
+		      "refused or closed: over bootstrap_conns_per_addr, past "
+		      "bootstrap_request_ms.\n"
+		      "# TYPE layercake_bootstrap_conns_closed_total counter\n"
+		      "layercake_bootstrap_conns_closed_total{reason=\"per_addr\"} %llu\n"
+		      "layercake_bootstrap_conns_closed_total{reason=\"deadline\"} %llu\n",
+		      (unsigned long long)c->conns_refused_addr,
+		      (unsigned long long)c->conns_deadline);
 	lc__sb_printf(s,
 		      "# HELP layercake_bootstrap_bad_headers_total Requests refused for their "
 		      "headers (duplicate Content-Length, Content-Length with Transfer-Encoding).\n"

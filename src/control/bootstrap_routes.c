@@ -33,6 +33,11 @@ typedef struct put_req {
 	uint64_t fingerprint;
 	size_t nlens;
 	uint64_t item_lens[LC__BS_MAX_LENS];
+	const char *owner;                 /* "" or LC__BS_OWNER_LEN hex digits */
+	bool takeover;                     /* replace an owned route (needs the secret) */
+	char issued[LC__BS_OWNER_LEN + 1]; /* the owner token of the stored route */
+	bool fresh;                        /* stored for a new owner (not a refresh) */
+	bool logged;                       /* a refusal store_rank logged (rate-limited) itself */
 } put_req_t;
 
 /* The body as one JSON value (no trailing data), or NULL with why. */
@@ -55,6 +60,29 @@ static json_object *parse_body(const char *body, size_t body_len, char *why, siz
 		return NULL;
 	}
 	return o;
+}
+
+/* owner_token (optional: a refresh carries the one its first PUT got) and
+ * takeover (optional boolean). Neither is a TokenSpeed field; a TokenSpeed
+ * P sends neither and owns its rank until the route's life lapses. */
+static int parse_owner(json_object *o, put_req_t *q, char *why, size_t cap)
+{
+	json_object *t;
+	if (!(q->owner = lc__bs_json_str(o, "owner_token", false, LC__BS_OWNER_LEN + 1, why, cap)))
+		return -1;
+	if (*q->owner && (strlen(q->owner) != LC__BS_OWNER_LEN ||
+			  strspn(q->owner, "0123456789abcdef") != LC__BS_OWNER_LEN)) {
+		snprintf(why, cap, "owner_token is not %d lowercase hex digits", LC__BS_OWNER_LEN);
+		return -1;
+	}
+	if (json_object_object_get_ex(o, "takeover", &t)) {
+		if (!json_object_is_type(t, json_type_boolean)) {
+			snprintf(why, cap, "field \"takeover\" is not a boolean");
+			return -1;
+		}
+		q->takeover = json_object_get_boolean(t);
+	}
+	return 0;
 }
 
 /* role, the parallel layout and this rank's endpoint. */
@@ -99,7 +127,7 @@ static int parse_rank(json_object *o, put_req_t *q, char *why, size_t cap)
 		snprintf(why, cap, "curve_public_key is not 40 characters of z85");
 		return -1;
 	}
-	return 0;
+	return parse_owner(o, q, why, cap);
 }
 
 /* The page geometry: fingerprint, layers, kv_item_lens. */
@@ -178,8 +206,29 @@ static int check_layout(lc_bootstrap_t *b, const put_req_t *q, char *why, size_t
 	return 200;
 }
 
-/* Record the rank. Returns 200, 409 or 500 (with why). */
-static int store_rank(lc_bootstrap_t *b, const put_req_t *q, char *why, size_t cap)
+/* Whether this PUT may write rank e: a free rank, its owner's refresh, a
+ * lapsed route, or a takeover with the bootstrap secret. 409 with why
+ * otherwise. Under b->lock. */
+static int check_owner(lc_bootstrap_t *b, const lc__bs_rank_t *e, const put_req_t *q, uint64_t now,
+		       char *why, size_t cap)
+{
+	if (!e->registered || now >= e->expires_ns)
+		return 200;
+	if (*q->owner && lc__ct_equal(q->owner, e->owner, LC__BS_OWNER_LEN))
+		return 200;
+	if (q->takeover && b->has_secret)
+		return 200; /* auth_ok passed: the PUT carries the secret */
+	snprintf(why, cap,
+		 "engine_rank %lld " LC__BS_TAKEN_TEXT " (at %.64s:%d) for %llu ms more; %s",
+		 (long long)q->rank, e->ip, e->port,
+		 (unsigned long long)((e->expires_ns - now) / 1000000),
+		 *q->owner ? "owner_token does not match" : "no owner_token given");
+	return 409;
+}
+
+/* Record the rank. Returns 200, 409 or 500 (with why); on 200 q->issued
+ * holds the route's owner token. */
+static int store_rank(lc_bootstrap_t *b, put_req_t *q, char *why, size_t cap)
 {
 	pthread_mutex_lock(&b->lock);
 	int code = check_layout(b, q, why, cap);
@@ -190,15 +239,59 @@ static int store_rank(lc_bootstrap_t *b, const put_req_t *q, char *why, size_t c
 		return code;
 	}
 	lc__bs_rank_t *e = &b->ranks[q->rank];
+	uint64_t now = lc__now_ns();
+	if ((code = check_owner(b, e, q, now, why, cap)) != 200) {
+		b->puts_refused++;
+		b->puts_conflict++;
+		uint64_t n = b->puts_conflict;
+		LC__LOG_PEER(LC_LOG_WARN, "bootstrap: PUT /route refused (409, %llu so far): %s",
+			     (unsigned long long)n, why);
+		q->logged = true;
+		pthread_mutex_unlock(&b->lock);
+		return code;
+	}
+	bool same = e->registered && *q->owner &&
+		    lc__ct_equal(q->owner, e->owner, LC__BS_OWNER_LEN);
+	if (!same) {
+		/* A new owner: the token it proposes (a P re-registering after
+		 * this server restarted keeps its own), else a fresh one. */
+		uint8_t r[LC__BS_OWNER_LEN / 2];
+		if (*q->owner) {
+			memcpy(e->owner, q->owner, LC__BS_OWNER_LEN + 1);
+		} else if (lc__random_bytes(r, sizeof r)) {
+			snprintf(why, cap, "no randomness for an owner token");
+			pthread_mutex_unlock(&b->lock);
+			return 500;
+		} else {
+			for (size_t i = 0; i < sizeof r; i++)
+				snprintf(e->owner + 2 * i, 3, "%02x", r[i]);
+		}
+	}
 	if (!e->registered)
 		b->registered++;
 	e->registered = true;
+	e->expires_ns = now + b->route_ttl_ms * 1000000ull;
 	snprintf(e->ip, sizeof e->ip, "%s", q->ip);
 	e->port = (int)q->port;
 	snprintf(e->key, sizeof e->key, "%s", q->key);
+	memcpy(q->issued, e->owner, sizeof q->issued);
+	q->fresh = !same;
 	b->puts_ok++;
 	pthread_mutex_unlock(&b->lock);
 	return 200;
+}
+
+/* The 200 reply: TokenSpeed's clients read only the status; ours take the
+ * owner token and the route's life from it. */
+static int reply_owned(lc_bootstrap_t *b, const put_req_t *q, char **resp, size_t *resp_len)
+{
+	json_object *o = json_object_new_object();
+	if (!o)
+		return lc__bs_reply_text(resp, resp_len, 500, "out of memory");
+	json_object_object_add(o, "status", json_object_new_string("OK"));
+	json_object_object_add(o, "owner_token", json_object_new_string(q->issued));
+	json_object_object_add(o, "ttl_ms", json_object_new_int64((int64_t)b->route_ttl_ms));
+	return lc__bs_reply_json(resp, resp_len, o);
 }
 
 static int handle_put(lc_bootstrap_t *b, const char *auth, const char *body, size_t body_len,
@@ -229,14 +322,16 @@ static int handle_put(lc_bootstrap_t *b, const char *auth, const char *body, siz
 		pthread_mutex_unlock(&b->lock);
 	}
 	if (code == 200)
-		LC__INFO("bootstrap: rank %lld registered at %s:%lld", (long long)q->rank, q->ip,
-			 (long long)q->port);
-	else
+		LC__LOG(q->fresh ? LC_LOG_INFO : LC_LOG_DEBUG, "bootstrap: rank %lld %s at %s:%lld",
+			(long long)q->rank, q->fresh ? "registered" : "refreshed", q->ip,
+			(long long)q->port);
+	else if (!q || !q->logged)
 		LC__WARN_PEER("bootstrap: PUT /route refused (%d): %s", code, why);
+	int rc = code == 200 ? reply_owned(b, q, resp, resp_len)
+			     : lc__bs_reply_text(resp, resp_len, code, "%s", why);
 	free(q);
 	json_object_put(o);
-	return code == 200 ? lc__bs_reply_text(resp, resp_len, 200, "OK")
-			   : lc__bs_reply_text(resp, resp_len, code, "%s", why);
+	return rc;
 }
 
 /* Parse a decimal int query parameter; -1 missing, -2 malformed. */

@@ -9,6 +9,7 @@
 #include "control/addr.h"
 #include "control/channel.h"
 #include "control/codec.h"
+#include "control/inbox_guard.h"
 #include "core/config.h"
 
 #ifdef LC_HAVE_ZMQ
@@ -34,6 +35,7 @@ struct lc__zctx {
 
 struct lc__pull {
 	void *sock;
+	lc__inbox_guard_t *guard; /* connection caps (control/inbox_guard.h) */
 };
 
 struct lc__push {
@@ -269,6 +271,21 @@ int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpo
 	int64_t maxsize = LC__MSG_MAX;
 	zmq_setsockopt(p->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
 	zmq_setsockopt(p->sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+	/* A connection that has not finished its ZMTP handshake by then is
+	 * dropped by libzmq (inbox_guard.h: why this and not ZAP). */
+	int hs = (int)lc__config_env_int(LC__CFG_inbox_handshake_ms);
+	zmq_setsockopt(p->sock, ZMQ_HANDSHAKE_IVL, &hs, sizeof hs);
+	/* A short accept queue: what a flood gets accepted at once, before
+	 * the guard refuses it, holds descriptors until libzmq closes it. */
+	int backlog = LC__CHAN_BACKLOG;
+	zmq_setsockopt(p->sock, ZMQ_BACKLOG, &backlog, sizeof backlog);
+	int rc = lc__inbox_guard_start(z->zmq, p->sock, &p->guard);
+	if (rc) {
+		LC__ERROR("channel: cannot watch an inbox's connections: %s", zmq_strerror(-rc));
+		zmq_close(p->sock);
+		free(p);
+		return rc;
+	}
 	if (z->curve) {
 		int one = 1;
 		zmq_setsockopt(p->sock, ZMQ_CURVE_SERVER, &one, sizeof one);
@@ -283,16 +300,14 @@ int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpo
 	if (zmq_bind(p->sock, ep)) {
 		int e = zmq_errno();
 		LC__ERROR("channel: cannot bind %s: %s", ep, zmq_strerror(e));
-		zmq_close(p->sock);
-		free(p);
+		lc__pull_close(p);
 		return -e;
 	}
 	char last[300];
 	size_t n = sizeof last;
 	zmq_getsockopt(p->sock, ZMQ_LAST_ENDPOINT, last, &n);
 	if (strlen(last) >= cap) {
-		zmq_close(p->sock);
-		free(p);
+		lc__pull_close(p);
 		return -ENOSPC;
 	}
 	/* With ZMQ_IPV6 an IPv4 bind reads back as [::ffff:a.b.c.d]. */
@@ -358,8 +373,19 @@ void lc__pull_close(lc__pull_t *p)
 {
 	if (!p)
 		return;
+	lc__inbox_guard_stop(p->guard, p->sock);
 	zmq_close(p->sock);
 	free(p);
+}
+
+uint64_t lc__pull_conns_refused(const lc__pull_t *p)
+{
+	return p ? lc__inbox_guard_refused(p->guard) : 0;
+}
+
+uint64_t lc__pull_conns_held(const lc__pull_t *p)
+{
+	return p ? lc__inbox_guard_held(p->guard) : 0;
 }
 
 /* Heartbeats on sock and a monitor of it on a new PAIR (before connect, so
@@ -543,6 +569,14 @@ int lc__pull_recv_from(lc__pull_t *p, void **buf, size_t *len, char *peer_key, s
 }
 void lc__pull_close(lc__pull_t *p)
 {
+}
+uint64_t lc__pull_conns_refused(const lc__pull_t *p)
+{
+	return 0;
+}
+uint64_t lc__pull_conns_held(const lc__pull_t *p)
+{
+	return 0;
 }
 int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key, lc__push_t **out)
 {

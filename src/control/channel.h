@@ -21,6 +21,7 @@
 #define LC__CHAN_SNDHWM 4096
 #define LC__CHAN_RCVHWM 65536
 #define LC__CHAN_LINGER_MS 200
+#define LC__CHAN_BACKLOG 32 /* an inbox's accept queue (libzmq's default: 100) */
 #define LC__CHAN_KEY_LEN 40 /* z85 of a 32-byte key */
 
 typedef struct lc__zctx lc__zctx_t;
@@ -58,6 +59,11 @@ int lc__pull_recv(lc__pull_t *p, void **buf, size_t *len);
  * authenticated it) in peer_key[cap >= 41]; "" without CURVE. */
 int lc__pull_recv_from(lc__pull_t *p, void **buf, size_t *len, char *peer_key, size_t cap);
 void lc__pull_close(lc__pull_t *p);
+/* Connections the inbox refused so far (inbox_conns_max, inbox_conns_per_addr,
+ * closed while out of descriptors: control/inbox_guard.h) and holds now.
+ * Any thread. */
+uint64_t lc__pull_conns_refused(const lc__pull_t *p);
+uint64_t lc__pull_conns_held(const lc__pull_t *p);
 
 /* Connect to a peer inbox. server_key: the peer's z85 key ("" or NULL: our
  * own, for a deployment sharing one keypair). Never blocks on the network. */

@@ -86,6 +86,25 @@
 	  "thread is idle (1), or only wakes the engine thread (0)")                               \
 	X(bootstrap_port, "LAYERCAKE_BOOTSTRAP_PORT", 8998, 0, 65535,                              \
 	  "port of P's bootstrap HTTP server")                                                     \
+	X(route_ttl_ms, "LAYERCAKE_ROUTE_TTL_MS", 30000, 100, 86400000,                            \
+	  "life of a P rank's route at the bootstrap server without a refresh (P refreshes every " \
+	  "third of it); until then only its owner (or the bootstrap secret with takeover) may "   \
+	  "replace it (routes_conflict)")                                                          \
+	X(bootstrap_conns_per_addr, "LAYERCAKE_BOOTSTRAP_CONNS_PER_ADDR", 16, 1, 256,              \
+	  "connections one source address may hold open at the bootstrap server; past it new "     \
+	  "ones are refused at accept (conns_refused_addr)")                                       \
+	X(bootstrap_request_ms, "LAYERCAKE_BOOTSTRAP_REQUEST_MS", 5000, 100, 600000,               \
+	  "absolute deadline of one bootstrap connection, however slowly it trickles; past it "    \
+	  "the server closes it (conns_deadline)")                                                 \
+	X(inbox_conns_max, "LAYERCAKE_INBOX_CONNS_MAX", 128, 1, 65536,                             \
+	  "TCP connections one ZeroMQ inbox (P's or D's) holds, at most a quarter of "             \
+	  "RLIMIT_NOFILE; past it a new one is closed at once (inbox_conns_refused)")              \
+	X(inbox_conns_per_addr, "LAYERCAKE_INBOX_CONNS_PER_ADDR", 64, 1, 65536,                    \
+	  "TCP connections one source address may hold at a ZeroMQ inbox; past it a new one is "   \
+	  "closed at once (inbox_conns_refused)")                                                  \
+	X(inbox_handshake_ms, "LAYERCAKE_INBOX_HANDSHAKE_MS", 3000, 100, 600000,                   \
+	  "a connection to a ZeroMQ inbox that has not finished its ZMTP handshake by then is "    \
+	  "dropped (ZMQ_HANDSHAKE_IVL)")                                                           \
 	X(tcp_pending_max, "LAYERCAKE_TCP_PENDING_MAX", 256, 1, 1024,                              \
 	  "connections a tcp listener holds before their handshake; past it the oldest such "      \
 	  "connection is closed (conns_evicted_pending)")                                          \

@@ -254,7 +254,9 @@ int lc_decode_counter(lc_decode_t *d, const char *name, uint64_t *out)
 					: "out");
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		if (!strcmp(lc__ctl_counter_name(i), name)) {
-			*out = atomic_load(&d->ctl[i]);
+			*out = i == LC__CTL_inbox_conns_refused && d->pull
+				       ? lc__pull_conns_refused(d->pull)
+				       : atomic_load(&d->ctl[i]);
 			return 0;
 		}
 	lc__error_set(-ENOENT, "decode: no counter named '%.100s'", name);
@@ -320,8 +322,9 @@ static int grant_pages(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages
 				j++;
 			if (ids[i] < 0 || (uint64_t)ids[j - 1] >= items) {
 				/* ids[i..j) run up by one: the first bad one */
-				int64_t bad = ids[i] < 0 || (uint64_t)ids[i] >= items ? ids[i]
-										      : (int64_t)items;
+				int64_t bad = ids[i] < 0 || (uint64_t)ids[i] >= items
+						      ? ids[i]
+						      : (int64_t)items;
 				LC__WARN("decode %s: room %" PRIu64 ": %s id %" PRId64
 					 " (index %zu) is outside buffer %u (%" PRIu64
 					 " %s, ids 0..%" PRIu64 "); nothing granted",

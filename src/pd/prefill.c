@@ -26,34 +26,137 @@ static int metrics_source(void *arg, lc__metrics_snapshot_t *out)
 	out->has_engine = lc_engine_metrics(p->engine, &out->engine) == 0;
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		out->ctl[i] = atomic_load(&p->ctl[i]);
+	out->ctl[LC__CTL_inbox_conns_refused] = lc__pull_conns_refused(p->pull);
 	return 0;
 }
 
-/* PUT /route: this rank's endpoint and page geometry. */
+/* The owned route (control/bootstrap.h, lc__bootstrap_claim): the token
+ * the claim got, and a thread that refreshes the route every third of its
+ * life so that it lapses only once this P is gone. */
+struct lc__route_keeper {
+	lc__prefill_info_t info;
+	char secret[LC__BS_SECRET_MAX];
+	bool has_secret;
+	char owner[LC__BS_OWNER_LEN + 1];
+	uint64_t ttl_ms;
+	pthread_t thread;
+	bool running, stop;
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* CLOCK_MONOTONIC */
+};
+
+/* retries: 5 for the claim at create, 0 for a refresh (the next one is
+ * the retry). */
+static int claim(lc_prefill_t *p, struct lc__route_keeper *k, int retries, char *why, size_t cap)
+{
+	lc__http_opts_t o = {
+		.timeout_ms = 2000, .retries = retries, .secret = k->has_secret ? k->secret : NULL};
+	return lc__bootstrap_claim(p->bootstrap, &k->info, false, &o, k->owner, &k->ttl_ms, why,
+				   cap);
+}
+
+static void *refresh_main(void *arg)
+{
+	lc_prefill_t *p = arg;
+	struct lc__route_keeper *k = p->route;
+	pthread_setname_np(pthread_self(), "lc-p-route");
+	pthread_mutex_lock(&k->lock);
+	while (!k->stop) {
+		uint64_t ivl_ms = LC__MAX(k->ttl_ms / 3, 50);
+		struct timespec ts = lc__abs_ts(lc__now_ns() + ivl_ms * 1000000ull);
+		while (!k->stop && pthread_cond_timedwait(&k->cond, &k->lock, &ts) == 0)
+			;
+		if (k->stop)
+			break;
+		pthread_mutex_unlock(&k->lock);
+		char why[300] = "";
+		int rc = claim(p, k, 0, why, sizeof why);
+		if (rc == -EEXIST) {
+			uint64_t n = LC__P_CTL_ADD(p, route_conflicts) + 1;
+			LC__LOG_PEER(LC_LOG_ERROR,
+				     "prefill %s: rank %d's route was taken by another P (%llu "
+				     "refreshes refused): %s",
+				     p->name, p->rank, (unsigned long long)n, why);
+		} else if (rc) {
+			uint64_t n = LC__P_CTL_ADD(p, route_refresh_failures) + 1;
+			LC__LOG_PEER(
+				LC_LOG_WARN,
+				"prefill %s: refreshing rank %d's route failed (%llu so far): %s",
+				p->name, p->rank, (unsigned long long)n, why);
+		}
+		pthread_mutex_lock(&k->lock);
+		if (!k->ttl_ms) /* the server no longer gives a life: stop refreshing */
+			break;
+	}
+	pthread_mutex_unlock(&k->lock);
+	return NULL;
+}
+
+static void route_stop(lc_prefill_t *p)
+{
+	struct lc__route_keeper *k = p->route;
+	if (!k)
+		return;
+	if (k->running) {
+		pthread_mutex_lock(&k->lock);
+		k->stop = true;
+		pthread_cond_signal(&k->cond);
+		pthread_mutex_unlock(&k->lock);
+		pthread_join(k->thread, NULL);
+	}
+	pthread_cond_destroy(&k->cond);
+	pthread_mutex_destroy(&k->lock);
+	memset(k->secret, 0, sizeof k->secret);
+	free(k);
+	p->route = NULL;
+}
+
+/* PUT /route: claim this rank (its endpoint and page geometry); a rank
+ * another live P owns fails the create (-EEXIST), loudly. */
 static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
 {
 	char why[300] = "";
+	struct lc__route_keeper *k = calloc(1, sizeof *k);
+	if (!k)
+		return -ENOMEM;
+	pthread_mutex_init(&k->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&k->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	p->route = k;
 	const char *colon = strrchr(p->endpoint, ':');
-	lc__prefill_info_t info = {.world_size = p->world,
-				   .dp_size = p->dp,
-				   .engine_rank = p->rank,
-				   .rank_port = colon ? atoi(colon + 1) : 0,
-				   .fingerprint = p->layout->fingerprint,
-				   .layers = p->layout->layers,
-				   .nlens = p->layout->nbuf,
-				   .kv_item_lens = p->item_lens};
-	snprintf(info.rank_ip, sizeof info.rank_ip, "%s", p->host);
-	snprintf(info.curve_key, sizeof info.curve_key, "%s", lc__zctx_public_key(p->z));
-	char secret[LC__BS_SECRET_MAX];
-	int has_secret = lc__bootstrap_secret(secret_param, secret, sizeof secret);
-	lc__http_opts_t o = {
-		.timeout_ms = 2000, .retries = 5, .secret = has_secret == 1 ? secret : NULL};
-	int rc = lc__bootstrap_register(p->bootstrap, &info, &o, why, sizeof why);
-	if (rc)
-		LC__FAIL_AT(LC_LOG_ERROR, rc,
-			    "prefill %s: registering with bootstrap %s failed: %s", p->name,
-			    p->bootstrap, why);
-	return rc;
+	k->info = (lc__prefill_info_t){.world_size = p->world,
+				       .dp_size = p->dp,
+				       .engine_rank = p->rank,
+				       .rank_port = colon ? atoi(colon + 1) : 0,
+				       .fingerprint = p->layout->fingerprint,
+				       .layers = p->layout->layers,
+				       .nlens = p->layout->nbuf,
+				       .kv_item_lens = p->item_lens};
+	snprintf(k->info.rank_ip, sizeof k->info.rank_ip, "%s", p->host);
+	snprintf(k->info.curve_key, sizeof k->info.curve_key, "%s", lc__zctx_public_key(p->z));
+	k->has_secret = lc__bootstrap_secret(secret_param, k->secret, sizeof k->secret) == 1;
+	int rc = claim(p, k, 5, why, sizeof why);
+	if (rc == -EEXIST) {
+		LC__P_CTL_ADD(p, route_conflicts);
+		return LC__FAIL_AT(LC_LOG_ERROR, rc,
+				   "prefill %s: rank %d is taken at bootstrap %s (another P, or a "
+				   "stale registration until its route lapses): %s",
+				   p->name, p->rank, p->bootstrap, why);
+	}
+	if (rc) {
+		return LC__FAIL_AT(LC_LOG_ERROR, rc,
+				   "prefill %s: registering with bootstrap %s failed: %s", p->name,
+				   p->bootstrap, why);
+	}
+	if (k->ttl_ms) {
+		if (pthread_create(&k->thread, NULL, refresh_main, p))
+			return -EAGAIN;
+		k->running = true;
+	}
+	return 0;
 }
 
 /* Every buffer inside a region registered on the context, as D requires of
@@ -215,6 +318,9 @@ void lc_prefill_destroy(lc_prefill_t *p)
 		return;
 	if (p->metrics_server)
 		lc__bootstrap_source_remove(p->metrics_server, p->source_id);
+#ifdef LC_HAVE_ZMQ
+	route_stop(p);
+#endif
 	/* The control thread first: it hands D's messages to the engine, and
 	 * anyone may send those (a dummy transfer info needs no registration),
 	 * so it must be gone before the engine is. The engine's final
@@ -271,7 +377,8 @@ int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
 					: "out");
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		if (!strcmp(lc__ctl_counter_name(i), name)) {
-			*out = atomic_load(&p->ctl[i]);
+			*out = i == LC__CTL_inbox_conns_refused ? lc__pull_conns_refused(p->pull)
+								: atomic_load(&p->ctl[i]);
 			return 0;
 		}
 	if (!strcmp(name, "cancels_refused")) {

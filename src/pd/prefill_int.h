@@ -128,6 +128,7 @@ struct lc_prefill {
 	_Atomic uint64_t cancels_refused; /* lc_prefill_counter "cancels_refused" */
 	lc_bootstrap_t *metrics_server;
 	int source_id;
+	struct lc__route_keeper *route; /* prefill.c: the owned route's refresh */
 
 	pthread_mutex_t lock;
 	lc__dsess_t *sessions[LC__P_MAX_SESSIONS];

@@ -171,13 +171,22 @@ static void refused(const char *fields, size_t fields_len, const char *reason)
 
 #define REFUSED(lit, reason) refused(lit, sizeof(lit) - 1, reason)
 
+/* Rank 0's route is owned (issue 21): the PUTs after the first carry the
+ * owner token the first one got. */
+static char owner[64];
+
 static void accepted(const char *fields)
 {
-	char buf[1024];
-	size_t len = body_with(buf, sizeof buf, fields);
+	char buf[1024], f[600];
+	snprintf(f, sizeof f, "%s%s%s%s", fields, *owner ? ",\"owner_token\":\"" : "", owner,
+		 *owner ? "\"" : "");
+	size_t len = body_with(buf, sizeof buf, f);
 	char *resp = NULL;
 	int code = http("PUT", "/route", buf, len, &resp);
 	TU_CHECK(code == 200, "PUT {%s}: HTTP %d (%s), want 200", fields, code, resp ? resp : "");
+	const char *t = resp ? strstr(resp, "\"owner_token\":\"") : NULL;
+	TU_CHECK(t && sscanf(t + 15, "%32[0-9a-f]", owner) == 1, "PUT {%s}: no owner token: %s",
+		 fields, resp ? resp : "");
 	free(resp);
 }
 

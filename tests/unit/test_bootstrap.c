@@ -136,11 +136,73 @@ static void test_register_and_discover(void **state)
 	memcpy(fp, "beefdead", 8);
 	assert_int_equal(req(f, "PUT", "/route", other, NULL, &body), 409);
 	assert_non_null(strstr(body, "geometry"));
-	/* Re-registering a rank (a restarted P) replaces its endpoint. */
-	assert_int_equal(req(f, "PUT", "/route", put_body(4, 2, 0, 7100), NULL, NULL), 200);
+	/* Routes are owned (issue 21): another PUT of rank 0 without its
+	 * owner token is refused and the route stays P's. */
+	assert_int_equal(req(f, "PUT", "/route", put_body(4, 2, 0, 7100), NULL, &body), 409);
+	assert_non_null(strstr(body, LC__BS_TAKEN_TEXT));
 	assert_int_equal(req(f, "GET", "/route?engine_rank=0&target_dp_group=0", NULL, NULL, &body),
 			 200);
-	assert_non_null(strstr(body, "7100"));
+	assert_non_null(strstr(body, "7000"));
+	/* With the token (P's refresh, here a move): 200, replaced. */
+	char put[700], tok[40] = "";
+	assert_int_equal(req(f, "PUT", "/route", put_body(4, 2, 2, 7002), NULL, &body), 200);
+	const char *t = strstr(body, "\"owner_token\":\"");
+	assert_non_null(t);
+	assert_int_equal(sscanf(t + 15, "%32[0-9a-f]", tok), 1);
+	assert_int_equal(strlen(tok), LC__BS_OWNER_LEN);
+	assert_non_null(strstr(body, "\"ttl_ms\":"));
+	snprintf(put, sizeof put, "%s", put_body(4, 2, 2, 7102));
+	snprintf(put + strlen(put) - 1, sizeof put - strlen(put) + 1, ",\"owner_token\":\"%s\"}",
+		 tok);
+	assert_int_equal(req(f, "PUT", "/route", put, NULL, &body), 200);
+	assert_non_null(strstr(body, tok)); /* the same owner */
+	assert_int_equal(req(f, "GET", "/route?engine_rank=0&target_dp_group=1", NULL, NULL, &body),
+			 200);
+	assert_non_null(strstr(body, "7102"));
+	/* A wrong token, or a takeover without a server secret: 409. */
+	tok[0] = tok[0] == 'a' ? 'b' : 'a';
+	snprintf(put, sizeof put, "%s", put_body(4, 2, 2, 7666));
+	snprintf(put + strlen(put) - 1, sizeof put - strlen(put) + 1,
+		 ",\"owner_token\":\"%s\",\"takeover\":true}", tok);
+	assert_int_equal(req(f, "PUT", "/route", put, NULL, &body), 409);
+	assert_int_equal(req(f, "GET", "/route?engine_rank=0&target_dp_group=1", NULL, NULL, &body),
+			 200);
+	assert_non_null(strstr(body, "7102"));
+	/* Counted on /metrics. */
+	assert_int_equal(req(f, "GET", "/metrics", NULL, NULL, &body), 200);
+	assert_non_null(
+		strstr(body, "layercake_bootstrap_registrations_total{outcome=\"conflict\"} 2\n"));
+}
+
+/* A route whose owner stops refreshing lapses after route_ttl_ms: then a
+ * new P (a restarted one) may take the rank. */
+static void test_route_lapses(void **state)
+{
+	lc_bootstrap_t *b;
+	char url[128], addr[64];
+	setenv("LAYERCAKE_ROUTE_TTL_MS", "300", 1);
+	lc_bootstrap_params_t p = {.size = sizeof p, .host = "127.0.0.1", .port = 0};
+	assert_int_equal(lc_bootstrap_start(&p, &b), 0);
+	unsetenv("LAYERCAKE_ROUTE_TTL_MS");
+	lc_bootstrap_addr(b, addr, sizeof addr);
+	snprintf(url, sizeof url, "http://%s/route", addr);
+	char *resp = NULL;
+	size_t len;
+	const char *first = put_body(1, 1, 0, 7000);
+	assert_int_equal(
+		lc__http_request("PUT", url, first, strlen(first), NULL, 3000, &resp, &len), 200);
+	assert_non_null(strstr(resp, "\"ttl_ms\":300"));
+	free(resp);
+	usleep(600 * 1000); /* past the route's life: longer is as good */
+	const char *second = put_body(1, 1, 0, 7001);
+	assert_int_equal(
+		lc__http_request("PUT", url, second, strlen(second), NULL, 3000, &resp, &len), 200);
+	free(resp);
+	snprintf(url, sizeof url, "http://%s/route?engine_rank=0&target_dp_group=0", addr);
+	assert_int_equal(lc__http_request("GET", url, NULL, 0, NULL, 3000, &resp, &len), 200);
+	assert_non_null(strstr(resp, "7001"));
+	free(resp);
+	lc_bootstrap_stop(b);
 }
 
 static void test_malformed_puts(void **state)
@@ -224,6 +286,19 @@ static void test_secret(void **state)
 	free(resp);
 	assert_int_equal(
 		lc__http_request("PUT", url, body, strlen(body), "s3cret", 3000, &resp, &len), 200);
+	free(resp);
+	/* The secret alone does not replace an owned route; with takeover it
+	 * does (an operator's restart before the route lapses). */
+	const char *again = put_body(1, 1, 0, 7001);
+	assert_int_equal(
+		lc__http_request("PUT", url, again, strlen(again), "s3cret", 3000, &resp, &len),
+		409);
+	free(resp);
+	char take[700];
+	snprintf(take, sizeof take, "%s", again);
+	snprintf(take + strlen(take) - 1, sizeof take - strlen(take) + 1, ",\"takeover\":true}");
+	assert_int_equal(
+		lc__http_request("PUT", url, take, strlen(take), "s3cret", 3000, &resp, &len), 200);
 	free(resp);
 	/* The client helper with and without the secret. */
 	uint64_t lens[1] = {64};
@@ -382,6 +457,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_register_and_discover, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed_puts, setup, teardown),
 		cmocka_unit_test(test_secret),
+		cmocka_unit_test(test_route_lapses),
 		cmocka_unit_test_setup_teardown(test_client, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_handler_direct, setup, teardown),

@@ -1,0 +1,327 @@
+/* The guard of a ZeroMQ inbox (control/inbox_guard.h has the why). */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include "control/inbox_guard.h"
+#include "core/config.h"
+
+#ifdef LC_HAVE_ZMQ
+#include <zmq.h>
+
+/* One connection held: its fd (libzmq's) and source address. */
+typedef struct held {
+	int fd;
+	uint8_t alen;
+	unsigned char addr[16];
+} held_t;
+
+struct lc__inbox_guard {
+	void *mon; /* PAIR end of the monitor; the thread's */
+	pthread_t thread;
+	_Atomic bool stop;
+	_Atomic uint64_t refused, nheld;
+	unsigned max, per_addr;
+	held_t *held; /* max of them; n in use */
+	unsigned n;
+	int listen_fd, port; /* from ZMQ_EVENT_LISTENING */
+	int spare;           /* a descriptor kept to free on EMFILE */
+};
+
+static _Atomic uint64_t guard_seq;
+
+/* The peer address of fd (IPv4-mapped as IPv4); 0 when not IP. */
+static uint8_t peer_of(int fd, unsigned char out[16])
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl))
+		return 0;
+	if (ss.ss_family == AF_INET) {
+		memcpy(out, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+		return 4;
+	}
+	if (ss.ss_family == AF_INET6) {
+		const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+		if (IN6_IS_ADDR_V4MAPPED(a)) {
+			memcpy(out, a->s6_addr + 12, 4);
+			return 4;
+		}
+		memcpy(out, a, 16);
+		return 16;
+	}
+	return 0;
+}
+
+static int local_port(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl))
+		return -1;
+	if (ss.ss_family == AF_INET)
+		return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return -1;
+}
+
+static void addr_text(const unsigned char *a, uint8_t n, char *buf, size_t cap)
+{
+	if (!n || !inet_ntop(n == 4 ? AF_INET : AF_INET6, a, buf, (socklen_t)cap))
+		snprintf(buf, cap, "?");
+}
+
+static void refuse(lc__inbox_guard_t *g, int fd, const unsigned char *a, uint8_t alen,
+		   const char *why)
+{
+	/* The event is read after the fact: fd may since have been closed
+	 * and its number reused. Only a connection accepted on this inbox's
+	 * port is shut down; never anything else of the process. */
+	int one = 0;
+	socklen_t ol = sizeof one;
+	if (g->port > 0 && local_port(fd) == g->port &&
+	    !getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &one, &ol) && !one)
+		shutdown(fd, SHUT_RDWR);
+	uint64_t total = atomic_fetch_add(&g->refused, 1) + 1;
+	char t[64];
+	addr_text(a, alen, t, sizeof t);
+	LC__LOG_PEER(LC_LOG_WARN,
+		     "channel: inbox on port %d refused a connection from %s: %s (%llu refused "
+		     "so far)",
+		     g->port, t, why, (unsigned long long)total);
+}
+
+static void on_accepted(lc__inbox_guard_t *g, int fd)
+{
+	unsigned char a[16] = {0};
+	uint8_t alen = peer_of(fd, a);
+	unsigned same = 0;
+	for (unsigned i = 0; i < g->n; i++)
+		same += g->held[i].alen == alen && !memcmp(g->held[i].addr, a, alen);
+	if (g->n >= g->max) {
+		refuse(g, fd, a, alen, "inbox_conns_max reached");
+		return;
+	}
+	if (alen && same >= g->per_addr) {
+		refuse(g, fd, a, alen, "inbox_conns_per_addr reached for its address");
+		return;
+	}
+	g->held[g->n].fd = fd;
+	g->held[g->n].alen = alen;
+	memcpy(g->held[g->n].addr, a, sizeof a);
+	g->n++;
+	atomic_store(&g->nheld, g->n);
+}
+
+static void on_disconnected(lc__inbox_guard_t *g, int fd)
+{
+	/* The most recent first: a reused number belongs to the newest. */
+	for (unsigned i = g->n; i-- > 0;)
+		if (g->held[i].fd == fd) {
+			g->held[i] = g->held[--g->n];
+			atomic_store(&g->nheld, g->n);
+			return;
+		}
+}
+
+/* Whether fd is a listening socket on the inbox's port. */
+static bool is_listener(const lc__inbox_guard_t *g, int fd)
+{
+	int on = 0;
+	socklen_t ol = sizeof on;
+	return fd >= 0 && !getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &ol) && on &&
+	       local_port(fd) == g->port;
+}
+
+/* The listener libzmq bound. Made non-blocking: libzmq accepts only once
+ * poll says so and takes EAGAIN as "someone else took it", and the drain
+ * below must never block on an empty backlog (nor make libzmq's accept
+ * block by taking the connection it was woken for). */
+static void on_listening(lc__inbox_guard_t *g, int fd)
+{
+	g->port = local_port(fd);
+	if (!is_listener(g, fd))
+		return;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK))
+		return; /* no drain on EMFILE then */
+	g->listen_fd = fd;
+}
+
+/* Out of descriptors: libzmq's listener would retry its accept at once,
+ * forever. Free the spare, accept and close what waits, take it back. */
+static void on_accept_failed(lc__inbox_guard_t *g, int err)
+{
+	if ((err != EMFILE && err != ENFILE) || !is_listener(g, g->listen_fd))
+		return;
+	if (g->spare >= 0)
+		close(g->spare);
+	unsigned drained = 0;
+	for (int fd; drained < 4096 &&
+		     (fd = accept4(g->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;
+	     drained++)
+		close(fd);
+	g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (drained) {
+		uint64_t total = atomic_fetch_add(&g->refused, drained) + drained;
+		LC__LOG_PEER(LC_LOG_WARN,
+			     "channel: inbox on port %d out of descriptors (%s): closed %u waiting "
+			     "connections (%llu refused so far)",
+			     g->port, strerror(err), drained, (unsigned long long)total);
+	}
+}
+
+static void *guard_main(void *arg)
+{
+	lc__inbox_guard_t *g = arg;
+	pthread_setname_np(pthread_self(), "lc-inbox-guard");
+	while (!atomic_load(&g->stop)) {
+		zmq_pollitem_t it = {.socket = g->mon, .events = ZMQ_POLLIN};
+		/* lc__inbox_guard_stop ends the monitor: MONITOR_STOPPED wakes
+		 * this at once; the timeout only bounds a missed one. */
+		if (zmq_poll(&it, 1, 1000) <= 0)
+			continue;
+		/* Out of descriptors, libzmq reports every retry of its accept:
+		 * one drain for each batch of events, not one per event. */
+		int accept_err = 0;
+		for (int n = 0; n < 1024; n++) {
+			zmq_msg_t m;
+			zmq_msg_init(&m);
+			if (zmq_msg_recv(&m, g->mon, ZMQ_DONTWAIT) < 0) {
+				zmq_msg_close(&m);
+				break;
+			}
+			uint16_t ev = 0;
+			uint32_t val = 0;
+			if (zmq_msg_size(&m) >= 6) {
+				memcpy(&ev, zmq_msg_data(&m), 2);
+				memcpy(&val, (char *)zmq_msg_data(&m) + 2, 4);
+			}
+			while (zmq_msg_more(&m)) { /* the endpoint */
+				zmq_msg_close(&m);
+				zmq_msg_init(&m);
+				if (zmq_msg_recv(&m, g->mon, ZMQ_DONTWAIT) < 0)
+					break;
+			}
+			zmq_msg_close(&m);
+			if (ev == ZMQ_EVENT_LISTENING)
+				on_listening(g, (int)val);
+			else if (ev == ZMQ_EVENT_ACCEPTED)
+				on_accepted(g, (int)val);
+			else if (ev == ZMQ_EVENT_DISCONNECTED)
+				on_disconnected(g, (int)val);
+			else if (ev == ZMQ_EVENT_ACCEPT_FAILED && (val == EMFILE || val == ENFILE))
+				accept_err = (int)val;
+			else if (ev == ZMQ_EVENT_MONITOR_STOPPED)
+				atomic_store(&g->stop, true);
+		}
+		if (accept_err)
+			on_accept_failed(g, accept_err);
+		/* Lost to libzmq after a drain: take it back once one is free. */
+		if (g->spare < 0)
+			g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	zmq_close(g->mon);
+	return NULL;
+}
+
+int lc__inbox_guard_start(void *zmq, void *sock, lc__inbox_guard_t **out)
+{
+	lc__inbox_guard_t *g = calloc(1, sizeof *g);
+	if (!g)
+		return -ENOMEM;
+	g->max = (unsigned)lc__config_env_int(LC__CFG_inbox_conns_max);
+	g->per_addr = (unsigned)lc__config_env_int(LC__CFG_inbox_conns_per_addr);
+	/* Never more than a quarter of the descriptors the process may open:
+	 * an inbox at its cap must leave the rest of the process (sessions,
+	 * lanes) room, and libzmq's listener spins while none is left. */
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 4 < g->max) {
+		g->max = (unsigned)LC__MAX(rl.rlim_cur / 4, 1);
+		LC__INFO("channel: an inbox holds at most %u connections (a quarter of "
+			 "RLIMIT_NOFILE %llu, under inbox_conns_max)",
+			 g->max, (unsigned long long)rl.rlim_cur);
+	}
+	g->per_addr = LC__MIN(g->per_addr, g->max);
+	g->listen_fd = -1;
+	g->held = calloc(g->max, sizeof *g->held);
+	g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int rc = -ENOMEM;
+	if (!g->held)
+		goto fail;
+	char name[64];
+	snprintf(name, sizeof name, "inproc://lc-inbox-guard-%llu",
+		 (unsigned long long)atomic_fetch_add(&guard_seq, 1));
+	int events = ZMQ_EVENT_LISTENING | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+		     ZMQ_EVENT_ACCEPT_FAILED | ZMQ_EVENT_MONITOR_STOPPED;
+	if (zmq_socket_monitor(sock, name, events)) {
+		rc = -zmq_errno();
+		goto fail;
+	}
+	g->mon = zmq_socket(zmq, ZMQ_PAIR);
+	int linger = 0, hwm = 0; /* no event dropped: the count must stay right */
+	if (!g->mon) {
+		rc = -zmq_errno();
+		goto fail_monitor;
+	}
+	zmq_setsockopt(g->mon, ZMQ_LINGER, &linger, sizeof linger);
+	zmq_setsockopt(g->mon, ZMQ_RCVHWM, &hwm, sizeof hwm);
+	if (zmq_connect(g->mon, name)) {
+		rc = -zmq_errno();
+		goto fail_pair;
+	}
+	if (pthread_create(&g->thread, NULL, guard_main, g)) {
+		rc = -EAGAIN;
+		goto fail_pair;
+	}
+	*out = g;
+	return 0;
+fail_pair:
+	zmq_close(g->mon);
+fail_monitor:
+	zmq_socket_monitor(sock, NULL, 0);
+fail:
+	if (g->spare >= 0)
+		close(g->spare);
+	free(g->held);
+	free(g);
+	return rc;
+}
+
+void lc__inbox_guard_stop(lc__inbox_guard_t *g, void *sock)
+{
+	if (!g)
+		return;
+	zmq_socket_monitor(sock, NULL, 0);
+	atomic_store(&g->stop, true);
+	pthread_join(g->thread, NULL);
+	if (g->spare >= 0)
+		close(g->spare);
+	free(g->held);
+	free(g);
+}
+
+uint64_t lc__inbox_guard_refused(const lc__inbox_guard_t *g)
+{
+	return g ? atomic_load(&((lc__inbox_guard_t *)g)->refused) : 0;
+}
+
+uint64_t lc__inbox_guard_held(const lc__inbox_guard_t *g)
+{
+	return g ? atomic_load(&((lc__inbox_guard_t *)g)->nheld) : 0;
+}
+
+#else
+typedef int lc__inbox_guard_unused_t; /* a translation unit may not be empty */
+#endif
