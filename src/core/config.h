@@ -86,10 +86,11 @@
 	  "thread is idle (1), or only wakes the engine thread (0)")                               \
 	X(bootstrap_port, "LAYERCAKE_BOOTSTRAP_PORT", 8998, 0, 65535,                              \
 	  "port of P's bootstrap HTTP server")                                                     \
-	X(route_ttl_ms, "LAYERCAKE_ROUTE_TTL_MS", 30000, 100, 86400000,                            \
+	X(route_ttl_ms, "LAYERCAKE_ROUTE_TTL_MS", 6000, 100, 86400000,                             \
 	  "life of a P rank's route at the bootstrap server without a refresh (P refreshes every " \
 	  "third of it); until then only its owner (or the bootstrap secret with takeover) may "   \
-	  "replace it (routes_conflict)")                                                          \
+	  "replace it (routes_conflict); a P whose rank is taken waits that long (+2 s) at "       \
+	  "create for the route to lapse, then fails")                                             \
 	X(bootstrap_conns_per_addr, "LAYERCAKE_BOOTSTRAP_CONNS_PER_ADDR", 16, 1, 256,              \
 	  "connections one source address may hold open at the bootstrap server; past it new "     \
 	  "ones are refused at accept (conns_refused_addr)")                                       \

@@ -140,6 +140,19 @@ static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
 	k->has_secret = lc__bootstrap_secret(secret_param, k->secret, sizeof k->secret) == 1;
 	int rc = claim(p, k, 5, why, sizeof why);
 	if (rc == -EEXIST) {
+		/* A P restarted after a crash finds its old route until it lapses:
+		 * wait for that (at most a route's life), then fail loudly. */
+		uint64_t ttl = (uint64_t)lc__ctx_cfg(p->ctx, LC__CFG_route_ttl_ms);
+		uint64_t until = lc__now_ns() + (ttl + 2000) * 1000000ull;
+		LC__WARN("prefill %s: rank %d is taken at bootstrap %s; waiting up to %llu ms for "
+			 "its route to lapse (a restarted P): %s",
+			 p->name, p->rank, p->bootstrap, (unsigned long long)(ttl + 2000), why);
+		while (rc == -EEXIST && lc__now_ns() < until) {
+			usleep(200000);
+			rc = claim(p, k, 0, why, sizeof why);
+		}
+	}
+	if (rc == -EEXIST) {
 		LC__P_CTL_ADD(p, route_conflicts);
 		return LC__FAIL_AT(LC_LOG_ERROR, rc,
 				   "prefill %s: rank %d is taken at bootstrap %s (another P, or a "

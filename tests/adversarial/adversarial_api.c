@@ -169,6 +169,9 @@ static void case_secret_dir(void)
 {
 	lc_bootstrap_t *b;
 	char addr[64], dir[64] = "/tmp/lc-cold-XXXXXX";
+	/* One P after another on rank 0: each finds the last one's route until it
+	 * lapses (and waits for that), so let routes live briefly. */
+	setenv("LAYERCAKE_ROUTE_TTL_MS", "300", 1);
 	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
 	TU_OK(lc_bootstrap_start(&bp, &b));
 	TU_OK(lc_bootstrap_addr(b, addr, sizeof addr));
@@ -325,7 +328,8 @@ static void case_decode_api(void)
 	TU_CHECK(r == NULL, "a refused receiver was written");
 	TU_OK(lc_receiver_create(d, addr, 1, &r)); /* no P there: it stays Bootstrapping */
 	int64_t pages[2] = {0, 1};
-	lc_receiver_pages_t pg = {.size = sizeof pg, .pages = pages, .page_count = 2, .aux_index = -1};
+	lc_receiver_pages_t pg = {
+		.size = sizeof pg, .pages = pages, .page_count = 2, .aux_index = -1};
 	TU_CHECK(lc_receiver_send(NULL, &pg) == -EINVAL, "NULL receiver");
 	TU_CHECK(lc_receiver_send(r, NULL) == -EINVAL, "NULL pages");
 	lc_receiver_pages_t bad = pg;

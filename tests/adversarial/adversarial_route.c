@@ -229,7 +229,7 @@ static void route_body(const world_t *w, const char *ip, int port, const char *k
 			 ip, port, lens, fp, LAYERS);
 	if (key && key[0])
 		n += snprintf(out + n, cap - (size_t)n, ",\"curve_public_key\":\"%s\"", key);
-	snprintf(out + n, cap - (size_t)n, "}");
+	snprintf(out + n, cap - (size_t)n, ",\"takeover\":true}"); /* with the secret */
 }
 
 static void put_route(const world_t *w, const char *body)
