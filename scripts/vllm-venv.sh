@@ -34,7 +34,7 @@ case "$base" in
 	exit 3 ;;
 esac
 
-if ! ldconfig -p | grep -q 'libnuma\.so\.1 '; then
+if ! { /sbin/ldconfig -p 2>/dev/null || ldconfig -p 2>/dev/null; } | grep -q 'libnuma\.so\.1 '; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "vllm-venv: installing libnuma1 (vLLM's CPU build links it)" >&2
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libnuma1; } >&2 ||

@@ -27,7 +27,8 @@ Extra config (kv_connector_extra_config), every wait has a deadline:
   writes its bootstrap address there), listen_url (D's data plane,
   "tcp://127.0.0.1:0"), bootstrap_timeout_s (30: P's hold and D's wait for
   its room to bootstrap), transfer_timeout_s (120: a room that has not ended
-  by then is cancelled), layerwise_interval (1; <= 0 whole-request).
+  by then is cancelled), layerwise_interval (1; <= 0 whole-request), knobs
+  (a dict of layercake Context knobs, `layercake info --config`).
 
 The KV tensors are registered as vLLM allocated them (register_kv_caches):
 the storage under each tensor once, one layercake buffer per layer (or per K
@@ -273,7 +274,7 @@ class LayercakeConnector(KVConnectorBase_V1):
     def register_kv_caches(self, kv_caches):
         layers, storages = describe_kv_caches(kv_caches)
         self._layer_names = [n for n, _ in layers]
-        knobs = {}
+        knobs = dict(self._x.get("knobs", {}))
         if "layerwise_interval" in self._x:
             knobs["layerwise_interval"] = int(self._x["layerwise_interval"])
         self._ctx = lc.Context("vllm-" + ("p" if self._producer else "d"), **knobs)

@@ -120,14 +120,25 @@ def main():
     from vllm.v1.request import Request, RequestStatus
 
     sched, worker, caches, names = make(a.role, extra)
+    # Both sides up before any request, so that deadlines measure the
+    # transfer, not the other process's start (importing vLLM takes seconds).
+    ready = a.bootstrap_file + ".d-ready"
+    if a.role == "D":
+        open(ready, "w").close()
+    else:
+        t0 = time.monotonic()
+        while not os.path.exists(ready):
+            if time.monotonic() - t0 > 120:
+                raise SystemExit("P: D did not start within 120 s")
+            time.sleep(0.05)
     reqs = {}
-    for r in plan["requests"]:
+    mine = plan["requests"] + (plan.get("d_only", []) if a.role == "D" else [])
+    for r in mine:
         params = {"layercake_room": r["room"]}
         if a.role == "D":
             params["layercake_bootstrap"] = extra["bootstrap"]
         sp = SamplingParams(max_tokens=1 if a.role == "P" else r["max_tokens"], temperature=0.0,
                             extra_args={"kv_transfer_params": params})
-        sp.update_from_generation_config({}, None) if hasattr(sp, "update_from_generation_config") else None
         req = Request(request_id=r["id"], prompt_token_ids=list(r["prompt"]), sampling_params=sp,
                       pooling_params=None)
         reqs[r["id"]] = r
@@ -154,8 +165,8 @@ def main():
                     b, o = block_tables[rid][pos // BLOCK], pos % BLOCK
                     caches[n].view(torch.uint8)[b, :, o, :] = pattern(tok, pos, li)
             for ev in events:
-                if ev.get("pause_at_layer") == li and ev["id"] in so.num_scheduled_tokens \
-                        and a.role == "P" and not ev.get("done"):
+                if ev.get("pause_at_layer") == li and a.role == "P" and not ev.get("done") \
+                        and ev["id"] in getattr(meta, "chunks", {}):  # the step that sends it
                     ev["done"] = True
                     time.sleep(ev.get("pause_s", 2.0))
             if so.total_num_scheduled_tokens:
@@ -170,7 +181,8 @@ def main():
         failed = set(tr.failed_recving)
         for rid in tr.finished_recving:
             result["finished_recving"].append(rid)
-            if rid in sched.requests and rid not in failed and rid in reqs:
+            if rid in sched.requests and rid not in failed and rid in reqs \
+                    and rid not in result["aborted"]:
                 bt = list(sched.kv_cache_manager.get_block_ids(rid)[0])
                 result["bad_bytes"][rid] = check_request(caches, names, bt, reqs[rid]["prompt"])
                 result["checked"][rid] = len(reqs[rid]["prompt"])
@@ -217,6 +229,17 @@ def main():
         free_blocks=kvm.block_pool.get_num_free_blocks(), total_blocks=BLOCKS,
         senders_left=len(getattr(worker, "_senders", {})), receivers_left=len(getattr(worker, "_recvs", {})),
         done=sorted(done_ids), counters=worker.counters(), stats=worker.stats)
+    # Leaks: P's engine has no room left; D's context holds no grant for any room.
+    if a.role == "P":
+        # A room that only D opened (P never had the request) stays in P's
+        # engine until waiting_timeout_ms: wait for that deadline, bounded.
+        t0 = time.monotonic()
+        while worker._prefill.engine.metrics()["rooms_active"] and \
+                time.monotonic() - t0 < float(plan.get("drain_s", 0)):
+            time.sleep(0.1)
+        result["rooms_active"] = worker._prefill.engine.metrics()["rooms_active"]
+    else:
+        result["grants_left"] = sum(worker._ctx.revoke(r["room"]) for r in mine)
     worker.shutdown()
     json.dump(result, open(a.out, "w"), indent=1)
     return 0
