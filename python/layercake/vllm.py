@@ -28,7 +28,9 @@ Extra config (kv_connector_extra_config), every wait has a deadline:
   "tcp://127.0.0.1:0"), bootstrap_timeout_s (30: P's hold and D's wait for
   its room to bootstrap), transfer_timeout_s (120: a room that has not ended
   by then is cancelled), layerwise_interval (1; <= 0 whole-request), knobs
-  (a dict of layercake Context knobs, `layercake info --config`).
+  (a dict of layercake Context knobs, `layercake info --config`), timing_file
+  (JSON lines: P's last layer record and D's "every byte landed" per room,
+  P's save_kv_layer costs).
 
 The KV tensors are registered as vLLM allocated them (register_kv_caches):
 the storage under each tensor once, one layercake buffer per layer (or per K
@@ -39,6 +41,7 @@ MLA's [blocks, block_size, dim]), and FlashAttention's [2, blocks, ...].
 Anything else raises NotImplementedError naming the shape and strides.
 """
 import os
+import json
 import logging
 import threading
 import time
@@ -269,7 +272,8 @@ class LayercakeConnector(KVConnectorBase_V1):
         self._batch_open = False
         self._records = 0
         self._step_rooms = []
-        self.stats = {"save_kv_layer_calls": 0, "save_kv_layer_ns": 0}
+        self.stats = {"save_kv_layer_calls": 0, "save_kv_layer_ns": 0, "save_kv_layer_cpu_ns": 0}
+        self._t_last = 0
 
     def register_kv_caches(self, kv_caches):
         layers, storages = describe_kv_caches(kv_caches)
@@ -388,10 +392,12 @@ class LayercakeConnector(KVConnectorBase_V1):
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kw):
         if not self._producer or not self._batch_open:
             return
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         if self._records < len(self._layer_names):
             self._prefill.steps.record_cache()
             self._records += 1
+            self._t_last = time.monotonic_ns()
+        self.stats["save_kv_layer_cpu_ns"] += time.thread_time_ns() - c0
         self.stats["save_kv_layer_ns"] += time.perf_counter_ns() - t0
         self.stats["save_kv_layer_calls"] += 1
 
@@ -402,6 +408,7 @@ class LayercakeConnector(KVConnectorBase_V1):
         while self._records < len(self._layer_names):  # layers vLLM did not hook
             steps.record_cache()
             self._records += 1
+            self._t_last = time.monotonic_ns()
         for rid in self._step_rooms:
             ent = self._senders.get(rid)
             if ent is not None:
@@ -410,7 +417,21 @@ class LayercakeConnector(KVConnectorBase_V1):
                 except lc.LayercakeError as e:
                     log.warning("layercake: room %s metadata: %s", ent[0].room, e)
         steps.record_aux()
+        for rid in self._step_rooms:
+            if rid in self._senders:
+                self._timing("p_last_layer", self._senders[rid][0].room, self._t_last)
+        if self._step_rooms:
+            self._timing("p_stats", -1, 0, **self.stats)
         self._batch_open, self._step_rooms = False, []
+
+    def _timing(self, event, room, t_ns, **kw):
+        """One JSON line per event into extra_config['timing_file'] (the
+        measurements in docs/vllm.md): CLOCK_MONOTONIC, comparable between
+        P and D on one host."""
+        f = self._x.get("timing_file")
+        if f:
+            with open(f, "a") as fh:
+                fh.write(json.dumps(dict(event=event, room=room, t_ns=t_ns, **kw)) + "\n")
 
     def start_load_kv(self, forward_context, **kw):
         if not self._producer and self._ctx is not None:
@@ -475,6 +496,8 @@ class LayercakeConnector(KVConnectorBase_V1):
                 log.warning("layercake: room %s %s: %s", r.room, info.status.name, info.reason)
                 self._load_errors.update(blocks)
                 self._failed_recv.add(rid)
+            else:
+                self._timing("d_all_landed", r.room, time.monotonic_ns())
             res.finished_recving.add(rid)
             r.close()
             del self._recvs[rid]

@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
-MAX_TOKENS = 8
+MAX_TOKENS = int(os.environ.get("LC_VLLM_MAX_TOKENS", 8))
 
 
 def main():
@@ -33,6 +33,7 @@ def main():
     kw = {}
     if a.role != "ref":
         extra = {"bootstrap_timeout_s": 60}
+        extra.update(json.loads(os.environ.get("LC_VLLM_EXTRA", "{}")))  # bench/vllm_layerwise.py
         if a.role == "P":
             extra["bootstrap_file"] = a.bootstrap_file
         else:
@@ -47,7 +48,7 @@ def main():
             "kv_role": "kv_producer" if a.role == "P" else "kv_consumer",
             "kv_connector_extra_config": extra}
     llm = LLM(model=a.model, skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
-              block_size=32, max_model_len=512, max_num_seqs=8, enable_prefix_caching=False,
+              block_size=32, max_model_len=int(os.environ.get("LC_VLLM_MAX_LEN", 512)), max_num_seqs=8, enable_prefix_caching=False,
               seed=0, **kw)
     sps = []
     for i, _ in enumerate(prompts):

@@ -19,9 +19,9 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_
           "tie_word_embeddings": False}
 
 
-def write(d, seed=0):
+def write(d, seed=0, layers=None):
     os.makedirs(d, exist_ok=True)
-    c = CONFIG
+    c = dict(CONFIG, num_hidden_layers=layers or CONFIG["num_hidden_layers"])
     h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     q = c["num_attention_heads"] * c["head_dim"]
     kv = c["num_key_value_heads"] * c["head_dim"]
@@ -55,5 +55,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=None)
     a = ap.parse_args()
-    print(write(a.dir, a.seed))
+    print(write(a.dir, a.seed, a.layers))
