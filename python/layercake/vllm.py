@@ -276,7 +276,8 @@ class LayercakeConnector(KVConnectorBase_V1):
         self._t_last = 0
 
     def register_kv_caches(self, kv_caches):
-        layers, storages = describe_kv_caches(kv_caches)
+        kcc = self._kv_cache_config
+        layers, storages = describe_kv_caches(kv_caches, getattr(kcc, "num_blocks", None))
         self._layer_names = [n for n, _ in layers]
         knobs = dict(self._x.get("knobs", {}))
         if "layerwise_interval" in self._x:
