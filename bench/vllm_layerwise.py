@@ -12,6 +12,7 @@ not counted). Needs PYTHONPATH=python and LAYERCAKE_LIB (as make test-vllm)."""
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,7 +43,7 @@ def pair(tmp, model, prompts, interval):
     open(p_out + ".done", "w").close()
     rc_p = p.wait(timeout=120)
     if rc_d or rc_p:
-        raise SystemExit(f"interval {interval}: P rc {rc_p}, D rc {rc_d}; logs in {tmp}")
+        raise SystemExit(f"interval {interval}: P rc {rc_p}, D rc {rc_d}; logs in {tmp}")  # kept
     ev = [json.loads(x) for x in open(tf)]
     last = {e["room"]: e["t_ns"] for e in ev if e["event"] == "p_last_layer"}
     land = {e["room"]: e["t_ns"] for e in ev if e["event"] == "d_all_landed"}
@@ -71,6 +72,7 @@ def main():
         print(f"{name:28s} last save_kv_layer -> D has every block: median {statistics.median(lat):.2f} ms"
               f" (min {min(lat):.2f}, max {max(lat):.2f}, {len(lat)} rooms); "
               f"P CPU per save_kv_layer {cpu:.1f} us ({calls} calls)")
+    shutil.rmtree(tmp, True)
     return 0
 
 

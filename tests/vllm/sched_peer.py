@@ -16,8 +16,10 @@ events (abort a request at a condition, pause P's forward at a layer). The
 result: what was checked, the scheduler's state at the end, the leftovers.
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -33,6 +35,7 @@ LAYERS, KV_HEADS, HEAD_DIM, BLOCK, BLOCKS = 4, 2, 32, 32, 64
 
 def model_dir():
     d = tempfile.mkdtemp(prefix="lc-vllm-model-")
+    atexit.register(shutil.rmtree, d, True)
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
            "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": KV_HEADS,
            "num_hidden_layers": LAYERS, "vocab_size": 512, "max_position_embeddings": 1024,
