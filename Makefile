@@ -4,7 +4,7 @@ BUILD     ?= build
 JOBS      ?= $(shell nproc)
 CMAKE_OPTS ?=
 
-.PHONY: all build deps test test-wheel wheel test-asan test-tsan coverage valgrind demo demo-llm bench example-python bench-python fuzz soak clean install deb check-install
+.PHONY: all build deps test test-wheel wheel test-asan test-tsan coverage valgrind demo demo-llm bench example-python bench-python fuzz soak clean install deb check-install test-vllm
 
 all: build
 
@@ -35,6 +35,13 @@ test-wheel:
 wheel:
 	venv=$$(scripts/py-venv.sh pkg python/requirements-build.txt) && \
 	  $$venv/bin/python -m pip wheel --no-build-isolation --no-deps -w dist -C build-dir=build-wheel .
+
+# vLLM's connector (layercake.vllm) against vLLM's CPU build, in a pinned venv
+# cached outside the checkout (scripts/vllm-venv.sh; docs/vllm.md). Not part
+# of `make test`: the first run downloads about 4 GB.
+test-vllm: build
+	V=$$(scripts/vllm-venv.sh) && PYTHONPATH=$(CURDIR)/python LAYERCAKE_LIB=$(CURDIR)/$(BUILD)/liblayercake.so \
+	  $$V/bin/python -m pytest -q -p no:cacheprovider tests/vllm $(PYTEST_ARGS)
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 # UCX's memory hooks (libucm patches mmap/madvise) crash the sanitizers'

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Layer-wise against whole-request through layercake.vllm, side by side in
+one run: two real vLLM CPU engines (tests/vllm/engine_peer.py) per mode, a
+tiny Llama of --layers layers, --prompts prompts of --tokens tokens.
+
+    $(scripts/vllm-venv.sh)/bin/python bench/vllm_layerwise.py [--layers 16]
+
+Per room: the time from P's last layer record (its last save_kv_layer) to D
+seeing every byte landed (D notices at its next engine step), and P's CPU
+time per save_kv_layer call (thread CPU time, so the engine's own threads are
+not counted). Needs PYTHONPATH=python and LAYERCAKE_LIB (as make test-vllm)."""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "vllm"))
+import tiny_llama  # noqa: E402
+
+PEER = os.path.join(ROOT, "tests", "vllm", "engine_peer.py")
+
+
+def pair(tmp, model, prompts, interval):
+    tf = os.path.join(tmp, f"timing-{interval}.jsonl")
+    bs = os.path.join(tmp, f"bs-{interval}")
+    env = dict(os.environ, LC_VLLM_EXTRA=json.dumps({"layerwise_interval": interval,
+                                                     "timing_file": tf}),
+               LC_VLLM_MAX_TOKENS="2", LC_VLLM_MAX_LEN="1024")
+    procs = []
+    for role in ("P", "D"):
+        out = os.path.join(tmp, f"{role}-{interval}.json")
+        log = open(os.path.join(tmp, f"{role}-{interval}.log"), "w")
+        procs.append((subprocess.Popen([sys.executable, PEER, "--role", role, "--model", model,
+                                        "--prompts", prompts, "--out", out, "--bootstrap-file", bs],
+                                       stdout=log, stderr=subprocess.STDOUT, env=env), out, log))
+    (p, p_out, _), (d, _, _) = procs
+    rc_d = d.wait(timeout=600)
+    open(p_out + ".done", "w").close()
+    rc_p = p.wait(timeout=120)
+    if rc_d or rc_p:
+        raise SystemExit(f"interval {interval}: P rc {rc_p}, D rc {rc_d}; logs in {tmp}")  # kept
+    ev = [json.loads(x) for x in open(tf)]
+    last = {e["room"]: e["t_ns"] for e in ev if e["event"] == "p_last_layer"}
+    land = {e["room"]: e["t_ns"] for e in ev if e["event"] == "d_all_landed"}
+    lat = [(land[r] - last[r]) / 1e6 for r in last if r in land]
+    st = [e for e in ev if e["event"] == "p_stats"][-1]
+    cpu = st["save_kv_layer_cpu_ns"] / max(st["save_kv_layer_calls"], 1) / 1e3
+    return lat, cpu, st["save_kv_layer_calls"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=480)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="lc-vllm-bench-")
+    model = tiny_llama.write(os.path.join(tmp, "model"), seed=0, layers=a.layers)
+    prompts = os.path.join(tmp, "prompts.json")
+    with open(prompts, "w") as f:
+        json.dump([[(i * 37 + k * 11) % 500 + 3 for k in range(a.tokens)]
+                   for i in range(a.prompts)], f)
+    print(f"{a.layers} layers, {a.prompts} prompts x {a.tokens} tokens, "
+          f"KV {a.layers * a.tokens * 2 * 2 * 32 * 4 / 1e6:.1f} MB per prompt")
+    for interval, name in ((1, "layer-wise (interval 1)"), (0, "whole-request (interval 0)")):
+        lat, cpu, calls = pair(tmp, model, prompts, interval)
+        print(f"{name:28s} last save_kv_layer -> D has every block: median {statistics.median(lat):.2f} ms"
+              f" (min {min(lat):.2f}, max {max(lat):.2f}, {len(lat)} rooms); "
+              f"P CPU per save_kv_layer {cpu:.1f} us ({calls} calls)")
+    shutil.rmtree(tmp, True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

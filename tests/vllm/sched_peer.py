@@ -1,0 +1,252 @@
+"""One side of a level-1 test: vLLM's own Scheduler and the layercake
+connector in both of its roles (scheduler and worker) in this process, with
+the model runner's calls around each step done here as vLLM's runner does
+them (bind metadata, the forward's per-layer save_kv_layer, wait_for_save,
+transfer results, load errors, worker metadata, clear) and real CPU KV
+tensors in the CPU backend's layout [blocks, kv_heads, block_size,
+2 * head_dim], all layers in one allocation.
+
+    sched_peer.py --role P|D --plan PLAN.json --out RESULT.json [--bootstrap-file F]
+
+P's "forward" writes each scheduled token's K/V with a pattern made of the
+token id, its position and the layer; D checks, when a request's KV has
+arrived, every byte of every prompt token in its blocks against the same
+pattern. PLAN lists the requests (id, room, prompt, max_tokens) and the
+events (abort a request at a condition, pause P's forward at a layer). The
+result: what was checked, the scheduler's state at the end, the leftovers.
+"""
+import argparse
+import atexit
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+import torch  # noqa: E402
+
+LAYERS, KV_HEADS, HEAD_DIM, BLOCK, BLOCKS = 4, 2, 32, 32, 64
+
+
+def model_dir():
+    d = tempfile.mkdtemp(prefix="lc-vllm-model-")
+    atexit.register(shutil.rmtree, d, True)
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+           "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": KV_HEADS,
+           "num_hidden_layers": LAYERS, "vocab_size": 512, "max_position_embeddings": 1024,
+           "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16", "bos_token_id": 1,
+           "eos_token_id": 2, "head_dim": HEAD_DIM}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return d
+
+
+def make(role, extra):
+    from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig,
+                             SchedulerConfig, VllmConfig)
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from layercake.vllm import LayercakeConnector
+
+    model = ModelConfig(model=model_dir(), skip_tokenizer_init=True, dtype="bfloat16",
+                        max_model_len=1024, seed=0)
+    sched_cfg = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=1024,
+                                enable_chunked_prefill=True, is_encoder_decoder=False)
+    cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=False)
+    cache.num_gpu_blocks = BLOCKS
+    ktc = KVTransferConfig(kv_connector="LayercakeConnector", kv_connector_module_path="layercake.vllm",
+                           kv_role="kv_producer" if role == "P" else "kv_consumer",
+                           kv_connector_extra_config=extra)
+    vc = VllmConfig(model_config=model, scheduler_config=sched_cfg, cache_config=cache,
+                    kv_transfer_config=ktc, device_config=DeviceConfig("cpu"))
+    names = [f"model.layers.{i}.self_attn.attn" for i in range(LAYERS)]
+    kcc = KVCacheConfig(num_blocks=BLOCKS, kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec(names, FullAttentionSpec(block_size=BLOCK, num_kv_heads=KV_HEADS,
+                                                  head_size=HEAD_DIM, dtype=torch.bfloat16))])
+    sched = Scheduler(vllm_config=vc, kv_cache_config=kcc,
+                      structured_output_manager=StructuredOutputManager(vc), block_size=BLOCK,
+                      log_stats=False)
+    worker = LayercakeConnector(vc, KVConnectorRole.WORKER, kcc)
+    # The CPU backend's layout, every layer in one allocation (layer-outermost).
+    pool = torch.zeros(LAYERS, BLOCKS, KV_HEADS, BLOCK, 2 * HEAD_DIM, dtype=torch.bfloat16)
+    caches = {n: pool[i] for i, n in enumerate(names)}
+    worker.register_kv_caches(caches)
+    return sched, worker, caches, names
+
+
+def pattern(tok, pos, layer):
+    """The bytes of one token's K/V in one layer: [kv_heads, 2*head_dim*2] uint8."""
+    n = KV_HEADS * 2 * HEAD_DIM * 2
+    x = (torch.arange(n, dtype=torch.int64) * 13 + tok * 131 + pos * 7 + layer * 31) % 251
+    return x.to(torch.uint8).view(KV_HEADS, 4 * HEAD_DIM)
+
+
+def write_token(caches, names, block_ids, tok, pos):
+    b, o = block_ids[pos // BLOCK], pos % BLOCK
+    for li, n in enumerate(names):
+        caches[n].view(torch.uint8)[b, :, o, :] = pattern(tok, pos, li)
+
+
+def check_request(caches, names, block_ids, prompt):
+    bad = 0
+    for pos, tok in enumerate(prompt):
+        b, o = block_ids[pos // BLOCK], pos % BLOCK
+        for li, n in enumerate(names):
+            if not torch.equal(caches[n].view(torch.uint8)[b, :, o, :], pattern(tok, pos, li)):
+                bad += 1
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--role", choices=("P", "D"), required=True)
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--bootstrap-file")
+    a = ap.parse_args()
+    plan = json.load(open(a.plan))
+    extra = dict(plan.get("extra", {}))
+    if a.role == "P":
+        extra["bootstrap_file"] = a.bootstrap_file
+    else:
+        extra["bootstrap"] = open(a.bootstrap_file).read().strip()
+
+    from vllm import SamplingParams
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+    from vllm.v1.request import Request, RequestStatus
+
+    sched, worker, caches, names = make(a.role, extra)
+    # Both sides up before any request, so that deadlines measure the
+    # transfer, not the other process's start (importing vLLM takes seconds).
+    ready = a.bootstrap_file + ".d-ready"
+    if a.role == "D":
+        open(ready, "w").close()
+    else:
+        t0 = time.monotonic()
+        while not os.path.exists(ready):
+            if time.monotonic() - t0 > 120:
+                raise SystemExit("P: D did not start within 120 s")
+            time.sleep(0.05)
+    reqs = {}
+    mine = plan["requests"] + (plan.get("d_only", []) if a.role == "D" else [])
+    for r in mine:
+        params = {"layercake_room": r["room"]}
+        if a.role == "D":
+            params["layercake_bootstrap"] = extra["bootstrap"]
+        sp = SamplingParams(max_tokens=1 if a.role == "P" else r["max_tokens"], temperature=0.0,
+                            extra_args={"kv_transfer_params": params})
+        req = Request(request_id=r["id"], prompt_token_ids=list(r["prompt"]), sampling_params=sp,
+                      pooling_params=None)
+        reqs[r["id"]] = r
+        sched.add_request(req)
+    events = plan.get("events", [])
+    result = {"role": a.role, "checked": {}, "bad_bytes": {}, "aborted": [], "steps": 0,
+              "finished_recving": [], "finished_sending": [], "load_errors": []}
+    deadline = time.monotonic() + float(plan.get("deadline_s", 60))
+    done_ids = set()
+    while sched.has_requests() and time.monotonic() < deadline:
+        so = sched.schedule()
+        result["steps"] += 1
+        meta = so.kv_connector_metadata
+        worker.bind_connector_metadata(meta)
+        block_tables = {rid: list(sched.kv_cache_manager.get_block_ids(rid)[0])
+                        for rid in so.num_scheduled_tokens}
+        # The forward: each layer's K/V of the scheduled tokens, then save_kv_layer.
+        for li, n in enumerate(names):
+            for rid, cnt in so.num_scheduled_tokens.items():
+                req = sched.requests[rid]
+                start = req.num_computed_tokens - cnt  # schedule() advanced it already
+                for pos in range(start, start + cnt):
+                    tok = req.all_token_ids[pos]
+                    b, o = block_tables[rid][pos // BLOCK], pos % BLOCK
+                    caches[n].view(torch.uint8)[b, :, o, :] = pattern(tok, pos, li)
+            for ev in events:
+                if ev.get("pause_at_layer") == li and a.role == "P" and not ev.get("done") \
+                        and ev["id"] in getattr(meta, "chunks", {}):  # the step that sends it
+                    ev["done"] = True
+                    time.sleep(ev.get("pause_s", 2.0))
+            if so.total_num_scheduled_tokens:
+                worker.save_kv_layer(n, caches[n], None)
+        worker.start_load_kv(None)
+        worker.wait_for_save()
+        tr = worker.get_transfer_results(so.finished_req_ids)
+        errs = worker.get_block_ids_with_load_errors()
+        wmeta = worker.build_connector_worker_meta()
+        worker.clear_connector_metadata()
+        # D: a request whose KV just arrived: check every byte now.
+        failed = set(tr.failed_recving)
+        for rid in tr.finished_recving:
+            result["finished_recving"].append(rid)
+            if rid in sched.requests and rid not in failed and rid in reqs \
+                    and rid not in result["aborted"]:
+                bt = list(sched.kv_cache_manager.get_block_ids(rid)[0])
+                result["bad_bytes"][rid] = check_request(caches, names, bt, reqs[rid]["prompt"])
+                result["checked"][rid] = len(reqs[rid]["prompt"])
+        result["finished_sending"] += sorted(tr.finished_sending)
+        result["load_errors"] += sorted(errs)
+        ids = list(so.num_scheduled_tokens)
+        sampled = []
+        for rid in ids:
+            req = sched.requests[rid]
+            end = req.num_computed_tokens  # already advanced by schedule()
+            sampled.append([7] if end >= req.num_tokens else [])
+        out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                sampled_token_ids=sampled,
+                                kv_connector_output=KVConnectorOutput(
+                                    finished_sending=tr.finished_sending or None,
+                                    finished_recving=tr.finished_recving or None,
+                                    invalid_block_ids=errs, failed_recving=failed,
+                                    kv_connector_worker_meta=wmeta))
+        eco = sched.update_from_output(so, out)
+        for outs in eco.values():
+            for o in outs.outputs:
+                if o.finish_reason is not None:
+                    done_ids.add(o.request_id)
+        # Aborts, between steps as vLLM's engine does them.
+        for ev in events:
+            if "abort" not in ev or ev.get("done") or ev.get("role") != a.role:
+                continue
+            rid = ev["abort"]
+            hit = False
+            if ev.get("when") == "layers_landed" and a.role == "D":
+                ent = worker._recvs.get(rid)
+                hit = ent is not None and ent[4] and ent[0].layers_ready >= ev.get("layers", 1)
+            elif ev.get("when") == "scheduled" and rid in so.num_scheduled_tokens:
+                hit = True
+            if hit and rid in sched.requests:
+                ev["done"] = True
+                sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+                result["aborted"].append(rid)
+        time.sleep(0.002)
+    kvm = sched.kv_cache_manager
+    result.update(
+        timed_out=sched.has_requests(),
+        requests_left=len(sched.requests), waiting=len(sched.waiting), running=len(sched.running),
+        free_blocks=kvm.block_pool.get_num_free_blocks(), total_blocks=BLOCKS,
+        senders_left=len(getattr(worker, "_senders", {})), receivers_left=len(getattr(worker, "_recvs", {})),
+        done=sorted(done_ids), counters=worker.counters(), stats=worker.stats)
+    # Leaks: P's engine has no room left; D's context holds no grant for any room.
+    if a.role == "P":
+        # A room that only D opened (P never had the request) stays in P's
+        # engine until waiting_timeout_ms: wait for that deadline, bounded.
+        t0 = time.monotonic()
+        while worker._prefill.engine.metrics()["rooms_active"] and \
+                time.monotonic() - t0 < float(plan.get("drain_s", 0)):
+            time.sleep(0.1)
+        result["rooms_active"] = worker._prefill.engine.metrics()["rooms_active"]
+    else:
+        result["grants_left"] = sum(worker._ctx.revoke(r["room"]) for r in mine)
+    worker.shutdown()
+    json.dump(result, open(a.out, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
