@@ -249,32 +249,7 @@ static bool health_ok(const char *addr, const lc__http_opts_t *o)
 int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
 			   const lc__http_opts_t *o, char *why, size_t why_cap)
 {
-	json_object *j = json_object_new_object();
-	json_object *lens = json_object_new_array();
-	if (!j || !lens) {
-		json_object_put(j);
-		json_object_put(lens);
-		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < info->nlens; i++)
-		json_object_array_add(lens, json_object_new_int64((int64_t)info->kv_item_lens[i]));
-	char fp[32];
-	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)info->fingerprint);
-	json_object_object_add(j, "role", json_object_new_string("Prefill"));
-	json_object_object_add(j, "world_size", json_object_new_int(info->world_size));
-	json_object_object_add(j, "dp_size", json_object_new_int(info->dp_size));
-	json_object_object_add(j, "rank_ip", json_object_new_string(info->rank_ip));
-	json_object_object_add(j, "rank_port", json_object_new_int(info->rank_port));
-	json_object_object_add(j, "engine_rank", json_object_new_int(info->engine_rank));
-	json_object_object_add(j, "enable_mla_l1_5_cache", json_object_new_boolean(0));
-	json_object_object_add(j, "kv_item_lens", lens);
-	json_object_object_add(j, "layout_fingerprint", json_object_new_string(fp));
-	json_object_object_add(j, "layers", json_object_new_int((int)info->layers));
-	if (info->curve_key[0])
-		json_object_object_add(j, "curve_public_key",
-				       json_object_new_string(info->curve_key));
-	char *body = strdup(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN));
-	json_object_put(j);
+	char *body = lc__bs_route_body(info, NULL, false);
 	if (!body)
 		return -ENOMEM;
 	char *resp = NULL;
@@ -401,41 +376,6 @@ int lc__bootstrap_health(const char *addr, const lc__http_opts_t *o)
 }
 
 #else /* built without libmicrohttpd, json-c or libcurl */
-
-/* The first bytes of an answer, printable, for a reason. */
-static void printable(const char *s, char *out, size_t cap)
-{
-	size_t n = 0;
-	for (; s && *s && n + 1 < cap; s++)
-		out[n++] = *s >= 0x20 && *s < 0x7f && *s != '"' ? *s : '.';
-	out[n] = '\0';
-}
-
-/* An answer that is no bootstrap server's: final (fail NOT_SERVER). */
-static void __attribute__((format(printf, 4, 5)))
-not_server(const lc__http_opts_t *o, char *why, size_t cap, const char *fmt, ...)
-{
-	if (o && o->fail)
-		*o->fail = LC__BS_FAIL_NOT_SERVER;
-	if (why && cap) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(why, cap, fmt, ap);
-		va_end(ap);
-	}
-}
-
-/* GET /health answers 200 (one try). */
-static bool health_ok(const char *addr, const lc__http_opts_t *o)
-{
-	char *resp = NULL;
-	size_t len = 0;
-	lc__http_opts_t once = {.timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : 2000};
-	http_out_t out;
-	int code = http_retry("GET", addr, "/health", NULL, &once, &resp, &len, &out);
-	free(resp);
-	return code == 200;
-}
 
 int lc__bootstrap_register(const char *addr, const lc__prefill_info_t *info,
 			   const lc__http_opts_t *o, char *why, size_t why_cap)

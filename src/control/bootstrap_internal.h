@@ -151,6 +151,10 @@ int lc__bs_fingerprint_parse(const char *s, uint64_t *out);
 bool lc__bs_curve_key_ok(const char *s);
 /* A whole JSON object, or NULL. */
 json_object *lc__bs_parse_obj(const char *s, size_t len);
+/* The PUT /route body of P's rank (TokenSpeed's fields, plus owner_token
+ * when owner is not empty and takeover when asked; bootstrap_owner.c),
+ * malloc'ed; NULL without memory. */
+char *lc__bs_route_body(const lc__prefill_info_t *info, const char *owner, bool takeover);
 
 #else /* built without libmicrohttpd, json-c or libcurl */
 

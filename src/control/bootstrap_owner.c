@@ -15,7 +15,7 @@
 
 #ifdef LC__BS_BUILT
 
-static char *claim_body(const lc__prefill_info_t *info, const char *owner, bool takeover)
+char *lc__bs_route_body(const lc__prefill_info_t *info, const char *owner, bool takeover)
 {
 	json_object *j = json_object_new_object();
 	json_object *lens = json_object_new_array();
@@ -80,7 +80,7 @@ int lc__bootstrap_claim(const char *addr, const lc__prefill_info_t *info, bool t
 			const lc__http_opts_t *o, char *owner, uint64_t *ttl_ms, char *why,
 			size_t why_cap)
 {
-	char *body = claim_body(info, owner, takeover);
+	char *body = lc__bs_route_body(info, owner, takeover);
 	if (!body)
 		return -ENOMEM;
 	char url[LC__BS_HOST_MAX + 64];
