@@ -263,6 +263,44 @@ json_object *lc__bs_parse_obj(const char *s, size_t len)
 	return o;
 }
 
+/* The PUT /route body of a P rank (bootstrap_internal.h). */
+char *lc__bs_route_body(const lc__prefill_info_t *info, const char *owner, bool takeover)
+{
+	json_object *j = json_object_new_object();
+	json_object *lens = json_object_new_array();
+	if (!j || !lens) {
+		json_object_put(j);
+		json_object_put(lens);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < info->nlens; i++)
+		json_object_array_add(lens, json_object_new_int64((int64_t)info->kv_item_lens[i]));
+	char fp[32];
+	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)info->fingerprint);
+	json_object_object_add(j, "role", json_object_new_string("Prefill"));
+	json_object_object_add(j, "world_size", json_object_new_int(info->world_size));
+	json_object_object_add(j, "dp_size", json_object_new_int(info->dp_size));
+	json_object_object_add(j, "rank_ip", json_object_new_string(info->rank_ip));
+	json_object_object_add(j, "rank_port", json_object_new_int(info->rank_port));
+	json_object_object_add(j, "engine_rank", json_object_new_int(info->engine_rank));
+	json_object_object_add(j, "enable_mla_l1_5_cache", json_object_new_boolean(0));
+	json_object_object_add(j, "kv_item_lens", lens);
+	json_object_object_add(j, "layout_fingerprint", json_object_new_string(fp));
+	json_object_object_add(j, "layers", json_object_new_int((int)info->layers));
+	if (info->curve_key[0])
+		json_object_object_add(j, "curve_public_key",
+				       json_object_new_string(info->curve_key));
+	if (owner && *owner)
+		json_object_object_add(j, "owner_token", json_object_new_string(owner));
+	if (takeover)
+		json_object_object_add(j, "takeover", json_object_new_boolean(1));
+	const char *s = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN);
+	char *body = s ? strdup(s) : NULL;
+	json_object_put(j);
+	return body;
+}
+
 #else
 typedef int lc__bs_json_unused_t; /* a translation unit may not be empty */
+
 #endif

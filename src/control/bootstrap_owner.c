@@ -15,42 +15,6 @@
 
 #ifdef LC__BS_BUILT
 
-char *lc__bs_route_body(const lc__prefill_info_t *info, const char *owner, bool takeover)
-{
-	json_object *j = json_object_new_object();
-	json_object *lens = json_object_new_array();
-	if (!j || !lens) {
-		json_object_put(j);
-		json_object_put(lens);
-		return NULL;
-	}
-	for (uint32_t i = 0; i < info->nlens; i++)
-		json_object_array_add(lens, json_object_new_int64((int64_t)info->kv_item_lens[i]));
-	char fp[32];
-	snprintf(fp, sizeof fp, "%016llx", (unsigned long long)info->fingerprint);
-	json_object_object_add(j, "role", json_object_new_string("Prefill"));
-	json_object_object_add(j, "world_size", json_object_new_int(info->world_size));
-	json_object_object_add(j, "dp_size", json_object_new_int(info->dp_size));
-	json_object_object_add(j, "rank_ip", json_object_new_string(info->rank_ip));
-	json_object_object_add(j, "rank_port", json_object_new_int(info->rank_port));
-	json_object_object_add(j, "engine_rank", json_object_new_int(info->engine_rank));
-	json_object_object_add(j, "enable_mla_l1_5_cache", json_object_new_boolean(0));
-	json_object_object_add(j, "kv_item_lens", lens);
-	json_object_object_add(j, "layout_fingerprint", json_object_new_string(fp));
-	json_object_object_add(j, "layers", json_object_new_int((int)info->layers));
-	if (info->curve_key[0])
-		json_object_object_add(j, "curve_public_key",
-				       json_object_new_string(info->curve_key));
-	if (owner && *owner)
-		json_object_object_add(j, "owner_token", json_object_new_string(owner));
-	if (takeover)
-		json_object_object_add(j, "takeover", json_object_new_boolean(1));
-	const char *s = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN);
-	char *body = s ? strdup(s) : NULL;
-	json_object_put(j);
-	return body;
-}
-
 /* The 200 reply: owner_token (32 hex) and ttl_ms; 0 or -1. A server that
  * predates owned routes answers "OK": no token, no life (*ttl_ms 0). */
 static int claim_reply(const char *resp, size_t len, char *owner, uint64_t *ttl_ms)
