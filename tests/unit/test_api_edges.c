@@ -111,6 +111,47 @@ static void sim_and_histogram(void **state)
 		    lc_histogram_bucket_le_us(LC_HIST_BUCKETS - 2));
 }
 
+/* P's and D's calls on a NULL object or into NULL: -EINVAL with the reason;
+ * the void ones are no-ops. */
+static void pd_calls_on_null(void **state)
+{
+	(void)state;
+	lc_engine_t *e;
+	lc_sender_t *sn;
+	lc_receiver_t *rc;
+	lc_room_info_t info = {.size = sizeof info};
+	char buf[64];
+	uint64_t v;
+	lc_receiver_pages_t pg = {.size = sizeof pg};
+	assert_int_equal(lc_prefill_engine(NULL, &e), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "prefill is NULL"));
+	assert_int_equal(lc_prefill_endpoint(NULL, buf, sizeof buf), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "prefill is NULL"));
+	assert_int_equal(lc_prefill_counter(NULL, "x", &v), -EINVAL);
+	assert_int_equal(lc_sender_create(NULL, 1, &sn), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "prefill is NULL"));
+	assert_true(lc_sender_metadata_set(NULL, buf, 1) < 0);
+	assert_true(lc_sender_poll(NULL, &info) < 0);
+	assert_int_equal(lc_sender_prefix_len(NULL, &v), -EINVAL);
+	assert_true(lc_sender_cancel(NULL, "x") < 0);
+	lc_sender_destroy(NULL);
+	lc_prefill_destroy(NULL);
+	assert_int_equal(lc_decode_endpoint(NULL, buf, sizeof buf), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "decode is NULL"));
+	assert_int_equal(lc_decode_counter(NULL, "x", &v), -EINVAL);
+	assert_true(lc_receiver_create(NULL, NULL, 1, &rc) < 0);
+	assert_true(lc_receiver_send(NULL, &pg) < 0);
+	assert_true(lc_receiver_poll(NULL, &info) < 0);
+	assert_true(lc_receiver_layers_ready(NULL) < 0);
+	assert_true(lc_receiver_metadata(NULL, buf, sizeof buf) < 0);
+	assert_true(lc_receiver_cancel(NULL, "x") < 0);
+	lc_receiver_destroy(NULL);
+	lc_decode_destroy(NULL);
+	assert_true(lc_bootstrap_port(NULL) < 0);
+	assert_true(lc_bootstrap_addr(NULL, buf, sizeof buf) < 0);
+	lc_bootstrap_stop(NULL);
+}
+
 int main(void)
 {
 	lc_log_set_level(LC_LOG_OFF);
@@ -118,6 +159,7 @@ int main(void)
 		cmocka_unit_test(log_levels),
 		cmocka_unit_test(regions),
 		cmocka_unit_test(sim_and_histogram),
+		cmocka_unit_test(pd_calls_on_null),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
