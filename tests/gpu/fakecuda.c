@@ -21,7 +21,8 @@
  *   cuMemSetAccess map it in the importer.
  * Environment, read only here: FAKECUDA_FAIL=name[,name...] makes those
  * functions (their exported names, e.g. cuStreamWriteValue64_v2) return
- * CUDA_ERROR_UNKNOWN (999); FAKECUDA_NODEV=1 makes cuInit fail with
+ * CUDA_ERROR_UNKNOWN (999), or FAKECUDA_FAIL_CODE's value when set (e.g. 2,
+ * CUDA_ERROR_OUT_OF_MEMORY); FAKECUDA_NODEV=1 makes cuInit fail with
  * CUDA_ERROR_NO_DEVICE; FAKECUDA_DEVICES=n (default 1).
  */
 #ifndef _GNU_SOURCE
@@ -90,12 +91,17 @@ static int fails(const char *name)
 	}
 	return 0;
 }
+static int fail_code(void)
+{
+	const char *c = getenv("FAKECUDA_FAIL_CODE");
+	return c && *c ? atoi(c) : UNKNOWN;
+}
 #define ENTER(name)                                                                                \
 	do {                                                                                       \
 		if (!inited && strcmp(name, "cuInit") && strcmp(name, "cuGetErrorName"))           \
 			return NOT_INITIALIZED;                                                    \
 		if (fails(name))                                                                   \
-			return UNKNOWN;                                                            \
+			return fail_code();                                                        \
 	} while (0)
 
 static int devices(void)
@@ -159,6 +165,8 @@ API CUresult cuGetErrorName(CUresult r, const char **out)
 		     {ALREADY_REG, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"},
 		     {NOT_REG, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"},
 		     {UNKNOWN, "CUDA_ERROR_UNKNOWN"}};
+	if (fails("cuGetErrorName"))
+		return fail_code();
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (names[i].code == r) {
 			*out = names[i].name;

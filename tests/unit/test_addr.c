@@ -82,13 +82,12 @@ static void test_url_for_a_peer(void **state)
 					  sizeof why),
 			 0);
 	assert_string_equal(out, "ucx://127.0.0.1:4001?x=1");
-	assert_int_equal(lc__addr_url_for("tcp://10.9.9.9:1", "127.0.0.1", out, sizeof out, why,
-					  sizeof why),
-			 0);
+	assert_int_equal(
+		lc__addr_url_for("tcp://10.9.9.9:1", "127.0.0.1", out, sizeof out, why, sizeof why),
+		0);
 	assert_string_equal(out, "tcp://10.9.9.9:1");
-	assert_int_equal(lc__addr_url_for("shm://lc-1-2", "10.0.0.1", out, sizeof out, why,
-					  sizeof why),
-			 0);
+	assert_int_equal(
+		lc__addr_url_for("shm://lc-1-2", "10.0.0.1", out, sizeof out, why, sizeof why), 0);
 	assert_string_equal(out, "shm://lc-1-2");
 	/* The public address wins over the route. */
 	setenv("LAYERCAKE_ADVERTISE_HOST", "fd00::7", 1);
@@ -109,6 +108,52 @@ static void test_loopback_to_another_host(void **state)
 	assert_true(lc__addr_loopback_wrong("tcp://[::1]:5", "192.0.2.77"));
 }
 
+/* The edges a caller's URL can hit: each refused, or answered exactly. */
+static void test_edges(void **state)
+{
+	(void)state;
+	char host[LC__ADDR_HOST_MAX], out[300], why[300], tiny[8];
+	int port;
+	assert_true(lc__addr_is_wildcard("[::]"));
+	assert_false(lc__addr_is_loopback(NULL));
+	assert_false(lc__addr_is_loopback("::ffff:10.0.0.1"));
+	assert_true(lc__addr_is_loopback("::ffff:127.9.9.9"));
+	assert_false(lc__addr_is_loopback("not-an-address"));
+	/* a bracket not followed by ':', an empty or signed or trailing port */
+	assert_int_equal(lc__addr_split("[::1]5", host, sizeof host, &port), -EINVAL);
+	assert_int_equal(lc__addr_split("h:", host, sizeof host, &port), -EINVAL);
+	assert_int_equal(lc__addr_split("h:-1", host, sizeof host, &port), -EINVAL);
+	assert_int_equal(lc__addr_split("h:5x", host, sizeof host, &port), -EINVAL);
+	assert_int_equal(lc__addr_split("h:5/path", host, sizeof host, &port), 0);
+	assert_int_equal(port, 5);
+	/* a host longer than the caller's buffer */
+	assert_int_equal(lc__addr_split("long-host-name:5", tiny, sizeof tiny, &port), -EINVAL);
+	/* IPv6 routes, and an answer that does not fit */
+	if (lc__addr_route_local("::1", out, sizeof out) == 0)
+		assert_string_equal(out, "::1");
+	assert_int_equal(lc__addr_route_local("127.0.0.1", tiny, 4), -ENOSPC);
+	/* A URL kept as it is, or rewritten, into too small a buffer. */
+	unsetenv("LAYERCAKE_ADVERTISE_HOST");
+	assert_int_equal(lc__addr_url_for("shm://a-long-name", "127.0.0.1", tiny, sizeof tiny, why,
+					  sizeof why),
+			 -ENOSPC);
+	assert_int_equal(lc__addr_url_for("tcp://0.0.0.0:4000", "127.0.0.1", tiny, sizeof tiny, why,
+					  sizeof why),
+			 -ENOSPC);
+	/* No route towards the peer: the reason names it. */
+	why[0] = '\0';
+	assert_true(lc__addr_url_for("tcp://0.0.0.0:4000", "name.invalid", out, sizeof out, why,
+				     sizeof why) < 0);
+	assert_non_null(strstr(why, "no route from this host towards name.invalid"));
+	/* A bound address is advertised as it is. */
+	assert_int_equal(
+		lc__addr_advertise("10.1.1.1", "127.0.0.1", out, sizeof out, why, sizeof why), 0);
+	assert_string_equal(out, "10.1.1.1");
+	/* A told URL that does not parse is not a loopback one. */
+	assert_false(lc__addr_loopback_wrong("no-port", "192.0.2.77"));
+	assert_false(lc__addr_loopback_wrong("tcp://127.0.0.1:5", "::1"));
+}
+
 int main(void)
 {
 	lc_log_set_level(LC_LOG_OFF);
@@ -118,6 +163,7 @@ int main(void)
 		cmocka_unit_test(test_route_local),
 		cmocka_unit_test(test_url_for_a_peer),
 		cmocka_unit_test(test_loopback_to_another_host),
+		cmocka_unit_test(test_edges),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -421,6 +421,97 @@ static void test_encode_refuses(void **state)
 	assert_null(buf);
 }
 
+/* Each field the encoder checks, wrong on its own in an otherwise valid
+ * message: refused, nothing returned. */
+static void refused(const lc__msg_t *m)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	assert_true(lc__msg_encode(m, &buf, &len) < 0);
+	assert_null(buf);
+}
+
+static void test_encode_refuses_each_field(void **state)
+{
+	(void)state;
+	lc__msg_buffer_t bufs[3];
+	const void *descs[2];
+	size_t lens[2], len;
+	uint8_t *buf = NULL;
+	lc__msg_t m = make_register(bufs, descs, lens), b;
+	assert_true(lc__msg_encode(NULL, &buf, &len) < 0);
+	assert_true(lc__msg_encode(&m, NULL, &len) < 0);
+	assert_true(lc__msg_encode(&m, &buf, NULL) < 0);
+	b = m, b.reg.session[0] = '\0', refused(&b);
+	b = m, b.reg.status_ep[0] = '\0', refused(&b);
+	b = m, b.reg.data_url[0] = '\0', refused(&b);
+	b = m, b.reg.nbuffers = 0, refused(&b);
+	b = m, b.reg.nbuffers = LC__MSG_MAX_BUFFERS + 1, refused(&b);
+	b = m, b.reg.nregions = 0, refused(&b);
+	b = m, b.reg.nregions = LC__MSG_MAX_REGIONS + 1, refused(&b);
+	b = m, b.reg.flags |= 1u << 30, refused(&b);
+	b = m, b.reg.flags |= LC__REG_HAS_TP, b.reg.d_tp = 0, refused(&b);
+	b = m, b.reg.flags |= LC__REG_HAS_TP, b.reg.d_tp = LC__MSG_MAX_TP + 1, refused(&b);
+	b = m, b.reg.flags |= LC__REG_HAS_TP, b.reg.d_tp = 2, b.reg.d_rank = 2, refused(&b);
+	b = m, b.reg.flags |= LC__REG_HAS_ROWS, refused(&b);
+	size_t zero[2] = {0, 24}, huge[2] = {LC_REGION_DESC_MAX + 1, 24};
+	b = m, b.reg.region_desc_lens = zero, refused(&b);
+	b = m, b.reg.region_desc_lens = huge, refused(&b);
+	lc__msg_buffer_t rows[3];
+	memcpy(rows, bufs, sizeof rows);
+	rows[0].rows = LC__MSG_MAX_ROWS + 1;
+	b = m, b.reg.flags |= LC__REG_HAS_TP | LC__REG_HAS_ROWS, b.reg.d_tp = 4;
+	b.reg.buffers = rows, refused(&b);
+
+	lc__msg_t i;
+	memset(&i, 0, sizeof i);
+	i.type = LC__MSG_TRANSFER_INFO;
+	strcpy(i.info.session, "s");
+	strcpy(i.info.status_ep, "e");
+	i.info.required_dst = 1;
+	int64_t slots[1] = {-1};
+	b = i, b.info.session[0] = '\0', refused(&b);
+	b = i, b.info.status_ep[0] = '\0', refused(&b);
+	b = i, b.info.slot_count = 1, b.info.slots = slots, refused(&b);
+	b = i, b.info.slot_count = LC__MSG_MAX_SLOTS + 1, b.info.slots = slots, refused(&b);
+	slots[0] = 1;
+	b = i, b.info.flags = LC__INFO_DUMMY, b.info.slot_count = 1, b.info.slots = slots;
+	refused(&b);
+
+	lc__msg_t r;
+	memset(&r, 0, sizeof r);
+	r.type = LC__MSG_REGISTER_REPLY;
+	strcpy(r.reply.session, "d0");
+	b = r, b.reply.session[0] = '\0', refused(&b);
+	b = r, b.reply.result = 5, refused(&b);
+	lc__msg_t c;
+	memset(&c, 0, sizeof c);
+	c.type = LC__MSG_CANCEL;
+	refused(&c);
+	lc__msg_t l;
+	memset(&l, 0, sizeof l);
+	l.type = LC__MSG_LAYERS;
+	l.layers.layers = LC__MSG_MAX_LAYERS + 1;
+	refused(&l);
+	/* names for every type, "unknown" past them */
+	assert_string_equal(lc__msg_type_name(-1), "unknown");
+	assert_string_equal(lc__msg_type_name(999), "unknown");
+	/* refusing a v1 REGISTER: bad arguments, or bytes that are none */
+	char ep[64];
+	uint8_t *out = NULL;
+	size_t out_len;
+	static const uint8_t junk[32] = {1, 2, 3};
+	assert_true(lc__msg_refuse_v1_register(junk, sizeof junk, 0, LC_ERR_PROTO, "old", ep,
+					       sizeof ep, &out, &out_len) < 0);
+	assert_true(lc__msg_refuse_v1_register(junk, sizeof junk, 0, 1, "old", ep, sizeof ep, &out,
+					       &out_len) < 0);
+	assert_true(lc__msg_refuse_v1_register(junk, sizeof junk, 0, LC_ERR_PROTO, NULL, ep,
+					       sizeof ep, &out, &out_len) < 0);
+	assert_true(lc__msg_refuse_v1_register(NULL, 0, 0, LC_ERR_PROTO, "old", ep, sizeof ep, &out,
+					       &out_len) < 0);
+	assert_null(out);
+}
+
 /* Patch one field of a valid encoding and expect a refusal. */
 static void patch_fails_at(int line __attribute__((unused)), const uint8_t *buf, size_t len,
 			   size_t off, const void *v, size_t n)
@@ -667,6 +758,7 @@ int main(void)
 		cmocka_unit_test(test_maximal_info_fits),
 		cmocka_unit_test(test_small_round_trips),
 		cmocka_unit_test(test_encode_refuses),
+		cmocka_unit_test(test_encode_refuses_each_field),
 		cmocka_unit_test(test_fields_out_of_range),
 		cmocka_unit_test(test_oversize_and_garbage),
 		cmocka_unit_test(test_secret_closes_every_message),

@@ -525,6 +525,53 @@ static void prefill_refuses_a_layout_outside_every_region(void **state)
 	free(mem);
 }
 
+/* The room calls misused: NULLs, sizes too small, unknown rooms, metadata
+ * twice or too long, a cancel without a reason: each refused with its
+ * code and reason, the room itself unharmed. */
+static void room_calls_refuse_their_misuse(void **state)
+{
+	(void)state;
+	fx_t *f = fx_new("", 0);
+	uint8_t meta[LC_METADATA_MAX + 1] = {0};
+	lc_room_info_t info = {.size = sizeof info};
+	int64_t pages[1] = {0};
+	lc_dst_params_t d = {.size = sizeof d,
+			     .session = "d0",
+			     .pages = pages,
+			     .page_count = 1,
+			     .required_dst_count = 1};
+	assert_int_equal(lc_engine_room_dst_add(NULL, 7, &d), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "engine is NULL"));
+	assert_int_equal(lc_engine_room_dst_add(f->e, 7, NULL), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "params is NULL"));
+	lc_dst_params_t tiny = {.size = sizeof(size_t)};
+	assert_int_equal(lc_engine_room_dst_add(f->e, 7, &tiny), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "too small"));
+	assert_int_equal(lc_engine_room_metadata_set(NULL, 7, meta, 1), -EINVAL);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 7, NULL, 1), -EINVAL);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 7, meta, sizeof meta), -EMSGSIZE);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 7, meta, 1), -ENOENT);
+	assert_int_equal(lc_engine_room_cancel(NULL, 7, "x"), -EINVAL);
+	assert_int_equal(lc_engine_room_cancel(f->e, 7, "x"), -ENOENT);
+	assert_int_equal(lc_engine_room_status(NULL, 7, &info), -EINVAL);
+	assert_int_equal(lc_engine_room_status(f->e, 7, NULL), -EINVAL);
+	lc_room_info_t small = {.size = sizeof(size_t)};
+	assert_int_equal(lc_engine_room_status(f->e, 7, &small), -EINVAL);
+	assert_int_equal(lc_engine_room_status(f->e, 7, &info), -ENOENT);
+	assert_int_equal(lc_engine_room_close(NULL, 7), -EINVAL);
+	assert_int_equal(lc_engine_room_close(f->e, 7), -ENOENT);
+	/* a real room: metadata once, a cancel without a reason, then final */
+	assert_int_equal(lc_engine_room_dst_add(f->e, 7, &d), 0);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 7, NULL, 0), 0);
+	assert_int_equal(lc_engine_room_metadata_set(f->e, 7, meta, 1), -EEXIST);
+	assert_non_null(strstr(lc_last_error(), "already set"));
+	assert_int_equal(lc_engine_room_cancel(f->e, 7, NULL), 0);
+	assert_int_equal(lc_engine_room_cancel(f->e, 7, "again"), LC_ERR_STATE);
+	assert_int_equal(lc_engine_room_close(f->e, 7), 0);
+	assert_int_equal(lc_engine_room_status(f->e, 7, &info), -ENOENT);
+	fx_free(f);
+}
+
 int main(void)
 {
 	tu_watchdog(120);
@@ -535,6 +582,7 @@ int main(void)
 		cmocka_unit_test(chunk_pages_outside_the_layout_are_refused_at_the_call),
 		cmocka_unit_test(state_slots_outside_the_layout_are_refused_at_the_call),
 		cmocka_unit_test(prefill_refuses_a_layout_outside_every_region),
+		cmocka_unit_test(room_calls_refuse_their_misuse),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,11 @@
 /* Layouts: buffer order and per-layer offsets of every builder (spec 2.6),
  * draft layers, state buffers, the general builder and the fingerprint. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "core/layout.h"
@@ -205,6 +207,84 @@ static void fingerprint_covers_geometry_not_addresses(void **state)
 	lc_layout_destroy(d);
 }
 
+#define REFUSED(expr, rc, text)                                                                    \
+	do {                                                                                       \
+		assert_int_equal((expr), (rc));                                                    \
+		assert_non_null(strstr(lc_last_error(), (text)));                                  \
+	} while (0)
+
+/* Each misuse of the layout API refused with the reason naming it. */
+static void misuse_names_its_cause(void **state)
+{
+	(void)state;
+	lc_buffer_t b[] = {{.length = 64, .item_len = 16, .layer = 0}};
+	lc_layout_t *l = NULL;
+	REFUSED(lc_layout_create(NULL, 1, &l), -EINVAL, "buffers is NULL");
+	REFUSED(lc_layout_create(b, 1, NULL), -EINVAL, "out is NULL");
+	REFUSED(lc_layout_create(b, 0, &l), -EINVAL, "no buffers");
+	REFUSED(lc_layout_create(b, (size_t)UINT32_MAX, &l), -EINVAL, "too many buffers");
+	b[0].kind = LC_BUFFER_OTHER + 1;
+	REFUSED(lc_layout_create(b, 1, &l), -EINVAL, "kind");
+	b[0].kind = LC_BUFFER_K;
+	b[0].rows = 3; /* 16 bytes in 3 rows */
+	REFUSED(lc_layout_create(b, 1, &l), -EINVAL, "rows");
+	b[0].rows = LC_WRITE_MAX_COUNT + 1;
+	REFUSED(lc_layout_create(b, 1, &l), -EINVAL, "rows");
+	b[0].rows = 0;
+	b[0].layer = 1 << 20;
+	assert_true(lc_layout_create(b, 1, &l) < 0);
+	b[0].layer = 0;
+
+	lc_layout_params_t p = {.size = sizeof p, .layers = 2, .pages = 4, .item_len = {64}};
+	REFUSED(lc_layout_build(NULL, &l), -EINVAL, "params is NULL");
+	REFUSED(lc_layout_build(&p, NULL), -EINVAL, "out is NULL");
+	lc_layout_params_t small = {.size = 4};
+	REFUSED(lc_layout_build(&small, &l), -EINVAL, "too small");
+	p.layers = 0;
+	REFUSED(lc_layout_build(&p, &l), -EINVAL, "no layers");
+	p.layers = 2;
+	p.item_len[0] = 0;
+	REFUSED(lc_layout_build(&p, &l), -EINVAL, "item_len[0] is 0");
+	p.item_len[0] = 64;
+	p.pages = 0;
+	REFUSED(lc_layout_build(&p, &l), -EINVAL, "no pages");
+	p.pages = 4;
+	int32_t ids[] = {5};
+	p.state_components = 1;
+	REFUSED(lc_layout_build(&p, &l), -EINVAL, "state_layers is not set");
+	p.state_layers = 1;
+	REFUSED(lc_layout_build(&p, &l), -EINVAL, "state_layer_ids is not set");
+	p.state_layer_ids = ids;
+	REFUSED(lc_layout_build(&p, &l), -EINVAL, "state_item_len is not set");
+	p.state_item_len = 32;
+	REFUSED(lc_layout_build(&p, &l), -EINVAL, "state_slots is not set");
+	p.state_slots = 2;
+	assert_int_equal(lc_layout_build(&p, &l), 0);
+
+	/* Reading a layout: NULLs and indices past the end. */
+	lc_buffer_t out;
+	uint32_t idx[8];
+	assert_int_equal(lc_layout_buffer_count(NULL), -EINVAL);
+	assert_int_equal(lc_layout_layer_count(NULL), -EINVAL);
+	assert_true(lc_layout_fingerprint(NULL) == 0);
+	REFUSED(lc_layout_buffer(NULL, 0, &out), -EINVAL, "layout is NULL");
+	REFUSED(lc_layout_buffer(l, 0, NULL), -EINVAL, "out is NULL");
+	REFUSED(lc_layout_buffer(l, -1, &out), -ERANGE, "buffers");
+	REFUSED(lc_layout_buffer(l, lc_layout_buffer_count(l), &out), -ERANGE, "buffers");
+	REFUSED(lc_layout_layer_buffers(NULL, 0, idx, 8), -EINVAL, "layout is NULL");
+	REFUSED(lc_layout_layer_buffers(l, 0, NULL, 8), -EINVAL, "out is NULL");
+	REFUSED(lc_layout_layer_buffers(l, -1, idx, 8), -ERANGE, "layers");
+	REFUSED(lc_layout_layer_buffers(l, lc_layout_layer_count(l), idx, 8), -ERANGE, "layers");
+	/* A count without room for it: how many there are, none written. */
+	assert_int_equal(lc_layout_layer_buffers(l, 0, NULL, 0), 2);
+	idx[0] = 99;
+	assert_int_equal(lc_layout_layer_buffers(l, 0, idx, 1), 2);
+	assert_true(idx[0] != 99);
+	/* the state layer, 5 */
+	assert_int_equal(lc_layout_layer_buffers(l, 5, idx, 8), 1);
+	lc_layout_destroy(l);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -217,6 +297,7 @@ int main(void)
 		cmocka_unit_test(general_builder_accepts_layers_without_buffers),
 		cmocka_unit_test(invalid_buffers_are_refused),
 		cmocka_unit_test(fingerprint_covers_geometry_not_addresses),
+		cmocka_unit_test(misuse_names_its_cause),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
