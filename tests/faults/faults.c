@@ -1528,7 +1528,7 @@ int main(int argc, char **argv)
 		/* A lossy or slow link: connects and probes must ride out
 		 * retransmissions; the rooms must still all succeed. */
 		K.bootstrap = 15000;
-		K.connect = 5000;
+		K.connect = 12000; /* a SYN lost twice costs 3 s, thrice 7 s */
 		K.transfer = 10000;
 		K.progress = 10000;
 		K.waiting = 30000;
