@@ -5,8 +5,13 @@ tiny Llama of --layers layers, --prompts prompts of --tokens tokens.
 
     $(scripts/vllm-venv.sh)/bin/python bench/vllm_layerwise.py [--layers 16]
 
-Per room: the time from P's last layer record (its last save_kv_layer) to D
-seeing every byte landed (D notices at its next engine step), and P's CPU
+Three modes: P layer-wise or whole-request, D loading asynchronously (vLLM
+resumes the request once every byte landed) or per layer (D's forward
+starts at once and waits in wait_for_layer_load for each layer). Per room:
+the time from P's last layer record (its last save_kv_layer) to D having
+every block (async: D notices at its next engine step; per_layer: D's wait
+for the last layer returns) and to D's first token (the end of D's first
+forward over the request), and P's CPU
 time per save_kv_layer call (thread CPU time, so the engine's own threads are
 not counted). Needs PYTHONPATH=python and LAYERCAKE_LIB (as make test-vllm)."""
 import argparse
@@ -25,16 +30,26 @@ import tiny_llama  # noqa: E402
 PEER = os.path.join(ROOT, "tests", "vllm", "engine_peer.py")
 
 
-def pair(tmp, model, prompts, interval):
-    tf = os.path.join(tmp, f"timing-{interval}.jsonl")
-    bs = os.path.join(tmp, f"bs-{interval}")
+MODES = (("layer-wise, D async", 1, "async"), ("whole-request, D async", 0, "async"),
+         ("layer-wise, D per_layer", 1, "per_layer"))
+
+
+def ms(a, b):
+    return [(a[r] - b[r]) / 1e6 for r in b if r in a]
+
+
+def pair(tmp, model, prompts, interval, load_mode):
+    tag = f"{interval}-{load_mode}"
+    tf = os.path.join(tmp, f"timing-{tag}.jsonl")
+    bs = os.path.join(tmp, f"bs-{tag}")
     env = dict(os.environ, LC_VLLM_EXTRA=json.dumps({"layerwise_interval": interval,
+                                                     "load_mode": load_mode,
                                                      "timing_file": tf}),
-               LC_VLLM_MAX_TOKENS="2", LC_VLLM_MAX_LEN="1024")
+               LC_VLLM_MAX_TOKENS="2", LC_VLLM_MAX_LEN="1024", LC_VLLM_WARMUP="1")
     procs = []
     for role in ("P", "D"):
-        out = os.path.join(tmp, f"{role}-{interval}.json")
-        log = open(os.path.join(tmp, f"{role}-{interval}.log"), "w")
+        out = os.path.join(tmp, f"{role}-{tag}.json")
+        log = open(os.path.join(tmp, f"{role}-{tag}.log"), "w")
         procs.append((subprocess.Popen([sys.executable, PEER, "--role", role, "--model", model,
                                         "--prompts", prompts, "--out", out, "--bootstrap-file", bs],
                                        stdout=log, stderr=subprocess.STDOUT, env=env), out, log))
@@ -43,14 +58,14 @@ def pair(tmp, model, prompts, interval):
     open(p_out + ".done", "w").close()
     rc_p = p.wait(timeout=120)
     if rc_d or rc_p:
-        raise SystemExit(f"interval {interval}: P rc {rc_p}, D rc {rc_d}; logs in {tmp}")  # kept
+        raise SystemExit(f"{tag}: P rc {rc_p}, D rc {rc_d}; logs in {tmp}")  # kept
     ev = [json.loads(x) for x in open(tf)]
     last = {e["room"]: e["t_ns"] for e in ev if e["event"] == "p_last_layer"}
     land = {e["room"]: e["t_ns"] for e in ev if e["event"] == "d_all_landed"}
-    lat = [(land[r] - last[r]) / 1e6 for r in last if r in land]
+    first = {e["room"]: e["t_ns"] for e in ev if e["event"] == "d_first_token"}
     st = [e for e in ev if e["event"] == "p_stats"][-1]
     cpu = st["save_kv_layer_cpu_ns"] / max(st["save_kv_layer_calls"], 1) / 1e3
-    return lat, cpu, st["save_kv_layer_calls"]
+    return ms(land, last), ms(first, last), cpu, st["save_kv_layer_calls"]
 
 
 def main():
@@ -58,6 +73,8 @@ def main():
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=480)
+    ap.add_argument("--modes", default="all", help="comma-separated indexes into MODES, or all")
+    ap.add_argument("--keep", action="store_true", help="keep the folder (logs, timing files)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="lc-vllm-bench-")
     model = tiny_llama.write(os.path.join(tmp, "model"), seed=0, layers=a.layers)
@@ -67,12 +84,21 @@ def main():
                    for i in range(a.prompts)], f)
     print(f"{a.layers} layers, {a.prompts} prompts x {a.tokens} tokens, "
           f"KV {a.layers * a.tokens * 2 * 2 * 32 * 4 / 1e6:.1f} MB per prompt")
-    for interval, name in ((1, "layer-wise (interval 1)"), (0, "whole-request (interval 0)")):
-        lat, cpu, calls = pair(tmp, model, prompts, interval)
-        print(f"{name:28s} last save_kv_layer -> D has every block: median {statistics.median(lat):.2f} ms"
-              f" (min {min(lat):.2f}, max {max(lat):.2f}, {len(lat)} rooms); "
-              f"P CPU per save_kv_layer {cpu:.1f} us ({calls} calls)")
-    shutil.rmtree(tmp, True)
+    def fmt(x):
+        if not x:
+            return "n/a"
+        return f"{statistics.median(x):7.2f} ms (min {min(x):.2f}, max {max(x):.2f}, {len(x)} rooms)"
+
+    print("from P's last save_kv_layer (CLOCK_MONOTONIC) to D having every block / D's first token")
+    modes = MODES if a.modes == "all" else [MODES[int(i)] for i in a.modes.split(",")]
+    for name, interval, load_mode in modes:
+        land, first, cpu, calls = pair(tmp, model, prompts, interval, load_mode)
+        print(f"{name:24s} every block: {fmt(land)}; first token: {fmt(first)}; "
+              f"P CPU per save_kv_layer {cpu:.1f} us ({calls} calls)", flush=True)
+    if a.keep:
+        print(f"kept {tmp}")
+    else:
+        shutil.rmtree(tmp, True)
     return 0
 
 

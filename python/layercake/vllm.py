@@ -17,17 +17,23 @@ Receiver.send); P holds the request (get_num_new_matched_tokens returns None:
 one chunk in the step that completes the prefill and records one step per
 attention layer in save_kv_layer, so each layer leaves while the next one
 computes. P's blocks are freed only once D has every byte (request_finished
-delays the free; get_finished reports the send). D's request waits for its KV
-(asynchronous load) and resumes when get_finished reports it; a failed room
-is reported as failed_recving and through get_block_ids_with_load_errors, so
-vLLM recomputes. An abort on either side cancels the room (the peer is told).
+delays the free; get_finished reports the send). With load_mode "async", D's
+request waits for its KV (vLLM's asynchronous load) and resumes when
+get_finished reports it; with "per_layer" D schedules it at once
+(synchronous load), grants its blocks before the forward and waits in
+wait_for_layer_load for each layer on its own count (Receiver.layers_ready),
+so D's forward runs behind P's. A failed room is reported through
+get_block_ids_with_load_errors (and failed_recving for an asynchronous load):
+vLLM fails the request or recomputes it (kv_load_failure_policy). An abort on either side cancels the room (the peer is told).
 
 Extra config (kv_connector_extra_config), every wait has a deadline:
   bootstrap_host ("127.0.0.1"), bootstrap_port (0: any), bootstrap_file (P
   writes its bootstrap address there), listen_url (D's data plane,
   "tcp://127.0.0.1:0"), bootstrap_timeout_s (30: P's hold and D's wait for
   its room to bootstrap), transfer_timeout_s (120: a room that has not ended
-  by then is cancelled), layerwise_interval (1; <= 0 whole-request), knobs
+  by then is cancelled), layerwise_interval (1; <= 0 whole-request), load_mode (D: "async" or
+  "per_layer", see docs/vllm.md for the figures), layer_timeout_s (D's wait
+  for one layer in per_layer mode, 30), knobs
   (a dict of layercake Context knobs, `layercake info --config`), timing_file
   (JSON lines: P's last layer record and D's "every byte landed" per room,
   P's save_kv_layer costs).
@@ -64,6 +70,7 @@ log = logging.getLogger("layercake.vllm")
 
 ROOM_KEY = "layercake_room"
 BOOTSTRAP_KEY = "layercake_bootstrap"
+DEFAULT_LOAD_MODE = "async"
 METADATA = b"vllm"  # D recomputes the last prompt token: no first token to carry
 
 
@@ -87,6 +94,9 @@ class LayercakeMeta(KVConnectorMetadata):
     # D: receives to start (req_id -> (bootstrap, room, block ids, prefix tokens)).
     receives: dict = field(default_factory=dict)
     aborts: dict = field(default_factory=dict)
+    # D: req_id -> room, for requests whose first forward (after their KV
+    # load) is this step (the timing of D's first token).
+    first_compute: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -154,6 +164,11 @@ class LayercakeConnector(KVConnectorBase_V1):
         self._bootstrap_timeout = float(x.get("bootstrap_timeout_s", 30))
         self._transfer_timeout = float(x.get("transfer_timeout_s", 120))
         self._block_size = vllm_config.cache_config.block_size
+        self._load_mode = str(x.get("load_mode", DEFAULT_LOAD_MODE))
+        if self._load_mode not in ("async", "per_layer"):
+            raise ValueError(f"layercake: load_mode {self._load_mode!r}: async or per_layer")
+        self._per_layer = self._load_mode == "per_layer" and not self._producer
+        self._layer_timeout = float(x.get("layer_timeout_s", 30))
         self._lock = threading.Lock()
         if role == KVConnectorRole.SCHEDULER:
             self._sched_init()
@@ -170,6 +185,7 @@ class LayercakeConnector(KVConnectorBase_V1):
         self._aborts = {}        # req_id -> True: cancel, report when final; False: drop
         self._sent_chunk = set()  # P: req_ids whose chunk went out
         self._sending = set()    # P: finished, blocks held until the worker reports
+        self._await_first = {}   # D: req_id -> room, KV granted, first forward not yet run
 
     def on_new_request(self, request):
         p = _params(request)
@@ -189,6 +205,12 @@ class LayercakeConnector(KVConnectorBase_V1):
             # or until the worker gave up on it (bootstrap_timeout_s).
             return (None, False) if rid not in self._ready else (0, False)
         n = len(request.prompt_token_ids or ()) - num_computed_tokens
+        if self._per_layer:
+            # Synchronous load: vLLM schedules the request in this step and
+            # computes the last prompt token itself (it samples from it), so
+            # the connector provides all but that one.
+            n -= 1
+            return (n, False) if n > 0 else (0, False)
         return (n, True) if n > 0 else (0, False)
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
@@ -197,16 +219,21 @@ class LayercakeConnector(KVConnectorBase_V1):
             return
         room, bootstrap, _ = self._reqs[rid]
         prompt = len(request.prompt_token_ids or ())
-        prefix = prompt - num_external_tokens  # D's own tokens, block aligned
+        # D's own tokens, block aligned (per_layer: vLLM computes the last one)
+        prefix = prompt - num_external_tokens - (1 if self._per_layer else 0)
         ids = list(blocks.get_block_ids()[0])
         first, last = prefix // self._block_size, -(-prompt // self._block_size)
         self._pending_recv[rid] = (bootstrap or self._x.get("bootstrap"), room,
-                                   ids[first:last], prefix)
+                                   ids[first:last], prefix, self._per_layer)
+        self._await_first[rid] = room
 
     def build_connector_meta(self, scheduler_output):
         m = LayercakeMeta(open_rooms=self._new_rooms, receives=self._pending_recv,
                           aborts=self._aborts)
         self._new_rooms, self._pending_recv, self._aborts = {}, {}, {}
+        for rid in list(self._await_first):
+            if rid in scheduler_output.num_scheduled_tokens:
+                m.first_compute[rid] = self._await_first.pop(rid)
         if self._producer:
             for rid, n in scheduler_output.num_scheduled_tokens.items():
                 if rid not in self._reqs or rid in self._sent_chunk or not self._ready.get(rid):
@@ -239,6 +266,7 @@ class LayercakeConnector(KVConnectorBase_V1):
         room = self._reqs.pop(rid)[0]
         self._ready.pop(rid, None)
         self._pending_recv.pop(rid, None)
+        self._await_first.pop(rid, None)
         aborted = request.status == RequestStatus.FINISHED_ABORTED
         if self._producer:
             if self._new_rooms.pop(rid, None) is not None:
@@ -265,7 +293,9 @@ class LayercakeConnector(KVConnectorBase_V1):
         self._boot = {}       # P: req_id -> bootstrapped (True) / gave up (False)
         self._boot_told = set()
         self._finished_seen = set()
-        self._recvs = {}      # D: req_id -> [Receiver, blocks, prefix, t0, granted]
+        self._recvs = {}      # D: req_id -> [Receiver, blocks, prefix, t0, granted, sync]
+        self._sync_wait = []  # D, per_layer: req_ids this step's forward waits for, per layer
+        self._first = {}      # D: req_id -> room, first forward in this step
         self._load_errors = set()
         self._failed_recv = set()
         self._aborted_recv = set()
@@ -279,6 +309,7 @@ class LayercakeConnector(KVConnectorBase_V1):
         kcc = self._kv_cache_config
         layers, storages = describe_kv_caches(kv_caches, getattr(kcc, "num_blocks", None))
         self._layer_names = [n for n, _ in layers]
+        self._layer_index = {n: i for i, n in enumerate(self._layer_names)}
         knobs = dict(self._x.get("knobs", {}))
         if "layerwise_interval" in self._x:
             knobs["layerwise_interval"] = int(self._x["layerwise_interval"])
@@ -320,15 +351,20 @@ class LayercakeConnector(KVConnectorBase_V1):
             if meta.chunks:
                 self._open_batch(meta.chunks)
             return
-        for rid, (bootstrap, room, blocks, prefix) in meta.receives.items():
+        self._first = dict(meta.first_compute)
+        self._sync_wait = []
+        for rid, (bootstrap, room, blocks, prefix, sync) in meta.receives.items():
             try:
                 r = self._decode.receiver(bootstrap, room)
             except lc.LayercakeError as e:
                 log.warning("layercake: request %s room %s: receiver: %s", rid, room, e)
                 self._load_errors.update(blocks)
-                self._failed_recv.add(rid)
+                if not sync:
+                    self._failed_recv.add(rid)
                 continue
-            self._recvs[rid] = [r, blocks, prefix, now, False]
+            self._recvs[rid] = [r, blocks, prefix, now, False, sync]
+            if sync:
+                self._sync_wait.append(rid)
         for rid in meta.aborts:
             ent = self._recvs.pop(rid, None)
             if ent is None:
@@ -338,7 +374,8 @@ class LayercakeConnector(KVConnectorBase_V1):
             except lc.LayercakeError:
                 pass
             ent[0].close()
-            self._aborted_recv.add(rid)  # releases vLLM's delayed free
+            if not ent[5]:
+                self._aborted_recv.add(rid)  # releases vLLM's delayed free
         self._grant(now)
 
     # ---- P ----
@@ -435,14 +472,26 @@ class LayercakeConnector(KVConnectorBase_V1):
                 fh.write(json.dumps(dict(event=event, room=room, t_ns=t_ns, **kw)) + "\n")
 
     def start_load_kv(self, forward_context, **kw):
-        if not self._producer and self._ctx is not None:
-            self._grant(time.monotonic())
+        if self._producer or self._ctx is None:
+            return
+        self._grant(time.monotonic())
+        # per_layer: this step's forward reads the granted blocks layer by
+        # layer, so every synchronous receive must be granted (or have
+        # failed) before it starts. P holds its request until the grant.
+        while True:
+            pending = [rid for rid in self._sync_wait
+                       if rid in self._recvs and not self._recvs[rid][4]
+                       and not self._recvs[rid][0].status.final]
+            if not pending:
+                return
+            time.sleep(0.0005)
+            self._grant(time.monotonic())  # cancels a room past bootstrap_timeout_s
 
     # ---- D ----
 
     def _grant(self, now):
         for rid, ent in list(self._recvs.items()):
-            r, blocks, prefix, t0, granted = ent
+            r, blocks, prefix, t0, granted = ent[:5]
             if granted:
                 continue
             st = r.status
@@ -457,7 +506,41 @@ class LayercakeConnector(KVConnectorBase_V1):
                 r.cancel(f"not bootstrapped after {self._bootstrap_timeout} s")
 
     def wait_for_layer_load(self, layer_name):
-        return  # asynchronous load: D's request resumes once every byte landed
+        """per_layer: block until layer `layer_name` of every request loaded
+        in this step has landed (Receiver.layers_ready), each wait bounded by
+        layer_timeout_s. A failed or late room's blocks are reported as load
+        errors (vLLM then fails or recomputes the request). async: nothing
+        to wait for (the request resumes once every byte landed)."""
+        if not self._sync_wait:
+            return
+        idx = self._layer_index.get(layer_name)
+        if idx is None:
+            return
+        t0 = time.monotonic()
+        for rid in list(self._sync_wait):
+            ent = self._recvs.get(rid)
+            if ent is None:
+                self._sync_wait.remove(rid)
+                continue
+            r = ent[0]
+            while True:
+                ready = r.layers_ready if ent[4] else 0
+                if ready > idx:
+                    break
+                st = r.status
+                late = time.monotonic() - t0 > self._layer_timeout
+                if st.final or late:
+                    why = (f"layer {idx} not landed after {self._layer_timeout} s" if late
+                           else f"room {st.name} before layer {idx} landed")
+                    log.warning("layercake: room %s: %s", r.room, why)
+                    if not st.final:
+                        r.cancel(why)
+                    self._load_errors.update(ent[1])
+                    self._sync_wait.remove(rid)
+                    break
+                time.sleep(0.0001)
+            if idx == len(self._layer_names) - 1 and rid in self._sync_wait:
+                self._timing("d_all_landed", r.room, time.monotonic_ns())
 
     # ---- completion, both sides ----
 
@@ -485,13 +568,25 @@ class LayercakeConnector(KVConnectorBase_V1):
             self._finished_seen &= set(self._senders)
             return res
         self._grant(now)
+        t_now = time.monotonic_ns()
+        for rid, room in self._first.items():
+            self._timing("d_first_token", room, t_now)
+        self._first, self._sync_wait = {}, []
         for rid, ent in list(self._recvs.items()):
-            r, blocks, prefix, t0, granted = ent
+            r, blocks, prefix, t0, granted, sync = ent
             info = r.poll()
             if not info.status.final and now - t0 > self._transfer_timeout:
                 r.cancel(f"not done after {self._transfer_timeout} s")
                 info = r.poll()
             if not info.status.final:
+                continue
+            if sync:
+                # This step's forward read the layers already (or reported
+                # load errors); the room ends now: nothing to tell vLLM.
+                if info.status != lc.RoomStatus.SUCCESS:
+                    log.warning("layercake: room %s %s: %s", r.room, info.status.name, info.reason)
+                r.close()
+                del self._recvs[rid]
                 continue
             if info.status != lc.RoomStatus.SUCCESS:
                 log.warning("layercake: room %s %s: %s", r.room, info.status.name, info.reason)

@@ -50,6 +50,10 @@ def main():
     llm = LLM(model=a.model, skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
               block_size=32, max_model_len=int(os.environ.get("LC_VLLM_MAX_LEN", 512)), max_num_seqs=8, enable_prefix_caching=False,
               seed=0, **kw)
+    if os.environ.get("LC_VLLM_WARMUP") == "1":  # bench: one local request first (no connector)
+        llm.generate([{"prompt_token_ids": prompts[0]}],
+                     [SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True,
+                                     detokenize=False)], use_tqdm=False)
     sps = []
     for i, _ in enumerate(prompts):
         extra = {}

@@ -174,6 +174,28 @@ def main():
                     time.sleep(ev.get("pause_s", 2.0))
             if so.total_num_scheduled_tokens:
                 worker.save_kv_layer(n, caches[n], None)
+            for ev in events:
+                # P's engine takes an abort while the sending forward is between
+                # two layers (vLLM's engine core does so while the worker runs
+                # the step, with asynchronous scheduling): the scheduler side
+                # hears of it now, the worker at the next step's metadata.
+                if ev.get("when") == "after_layer" and ev.get("layer") == li and a.role == "P" \
+                        and not ev.get("done") and ev["abort"] in getattr(meta, "chunks", {}):
+                    ev["done"] = True
+                    if ev.get("stop_d"):  # the test stops D (SIGSTOP): the room stays in flight
+                        open(a.bootstrap_file + ".p-at-layer", "w").close()
+                        t0 = time.monotonic()
+                        while not os.path.exists(a.bootstrap_file + ".d-stopped"):
+                            if time.monotonic() - t0 > 30:
+                                raise SystemExit("P: D was not stopped within 30 s")
+                            time.sleep(0.01)
+                    rid = ev["abort"]
+                    held = len(block_tables[rid])
+                    sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+                    result["aborted"].append(rid)
+                    # request_finished delayed the free: the blocks stay held.
+                    result["free_after_abort"] = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+                    result["held_at_abort"] = held
         worker.start_load_kv(None)
         worker.wait_for_save()
         tr = worker.get_transfer_results(so.finished_req_ids)
@@ -224,6 +246,13 @@ def main():
                 ev["done"] = True
                 sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
                 result["aborted"].append(rid)
+        for ev in events:
+            # P: the aborted room is final and its blocks released: D may resume.
+            if ev.get("stop_d") and ev.get("done") and a.role == "P" and not ev.get("told") \
+                    and ev["abort"] not in worker._senders and ev["abort"] not in sched.requests:
+                ev["told"] = True
+                result["free_when_final"] = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+                open(a.bootstrap_file + ".p-final", "w").close()
         time.sleep(0.002)
     kvm = sched.kv_cache_manager
     result.update(

@@ -9,6 +9,7 @@ or receiver left in the connectors, no room left in P's engine, no grant
 left in D's context."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ def prompt(n, seed):
     return [(seed * 37 + i * 11) % 500 + 3 for i in range(n)]
 
 
-def run(tmp_path, plan, timeout=150):
+def run(tmp_path, plan, timeout=150, during=None):
     pf, bs = tmp_path / "plan.json", tmp_path / "bootstrap"
     pf.write_text(json.dumps(plan))
     env = dict(os.environ)
@@ -41,12 +42,15 @@ def run(tmp_path, plan, timeout=150):
                     assert procs["P"].poll() is None, (tmp_path / "P.log").read_text()[-3000:]
                     assert time.monotonic() - t0 < 90, "P did not publish its bootstrap address"
                     time.sleep(0.2)
+        if during is not None:
+            during(procs, bs)
         for role in "PD":
             rc = procs[role].wait(timeout=timeout)
             assert rc == 0, f"{role} exited {rc}: " + (tmp_path / f"{role}.log").read_text()[-3000:]
     finally:
         for p in procs.values():
             if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
                 p.kill()
         for f in logs.values():
             f.close()
@@ -119,3 +123,43 @@ def test_forced_failure_unknown_room(tmp_path):
     assert_clean(p, d)
     assert d["bad_bytes"] == {"r0": 0}
     assert "x1" in d["finished_recving"] and d["load_errors"], d
+
+
+def wait_file(path, procs, what, deadline_s=90):
+    t0 = time.monotonic()
+    while not os.path.exists(path):
+        for role, p in procs.items():
+            assert p.poll() is None, f"{role} exited {p.returncode} before {what}"
+        assert time.monotonic() - t0 < deadline_s, f"no {what} within {deadline_s} s"
+        time.sleep(0.01)
+
+
+def test_abort_on_p_between_layers(tmp_path):
+    # P's engine takes an abort of r1 between layers 1 and 2 of the forward
+    # that sends it, with D stopped (SIGSTOP) from that moment so that the
+    # room is still in flight when P's worker hears of the abort (at the
+    # next step): P must keep r1's blocks until the room is final (cancelled),
+    # then free them; D, resumed, must fail r1 (its room was cancelled) and
+    # still hold r0 byte-exact; nothing left on either side.
+    reqs = [{"id": "r0", "room": 5000, "prompt": prompt(20, 7), "max_tokens": 2},
+            {"id": "r1", "room": 5001, "prompt": prompt(60, 8), "max_tokens": 2}]
+    ev = [{"abort": "r1", "role": "P", "when": "after_layer", "layer": 1, "stop_d": True}]
+
+    def during(procs, bs):
+        wait_file(str(bs) + ".p-at-layer", procs, "P's abort point")
+        procs["D"].send_signal(signal.SIGSTOP)
+        open(str(bs) + ".d-stopped", "w").close()
+        try:
+            wait_file(str(bs) + ".p-final", {"P": procs["P"]}, "P's room final")
+        finally:
+            procs["D"].send_signal(signal.SIGCONT)
+
+    p, d = run(tmp_path, {"requests": reqs, "events": ev, "deadline_s": 90}, during=during)
+    assert_clean(p, d)
+    assert p["aborted"] == ["r1"]
+    # At the abort r1's blocks were still held (delayed free): freed only once final.
+    assert p["free_after_abort"] + p["held_at_abort"] <= p["total_blocks"] - 1, p
+    assert p["free_when_final"] >= p["free_after_abort"] + p["held_at_abort"], p
+    assert sorted(p["finished_sending"]) == ["r0", "r1"]
+    assert d["bad_bytes"].get("r0") == 0 and "r1" not in d["checked"], d
+    assert "r1" in d["finished_recving"] and d["load_errors"], d
