@@ -1,6 +1,6 @@
 /*
  * Owned bootstrap routes (issue 21, finding 1): a standalone bootstrap
- * server (in this process, route_ttl_ms 2000), real P and D processes
+ * server (in this process, route_ttl_ms 4000), real P and D processes
  * (fork) on 127.0.0.1, and the parent playing the attacker over HTTP.
  *
  *     adversarial_owned <case>
@@ -36,7 +36,8 @@
 
 /* Long enough that a refresh delayed on a loaded machine (P refreshes every
  * third of it) does not let the route lapse. */
-#define TTL_MS "2000"
+#define TTL_MS                                                                                     \
+	"4000" /* P refreshes every 1.3 s: a slow refresh under ASan on a loaded VM must not lapse it */
 
 static char bs_addr[64];
 
@@ -186,7 +187,7 @@ static int case_route_hijack(void)
 			 sscanf(line, "p-up %299s", ep) == 1,
 		 "P did not start: %s", line);
 	/* Over two route lives: only P's refreshes keep the route owned. */
-	usleep(4500 * 1000);
+	usleep(8500 * 1000);
 	unsigned long long before = conflicts_metric();
 	if (hijack() != 409) {
 		fprintf(stderr, "the hijack PUT was not refused with 409\n");
@@ -229,7 +230,7 @@ static int case_route_taken(void)
 	 * the rank. */
 	kill(p1.pid, SIGKILL);
 	adv_reap(&p1, 10000);
-	usleep(2500 * 1000); /* past the route's life */
+	usleep(4500 * 1000); /* past the route's life */
 	adv_spawn(&p3, p_child, NULL);
 	if (!adv_wait_line(&p3, "p-up ", 20000, line, sizeof line) ||
 	    sscanf(line, "p-up %299s", ep) != 1) {
