@@ -324,6 +324,10 @@ static void world_up(world_t *w, const keys_t *impostor)
 	TU_OK(lc_bootstrap_addr(w->b, w->bs, sizeof w->bs));
 	w->zc = zmq_ctx_new();
 	w->inbox = forge_inbox(w->zc, impostor, w->inbox_ep, sizeof w->inbox_ep);
+	/* The server's and ZeroMQ's threads have just started in this process:
+	 * GCC 12's AddressSanitizer can leave a child forked at that moment
+	 * blocked on its runtime lock (adversarial_owned.c says more). */
+	usleep(300 * 1000);
 	adv_spawn(&w->p, p_child, w->bs);
 	TU_CHECK(adv_wait_line(&w->p, "p-up", 15000, NULL, 0), "P did not start");
 	adv_spawn(&w->d, d_child, w->bs);
