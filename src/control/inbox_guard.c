@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <linux/filter.h>
 
 #include "control/inbox_guard.h"
 #include "core/config.h"
@@ -35,9 +36,13 @@ struct lc__inbox_guard {
 	unsigned n;
 	int listen_fd, port; /* from ZMQ_EVENT_LISTENING */
 	int spare;           /* a descriptor kept to free on EMFILE */
+	enum door_why { DOOR_OPEN, DOOR_FULL, DOOR_EMFILE } door; /* see door() */
+	uint64_t door_ms;                                         /* when it last changed */
 };
 
 static _Atomic uint64_t guard_seq;
+
+#define DOOR_EMFILE_MS 250 /* out of descriptors: the door's shortest shut */
 
 /* The peer address of fd (IPv4-mapped as IPv4); 0 when not IP. */
 static uint8_t peer_of(int fd, unsigned char out[16])
@@ -101,6 +106,49 @@ static void refuse(lc__inbox_guard_t *g, int fd, const unsigned char *a, uint8_t
 		     g->port, t, why, (unsigned long long)total);
 }
 
+static bool is_listener(const lc__inbox_guard_t *g, int fd);
+
+/* The door: while it is shut, the kernel drops whatever comes to the
+ * listener (a socket filter that keeps no byte), so a flood costs P no
+ * descriptor and no accept while it lasts, and the peers' kernels retry
+ * their SYNs. Shut while the table is full (open again below the cap), and
+ * while the process is out of descriptors (open again once the spare is
+ * back and DOOR_EMFILE_MS has passed): with nothing new queued, the accept
+ * queue empties and libzmq's listener stops retrying. A connection whose
+ * handshake completes in the instant the filter goes on inherits it, hears
+ * nothing and is dropped at inbox_handshake_ms; its peer connects again. */
+static void door(lc__inbox_guard_t *g, enum door_why why)
+{
+	if (g->listen_fd < 0 || (g->door != DOOR_OPEN) == (why != DOOR_OPEN) ||
+	    !is_listener(g, g->listen_fd)) {
+		if (g->door != DOOR_OPEN && why != DOOR_OPEN)
+			g->door = why; /* the latest reason decides when it opens */
+		return;
+	}
+	struct sock_filter drop = BPF_STMT(BPF_RET | BPF_K, 0);
+	struct sock_fprog prog = {.len = 1, .filter = &drop};
+	int unused = 0; /* the kernel wants an int's length even here */
+	int rc = why != DOOR_OPEN ? setsockopt(g->listen_fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog,
+					       sizeof prog)
+				  : setsockopt(g->listen_fd, SOL_SOCKET, SO_DETACH_FILTER, &unused,
+					       sizeof unused);
+	if (rc) { /* refusals after the fact only */
+		LC__LOG_PEER(LC_LOG_WARN,
+			     "channel: inbox on port %d: cannot %s its socket filter: %s", g->port,
+			     why != DOOR_OPEN ? "attach" : "detach", strerror(errno));
+		return;
+	}
+	g->door = why;
+	g->door_ms = (lc__now_ns() / 1000000);
+	if (why != DOOR_OPEN)
+		LC__LOG_PEER(LC_LOG_WARN,
+			     "channel: inbox on port %d %s (%u connections held): new connections "
+			     "are dropped %s",
+			     g->port, why == DOOR_FULL ? "full" : "out of descriptors", g->n,
+			     why == DOOR_FULL ? "until one ends (inbox_conns_max)"
+					      : "until descriptors are free again");
+}
+
 static void on_accepted(lc__inbox_guard_t *g, int fd)
 {
 	unsigned char a[16] = {0};
@@ -112,6 +160,12 @@ static void on_accepted(lc__inbox_guard_t *g, int fd)
 		refuse(g, fd, a, alen, "inbox_conns_max reached");
 		return;
 	}
+	if (g->door == DOOR_EMFILE) {
+		/* What waited in the queue: let libzmq empty it (it closes what
+		 * is refused), so that its listener stops retrying. */
+		refuse(g, fd, a, alen, "out of descriptors");
+		return;
+	}
 	if (alen && same >= g->per_addr) {
 		refuse(g, fd, a, alen, "inbox_conns_per_addr reached for its address");
 		return;
@@ -121,6 +175,8 @@ static void on_accepted(lc__inbox_guard_t *g, int fd)
 	memcpy(g->held[g->n].addr, a, sizeof a);
 	g->n++;
 	atomic_store(&g->nheld, g->n);
+	if (g->n >= g->max)
+		door(g, DOOR_FULL);
 }
 
 static void on_disconnected(lc__inbox_guard_t *g, int fd)
@@ -130,6 +186,8 @@ static void on_disconnected(lc__inbox_guard_t *g, int fd)
 		if (g->held[i].fd == fd) {
 			g->held[i] = g->held[--g->n];
 			atomic_store(&g->nheld, g->n);
+			if (g->n < g->max && g->door == DOOR_FULL)
+				door(g, DOOR_OPEN);
 			return;
 		}
 }
@@ -164,6 +222,7 @@ static void on_accept_failed(lc__inbox_guard_t *g, int err)
 {
 	if ((err != EMFILE && err != ENFILE) || !is_listener(g, g->listen_fd))
 		return;
+	door(g, DOOR_EMFILE);
 	if (g->spare >= 0)
 		close(g->spare);
 	unsigned drained = 0;
@@ -189,7 +248,14 @@ static void *guard_main(void *arg)
 		zmq_pollitem_t it = {.socket = g->mon, .events = ZMQ_POLLIN};
 		/* lc__inbox_guard_stop ends the monitor: MONITOR_STOPPED wakes
 		 * this at once; the timeout only bounds a missed one. */
-		if (zmq_poll(&it, 1, 1000) <= 0)
+		int rc = zmq_poll(&it, 1, g->door == DOOR_EMFILE ? DOOR_EMFILE_MS : 1000);
+		/* Lost to libzmq after a drain: take it back once one is free. */
+		if (g->spare < 0)
+			g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (g->door == DOOR_EMFILE && g->spare >= 0 &&
+		    (lc__now_ns() / 1000000) - g->door_ms >= DOOR_EMFILE_MS)
+			door(g, g->n >= g->max ? DOOR_FULL : DOOR_OPEN);
+		if (rc <= 0)
 			continue;
 		/* Out of descriptors, libzmq reports every retry of its accept:
 		 * one drain for each batch of events, not one per event. */
@@ -227,9 +293,6 @@ static void *guard_main(void *arg)
 		}
 		if (accept_err)
 			on_accept_failed(g, accept_err);
-		/* Lost to libzmq after a drain: take it back once one is free. */
-		if (g->spare < 0)
-			g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	}
 	zmq_close(g->mon);
 	return NULL;

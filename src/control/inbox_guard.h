@@ -17,10 +17,18 @@
  * greeting arrives (an idle connection never reaches it) and never hears
  * of a disconnect, so it cannot count what is held.
  *
+ * Refusing after the fact lets a burst through: libzmq accepts in its I/O
+ * thread faster than the guard's thread hears of it. So while the table is
+ * full the guard also shuts the listener's door, a socket filter that drops
+ * every packet (SO_ATTACH_FILTER): the kernel completes no new handshake
+ * and queues nothing until a held connection ends.
+ *
  * EMFILE: libzmq's listener retries a failed accept at once for as long as
  * the backlog is readable. On ZMQ_EVENT_ACCEPT_FAILED with EMFILE/ENFILE
- * the guard frees a spare descriptor it holds for this, accepts and closes
- * what waits in the backlog (counted as refused), and takes the spare back.
+ * the guard shuts the door, frees a spare descriptor it holds for this,
+ * accepts and closes what waits in the backlog, refuses what libzmq still
+ * takes from it (all counted as refused), takes the spare back, and opens
+ * the door again once it has the spare and DOOR_EMFILE_MS has passed.
  *
  * Threading: the guard's thread owns the monitor's PAIR socket and the
  * connection table; the counters are atomics, read by any thread.
