@@ -34,7 +34,9 @@ case "$base" in
 	exit 3 ;;
 esac
 
-if ! { /sbin/ldconfig -p 2>/dev/null || ldconfig -p 2>/dev/null; } | grep -q 'libnuma\.so\.1 '; then
+# grep without -q: under pipefail, a grep that quits at its first match
+# makes ldconfig die of SIGPIPE and the pipeline fail.
+if ! { /sbin/ldconfig -p 2>/dev/null || ldconfig -p 2>/dev/null; } | grep 'libnuma\.so\.1 ' >/dev/null; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "vllm-venv: installing libnuma1 (vLLM's CPU build links it)" >&2
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libnuma1; } >&2 ||

@@ -113,10 +113,26 @@ class LayercakeWorkerMeta(KVConnectorWorkerMetadata):
 
 # ---- KV tensors as layercake buffers ----------------------------------------
 
+def _one_span(t):
+    """Whether t's elements fill one span of memory without a gap, in any
+    order: t is a permutation of a contiguous tensor (FlashInfer's HND cache
+    handed over as an NHD view). A block moves as bytes, so P and D built
+    alike agree on its inside whatever the view's order."""
+    dims = sorted((st, n) for st, n in zip(t.stride(), t.shape) if n != 1)
+    want = 1
+    for st, n in dims:
+        if st != want:
+            return False
+        want *= n
+    return True
+
+
 def describe_kv_caches(kv_caches, num_blocks=None):
     """[(layer_name, [(base, item_len, blocks)...])], [(storage_ptr, nbytes,
     tensor)] for the tensors vLLM hands to register_kv_caches: one buffer
-    per layer (two, K and V, for a leading K/V axis). Never copies."""
+    per layer (two, K and V, for a leading K/V axis). A view whose blocks
+    each fill one span, in whatever order of dimensions (a permuted HND
+    view), is taken as it is. Never copies."""
     layers, storages = [], {}
     for name, t in kv_caches.items():
         if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
@@ -131,7 +147,7 @@ def describe_kv_caches(kv_caches, num_blocks=None):
             blk = x.shape[0]
             inner = x[0]
             block_bytes = inner.numel() * es
-            if not inner.is_contiguous() or x.stride(0) * es != block_bytes:
+            if not _one_span(inner) or x.stride(0) * es != block_bytes:
                 raise NotImplementedError(
                     f"layer {name}: KV tensor shape {tuple(t.shape)} strides {t.stride()}: "
                     "layercake needs each block's bytes contiguous and blocks back to back")

@@ -3,8 +3,12 @@ connector in both of its roles (scheduler and worker) in this process, with
 the model runner's calls around each step done here as vLLM's runner does
 them (bind metadata, the forward's per-layer save_kv_layer, wait_for_save,
 transfer results, load errors, worker metadata, clear) and real CPU KV
-tensors in the CPU backend's layout [blocks, kv_heads, block_size,
-2 * head_dim], all layers in one allocation.
+tensors in one of the layouts vLLM's attention backends hand to
+register_kv_caches (PLAN's "layout"): the CPU backend's [blocks, kv_heads,
+block_size, 2 * head_dim] with all layers in one allocation (default),
+FlashAttention's [2, blocks, block_size, kv_heads, head_dim], MLA's
+[blocks, block_size, dim], and FlashInfer's HND (memory [blocks, 2,
+kv_heads, block_size, head_dim], handed over as a permuted NHD view).
 
     sched_peer.py --role P|D --plan PLAN.json --out RESULT.json [--bootstrap-file F]
 
@@ -46,7 +50,7 @@ def model_dir():
     return d
 
 
-def make(role, extra):
+def make(role, extra, layout):
     from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig,
                              SchedulerConfig, VllmConfig)
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -74,11 +78,37 @@ def make(role, extra):
                       structured_output_manager=StructuredOutputManager(vc), block_size=BLOCK,
                       log_stats=False)
     worker = LayercakeConnector(vc, KVConnectorRole.WORKER, kcc)
-    # The CPU backend's layout, every layer in one allocation (layer-outermost).
-    pool = torch.zeros(LAYERS, BLOCKS, KV_HEADS, BLOCK, 2 * HEAD_DIM, dtype=torch.bfloat16)
-    caches = {n: pool[i] for i, n in enumerate(names)}
+    caches = {n: t for n, t in zip(names, kv_tensors(layout))}
     worker.register_kv_caches(caches)
     return sched, worker, caches, names
+
+
+def kv_tensors(layout):
+    """Per-layer KV tensors as vLLM's attention backends hand them over."""
+    H, D, B, N = KV_HEADS, HEAD_DIM, BLOCK, BLOCKS
+    z = lambda *shape: torch.zeros(*shape, dtype=torch.bfloat16)  # noqa: E731
+    if layout == "cpu":  # the CPU backend: every layer in one allocation
+        pool = z(LAYERS, N, H, B, 2 * D)
+        return [pool[i] for i in range(LAYERS)]
+    if layout == "flash":  # FlashAttention: K and V leading, one tensor per layer
+        return [z(2, N, B, H, D) for _ in range(LAYERS)]
+    if layout == "mla":  # MLA: one latent vector per token
+        return [z(N, B, 2 * H * D) for _ in range(LAYERS)]
+    if layout == "hnd":  # FlashInfer's HND: [N, 2, H, B, D] in memory, seen as NHD
+        return [z(N, 2, H, B, D).permute(0, 1, 3, 2, 4) for _ in range(LAYERS)]
+    raise SystemExit(f"unknown layout {layout}")
+
+
+def slot(t, b, o):
+    """The bytes of the token at offset o of block b in one layer's tensor."""
+    u = t.view(torch.uint8)
+    if u.dim() == 4:  # cpu [N, H, B, 2D]
+        return u[b, :, o, :]
+    if u.dim() == 3:  # mla [N, B, L]
+        return u[b, o, :]
+    if t.shape[0] == 2:  # flash [2, N, B, H, D]
+        return u[:, b, o]
+    return u[b, :, o]  # hnd, logically [N, 2, B, H, D]
 
 
 def pattern(tok, pos, layer):
@@ -91,7 +121,8 @@ def pattern(tok, pos, layer):
 def write_token(caches, names, block_ids, tok, pos):
     b, o = block_ids[pos // BLOCK], pos % BLOCK
     for li, n in enumerate(names):
-        caches[n].view(torch.uint8)[b, :, o, :] = pattern(tok, pos, li)
+        s = slot(caches[n], b, o)
+        s.copy_(pattern(tok, pos, li).reshape(s.shape))
 
 
 def check_request(caches, names, block_ids, prompt):
@@ -99,7 +130,8 @@ def check_request(caches, names, block_ids, prompt):
     for pos, tok in enumerate(prompt):
         b, o = block_ids[pos // BLOCK], pos % BLOCK
         for li, n in enumerate(names):
-            if not torch.equal(caches[n].view(torch.uint8)[b, :, o, :], pattern(tok, pos, li)):
+            s = slot(caches[n], b, o)
+            if not torch.equal(s, pattern(tok, pos, li).reshape(s.shape)):
                 bad += 1
     return bad
 
@@ -122,7 +154,7 @@ def main():
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
 
-    sched, worker, caches, names = make(a.role, extra)
+    sched, worker, caches, names = make(a.role, extra, plan.get("layout", "cpu"))
     # Both sides up before any request, so that deadlines measure the
     # transfer, not the other process's start (importing vLLM takes seconds).
     ready = a.bootstrap_file + ".d-ready"
@@ -166,7 +198,8 @@ def main():
                 for pos in range(start, start + cnt):
                     tok = req.all_token_ids[pos]
                     b, o = block_tables[rid][pos // BLOCK], pos % BLOCK
-                    caches[n].view(torch.uint8)[b, :, o, :] = pattern(tok, pos, li)
+                    s = slot(caches[n], b, o)
+                    s.copy_(pattern(tok, pos, li).reshape(s.shape))
             for ev in events:
                 if ev.get("pause_at_layer") == li and a.role == "P" and not ev.get("done") \
                         and ev["id"] in getattr(meta, "chunks", {}):  # the step that sends it

@@ -2,8 +2,9 @@
 layercake buffers without a copy: the CPU backend's per-layer
 [blocks, kv_heads, block_size, 2*head_dim] (layers sharing one allocation),
 FlashAttention's [2, blocks, block_size, kv_heads, head_dim], MLA's
-[blocks, block_size, dim]; a layout whose blocks are not back to back is
-refused with its shape and strides."""
+[blocks, block_size, dim], FlashInfer's permuted HND view; a layout whose
+blocks are not back to back, or skip bytes inside, is refused with its shape
+and strides."""
 import pytest
 import torch
 
@@ -47,7 +48,18 @@ def test_blocks_not_back_to_back_refused():
     pool = torch.zeros(NB, 2, H, BS, 2 * D, dtype=torch.bfloat16)
     with pytest.raises(NotImplementedError, match=r"shape \(8, 2, 32, 64\) strides"):
         describe_kv_caches({"l0": pool[:, 0]})
-    # A permuted (HND <-> NHD) view: blocks not contiguous inside.
-    t = torch.zeros(NB, BS, H, 2 * D).permute(0, 2, 1, 3)
+    # A view that skips bytes inside each block (every other head).
+    t = torch.zeros(NB, BS, 2 * H, 2 * D)[:, :, ::2]
     with pytest.raises(NotImplementedError, match="contiguous"):
         describe_kv_caches({"l0": t})
+
+
+def test_permuted_hnd_view_taken_as_it_is():
+    # FlashInfer's HND: [blocks, 2, heads, block_size, head_dim] in memory,
+    # handed over as the NHD view [blocks, 2, block_size, heads, head_dim].
+    phys = torch.zeros(NB, 2, H, BS, D, dtype=torch.bfloat16)
+    t = phys.permute(0, 1, 3, 2, 4)
+    assert not t[0].is_contiguous()
+    layers, storages = describe_kv_caches({"l0": t}, num_blocks=NB)
+    assert layers[0][1] == [(phys.data_ptr(), 2 * H * BS * D * 2, NB)]
+    assert storages[0][0] == phys.data_ptr()

@@ -1,6 +1,7 @@
 """Level 1: vLLM's own Scheduler with layercake.vllm.LayercakeConnector in
 both roles, P and D as two processes (tests/vllm/sched_peer.py) over tcp on
-loopback, real CPU KV tensors in the CPU backend's layout.
+loopback, real CPU KV tensors in the CPU backend's layout (and, for the
+byte-exact case, FlashAttention's, MLA's and FlashInfer's permuted HND).
 
 Each test writes a plan (requests, events), runs P, waits for its bootstrap
 address, runs D, and checks both results: every prompt byte D received
@@ -67,13 +68,14 @@ def assert_clean(p, d):
     assert d["grants_left"] == 0, d
 
 
-def test_requests_byte_exact(tmp_path):
+@pytest.mark.parametrize("layout", ["cpu", "flash", "mla", "hnd"])
+def test_requests_byte_exact(tmp_path, layout):
     # Lengths: under a block, exactly one, several, and one longer than the
     # step's token budget (64) so P's prefill is chunked over several steps.
     lens = [5, 32, 77, 150]
     reqs = [{"id": f"r{i}", "room": 1000 + i, "prompt": prompt(n, i), "max_tokens": 3}
             for i, n in enumerate(lens)]
-    p, d = run(tmp_path, {"requests": reqs, "deadline_s": 90})
+    p, d = run(tmp_path, {"requests": reqs, "deadline_s": 90, "layout": layout})
     assert_clean(p, d)
     assert d["checked"] == {r["id"]: len(r["prompt"]) for r in reqs}
     assert d["bad_bytes"] == {r["id"]: 0 for r in reqs}
