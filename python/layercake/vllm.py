@@ -101,13 +101,17 @@ class LayercakeMeta(KVConnectorMetadata):
 
 @dataclass
 class LayercakeWorkerMeta(KVConnectorWorkerMetadata):
-    # P: req_id -> True (bootstrapped) / False (failed before bootstrap).
+    # P: req_id -> how many TP ranks' rooms have bootstrapped since the
+    # last report, or -1: one of them failed before bootstrap. Summed over
+    # the ranks (vLLM's KVOutputAggregator calls aggregate); the scheduler
+    # sends a request's KV once every rank's room is bootstrapped.
     bootstrapped: dict = field(default_factory=dict)
 
     def aggregate(self, other):
         out = LayercakeWorkerMeta(dict(self.bootstrapped))
         for k, v in other.bootstrapped.items():
-            out.bootstrapped[k] = out.bootstrapped.get(k, True) and v
+            a = out.bootstrapped.get(k, 0)
+            out.bootstrapped[k] = -1 if a < 0 or v < 0 else a + v
         return out
 
 
@@ -127,8 +131,27 @@ def _one_span(t):
     return True
 
 
-def describe_kv_caches(kv_caches, num_blocks=None):
-    """[(layer_name, [(base, item_len, blocks)...])], [(storage_ptr, nbytes,
+def _rows(x, block_size, kv_split):
+    """Tokens per page of a token-major block, by vLLM's logical shapes
+    (the same on P and D whatever their head counts: with one head per rank
+    memory alone cannot tell): FlashAttention's [blocks, block_size, heads,
+    head_dim] after its K/V axis, MLA's [blocks, block_size, dim]; 0 for the
+    CPU backend's head-major [blocks, heads, block_size, 2 * head_dim] (a
+    rank's heads one slice of the page); None for anything else, such as
+    FlashInfer's [blocks, 2, ...] (K and V inside each block, a rank's heads
+    in two pieces), which TP cannot split."""
+    if block_size is None:
+        return 0
+    d = x.dim()
+    if (kv_split and d == 4) or d == 3:
+        return block_size if x.shape[1] == block_size else None
+    if d == 4 and not kv_split:
+        return 0 if x.shape[2] == block_size else None
+    return None
+
+
+def describe_kv_caches(kv_caches, num_blocks=None, block_size=None):
+    """[(layer_name, [(base, item_len, blocks, rows)...])], [(storage_ptr, nbytes,
     tensor)] for the tensors vLLM hands to register_kv_caches: one buffer
     per layer (two, K and V, for a leading K/V axis). A view whose blocks
     each fill one span, in whatever order of dimensions (a permuted HND
@@ -151,7 +174,7 @@ def describe_kv_caches(kv_caches, num_blocks=None):
                 raise NotImplementedError(
                     f"layer {name}: KV tensor shape {tuple(t.shape)} strides {t.stride()}: "
                     "layercake needs each block's bytes contiguous and blocks back to back")
-            bufs.append((x.data_ptr(), block_bytes, blk))
+            bufs.append((x.data_ptr(), block_bytes, blk, _rows(x, block_size, len(parts) == 2)))
         layers.append((name, bufs))
     return layers, list(storages.values())
 
@@ -160,9 +183,30 @@ def build_layout(layers, block_size):
     bufs = []
     for li, (_, parts) in enumerate(layers):
         kinds = [lc.BufferKind.K, lc.BufferKind.V] if len(parts) == 2 else [lc.BufferKind.OTHER]
-        for (base, item, blocks), kind in zip(parts, kinds):
-            bufs.append(lc.Buffer(base, item * blocks, item, li, kind, 0, 0))
+        for (base, item, blocks, *rows), kind in zip(parts, kinds):
+            r = rows[0] if rows else 0
+            bufs.append(lc.Buffer(base, item * blocks, item, li, kind, 0, r or 0))
     return lc.Layout(bufs, page_size=block_size)
+
+
+def _tp_of(vllm_config, x, role):
+    """(TP size, this worker's TP rank): vLLM's parallel state, or
+    kv_connector_extra_config's "tp_size" / "tp_rank" where given (a test
+    driving several workers in one process). The scheduler side has no
+    rank."""
+    size = x.get("tp_size")
+    if size is None:
+        size = getattr(vllm_config.parallel_config, "tensor_parallel_size", 1) or 1
+    rank = x.get("tp_rank")
+    if rank is None:
+        rank = 0
+        if role != KVConnectorRole.SCHEDULER and int(size) > 1:
+            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+            rank = get_tensor_model_parallel_rank()
+    size, rank = int(size), int(rank)
+    if size < 1 or not 0 <= rank < size:
+        raise ValueError(f"layercake: TP rank {rank} of {size}")
+    return size, rank
 
 
 # ---- the connector ----------------------------------------------------------
@@ -185,6 +229,7 @@ class LayercakeConnector(KVConnectorBase_V1):
             raise ValueError(f"layercake: load_mode {self._load_mode!r}: async or per_layer")
         self._per_layer = self._load_mode == "per_layer" and not self._producer
         self._layer_timeout = float(x.get("layer_timeout_s", 30))
+        self._tp_size, self._tp_rank = _tp_of(vllm_config, x, role)
         self._lock = threading.Lock()
         if role == KVConnectorRole.SCHEDULER:
             self._sched_init()
@@ -197,6 +242,7 @@ class LayercakeConnector(KVConnectorBase_V1):
         self._reqs = {}          # req_id -> (room, bootstrap, Request)
         self._new_rooms = {}     # P: rooms to open in the worker
         self._ready = {}         # P: req_id -> True bootstrapped / False failed
+        self._boot_count = {}    # P: req_id -> TP ranks bootstrapped so far
         self._pending_recv = {}  # D: req_id -> receive args for the next metadata
         self._aborts = {}        # req_id -> True: cancel, report when final; False: drop
         self._sent_chunk = set()  # P: req_ids whose chunk went out
@@ -266,9 +312,17 @@ class LayercakeConnector(KVConnectorBase_V1):
     def update_connector_output(self, connector_output):
         wm = connector_output.kv_connector_worker_meta
         if isinstance(wm, LayercakeWorkerMeta):
-            for rid, ok in wm.bootstrapped.items():
-                if rid in self._reqs:
-                    self._ready[rid] = ok
+            for rid, n in wm.bootstrapped.items():
+                if rid not in self._reqs or self._ready.get(rid) is not None:
+                    continue
+                if n < 0:
+                    self._ready[rid] = False
+                    continue
+                got = self._boot_count.get(rid, 0) + n
+                self._boot_count[rid] = got
+                if got >= self._tp_size:  # every P rank's room: send
+                    self._ready[rid] = True
+                    self._boot_count.pop(rid, None)
         self._sending -= set(connector_output.finished_sending or ())
 
     def has_pending_push_work(self):
@@ -281,6 +335,7 @@ class LayercakeConnector(KVConnectorBase_V1):
             return False, None
         room = self._reqs.pop(rid)[0]
         self._ready.pop(rid, None)
+        self._boot_count.pop(rid, None)
         self._pending_recv.pop(rid, None)
         self._await_first.pop(rid, None)
         aborted = request.status == RequestStatus.FINISHED_ABORTED
@@ -323,7 +378,16 @@ class LayercakeConnector(KVConnectorBase_V1):
 
     def register_kv_caches(self, kv_caches):
         kcc = self._kv_cache_config
-        layers, storages = describe_kv_caches(kv_caches, getattr(kcc, "num_blocks", None))
+        layers, storages = describe_kv_caches(kv_caches, getattr(kcc, "num_blocks", None),
+                                              self._block_size)
+        if self._tp_size > 1:
+            for name, parts in layers:
+                if any(p[3] is None for p in parts):
+                    raise NotImplementedError(
+                        f"layer {name}: KV tensor shape {tuple(kv_caches[name].shape)} strides "
+                        f"{kv_caches[name].stride()}: at TP {self._tp_size} a rank's heads must be "
+                        "one slice of each block or of each token row (FlashInfer's HND layout, K "
+                        "and V apart, is not split between ranks)")
         self._layer_names = [n for n, _ in layers]
         self._layer_index = {n: i for i, n in enumerate(self._layer_names)}
         knobs = dict(self._x.get("knobs", {}))
@@ -335,20 +399,31 @@ class LayercakeConnector(KVConnectorBase_V1):
         self._layout = build_layout(layers, self._block_size)
         if self._producer:
             host = self._x.get("bootstrap_host", "127.0.0.1")
-            self._bs = lc.BootstrapServer(host=host, port=int(self._x.get("bootstrap_port", 0)))
-            self._prefill = lc.Prefill(self._ctx, self._layout, self._bs.addr, host=host,
-                                       world_size=1, dp_size=1, engine_rank=0,
-                                       metrics_server=self._bs)
-            self.bootstrap_addr = self._bs.addr
+            port = int(self._x.get("bootstrap_port", 0))
+            if self._tp_size > 1 and not port:
+                raise ValueError("layercake: P at TP > 1 needs a fixed bootstrap_port in "
+                                 "kv_connector_extra_config (rank 0 serves it, the others "
+                                 "register there)")
+            self._bs = None
+            if self._tp_rank == 0:
+                self._bs = lc.BootstrapServer(host=host, port=port)
+                addr = self._bs.addr
+            else:
+                addr = f"{host}:{port}"
+            self._prefill = lc.Prefill(self._ctx, self._layout, addr, host=host,
+                                       world_size=self._tp_size, dp_size=1,
+                                       engine_rank=self._tp_rank, metrics_server=self._bs)
+            self.bootstrap_addr = addr
             f = self._x.get("bootstrap_file")
-            if f:
+            if f and self._tp_rank == 0:
                 with open(f + ".tmp", "w") as fh:
-                    fh.write(self._bs.addr)
+                    fh.write(addr)
                 os.replace(f + ".tmp", f)
         else:
             self._decode = lc.Decode(self._ctx, self._layout, self._regions,
                                      listen_url=self._x.get("listen_url", "tcp://127.0.0.1:0"),
-                                     host=self._x.get("host", "127.0.0.1"))
+                                     host=self._x.get("host", "127.0.0.1"),
+                                     tp_size=self._tp_size, tp_rank=self._tp_rank)
 
     def bind_connector_metadata(self, meta):
         super().bind_connector_metadata(meta)
@@ -629,7 +704,8 @@ class LayercakeConnector(KVConnectorBase_V1):
     def build_connector_worker_meta(self):
         if not self._producer:
             return None
-        new = {rid: ok for rid, ok in self._boot.items() if rid not in self._boot_told}
+        new = {rid: 1 if ok else -1 for rid, ok in self._boot.items()
+               if rid not in self._boot_told}
         if not new:
             return None
         self._boot_told |= set(new)

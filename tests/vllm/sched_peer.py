@@ -50,7 +50,7 @@ def model_dir():
     return d
 
 
-def make(role, extra, layout):
+def make(role, extra, layout, tp=1):
     from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig,
                              SchedulerConfig, VllmConfig)
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -65,35 +65,52 @@ def make(role, extra, layout):
                                 enable_chunked_prefill=True, is_encoder_decoder=False)
     cache = CacheConfig(block_size=BLOCK, enable_prefix_caching=False)
     cache.num_gpu_blocks = BLOCKS
-    ktc = KVTransferConfig(kv_connector="LayercakeConnector", kv_connector_module_path="layercake.vllm",
-                           kv_role="kv_producer" if role == "P" else "kv_consumer",
-                           kv_connector_extra_config=extra)
+    extra = dict(extra, tp_size=tp)
+
+    def ktc_of(x):
+        return KVTransferConfig(kv_connector="LayercakeConnector",
+                                kv_connector_module_path="layercake.vllm",
+                                kv_role="kv_producer" if role == "P" else "kv_consumer",
+                                kv_connector_extra_config=x)
+    ktc = ktc_of(extra)
     vc = VllmConfig(model_config=model, scheduler_config=sched_cfg, cache_config=cache,
                     kv_transfer_config=ktc, device_config=DeviceConfig("cpu"))
     names = [f"model.layers.{i}.self_attn.attn" for i in range(LAYERS)]
+    heads = KV_HEADS // tp  # each TP rank's share of the KV heads
     kcc = KVCacheConfig(num_blocks=BLOCKS, kv_cache_tensors=[], kv_cache_groups=[
-        KVCacheGroupSpec(names, FullAttentionSpec(block_size=BLOCK, num_kv_heads=KV_HEADS,
+        KVCacheGroupSpec(names, FullAttentionSpec(block_size=BLOCK, num_kv_heads=heads,
                                                   head_size=HEAD_DIM, dtype=torch.bfloat16))])
     sched = Scheduler(vllm_config=vc, kv_cache_config=kcc,
                       structured_output_manager=StructuredOutputManager(vc), block_size=BLOCK,
                       log_stats=False)
-    worker = LayercakeConnector(vc, KVConnectorRole.WORKER, kcc)
-    caches = {n: t for n, t in zip(names, kv_tensors(layout))}
-    worker.register_kv_caches(caches)
-    return sched, worker, caches, names
+    # One worker per TP rank, as vLLM runs them (each its own connector,
+    # context and KV tensors holding the rank's heads), rank 0 first: it
+    # serves P's bootstrap, the others register there.
+    workers, caches = [], []
+    for r in range(tp):
+        wvc = VllmConfig(model_config=model, scheduler_config=sched_cfg, cache_config=cache,
+                         kv_transfer_config=ktc_of(dict(extra, tp_rank=r)),
+                         device_config=DeviceConfig("cpu"))
+        w = LayercakeConnector(wvc, KVConnectorRole.WORKER, kcc)
+        c = {n: t for n, t in zip(names, kv_tensors(layout, heads))}
+        w.register_kv_caches(c)
+        workers.append(w)
+        caches.append(c)
+    return sched, workers, caches, names
 
 
-def kv_tensors(layout):
-    """Per-layer KV tensors as vLLM's attention backends hand them over."""
-    H, D, B, N = KV_HEADS, HEAD_DIM, BLOCK, BLOCKS
+def kv_tensors(layout, H=KV_HEADS):
+    """Per-layer KV tensors as vLLM's attention backends hand them over,
+    with H KV heads (a TP rank's share)."""
+    D, B, N = HEAD_DIM, BLOCK, BLOCKS
     z = lambda *shape: torch.zeros(*shape, dtype=torch.bfloat16)  # noqa: E731
     if layout == "cpu":  # the CPU backend: every layer in one allocation
         pool = z(LAYERS, N, H, B, 2 * D)
         return [pool[i] for i in range(LAYERS)]
     if layout == "flash":  # FlashAttention: K and V leading, one tensor per layer
         return [z(2, N, B, H, D) for _ in range(LAYERS)]
-    if layout == "mla":  # MLA: one latent vector per token
-        return [z(N, B, 2 * H * D) for _ in range(LAYERS)]
+    if layout == "mla":  # MLA: one latent vector per token, whole on every rank
+        return [z(N, B, 2 * KV_HEADS * D) for _ in range(LAYERS)]
     if layout == "hnd":  # FlashInfer's HND: [N, 2, H, B, D] in memory, seen as NHD
         return [z(N, 2, H, B, D).permute(0, 1, 3, 2, 4) for _ in range(LAYERS)]
     raise SystemExit(f"unknown layout {layout}")
@@ -112,26 +129,32 @@ def slot(t, b, o):
 
 
 def pattern(tok, pos, layer):
-    """The bytes of one token's K/V in one layer: [kv_heads, 2*head_dim*2] uint8."""
+    """The bytes of one token's K/V in one layer, every head: [2 (K, V),
+    kv_heads, head_dim * 2] uint8."""
     n = KV_HEADS * 2 * HEAD_DIM * 2
     x = (torch.arange(n, dtype=torch.int64) * 13 + tok * 131 + pos * 7 + layer * 31) % 251
-    return x.to(torch.uint8).view(KV_HEADS, 4 * HEAD_DIM)
+    return x.to(torch.uint8).view(2, KV_HEADS, 2 * HEAD_DIM)
 
 
-def write_token(caches, names, block_ids, tok, pos):
-    b, o = block_ids[pos // BLOCK], pos % BLOCK
-    for li, n in enumerate(names):
-        s = slot(caches[n], b, o)
-        s.copy_(pattern(tok, pos, li).reshape(s.shape))
+def rank_bytes(full, s, rank, tp):
+    """What TP rank `rank` of `tp` holds of `full` (pattern()), shaped as
+    its slot s: its heads' K and V (an MLA latent: all of it)."""
+    if s.dim() == 1:  # mla: replicated
+        return full.reshape(-1)
+    h = KV_HEADS // tp
+    part = full[:, rank * h:(rank + 1) * h, :]
+    if s.dim() == 2:  # cpu [heads, K then V]
+        return part.permute(1, 0, 2).reshape(s.shape)
+    return part.reshape(s.shape)  # flash, hnd [2, heads, 2 * head_dim]
 
 
-def check_request(caches, names, block_ids, prompt):
+def check_request(caches, names, block_ids, prompt, rank=0, tp=1):
     bad = 0
     for pos, tok in enumerate(prompt):
         b, o = block_ids[pos // BLOCK], pos % BLOCK
         for li, n in enumerate(names):
             s = slot(caches[n], b, o)
-            if not torch.equal(s, pattern(tok, pos, li).reshape(s.shape)):
+            if not torch.equal(s, rank_bytes(pattern(tok, pos, li), s, rank, tp)):
                 bad += 1
     return bad
 
@@ -154,7 +177,11 @@ def main():
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
 
-    sched, worker, caches, names = make(a.role, extra, plan.get("layout", "cpu"))
+    tp = int(plan.get("p_tp" if a.role == "P" else "d_tp", 1))
+    if a.role == "P" and tp > 1:
+        extra["bootstrap_port"] = int(plan["bootstrap_port"])
+    sched, workers, caches_r, names = make(a.role, extra, plan.get("layout", "cpu"), tp)
+    worker, caches = workers[0], caches_r[0]  # the event hooks look at rank 0
     # Both sides up before any request, so that deadlines measure the
     # transfer, not the other process's start (importing vLLM takes seconds).
     ready = a.bootstrap_file + ".d-ready"
@@ -179,6 +206,8 @@ def main():
         reqs[r["id"]] = r
         sched.add_request(req)
     events = plan.get("events", [])
+    from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator
+    aggregator = KVOutputAggregator(expected_finished_count=tp)
     result = {"role": a.role, "checked": {}, "bad_bytes": {}, "aborted": [], "steps": 0,
               "finished_recving": [], "finished_sending": [], "load_errors": []}
     deadline = time.monotonic() + float(plan.get("deadline_s", 60))
@@ -187,7 +216,8 @@ def main():
         so = sched.schedule()
         result["steps"] += 1
         meta = so.kv_connector_metadata
-        worker.bind_connector_metadata(meta)
+        for w in workers:
+            w.bind_connector_metadata(meta)
         block_tables = {rid: list(sched.kv_cache_manager.get_block_ids(rid)[0])
                         for rid in so.num_scheduled_tokens}
         # The forward: each layer's K/V of the scheduled tokens, then save_kv_layer.
@@ -198,15 +228,18 @@ def main():
                 for pos in range(start, start + cnt):
                     tok = req.all_token_ids[pos]
                     b, o = block_tables[rid][pos // BLOCK], pos % BLOCK
-                    s = slot(caches[n], b, o)
-                    s.copy_(pattern(tok, pos, li).reshape(s.shape))
+                    full = pattern(tok, pos, li)
+                    for r in range(tp):
+                        s = slot(caches_r[r][n], b, o)
+                        s.copy_(rank_bytes(full, s, r, tp))
             for ev in events:
                 if ev.get("pause_at_layer") == li and a.role == "P" and not ev.get("done") \
                         and ev["id"] in getattr(meta, "chunks", {}):  # the step that sends it
                     ev["done"] = True
                     time.sleep(ev.get("pause_s", 2.0))
             if so.total_num_scheduled_tokens:
-                worker.save_kv_layer(n, caches[n], None)
+                for w, c in zip(workers, caches_r):
+                    w.save_kv_layer(n, c[n], None)
             for ev in events:
                 # P's engine takes an abort while the sending forward is between
                 # two layers (vLLM's engine core does so while the worker runs
@@ -229,36 +262,47 @@ def main():
                     # request_finished delayed the free: the blocks stay held.
                     result["free_after_abort"] = sched.kv_cache_manager.block_pool.get_num_free_blocks()
                     result["held_at_abort"] = held
-        worker.start_load_kv(None)
-        worker.wait_for_save()
-        tr = worker.get_transfer_results(so.finished_req_ids)
-        errs = worker.get_block_ids_with_load_errors()
-        wmeta = worker.build_connector_worker_meta()
-        worker.clear_connector_metadata()
-        # D: a request whose KV just arrived: check every byte now.
-        failed = set(tr.failed_recving)
-        for rid in tr.finished_recving:
-            result["finished_recving"].append(rid)
-            if rid in sched.requests and rid not in failed and rid in reqs \
-                    and rid not in result["aborted"]:
-                bt = list(sched.kv_cache_manager.get_block_ids(rid)[0])
-                result["bad_bytes"][rid] = check_request(caches, names, bt, reqs[rid]["prompt"])
-                result["checked"][rid] = len(reqs[rid]["prompt"])
-        result["finished_sending"] += sorted(tr.finished_sending)
-        result["load_errors"] += sorted(errs)
         ids = list(so.num_scheduled_tokens)
         sampled = []
         for rid in ids:
             req = sched.requests[rid]
             end = req.num_computed_tokens  # already advanced by schedule()
             sampled.append([7] if end >= req.num_tokens else [])
-        out = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                sampled_token_ids=sampled,
-                                kv_connector_output=KVConnectorOutput(
-                                    finished_sending=tr.finished_sending or None,
-                                    finished_recving=tr.finished_recving or None,
-                                    invalid_block_ids=errs, failed_recving=failed,
-                                    kv_connector_worker_meta=wmeta))
+        outs = []
+        for w in workers:
+            w.start_load_kv(None)
+            w.wait_for_save()
+            tr = w.get_transfer_results(so.finished_req_ids)
+            errs = w.get_block_ids_with_load_errors()
+            wmeta = w.build_connector_worker_meta()
+            w.clear_connector_metadata()
+            outs.append(ModelRunnerOutput(
+                req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                sampled_token_ids=sampled,
+                kv_connector_output=KVConnectorOutput(
+                    finished_sending=tr.finished_sending or None,
+                    finished_recving=tr.finished_recving or None,
+                    invalid_block_ids=errs, failed_recving=set(tr.failed_recving),
+                    kv_connector_worker_meta=wmeta)))
+        # vLLM's own aggregation of its workers' outputs (a request is
+        # finished once every rank says so; meta and errors combined).
+        out = aggregator.aggregate(outs) if tp > 1 else outs[0]
+        kvo = out.kv_connector_output
+        fin_recv = set(kvo.finished_recving or ())
+        failed = set(kvo.failed_recving or ())
+        errs = set(kvo.invalid_block_ids or ())
+        # D: a request whose KV just arrived: check every byte now, on every rank.
+        for rid in sorted(fin_recv):
+            result["finished_recving"].append(rid)
+            if rid in sched.requests and rid not in failed and rid in reqs \
+                    and rid not in result["aborted"]:
+                bt = list(sched.kv_cache_manager.get_block_ids(rid)[0])
+                result["bad_bytes"][rid] = sum(
+                    check_request(caches_r[r], names, bt, reqs[rid]["prompt"], r, tp)
+                    for r in range(tp))
+                result["checked"][rid] = len(reqs[rid]["prompt"])
+        result["finished_sending"] += sorted(kvo.finished_sending or ())
+        result["load_errors"] += sorted(errs)
         eco = sched.update_from_output(so, out)
         for outs in eco.values():
             for o in outs.outputs:
@@ -292,20 +336,23 @@ def main():
         timed_out=sched.has_requests(),
         requests_left=len(sched.requests), waiting=len(sched.waiting), running=len(sched.running),
         free_blocks=kvm.block_pool.get_num_free_blocks(), total_blocks=BLOCKS,
-        senders_left=len(getattr(worker, "_senders", {})), receivers_left=len(getattr(worker, "_recvs", {})),
-        done=sorted(done_ids), counters=worker.counters(), stats=worker.stats)
+        senders_left=sum(len(getattr(w, "_senders", {})) for w in workers),
+        receivers_left=sum(len(getattr(w, "_recvs", {})) for w in workers),
+        done=sorted(done_ids), counters=worker.counters(), stats=worker.stats, tp=tp)
     # Leaks: P's engine has no room left; D's context holds no grant for any room.
     if a.role == "P":
         # A room that only D opened (P never had the request) stays in P's
         # engine until waiting_timeout_ms: wait for that deadline, bounded.
         t0 = time.monotonic()
-        while worker._prefill.engine.metrics()["rooms_active"] and \
-                time.monotonic() - t0 < float(plan.get("drain_s", 0)):
+        def active():
+            return sum(w._prefill.engine.metrics()["rooms_active"] for w in workers)
+        while active() and time.monotonic() - t0 < float(plan.get("drain_s", 0)):
             time.sleep(0.1)
-        result["rooms_active"] = worker._prefill.engine.metrics()["rooms_active"]
+        result["rooms_active"] = active()
     else:
-        result["grants_left"] = sum(worker._ctx.revoke(r["room"]) for r in mine)
-    worker.shutdown()
+        result["grants_left"] = sum(w._ctx.revoke(r["room"]) for w in workers for r in mine)
+    for w in reversed(workers):
+        w.shutdown()
     json.dump(result, open(a.out, "w"), indent=1)
     return 0
 

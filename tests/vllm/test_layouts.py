@@ -16,12 +16,12 @@ NB, H, BS, D = 8, 2, 32, 32
 def test_cpu_backend_layers_share_one_allocation():
     pool = torch.zeros(3, NB, H, BS, 2 * D, dtype=torch.bfloat16)
     caches = {f"l{i}": pool[i] for i in range(3)}
-    layers, storages = describe_kv_caches(caches)
+    layers, storages = describe_kv_caches(caches, block_size=BS)
     assert len(storages) == 1 and storages[0][0] == pool.data_ptr()
     assert storages[0][1] == pool.numel() * 2
     block = H * BS * 2 * D * 2
     for i, (name, bufs) in enumerate(layers):
-        assert bufs == [(pool[i].data_ptr(), block, NB)]
+        assert bufs == [(pool[i].data_ptr(), block, NB, 0)]  # head-major
     lay = build_layout(layers, BS)
     assert lay.layer_count == 3 and [b.item_len for b in lay.buffers] == [block] * 3
     assert [b.base for b in lay.buffers] == [pool[i].data_ptr() for i in range(3)]
@@ -29,17 +29,18 @@ def test_cpu_backend_layers_share_one_allocation():
 
 def test_flash_attention_k_and_v():
     t = torch.zeros(2, NB, BS, H, D, dtype=torch.float16)
-    layers, _ = describe_kv_caches({"l0": t}, num_blocks=NB)
+    layers, _ = describe_kv_caches({"l0": t}, num_blocks=NB, block_size=BS)
     item = BS * H * D * 2
-    assert layers[0][1] == [(t[0].data_ptr(), item, NB), (t[1].data_ptr(), item, NB)]
+    # token-major: BS rows per page
+    assert layers[0][1] == [(t[0].data_ptr(), item, NB, BS), (t[1].data_ptr(), item, NB, BS)]
     kinds = [b.kind.name for b in build_layout(layers, BS).buffers]
     assert kinds == ["K", "V"]
 
 
 def test_mla():
     t = torch.zeros(NB, BS, 576, dtype=torch.bfloat16)
-    layers, _ = describe_kv_caches({"l0": t})
-    assert layers[0][1] == [(t.data_ptr(), BS * 576 * 2, NB)]
+    layers, _ = describe_kv_caches({"l0": t}, block_size=BS)
+    assert layers[0][1] == [(t.data_ptr(), BS * 576 * 2, NB, BS)]
 
 
 def test_blocks_not_back_to_back_refused():
@@ -60,6 +61,7 @@ def test_permuted_hnd_view_taken_as_it_is():
     phys = torch.zeros(NB, 2, H, BS, D, dtype=torch.bfloat16)
     t = phys.permute(0, 1, 3, 2, 4)
     assert not t[0].is_contiguous()
-    layers, storages = describe_kv_caches({"l0": t}, num_blocks=NB)
-    assert layers[0][1] == [(phys.data_ptr(), 2 * H * BS * D * 2, NB)]
+    layers, storages = describe_kv_caches({"l0": t}, num_blocks=NB, block_size=BS)
+    # K and V inside each block: no TP split (None)
+    assert layers[0][1] == [(phys.data_ptr(), 2 * H * BS * D * 2, NB, None)]
     assert storages[0][0] == phys.data_ptr()

@@ -165,3 +165,30 @@ def test_abort_on_p_between_layers(tmp_path):
     assert sorted(p["finished_sending"]) == ["r0", "r1"]
     assert d["bad_bytes"].get("r0") == 0 and "r1" not in d["checked"], d
     assert "r1" in d["finished_recving"] and d["load_errors"], d
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("p_tp,d_tp,layout", [(2, 1, "cpu"), (2, 1, "flash"), (2, 1, "mla"),
+                                              (1, 2, "cpu"), (1, 2, "flash")])
+def test_tp_sizes_differ(tmp_path, p_tp, d_tp, layout):
+    # P and D at different TP sizes: each side runs one worker connector per
+    # rank with the rank's share of the KV heads (an MLA latent whole on
+    # every rank), vLLM's KVOutputAggregator combines the workers' outputs;
+    # every rank of D holds its heads of every prompt token byte-exact.
+    lens = [5, 40, 150]
+    reqs = [{"id": f"r{i}", "room": 2000 + i, "prompt": prompt(n, i + 7), "max_tokens": 2}
+            for i, n in enumerate(lens)]
+    p, d = run(tmp_path, {"requests": reqs, "deadline_s": 90, "layout": layout,
+                          "p_tp": p_tp, "d_tp": d_tp, "bootstrap_port": free_port()})
+    assert_clean(p, d)
+    assert (p["tp"], d["tp"]) == (p_tp, d_tp)
+    assert d["checked"] == {r["id"]: len(r["prompt"]) for r in reqs}
+    assert d["bad_bytes"] == {r["id"]: 0 for r in reqs}
+    assert sorted(p["finished_sending"]) == sorted(r["id"] for r in reqs)
+    assert d["load_errors"] == []
