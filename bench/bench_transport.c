@@ -219,12 +219,15 @@ static unsigned mem_flags(const char *tp)
 	return !strcmp(tp, "shm") ? LC_MEM_SHAREABLE : 0;
 }
 
-/* Laps around the region that warm-up and the timed run can take: a lap
- * writes at least region - block + 1 bytes before it wraps. */
+/* Laps around the region that warm-up and the timed run can take: writes
+ * are whole blocks but the last, and none crosses a wrap, so a lap holds
+ * region / block of them. (Counting region - block + 1 bytes a lap made a
+ * region of one block ask for a grant per byte: hundreds of millions, and
+ * the bench hung without a word.) */
 static size_t laps_max(const opts_t *o)
 {
 	size_t warm = !strcmp(o->transport, "shm") ? o->region : o->block;
-	return (warm + o->total) / (o->region - o->block + 1) + 2;
+	return (warm + o->total) / (o->region / o->block * o->block) + 2;
 }
 
 static int grant_laps(const opts_t *o, receiver_t *r)

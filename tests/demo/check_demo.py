@@ -28,10 +28,10 @@ def fail(msg):
     sys.exit(1)
 
 
-def run(cmd):
+def run(cmd, timeout=170):
     print("+ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, timeout=170)
+                       text=True, timeout=timeout)
     sys.stderr.write(p.stderr[-4000:])
     try:
         doc = json.loads(p.stdout)
@@ -95,6 +95,15 @@ def check_bench_transport(exe, tp):
     if doc.get("batches") != 64 or not doc.get("gbps", 0) > 0:
         fail("bench transport %s: %r" % (tp, doc))
     print("ok: bench transport %s, %.2f GB/s" % (tp, doc["gbps"]))
+    # The ucx_perftest shape (issue 24): a region of one block, rewritten
+    # with 16 in flight, each lap its own room. It hung, granting a room
+    # per byte of the region.
+    rc, doc = run([exe, "bench", "transport", "--transport", tp, "--block-kib", "4096",
+                   "--region-mib", "4", "--total-mib", "128", "--inflight", "16",
+                   "--no-baseline", "--json"], timeout=120)
+    if rc != 0 or doc.get("batches") != 32 or not doc.get("gbps", 0) > 0:
+        fail("bench transport %s, region of one block: rc %d, %r" % (tp, rc, doc))
+    print("ok: bench transport %s, region of one block, %.2f GB/s" % (tp, doc["gbps"]))
 
 
 def main():
