@@ -1,0 +1,494 @@
+/*
+ * A real D against a P that is not one: a fake bootstrap server (a raw TCP
+ * thread on 127.0.0.1 answering GET /route with the JSON a case chooses)
+ * and a fake P rank (a ZeroMQ PULL inbox in this process that reads D's
+ * REGISTER with the real codec and answers to D's status endpoint with
+ * whatever the case forges). Each case asserts what D promises: the room's
+ * status, fail reason and words, D's counters, a CANCEL to P where D says
+ * it tells P, and no hang (every wait has a deadline):
+ *
+ *   refused        garbage, an old version, a type D never receives,
+ *                  replies of another session or without the secret, a
+ *                  status and layers of an unknown room: each dropped and
+ *                  counted; then P's refusal fails the room (bad_input,
+ *                  "refused this D") and D cancels at P
+ *   accepted       an accepting reply bootstraps the room; a duplicate
+ *                  reply, a Success before D sent pages, layers beyond the
+ *                  layout, a status without the secret: dropped and counted;
+ *                  a Failed (session_gone) from P fails the room with P's words
+ *   silent         P never answers the REGISTER: the room fails after
+ *                  connect_timeout_ms (bootstrap_timeout), naming P's rank,
+ *                  "registrations_unanswered" counted
+ *   unreachable    the route names a port where nothing listens: the same,
+ *                  saying D cannot reach P at the address P advertised
+ *   geometry       P's parallel info has another buffer count and another
+ *                  fingerprint: D warns "geometry differs" before it
+ *                  registers (P refuses; here, the fake P refuses)
+ *   rank_malformed GET /route of the rank answers no endpoint: the room
+ *                  fails at bootstrap_timeout_ms saying "malformed reply"
+ *   doomed         P's TP is twice D's and its page lengths cannot pair with
+ *                  D's: once P accepts, the room fails naming the pairing
+ *                  and D cancels at P
+ *
+ * Exit 0 pass, 1 fail, 77 skipped.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "control/codec.h"
+#include "harness.h"
+#include "testutil.h"
+
+#define WAIT_MS 20000 /* generous: a loaded 2-core VM, sanitizers */
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                          \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fprintf(stderr, "\n");                                                     \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+/* ---- D's log ---- */
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[32768];
+static size_t log_len;
+
+static void on_log(lc_log_level_t level, const char *line, void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&log_lock);
+	if (level <= LC_LOG_WARN && log_len + strlen(line) + 2 < sizeof log_text)
+		log_len += (size_t)snprintf(log_text + log_len, sizeof log_text - log_len, "%s\n",
+					    line);
+	pthread_mutex_unlock(&log_lock);
+}
+
+static bool log_has(const char *a)
+{
+	pthread_mutex_lock(&log_lock);
+	bool yes = strstr(log_text, a) != NULL;
+	pthread_mutex_unlock(&log_lock);
+	return yes;
+}
+
+/* ---- the fake bootstrap server ---- */
+
+static int bs_fd;
+static char parallel_json[1024], rank_json[512];
+
+static void *bs_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		int c = accept(bs_fd, NULL, NULL);
+		if (c < 0)
+			return NULL;
+		char req[2048];
+		size_t n = 0;
+		while (n + 1 < sizeof req && !memmem(req, n, "\r\n\r\n", 4)) {
+			struct pollfd p = {.fd = c, .events = POLLIN};
+			ssize_t k = poll(&p, 1, 5000) == 1 ? recv(c, req + n, sizeof req - 1 - n, 0)
+							   : -1;
+			if (k <= 0)
+				break;
+			n += (size_t)k;
+		}
+		req[n] = '\0';
+		const char *body = strstr(req, "engine_rank=-1") ? parallel_json
+				   : strstr(req, " /health")     ? "ok"
+								 : rank_json;
+		char out[2048];
+		int len = snprintf(out, sizeof out,
+				   "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+				   "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+				   strlen(body), body);
+		if (send(c, out, (size_t)len, MSG_NOSIGNAL) < 0) {
+			/* D went */
+		}
+		close(c);
+	}
+}
+
+static int loopback_listener(int *fd_out)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t n = sizeof a;
+	TU_CHECK(s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+			 getsockname(s, (struct sockaddr *)&a, &n) == 0 &&
+			 (!fd_out || listen(s, 16) == 0),
+		 "a loopback port");
+	if (fd_out)
+		*fd_out = s;
+	else
+		close(s);
+	return ntohs(a.sin_port);
+}
+
+/* ---- the fake P rank ---- */
+
+/* The next message of a type at the inbox within ms (decoded into *m, the
+ * caller frees with lc__msg_free), or false. */
+static bool inbox_next(void *rx, int type, int ms, lc__msg_t *m)
+{
+	for (uint64_t dl = adv_now_ms() + (uint64_t)ms; adv_now_ms() < dl;) {
+		zmq_pollitem_t it = {.socket = rx, .events = ZMQ_POLLIN};
+		if (zmq_poll(&it, 1, 50) <= 0)
+			continue;
+		zmq_msg_t zm;
+		zmq_msg_init(&zm);
+		if (zmq_msg_recv(&zm, rx, 0) < 0) {
+			zmq_msg_close(&zm);
+			continue;
+		}
+		memset(m, 0, sizeof *m);
+		int rc = lc__msg_decode(zmq_msg_data(&zm), zmq_msg_size(&zm), m, NULL, 0);
+		zmq_msg_close(&zm);
+		if (!rc && m->type == type)
+			return true;
+		if (!rc)
+			lc__msg_free(m);
+	}
+	return false;
+}
+
+static uint64_t counter(lc_decode_t *d, const char *name)
+{
+	uint64_t v = 0;
+	TU_OK(lc_decode_counter(d, name, &v));
+	return v;
+}
+
+/* Wait until counter `name` reaches at least want; true if it did. */
+static bool counter_reaches(lc_decode_t *d, const char *name, uint64_t want)
+{
+	for (uint64_t dl = adv_now_ms() + WAIT_MS; adv_now_ms() < dl; usleep(5000))
+		if (counter(d, name) >= want)
+			return true;
+	fprintf(stderr, "counter %s: %llu, want %llu\n", name,
+		(unsigned long long)counter(d, name), (unsigned long long)want);
+	return false;
+}
+
+/* Poll until the room leaves `from` (or the deadline); its status. */
+static int poll_past(lc_receiver_t *r, int from, lc_room_info_t *info)
+{
+	int st = from;
+	for (uint64_t dl = adv_now_ms() + WAIT_MS; adv_now_ms() < dl && st == from; usleep(5000))
+		st = lc_receiver_poll(r, info);
+	return st;
+}
+
+static void send_reply(void *tx, const lc__msg_t *reg, uint32_t p_rank, int32_t result,
+		       const char *session, const uint8_t *secret)
+{
+	lc__msg_t m = {.type = LC__MSG_REGISTER_REPLY};
+	memcpy(m.secret, secret ? secret : reg->secret, LC__MSG_SECRET_LEN);
+	snprintf(m.reply.session, sizeof m.reply.session, "%s", session ? session : reg->reg.session);
+	m.reply.p_rank = p_rank;
+	m.reply.result = result;
+	snprintf(m.reply.reason, sizeof m.reply.reason, "%s", result ? "forged refusal" : "");
+	adv_send_msg(tx, &m, 0);
+}
+
+static void send_status(void *tx, const uint8_t *secret, uint64_t room, int status, int fail,
+			const char *reason)
+{
+	lc__msg_t m = {.type = LC__MSG_STATUS};
+	memcpy(m.secret, secret, LC__MSG_SECRET_LEN);
+	m.status.room = room;
+	m.status.status = (uint8_t)status;
+	m.status.fail_reason = (uint32_t)fail;
+	snprintf(m.status.reason, sizeof m.status.reason, "%s", reason);
+	adv_send_msg(tx, &m, 0);
+}
+
+static void send_layers(void *tx, const uint8_t *secret, uint64_t room, uint32_t layers)
+{
+	lc__msg_t m = {.type = LC__MSG_LAYERS};
+	memcpy(m.secret, secret, LC__MSG_SECRET_LEN);
+	m.layers.room = room;
+	m.layers.layers = layers;
+	adv_send_msg(tx, &m, 0);
+}
+
+#define ROOM 7
+
+/* The fake P rank's inbox: a PULL bound on loopback, its endpoint in ep. */
+static void *inbox_bind(void *zc, char *ep, size_t cap)
+{
+	void *rx = zmq_socket(zc, ZMQ_PULL);
+	int linger = 0;
+	size_t n = cap;
+	zmq_setsockopt(rx, ZMQ_LINGER, &linger, sizeof linger);
+	TU_CHECK(zmq_bind(rx, "tcp://127.0.0.1:*") == 0, "bind");
+	TU_CHECK(zmq_getsockopt(rx, ZMQ_LAST_ENDPOINT, ep, &n) == 0, "endpoint");
+	return rx;
+}
+
+int main(int argc, char **argv)
+{
+	tu_watchdog(100);
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s case\n", argv[0]);
+		return 2;
+	}
+	const char *c = argv[1];
+	bool refused = !strcmp(c, "refused"), accepted = !strcmp(c, "accepted"),
+	     silent = !strcmp(c, "silent"), unreachable = !strcmp(c, "unreachable"),
+	     geometry = !strcmp(c, "geometry"), malformed = !strcmp(c, "rank_malformed"),
+	     doomed = !strcmp(c, "doomed");
+	if (!(refused || accepted || silent || unreachable || geometry || malformed || doomed)) {
+		fprintf(stderr, "unknown case %s\n", c);
+		return 2;
+	}
+	lc_log_set_handler(on_log, NULL);
+	tu_pool_t s;
+	tu_pool_init(&s, "d0",
+		     silent || unreachable ? "connect_timeout_ms=1500"
+		     : malformed	   ? "bootstrap_timeout_ms=2000"
+					   : NULL,
+		     2, 8, 4096);
+	lc_decode_params_t dp = {.size = sizeof dp,
+				 .layout = s.layout,
+				 .regions = &s.region,
+				 .region_count = 1,
+				 .listen_url = "tcp://127.0.0.1:0",
+				 .host = "127.0.0.1",
+				 .tp_size = 1};
+	lc_decode_t *d;
+	int rc = lc_decode_create(s.ctx, &dp, &d);
+	if (rc == LC_ENOTSUP || rc == LC_ERR_NO_TRANSPORT) {
+		fprintf(stderr, "skip: %s\n", lc_strerror(rc));
+		return TU_SKIP;
+	}
+	TU_OK(rc);
+
+	void *zc = zmq_ctx_new();
+	char inbox_ep[128];
+	void *rx = inbox_bind(zc, inbox_ep, sizeof inbox_ep);
+	int p_port = atoi(strrchr(inbox_ep, ':') + 1);
+	if (unreachable)
+		p_port = loopback_listener(NULL);
+	unsigned long long fp = (unsigned long long)lc_layout_fingerprint(s.layout);
+	if (geometry)
+		snprintf(parallel_json, sizeof parallel_json,
+			 "{\"prefill_tp_size\":1,\"prefill_dp_size\":1,\"registered_ranks\":1,"
+			 "\"layers\":2,\"layout_fingerprint\":\"%016llx\",\"kv_item_lens\":[1,2,3]}",
+			 fp ^ 0x1234);
+	else if (doomed)
+		snprintf(parallel_json, sizeof parallel_json,
+			 "{\"prefill_tp_size\":2,\"prefill_dp_size\":1,\"registered_ranks\":2,"
+			 "\"layers\":2,\"layout_fingerprint\":\"%016llx\","
+			 "\"kv_item_lens\":[3,3,3,3]}",
+			 fp);
+	else
+		snprintf(parallel_json, sizeof parallel_json,
+			 "{\"prefill_tp_size\":1,\"prefill_dp_size\":1,\"registered_ranks\":1,"
+			 "\"layers\":2,\"layout_fingerprint\":\"%016llx\"}",
+			 fp);
+	snprintf(rank_json, sizeof rank_json,
+		 malformed ? "{\"rank_ip\":\"127.0.0.1\",\"rank_port\":0}"
+			   : "{\"rank_ip\":\"127.0.0.1\",\"rank_port\":%d,\"curve_public_key\":\"\"}",
+		 p_port);
+	char bs[64];
+	snprintf(bs, sizeof bs, "127.0.0.1:%d", loopback_listener(&bs_fd));
+	pthread_t srv;
+	TU_CHECK(pthread_create(&srv, NULL, bs_main, NULL) == 0, "server thread");
+
+	lc_receiver_t *r;
+	TU_OK(lc_receiver_create(d, bs, ROOM, &r));
+	lc_room_info_t info = {.size = sizeof info};
+	lc__msg_t reg;
+	bool got_reg = false;
+	void *tx = NULL;
+
+	if (malformed || silent || unreachable) {
+		int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+		EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_BOOTSTRAP_TIMEOUT,
+		       "want Failed (bootstrap_timeout), got %s (%s)", lc_room_status_name(st),
+		       lc_fail_reason_name(info.fail_reason));
+		if (malformed)
+			EXPECT(strstr(info.reason, "malformed reply"), "reason \"%s\"", info.reason);
+		else {
+			EXPECT(counter(d, "registrations_unanswered") >= 1,
+			       "registrations_unanswered not counted");
+			EXPECT(strstr(info.reason, "P rank 0 at tcp://127.0.0.1:"), "reason \"%s\"",
+			       info.reason);
+			EXPECT(log_has("no registration reply within connect_timeout_ms (1500 ms)"),
+			       "no error line naming connect_timeout_ms");
+			EXPECT(!unreachable || strstr(info.reason, "cannot reach P rank 0"),
+			       "reason \"%s\"", info.reason);
+			EXPECT(!silent || strstr(info.reason, "cannot reach this D"),
+			       "reason \"%s\"", info.reason);
+		}
+		goto out;
+	}
+
+	got_reg = inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &reg);
+	TU_CHECK(got_reg, "no REGISTER from D at the fake P");
+	EXPECT(reg.reg.nbuffers == 4, "REGISTER with %u buffers", reg.reg.nbuffers);
+	EXPECT(reg.reg.fingerprint == lc_layout_fingerprint(s.layout), "REGISTER fingerprint");
+	EXPECT(!strncmp(reg.reg.status_ep, "tcp://127.0.0.1:", 16), "status_ep %s",
+	       reg.reg.status_ep);
+	tx = adv_push_to(zc, reg.reg.status_ep);
+
+	if (geometry) {
+		EXPECT(log_has("geometry differs from P") && log_has("buffer count differs"),
+		       "no warning of the geometry");
+		send_reply(tx, &reg, 0, LC_ERR_GEOMETRY, NULL, NULL);
+		int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+		EXPECT(st == LC_ROOM_FAILED && strstr(info.reason, "refused this D"),
+		       "got %s \"%s\"", lc_room_status_name(st), info.reason);
+		goto out;
+	}
+
+	if (doomed) {
+		/* One rank at a time: rank 1's REGISTER follows rank 0's reply. */
+		lc__msg_t reg1;
+		send_reply(tx, &reg, 0, 0, NULL, NULL);
+		bool got1 = inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &reg1);
+		EXPECT(got1, "no REGISTER for P rank 1");
+		if (got1) {
+			send_reply(tx, &reg1, 1, 0, NULL, NULL);
+			lc__msg_free(&reg1);
+		}
+		int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+		EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_BAD_INPUT,
+		       "want Failed (bad_input), got %s (%s) \"%s\"", lc_room_status_name(st),
+		       lc_fail_reason_name(info.fail_reason), info.reason);
+		lc__msg_t cm;
+		bool cancel = inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &cm);
+		EXPECT(cancel && cm.cancel.room == ROOM, "no CANCEL of the room at P");
+		if (cancel)
+			lc__msg_free(&cm);
+		goto out;
+	}
+
+	/* What no P sends, or not this P: each dropped and counted, the room
+	 * untouched. */
+	uint8_t wrong[LC__MSG_SECRET_LEN];
+	memset(wrong, 0xa5, sizeof wrong);
+	uint64_t malformed0 = counter(d, "msgs_malformed"), old0 = counter(d, "msgs_old_version"),
+		 unexp0 = counter(d, "msgs_unexpected"), mism0 = counter(d, "session_mismatches");
+	zmq_send(tx, "not a control message", 21, 0);
+	uint8_t buf[64] = {0};
+	size_t blen;
+	{
+		uint8_t *enc;
+		lc__msg_t lm = {.type = LC__MSG_LAYERS};
+		lm.layers.room = 99;
+		lm.layers.layers = 1;
+		TU_OK(lc__msg_encode(&lm, &enc, &blen));
+		TU_CHECK(blen <= sizeof buf, "layers size");
+		memcpy(buf, enc, blen);
+		free(enc);
+		buf[4] = LC__MSG_VERSION + 7; /* u16 version after the magic */
+		zmq_send(tx, buf, blen, 0);
+	}
+	lc__msg_t ti = {.type = LC__MSG_TRANSFER_INFO};
+	ti.info.room = ROOM;
+	ti.info.required_dst = 1;
+	snprintf(ti.info.session, sizeof ti.info.session, "x");
+	snprintf(ti.info.status_ep, sizeof ti.info.status_ep, "%s", inbox_ep);
+	adv_send_msg(tx, &ti, 0);
+	send_reply(tx, &reg, 0, LC_ERR_GEOMETRY, "someone-else", NULL); /* another session */
+	send_reply(tx, &reg, 0, LC_ERR_GEOMETRY, NULL, wrong);          /* no secret */
+	send_reply(tx, &reg, 9, LC_ERR_GEOMETRY, NULL, NULL);           /* no such rank */
+	send_status(tx, reg.secret, 12345, LC_ROOM_FAILED, LC_FAIL_TRANSFER, "unknown room");
+	send_layers(tx, reg.secret, 12345, 1);
+	EXPECT(counter_reaches(d, "msgs_malformed", malformed0 + 1), "garbage not counted");
+	EXPECT(counter_reaches(d, "msgs_old_version", old0 + 1), "old version not counted");
+	EXPECT(counter_reaches(d, "session_mismatches", mism0 + 1), "forged reply not counted");
+	EXPECT(counter_reaches(d, "msgs_unexpected", unexp0 + 5), "unexpected ones not counted");
+	EXPECT(log_has("control message version"), "no word on the version");
+	int st = lc_receiver_poll(r, &info);
+	EXPECT(st == LC_ROOM_BOOTSTRAPPING, "the room moved on forged messages: %s \"%s\"",
+	       lc_room_status_name(st), info.reason);
+
+	if (refused) {
+		uint64_t ref0 = counter(d, "registrations_refused");
+		send_reply(tx, &reg, 0, LC_ERR_GEOMETRY, NULL, NULL);
+		st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+		EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_BAD_INPUT &&
+			       strstr(info.reason, "P rank 0 refused this D: forged refusal"),
+		       "want Failed (bad_input) \"refused this D\", got %s (%s) \"%s\"",
+		       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason),
+		       info.reason);
+		EXPECT(counter_reaches(d, "registrations_refused", ref0 + 1), "refusal not counted");
+		lc__msg_t cm;
+		bool cancel = inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &cm);
+		EXPECT(cancel && cm.cancel.room == ROOM &&
+			       !memcmp(cm.secret, reg.secret, LC__MSG_SECRET_LEN),
+		       "no CANCEL of the room with D's secret at P");
+		if (cancel)
+			lc__msg_free(&cm);
+		goto out;
+	}
+
+	/* accepted */
+	send_reply(tx, &reg, 0, 0, NULL, NULL);
+	st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+	EXPECT(st == LC_ROOM_BOOTSTRAPPED, "want Bootstrapped, got %s \"%s\"",
+	       lc_room_status_name(st), info.reason);
+	unexp0 = counter(d, "msgs_unexpected");
+	mism0 = counter(d, "session_mismatches");
+	uint64_t lay0 = counter(d, "layer_updates");
+	send_reply(tx, &reg, 0, 0, NULL, NULL); /* answers nothing outstanding */
+	send_status(tx, reg.secret, ROOM, LC_ROOM_SUCCESS, 0, "");
+	send_layers(tx, reg.secret, ROOM, 3); /* the layout has 2 */
+	send_layers(tx, reg.secret, ROOM, 1);
+	send_status(tx, wrong, ROOM, LC_ROOM_FAILED, LC_FAIL_TRANSFER, "forged");
+	EXPECT(counter_reaches(d, "msgs_unexpected", unexp0 + 3), "unexpected ones not counted");
+	EXPECT(counter_reaches(d, "session_mismatches", mism0 + 1), "forged status not counted");
+	EXPECT(counter_reaches(d, "layer_updates", lay0 + 2), "layer updates not counted");
+	EXPECT(log_has("before D sent its pages"), "no word on the early Success");
+	st = lc_receiver_poll(r, &info);
+	EXPECT(st == LC_ROOM_BOOTSTRAPPED, "the room moved on forged messages: %s \"%s\"",
+	       lc_room_status_name(st), info.reason);
+	EXPECT(lc_receiver_layers_ready(r) == 0, "P's layers believed");
+	send_status(tx, reg.secret, ROOM, LC_ROOM_FAILED, LC_FAIL_SESSION_GONE, "gone away");
+	st = poll_past(r, LC_ROOM_BOOTSTRAPPED, &info);
+	EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_SESSION_GONE &&
+		       strstr(info.reason, "P rank 0: gone away"),
+	       "want Failed (session_gone) \"P rank 0: gone away\", got %s (%s) \"%s\"",
+	       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason), info.reason);
+
+out:
+	fprintf(stderr, "%s: %s (%s) \"%s\"\n", c, lc_room_status_name(lc_receiver_poll(r, &info)),
+		lc_fail_reason_name(info.fail_reason), info.reason);
+	if (failures) {
+		pthread_mutex_lock(&log_lock);
+		fprintf(stderr, "log:\n%s", log_text);
+		pthread_mutex_unlock(&log_lock);
+	}
+	if (got_reg)
+		lc__msg_free(&reg);
+	lc_receiver_destroy(r);
+	lc_decode_destroy(d);
+	if (tx)
+		zmq_close(tx);
+	zmq_close(rx);
+	zmq_ctx_term(zc);
+	shutdown(bs_fd, SHUT_RDWR);
+	close(bs_fd);
+	pthread_join(srv, NULL);
+	tu_pool_fini(&s);
+	lc_log_set_handler(NULL, NULL);
+	fprintf(stderr, "%s\n", failures ? "FAIL" : "ok");
+	return failures ? 1 : 0;
+}
