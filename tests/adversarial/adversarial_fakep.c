@@ -29,6 +29,12 @@
  *   doomed         P's TP is twice D's and its page lengths cannot pair with
  *                  D's: once P accepts, the room fails naming the pairing
  *                  and D cancels at P
+ *   moved          a rank's first route answered nothing, its next route
+ *                  differs and nothing accepts at the first any more: D
+ *                  follows it ("moved", routes_moved) and registers there
+ *   hijack         the same, but something still accepts at the pinned
+ *                  endpoint: the changed route is refused (bad_input,
+ *                  routes_refused), no REGISTER goes to it
  *
  * Exit 0 pass, 1 fail, 77 skipped.
  */
@@ -88,7 +94,16 @@ static bool log_has(const char *a)
 /* ---- the fake bootstrap server ---- */
 
 static int bs_fd;
-static char parallel_json[1024], rank_json[512];
+static pthread_mutex_t bs_lock = PTHREAD_MUTEX_INITIALIZER;
+static char parallel_json[1024], rank_json[512]; /* under bs_lock */
+
+static void set_rank(const char *ip, int port)
+{
+	pthread_mutex_lock(&bs_lock);
+	snprintf(rank_json, sizeof rank_json,
+		 "{\"rank_ip\":\"%s\",\"rank_port\":%d,\"curve_public_key\":\"\"}", ip, port);
+	pthread_mutex_unlock(&bs_lock);
+}
 
 static void *bs_main(void *arg)
 {
@@ -108,14 +123,16 @@ static void *bs_main(void *arg)
 			n += (size_t)k;
 		}
 		req[n] = '\0';
+		char out[2048];
+		pthread_mutex_lock(&bs_lock);
 		const char *body = strstr(req, "engine_rank=-1") ? parallel_json
 				   : strstr(req, " /health")     ? "ok"
 								 : rank_json;
-		char out[2048];
 		int len = snprintf(out, sizeof out,
 				   "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
 				   "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
 				   strlen(body), body);
+		pthread_mutex_unlock(&bs_lock);
 		if (send(c, out, (size_t)len, MSG_NOSIGNAL) < 0) {
 			/* D went */
 		}
@@ -251,15 +268,17 @@ int main(int argc, char **argv)
 	bool refused = !strcmp(c, "refused"), accepted = !strcmp(c, "accepted"),
 	     silent = !strcmp(c, "silent"), unreachable = !strcmp(c, "unreachable"),
 	     geometry = !strcmp(c, "geometry"), malformed = !strcmp(c, "rank_malformed"),
-	     doomed = !strcmp(c, "doomed");
-	if (!(refused || accepted || silent || unreachable || geometry || malformed || doomed)) {
+	     doomed = !strcmp(c, "doomed"), moved = !strcmp(c, "moved"),
+	     hijack = !strcmp(c, "hijack");
+	if (!(refused || accepted || silent || unreachable || geometry || malformed || doomed ||
+	      moved || hijack)) {
 		fprintf(stderr, "unknown case %s\n", c);
 		return 2;
 	}
 	lc_log_set_handler(on_log, NULL);
 	tu_pool_t s;
 	tu_pool_init(&s, "d0",
-		     silent || unreachable ? "connect_timeout_ms=1500"
+		     silent || unreachable || moved || hijack ? "connect_timeout_ms=1500"
 		     : malformed	   ? "bootstrap_timeout_ms=2000"
 					   : NULL,
 		     2, 8, 4096);
@@ -301,10 +320,17 @@ int main(int argc, char **argv)
 			 "{\"prefill_tp_size\":1,\"prefill_dp_size\":1,\"registered_ranks\":1,"
 			 "\"layers\":2,\"layout_fingerprint\":\"%016llx\"}",
 			 fp);
-	snprintf(rank_json, sizeof rank_json,
-		 malformed ? "{\"rank_ip\":\"127.0.0.1\",\"rank_port\":0}"
-			   : "{\"rank_ip\":\"127.0.0.1\",\"rank_port\":%d,\"curve_public_key\":\"\"}",
-		 p_port);
+	/* moved: the first route names a port where nothing listens; hijack:
+	 * one where something listens that is no P (it never speaks ZMTP). */
+	int alive_fd = -1;
+	if (moved)
+		set_rank("127.0.0.1", loopback_listener(NULL));
+	else if (hijack)
+		set_rank("127.0.0.1", loopback_listener(&alive_fd));
+	else
+		set_rank("127.0.0.1", p_port);
+	if (malformed)
+		snprintf(rank_json, sizeof rank_json, "{\"rank_ip\":\"127.0.0.1\",\"rank_port\":0}");
 	char bs[64];
 	snprintf(bs, sizeof bs, "127.0.0.1:%d", loopback_listener(&bs_fd));
 	pthread_t srv;
@@ -316,6 +342,46 @@ int main(int argc, char **argv)
 	lc__msg_t reg;
 	bool got_reg = false;
 	void *tx = NULL;
+
+	if (moved || hijack) {
+		/* The first route fails its room (nothing answers the REGISTER);
+		 * the next room looks the rank up again and finds it changed. */
+		int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+		EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_BOOTSTRAP_TIMEOUT,
+		       "first room: want Failed (bootstrap_timeout), got %s (%s) \"%s\"",
+		       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason),
+		       info.reason);
+		lc_receiver_destroy(r);
+		set_rank("127.0.0.1", p_port);
+		TU_OK(lc_receiver_create(d, bs, ROOM + 1, &r));
+		if (hijack) {
+			/* The pinned endpoint still accepts: the new route is an
+			 * impostor's, refused, nothing sent to it. */
+			st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+			EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_BAD_INPUT &&
+				       strstr(info.reason, "route changed during this D's session"),
+			       "second room: want Failed (bad_input) \"route changed\", got %s "
+			       "(%s) \"%s\"",
+			       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason),
+			       info.reason);
+			EXPECT(counter(d, "routes_refused") >= 1, "routes_refused not counted");
+			EXPECT(log_has("refused since the last line"), "no error line");
+			EXPECT(!inbox_next(rx, LC__MSG_REGISTER, 300, &reg),
+			       "D sent its REGISTER to the changed route");
+			close(alive_fd);
+			goto out;
+		}
+		got_reg = inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &reg);
+		TU_CHECK(got_reg, "no REGISTER from D at the moved P");
+		EXPECT(counter(d, "routes_moved") == 1, "routes_moved not counted");
+		EXPECT(log_has("moved from"), "no warning of the move");
+		tx = adv_push_to(zc, reg.reg.status_ep);
+		send_reply(tx, &reg, 0, 0, NULL, NULL);
+		st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+		EXPECT(st == LC_ROOM_BOOTSTRAPPED, "moved: want Bootstrapped, got %s \"%s\"",
+		       lc_room_status_name(st), info.reason);
+		goto out;
+	}
 
 	if (malformed || silent || unreachable) {
 		int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
