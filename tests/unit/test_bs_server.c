@@ -208,7 +208,21 @@ static void test_secret_file(void **state)
 	assert_int_equal(put(lc_bootstrap_port(b), "Bearer from-the-file", "{}", ans, sizeof ans),
 			 400);
 	lc_bootstrap_stop(b);
+	/* A secret file that holds no secret (an empty first line, or a
+	 * folder by that name): refused, never a server open to every PUT. */
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("\nsecond line\n", f);
+	fclose(f);
+	assert_int_equal(lc__bootstrap_secret(NULL, out, sizeof out), -ENODATA);
+	lc_bootstrap_params_t p = {.size = sizeof p, .host = "127.0.0.1", .port = 0};
+	b = NULL;
+	assert_fails_with(lc_bootstrap_start(&p, &b), -ENODATA, "bootstrap.secret holds no secret");
+	assert_null(b);
 	unlink(path);
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(lc__bootstrap_secret(NULL, out, sizeof out), -ENODATA);
+	rmdir(path);
 	rmdir(dir);
 	unsetenv("LAYERCAKE_SECRET_DIR");
 }
