@@ -35,6 +35,10 @@
  *   hijack         the same, but something still accepts at the pinned
  *                  endpoint: the changed route is refused (bad_input,
  *                  routes_refused), no REGISTER goes to it
+ *   api            lc_decode_create, lc_receiver_send, _metadata, _cancel,
+ *                  lc_decode_counter and _endpoint misused around a room the
+ *                  fake P accepted: each refused with its cause, nothing
+ *                  moved; the real send reaches P, the cancel too
  *
  * Exit 0 pass, 1 fail, 77 skipped.
  */
@@ -257,6 +261,106 @@ static void *inbox_bind(void *zc, char *ep, size_t cap)
 	return rx;
 }
 
+/* The receiver's calls misused around a room that a fake P accepted. */
+static void run_api(lc_decode_t *d, lc_receiver_t *r, tu_pool_t *s, const char *bs, void *rx,
+		    void *tx, const lc__msg_t *reg)
+{
+	int64_t pages[2] = {0, 1};
+	lc_receiver_pages_t pg = {.size = sizeof pg, .pages = pages, .page_count = 2, .aux_index = -1};
+	lc_room_info_t info = {.size = sizeof info};
+	EXPECT(lc_receiver_send(r, &pg) == LC_ERR_STATE &&
+		       strstr(lc_last_error(), "not Bootstrapped yet"),
+	       "send before Bootstrapped: \"%s\"", lc_last_error());
+	lc_receiver_t *r2 = NULL;
+	EXPECT(lc_receiver_create(d, bs, ROOM, &r2) == -EEXIST && !r2, "a second receiver of a room");
+	send_reply(tx, reg, 0, 0, NULL, NULL);
+	int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+	TU_CHECK(st == LC_ROOM_BOOTSTRAPPED, "want Bootstrapped, got %s \"%s\"",
+		 lc_room_status_name(st), info.reason);
+	/* Pages refused at the call, nothing granted, each with its cause. */
+	lc_receiver_pages_t bad = pg;
+	bad.pages = NULL;
+	EXPECT(lc_receiver_send(r, &bad) == -EINVAL &&
+		       strstr(lc_last_error(), "pages->pages is NULL"),
+	       "NULL pages: \"%s\"", lc_last_error());
+	bad = pg;
+	bad.aux_index = -2;
+	EXPECT(lc_receiver_send(r, &bad) == -EINVAL && strstr(lc_last_error(), "aux_index < -1"),
+	       "aux_index: \"%s\"", lc_last_error());
+	bad = pg;
+	bad.size = 8;
+	EXPECT(lc_receiver_send(r, &bad) == -EINVAL && strstr(lc_last_error(), "too small"),
+	       "size: \"%s\"", lc_last_error());
+	EXPECT(lc_receiver_send(r, NULL) == -EINVAL && strstr(lc_last_error(), "pages is NULL"),
+	       "NULL: \"%s\"", lc_last_error());
+	int64_t far[2] = {6, 8}; /* 8 pages: ids 0..7 */
+	bad = pg;
+	bad.pages = far;
+	lc_last_error_clear();
+	EXPECT(lc_receiver_send(r, &bad) == -EINVAL && strstr(lc_last_error(), "page id 8") &&
+		       strstr(lc_last_error(), "outside buffer 0"),
+	       "page 8: \"%s\"", lc_last_error());
+	int64_t neg[1] = {-1};
+	bad = pg;
+	bad.pages = neg;
+	bad.page_count = 1;
+	lc_last_error_clear();
+	EXPECT(lc_receiver_send(r, &bad) == -EINVAL && strstr(lc_last_error(), "page id -1"),
+	       "page -1: \"%s\"", lc_last_error());
+	EXPECT(lc_receiver_poll(r, &info) == LC_ROOM_BOOTSTRAPPED, "a refused send moved the room");
+	/* The real send: the transfer info reaches P with the pages. */
+	EXPECT(lc_receiver_send(r, &pg) == 0, "send: \"%s\"", lc_last_error());
+	lc__msg_t ti;
+	bool got = inbox_next(rx, LC__MSG_TRANSFER_INFO, WAIT_MS, &ti);
+	EXPECT(got && ti.info.room == ROOM && ti.info.page_count == 2 && ti.info.pages[1] == 1 &&
+		       !memcmp(ti.secret, reg->secret, LC__MSG_SECRET_LEN),
+	       "no TRANSFER_INFO with the pages at P");
+	if (got)
+		lc__msg_free(&ti);
+	EXPECT(lc_receiver_send(r, &pg) == LC_ERR_STATE && strstr(lc_last_error(), "already sent"),
+	       "second send: \"%s\"", lc_last_error());
+	/* A poll with an older, shorter info struct. */
+	lc_room_info_t small = {.size = offsetof(lc_room_info_t, reason)};
+	EXPECT(lc_receiver_poll(r, &small) == LC_ROOM_TRANSFERRING, "Transferring");
+	char meta[8];
+	EXPECT(lc_receiver_metadata(r, NULL, 4) == -EINVAL, "metadata into NULL");
+	EXPECT(lc_receiver_metadata(r, meta, sizeof meta) == LC_ERR_STATE &&
+		       strstr(lc_last_error(), "metadata is read after Success"),
+	       "metadata before Success: \"%s\"", lc_last_error());
+	EXPECT(lc_receiver_layers_ready(r) == 0, "layers before any landed");
+	/* Cancel: Failed (cancelled) with D's words, and P told. */
+	EXPECT(lc_receiver_cancel(r, "enough") == 0, "cancel");
+	st = lc_receiver_poll(r, &info);
+	EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_CANCELLED &&
+		       strstr(info.reason, "enough"),
+	       "cancelled: %s (%s) \"%s\"", lc_room_status_name(st),
+	       lc_fail_reason_name(info.fail_reason), info.reason);
+	lc__msg_t cm;
+	got = inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &cm);
+	EXPECT(got && cm.cancel.room == ROOM, "no CANCEL at P");
+	if (got)
+		lc__msg_free(&cm);
+	EXPECT(lc_receiver_cancel(r, "again") == LC_ERR_STATE, "a second cancel");
+	/* Counters and the endpoint, misused. */
+	uint64_t v = 7;
+	EXPECT(lc_decode_counter(d, "no_such_counter", &v) == -ENOENT &&
+		       strstr(lc_last_error(), "no counter named 'no_such_counter'"),
+	       "unknown counter: \"%s\"", lc_last_error());
+	EXPECT(lc_decode_counter(d, NULL, &v) == -EINVAL &&
+		       strstr(lc_last_error(), "name is NULL"),
+	       "NULL name");
+	EXPECT(lc_decode_counter(d, "inbox_conns_refused", &v) == 0 && v == 0,
+	       "inbox_conns_refused");
+	char ep[128];
+	EXPECT(lc_decode_endpoint(NULL, ep, sizeof ep) == -EINVAL &&
+		       strstr(lc_last_error(), "decode is NULL"),
+	       "endpoint of NULL");
+	EXPECT(lc_decode_endpoint(d, ep, 4) < 0, "endpoint into 4 bytes");
+	EXPECT(lc_decode_endpoint(d, ep, sizeof ep) > 0 && !strncmp(ep, "tcp://127.0.0.1:", 16),
+	       "endpoint %s", ep);
+	(void)s;
+}
+
 int main(int argc, char **argv)
 {
 	tu_watchdog(100);
@@ -269,9 +373,9 @@ int main(int argc, char **argv)
 	     silent = !strcmp(c, "silent"), unreachable = !strcmp(c, "unreachable"),
 	     geometry = !strcmp(c, "geometry"), malformed = !strcmp(c, "rank_malformed"),
 	     doomed = !strcmp(c, "doomed"), moved = !strcmp(c, "moved"),
-	     hijack = !strcmp(c, "hijack");
+	     hijack = !strcmp(c, "hijack"), api = !strcmp(c, "api");
 	if (!(refused || accepted || silent || unreachable || geometry || malformed || doomed ||
-	      moved || hijack)) {
+	      moved || hijack || api)) {
 		fprintf(stderr, "unknown case %s\n", c);
 		return 2;
 	}
@@ -289,7 +393,29 @@ int main(int argc, char **argv)
 				 .listen_url = "tcp://127.0.0.1:0",
 				 .host = "127.0.0.1",
 				 .tp_size = 1};
-	lc_decode_t *d;
+	lc_decode_t *d = NULL;
+	if (api) {
+		/* Parameters refused at create, each with its cause. */
+		lc_decode_params_t bad = dp;
+		bad.region_count = 100000;
+		EXPECT(lc_decode_create(s.ctx, &bad, &d) == -EINVAL &&
+			       strstr(lc_last_error(), "100000 regions, at most"),
+		       "region_count: \"%s\"", lc_last_error());
+		bad = dp;
+		bad.tp_rank = 2;
+		EXPECT(lc_decode_create(s.ctx, &bad, &d) == -EINVAL &&
+			       strstr(lc_last_error(), "tp_rank 2 outside [0, tp_size 1)"),
+		       "tp_rank: \"%s\"", lc_last_error());
+		bad = dp;
+		bad.listen_url = NULL;
+		EXPECT(lc_decode_create(s.ctx, &bad, &d) == -EINVAL &&
+			       strstr(lc_last_error(), "params->listen_url is required"),
+		       "listen_url: \"%s\"", lc_last_error());
+		EXPECT(lc_decode_create(s.ctx, &dp, NULL) == -EINVAL &&
+			       strstr(lc_last_error(), "out is NULL"),
+		       "out: \"%s\"", lc_last_error());
+		EXPECT(d == NULL, "a decode written on failure");
+	}
 	int rc = lc_decode_create(s.ctx, &dp, &d);
 	if (rc == LC_ENOTSUP || rc == LC_ERR_NO_TRANSPORT) {
 		fprintf(stderr, "skip: %s\n", lc_strerror(rc));
@@ -420,6 +546,11 @@ int main(int argc, char **argv)
 		int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
 		EXPECT(st == LC_ROOM_FAILED && strstr(info.reason, "refused this D"),
 		       "got %s \"%s\"", lc_room_status_name(st), info.reason);
+		goto out;
+	}
+
+	if (api) {
+		run_api(d, r, &s, bs, rx, tx, &reg);
 		goto out;
 	}
 
