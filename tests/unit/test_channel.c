@@ -81,6 +81,12 @@ static void test_key_files(void **state)
 	assert_int_equal(create_in(d, &z), -EINVAL);
 	assert_null(z);
 	rm_dir(d);
+	/* Forty characters that are not z85. */
+	const char *not_z85[] = {"curve.public", "~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~",
+				 "curve.secret", sec, NULL};
+	d = secret_dir(not_z85);
+	assert_int_equal(create_in(d, &z), -EINVAL);
+	rm_dir(d);
 	const char *folder[] = {"curve.public", NULL, "curve.secret", sec, NULL};
 	d = secret_dir(folder);
 	assert_true(create_in(d, &z) < 0);
@@ -187,6 +193,9 @@ static void test_binds(void **state)
 	assert_int_equal(got, 1);
 	assert_int_equal(len, 0);
 	free(buf);
+	assert_int_equal(lc__pull_conns_held(in), 1); /* the raw PUSH */
+	assert_int_equal(lc__pull_conns_refused(in), 0);
+	assert_int_equal(lc__pull_conns_refused(NULL), 0);
 	got = 0;
 	for (int i = 0; i < 2000 && !got; i++)
 		if (!(got = lc__pull_recv(in, &buf, &len)))
