@@ -634,6 +634,21 @@ int main(int argc, char **argv)
 		       "no CANCEL of the room with D's secret at P");
 		if (cancel)
 			lc__msg_free(&cm);
+		/* A refusal never sticks: the next room waits a moment, then
+		 * registers again, and an accepting P bootstraps it. */
+		lc_receiver_destroy(r);
+		TU_OK(lc_receiver_create(d, bs, ROOM + 1, &r));
+		lc__msg_t again;
+		bool got = inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &again);
+		EXPECT(got, "no second REGISTER after the refusal");
+		if (got) {
+			send_reply(tx, &again, 0, 0, NULL, NULL);
+			st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+			EXPECT(st == LC_ROOM_BOOTSTRAPPED,
+			       "after the refusal: want Bootstrapped, got %s \"%s\"",
+			       lc_room_status_name(st), info.reason);
+			lc__msg_free(&again);
+		}
 		goto out;
 	}
 
@@ -664,9 +679,37 @@ int main(int argc, char **argv)
 		       strstr(info.reason, "P rank 0: gone away"),
 	       "want Failed (session_gone) \"P rank 0: gone away\", got %s (%s) \"%s\"",
 	       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason), info.reason);
+	/* P no longer knows the session: the next room registers again. A
+	 * status of the final room is dropped; a Failed without a reason code
+	 * is a transfer failure. */
+	lc_receiver_t *r8;
+	TU_OK(lc_receiver_create(d, bs, ROOM + 1, &r8));
+	lc__msg_t again;
+	bool got = inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &again);
+	EXPECT(got, "no second REGISTER after session_gone");
+	if (got) {
+		send_reply(tx, &again, 0, 0, NULL, NULL);
+		st = poll_past(r8, LC_ROOM_BOOTSTRAPPING, &info);
+		EXPECT(st == LC_ROOM_BOOTSTRAPPED, "room 8: want Bootstrapped, got %s \"%s\"",
+		       lc_room_status_name(st), info.reason);
+		unexp0 = counter(d, "msgs_unexpected");
+		send_status(tx, again.secret, ROOM, LC_ROOM_FAILED, LC_FAIL_TRANSFER, "late");
+		EXPECT(counter_reaches(d, "msgs_unexpected", unexp0 + 1),
+		       "a status of a final room not counted");
+		send_status(tx, again.secret, ROOM + 1, LC_ROOM_FAILED, 0, "no code");
+		st = poll_past(r8, LC_ROOM_BOOTSTRAPPED, &info);
+		EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_TRANSFER &&
+			       strstr(info.reason, "P rank 0: no code"),
+		       "room 8: want Failed (transfer), got %s (%s) \"%s\"",
+		       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason),
+		       info.reason);
+		lc__msg_free(&again);
+	}
+	lc_receiver_destroy(r8);
 
 out:
-	fprintf(stderr, "%s: %s (%s) \"%s\"\n", c, lc_room_status_name(lc_receiver_poll(r, &info)),
+	int last = lc_receiver_poll(r, &info);
+	fprintf(stderr, "%s: %s (%s) \"%s\"\n", c, lc_room_status_name(last),
 		lc_fail_reason_name(info.fail_reason), info.reason);
 	if (failures) {
 		pthread_mutex_lock(&log_lock);
