@@ -92,7 +92,9 @@ static void *fake_main(void *arg)
 		}
 		pthread_mutex_lock(&fk.lock);
 		bool health = strstr(req, " /health") != NULL;
-		const char *a = health ? fk.health : fk.route;
+		/* A copy: the test frees its answers once the client has them,
+		 * which may be before send() here has returned. */
+		char *a = strdup(health ? fk.health : fk.route);
 		fk.requests++;
 		fk.route_requests += !health;
 		snprintf(fk.last_request, sizeof fk.last_request, "%s", req);
@@ -124,6 +126,7 @@ static void *fake_main(void *arg)
 			}
 		}
 		close(c);
+		free(a);
 	}
 }
 
