@@ -393,9 +393,10 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	snprintf(b->host, sizeof b->host, "%s", p.host && *p.host ? p.host : "0.0.0.0");
 	int rc = lc__bootstrap_secret(p.secret, b->secret, sizeof b->secret);
 	if (rc == -ENODATA) {
-		LC__FAIL_AT(LC_LOG_ERROR, rc,
-			    "bootstrap: $LAYERCAKE_SECRET_DIR/bootstrap.secret holds no secret "
-			    "(its first line is empty or unreadable): write one, or remove the file");
+		LC__FAIL_AT(
+			LC_LOG_ERROR, rc,
+			"bootstrap: $LAYERCAKE_SECRET_DIR/bootstrap.secret holds no secret "
+			"(its first line is empty or unreadable): write one, or remove the file");
 		goto fail;
 	}
 	if (rc < 0) {

@@ -200,8 +200,8 @@ static bool counter_reaches(lc_decode_t *d, const char *name, uint64_t want)
 	for (uint64_t dl = adv_now_ms() + WAIT_MS; adv_now_ms() < dl; usleep(5000))
 		if (counter(d, name) >= want)
 			return true;
-	fprintf(stderr, "counter %s: %llu, want %llu\n", name,
-		(unsigned long long)counter(d, name), (unsigned long long)want);
+	fprintf(stderr, "counter %s: %llu, want %llu\n", name, (unsigned long long)counter(d, name),
+		(unsigned long long)want);
 	return false;
 }
 
@@ -219,7 +219,8 @@ static void send_reply(void *tx, const lc__msg_t *reg, uint32_t p_rank, int32_t 
 {
 	lc__msg_t m = {.type = LC__MSG_REGISTER_REPLY};
 	memcpy(m.secret, secret ? secret : reg->secret, LC__MSG_SECRET_LEN);
-	snprintf(m.reply.session, sizeof m.reply.session, "%s", session ? session : reg->reg.session);
+	snprintf(m.reply.session, sizeof m.reply.session, "%s",
+		 session ? session : reg->reg.session);
 	m.reply.p_rank = p_rank;
 	m.reply.result = result;
 	snprintf(m.reply.reason, sizeof m.reply.reason, "%s", result ? "forged refusal" : "");
@@ -266,13 +267,15 @@ static void run_api(lc_decode_t *d, lc_receiver_t *r, tu_pool_t *s, const char *
 		    void *tx, const lc__msg_t *reg)
 {
 	int64_t pages[2] = {0, 1};
-	lc_receiver_pages_t pg = {.size = sizeof pg, .pages = pages, .page_count = 2, .aux_index = -1};
+	lc_receiver_pages_t pg = {
+		.size = sizeof pg, .pages = pages, .page_count = 2, .aux_index = -1};
 	lc_room_info_t info = {.size = sizeof info};
 	EXPECT(lc_receiver_send(r, &pg) == LC_ERR_STATE &&
 		       strstr(lc_last_error(), "not Bootstrapped yet"),
 	       "send before Bootstrapped: \"%s\"", lc_last_error());
 	lc_receiver_t *r2 = NULL;
-	EXPECT(lc_receiver_create(d, bs, ROOM, &r2) == -EEXIST && !r2, "a second receiver of a room");
+	EXPECT(lc_receiver_create(d, bs, ROOM, &r2) == -EEXIST && !r2,
+	       "a second receiver of a room");
 	send_reply(tx, reg, 0, 0, NULL, NULL);
 	int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
 	TU_CHECK(st == LC_ROOM_BOOTSTRAPPED, "want Bootstrapped, got %s \"%s\"",
@@ -346,8 +349,7 @@ static void run_api(lc_decode_t *d, lc_receiver_t *r, tu_pool_t *s, const char *
 	EXPECT(lc_decode_counter(d, "no_such_counter", &v) == -ENOENT &&
 		       strstr(lc_last_error(), "no counter named 'no_such_counter'"),
 	       "unknown counter: \"%s\"", lc_last_error());
-	EXPECT(lc_decode_counter(d, NULL, &v) == -EINVAL &&
-		       strstr(lc_last_error(), "name is NULL"),
+	EXPECT(lc_decode_counter(d, NULL, &v) == -EINVAL && strstr(lc_last_error(), "name is NULL"),
 	       "NULL name");
 	EXPECT(lc_decode_counter(d, "inbox_conns_refused", &v) == 0 && v == 0,
 	       "inbox_conns_refused");
@@ -383,8 +385,8 @@ int main(int argc, char **argv)
 	tu_pool_t s;
 	tu_pool_init(&s, "d0",
 		     silent || unreachable || moved || hijack ? "connect_timeout_ms=1500"
-		     : malformed	   ? "bootstrap_timeout_ms=2000"
-					   : NULL,
+		     : malformed                              ? "bootstrap_timeout_ms=2000"
+							      : NULL,
 		     2, 8, 4096);
 	lc_decode_params_t dp = {.size = sizeof dp,
 				 .layout = s.layout,
@@ -431,10 +433,11 @@ int main(int argc, char **argv)
 		p_port = loopback_listener(NULL);
 	unsigned long long fp = (unsigned long long)lc_layout_fingerprint(s.layout);
 	if (geometry)
-		snprintf(parallel_json, sizeof parallel_json,
-			 "{\"prefill_tp_size\":1,\"prefill_dp_size\":1,\"registered_ranks\":1,"
-			 "\"layers\":2,\"layout_fingerprint\":\"%016llx\",\"kv_item_lens\":[1,2,3]}",
-			 fp ^ 0x1234);
+		snprintf(
+			parallel_json, sizeof parallel_json,
+			"{\"prefill_tp_size\":1,\"prefill_dp_size\":1,\"registered_ranks\":1,"
+			"\"layers\":2,\"layout_fingerprint\":\"%016llx\",\"kv_item_lens\":[1,2,3]}",
+			fp ^ 0x1234);
 	else if (doomed)
 		snprintf(parallel_json, sizeof parallel_json,
 			 "{\"prefill_tp_size\":2,\"prefill_dp_size\":1,\"registered_ranks\":2,"
@@ -456,7 +459,8 @@ int main(int argc, char **argv)
 	else
 		set_rank("127.0.0.1", p_port);
 	if (malformed)
-		snprintf(rank_json, sizeof rank_json, "{\"rank_ip\":\"127.0.0.1\",\"rank_port\":0}");
+		snprintf(rank_json, sizeof rank_json,
+			 "{\"rank_ip\":\"127.0.0.1\",\"rank_port\":0}");
 	char bs[64];
 	snprintf(bs, sizeof bs, "127.0.0.1:%d", loopback_listener(&bs_fd));
 	pthread_t srv;
@@ -475,8 +479,7 @@ int main(int argc, char **argv)
 		int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
 		EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_BOOTSTRAP_TIMEOUT,
 		       "first room: want Failed (bootstrap_timeout), got %s (%s) \"%s\"",
-		       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason),
-		       info.reason);
+		       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason), info.reason);
 		lc_receiver_destroy(r);
 		set_rank("127.0.0.1", p_port);
 		TU_OK(lc_receiver_create(d, bs, ROOM + 1, &r));
@@ -515,7 +518,8 @@ int main(int argc, char **argv)
 		       "want Failed (bootstrap_timeout), got %s (%s)", lc_room_status_name(st),
 		       lc_fail_reason_name(info.fail_reason));
 		if (malformed)
-			EXPECT(strstr(info.reason, "malformed reply"), "reason \"%s\"", info.reason);
+			EXPECT(strstr(info.reason, "malformed reply"), "reason \"%s\"",
+			       info.reason);
 		else {
 			EXPECT(counter(d, "registrations_unanswered") >= 1,
 			       "registrations_unanswered not counted");
@@ -624,9 +628,9 @@ int main(int argc, char **argv)
 		EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_BAD_INPUT &&
 			       strstr(info.reason, "P rank 0 refused this D: forged refusal"),
 		       "want Failed (bad_input) \"refused this D\", got %s (%s) \"%s\"",
-		       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason),
-		       info.reason);
-		EXPECT(counter_reaches(d, "registrations_refused", ref0 + 1), "refusal not counted");
+		       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason), info.reason);
+		EXPECT(counter_reaches(d, "registrations_refused", ref0 + 1),
+		       "refusal not counted");
 		lc__msg_t cm;
 		bool cancel = inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &cm);
 		EXPECT(cancel && cm.cancel.room == ROOM &&
@@ -701,8 +705,7 @@ int main(int argc, char **argv)
 		EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_TRANSFER &&
 			       strstr(info.reason, "P rank 0: no code"),
 		       "room 8: want Failed (transfer), got %s (%s) \"%s\"",
-		       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason),
-		       info.reason);
+		       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason), info.reason);
 		lc__msg_free(&again);
 	}
 	lc_receiver_destroy(r8);

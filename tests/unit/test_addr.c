@@ -215,9 +215,9 @@ static void test_mapped_and_kept(void **state)
 	assert_string_equal(out, "tcp://nohost");
 	/* A wildcard towards an IPv6 loopback peer: the route's address. */
 	if (lc__addr_route_local("::1", out, sizeof out) == 0) {
-		assert_int_equal(lc__addr_url_for("tcp://[::]:9", "::1", out, sizeof out, why,
-						  sizeof why),
-				 0);
+		assert_int_equal(
+			lc__addr_url_for("tcp://[::]:9", "::1", out, sizeof out, why, sizeof why),
+			0);
 		assert_string_equal(out, "tcp://[::1]:9");
 	}
 	/* The public address wins over a bound one too. */

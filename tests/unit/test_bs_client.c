@@ -176,7 +176,7 @@ static int teardown(void **state)
 }
 
 #define PARALLEL_OK                                                                                \
-	"{\"prefill_tp_size\":4,\"prefill_dp_size\":2,\"registered_ranks\":3,\"layers\":7,"         \
+	"{\"prefill_tp_size\":4,\"prefill_dp_size\":2,\"registered_ranks\":3,\"layers\":7,"        \
 	"\"layout_fingerprint\":\"00000000deadbeef\",\"kv_item_lens\":[10,20,30]}"
 
 /* A 200 to GET /route that is the parallel info, and the ones that are not. */

@@ -28,7 +28,8 @@
 		int got_ = (call);                                                                 \
 		assert_int_equal(got_, (rc));                                                      \
 		if (!strstr(lc_last_error(), (want)))                                              \
-			fail_msg("%s: reason \"%s\" lacks \"%s\"", #call, lc_last_error(), (want)); \
+			fail_msg("%s: reason \"%s\" lacks \"%s\"", #call, lc_last_error(),         \
+				 (want));                                                          \
 	} while (0)
 
 /* One raw request to host:port (family af); the status, the whole answer
@@ -36,9 +37,11 @@
 static int raw(int af, int port, const char *request, size_t req_len, char *out, size_t cap)
 {
 	int s = socket(af, SOCK_STREAM, 0);
-	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+	struct sockaddr_in a4 = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port),
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
+				  .sin6_port = htons((uint16_t)port),
 				  .sin6_addr = IN6ADDR_LOOPBACK_INIT};
 	assert_true(s >= 0);
 	int rc = af == AF_INET ? connect(s, (struct sockaddr *)&a4, sizeof a4)
@@ -77,8 +80,8 @@ static int raw(int af, int port, const char *request, size_t req_len, char *out,
 static int get(int port, const char *path, char *out, size_t cap)
 {
 	char req[512];
-	int n = snprintf(req, sizeof req,
-			 "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+	int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+			 path);
 	return raw(AF_INET, port, req, (size_t)n, out, cap);
 }
 
@@ -228,8 +231,8 @@ static void test_secret_file(void **state)
 }
 
 #define RANK0                                                                                      \
-	"{\"role\":\"Prefill\",\"world_size\":2,\"dp_size\":1,\"rank_ip\":\"127.0.0.1\","           \
-	"\"rank_port\":4000,\"engine_rank\":0,\"kv_item_lens\":[64,64],"                          \
+	"{\"role\":\"Prefill\",\"world_size\":2,\"dp_size\":1,\"rank_ip\":\"127.0.0.1\","          \
+	"\"rank_port\":4000,\"engine_rank\":0,\"kv_item_lens\":[64,64],"                           \
 	"\"layout_fingerprint\":\"00000000000000aa\",\"layers\":1"
 
 /* Queries, methods and paths no client of the routes sends. */
@@ -264,7 +267,8 @@ static void test_requests(void **state)
 		{"/route?engine_rank=0&target_dp_group=-1", 400, "must be >= 0 (or both -1)"},
 		{"/route?engine_rank=5&target_dp_group=0", 404, "unknown rank: engine_rank 5"},
 		{"/route?engine_rank=0&target_dp_group=3", 404, "unknown rank"},
-		{"/route?engine_rank=1&target_dp_group=0", 404, "unknown rank"}, /* not registered */
+		{"/route?engine_rank=1&target_dp_group=0", 404,
+		 "unknown rank"}, /* not registered */
 		{"/route?x=1&engine_rank=0&target_dp_group=0", 200, "\"rank_port\":4000"},
 		{"/route?engine_rank=-1&target_dp_group=-1", 200, "\"kv_item_lens\":[64,64]"},
 		{"/nowhere", 404, "no such route"},
@@ -279,7 +283,7 @@ static void test_requests(void **state)
 		const char *method, *path;
 		int code;
 	} other[] = {
-		{"POST", "/health", 405}, {"HEAD", "/health", 200}, {"POST", "/metrics", 405},
+		{"POST", "/health", 405},  {"HEAD", "/health", 200}, {"POST", "/metrics", 405},
 		{"DELETE", "/route", 405}, {"GET", "/metrics", 200},
 	};
 	for (size_t i = 0; i < sizeof other / sizeof *other; i++) {
