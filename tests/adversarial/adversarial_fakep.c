@@ -24,6 +24,7 @@
  *   geometry       P's parallel info has another buffer count and another
  *                  fingerprint: D warns "geometry differs" before it
  *                  registers (P refuses; here, the fake P refuses)
+ *   fingerprint    the same with only the fingerprint differing
  *   rank_malformed GET /route of the rank answers no endpoint: the room
  *                  fails at bootstrap_timeout_ms saying "malformed reply"
  *   doomed         P's TP is twice D's and its page lengths cannot pair with
@@ -276,6 +277,15 @@ static void run_api(lc_decode_t *d, lc_receiver_t *r, tu_pool_t *s, const char *
 	lc_receiver_t *r2 = NULL;
 	EXPECT(lc_receiver_create(d, bs, ROOM, &r2) == -EEXIST && !r2,
 	       "a second receiver of a room");
+	EXPECT(lc_receiver_create(d, "localhost", ROOM + 5, &r2) == -EINVAL &&
+		       strstr(lc_last_error(), "missing port"),
+	       "bootstrap \"localhost\": \"%s\"", lc_last_error());
+	EXPECT(lc_receiver_create(d, "tcp://127.0.0.1:5", ROOM + 5, &r2) == -EINVAL &&
+		       strstr(lc_last_error(), "not the bootstrap server's scheme"),
+	       "bootstrap tcp://: \"%s\"", lc_last_error());
+	/* Another P's bootstrap server (nothing there): a peer of its own. */
+	TU_OK(lc_receiver_create(d, "127.0.0.1:1", ROOM + 5, &r2));
+	lc_receiver_destroy(r2);
 	send_reply(tx, reg, 0, 0, NULL, NULL);
 	int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
 	TU_CHECK(st == LC_ROOM_BOOTSTRAPPED, "want Bootstrapped, got %s \"%s\"",
@@ -375,9 +385,10 @@ int main(int argc, char **argv)
 	     silent = !strcmp(c, "silent"), unreachable = !strcmp(c, "unreachable"),
 	     geometry = !strcmp(c, "geometry"), malformed = !strcmp(c, "rank_malformed"),
 	     doomed = !strcmp(c, "doomed"), moved = !strcmp(c, "moved"),
-	     hijack = !strcmp(c, "hijack"), api = !strcmp(c, "api");
+	     hijack = !strcmp(c, "hijack"), api = !strcmp(c, "api"),
+	     fpdiff = !strcmp(c, "fingerprint");
 	if (!(refused || accepted || silent || unreachable || geometry || malformed || doomed ||
-	      moved || hijack || api)) {
+	      moved || hijack || api || fpdiff)) {
 		fprintf(stderr, "unknown case %s\n", c);
 		return 2;
 	}
@@ -444,11 +455,14 @@ int main(int argc, char **argv)
 			 "\"layers\":2,\"layout_fingerprint\":\"%016llx\","
 			 "\"kv_item_lens\":[3,3,3,3]}",
 			 fp);
+	else if (refused) /* an older P: no fingerprint (D checks nothing) */
+		snprintf(parallel_json, sizeof parallel_json,
+			 "{\"prefill_tp_size\":1,\"prefill_dp_size\":1,\"registered_ranks\":1}");
 	else
 		snprintf(parallel_json, sizeof parallel_json,
 			 "{\"prefill_tp_size\":1,\"prefill_dp_size\":1,\"registered_ranks\":1,"
 			 "\"layers\":2,\"layout_fingerprint\":\"%016llx\"}",
-			 fp);
+			 fpdiff ? fp ^ 0x1234 : fp);
 	/* moved: the first route names a port where nothing listens; hijack:
 	 * one where something listens that is no P (it never speaks ZMTP). */
 	int alive_fd = -1;
@@ -532,6 +546,17 @@ int main(int argc, char **argv)
 			EXPECT(!silent || strstr(info.reason, "cannot reach this D"),
 			       "reason \"%s\"", info.reason);
 		}
+		if (unreachable) {
+			/* The next room looks the rank up again; the same route
+			 * (pinned, unchanged) is followed and fails the same way. */
+			lc_receiver_destroy(r);
+			TU_OK(lc_receiver_create(d, bs, ROOM + 1, &r));
+			st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+			EXPECT(st == LC_ROOM_FAILED && strstr(info.reason, "cannot reach P rank 0"),
+			       "second room: %s \"%s\"", lc_room_status_name(st), info.reason);
+			EXPECT(counter(d, "routes_refused") == 0 && counter(d, "routes_moved") == 0,
+			       "an unchanged route taken as a change");
+		}
 		goto out;
 	}
 
@@ -543,8 +568,10 @@ int main(int argc, char **argv)
 	       reg.reg.status_ep);
 	tx = adv_push_to(zc, reg.reg.status_ep);
 
-	if (geometry) {
-		EXPECT(log_has("geometry differs from P") && log_has("buffer count differs"),
+	if (geometry || fpdiff) {
+		EXPECT(log_has("geometry differs from P") &&
+			       log_has(geometry ? "buffer count differs"
+						: "layout fingerprint differs"),
 		       "no warning of the geometry");
 		send_reply(tx, &reg, 0, LC_ERR_GEOMETRY, NULL, NULL);
 		int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
