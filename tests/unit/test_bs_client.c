@@ -333,6 +333,77 @@ static void test_retries(void **state)
 	free(pi);
 }
 
+/* Options left out take their defaults; a reason buffer left out is not
+ * written; the parallel info's lengths are capped and a non-array ignored. */
+static void test_defaults_and_edges(void **state)
+{
+	(void)state;
+	lc__parallel_info_t *pi = calloc(1, sizeof *pi);
+	lc__rank_info_t ri;
+	char *ok = http(200, "{\"rank_ip\":\"127.0.0.1\",\"rank_port\":5001}");
+	fake_set(ok, ok);
+	assert_int_equal(lc__bootstrap_get_rank(fk.addr, 0, 0, NULL, &ri, NULL, 0), 0);
+	assert_int_equal(ri.rank_port, 5001);
+	lc__http_opts_t zero = {.timeout_ms = 0, .retries = -1};
+	assert_int_equal(lc__bootstrap_get_rank(fk.addr, 0, 0, &zero, &ri, NULL, 0), 0);
+	free(ok);
+	/* Defaults: 2 retries after a 5xx; no reason asked for. */
+	char *e503 = http(503, "busy");
+	fake_set(e503, e503);
+	assert_int_equal(lc__bootstrap_get_rank(fk.addr, 0, 0, NULL, &ri, NULL, 0),
+			 LC_ERR_BOOTSTRAP);
+	assert_int_equal(fake_count(true), 3);
+	free(e503);
+	char *bad = http(200, "{}");
+	fake_set(bad, bad);
+	assert_int_equal(lc__bootstrap_get_rank(fk.addr, 0, 0, NULL, &ri, NULL, 0),
+			 LC_ERR_BOOTSTRAP);
+	assert_int_equal(lc__bootstrap_get_parallel(fk.addr, NULL, pi, NULL, 0), LC_ERR_BOOTSTRAP);
+	free(bad);
+	/* The reason shows at most the answer's first bytes, control
+	 * characters made harmless. */
+	char why[512];
+	char *ctl =
+		http(200, "\x01\x02\tjunk that goes on and on and on and on and on and on and on");
+	fake_set(ctl, ctl);
+	assert_int_equal(lc__bootstrap_get_parallel(fk.addr, NULL, pi, why, sizeof why),
+			 LC_ERR_BOOTSTRAP);
+	assert_non_null(strstr(why, "\"...junk that goes on"));
+	assert_null(strstr(why, "on and on and on and on and on and on"));
+	free(ctl);
+	/* kv_item_lens not an array: no lengths; more than LC__BS_MAX_LENS:
+	 * the first LC__BS_MAX_LENS. */
+	char *nolens = http(200, "{\"prefill_tp_size\":1,\"prefill_dp_size\":1,"
+				 "\"kv_item_lens\":5}");
+	fake_set(nolens, nolens);
+	assert_int_equal(lc__bootstrap_get_parallel(fk.addr, NULL, pi, why, sizeof why), 0);
+	assert_int_equal(pi->nlens, 0);
+	free(nolens);
+	size_t cap = 64 + 5 * (LC__BS_MAX_LENS + 10);
+	char *body = malloc(cap), *p = body;
+	p += sprintf(p, "{\"prefill_tp_size\":1,\"prefill_dp_size\":1,\"kv_item_lens\":[");
+	for (int i = 0; i < LC__BS_MAX_LENS + 10; i++)
+		p += sprintf(p, "%s7", i ? "," : "");
+	sprintf(p, "]}");
+	char *many = malloc(strlen(body) + 256);
+	sprintf(many, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+		strlen(body), body);
+	fake_set(many, many);
+	assert_int_equal(lc__bootstrap_get_parallel(fk.addr, NULL, pi, why, sizeof why), 0);
+	assert_int_equal(pi->nlens, LC__BS_MAX_LENS);
+	assert_true(pi->kv_item_lens[LC__BS_MAX_LENS - 1] == 7);
+	free(many);
+	free(body);
+	/* A raw request whose answer is not wanted. */
+	char *okh = http(200, "ok");
+	fake_set(okh, okh);
+	char url[96];
+	snprintf(url, sizeof url, "http://%s/health", fk.addr);
+	assert_int_equal(lc__http_request("GET", url, NULL, 0, NULL, 3000, NULL, NULL), 200);
+	free(okh);
+	free(pi);
+}
+
 /* GET /route for one rank: the endpoint, or "malformed reply". */
 static void test_rank_bodies(void **state)
 {
@@ -474,7 +545,7 @@ int main(void)
 		cmocka_unit_test(test_parallel_bodies), cmocka_unit_test(test_parallel_404),
 		cmocka_unit_test(test_retries),         cmocka_unit_test(test_rank_bodies),
 		cmocka_unit_test(test_register),        cmocka_unit_test(test_health_and_head),
-		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_refused),         cmocka_unit_test(test_defaults_and_edges),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -270,6 +270,8 @@ static void test_requests(void **state)
 		{"/route?engine_rank=1&target_dp_group=0", 404,
 		 "unknown rank"}, /* not registered */
 		{"/route?x=1&engine_rank=0&target_dp_group=0", 200, "\"rank_port\":4000"},
+		{"/route?engine_rankx=1&engine_rank=0&target_dp_group=0", 200, "\"rank_port\""},
+		{"/route?engine_rank=0&target_dp_group=x", 400, "must be integers"},
 		{"/route?engine_rank=-1&target_dp_group=-1", 200, "\"kv_item_lens\":[64,64]"},
 		{"/nowhere", 404, "no such route"},
 	};
@@ -356,6 +358,34 @@ static void test_puts(void **state)
 			fail_msg("PUT ...%s: HTTP %d, want %d with \"%s\": %s", puts_[i].tail, code,
 				 puts_[i].code, puts_[i].words, out);
 	}
+	/* A rank that proposes its own owner token keeps it; its refresh with
+	 * the token is taken; a token that is not hex is refused. */
+	const char *own = "0123456789abcdef0123456789abcdef";
+	char body[1024];
+	snprintf(body, sizeof body,
+		 "{\"role\":\"Prefill\",\"world_size\":2,\"dp_size\":1,\"rank_ip\":\"127.0.0.1\","
+		 "\"rank_port\":4001,\"engine_rank\":1,\"kv_item_lens\":[64,64],"
+		 "\"layout_fingerprint\":\"00000000000000aa\",\"layers\":1,\"owner_token\":\"%s\"}",
+		 own);
+	assert_int_equal(put(port, NULL, body, out, sizeof out), 200);
+	assert_non_null(strstr(out, own));
+	assert_int_equal(put(port, NULL, body, out, sizeof out), 200); /* the refresh */
+	assert_non_null(strstr(out, own));
+	snprintf(body, sizeof body, "%s,\"owner_token\":\"%s\"}", RANK0,
+		 "0123456789abcdef0123456789abcdeZ");
+	assert_int_equal(put(port, NULL, body, out, sizeof out), 400);
+	assert_non_null(strstr(out, "owner_token is not 32 lowercase hex digits"));
+	/* The handler itself: no method, a body over the limit. */
+	char *huge = calloc(1, LC__BS_BODY_MAX + 1), *resp;
+	size_t rlen;
+	assert_int_equal(lc__bootstrap_handle(b, NULL, "/route", NULL, NULL, NULL, 0, &resp, &rlen),
+			 400);
+	free(resp);
+	assert_int_equal(lc__bootstrap_handle(b, "PUT", "/route", NULL, NULL, huge,
+					      LC__BS_BODY_MAX + 1, &resp, &rlen),
+			 413);
+	free(resp);
+	free(huge);
 	/* Rank 1 with another layout than rank 0 fixed. */
 	static const struct {
 		const char *body;
