@@ -145,6 +145,9 @@ static void *bs_main(void *arg)
 	}
 }
 
+/* A loopback port: listening, its socket in *fd_out; or (fd_out NULL)
+ * bound and never listening, so that a connection there is refused and no
+ * other process can take the port meanwhile (kept until exit). */
 static int loopback_listener(int *fd_out)
 {
 	int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -156,8 +159,6 @@ static int loopback_listener(int *fd_out)
 		 "a loopback port");
 	if (fd_out)
 		*fd_out = s;
-	else
-		close(s);
 	return ntohs(a.sin_port);
 }
 

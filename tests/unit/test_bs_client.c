@@ -521,8 +521,9 @@ static void test_refused(void **state)
 	assert_true(bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
 		    getsockname(s, (struct sockaddr *)&a, &n) == 0);
 	char addr[64], why[512];
+	/* Bound, never listening: refused, and no other process takes the
+	 * port meanwhile. */
 	snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(a.sin_port));
-	close(s);
 	int fail = -1;
 	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 0, .fail = &fail};
 	lc__parallel_info_t *pi = calloc(1, sizeof *pi);
@@ -534,6 +535,7 @@ static void test_refused(void **state)
 	assert_int_equal(lc__bootstrap_get_rank(addr, 0, 0, &o, &ri, why, sizeof why),
 			 LC_ERR_UNREACHABLE);
 	assert_non_null(strstr(why, "GET /route (rank) at"));
+	close(s);
 	free(pi);
 }
 
