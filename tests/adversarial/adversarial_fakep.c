@@ -36,6 +36,10 @@
  *   hijack         the same, but something still accepts at the pinned
  *                  endpoint: the changed route is refused (bad_input,
  *                  routes_refused), no REGISTER goes to it
+ *   claims         after D sent its pages, a Success (twice, with metadata)
+ *                  though nothing landed fails the room ("peer claimed
+ *                  success: 0 of N bytes landed") and D cancels at P; a
+ *                  P silent after the pages fails it at waiting_timeout_ms
  *   api            lc_decode_create, lc_receiver_send, _metadata, _cancel,
  *                  lc_decode_counter and _endpoint misused around a room the
  *                  fake P accepted: each refused with its cause, nothing
@@ -59,6 +63,7 @@
 #include "testutil.h"
 
 #define WAIT_MS 20000 /* generous: a loaded 2-core VM, sanitizers */
+#define ROOM 7
 
 static int failures;
 
@@ -241,6 +246,67 @@ static void send_status(void *tx, const uint8_t *secret, uint64_t room, int stat
 	adv_send_msg(tx, &m, 0);
 }
 
+/* A Success carrying metadata, as P's engine sends it when it is done. */
+static void send_success(void *tx, const uint8_t *secret, uint64_t room, const char *meta)
+{
+	lc__msg_t m = {.type = LC__MSG_STATUS};
+	memcpy(m.secret, secret, LC__MSG_SECRET_LEN);
+	m.status.room = room;
+	m.status.status = LC_ROOM_SUCCESS;
+	m.status.metadata = (uint8_t *)meta;
+	m.status.metadata_len = (uint32_t)strlen(meta);
+	adv_send_msg(tx, &m, 0);
+}
+
+/* A P that says Success though nothing of the room landed (twice, with
+ * metadata), and one that never says anything after D sent its pages. */
+static void run_claims(lc_decode_t *d, lc_receiver_t *r, const char *bs, void *rx, void *tx,
+		       const lc__msg_t *reg)
+{
+	int64_t pages[2] = {2, 3};
+	lc_receiver_pages_t pg = {
+		.size = sizeof pg, .pages = pages, .page_count = 2, .aux_index = -1};
+	lc_room_info_t info = {.size = sizeof info};
+	send_reply(tx, reg, 0, 0, NULL, NULL);
+	int st = poll_past(r, LC_ROOM_BOOTSTRAPPING, &info);
+	TU_CHECK(st == LC_ROOM_BOOTSTRAPPED, "want Bootstrapped, got %s \"%s\"",
+		 lc_room_status_name(st), info.reason);
+	TU_OK(lc_receiver_send(r, &pg));
+	lc__msg_t m;
+	if (inbox_next(rx, LC__MSG_TRANSFER_INFO, WAIT_MS, &m))
+		lc__msg_free(&m);
+	send_success(tx, reg->secret, ROOM, "meta-1");
+	send_success(tx, reg->secret, ROOM, "meta-2");
+	st = poll_past(r, LC_ROOM_TRANSFERRING, &info);
+	EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_TRANSFER &&
+		       strstr(info.reason, "peer claimed success: 0 of 32768 bytes landed"),
+	       "claimed: want Failed (transfer) \"peer claimed success\", got %s (%s) \"%s\"",
+	       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason), info.reason);
+	char meta[16];
+	EXPECT(lc_receiver_metadata(r, meta, sizeof meta) == LC_ERR_STATE,
+	       "metadata of a failed room");
+	EXPECT(lc_receiver_layers_ready(r) == 0, "layers of a failed room");
+	bool cancel = inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &m);
+	EXPECT(cancel && m.cancel.room == ROOM, "no CANCEL at P after the lie");
+	if (cancel)
+		lc__msg_free(&m);
+	/* Sent, then silence: waiting_timeout_ms (2 s here) fails the room. */
+	lc_receiver_t *r2;
+	TU_OK(lc_receiver_create(d, bs, ROOM + 1, &r2));
+	st = poll_past(r2, LC_ROOM_BOOTSTRAPPING, &info);
+	EXPECT(st == LC_ROOM_BOOTSTRAPPED, "room 8: got %s \"%s\"", lc_room_status_name(st),
+	       info.reason);
+	if (st == LC_ROOM_BOOTSTRAPPED) {
+		TU_OK(lc_receiver_send(r2, &pg));
+		st = poll_past(r2, LC_ROOM_TRANSFERRING, &info);
+		EXPECT(st == LC_ROOM_FAILED && info.fail_reason == LC_FAIL_WAITING_TIMEOUT &&
+			       strstr(info.reason, "no final status within 2000 ms"),
+		       "room 8: want Failed (waiting_timeout), got %s (%s) \"%s\"",
+		       lc_room_status_name(st), lc_fail_reason_name(info.fail_reason), info.reason);
+	}
+	lc_receiver_destroy(r2);
+}
+
 static void send_layers(void *tx, const uint8_t *secret, uint64_t room, uint32_t layers)
 {
 	lc__msg_t m = {.type = LC__MSG_LAYERS};
@@ -250,7 +316,6 @@ static void send_layers(void *tx, const uint8_t *secret, uint64_t room, uint32_t
 	adv_send_msg(tx, &m, 0);
 }
 
-#define ROOM 7
 
 /* The fake P rank's inbox: a PULL bound on loopback, its endpoint in ep. */
 static void *inbox_bind(void *zc, char *ep, size_t cap)
@@ -387,9 +452,9 @@ int main(int argc, char **argv)
 	     geometry = !strcmp(c, "geometry"), malformed = !strcmp(c, "rank_malformed"),
 	     doomed = !strcmp(c, "doomed"), moved = !strcmp(c, "moved"),
 	     hijack = !strcmp(c, "hijack"), api = !strcmp(c, "api"),
-	     fpdiff = !strcmp(c, "fingerprint");
+	     fpdiff = !strcmp(c, "fingerprint"), claims = !strcmp(c, "claims");
 	if (!(refused || accepted || silent || unreachable || geometry || malformed || doomed ||
-	      moved || hijack || api || fpdiff)) {
+	      moved || hijack || api || fpdiff || claims)) {
 		fprintf(stderr, "unknown case %s\n", c);
 		return 2;
 	}
@@ -398,7 +463,8 @@ int main(int argc, char **argv)
 	tu_pool_init(&s, "d0",
 		     silent || unreachable || moved || hijack ? "connect_timeout_ms=1500"
 		     : malformed                              ? "bootstrap_timeout_ms=2000"
-							      : NULL,
+		     : claims ? "landed_wait_ms=200,waiting_timeout_ms=2000"
+			      : NULL,
 		     2, 8, 4096);
 	lc_decode_params_t dp = {.size = sizeof dp,
 				 .layout = s.layout,
@@ -583,6 +649,10 @@ int main(int argc, char **argv)
 
 	if (api) {
 		run_api(d, r, &s, bs, rx, tx, &reg);
+		goto out;
+	}
+	if (claims) {
+		run_claims(d, r, bs, rx, tx, &reg);
 		goto out;
 	}
 
