@@ -316,7 +316,6 @@ static void send_layers(void *tx, const uint8_t *secret, uint64_t room, uint32_t
 	adv_send_msg(tx, &m, 0);
 }
 
-
 /* The fake P rank's inbox: a PULL bound on loopback, its endpoint in ep. */
 static void *inbox_bind(void *zc, char *ep, size_t cap)
 {
@@ -387,8 +386,27 @@ static void run_api(lc_decode_t *d, lc_receiver_t *r, tu_pool_t *s, const char *
 	EXPECT(lc_receiver_send(r, &bad) == -EINVAL && strstr(lc_last_error(), "page id -1"),
 	       "page -1: \"%s\"", lc_last_error());
 	EXPECT(lc_receiver_poll(r, &info) == LC_ROOM_BOOTSTRAPPED, "a refused send moved the room");
-	/* The real send: the transfer info reaches P with the pages. */
-	EXPECT(lc_receiver_send(r, &pg) == 0, "send: \"%s\"", lc_last_error());
+	bad = pg;
+	bad.state_slot_count = 1;
+	EXPECT(lc_receiver_send(r, &bad) == -EINVAL &&
+		       strstr(lc_last_error(), "pages->state_slots is NULL"),
+	       "NULL slots: \"%s\"", lc_last_error());
+	bad = pg;
+	bad.page_count = (size_t)1 << 40; /* refused before a page is read */
+	EXPECT(lc_receiver_send(r, &bad) == -EINVAL && strstr(lc_last_error(), "too many pages"),
+	       "too many pages: \"%s\"", lc_last_error());
+	bad = pg;
+	bad.state_slots = pages;
+	bad.state_slot_count = 1000;
+	EXPECT(lc_receiver_send(r, &bad) == -EINVAL &&
+		       strstr(lc_last_error(), "too many state slots"),
+	       "too many slots: \"%s\"", lc_last_error());
+	/* The real send, from an older caller's struct without aux_index and
+	 * the state slots (aux_index -1): the transfer info reaches P. */
+	lc_receiver_pages_t old = pg;
+	old.size = offsetof(lc_receiver_pages_t, aux_index);
+	old.aux_index = 12345; /* past the caller's struct: not read */
+	EXPECT(lc_receiver_send(r, &old) == 0, "send: \"%s\"", lc_last_error());
 	lc__msg_t ti;
 	bool got = inbox_next(rx, LC__MSG_TRANSFER_INFO, WAIT_MS, &ti);
 	EXPECT(got && ti.info.room == ROOM && ti.info.page_count == 2 && ti.info.pages[1] == 1 &&
@@ -420,8 +438,47 @@ static void run_api(lc_decode_t *d, lc_receiver_t *r, tu_pool_t *s, const char *
 	if (got)
 		lc__msg_free(&cm);
 	EXPECT(lc_receiver_cancel(r, "again") == LC_ERR_STATE, "a second cancel");
+	/* NULL handles: refused, each naming what is NULL. */
+	EXPECT(lc_receiver_cancel(NULL, "x") == -EINVAL, "cancel of NULL");
+	EXPECT(lc_receiver_poll(NULL, &info) == -EINVAL, "poll of NULL");
+	EXPECT(lc_receiver_metadata(NULL, NULL, 0) == -EINVAL &&
+		       strstr(lc_last_error(), "receiver is NULL"),
+	       "metadata of NULL");
+	EXPECT(lc_receiver_send(NULL, &pg) == -EINVAL &&
+		       strstr(lc_last_error(), "receiver is NULL"),
+	       "send of NULL");
+	EXPECT(lc_receiver_create(d, bs, 1, NULL) == -EINVAL &&
+		       strstr(lc_last_error(), "out is NULL"),
+	       "create into NULL");
+	EXPECT(lc_receiver_create(NULL, bs, 1, &r2) == -EINVAL &&
+		       strstr(lc_last_error(), "decode is NULL"),
+	       "create on NULL");
+	lc_receiver_destroy(NULL);
+	/* A D knows at most LC__D_MAX_PEERS (256) bootstrap addresses; past
+	 * them a receiver is refused with the cause (two are known here). */
+	int made = 0, rc = 0;
+	for (int i = 0; i < 300 && !rc; i++) {
+		char addr[64];
+		snprintf(addr, sizeof addr, "127.0.%d.%d:1", 1 + i / 250, 1 + i % 250);
+		rc = lc_receiver_create(d, addr, 1000 + (uint64_t)i, &r2);
+		if (!rc) {
+			made++;
+			lc_receiver_destroy(r2);
+		}
+	}
+	EXPECT(rc == -ENOSPC && made == 254 &&
+		       strstr(lc_last_error(), "too many P addresses known to this D"),
+	       "peers: %d made, rc %d \"%s\"", made, rc, lc_last_error());
 	/* Counters and the endpoint, misused. */
 	uint64_t v = 7;
+	EXPECT(lc_decode_counter(NULL, "statuses", &v) == -EINVAL &&
+		       strstr(lc_last_error(), "decode is NULL"),
+	       "counter of NULL");
+	EXPECT(lc_decode_counter(d, "statuses", NULL) == -EINVAL &&
+		       strstr(lc_last_error(), "out is NULL"),
+	       "counter into NULL");
+	EXPECT(lc_decode_endpoint(d, NULL, 8) == -EINVAL && strstr(lc_last_error(), "buf is NULL"),
+	       "endpoint into NULL");
 	EXPECT(lc_decode_counter(d, "no_such_counter", &v) == -ENOENT &&
 		       strstr(lc_last_error(), "no counter named 'no_such_counter'"),
 	       "unknown counter: \"%s\"", lc_last_error());
@@ -494,6 +551,27 @@ int main(int argc, char **argv)
 		EXPECT(lc_decode_create(s.ctx, &dp, NULL) == -EINVAL &&
 			       strstr(lc_last_error(), "out is NULL"),
 		       "out: \"%s\"", lc_last_error());
+		bad = dp;
+		bad.regions = NULL;
+		EXPECT(lc_decode_create(s.ctx, &bad, &d) == -EINVAL &&
+			       strstr(lc_last_error(), "params->regions is required"),
+		       "regions: \"%s\"", lc_last_error());
+		bad = dp;
+		bad.tp_rank = -1;
+		EXPECT(lc_decode_create(s.ctx, &bad, &d) == -EINVAL &&
+			       strstr(lc_last_error(), "tp_rank -1 outside"),
+		       "tp_rank -1: \"%s\"", lc_last_error());
+		EXPECT(lc_decode_create(s.ctx, NULL, &d) == -EINVAL &&
+			       strstr(lc_last_error(), "params is NULL"),
+		       "NULL params: \"%s\"", lc_last_error());
+		EXPECT(lc_decode_create(NULL, &dp, &d) == -EINVAL &&
+			       strstr(lc_last_error(), "ctx is NULL"),
+		       "NULL ctx: \"%s\"", lc_last_error());
+		bad = dp;
+		bad.listen_url = "tcp://127.0.0.1";
+		EXPECT(lc_decode_create(s.ctx, &bad, &d) == -EINVAL &&
+			       strstr(lc_last_error(), "missing port"),
+		       "listen_url without port: \"%s\"", lc_last_error());
 		EXPECT(d == NULL, "a decode written on failure");
 	}
 	int rc = lc_decode_create(s.ctx, &dp, &d);
