@@ -43,7 +43,10 @@ int lc__bootstrap_secret(const char *secret, char *out, size_t cap)
 	if (!f)
 		return errno == ENOENT ? 0 : -errno;
 	char line[LC__BS_SECRET_MAX];
-	int rc = 0;
+	/* A file that is there but gives no secret (an empty first line, a
+	 * folder by that name) is an operator's mistake: never read as "no
+	 * secret", which would leave PUT /route open to anyone. */
+	int rc = -ENODATA;
 	if (fgets(line, sizeof line, f)) {
 		line[strcspn(line, "\r\n")] = '\0';
 		if (*line && strlen(line) < cap) {
@@ -389,6 +392,13 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	b->ctx = p.ctx;
 	snprintf(b->host, sizeof b->host, "%s", p.host && *p.host ? p.host : "0.0.0.0");
 	int rc = lc__bootstrap_secret(p.secret, b->secret, sizeof b->secret);
+	if (rc == -ENODATA) {
+		LC__FAIL_AT(
+			LC_LOG_ERROR, rc,
+			"bootstrap: $LAYERCAKE_SECRET_DIR/bootstrap.secret holds no secret "
+			"(its first line is empty or unreadable): write one, or remove the file");
+		goto fail;
+	}
 	if (rc < 0) {
 		LC__FAIL_AT(LC_LOG_ERROR, rc, "bootstrap: cannot read the secret: %s",
 			    strerror(-rc));

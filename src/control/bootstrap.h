@@ -118,7 +118,9 @@ int lc__bootstrap_handle(lc_bootstrap_t *b, const char *method, const char *path
 
 /* The bootstrap secret: `secret` if non-NULL and non-empty, else the first
  * line of $LAYERCAKE_SECRET_DIR/bootstrap.secret if that exists. Returns 1
- * and fills out, 0 when there is none, < 0 on an unreadable file. */
+ * and fills out, 0 when there is none, -ENODATA when the file is there but
+ * its first line is empty or unreadable (a folder), < 0 on a file that
+ * cannot be opened. */
 int lc__bootstrap_secret(const char *secret, char *out, size_t cap);
 
 /* --- client (libcurl) --- */

@@ -325,14 +325,16 @@ static int grant_pages(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages
 				int64_t bad = ids[i] < 0 || (uint64_t)ids[i] >= items
 						      ? ids[i]
 						      : (int64_t)items;
-				LC__WARN("decode %s: room %" PRIu64 ": %s id %" PRId64
-					 " (index %zu) is outside buffer %u (%" PRIu64
-					 " %s, ids 0..%" PRIu64 "); nothing granted",
-					 d->session, r->room, state ? "state slot" : "page", bad,
-					 i + (size_t)(bad - ids[i]), b, items,
-					 state ? "slots" : "pages", items - 1);
 				LC__COUNT(d->ctx, grants_refused_range);
-				return -EINVAL;
+				/* The cause goes to lc_last_error() too, not only
+				 * to the log (issue 20: no -EINVAL without it). */
+				return LC__FAIL(-EINVAL,
+						"decode %s: room %" PRIu64 ": %s id %" PRId64
+						" (index %zu) is outside buffer %u (%" PRIu64
+						" %s, ids 0..%" PRIu64 "); nothing granted",
+						d->session, r->room, state ? "state slot" : "page",
+						bad, i + (size_t)(bad - ids[i]), b, items,
+						state ? "slots" : "pages", items - 1);
 			}
 			lc__sum_range_t g = {d->regions[d->buf_region[b]],
 					     d->buf_offset[b] + (uint64_t)ids[i] * buf->item_len,

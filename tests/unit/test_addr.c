@@ -154,6 +154,80 @@ static void test_edges(void **state)
 	assert_false(lc__addr_loopback_wrong("tcp://127.0.0.1:5", "::1"));
 }
 
+/* A bootstrap address: each way of getting it wrong says what is wrong. */
+static void test_bootstrap_forms(void **state)
+{
+	(void)state;
+	char out[300], tiny[8], longer[400];
+	static const struct {
+		const char *addr, *words;
+	} bad[] = {
+		{NULL, "no bootstrap address given"},
+		{"", "no bootstrap address given"},
+		{"http://", "no host"},
+		{"/", "no host"},
+		{"h:1?x=1", "a bootstrap address has no path"},
+		{"h:1/route/", "a bootstrap address has no path"},
+		{"[::1]", "missing port"},
+		{"[::1]x:5", "missing port"},
+		{"h:", "missing port"},
+		{"h:99999", "the port is not a number in 1..65535"},
+		{"h:-5", "the port is not a number in 1..65535"},
+		{"ucx://h:5", "ucx:// is not the bootstrap server's scheme"},
+		{"http://tcp://h:5", "tcp:// is not the bootstrap server's scheme"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		lc_last_error_clear();
+		int rc = lc__addr_bootstrap(bad[i].addr, out, sizeof out);
+		if (rc != -EINVAL || lc_last_error_code() != -EINVAL ||
+		    !strstr(lc_last_error(), bad[i].words) ||
+		    !strstr(lc_last_error(), "host:port, [v6]:port or http://host:port"))
+			fail_msg("%s: %d \"%s\", want \"%s\"", bad[i].addr ? bad[i].addr : "NULL",
+				 rc, lc_last_error(), bad[i].words);
+	}
+	/* Longer than the caller's buffer, or than any host. */
+	assert_int_equal(lc__addr_bootstrap("10.0.0.1:8998", tiny, sizeof tiny), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "too long"));
+	memset(longer, 'h', sizeof longer);
+	snprintf(longer + sizeof longer - 8, 8, ":8998");
+	assert_int_equal(lc__addr_bootstrap(longer, out, sizeof out), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "too long"));
+	/* What is accepted comes back without scheme or trailing slash. */
+	assert_int_equal(lc__addr_bootstrap("http://[fd00::1]:7/", out, sizeof out), 0);
+	assert_string_equal(out, "[fd00::1]:7");
+	assert_int_equal(lc__addr_bootstrap("bs.example:65535", out, sizeof out), 0);
+	assert_string_equal(out, "bs.example:65535");
+}
+
+/* IPv4-mapped loopback peers, and URLs kept as they are. */
+static void test_mapped_and_kept(void **state)
+{
+	(void)state;
+	char out[300], why[300];
+	assert_false(lc__addr_loopback_wrong("tcp://127.0.0.1:5", "::ffff:127.0.0.1"));
+	assert_true(lc__addr_is_loopback("::ffff:127.0.0.1"));
+	assert_false(lc__addr_is_loopback("::ffff:128.0.0.1"));
+	assert_false(lc__addr_is_loopback("::2"));
+	unsetenv("LAYERCAKE_ADVERTISE_HOST");
+	/* A scheme with no port: not a listener URL to rewrite, kept. */
+	assert_int_equal(
+		lc__addr_url_for("tcp://nohost", "127.0.0.1", out, sizeof out, why, sizeof why), 0);
+	assert_string_equal(out, "tcp://nohost");
+	/* A wildcard towards an IPv6 loopback peer: the route's address. */
+	if (lc__addr_route_local("::1", out, sizeof out) == 0) {
+		assert_int_equal(
+			lc__addr_url_for("tcp://[::]:9", "::1", out, sizeof out, why, sizeof why),
+			0);
+		assert_string_equal(out, "tcp://[::1]:9");
+	}
+	/* The public address wins over a bound one too. */
+	setenv("LAYERCAKE_ADVERTISE_HOST", "d.example", 1);
+	assert_int_equal(
+		lc__addr_advertise("10.1.1.1", "127.0.0.1", out, sizeof out, why, sizeof why), 0);
+	assert_string_equal(out, "d.example");
+	unsetenv("LAYERCAKE_ADVERTISE_HOST");
+}
+
 int main(void)
 {
 	lc_log_set_level(LC_LOG_OFF);
@@ -164,6 +238,8 @@ int main(void)
 		cmocka_unit_test(test_url_for_a_peer),
 		cmocka_unit_test(test_loopback_to_another_host),
 		cmocka_unit_test(test_edges),
+		cmocka_unit_test(test_bootstrap_forms),
+		cmocka_unit_test(test_mapped_and_kept),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
