@@ -732,6 +732,59 @@ static void case_caps(void)
 	d_down(&d);
 }
 
+/* ---- a P with more source regions than D's table ---- */
+
+/* 300 source regions (D holds 256 per connection): P drops the oldest
+ * before declaring a new one, D copies every write from the region it
+ * names; region 0, dropped early, is declared again for a second batch. */
+static void case_many_sources(void)
+{
+	enum { N = 300, W = 2048 };
+	d_side_t d = {0};
+	d_up(&d);
+	lc_ctx_t *tx;
+	TU_OK(lc_ctx_create(NULL, &tx));
+	uint8_t *src;
+	TU_OK(lc_mem_alloc((size_t)N * W, LC_MEM_SHAREABLE, (void **)&src));
+	tu_fill(src, (size_t)N * W, 41);
+	lc_region_t *sr[N];
+	for (int i = 0; i < N; i++)
+		TU_OK(lc_region_register(tx, src + (size_t)i * W, W, &sr[i]));
+	lc_cq_t *cq;
+	TU_OK(lc_cq_create(tx, &cq));
+	lc_conn_params_t cp = {.size = sizeof cp, .cq = cq, .token = d.token, .has_token = 1};
+	lc_conn_t *conn;
+	TU_OK(lc_conn_create(tx, d.url, &cp, &conn));
+	uint8_t desc[LC_REGION_DESC_MAX];
+	int n = lc_region_pack(d.r, desc, sizeof desc);
+	uint32_t remote;
+	TU_OK(lc_conn_import_region(conn, desc, (size_t)n, &remote));
+	static lc_write_t w[N];
+	for (int i = 0; i < N; i++)
+		w[i] = (lc_write_t){.local = src + (size_t)i * W,
+				    .remote_region = remote,
+				    .remote_offset = (uint64_t)i * W,
+				    .length = W};
+	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 30000};
+	uint64_t id;
+	TU_OK(lc_batch_post(conn, w, N, &bp, &id));
+	lc_completion_t c = tu_wait_one(cq, 30000);
+	TU_CHECK(c.status == 0, "300 sources: %s (%s)", lc_err_name(c.status), c.reason);
+	expect_bytes(&d, 0, src, (uint64_t)N * W);
+	lc_write_t again = {.local = src, .remote_region = remote, .remote_offset = N * W,
+			    .length = W};
+	TU_OK(lc_batch_post(conn, &again, 1, &bp, &id));
+	c = tu_wait_one(cq, 30000);
+	TU_CHECK(c.status == 0, "region 0 again: %s (%s)", lc_err_name(c.status), c.reason);
+	expect_bytes(&d, (uint64_t)N * W, src, W);
+	TU_CHECK(counter(&d, "frames_malformed") == 0, "malformed frames");
+	lc_conn_destroy(conn);
+	lc_cq_destroy(cq);
+	lc_ctx_destroy(tx);
+	lc_mem_free(src);
+	d_down(&d);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -759,6 +812,8 @@ int main(int argc, char **argv)
 		case_records();
 	else if (!strcmp(n, "caps"))
 		case_caps();
+	else if (!strcmp(n, "many_sources"))
+		case_many_sources();
 	else {
 		fprintf(stderr, "unknown case %s\n", n);
 		return 2;
