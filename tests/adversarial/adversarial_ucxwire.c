@@ -15,7 +15,10 @@
  *       with a short header, for an unknown lease, an index past the
  *       lease, a wrong length; the good WRITE; the same WRITE again; a
  *       DONE cut short; a DONE of an unknown lease (ACK, 0 landed); the
- *       good DONE (ACK, 1 landed).
+ *       good DONE (ACK, 1 landed);
+ *   to a second D in data mode put (software RMA allowed): leases whose
+ *       DONE claims more writes than leased, or other bytes (no write
+ *       counted, ACK 0 landed, malformed), and a good one (ACK 1 landed).
  *
  * D must answer each with the code above, count every malformed message
  * (11 of them), land the good write's bytes and nothing else.
@@ -56,9 +59,9 @@ static uint64_t counter(lc_ctx_t *ctx, const char *name)
 }
 
 typedef struct target {
-	int port;
-	uint32_t region;
-	lc_token_t token;
+	int port, put_port; /* D in data mode am, D2 in put mode */
+	uint32_t region, put_region;
+	lc_token_t token, put_token;
 } target_t;
 
 typedef struct report {
@@ -67,6 +70,8 @@ typedef struct report {
 	int lease_proto, lease_put, lease_room, lease_room_idx, lease_range, lease_range_idx;
 	int lease_ok;
 	int64_t ack_unknown, ack_ok; /* landed, or -1 */
+	int put_hello, put_lease;
+	int64_t put_ack_many, put_ack_bytes, put_ack_ok;
 } report_t;
 
 /* ---- the peer (child) ---- */
@@ -313,6 +318,18 @@ static void peer(int rd, int wr)
 	am_send(ep, w, UW_DONE, NULL, 0, dn, 12, true); /* a DONE cut short */
 	rep.ack_unknown = done(w, ep, 77, 0, 0);
 	rep.ack_ok = done(w, ep, 10, 1, 4096);
+
+	/* D2 in put mode counts a lease's writes on P's DONE: a DONE claiming
+	 * more writes than leased, or other bytes, counts none (malformed). */
+	ucp_ep_h pe = ep_open(w, t.put_port, &rep.connected);
+	rep.put_hello = hello(w, pe, UW_VERSION, &t.put_token, UW_HELLO_LEN);
+	uw_lease_entry_t pl = {.region = t.put_region, .offset = 0, .length = 4096};
+	rep.put_lease = lease(w, pe, 20, ROOM, 0, &pl, 1, 1).status;
+	rep.put_ack_many = done(w, pe, 20, 5, 4096);
+	rep.put_lease |= lease(w, pe, 21, ROOM, 0, &pl, 1, 1).status;
+	rep.put_ack_bytes = done(w, pe, 21, 1, 999);
+	rep.put_lease |= lease(w, pe, 22, ROOM, 0, &pl, 1, 1).status;
+	rep.put_ack_ok = done(w, pe, 22, 1, 4096);
 	progress_for(w, 200);
 	TU_CHECK(write(wr, &rep, sizeof rep) == (ssize_t)sizeof rep, "report");
 	char c;
@@ -366,6 +383,26 @@ int main(int argc, char **argv)
 	TU_OK(lc_region_unpack(desc, (size_t)dl, &rd));
 	t.region = rd.region_id;
 	t.port = atoi(strrchr(url, ':') + 1);
+	lc_ctx_t *ctx2;
+	lc_region_t *reg2;
+	lc_listener_t *l2;
+	uint8_t *dst2;
+	TU_OK(lc_ctx_create(NULL, &ctx2));
+	TU_OK(lc_ctx_config_set(ctx2, "ucx_data", "put"));
+	TU_OK(lc_ctx_config_set(ctx2, "ucx_allow_sw_rma", "1"));
+	TU_OK(lc_ctx_config_set(ctx2, "require_token", "1"));
+	TU_OK(lc_mem_alloc(REGION, 0, (void **)&dst2));
+	TU_OK(lc_region_register(ctx2, dst2, REGION, &reg2));
+	TU_OK(lc_listener_create(ctx2, "ucx://127.0.0.1:0", &l2));
+	TU_OK(lc_listener_url(l2, url, sizeof url));
+	t.put_port = atoi(strrchr(url, ':') + 1);
+	TU_OK(lc_token_issue(ctx2, &t.put_token));
+	TU_OK(lc_grant_issue(ctx2, ROOM, reg2, 0, REGION));
+	dl = lc_region_pack(reg2, desc, sizeof desc);
+	TU_OK(dl);
+	TU_OK(lc_region_unpack(desc, (size_t)dl, &rd));
+	t.put_region = rd.region_id;
+	uint64_t pm0 = counter(ctx2, "frames_malformed");
 	uint64_t m0 = counter(ctx, "frames_malformed"), a0 = counter(ctx, "conns_rejected_auth");
 	uint64_t g0 = counter(ctx, "writes_rejected_grant");
 	uint64_t r0 = counter(ctx, "writes_rejected_range");
@@ -399,6 +436,15 @@ int main(int argc, char **argv)
 	TU_CHECK(m == 11, "frames_malformed +%llu, expected 11", (unsigned long long)m);
 	for (size_t i = 0; i < REGION; i++)
 		TU_CHECK(dst[i] == (i < 4096 ? 0x5a : CANARY), "D's byte %zu is %#x", i, dst[i]);
+	fprintf(stderr, "put mode: hello %s, leases %s, ack of 5 writes %lld, of 999 bytes %lld, "
+		"good %lld; D2 malformed +%llu\n",
+		lc_err_name(rep.put_hello), lc_err_name(rep.put_lease), (long long)rep.put_ack_many,
+		(long long)rep.put_ack_bytes, (long long)rep.put_ack_ok,
+		(unsigned long long)(counter(ctx2, "frames_malformed") - pm0));
+	TU_CHECK(rep.put_hello == 0 && rep.put_lease == 0, "put mode handshake or leases");
+	TU_CHECK(rep.put_ack_many == 0 && rep.put_ack_bytes == 0 && rep.put_ack_ok == 1,
+		 "D2 counted writes a DONE did not account for");
+	TU_CHECK(counter(ctx2, "frames_malformed") == pm0 + 2, "D2's malformed DONEs");
 	close(to[1]);
 	int ws;
 	waitpid(pid, &ws, 0);
@@ -407,6 +453,10 @@ int main(int argc, char **argv)
 	lc_region_deregister(reg);
 	lc_ctx_destroy(ctx);
 	lc_mem_free(dst);
+	lc_listener_destroy(l2);
+	lc_region_deregister(reg2);
+	lc_ctx_destroy(ctx2);
+	lc_mem_free(dst2);
 	printf("adversarial_ucxwire: ok\n");
 	return 0;
 }
