@@ -18,12 +18,16 @@
  *       good DONE (ACK, 1 landed);
  *   to a second D in data mode put (software RMA allowed): leases whose
  *       DONE claims more writes than leased, or other bytes (no write
- *       counted, ACK 0 landed, malformed), and a good one (ACK 1 landed).
+ *       counted, ACK 0 landed, malformed), and a good one (ACK 1 landed);
+ *   then a lease on the first D that its owner revokes and the peer never
+ *       finishes: D sends REVOKE, fences the connection off after the
+ *       listener's fence_ms (300), and lc_grant_revoke returns.
  *
  * D must answer each with the code above, count every malformed message
  * (11 of them), land the good write's bytes and nothing else.
  * Loopback only (UCX_TLS from ctest); exit 77 where ucx is not built in.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <string.h>
@@ -117,6 +121,19 @@ static ucs_status_t on_ack(void *arg, const void *h, size_t hl, void *d, size_t 
 	const uint8_t *b = body(h, hl, d, l, &n);
 	if (uw_ack_decode(b, n, &g_ack))
 		g_ack.seq = UINT64_MAX - 1;
+	return UCS_OK;
+}
+
+static uint64_t g_revoked = UINT64_MAX;
+
+static ucs_status_t on_revoke(void *arg, const void *h, size_t hl, void *d, size_t l,
+			      const ucp_am_recv_param_t *p)
+{
+	(void)arg, (void)p;
+	size_t n;
+	const uint8_t *b = body(h, hl, d, l, &n);
+	if (uw_revoke_decode(b, n, &g_revoked))
+		g_revoked = UINT64_MAX - 1;
 	return UCS_OK;
 }
 
@@ -273,6 +290,7 @@ static void peer(int rd, int wr)
 			.cb = id == UW_HELLO_REPLY   ? on_hello_reply
 			      : id == UW_LEASE_REPLY ? on_lease_reply
 			      : id == UW_ACK         ? on_ack
+			      : id == UW_REVOKE      ? on_revoke
 						     : on_other};
 		TU_CHECK(ucp_worker_set_am_recv_handler(w, &hp) == UCS_OK, "am handler");
 	}
@@ -332,6 +350,18 @@ static void peer(int rd, int wr)
 	rep.put_ack_ok = done(w, pe, 22, 1, 4096);
 	progress_for(w, 200);
 	TU_CHECK(write(wr, &rep, sizeof rep) == (ssize_t)sizeof rep, "report");
+
+	/* A lease D's owner then revokes, and no DONE ever: D asks (REVOKE),
+	 * then fences the connection off after the listener's fence_ms. */
+	uw_lease_entry_t fe = {.region = t.region, .offset = 8192, .length = 4096};
+	int fl = lease(w, ep, 30, ROOM, UW_LEASE_F_AM, &fe, 1, 1).status;
+	TU_CHECK(write(wr, &fl, sizeof fl) == (ssize_t)sizeof fl, "lease");
+	uint64_t until = now_ms() + 20000;
+	while (g_revoked == UINT64_MAX && now_ms() < until)
+		if (!ucp_worker_progress(w))
+			usleep(100);
+	progress_for(w, 500);
+	TU_CHECK(write(wr, &g_revoked, sizeof g_revoked) == (ssize_t)sizeof g_revoked, "revoke");
 	char c;
 	TU_CHECK(read(rd, &c, 1) <= 1, "exit signal");
 	_exit(0);
@@ -372,7 +402,10 @@ int main(int argc, char **argv)
 	TU_OK(lc_mem_alloc(REGION, 0, (void **)&dst));
 	memset(dst, CANARY, REGION);
 	TU_OK(lc_region_register(ctx, dst, REGION, &reg));
-	TU_OK(lc_listener_create(ctx, "ucx://127.0.0.1:0", &l));
+	TU_CHECK(lc_listener_create(ctx, "ucx://127.0.0.1:0?fence_ms=0", &l) == -EINVAL &&
+			 strstr(lc_last_error(), "fence_ms"),
+		 "fence_ms=0 taken");
+	TU_OK(lc_listener_create(ctx, "ucx://127.0.0.1:0?fence_ms=300", &l));
 	TU_OK(lc_listener_url(l, url, sizeof url));
 	TU_OK(lc_token_issue(ctx, &t.token));
 	TU_OK(lc_grant_issue(ctx, ROOM, reg, 0, REGION));
@@ -445,6 +478,19 @@ int main(int argc, char **argv)
 	TU_CHECK(rep.put_ack_many == 0 && rep.put_ack_bytes == 0 && rep.put_ack_ok == 1,
 		 "D2 counted writes a DONE did not account for");
 	TU_CHECK(counter(ctx2, "frames_malformed") == pm0 + 2, "D2's malformed DONEs");
+	/* Phase 2: the revoke returns although the peer never sends DONE:
+	 * D fenced the connection off, nothing landed in the leased range. */
+	int fl;
+	TU_CHECK(read(from[0], &fl, sizeof fl) == (ssize_t)sizeof fl && fl == 0,
+		 "the fenced lease was refused (%d)", fl);
+	TU_CHECK(lc_grant_revoke(ctx, ROOM) >= 1, "nothing revoked");
+	uint64_t revoked;
+	TU_CHECK(read(from[0], &revoked, sizeof revoked) == (ssize_t)sizeof revoked, "revoke");
+	fprintf(stderr, "revoked with a lease out: the peer heard REVOKE of room %llu\n",
+		(unsigned long long)revoked);
+	TU_CHECK(revoked == ROOM, "the peer was not asked to release room %d", ROOM);
+	for (size_t i = 8192; i < 8192 + 4096; i++)
+		TU_CHECK(dst[i] == CANARY, "the fenced lease's range changed");
 	close(to[1]);
 	int ws;
 	waitpid(pid, &ws, 0);
