@@ -32,8 +32,10 @@
  *                          HELLO_REPLY with LC_ERR_AUTH, -EBUSY or junk
  *                          fields, an ACK before it, an ACK past what was
  *                          sent, a REJECT (revoked mid-write, or with a
- *                          positive status), a WRITES frame to P, a reset,
- *                          silence past progress_timeout_ms: each batch fails
+ *                          positive status), a WRITES frame to P, a reset
+ *                          (after the write, or 64 KiB into 32 MiB), silence
+ *                          past progress_timeout_ms (reading nothing at all:
+ *                          P's sends stop on a full buffer): each batch fails
  *                          with its cause and the counter.
  *
  * Exit 0 pass, 1 fail, 77 skipped.
@@ -768,6 +770,8 @@ enum script {
 	S_WRITES_TO_P, /* a WRITES frame to the sender */
 	S_RESET,       /* reset once the write arrived */
 	S_SILENT,      /* nothing after the HELLO_REPLY */
+	S_NOREAD,      /* never reads a byte after the HELLO (P's sends see EAGAIN) */
+	S_RESET_MID,   /* reset after 64 KiB of a 32 MiB write */
 };
 
 typedef struct raw_d {
@@ -806,6 +810,18 @@ static void raw_d_serve(raw_d_t *r, int fd)
 	send_all(fd, b, LC__TCP_CTRL_LEN);
 	if (r->s == S_AUTH || r->s == S_BUSY || r->s == S_REPLY_JUNK || r->s == S_ACK_FIRST)
 		goto drain;
+	if (r->s == S_NOREAD) { /* until the test ends */
+		while (!atomic_load(&r->stop))
+			sleep_ms(10);
+		goto out;
+	}
+	if (r->s == S_RESET_MID) {
+		static uint8_t sink[64u << 10];
+		recv_exact(fd, sink, sizeof sink, 20000);
+		struct linger lg = {1, 0};
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+		goto out;
+	}
 	/* The write: header, one descriptor, its payload. */
 	if (recv_exact(fd, b, sizeof b, 20000) != 1)
 		goto out;
@@ -860,6 +876,8 @@ static void *raw_d_main(void *arg)
 
 static void p_against(enum script s, int want, const char *words, const char *count)
 {
+	/* The two that must fill P's socket buffers write 32 MiB. */
+	size_t len = s == S_NOREAD || s == S_RESET_MID ? 32u << 20 : P_LEN;
 	raw_d_t r = {.s = s};
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t alen = sizeof a;
@@ -873,12 +891,13 @@ static void p_against(enum script s, int want, const char *words, const char *co
 
 	lc_ctx_t *p, *other;
 	TU_OK(lc_ctx_create(NULL, &p));
-	TU_OK(lc_ctx_config_set(p, "progress_timeout_ms", s == S_SILENT ? "500" : "20000"));
+	TU_OK(lc_ctx_config_set(p, "progress_timeout_ms",
+				s == S_SILENT || s == S_NOREAD ? "500" : "20000"));
 	TU_OK(lc_ctx_create(NULL, &other));
-	uint8_t *dmem = calloc(1, P_LEN), *src = calloc(1, P_LEN);
+	uint8_t *dmem = calloc(1, len), *src = calloc(1, len);
 	lc_region_t *dr, *sr;
-	TU_OK(lc_region_register(other, dmem, P_LEN, &dr));
-	TU_OK(lc_region_register(p, src, P_LEN, &sr));
+	TU_OK(lc_region_register(other, dmem, len, &dr));
+	TU_OK(lc_region_register(p, src, len, &sr));
 	uint8_t desc[LC_REGION_DESC_MAX];
 	int n = lc_region_pack(dr, desc, sizeof desc);
 	TU_OK(n);
@@ -892,7 +911,7 @@ static void p_against(enum script s, int want, const char *words, const char *co
 	uint32_t remote;
 	TU_OK(lc_conn_import_region(conn, desc, (size_t)n, &remote));
 	uint64_t c0 = count ? counter(p, count) : 0;
-	lc_write_t w = {.local = src, .remote_region = remote, .length = P_LEN};
+	lc_write_t w = {.local = src, .remote_region = remote, .length = len};
 	lc_batch_params_t bp = {.size = sizeof bp, .room = 1, .timeout_ms = 30000};
 	uint64_t id;
 	TU_OK(lc_batch_post(conn, &w, 1, &bp, &id));
@@ -929,6 +948,8 @@ static void case_p_replies(void)
 	p_against(S_WRITES_TO_P, LC_ERR_PROTO, "bad frame prefix", "frames_malformed");
 	p_against(S_RESET, LC_ERR_PEER_CLOSED, "peer closed", NULL);
 	p_against(S_SILENT, LC_ERR_STALLED, "no progress", "lanes_stalled");
+	p_against(S_NOREAD, LC_ERR_STALLED, "no progress", "lanes_stalled");
+	p_against(S_RESET_MID, LC_ERR_PEER_CLOSED, NULL, NULL);
 }
 
 int main(int argc, char **argv)
