@@ -526,6 +526,22 @@ static void case_records(void)
 		expect_closed(fd, "a refused token");
 		TU_CHECK(counter(&d, "conns_rejected_auth") == before + 1, "not counted");
 	}
+	/* 1b. CUDA IPC offered to a D that loaded no CUDA: not accepted, the
+	 *     connection goes on without it; an IPC_REGION is then malformed. */
+	int fd = raw_socket(&d);
+	lc__shm_hello_t hi = {.magic = LC__SHM_MAGIC,
+			      .version = LC__SHM_VERSION,
+			      .flags = LC__SHM_HELLO_TOKEN | LC__SHM_HELLO_IPC};
+	memcpy(hi.token, d.token.bytes, LC_TOKEN_LEN);
+	TU_OK(lc__shm_send(fd, m, lc__shm_put_hello(m, &hi), -1));
+	ssize_t wn = recv(fd, m, sizeof m, 0);
+	lc__shm_welcome_t wl;
+	TU_CHECK(wn > 0 && lc__shm_get_welcome(m, (size_t)wn, &wl) == 0 && wl.status == 0 &&
+			 !(wl.flags & LC__SHM_WELCOME_IPC),
+		 "IPC accepted by a D without CUDA");
+	memset(m, 0, LC__SHM_IPC_REGION_LEN);
+	lc__shm_put_hdr(m, LC__SHM_IPC_REGION, 0);
+	expect_malformed(&d, fd, m, LC__SHM_IPC_REGION_LEN, "an IPC_REGION after IPC was declined");
 	/* 2. A HELLO cut short. */
 	lc__shm_hello_t h = {.magic = LC__SHM_MAGIC, .version = LC__SHM_VERSION};
 	size_t hl = lc__shm_put_hello(m, &h);
@@ -552,7 +568,7 @@ static void case_records(void)
 		   {SRC - 8, 16, 1, "a write past its source"},
 		   {0, 16, 7, "a write from an undeclared source"}};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		int fd = raw_connect(&d);
+		fd = raw_connect(&d);
 		send_region(fd, 1, src, SRC, 0, 0, -1);
 		lc__shm_write_t w = {.batch = 1, .room = ROOM, .src = bad[i].src, .dst = d.id,
 				     .src_off = bad[i].src_off, .length = bad[i].len};
@@ -561,7 +577,7 @@ static void case_records(void)
 		expect_malformed(&d, fd, m, lc__shm_writes_len(1), bad[i].what);
 	}
 	/* 7. Source regions past LC__SHM_MAX_SRC_REGIONS: the one too many. */
-	int fd = raw_connect(&d);
+	fd = raw_connect(&d);
 	for (uint32_t id = 1; id <= LC__SHM_MAX_SRC_REGIONS; id++)
 		send_region(fd, id, src, SRC, 0, 0, -1);
 	send_write(fd, 1, LC__SHM_MAX_SRC_REGIONS, 0, DST / 2 + 4096, 64, 0, 0, 0);
