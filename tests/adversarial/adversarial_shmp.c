@@ -12,7 +12,8 @@
  *     adversarial_shmp acks      ACKS of no record, for another batch, of 0
  *                                writes, of more writes than sent; a write
  *                                refused with -ENOTSUP or LC_ERR_GRANT; a
- *                                close after the WRITES; a correct ACK
+ *                                close after the WRITES; a D that reads
+ *                                nothing (LC_ERR_STALLED); a correct ACK
  */
 #include <errno.h>
 #include <pthread.h>
@@ -42,6 +43,7 @@ enum script {
 	S_NOTSUP,     /* the write refused with -ENOTSUP */
 	S_GRANT,      /* the write refused with LC_ERR_GRANT */
 	S_CLOSE_WRITES, /* closed once the WRITES arrived */
+	S_NOREAD,     /* reads nothing after the WELCOME: P's sends stop on a full socket */
 };
 
 typedef struct raw_d {
@@ -65,6 +67,11 @@ static void serve(raw_d_t *r, int fd)
 	lc__shm_send(fd, m, r->s == S_SHORT ? 12 : wl, -1);
 	if (w.status || r->s == S_SHORT)
 		goto drain;
+	if (r->s == S_NOREAD) {
+		while (!atomic_load(&r->stop))
+			usleep(10000);
+		goto out;
+	}
 	/* P's REGION(s), then its WRITES. */
 	ssize_t k;
 	while ((k = recv(fd, m, sizeof m, 0)) > 0 && lc__shm_type(m, (size_t)k) != LC__SHM_WRITES)
@@ -140,6 +147,8 @@ static void p_against(enum script s, int want, const char *words, const char *co
 	lc_ctx_t *p, *other;
 	TU_OK(lc_ctx_create(NULL, &p));
 	TU_OK(lc_ctx_create(NULL, &other));
+	if (s == S_NOREAD)
+		TU_OK(lc_ctx_config_set(p, "progress_timeout_ms", "500"));
 	uint8_t *dmem = calloc(1, LEN), *src;
 	lc_region_t *dr, *sr;
 	TU_OK(lc_region_register(other, dmem, LEN, &dr));
@@ -158,10 +167,18 @@ static void p_against(enum script s, int want, const char *words, const char *co
 	uint32_t remote;
 	TU_OK(lc_conn_import_region(conn, desc, (size_t)n, &remote));
 	uint64_t c0 = count ? counter(p, count) : 0;
-	lc_write_t w = {.local = src, .remote_region = remote, .length = LEN};
+	/* S_NOREAD: 20,000 one-byte writes, records enough to fill the socket. */
+	size_t nw = s == S_NOREAD ? 20000 : 1;
+	lc_write_t *w = calloc(nw, sizeof *w);
+	for (size_t i = 0; i < nw; i++)
+		w[i] = (lc_write_t){.local = src + (nw > 1 ? i % LEN : 0),
+				    .remote_region = remote,
+				    .remote_offset = nw > 1 ? i % LEN : 0,
+				    .length = nw > 1 ? 1 : LEN};
 	lc_batch_params_t bp = {.size = sizeof bp, .room = 1, .timeout_ms = 30000};
 	uint64_t id;
-	TU_OK(lc_batch_post(conn, &w, 1, &bp, &id));
+	TU_OK(lc_batch_post(conn, w, nw, &bp, &id));
+	free(w);
 	lc_completion_t c = tu_wait_one(cq, 25000);
 	fprintf(stderr, "script %d: %s (%s)\n", s, lc_err_name(c.status), c.reason);
 	TU_CHECK(c.batch_id == id && c.status == want && (!words || strstr(c.reason, words)),
@@ -209,6 +226,7 @@ int main(int argc, char **argv)
 		p_against(S_NOTSUP, -ENOTSUP, "allocate it with lc_mem_alloc(LC_MEM_SHAREABLE)", NULL);
 		p_against(S_GRANT, LC_ERR_GRANT, "rejected by the receiver", NULL);
 		p_against(S_CLOSE_WRITES, LC_ERR_PEER_CLOSED, "closed the connection", NULL);
+		p_against(S_NOREAD, LC_ERR_STALLED, "no acknowledgement within", "lanes_stalled");
 		p_against(S_OK, 0, NULL, NULL);
 	} else {
 		fprintf(stderr, "unknown case %s\n", n);
