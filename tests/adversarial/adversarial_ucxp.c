@@ -10,6 +10,9 @@
  *   refusing write 0, or naming a write the batch does not have; an ACK
  *   landing none of the writes; a REVOKE of the room after the lease; stray
  *   LEASE_REPLY and ACK for leases P never sent, before the right ones.
+ * Then, against a real D in data mode put: descriptors P must refuse to
+ * import (no key, a broken key magic or length, a key mapping less than the
+ * region), and 20 regions imported out of order, one twice, written.
  *
  * Loopback only (UCX_TLS from ctest); exit 77 where ucx is not built in.
  */
@@ -279,6 +282,100 @@ static void p_against(int to, int port, enum script s, int want, const char *wor
 	free(dmem);
 }
 
+/* ---- put mode: descriptors P must refuse to import ---- */
+
+/* D and P in data mode put (software RMA allowed on loopback): descriptors
+ * without a ucx key, with the key's magic broken, a key length past the
+ * blob, or a key mapping less than the region are LC_ERR_PROTO at import;
+ * 20 regions imported out of order (and one twice) all write correctly. */
+static void case_put_imports(void)
+{
+	enum { NR = 20, RL = 4096 };
+	lc_ctx_t *d, *p, *am;
+	TU_OK(lc_ctx_create(NULL, &d));
+	TU_OK(lc_ctx_create(NULL, &p));
+	TU_OK(lc_ctx_create(NULL, &am));
+	TU_OK(lc_ctx_config_set(am, "ucx_data", "am"));
+	for (int i = 0; i < 2; i++) {
+		lc_ctx_t *c = i ? p : d;
+		TU_OK(lc_ctx_config_set(c, "ucx_data", "put"));
+		TU_OK(lc_ctx_config_set(c, "ucx_allow_sw_rma", "1"));
+	}
+	lc_listener_t *l;
+	char url[256];
+	TU_OK(lc_listener_create(d, "ucx://127.0.0.1:0", &l));
+	TU_OK(lc_listener_url(l, url, sizeof url));
+	lc_token_t tok;
+	TU_OK(lc_token_issue(d, &tok));
+	uint8_t *dmem, *src;
+	TU_OK(lc_mem_alloc(NR * RL, 0, (void **)&dmem));
+	TU_OK(lc_mem_alloc(NR * RL, 0, (void **)&src));
+	memset(dmem, 0, NR * RL);
+	tu_fill(src, NR * RL, 12);
+	lc_region_t *dr[NR], *sr, *amr;
+	for (int i = 0; i < NR; i++) {
+		TU_OK(lc_region_register(d, dmem + i * RL, RL, &dr[i]));
+		TU_OK(lc_grant_issue(d, ROOM, dr[i], 0, RL));
+	}
+	TU_OK(lc_region_register(p, src, NR * RL, &sr));
+	TU_OK(lc_region_register(am, dmem, RL, &amr));
+	lc_cq_t *cq;
+	TU_OK(lc_cq_create(p, &cq));
+	lc_conn_params_t cp = {.size = sizeof cp, .cq = cq, .token = tok, .has_token = 1};
+	lc_conn_t *conn;
+	TU_OK(lc_conn_create(p, url, &cp, &conn));
+	uint8_t desc[LC_REGION_DESC_MAX], bad[LC_REGION_DESC_MAX];
+	uint32_t rid;
+	int n = lc_region_pack(amr, desc, sizeof desc);
+	TU_OK(n);
+	TU_CHECK(lc_conn_import_region(conn, desc, (size_t)n, &rid) == LC_ERR_PROTO,
+		 "an am-mode descriptor (no key) imported in put mode");
+	n = lc_region_pack(dr[0], desc, sizeof desc);
+	TU_CHECK(n > UW_DESC_HEADER + UW_KEY_HDR, "a put-mode descriptor of %d bytes", n);
+	static const struct {
+		size_t at;
+		uint8_t v;
+		const char *what;
+	} breaks[] = {{UW_DESC_HEADER, 0x00, "key magic"},
+		      {UW_DESC_HEADER + 7, 0xff, "key length past the blob"},
+		      {UW_DESC_HEADER + 17, 0x00, "a key mapping less than the region"}};
+	for (size_t i = 0; i < sizeof breaks / sizeof breaks[0]; i++) {
+		memcpy(bad, desc, (size_t)n);
+		bad[breaks[i].at] = breaks[i].v;
+		if (breaks[i].at == UW_DESC_HEADER + 17) /* length: one byte */
+			memset(bad + UW_DESC_HEADER + 16, 0, 8), bad[UW_DESC_HEADER + 16] = 1;
+		int rc = lc_conn_import_region(conn, bad, (size_t)n, &rid);
+		fprintf(stderr, "put import, %s: %s\n", breaks[i].what, lc_err_name(rc));
+		TU_CHECK(rc < 0, "a descriptor with a broken %s imported", breaks[i].what);
+	}
+	/* All 20, last first, region 7 twice; then a write to each. */
+	uint32_t ids[NR];
+	for (int i = NR - 1; i >= 0; i--) {
+		n = lc_region_pack(dr[i], desc, sizeof desc);
+		TU_OK(lc_conn_import_region(conn, desc, (size_t)n, &ids[i]));
+		if (i == 7)
+			TU_OK(lc_conn_import_region(conn, desc, (size_t)n, &ids[i]));
+	}
+	lc_write_t w[NR];
+	for (int i = 0; i < NR; i++)
+		w[i] = (lc_write_t){.local = src + i * RL, .remote_region = ids[i], .length = RL};
+	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 30000};
+	uint64_t id;
+	TU_OK(lc_batch_post(conn, w, NR, &bp, &id));
+	lc_completion_t c = tu_wait_one(cq, 25000);
+	fprintf(stderr, "put mode, 20 regions: %s (%s)\n", lc_err_name(c.status), c.reason);
+	TU_CHECK(c.status == 0, "put writes to 20 imported regions");
+	TU_CHECK(!memcmp(dmem, src, NR * RL), "bytes of the put writes");
+	lc_conn_destroy(conn);
+	lc_cq_destroy(cq);
+	lc_listener_destroy(l);
+	lc_ctx_destroy(p);
+	lc_ctx_destroy(d);
+	lc_ctx_destroy(am);
+	lc_mem_free(dmem);
+	lc_mem_free(src);
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc, (void)argv;
@@ -314,6 +411,7 @@ int main(int argc, char **argv)
 	close(to[1]);
 	int ws;
 	waitpid(pid, &ws, 0);
+	case_put_imports();
 	printf("adversarial_ucxp: ok\n");
 	return 0;
 }
