@@ -482,6 +482,325 @@ static void case_raw_d(void)
 	p_against(D_GARBAGE, LC_ERR_PROTO, "malformed message from the receiver");
 }
 
+/* ---- records a receiver must refuse, or take with care ---- */
+
+/* Descriptors open in this process (D's included: the listener is here). */
+static int open_fds(void)
+{
+	int n = 0;
+	for (int fd = 0; fd < 4096; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
+/* A connection that sends m (len bytes) is closed as malformed. */
+static void expect_malformed(d_side_t *d, int fd, const void *m, size_t len, const char *what)
+{
+	uint64_t before = counter(d, "frames_malformed");
+	TU_OK(lc__shm_send(fd, m, len, -1));
+	expect_closed(fd, what);
+	TU_CHECK(counter(d, "frames_malformed") == before + 1, "%s: malformed +%llu", what,
+		 (unsigned long long)(counter(d, "frames_malformed") - before));
+}
+
+static void case_records(void)
+{
+	d_side_t d = {0};
+	d_up(&d);
+	dst_id = d.id;
+	uint8_t *src = malloc(SRC);
+	tu_fill(src, SRC, 31);
+	uint8_t m[LC__SHM_MSG_MAX];
+
+	/* 1. A token D did not issue, and none: LC_ERR_AUTH, counted. */
+	for (int k = 0; k < 2; k++) {
+		uint64_t before = counter(&d, "conns_rejected_auth");
+		int fd = raw_socket(&d);
+		lc__shm_hello_t h = {.magic = LC__SHM_MAGIC,
+				     .version = LC__SHM_VERSION,
+				     .flags = k ? 0 : LC__SHM_HELLO_TOKEN};
+		memcpy(h.token, d.token.bytes, LC_TOKEN_LEN);
+		h.token[5] ^= 1;
+		TU_OK(lc__shm_send(fd, m, lc__shm_put_hello(m, &h), -1));
+		TU_CHECK(welcome(fd) == LC_ERR_AUTH, "%s token admitted", k ? "no" : "a wrong");
+		expect_closed(fd, "a refused token");
+		TU_CHECK(counter(&d, "conns_rejected_auth") == before + 1, "not counted");
+	}
+	/* 1b. CUDA IPC offered to a D that loaded no CUDA: not accepted, the
+	 *     connection goes on without it; an IPC_REGION is then malformed. */
+	int fd = raw_socket(&d);
+	lc__shm_hello_t hi = {.magic = LC__SHM_MAGIC,
+			      .version = LC__SHM_VERSION,
+			      .flags = LC__SHM_HELLO_TOKEN | LC__SHM_HELLO_IPC};
+	memcpy(hi.token, d.token.bytes, LC_TOKEN_LEN);
+	TU_OK(lc__shm_send(fd, m, lc__shm_put_hello(m, &hi), -1));
+	ssize_t wn = recv(fd, m, sizeof m, 0);
+	lc__shm_welcome_t wl;
+	TU_CHECK(wn > 0 && lc__shm_get_welcome(m, (size_t)wn, &wl) == 0 && wl.status == 0 &&
+			 !(wl.flags & LC__SHM_WELCOME_IPC),
+		 "IPC accepted by a D without CUDA");
+	memset(m, 0, LC__SHM_IPC_REGION_LEN);
+	lc__shm_put_hdr(m, LC__SHM_IPC_REGION, 0);
+	expect_malformed(&d, fd, m, LC__SHM_IPC_REGION_LEN, "an IPC_REGION after IPC was declined");
+	/* 2. A HELLO cut short. */
+	lc__shm_hello_t h = {.magic = LC__SHM_MAGIC, .version = LC__SHM_VERSION};
+	size_t hl = lc__shm_put_hello(m, &h);
+	expect_malformed(&d, raw_socket(&d), m, hl - 8, "a short HELLO");
+	/* 3. A REGION whose address range wraps. */
+	lc__shm_region_t r = {.id = 1, .addr = UINT64_MAX - 100, .len = 4096};
+	expect_malformed(&d, raw_connect(&d), m, lc__shm_put_region(m, &r), "a wrapping REGION");
+	/* 4. A DROP cut short. */
+	size_t dl = lc__shm_put_drop(m, 1);
+	expect_malformed(&d, raw_connect(&d), m, dl - 4, "a short DROP");
+	/* 5. An IPC_REGION on a connection that did not negotiate IPC. */
+	memset(m, 0, LC__SHM_IPC_REGION_LEN);
+	lc__shm_put_hdr(m, LC__SHM_IPC_REGION, 0);
+	expect_malformed(&d, raw_connect(&d), m, LC__SHM_IPC_REGION_LEN, "an IPC_REGION unasked");
+	/* 6. WRITES of no record, of a zero-length record, of a record past
+	 *    its source region, from a source never declared. */
+	lc__shm_put_hdr(m, LC__SHM_WRITES, 0);
+	expect_malformed(&d, raw_connect(&d), m, LC__SHM_HDR, "WRITES of none");
+	static const struct {
+		uint64_t src_off, len;
+		uint32_t src;
+		const char *what;
+	} bad[] = {{0, 0, 1, "a zero-length write"},
+		   {SRC - 8, 16, 1, "a write past its source"},
+		   {0, 16, 7, "a write from an undeclared source"}};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		fd = raw_connect(&d);
+		send_region(fd, 1, src, SRC, 0, 0, -1);
+		lc__shm_write_t w = {.batch = 1, .room = ROOM, .src = bad[i].src, .dst = d.id,
+				     .src_off = bad[i].src_off, .length = bad[i].len};
+		lc__shm_put_write(m, 0, &w);
+		lc__shm_put_hdr(m, LC__SHM_WRITES, 1);
+		expect_malformed(&d, fd, m, lc__shm_writes_len(1), bad[i].what);
+	}
+	/* 7. Source regions past LC__SHM_MAX_SRC_REGIONS: the one too many. */
+	fd = raw_connect(&d);
+	for (uint32_t id = 1; id <= LC__SHM_MAX_SRC_REGIONS; id++)
+		send_region(fd, id, src, SRC, 0, 0, -1);
+	send_write(fd, 1, LC__SHM_MAX_SRC_REGIONS, 0, DST / 2 + 4096, 64, 0, 0, 0);
+	TU_CHECK(ack(fd) == 0, "a write from the last region that fits");
+	r = (lc__shm_region_t){.id = LC__SHM_MAX_SRC_REGIONS + 1,
+			       .addr = (uint64_t)(uintptr_t)src,
+			       .len = SRC};
+	expect_malformed(&d, fd, m, lc__shm_put_region(m, &r), "a region too many");
+
+	/* 8. Fds D must not take as memory: a pipe declared as a REGION's fd
+	 *    (not a memfd: read by CMA), a memfd with the region's offset past
+	 *    its end (CMA too), an fd passed with a WRITES (closed, the write
+	 *    applied); D holds none of them afterwards. */
+	memset(d.dst, 0, DST);
+	fd = raw_connect(&d);
+	int base_fds = open_fds();
+	int pp[2];
+	TU_CHECK(pipe(pp) == 0, "pipe");
+	send_region(fd, 1, src, SRC, 0, LC__SHM_REGION_FD, pp[0]);
+	send_write(fd, 1, 1, 0, 0, 4096, 0, 0, 0);
+	TU_CHECK(ack(fd) == 0, "a write from a region declared with a pipe");
+	expect_bytes(&d, 0, src, 4096);
+	int mf = memfd_create("past", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	TU_CHECK(mf >= 0 && ftruncate(mf, SRC) == 0, "memfd");
+	send_region(fd, 2, src, SRC, 2 * (uint64_t)SRC, LC__SHM_REGION_FD, mf);
+	send_write(fd, 2, 2, 4096, 8192, 4096, 0, 0, 0);
+	TU_CHECK(ack(fd) == 0, "a write from a region past its memfd");
+	expect_bytes(&d, 8192, src + 4096, 4096);
+	send_write(fd, 3, 2, 0, 16384, 1, 0, 0, 0); /* the write alone, then with an fd */
+	TU_CHECK(ack(fd) == 0, "a write");
+	lc__shm_write_t w = {.batch = 4, .room = ROOM, .src = 2, .dst = d.id, .src_off = 8192,
+			     .dst_off = 20480, .length = 4096};
+	lc__shm_put_write(m, 0, &w);
+	lc__shm_put_hdr(m, LC__SHM_WRITES, 1);
+	TU_OK(lc__shm_send(fd, m, lc__shm_writes_len(1), mf));
+	TU_CHECK(ack(fd) == 0, "a write that came with an fd");
+	expect_bytes(&d, 20480, src + 8192, 4096);
+	/* A DROP of a region never declared changes nothing. */
+	TU_OK(lc__shm_send(fd, m, lc__shm_put_drop(m, 99), -1));
+	send_write(fd, 5, 1, 0, 24576, 64, 0, 0, 0);
+	TU_CHECK(ack(fd) == 0, "a write after a DROP of nothing");
+	close(pp[0]);
+	close(pp[1]);
+	close(mf);
+	int left = open_fds();
+	TU_CHECK(left == base_fds, "D holds %d descriptors more than before", left - base_fds);
+
+	/* 9. Acks are per batch, in order: 3 writes of batch 50, one of 51
+	 *    outside the grant, 2 of 52: three acks (50: 3 ok, 51: 1 refused,
+	 *    52: 2 ok), in one ACKS message or more. */
+	TU_OK(lc_grant_revoke(d.rx, ROOM));
+	TU_OK(lc_grant_issue(d.rx, ROOM, d.r, 0, DST / 2));
+	static const struct {
+		uint64_t batch, dst_off;
+	} recs[] = {{50, 0}, {50, 64}, {50, 128}, {51, DST - 64}, {52, 192}, {52, 256}};
+	for (uint32_t i = 0; i < 6; i++) {
+		lc__shm_write_t x = {.batch = recs[i].batch, .room = ROOM, .src = 1, .dst = d.id,
+				     .src_off = 64 * i, .dst_off = recs[i].dst_off, .length = 64};
+		lc__shm_put_write(m, i, &x);
+	}
+	lc__shm_put_hdr(m, LC__SHM_WRITES, 6);
+	TU_OK(lc__shm_send(fd, m, lc__shm_writes_len(6), -1));
+	static const struct {
+		uint64_t batch;
+		uint32_t writes;
+		int32_t status;
+	} want[] = {{50, 3, 0}, {51, 1, LC_ERR_GRANT}, {52, 2, 0}};
+	uint32_t got = 0;
+	while (got < 3) {
+		ssize_t n = recv(fd, m, sizeof m, 0);
+		TU_CHECK(n > 0 && lc__shm_type(m, (size_t)n) == LC__SHM_ACKS, "no ACKS");
+		uint32_t k = lc__shm_count(m, (size_t)n, LC__SHM_ACK_REC);
+		for (uint32_t i = 0; i < k; i++, got++) {
+			lc__shm_ack_t a;
+			lc__shm_get_ack(m, i, &a);
+			TU_CHECK(got < 3 && a.batch == want[got].batch &&
+					 a.writes == want[got].writes && a.status == want[got].status,
+				 "ack %u: batch %llu, %u writes, %s", got,
+				 (unsigned long long)a.batch, a.writes, lc_err_name(a.status));
+		}
+	}
+	TU_CHECK(d.dst[DST - 1] == 0, "the refused write landed");
+	close(fd);
+	free(src);
+	d_down(&d);
+}
+
+/* ---- caps and backpressure ---- */
+
+typedef struct writer {
+	int fd, n;
+	pthread_t th;
+} writer_t;
+
+#define BACKLOG 3000
+
+/* BACKLOG WRITES messages of one 64-byte write each, batch 1..BACKLOG. */
+static void *writer_main(void *arg)
+{
+	writer_t *wr = arg;
+	uint8_t m[LC__SHM_HDR + LC__SHM_WRITE_REC];
+	for (int i = 0; i < wr->n; i++) {
+		lc__shm_write_t w = {.batch = (uint64_t)i + 1, .room = ROOM, .src = 1, .dst = dst_id,
+				     .src_off = 64 * (uint64_t)(i % 64),
+				     .dst_off = 64 * (uint64_t)i, .length = 64};
+		lc__shm_put_write(m, 0, &w);
+		lc__shm_put_hdr(m, LC__SHM_WRITES, 1);
+		struct msghdr mh = {.msg_iov = &(struct iovec){m, sizeof m}, .msg_iovlen = 1};
+		if (sendmsg(wr->fd, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof m)
+			break;
+	}
+	return NULL;
+}
+
+static void case_caps(void)
+{
+	d_side_t d = {0};
+	d_up(&d);
+	dst_id = d.id;
+	/* 1. shm_pending_max=2: of four silent connections, the two oldest go. */
+	TU_OK(lc_ctx_config_set(d.rx, "shm_pending_max", "2"));
+	lc_listener_destroy(d.l);
+	TU_OK(lc_listener_create(d.rx, tu_listen_url("shm"), &d.l));
+	TU_OK(lc_listener_url(d.l, d.url, sizeof d.url));
+	int fds[4];
+	for (int i = 0; i < 4; i++) {
+		fds[i] = raw_socket(&d);
+		usleep(50000); /* accepted in this order */
+	}
+	for (int i = 0; i < 2; i++)
+		expect_closed(fds[i], "an old silent connection");
+	TU_CHECK(counter(&d, "conns_evicted_pending") == 2, "evicted %llu",
+		 (unsigned long long)counter(&d, "conns_evicted_pending"));
+	for (int i = 2; i < 4; i++) {
+		send_hello(&d, fds[i], LC__SHM_VERSION, -1);
+		TU_CHECK(welcome(fds[i]) == 0, "a newer silent connection was closed");
+		close(fds[i]);
+	}
+	/* 2. A P that does not read its acks: D stops reading its writes
+	 *    instead of buffering acks; none is lost. */
+	uint8_t *src = malloc(SRC);
+	tu_fill(src, SRC, 3);
+	writer_t wr = {.fd = raw_connect(&d), .n = BACKLOG};
+	send_region(wr.fd, 1, src, SRC, 0, 0, -1);
+	TU_CHECK(pthread_create(&wr.th, NULL, writer_main, &wr) == 0, "thread");
+	usleep(500000); /* let the acks back up (the test holds either way) */
+	uint64_t next = 1;
+	uint8_t m[LC__SHM_ACKS_MAX];
+	while (next <= BACKLOG) {
+		ssize_t n = recv(wr.fd, m, sizeof m, 0);
+		TU_CHECK(n > 0 && lc__shm_type(m, (size_t)n) == LC__SHM_ACKS, "ack %llu: %s",
+			 (unsigned long long)next, n < 0 ? strerror(errno) : "not ACKS");
+		uint32_t k = lc__shm_count(m, (size_t)n, LC__SHM_ACK_REC);
+		for (uint32_t i = 0; i < k; i++, next++) {
+			lc__shm_ack_t a;
+			lc__shm_get_ack(m, i, &a);
+			TU_CHECK(a.batch == next && a.writes == 1 && a.status == 0,
+				 "ack of batch %llu: batch %llu, %u writes, %s",
+				 (unsigned long long)next, (unsigned long long)a.batch, a.writes,
+				 lc_err_name(a.status));
+		}
+	}
+	pthread_join(wr.th, NULL);
+	for (int i = 0; i < BACKLOG; i++)
+		TU_CHECK(!memcmp(d.dst + 64 * i, src + 64 * (i % 64), 64), "write %d's bytes", i);
+	close(wr.fd);
+	free(src);
+	d_down(&d);
+}
+
+/* ---- a P with more source regions than D's table ---- */
+
+/* 300 source regions (D holds 256 per connection): P drops the oldest
+ * before declaring a new one, D copies every write from the region it
+ * names; region 0, dropped early, is declared again for a second batch. */
+static void case_many_sources(void)
+{
+	enum { N = 300, W = 2048 };
+	d_side_t d = {0};
+	d_up(&d);
+	lc_ctx_t *tx;
+	TU_OK(lc_ctx_create(NULL, &tx));
+	uint8_t *src;
+	TU_OK(lc_mem_alloc((size_t)N * W, LC_MEM_SHAREABLE, (void **)&src));
+	tu_fill(src, (size_t)N * W, 41);
+	lc_region_t *sr[N];
+	for (int i = 0; i < N; i++)
+		TU_OK(lc_region_register(tx, src + (size_t)i * W, W, &sr[i]));
+	lc_cq_t *cq;
+	TU_OK(lc_cq_create(tx, &cq));
+	lc_conn_params_t cp = {.size = sizeof cp, .cq = cq, .token = d.token, .has_token = 1};
+	lc_conn_t *conn;
+	TU_OK(lc_conn_create(tx, d.url, &cp, &conn));
+	uint8_t desc[LC_REGION_DESC_MAX];
+	int n = lc_region_pack(d.r, desc, sizeof desc);
+	uint32_t remote;
+	TU_OK(lc_conn_import_region(conn, desc, (size_t)n, &remote));
+	static lc_write_t w[N];
+	for (int i = 0; i < N; i++)
+		w[i] = (lc_write_t){.local = src + (size_t)i * W,
+				    .remote_region = remote,
+				    .remote_offset = (uint64_t)i * W,
+				    .length = W};
+	lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM, .timeout_ms = 30000};
+	uint64_t id;
+	TU_OK(lc_batch_post(conn, w, N, &bp, &id));
+	lc_completion_t c = tu_wait_one(cq, 30000);
+	TU_CHECK(c.status == 0, "300 sources: %s (%s)", lc_err_name(c.status), c.reason);
+	expect_bytes(&d, 0, src, (uint64_t)N * W);
+	lc_write_t again = {.local = src, .remote_region = remote, .remote_offset = N * W,
+			    .length = W};
+	TU_OK(lc_batch_post(conn, &again, 1, &bp, &id));
+	c = tu_wait_one(cq, 30000);
+	TU_CHECK(c.status == 0, "region 0 again: %s (%s)", lc_err_name(c.status), c.reason);
+	expect_bytes(&d, (uint64_t)N * W, src, W);
+	TU_CHECK(counter(&d, "frames_malformed") == 0, "malformed frames");
+	lc_conn_destroy(conn);
+	lc_cq_destroy(cq);
+	lc_ctx_destroy(tx);
+	lc_mem_free(src);
+	d_down(&d);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -505,6 +824,12 @@ int main(int argc, char **argv)
 		case_idle();
 	else if (!strcmp(n, "raw_d"))
 		case_raw_d();
+	else if (!strcmp(n, "records"))
+		case_records();
+	else if (!strcmp(n, "caps"))
+		case_caps();
+	else if (!strcmp(n, "many_sources"))
+		case_many_sources();
 	else {
 		fprintf(stderr, "unknown case %s\n", n);
 		return 2;

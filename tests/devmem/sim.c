@@ -23,6 +23,9 @@
  *   close_in_flight   P goes away while D's copies are in flight: D's
  *                     receiver waits for them, and the room's revoke then
  *                     returns (no bracket left behind)
+ *   close_waiting     P's connection destroyed while batches wait for
+ *                     staging ring space: each completes once, the waiting
+ *                     ones cancelled, none of their bytes landed
  */
 #include <pthread.h>
 #include <errno.h>
@@ -448,12 +451,69 @@ static void case_close_in_flight(pair_t *p)
 	free(w);
 }
 
+/* Ring of 1 MiB and slow copies: of 8 batches of 512 KiB, two stage and six
+ * wait for ring space; the connection is destroyed at once. Every batch
+ * completes exactly once (the waiting ones LC_ERR_CANCELLED) before
+ * lc_conn_destroy returns, and no cancelled batch's byte lands. */
+static void case_close_waiting(pair_t *p)
+{
+	enum { N = 8, SMALL = MIB / 2 };
+	uint8_t *view, *dview;
+	pair_open(p, NULL, "staging_ring_mib=1,sim_latency_us=100000");
+	uint8_t *src = sim_filled(N * SMALL, 5, &view);
+	uint8_t *dst = malloc(N * SMALL);
+	dview = malloc(N * SMALL);
+	memset(dst, 0xc3, N * SMALL);
+	memcpy(dview, dst, N * SMALL);
+	lc_region_t *sr, *dr;
+	TU_OK(lc_region_register(p->tx, src, N * SMALL, &sr));
+	TU_OK(lc_region_register(p->rx, dst, N * SMALL, &dr));
+	TU_OK(lc_grant_issue(p->rx, ROOM, dr, 0, N * SMALL));
+	uint32_t rid = import(p, dr);
+	uint64_t ids[N];
+	for (int i = 0; i < N; i++) {
+		lc_write_t w = {.local = src + i * SMALL,
+				.remote_offset = (uint64_t)i * SMALL,
+				.length = SMALL,
+				.remote_region = rid};
+		lc_batch_params_t bp = {.size = sizeof bp, .room = ROOM};
+		TU_OK(lc_batch_post(p->conn, &w, 1, &bp, &ids[i]));
+	}
+	TU_CHECK(counter(p->tx, "staging_waits") > 0, "no batch waited for ring space");
+	lc_conn_destroy(p->conn);
+	int seen[N] = {0}, cancelled = 0;
+	lc_completion_t c[N + 1];
+	int n = lc_cq_poll(p->cq, c, N + 1);
+	TU_CHECK(n == N, "%d completions of %d batches at lc_conn_destroy", n, N);
+	for (int k = 0; k < n; k++) {
+		int i = 0;
+		while (i < N && ids[i] != c[k].batch_id)
+			i++;
+		TU_CHECK(i < N && !seen[i]++, "completion of batch %llu",
+			 (unsigned long long)c[k].batch_id);
+		TU_CHECK(c[k].status == 0 || c[k].status == LC_ERR_CANCELLED, "batch %d: %s (%s)", i,
+			 lc_err_name(c[k].status), c[k].reason);
+		if (c[k].status == LC_ERR_CANCELLED) {
+			cancelled++;
+			TU_CHECK(!memcmp(dst + i * SMALL, dview + i * SMALL, SMALL),
+				 "a cancelled batch's bytes landed");
+		}
+	}
+	TU_CHECK(cancelled > 0, "no waiting batch was cancelled");
+	pair_close(p);
+	lc_sim_free(src);
+	free(dst);
+	free(view);
+	free(dview);
+}
+
 static const struct {
 	const char *name;
 	void (*run)(pair_t *);
 } cases[] = {
 	{"ack_after_copy", case_ack_after_copy},
 	{"close_in_flight", case_close_in_flight},
+	{"close_waiting", case_close_waiting},
 	{"negative_control", case_negative_control},
 	{"kinds", case_kinds},
 	{"ring_small", case_ring_small},

@@ -288,6 +288,112 @@ static void tcp_listener_addresses(void **state)
 	free(src);
 }
 
+/* Connection URLs and writes a transport refuses at the call, each with
+ * its cause in lc_last_error(); nothing is posted, nothing completes. */
+static void transport_urls_and_writes(void **state)
+{
+	lc_ctx_t *c = ctx_new();
+	lc_cq_t *cq;
+	assert_int_equal(lc_cq_create(c, &cq), 0);
+	lc_conn_params_t cp = {.size = sizeof cp, .cq = cq};
+	lc_conn_t *conn = NULL;
+	char url[400];
+	memset(url, 'a', sizeof url);
+	memcpy(url, "loop://", 7);
+	url[sizeof url - 1] = '\0';
+	assert_int_equal(lc_conn_create(c, url, &cp, &conn), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "URL longer than"));
+	static const struct {
+		const char *url, *why;
+	} bad[] = {
+		{"shm://", "needs the listener's name"},
+		{"shm://auto", "needs the listener's name"},
+		{"shm://a/b", "'/' in the name"},
+		{"shm://a b", "' ' in the name"},
+		{"shm://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+		 "name longer than 64"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		assert_true(lc_conn_create(c, bad[i].url, &cp, &conn) < 0);
+		if (!strstr(lc_last_error(), bad[i].why))
+			fail_msg("%s: \"%s\"", bad[i].url, lc_last_error());
+		assert_null(conn);
+	}
+	lc_listener_t *l = NULL;
+	assert_true(lc_listener_create(c, "shm://a/b", &l) < 0);
+	assert_null(l);
+	cp.lanes = -1;
+	assert_int_equal(lc_conn_create(c, "loop://x", &cp, &conn), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "lanes -1"));
+	cp.lanes = 0;
+
+	/* A loop connection to itself, and strided writes that cannot be. */
+	char lurl[64];
+	snprintf(lurl, sizeof lurl, "loop://misuse-w-%d", (int)getpid());
+	assert_int_equal(lc_listener_create(c, lurl, &l), 0);
+	lc_token_t t;
+	assert_int_equal(lc_token_issue(c, &t), 0);
+	cp.token = t;
+	cp.has_token = 1;
+	assert_int_equal(lc_conn_create(c, lurl, &cp, &conn), 0);
+	uint8_t *src = calloc(1, LEN), *dst = calloc(1, LEN);
+	lc_region_t *sr, *dr;
+	assert_int_equal(lc_region_register(c, src, LEN, &sr), 0);
+	assert_int_equal(lc_region_register(c, dst, LEN, &dr), 0);
+	assert_int_equal(lc_grant_issue(c, 1, dr, 0, LEN), 0);
+	uint8_t desc[LC_REGION_DESC_MAX];
+	int n = lc_region_pack(dr, desc, sizeof desc);
+	uint32_t remote;
+	assert_int_equal(lc_conn_import_region(conn, desc, (size_t)n, &remote), 0);
+	lc_write_t ws[] = {
+		{.local = src, .length = 8, .count = LC_WRITE_MAX_COUNT + 1, .local_stride = 8,
+		 .remote_stride = 8},
+		{.local = src, .length = 64, .count = 2, .local_stride = 32, .remote_stride = 64},
+		{.local = src, .length = 64, .count = 2, .local_stride = 64, .remote_stride = 32},
+		{.local = src, .length = 8, .count = 3, .local_stride = UINT64_MAX / 2,
+		 .remote_stride = 8},
+		{.local = src, .length = 8, .count = 3, .local_stride = 8,
+		 .remote_stride = UINT64_MAX / 2},
+		{.local = src, .length = 8, .count = 2, .local_stride = 8, .remote_stride = 8,
+		 .remote_offset = UINT64_MAX - 8},
+		{.local = src, .length = 8, .count = 2, .local_stride = UINT64_MAX - 64,
+		 .remote_stride = 8},
+	};
+	lc_batch_params_t bp = {.size = sizeof bp, .room = 1};
+	uint64_t bid = 7;
+	for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+		ws[i].remote_region = remote;
+		if (lc_batch_post(conn, &ws[i], 1, &bp, &bid) != -EINVAL ||
+		    !strstr(lc_last_error(), "overlap or overflow"))
+			fail_msg("strided write %zu: \"%s\"", i, lc_last_error());
+	}
+	assert_int_equal(bid, 7); /* not written */
+	bp.flags = 0x80;
+	lc_write_t w = {.local = src, .remote_region = remote, .length = 64};
+	assert_int_equal(lc_batch_post(conn, &w, 1, &bp, &bid), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "unknown flags"));
+	lc_completion_t comp;
+	assert_int_equal(lc_cq_poll(cq, &comp, 1), 0); /* nothing refused completed */
+	/* Only zero-length writes: the batch completes at once, landing
+	 * nothing; params of size 0 are the defaults. */
+	w.length = 0;
+	bp = (lc_batch_params_t){.size = 0, .room = 1};
+	assert_int_equal(lc_batch_post(conn, &w, 1, &bp, &bid), 0);
+	assert_int_equal(lc_cq_wait(cq, &comp, 1, 10000), 1);
+	assert_int_equal(comp.status, 0);
+	assert_int_equal(comp.batch_id, bid);
+	assert_int_equal(lc_conn_flush(conn), 0);
+	assert_int_equal(lc_conn_room_cancel(conn, 1), 0); /* nothing pending */
+	lc_conn_destroy(conn);
+	lc_listener_destroy(l);
+	lc_region_deregister(sr);
+	lc_region_deregister(dr);
+	lc_cq_destroy(cq);
+	lc_ctx_destroy(c);
+	free(src);
+	free(dst);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -297,6 +403,7 @@ int main(void)
 		cmocka_unit_test(regions_grants_tokens),
 		cmocka_unit_test(queues_listeners_connections),
 		cmocka_unit_test(tcp_listener_addresses),
+		cmocka_unit_test(transport_urls_and_writes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
