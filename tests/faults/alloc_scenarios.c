@@ -107,11 +107,14 @@ undo:
 #define XLEN (1u << 20)
 #define XROOM 7
 
-static int xfer(const char *listen_url)
+/* sim: both ends in simulated device memory (lc_sim_alloc), so that the
+ * writes go through the staging ring and the sim copy engine; the bytes are
+ * moved and read with lc_sim_write / lc_sim_read. */
+static int xfer(const char *listen_url, int sim)
 {
 	int out = AF_SUCCESS;
 	lc_ctx_t *rx = NULL, *tx = NULL;
-	uint8_t *dst = NULL, *src = NULL;
+	uint8_t *dst = NULL, *src = NULL, *host = NULL, *back = NULL;
 	lc_region_t *dr = NULL, *sr = NULL;
 	lc_listener_t *l = NULL;
 	lc_cq_t *cq = NULL;
@@ -123,7 +126,18 @@ static int xfer(const char *listen_url)
 	uint64_t id;
 
 	CALL(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "rx"}, &rx));
-	CALL(lc_mem_alloc(XLEN, LC_MEM_SHAREABLE, (void **)&dst));
+	host = malloc(XLEN);
+	back = malloc(XLEN);
+	if (!host || !back) {
+		out = af_broken("the test's own malloc failed");
+		goto undo;
+	}
+	for (size_t i = 0; i < XLEN; i++)
+		host[i] = byte_at(i, 1);
+	if (sim)
+		CALL(lc_sim_alloc(XLEN, (void **)&dst));
+	else
+		CALL(lc_mem_alloc(XLEN, LC_MEM_SHAREABLE, (void **)&dst));
 	CALL(lc_region_register(rx, dst, XLEN, &dr));
 	af_stage("lc_listener_create");
 	int rc = lc_listener_create(rx, listen_url, &l);
@@ -144,9 +158,13 @@ static int xfer(const char *listen_url)
 	}
 
 	CALL(lc_ctx_create(&(lc_ctx_params_t){.size = sizeof(lc_ctx_params_t), .name = "tx"}, &tx));
-	CALL(lc_mem_alloc(XLEN, LC_MEM_SHAREABLE, (void **)&src));
-	for (size_t i = 0; i < XLEN; i++)
-		src[i] = byte_at(i, 1);
+	if (sim) {
+		CALL(lc_sim_alloc(XLEN, (void **)&src));
+		CALL(lc_sim_write(src, host, XLEN));
+	} else {
+		CALL(lc_mem_alloc(XLEN, LC_MEM_SHAREABLE, (void **)&src));
+		memcpy(src, host, XLEN);
+	}
 	CALL(lc_region_register(tx, src, XLEN, &sr));
 	CALL(lc_cq_create(tx, &cq));
 	lc_conn_params_t cp = {
@@ -163,9 +181,9 @@ static int xfer(const char *listen_url)
 	CALL(lc_batch_post(c, w, 4, &bp, &id));
 	af_stage("lc_cq_wait");
 	lc_completion_t done;
-	int got = lc_cq_wait(cq, &done, 1, 10000);
+	int got = lc_cq_wait(cq, &done, 1, 20000);
 	if (got != 1) {
-		out = af_broken("batch of 3 s deadline: no completion in 10 s (rc %d)", got);
+		out = af_broken("batch of 3 s deadline: no completion in 20 s (rc %d)", got);
 		goto undo;
 	}
 	if (done.status) {
@@ -174,8 +192,12 @@ static int xfer(const char *listen_url)
 			out = af_broken("a failed batch without a reason");
 		goto undo;
 	}
+	if (sim)
+		CALL(lc_sim_read(dst, back, 4 * 65536));
+	else
+		memcpy(back, dst, 4 * 65536);
 	for (size_t i = 0; i < 4 * 65536; i++)
-		if (dst[i] != src[i]) {
+		if (back[i] != host[i]) {
 			out = af_broken("success with byte %zu wrong", i);
 			goto undo;
 		}
@@ -191,30 +213,42 @@ undo:
 	lc_ctx_destroy(tx);
 	lc_ctx_destroy(rx);
 	if (src)
-		lc_mem_free(src);
+		sim ? lc_sim_free(src) : lc_mem_free(src);
 	if (dst)
-		lc_mem_free(dst);
+		sim ? lc_sim_free(dst) : lc_mem_free(dst);
+	free(host);
+	free(back);
 	return out;
 }
 
 static int scen_loop(void)
 {
-	return xfer("loop://auto");
+	return xfer("loop://auto", 0);
 }
 
 static int scen_tcp(void)
 {
-	return xfer("tcp://127.0.0.1:0");
+	return xfer("tcp://127.0.0.1:0", 0);
+}
+
+static int scen_tcp_sim(void)
+{
+	return xfer("tcp://127.0.0.1:0", 1);
 }
 
 static int scen_shm(void)
 {
-	return xfer("shm://auto");
+	return xfer("shm://auto", 0);
+}
+
+static int scen_shm_sim(void)
+{
+	return xfer("shm://auto", 1);
 }
 
 static int scen_ucx(void)
 {
-	return xfer("ucx://127.0.0.1:0");
+	return xfer("ucx://127.0.0.1:0", 0);
 }
 
 /* ---- bootstrap: a server, a GET of /health and /metrics, stop ---- */
@@ -342,7 +376,11 @@ static int verify(const side_t *p, const side_t *d)
 	return AF_SUCCESS;
 }
 
-static int pd(const char *listen_url)
+enum { PD_SUM = 1, PD_CANCEL = 2 };
+
+/* PD_SUM: with room_checksum on; PD_CANCEL: D cancels the room once P has
+ * its chunk (both sides must still reach a final status). */
+static int pd(const char *listen_url, int flags)
 {
 	int out = AF_SUCCESS, rc;
 	side_t P = {0}, D = {0};
@@ -356,6 +394,8 @@ static int pd(const char *listen_url)
 	uint64_t prefix;
 	lc_room_info_t pi = {.size = sizeof pi}, di = {.size = sizeof di};
 
+	if (flags & PD_SUM)
+		setenv("LAYERCAKE_ROOM_CHECKSUM", "1", 1); /* this child only */
 	af_stage("P's side");
 	if ((out = side_init(&P, "P", 1)))
 		goto undo;
@@ -397,10 +437,11 @@ static int pd(const char *listen_url)
 	uint64_t t0 = af_now_ms();
 	int dst, pst;
 	af_stage("D bootstrapping");
-	while ((dst = lc_receiver_poll(r, &di)) == LC_ROOM_BOOTSTRAPPING && af_now_ms() - t0 < 8000)
+	while ((dst = lc_receiver_poll(r, &di)) == LC_ROOM_BOOTSTRAPPING &&
+	       af_now_ms() - t0 < 20000)
 		usleep(1000);
 	if (dst == LC_ROOM_BOOTSTRAPPING) {
-		out = af_broken("D's room Bootstrapping after 8 s (bootstrap_timeout_ms 3 s)");
+		out = af_broken("D's room Bootstrapping after 20 s (bootstrap_timeout_ms 3 s)");
 		goto undo;
 	}
 	if (dst == LC_ROOM_FAILED) {
@@ -414,10 +455,10 @@ static int pd(const char *listen_url)
 		.size = sizeof pg, .pages = pages, .page_count = PROMPT, .aux_index = -1};
 	CALL(lc_receiver_send(r, &pg));
 	af_stage("P bootstrapping");
-	while ((pst = lc_sender_poll(s, &pi)) == LC_ROOM_BOOTSTRAPPING && af_now_ms() - t0 < 8000)
+	while ((pst = lc_sender_poll(s, &pi)) == LC_ROOM_BOOTSTRAPPING && af_now_ms() - t0 < 20000)
 		usleep(1000);
 	if (pst == LC_ROOM_BOOTSTRAPPING) {
-		out = af_broken("P's room Bootstrapping 8 s after D sent its pages");
+		out = af_broken("P's room Bootstrapping 20 s after D sent its pages");
 		goto undo;
 	}
 	if (pst != LC_ROOM_FAILED) {
@@ -439,6 +480,14 @@ static int pd(const char *listen_url)
 		for (int l = 0; l < LAYERS; l++)
 			CALL(lc_engine_record_cache(e));
 		CALL(lc_engine_record_aux(e));
+		if (flags & PD_CANCEL) {
+			af_stage("lc_receiver_cancel");
+			rc = lc_receiver_cancel(r, "alloc_fail cancels");
+			if (rc < 0 && rc != LC_ERR_STATE) { /* STATE: already final */
+				out = af_failed("lc_receiver_cancel", rc);
+				goto undo;
+			}
+		}
 		CALL(lc_sender_metadata_set(s, "tok=7", 6));
 	}
 	af_stage("waiting for final");
@@ -448,13 +497,16 @@ static int pd(const char *listen_url)
 		if (final(dst) && final(pst))
 			break;
 		usleep(1000);
-	} while (af_now_ms() - t0 < 15000);
+	} while (af_now_ms() - t0 < 40000);
 	if (!final(dst)) {
-		out = af_broken("D's room %s after 15 s (P's %s: %s)", lc_room_status_name(dst),
+		out = af_broken("D's room %s after 40 s (P's %s: %s)", lc_room_status_name(dst),
 				lc_room_status_name(pst), pi.reason);
 		goto undo;
 	}
-	if (dst == LC_ROOM_SUCCESS) {
+	if (flags & PD_CANCEL) {
+		if (dst != LC_ROOM_FAILED || di.fail_reason != LC_FAIL_CANCELLED)
+			out = af_failed("the cancelled room", LC_ERR_CANCELLED);
+	} else if (dst == LC_ROOM_SUCCESS) {
 		char meta[16];
 		if ((out = verify(&P, &D)))
 			goto undo;
@@ -480,23 +532,37 @@ undo:
 
 static int scen_pd_tcp(void)
 {
-	return pd("tcp://127.0.0.1:0");
+	return pd("tcp://127.0.0.1:0", 0);
+}
+
+static int scen_pd_sum(void)
+{
+	return pd("tcp://127.0.0.1:0", PD_SUM);
+}
+
+static int scen_pd_cancel(void)
+{
+	return pd("tcp://127.0.0.1:0", PD_CANCEL);
 }
 
 static int scen_pd_shm(void)
 {
-	return pd("shm://auto");
+	return pd("shm://auto", 0);
 }
 
 const af_scenario_t af_scenarios[] = {
-	{"ctx", scen_ctx, 10},
-	{"region", scen_region, 10},
-	{"loop", scen_loop, 20},
-	{"tcp", scen_tcp, 20},
-	{"shm", scen_shm, 20},
-	{"ucx", scen_ucx, 30},
-	{"bootstrap", scen_bootstrap, 20},
-	{"pd.tcp", scen_pd_tcp, 40},
-	{"pd.shm", scen_pd_shm, 40},
+	{"ctx", scen_ctx, 30},
+	{"region", scen_region, 30},
+	{"loop", scen_loop, 40},
+	{"tcp", scen_tcp, 40},
+	{"shm", scen_shm, 40},
+	{"tcp.sim", scen_tcp_sim, 40},
+	{"shm.sim", scen_shm_sim, 40},
+	{"ucx", scen_ucx, 40},
+	{"bootstrap", scen_bootstrap, 30},
+	{"pd.tcp", scen_pd_tcp, 90},
+	{"pd.shm", scen_pd_shm, 90},
+	{"pd.sum", scen_pd_sum, 90},
+	{"pd.cancel", scen_pd_cancel, 90},
 	{NULL, NULL, 0},
 };
