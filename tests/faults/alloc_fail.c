@@ -73,6 +73,7 @@ typedef struct af_slot {
 	int fds;             /* descriptors open after, minus before */
 	char why[200];       /* af_broken's text, or the last warning logged */
 	char log[200];
+	char held[200]; /* allocation sites of the blocks still held */
 } af_slot_t;
 
 static af_slot_t *slot;
@@ -114,6 +115,7 @@ static int from_lib(const void *ra)
 #define TRACK_BITS 20
 #define TRACK_SLOTS (1ul << TRACK_BITS)
 static uintptr_t track[TRACK_SLOTS];
+static uintptr_t track_ra[TRACK_SLOTS]; /* who allocated it, library-relative */
 static long track_live;
 static int track_busy;
 
@@ -133,7 +135,7 @@ static size_t track_hash(uintptr_t p)
 	return (size_t)((p >> 4) * 0x9e3779b97f4a7c15ull >> (64 - TRACK_BITS));
 }
 
-static void track_add(void *p)
+static void track_add(void *p, const void *ra)
 {
 	if (!p)
 		return;
@@ -143,6 +145,7 @@ static void track_add(void *p)
 		while (track[i])
 			i = (i + 1) & (TRACK_SLOTS - 1);
 		track[i] = (uintptr_t)p;
+		track_ra[i] = (uintptr_t)ra - lib_base;
 		track_live++;
 	}
 	track_unlock();
@@ -171,6 +174,7 @@ static int track_del(void *p)
 				break;
 			}
 			track[i] = track[j];
+			track_ra[i] = track_ra[j];
 			i = j;
 		}
 	}
@@ -191,7 +195,7 @@ void *malloc(size_t n)
 	}
 	void *p = __libc_malloc(n);
 	if (from_lib(RA))
-		track_add(p);
+		track_add(p, RA);
 	return p;
 }
 
@@ -203,7 +207,7 @@ void *calloc(size_t n, size_t m)
 	}
 	void *p = __libc_calloc(n, m);
 	if (from_lib(RA))
-		track_add(p);
+		track_add(p, RA);
 	return p;
 }
 
@@ -216,9 +220,9 @@ void *realloc(void *p, size_t n)
 	int tracked = track_del(p);
 	void *q = __libc_realloc(p, n);
 	if (!q && n && tracked)
-		track_add(p); /* p stays valid */
+		track_add(p, RA); /* p stays valid (its first allocator forgotten) */
 	else if (q && (tracked || from_lib(RA)))
-		track_add(q);
+		track_add(q, RA);
 	return q;
 }
 
@@ -239,7 +243,7 @@ static char *dup_n(const char *s, size_t n, const void *ra)
 	memcpy(d, s, len);
 	d[len] = '\0';
 	if (from_lib(ra))
-		track_add(d);
+		track_add(d, ra);
 	return d;
 }
 
@@ -271,7 +275,7 @@ int posix_memalign(void **out, size_t align, size_t n)
 	if (!p)
 		return ENOMEM;
 	if (from_lib(RA))
-		track_add(p);
+		track_add(p, RA);
 	*out = p;
 	return 0;
 }
@@ -284,7 +288,7 @@ void *aligned_alloc(size_t align, size_t n)
 	}
 	void *p = __libc_memalign(align, n);
 	if (from_lib(RA))
-		track_add(p);
+		track_add(p, RA);
 	return p;
 }
 
@@ -504,6 +508,12 @@ static void child(const af_scenario_t *s, unsigned long n)
 		usleep(10000);
 	slot->fds = count_fds() - fds;
 	slot->live = __atomic_load_n(&track_live, __ATOMIC_RELAXED);
+	/* Where the blocks still held were allocated, for the report. */
+	size_t at = 0;
+	for (size_t i = 0; i < TRACK_SLOTS && slot->live && at + 24 < sizeof slot->held; i++)
+		if (track[i])
+			at += (size_t)snprintf(slot->held + at, sizeof slot->held - at,
+					       " lib+0x%lx", (unsigned long)track_ra[i]);
 	/* exit, not _exit: in coverage builds the shared library's own copy of
 	 * gcov dumps its counters from its destructor (its symbols are local:
 	 * the executable's __gcov_dump cannot reach them). */
@@ -555,7 +565,8 @@ static void report(const af_slot_t *r, unsigned long n, int st)
 	}
 	if (!worst && WIFEXITED(st) && r->live > clean_live) {
 		snprintf(what + strlen(what), sizeof what - strlen(what),
-			 "; LEAK: %ld blocks (clean run %ld)", r->live - clean_live, clean_live);
+			 "; LEAK: %ld blocks (clean run %ld), allocated at%s", r->live - clean_live,
+			 clean_live, r->held);
 		worst = 1;
 	}
 	bad |= worst;
@@ -641,10 +652,11 @@ int main(int argc, char **argv)
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != AF_SUCCESS || slots[0].fds > 0) {
 		printf("clean run: ");
 		report(&slots[0], 0, st);
-		printf("%s: the clean run failed (exit %d, signal %d, %d descriptors left): %s %s\n",
+		printf("%s: the clean run failed (exit %d, signal %d, %d descriptors left): %s %s "
+		       "(last log: %s)\n",
 		       s->name, WIFEXITED(st) ? WEXITSTATUS(st) : -1,
 		       WIFSIGNALED(st) ? WTERMSIG(st) : 0, slots[0].fds, slots[0].why,
-		       slots[0].call);
+		       slots[0].call, slots[0].log);
 		return 1;
 	}
 	int max = env_int("AF_MAX_RUNS", 300);

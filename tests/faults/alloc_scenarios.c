@@ -550,6 +550,126 @@ static int scen_pd_shm(void)
 	return pd("shm://auto", 0);
 }
 
+/* ---- engine.<tp>: P's engine alone, D's side by hand, one room ---- */
+
+static int engine(const char *listen_url)
+{
+	int out = AF_SUCCESS, rc;
+	side_t P = {0}, D = {0};
+	lc_engine_t *e = NULL;
+	lc_listener_t *l = NULL;
+	lc_token_t tok;
+	char url[256];
+	uint8_t desc[LC_REGION_DESC_MAX];
+	int session = 0, open = 0;
+	lc_room_info_t ri = {.size = sizeof ri};
+
+	af_stage("P's side");
+	if ((out = side_init(&P, "P", 1)))
+		goto undo;
+	af_stage("D's side");
+	if ((out = side_init(&D, "D", 0)))
+		goto undo;
+	CALL(lc_listener_create(D.ctx, listen_url, &l));
+	CALL(lc_listener_url(l, url, sizeof url));
+	CALL(lc_token_issue(D.ctx, &tok));
+	CALL(lc_grant_issue(D.ctx, ROOM, D.region, 0, (uint64_t)2 * LAYERS * PAGES * ITEM));
+	af_stage("lc_region_pack");
+	int dl = lc_region_pack(D.region, desc, sizeof desc);
+	if (dl < 0) {
+		out = af_failed("lc_region_pack", dl);
+		goto undo;
+	}
+	lc_engine_params_t ep = {.size = sizeof ep, .layout = P.layout, .name = "af"};
+	CALL(lc_engine_create(P.ctx, &ep, &e));
+	const void *descs[1] = {desc};
+	size_t lens[1] = {(size_t)dl};
+	uint32_t breg[2 * LAYERS] = {0};
+	uint64_t boff[2 * LAYERS];
+	for (int b = 0; b < 2 * LAYERS; b++)
+		boff[b] = (uint64_t)b * PAGES * ITEM;
+	lc_session_params_t sp = {.size = sizeof sp,
+				  .name = "d0",
+				  .url = url,
+				  .token = tok,
+				  .has_token = 1,
+				  .region_descs = descs,
+				  .region_desc_lens = lens,
+				  .region_count = 1,
+				  .buffer_region = breg,
+				  .buffer_offset = boff};
+	CALL(lc_engine_session_add(e, &sp));
+	session = 1;
+	CALL(lc_engine_room_open(e, ROOM));
+	open = 1;
+	int64_t dpages[PROMPT], ppages[PROMPT];
+	for (int i = 0; i < PROMPT; i++) {
+		dpages[i] = PAGES - 1 - i;
+		ppages[i] = i;
+	}
+	lc_dst_params_t dst = {.size = sizeof dst,
+			       .session = "d0",
+			       .pages = dpages,
+			       .page_count = PROMPT,
+			       .aux_index = -1,
+			       .required_dst_count = 1};
+	CALL(lc_engine_room_dst_add(e, ROOM, &dst));
+	lc_chunk_t c = {.size = sizeof c,
+			.room = ROOM,
+			.pages = ppages,
+			.page_count = PROMPT,
+			.is_last = 1};
+	CALL(lc_engine_batch_begin(e, 0));
+	af_stage("lc_engine_chunk_add");
+	rc = lc_engine_chunk_add(e, &c);
+	int rc2 = lc_engine_batch_end(e);
+	CALL(rc);
+	CALL(rc2);
+	for (int i = 0; i < LAYERS; i++)
+		CALL(lc_engine_record_cache(e));
+	CALL(lc_engine_record_aux(e));
+	CALL(lc_engine_room_metadata_set(e, ROOM, "tok=7", 6));
+	af_stage("waiting for final");
+	uint64_t t0 = af_now_ms();
+	int st;
+	for (;;) {
+		rc = lc_engine_room_status(e, ROOM, &ri);
+		st = rc < 0 ? rc : ri.status;
+		if (final(st) || af_now_ms() - t0 >= 40000)
+			break;
+		usleep(1000);
+	}
+	if (!final(st)) {
+		out = af_broken("the room %s after 40 s", lc_room_status_name(st));
+		goto undo;
+	}
+	if (st == LC_ROOM_SUCCESS)
+		out = verify(&P, &D);
+	else
+		out = af_failed("the room", LC_ERR_CANCELLED);
+undo:
+	af_stage("teardown");
+	if (open)
+		lc_engine_room_close(e, ROOM);
+	if (session)
+		lc_engine_session_remove(e, "d0");
+	lc_engine_destroy(e);
+	lc_listener_destroy(l);
+	side_fini(&D);
+	side_fini(&P);
+	return out;
+}
+
+static int scen_engine_loop(void)
+{
+	return engine("loop://auto");
+}
+
+static int scen_engine_tcp(void)
+{
+	return engine("tcp://127.0.0.1:0");
+}
+
 const af_scenario_t af_scenarios[] = {
 	{"ctx", scen_ctx, 30},
 	{"region", scen_region, 30},
@@ -560,6 +680,8 @@ const af_scenario_t af_scenarios[] = {
 	{"shm.sim", scen_shm_sim, 40},
 	{"ucx", scen_ucx, 40},
 	{"bootstrap", scen_bootstrap, 30},
+	{"engine.loop", scen_engine_loop, 60},
+	{"engine.tcp", scen_engine_tcp, 60},
 	{"pd.tcp", scen_pd_tcp, 90},
 	{"pd.shm", scen_pd_shm, 90},
 	{"pd.sum", scen_pd_sum, 90},
