@@ -122,8 +122,7 @@ typedef bool (*batch_pred)(const lc__batch_t *b, const void *arg);
  * memory must still complete every batch): callers take them in rounds of
  * cap until a round comes back short; completed batches are not taken
  * again, so the rounds end. */
-size_t lc__conn_collect(lc_conn_t *c, batch_pred pred, const void *arg, lc__batch_t **v,
-			size_t cap)
+size_t lc__conn_collect(lc_conn_t *c, batch_pred pred, const void *arg, lc__batch_t **v, size_t cap)
 {
 	size_t n = 0;
 	pthread_mutex_lock(&c->lock);
