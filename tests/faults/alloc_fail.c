@@ -89,7 +89,7 @@ extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 extern void __libc_free(void *);
 
-static int inject(const void *ra, const char *fn)
+__attribute__((unused)) static int inject(const void *ra, const char *fn)
 {
 	if (!mode || (uintptr_t)ra < lib_lo || (uintptr_t)ra >= lib_hi)
 		return 0;
@@ -105,7 +105,7 @@ static int inject(const void *ra, const char *fn)
 	return 1;
 }
 
-static int from_lib(const void *ra)
+__attribute__((unused)) static int from_lib(const void *ra)
 {
 	return mode && (uintptr_t)ra >= lib_lo && (uintptr_t)ra < lib_hi;
 }
@@ -135,7 +135,7 @@ static size_t track_hash(uintptr_t p)
 	return (size_t)((p >> 4) * 0x9e3779b97f4a7c15ull >> (64 - TRACK_BITS));
 }
 
-static void track_add(void *p, const void *ra)
+__attribute__((unused)) static void track_add(void *p, const void *ra)
 {
 	if (!p)
 		return;
@@ -151,7 +151,7 @@ static void track_add(void *p, const void *ra)
 	track_unlock();
 }
 
-static int track_del(void *p)
+__attribute__((unused)) static int track_del(void *p)
 {
 	if (!p || !__atomic_load_n(&track_live, __ATOMIC_RELAXED))
 		return 0;
@@ -183,7 +183,9 @@ done:
 	return found;
 }
 
-/* ---- the interposed calls ---- */
+/* ---- the interposed calls (not in sanitizer builds: their runtime owns
+ * malloc, and a definition here would take it over before main runs) ---- */
+#if !AF_SANITIZED
 
 #define RA __builtin_return_address(0)
 
@@ -408,6 +410,12 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 	}
 	return real_mmap(addr, len, prot, flags, fd, off);
 }
+
+#else
+static void resolve_all(void)
+{
+}
+#endif
 
 /* ---- the library's mapping ---- */
 
