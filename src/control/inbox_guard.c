@@ -328,15 +328,14 @@ int lc__inbox_guard_start(void *zmq, void *sock, lc__inbox_guard_t **out)
 		 (unsigned long long)atomic_fetch_add(&guard_seq, 1));
 	int events = ZMQ_EVENT_LISTENING | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
 		     ZMQ_EVENT_ACCEPT_FAILED | ZMQ_EVENT_MONITOR_STOPPED;
-	if (zmq_socket_monitor(sock, name, events)) {
-		rc = -zmq_errno();
-		goto fail;
-	}
+	/* The reading end connects first (inproc may connect before the bind):
+	 * stopping a monitor sends MONITOR_STOPPED with a blocking send, which
+	 * never returns while nothing is connected to read it. */
 	g->mon = zmq_socket(zmq, ZMQ_PAIR);
 	int linger = 0, hwm = 0; /* no event dropped: the count must stay right */
 	if (!g->mon) {
 		rc = -zmq_errno();
-		goto fail_monitor;
+		goto fail;
 	}
 	zmq_setsockopt(g->mon, ZMQ_LINGER, &linger, sizeof linger);
 	zmq_setsockopt(g->mon, ZMQ_RCVHWM, &hwm, sizeof hwm);
@@ -344,16 +343,20 @@ int lc__inbox_guard_start(void *zmq, void *sock, lc__inbox_guard_t **out)
 		rc = -zmq_errno();
 		goto fail_pair;
 	}
+	if (zmq_socket_monitor(sock, name, events)) {
+		rc = -zmq_errno();
+		goto fail_pair;
+	}
 	if (pthread_create(&g->thread, NULL, guard_main, g)) {
 		rc = -EAGAIN;
-		goto fail_pair;
+		goto fail_monitor;
 	}
 	*out = g;
 	return 0;
+fail_monitor:
+	zmq_socket_monitor(sock, NULL, 0); /* while g->mon still reads */
 fail_pair:
 	zmq_close(g->mon);
-fail_monitor:
-	zmq_socket_monitor(sock, NULL, 0);
 fail:
 	if (g->spare >= 0)
 		close(g->spare);

@@ -49,6 +49,16 @@ static void note_status(lc__note_t *n, const lc__room_t *r, const lc__room_dst_t
 		if (n->meta) {
 			memcpy(n->meta, r->metadata, r->metadata_len);
 			n->meta_len = r->metadata_len;
+		} else {
+			/* A Success without its metadata (the first token) would be
+			 * silently wrong at D: tell the destination Failed. */
+			LC__ERROR("room %llu: out of memory copying its metadata for %s",
+				  (unsigned long long)r->id, d->session_name);
+			n->status = LC_ROOM_FAILED;
+			n->has_sum = false;
+			n->reason = LC_FAIL_TRANSFER;
+			lc__reason(n->text, sizeof(n->text),
+				   "P ran out of memory copying the room's metadata");
 		}
 	}
 }

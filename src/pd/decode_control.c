@@ -112,16 +112,18 @@ static int target_of(const lc_receiver_t *r, uint32_t p_rank)
 	return -1;
 }
 
-static void keep_metadata(lc_receiver_t *r, const lc__msg_status_t *s)
+/* false: out of memory (the room must not succeed without it). */
+static bool keep_metadata(lc_receiver_t *r, const lc__msg_status_t *s)
 {
 	if (r->has_metadata || !s->metadata_len) /* the first wins */
-		return;
+		return true;
 	r->metadata = malloc(s->metadata_len);
-	if (r->metadata) {
-		memcpy(r->metadata, s->metadata, s->metadata_len);
-		r->metadata_len = s->metadata_len;
-		r->has_metadata = true;
-	}
+	if (!r->metadata)
+		return false;
+	memcpy(r->metadata, s->metadata, s->metadata_len);
+	r->metadata_len = s->metadata_len;
+	r->has_metadata = true;
+	return true;
 }
 
 /* The room's accounting broke (grant_intervals_max): its count can no
@@ -252,7 +254,12 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s, const uint8
 		r->got[t].sum = s->checksum;
 		r->responses++;
 	}
-	keep_metadata(r, s);
+	if (!keep_metadata(r, s)) {
+		lc__decode_fail(d, r, LC_FAIL_TRANSFER, true,
+				"D ran out of memory keeping the room's metadata (%u bytes)",
+				(unsigned)s->metadata_len);
+		return;
+	}
 	if (r->responses >= r->plan.required_responses && !r->claimed_ns) {
 		r->claimed_ns = lc__now_ns();
 		settle(d, r, r->claimed_ns);

@@ -734,8 +734,17 @@ void *lc__decode_disc_main(void *arg)
 					next = r->next_try_ns;
 			}
 		}
-		for (int i = 0; i < n && !atomic_load(&d->stop); i++)
+		for (int i = 0; i < n && !atomic_load(&d->stop); i++) {
 			discover_one(d, rooms[i]);
+			/* A pass that neither moved the room on nor set its next
+			 * try (out of memory; another pass won a race) tries again
+			 * after LC__D_RETRY_NS: at once, this loop would spin with
+			 * the lock held and starve the control thread, which fails
+			 * rooms at their deadlines, and every lc_receiver_poll. */
+			lc_receiver_t *r = lc__decode_find(d, rooms[i]);
+			if (r && r->status == LC_ROOM_BOOTSTRAPPING && r->next_try_ns <= now)
+				r->next_try_ns = lc__now_ns() + LC__D_RETRY_NS;
+		}
 		now = lc__now_ns();
 		lanes_gone(d, now);
 		heartbeat(d, now);

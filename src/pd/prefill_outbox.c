@@ -105,11 +105,23 @@ void lc__prefill_on_final(void *arg, const lc_room_final_t *f)
 		m->fail_reason = f->fail_reason;
 		lc__reason(m->reason, sizeof m->reason, "%s", f->reason_text ? f->reason_text : "");
 		if (f->status == LC_ROOM_SUCCESS && f->metadata_len &&
-		    f->metadata_len <= LC_METADATA_MAX && (m->metadata = malloc(f->metadata_len))) {
-			memcpy(m->metadata, f->metadata, f->metadata_len);
-			m->metadata_len = f->metadata_len;
+		    f->metadata_len <= LC_METADATA_MAX) {
+			if ((m->metadata = malloc(f->metadata_len))) {
+				memcpy(m->metadata, f->metadata, f->metadata_len);
+				m->metadata_len = f->metadata_len;
+			} else {
+				/* Success without the metadata would be silently
+				 * wrong at D (no first token): tell D Failed. */
+				LC__ERROR("prefill %s: out of memory copying the metadata of "
+					  "room %llu",
+					  p->name, (unsigned long long)f->room);
+				m->status = LC_ROOM_FAILED;
+				m->fail_reason = LC_FAIL_TRANSFER;
+				lc__reason(m->reason, sizeof m->reason,
+					   "P ran out of memory copying the room's metadata");
+			}
 		}
-		if (f->status == LC_ROOM_SUCCESS && (f->flags & LC_FINAL_HAS_CHECKSUM)) {
+		if (m->status == LC_ROOM_SUCCESS && (f->flags & LC_FINAL_HAS_CHECKSUM)) {
 			m->status_flags = LC__STATUS_HAS_CHECKSUM;
 			m->checksum = f->checksum;
 		}

@@ -115,41 +115,43 @@ void lc__batch_fail(lc__batch_t *b, int code, const char *fmt, ...)
 	lc__batch_complete(b, code, reason);
 }
 
-/* Pending batches of a connection matching a predicate, referenced. */
 typedef bool (*batch_pred)(const lc__batch_t *b, const void *arg);
 
-size_t lc__conn_collect(lc_conn_t *c, batch_pred pred, const void *arg, lc__batch_t ***out)
+/* Up to cap pending batches of a connection not completed yet that match a
+ * predicate, referenced. No allocation (a connection torn down for want of
+ * memory must still complete every batch): callers take them in rounds of
+ * cap until a round comes back short; completed batches are not taken
+ * again, so the rounds end. */
+size_t lc__conn_collect(lc_conn_t *c, batch_pred pred, const void *arg, lc__batch_t **v, size_t cap)
 {
 	size_t n = 0;
 	pthread_mutex_lock(&c->lock);
-	lc__batch_t **v = malloc((c->npending ? c->npending : 1) * sizeof *v);
-	if (v) {
-		for (lc__batch_t *b = c->pending.next; b != &c->pending; b = b->next) {
-			if (!pred || pred(b, arg)) {
-				lc__batch_ref(b);
-				v[n++] = b;
-			}
+	for (lc__batch_t *b = c->pending.next; b != &c->pending && n < cap; b = b->next) {
+		if (!lc__batch_is_completed(b) && (!pred || pred(b, arg))) {
+			lc__batch_ref(b);
+			v[n++] = b;
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
-	*out = v;
 	return n;
 }
 
 void lc__conn_fail_all(lc_conn_t *c, int code, const char *fmt, ...)
 {
 	char reason[LC_REASON_MAX];
-	lc__batch_t **v;
+	lc__batch_t *v[64];
+	size_t n;
 	va_list ap;
 	va_start(ap, fmt);
 	lc__vreason(reason, sizeof reason, fmt, ap);
 	va_end(ap);
-	size_t n = lc__conn_collect(c, NULL, NULL, &v);
-	for (size_t i = 0; i < n; i++) {
-		lc__batch_complete(v[i], code, reason);
-		lc__batch_unref(v[i]);
-	}
-	free(v);
+	do {
+		n = lc__conn_collect(c, NULL, NULL, v, LC__ARRAY_SIZE(v));
+		for (size_t i = 0; i < n; i++) {
+			lc__batch_complete(v[i], code, reason);
+			lc__batch_unref(v[i]);
+		}
+	} while (n == LC__ARRAY_SIZE(v));
 }
 
 /* ---- deadline timer: one thread per context, started with the first

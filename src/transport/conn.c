@@ -365,19 +365,21 @@ static bool same_room(const lc__batch_t *b, const void *arg)
 
 int lc_conn_room_cancel(lc_conn_t *c, uint64_t room)
 {
-	lc__batch_t **v;
+	lc__batch_t *v[64];
+	size_t n;
 	int cancelled = 0;
 	if (!c)
 		return LC__FAIL(-EINVAL, "lc_conn_room_cancel: conn is NULL");
-	size_t n = lc__conn_collect(c, same_room, &room, &v);
-	for (size_t i = 0; i < n; i++) {
-		if (!lc__batch_is_completed(v[i])) {
-			lc__batch_complete(v[i], LC_ERR_CANCELLED, "room cancelled");
-			cancelled++;
+	do { /* in rounds: no allocation (batch.c, lc__conn_collect) */
+		n = lc__conn_collect(c, same_room, &room, v, LC__ARRAY_SIZE(v));
+		for (size_t i = 0; i < n; i++) {
+			if (!lc__batch_is_completed(v[i])) {
+				lc__batch_complete(v[i], LC_ERR_CANCELLED, "room cancelled");
+				cancelled++;
+			}
+			lc__batch_unref(v[i]);
 		}
-		lc__batch_unref(v[i]);
-	}
-	free(v);
+	} while (n == LC__ARRAY_SIZE(v));
 	if (c->ops->room_cancel)
 		c->ops->room_cancel(c, room);
 	return cancelled;

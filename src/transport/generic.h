@@ -7,7 +7,7 @@
 
 void lc__batch_complete(lc__batch_t *b, int status, const char *reason);
 size_t lc__conn_collect(lc_conn_t *c, bool (*pred)(const lc__batch_t *, const void *),
-			const void *arg, lc__batch_t ***out);
+			const void *arg, lc__batch_t **v, size_t cap);
 int lc__timer_start(lc_ctx_t *ctx);
 void lc__timer_kick(lc_ctx_t *ctx, uint64_t deadline_ns);
 void lc__timer_stop(lc_ctx_t *ctx);
