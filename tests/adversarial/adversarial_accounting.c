@@ -95,13 +95,6 @@ static int forged_fd = -1;         /* P -> D: the forged LAYERS went out */
 
 #define say(...) tu_say(status_fd, __VA_ARGS__)
 
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 static void global_page(int b, int g, uint8_t *out)
 {
 	tu_fill(out, ITEM, 1000 + (uint64_t)b * PAGES + (uint64_t)g);
@@ -163,9 +156,9 @@ static void claim_success(const char *d_ep, int rank)
 static void forge_layers(lc_sender_t *s, const char *d_ep, int rank)
 {
 	lc_room_info_t info = {.size = sizeof info};
-	uint64_t dl = now_ms() + 10000;
+	uint64_t dl = tu_now_ms() + 10000;
 	while (lc_sender_poll(s, &info) != LC_ROOM_FAILED &&
-	       info.layers_landed < (uint32_t)C.send_layers[rank] && now_ms() < dl)
+	       info.layers_landed < (uint32_t)C.send_layers[rank] && tu_now_ms() < dl)
 		usleep(2000);
 	lc__msg_t m;
 	memset(&m, 0, sizeof m);
@@ -187,9 +180,9 @@ static void forge_layers(lc_sender_t *s, const char *d_ep, int rank)
 static int wait_final(lc_sender_t *s, int ms, lc_room_info_t *info)
 {
 	int st;
-	uint64_t dl = now_ms() + (uint64_t)ms;
+	uint64_t dl = tu_now_ms() + (uint64_t)ms;
 	while ((st = lc_sender_poll(s, info)) != LC_ROOM_SUCCESS && st != LC_ROOM_FAILED &&
-	       now_ms() < dl)
+	       tu_now_ms() < dl)
 		usleep(2000);
 	return st;
 }
@@ -251,9 +244,9 @@ static int p_room(lc_engine_t **eng, lc_sender_t **snd, const char *d_ep)
 		}
 		if (C.lie[r]) {
 			/* What it sent has landed at D: then the lie. */
-			uint64_t dl = now_ms() + 10000;
+			uint64_t dl = tu_now_ms() + 10000;
 			while (lc_sender_poll(snd[r], &info) != LC_ROOM_FAILED &&
-			       info.layers_landed < (uint32_t)C.send_layers[r] && now_ms() < dl)
+			       info.layers_landed < (uint32_t)C.send_layers[r] && tu_now_ms() < dl)
 				usleep(2000);
 			claim_success(d_ep, r);
 			continue;
@@ -309,9 +302,9 @@ static int p_main(int addr_fd, int ep_fd, int quit_fd)
 	close(addr_fd);
 	TU_CHECK(read(ep_fd, d_ep, sizeof d_ep) == (ssize_t)sizeof d_ep, "D's endpoint");
 	/* D has granted its pages once every rank's room is Bootstrapped. */
-	uint64_t dl = now_ms() + 20000;
+	uint64_t dl = tu_now_ms() + 20000;
 	for (int r = 0; r < C.p_world; r++)
-		while (lc_sender_poll(snd[r], NULL) == LC_ROOM_BOOTSTRAPPING && now_ms() < dl)
+		while (lc_sender_poll(snd[r], NULL) == LC_ROOM_BOOTSTRAPPING && tu_now_ms() < dl)
 			usleep(2000);
 	int failures = p_room(eng, snd, d_ep);
 	char c;
@@ -478,8 +471,8 @@ static int check_watch(const layers_watch_t *w, int st)
  * arrives, and layers_ready stays at D's count. */
 static int d_forged(lc_decode_t *d, lc_receiver_t *rcv, layers_watch_t *w)
 {
-	uint64_t dl = now_ms() + 20000, ups = 0;
-	while (w->max < own_layers() && now_ms() < dl) {
+	uint64_t dl = tu_now_ms() + 20000, ups = 0;
+	while (w->max < own_layers() && tu_now_ms() < dl) {
 		watch_layers(rcv, w);
 		usleep(1000);
 	}
@@ -538,9 +531,9 @@ static int d_main(const char *bs_addr)
 	TU_OK(lc_decode_endpoint(d, ep, sizeof ep));
 	say("ep %s", ep);
 	TU_OK(lc_receiver_create(d, bs_addr, ROOM, &rcv));
-	uint64_t dl = now_ms() + 20000;
+	uint64_t dl = tu_now_ms() + 20000;
 	int st;
-	while ((st = lc_receiver_poll(rcv, NULL)) == LC_ROOM_BOOTSTRAPPING && now_ms() < dl)
+	while ((st = lc_receiver_poll(rcv, NULL)) == LC_ROOM_BOOTSTRAPPING && tu_now_ms() < dl)
 		usleep(1000);
 	TU_CHECK(st == LC_ROOM_BOOTSTRAPPED, "not bootstrapped: %s", lc_room_status_name(st));
 	int64_t pages[ROOM_PAGES];
@@ -556,9 +549,9 @@ static int d_main(const char *bs_addr)
 		failures += d_forged(d, rcv, &w);
 		TU_OK(lc_receiver_cancel(rcv, "forged LAYERS seen"));
 	}
-	dl = now_ms() + 20000;
+	dl = tu_now_ms() + 20000;
 	while ((st = lc_receiver_poll(rcv, &info)) != LC_ROOM_SUCCESS && st != LC_ROOM_FAILED &&
-	       now_ms() < dl) {
+	       tu_now_ms() < dl) {
 		watch_layers(rcv, &w);
 		usleep(1000);
 	}
@@ -578,9 +571,9 @@ static int d_main(const char *bs_addr)
 
 static int reap(pid_t pid, int timeout_ms)
 {
-	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
+	uint64_t dl = tu_now_ms() + (uint64_t)timeout_ms;
 	int st;
-	while (now_ms() < dl) {
+	while (tu_now_ms() < dl) {
 		if (waitpid(pid, &st, WNOHANG) == pid)
 			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 		usleep(10000);

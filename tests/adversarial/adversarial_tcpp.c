@@ -32,13 +32,6 @@
 #include "transport/tcp/wire.h"
 #include "testutil.h"
 
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 static void sleep_ms(int ms)
 {
 	struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -52,27 +45,14 @@ static uint64_t counter(lc_ctx_t *ctx, const char *name)
 	return v;
 }
 
-static void send_all(int fd, const void *p, size_t n)
-{
-	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return;
-		p = (const uint8_t *)p + w;
-		n -= (size_t)w;
-	}
-}
-
 /* Exactly n bytes within timeout_ms: 1, 0 on EOF or reset, -1 on timeout. */
 static int recv_exact(int fd, void *buf, size_t n, int timeout_ms)
 {
 	size_t got = 0;
-	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
+	uint64_t dl = tu_now_ms() + (uint64_t)timeout_ms;
 	while (got < n) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int left = (int)(dl > now_ms() ? dl - now_ms() : 0);
+		int left = (int)(dl > tu_now_ms() ? dl - tu_now_ms() : 0);
 		if (poll(&p, 1, left) <= 0)
 			return -1;
 		ssize_t k = recv(fd, (uint8_t *)buf + got, n - got, 0);
@@ -84,7 +64,6 @@ static int recv_exact(int fd, void *buf, size_t n, int timeout_ms)
 	}
 	return 1;
 }
-
 
 enum script {
 	S_OK,          /* HELLO_REPLY 0, ACK the write: success (the harness holds) */
@@ -135,7 +114,7 @@ static void raw_d_serve(raw_d_t *r, int fd)
 		break;
 	}
 	lc__tcp_encode_ctrl(b, &reply);
-	send_all(fd, b, LC__TCP_CTRL_LEN);
+	tu_send_all(fd, b, LC__TCP_CTRL_LEN);
 	if (r->s == S_AUTH || r->s == S_BUSY || r->s == S_REPLY_JUNK || r->s == S_ACK_FIRST)
 		goto drain;
 	if (r->s == S_NOREAD) { /* until the test ends */
@@ -179,7 +158,7 @@ static void raw_d_serve(raw_d_t *r, int fd)
 	lc__tcp_encode_ctrl(b, &f);
 	if (r->s == S_WRITES_TO_P)
 		b[2] = LC__TCP_WRITES;
-	send_all(fd, b, LC__TCP_CTRL_LEN);
+	tu_send_all(fd, b, LC__TCP_CTRL_LEN);
 drain: /* until P closes the lane */
 	while (recv_exact(fd, b, 1, 20000) == 1)
 		;

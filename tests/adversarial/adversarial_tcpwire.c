@@ -56,13 +56,6 @@
 #define ROOM 21
 #define CANARY 0x5a
 
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 static void sleep_ms(int ms)
 {
 	struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -151,27 +144,14 @@ static int raw_connect(void)
 	return raw_connect_at(T.port, 0);
 }
 
-static void send_all(int fd, const void *p, size_t n)
-{
-	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return;
-		p = (const uint8_t *)p + w;
-		n -= (size_t)w;
-	}
-}
-
 /* Exactly n bytes within timeout_ms: 1, 0 on EOF or reset, -1 on timeout. */
 static int recv_exact(int fd, void *buf, size_t n, int timeout_ms)
 {
 	size_t got = 0;
-	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
+	uint64_t dl = tu_now_ms() + (uint64_t)timeout_ms;
 	while (got < n) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int left = (int)(dl > now_ms() ? dl - now_ms() : 0);
+		int left = (int)(dl > tu_now_ms() ? dl - tu_now_ms() : 0);
 		if (poll(&p, 1, left) <= 0)
 			return -1;
 		ssize_t k = recv(fd, (uint8_t *)buf + got, n - got, 0);
@@ -200,10 +180,10 @@ static int recv_ctrl(int fd, lc__tcp_ctrl_t *f, int timeout_ms)
  * before the close are read and dropped. */
 static bool closed_within(int fd, int timeout_ms)
 {
-	uint64_t dl = now_ms() + (uint64_t)timeout_ms;
+	uint64_t dl = tu_now_ms() + (uint64_t)timeout_ms;
 	for (;;) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int left = (int)(dl > now_ms() ? dl - now_ms() : 0);
+		int left = (int)(dl > tu_now_ms() ? dl - tu_now_ms() : 0);
 		if (poll(&p, 1, left) <= 0)
 			return false;
 		uint8_t b[4096];
@@ -229,7 +209,7 @@ static void send_hello(int fd, int32_t flags, const lc_token_t *tok)
 		h.b = lc__get_u64(tok->bytes + 8);
 	}
 	lc__tcp_encode_ctrl(b, &h);
-	send_all(fd, b, sizeof b);
+	tu_send_all(fd, b, sizeof b);
 }
 
 /* HELLO with D's token: the HELLO_REPLY's status. */
@@ -237,8 +217,7 @@ static int handshake(int fd)
 {
 	send_hello(fd, LC__TCP_HELLO_TOKEN, &T.token);
 	lc__tcp_ctrl_t f;
-	TU_CHECK(recv_ctrl(fd, &f, 10000) == 1 && f.type == LC__TCP_HELLO_REPLY,
-		 "no HELLO_REPLY");
+	TU_CHECK(recv_ctrl(fd, &f, 10000) == 1 && f.type == LC__TCP_HELLO_REPLY, "no HELLO_REPLY");
 	return f.status;
 }
 
@@ -295,7 +274,8 @@ static void case_d_malformed(void)
 	s[ns].what = "type 0x7f", s[ns].after_hello = false, s[ns++].len = LC__TCP_HDR_LEN;
 
 	b = s[ns].bytes; /* WRITES before any HELLO */
-	s[ns].len = one_desc_run(b, 0, (lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 8});
+	s[ns].len =
+		one_desc_run(b, 0, (lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 8});
 	s[ns].what = "writes before hello", s[ns++].after_hello = false;
 
 	b = s[ns].bytes; /* HELLO with a flag it does not know */
@@ -319,12 +299,14 @@ static void case_d_malformed(void)
 	s[ns].what = "run of 129", s[ns].after_hello = true, s[ns++].len = LC__TCP_HDR_LEN;
 
 	b = s[ns].bytes; /* the first run claims seq 5 */
-	s[ns].len = one_desc_run(b, 5, (lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 8});
+	s[ns].len =
+		one_desc_run(b, 5, (lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 8});
 	s[ns].what = "seq 5 first", s[ns++].after_hello = true;
 
 	b = s[ns].bytes; /* a plain write with a stride */
 	s[ns].len = one_desc_run(
-		b, 0, (lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 8, .stride = 64});
+		b, 0,
+		(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 8, .stride = 64});
 	s[ns].what = "plain write with a stride", s[ns++].after_hello = true;
 
 	b = s[ns].bytes; /* 2^45 bytes */
@@ -369,7 +351,7 @@ static void case_d_malformed(void)
 	for (int i = 0; i < ns; i++) {
 		uint64_t before = counter(T.ctx, "frames_malformed");
 		int fd = s[i].after_hello ? lane() : raw_connect();
-		send_all(fd, s[i].bytes, s[i].len);
+		tu_send_all(fd, s[i].bytes, s[i].len);
 		TU_CHECK(closed_within(fd, 10000), "%s: D kept the lane", s[i].what);
 		close(fd);
 		uint64_t after = counter(T.ctx, "frames_malformed");
@@ -403,13 +385,14 @@ static void case_d_malformed(void)
 			       {.region = T.rid, .offset = G_OFF + 8, .length = 8}};
 	put_run(run, ROOM, 0, d, 2);
 	lc__put_u32(run + 4, 4); /* claims 4 descriptors; 2 follow */
-	send_all(fd, run, sizeof run);
+	tu_send_all(fd, run, sizeof run);
 	shutdown(fd, SHUT_WR);
 	TU_CHECK(closed_within(fd, 10000), "D kept a half-closed lane");
 	close(fd);
 	TU_CHECK(counter(T.ctx, "frames_malformed") == before, "a half-close counted malformed");
 
-	TU_CHECK(changed_outside(0, 0) == 0, "%zu bytes of D's region changed", changed_outside(0, 0));
+	TU_CHECK(changed_outside(0, 0) == 0, "%zu bytes of D's region changed",
+		 changed_outside(0, 0));
 	target_down();
 }
 
@@ -434,7 +417,7 @@ static void *flood_main(void *arg)
 	for (int k = 0; k < f->frames; k++) {
 		size_t n = put_run(buf, 999, (uint64_t)k * LC__TCP_MAX_RUN, d, LC__TCP_MAX_RUN);
 		memset(buf + n, 0xee, LC__TCP_MAX_RUN);
-		send_all(f->fd, buf, n + LC__TCP_MAX_RUN);
+		tu_send_all(f->fd, buf, n + LC__TCP_MAX_RUN);
 	}
 	return NULL;
 }
@@ -461,18 +444,18 @@ static void case_d_rejects(void)
 		{.region = T.rid, .offset = G_OFF, .length = 0},
 	};
 	size_t n = put_run(buf, ROOM, 0, d, 4);
-	send_all(fd, buf, n);
-	send_all(fd, junk, 48);
+	tu_send_all(fd, buf, n);
+	tu_send_all(fd, junk, 48);
 	/* seq 4: a room with no grant, into ROOM's range. */
-	n = put_run(buf, ROOM + 1, 4, &(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 32},
-		    1);
-	send_all(fd, buf, n);
-	send_all(fd, junk, 32);
+	n = put_run(buf, ROOM + 1, 4,
+		    &(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 32}, 1);
+	tu_send_all(fd, buf, n);
+	tu_send_all(fd, junk, 32);
 	/* seq 5: a good write. */
-	n = put_run(buf, ROOM, 5, &(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 4096},
-		    1);
+	n = put_run(buf, ROOM, 5,
+		    &(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 4096}, 1);
 	tu_fill(buf + n, 4096, 77);
-	send_all(fd, buf, n + 4096);
+	tu_send_all(fd, buf, n + 4096);
 
 	static const int want[5] = {LC_ERR_REGION, LC_ERR_OUT_OF_REGION, LC_ERR_GRANT, 0,
 				    LC_ERR_GRANT};
@@ -487,15 +470,16 @@ static void case_d_rejects(void)
 			acked = f.a;
 			continue;
 		}
-		TU_CHECK(f.type == LC__TCP_REJECT && f.a < 5 && want[f.a] && f.status == want[f.a] &&
-				 f.b == LC__TCP_REJECT_CHECK,
+		TU_CHECK(f.type == LC__TCP_REJECT && f.a < 5 && want[f.a] &&
+				 f.status == want[f.a] && f.b == LC__TCP_REJECT_CHECK,
 			 "unexpected frame type %u status %d seq %llu", f.type, f.status,
 			 (unsigned long long)f.a);
 		seen[f.a] = true;
 		acked = f.a + 1;
 	}
 	for (int i = 0; i < 5; i++)
-		TU_CHECK(seen[i] == (want[i] != 0), "seq %d: REJECT %s", i, seen[i] ? "sent" : "missing");
+		TU_CHECK(seen[i] == (want[i] != 0), "seq %d: REJECT %s", i,
+			 seen[i] ? "sent" : "missing");
 	TU_CHECK(tu_verify(T.mem + G_OFF, 4096, 77) < 0, "the good write did not land");
 	TU_CHECK(changed_outside(G_OFF, G_OFF + 4096) == 0, "bytes outside the good write changed");
 	static const uint64_t dc[3] = {1, 1, 2};
@@ -527,7 +511,7 @@ static void case_d_rejects(void)
 	n = put_run(buf, ROOM, total,
 		    &(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF + 8192, .length = 4096}, 1);
 	tu_fill(buf + n, 4096, 78);
-	send_all(fl.fd, buf, n + 4096);
+	tu_send_all(fl.fd, buf, n + 4096);
 	lc__tcp_ctrl_t f;
 	TU_CHECK(recv_ctrl(fl.fd, &f, 10000) == 1 && f.type == LC__TCP_ACK && f.a == total + 1,
 		 "no ACK after the flood");
@@ -541,9 +525,9 @@ static void case_d_rejects(void)
 /* Wait until D's byte at off is no longer the canary. */
 static void wait_landed(size_t off)
 {
-	uint64_t dl = now_ms() + 10000;
+	uint64_t dl = tu_now_ms() + 10000;
 	while (((volatile uint8_t *)T.mem)[off] == CANARY) {
-		TU_CHECK(now_ms() < dl, "byte %zu never landed", off);
+		TU_CHECK(tu_now_ms() < dl, "byte %zu never landed", off);
 		sleep_ms(2);
 	}
 }
@@ -560,11 +544,11 @@ static void case_d_midframe(void)
 	int fd = lane();
 	size_t n = put_run(hdr, ROOM, 0,
 			   &(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = W}, 1);
-	send_all(fd, hdr, n);
-	send_all(fd, pay, PART);
+	tu_send_all(fd, hdr, n);
+	tu_send_all(fd, pay, PART);
 	wait_landed(G_OFF + PART - 1);
 	TU_CHECK(lc_grant_revoke(T.ctx, ROOM) >= 1, "nothing revoked");
-	send_all(fd, pay + PART, W - PART);
+	tu_send_all(fd, pay + PART, W - PART);
 	lc__tcp_ctrl_t f;
 	TU_CHECK(recv_ctrl(fd, &f, 10000) == 1, "no answer to a revoked write");
 	fprintf(stderr, "revoked mid-write: type %u status %s seq %llu detail %llu\n", f.type,
@@ -576,10 +560,10 @@ static void case_d_midframe(void)
 	/* The lane goes on: seq 1 into the room granted again. */
 	memset(T.mem, CANARY, REGION_LEN);
 	TU_OK(lc_grant_issue(T.ctx, ROOM, T.region, G_OFF, G_LEN));
-	n = put_run(hdr, ROOM, 1, &(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 4096},
-		    1);
-	send_all(fd, hdr, n);
-	send_all(fd, pay, 4096);
+	n = put_run(hdr, ROOM, 1,
+		    &(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 4096}, 1);
+	tu_send_all(fd, hdr, n);
+	tu_send_all(fd, pay, 4096);
 	TU_CHECK(recv_ctrl(fd, &f, 10000) == 1 && f.type == LC__TCP_ACK && f.a == 2,
 		 "no ACK after the revoked write");
 	close(fd);
@@ -590,8 +574,8 @@ static void case_d_midframe(void)
 	fd = lane();
 	n = put_run(hdr, ROOM, 0,
 		    &(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF + 4096, .length = W}, 1);
-	send_all(fd, hdr, n);
-	send_all(fd, pay, PART);
+	tu_send_all(fd, hdr, n);
+	tu_send_all(fd, pay, PART);
 	wait_landed(G_OFF + 4096 + PART - 1);
 	struct linger lg = {1, 0};
 	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
@@ -602,10 +586,10 @@ static void case_d_midframe(void)
 	TU_CHECK(lc_grant_revoke(T.ctx, ROOM) >= 1, "the room did not revoke");
 	TU_OK(lc_grant_issue(T.ctx, ROOM, T.region, G_OFF, G_LEN));
 	fd = lane();
-	n = put_run(hdr, ROOM, 0, &(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 4096},
-		    1);
-	send_all(fd, hdr, n);
-	send_all(fd, pay, 4096);
+	n = put_run(hdr, ROOM, 0,
+		    &(lc__tcp_desc_t){.region = T.rid, .offset = G_OFF, .length = 4096}, 1);
+	tu_send_all(fd, hdr, n);
+	tu_send_all(fd, pay, 4096);
 	TU_CHECK(recv_ctrl(fd, &f, 10000) == 1 && f.type == LC__TCP_ACK && f.a == 1,
 		 "a lane after the reset was not acknowledged");
 	TU_CHECK(memcmp(T.mem + G_OFF, pay, 4096) == 0, "its bytes");
@@ -626,9 +610,9 @@ static void pending_cap(const char *knobs, int cap)
 		fds[i] = raw_connect();
 		sleep_ms(50); /* accepted in this order */
 	}
-	uint64_t dl = now_ms() + 10000;
+	uint64_t dl = tu_now_ms() + 10000;
 	while (counter(T.ctx, "conns_evicted_pending") < (uint64_t)(N - cap)) {
-		TU_CHECK(now_ms() < dl, "%s: %llu evicted", knobs,
+		TU_CHECK(tu_now_ms() < dl, "%s: %llu evicted", knobs,
 			 (unsigned long long)counter(T.ctx, "conns_evicted_pending"));
 		sleep_ms(10);
 	}
@@ -664,8 +648,8 @@ static void case_d_caps(void)
 						     .offset = G_OFF + (uint64_t)i * 8192,
 						     .length = 8192},
 				   1);
-		send_all(busy[i], hdr, n);
-		send_all(busy[i], hdr, 16); /* 16 of its 8,192 payload bytes */
+		tu_send_all(busy[i], hdr, n);
+		tu_send_all(busy[i], hdr, 16); /* 16 of its 8,192 payload bytes */
 	}
 	sleep_ms(1500); /* both quiet past the eviction bound, but busy */
 	int fd = raw_connect();

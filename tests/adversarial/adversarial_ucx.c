@@ -43,13 +43,6 @@
 #define CANARY 0xa5
 #define ROOM 21
 
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 static uint64_t counter(lc_ctx_t *ctx, const char *name)
 {
 	uint64_t v = 0;
@@ -130,8 +123,8 @@ static void req_done(void *req, ucs_status_t status, void *user)
 
 static void progress_for(ucp_worker_h w, int ms)
 {
-	uint64_t until = now_ms() + (uint64_t)ms;
-	while (now_ms() < until)
+	uint64_t until = tu_now_ms() + (uint64_t)ms;
+	while (tu_now_ms() < until)
 		if (!ucp_worker_progress(w))
 			usleep(100);
 }
@@ -143,8 +136,8 @@ static int req_wait(ucp_worker_h w, ucs_status_ptr_t r, int *st, int ms)
 		return UCS_OK;
 	if (UCS_PTR_IS_ERR(r))
 		return UCS_PTR_STATUS(r);
-	uint64_t until = now_ms() + (uint64_t)ms;
-	while (*st == 1 && now_ms() < until)
+	uint64_t until = tu_now_ms() + (uint64_t)ms;
+	while (*st == 1 && tu_now_ms() < until)
 		if (!ucp_worker_progress(w))
 			usleep(100);
 	return *st;
@@ -220,8 +213,8 @@ static void attacker(int rd, int wr)
 				  .user_data = &st};
 	rep.connected = req_wait(w, ucp_ep_flush_nbx(ep, &fp), &st, 3000) == UCS_OK && !failed;
 	if (t.idle) { /* no HELLO: D must close us after its connect_timeout_ms */
-		uint64_t until = now_ms() + 5000;
-		while (!failed && now_ms() < until)
+		uint64_t until = tu_now_ms() + 5000;
+		while (!failed && tu_now_ms() < until)
 			progress_for(w, 10);
 		rep.closed_by_d = failed;
 		TU_CHECK(write(wr, &rep, sizeof rep) == (ssize_t)sizeof rep, "report");
@@ -457,11 +450,11 @@ static void case_am_revoke_rndv(void)
 		TU_OK(lc_batch_post(p.conn, w, n, &bp, &id));
 		/* Revoke a different time after the first block landed in each
 		 * round, while rendezvous receives are under way. */
-		uint64_t t0 = now_ms();
-		while (((volatile uint8_t *)d.dst)[BLOCK - 1] == CANARY && now_ms() - t0 < 10000)
+		uint64_t t0 = tu_now_ms();
+		while (((volatile uint8_t *)d.dst)[BLOCK - 1] == CANARY && tu_now_ms() - t0 < 10000)
 			;
-		uint64_t t1 = now_ms() + 3 * (uint64_t)round;
-		while (now_ms() < t1)
+		uint64_t t1 = tu_now_ms() + 3 * (uint64_t)round;
+		while (tu_now_ms() < t1)
 			;
 		TU_CHECK(lc_grant_revoke(d.ctx, room) == 1, "revoke should report one range");
 		memcpy(snap, d.dst, REGION);

@@ -40,25 +40,18 @@
 
 enum script {
 	S_OK,
-	S_AUTH,       /* HELLO_REPLY LC_ERR_AUTH */
-	S_BUSY,       /* HELLO_REPLY -EBUSY */
-	S_NOTSUP,     /* HELLO_REPLY LC_ENOTSUP */
-	S_SHORT,      /* HELLO_REPLY of 2 bytes, then nothing */
-	S_LEASE_NO,   /* LEASE_REPLY LC_ERR_GRANT for write 0 */
-	S_LEASE_IDX,  /* LEASE_REPLY LC_ERR_OUT_OF_REGION for write 99 */
-	S_ACK_NONE,   /* ACK: 0 landed */
-	S_REVOKE,     /* REVOKE of the room once leased */
-	S_STRAY,      /* a LEASE_REPLY and an ACK for seq + 100 first */
-	S_GONE,       /* the endpoint closed (forced) once the lease is granted */
+	S_AUTH,      /* HELLO_REPLY LC_ERR_AUTH */
+	S_BUSY,      /* HELLO_REPLY -EBUSY */
+	S_NOTSUP,    /* HELLO_REPLY LC_ENOTSUP */
+	S_SHORT,     /* HELLO_REPLY of 2 bytes, then nothing */
+	S_LEASE_NO,  /* LEASE_REPLY LC_ERR_GRANT for write 0 */
+	S_LEASE_IDX, /* LEASE_REPLY LC_ERR_OUT_OF_REGION for write 99 */
+	S_ACK_NONE,  /* ACK: 0 landed */
+	S_REVOKE,    /* REVOKE of the room once leased */
+	S_STRAY,     /* a LEASE_REPLY and an ACK for seq + 100 first */
+	S_GONE,      /* the endpoint closed (forced) once the lease is granted */
 	S_END,
 };
-
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 /* ---- the raw D (child) ---- */
 
@@ -95,8 +88,8 @@ static ucs_status_t on_msg(void *arg, const void *h, size_t hl, void *d, size_t 
 	ucp_ep_h ep = p->reply_ep;
 	uint8_t b[UW_LEASE_REPLY_LEN];
 	if (id == UW_HELLO) {
-		int st = R.script == S_AUTH	? LC_ERR_AUTH
-			 : R.script == S_BUSY	? -EBUSY
+		int st = R.script == S_AUTH     ? LC_ERR_AUTH
+			 : R.script == S_BUSY   ? -EBUSY
 			 : R.script == S_NOTSUP ? LC_ENOTSUP
 						: 0;
 		uw_status_encode(b, st);
@@ -166,18 +159,19 @@ static void raw_d(int rd, int wr)
 				  .thread_mode = UCS_THREAD_MODE_SINGLE};
 	TU_CHECK(ucp_worker_create(uctx, &wp, &R.w) == UCS_OK, "worker");
 	for (unsigned id = UW_HELLO; id <= UW_WRITE; id++) {
-		ucp_am_handler_param_t hp = {
-			.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-				      UCP_AM_HANDLER_PARAM_FIELD_ARG,
-			.id = id,
-			.cb = on_msg,
-			.arg = (void *)(uintptr_t)id};
+		ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+							   UCP_AM_HANDLER_PARAM_FIELD_CB |
+							   UCP_AM_HANDLER_PARAM_FIELD_ARG,
+					     .id = id,
+					     .cb = on_msg,
+					     .arg = (void *)(uintptr_t)id};
 		TU_CHECK(ucp_worker_set_am_recv_handler(R.w, &hp) == UCS_OK, "am handler");
 	}
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
 	ucp_listener_params_t lp = {
-		.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+		.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+			      UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
 		.sockaddr = {.addr = (const struct sockaddr *)&sa, .addrlen = sizeof sa},
 		.conn_handler = {.cb = on_conn},
 	};
@@ -219,9 +213,10 @@ static void raw_d(int rd, int wr)
 				ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
 							  .flags = UCP_EP_CLOSE_FLAG_FORCE};
 				ucs_status_ptr_t r = ucp_ep_close_nbx(R.q[i].ep, &cp);
-				uint64_t until = now_ms() + 2000;
+				uint64_t until = tu_now_ms() + 2000;
 				while (UCS_PTR_IS_PTR(r) &&
-				       ucp_request_check_status(r) == UCS_INPROGRESS && now_ms() < until)
+				       ucp_request_check_status(r) == UCS_INPROGRESS &&
+				       tu_now_ms() < until)
 					ucp_worker_progress(R.w);
 				if (UCS_PTR_IS_PTR(r))
 					ucp_request_free(r);
@@ -234,9 +229,9 @@ static void raw_d(int rd, int wr)
 							  UCP_AM_SEND_FLAG_EAGER};
 			ucs_status_ptr_t r = ucp_am_send_nbx(R.q[i].ep, R.q[i].id, NULL, 0,
 							     R.q[i].b, R.q[i].len, &p);
-			uint64_t until = now_ms() + 2000;
+			uint64_t until = tu_now_ms() + 2000;
 			while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS &&
-			       now_ms() < until)
+			       tu_now_ms() < until)
 				ucp_worker_progress(R.w);
 			if (UCS_PTR_IS_PTR(r))
 				ucp_request_free(r);

@@ -48,13 +48,6 @@
 #define ROOM 21
 #define NONE 0x7fffffff /* no reply came */
 
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 static uint64_t counter(lc_ctx_t *ctx, const char *name)
 {
 	uint64_t v = 0;
@@ -162,8 +155,8 @@ static int req_wait(ucp_worker_h w, ucs_status_ptr_t r, int *st, int ms)
 		return UCS_OK;
 	if (UCS_PTR_IS_ERR(r))
 		return UCS_PTR_STATUS(r);
-	uint64_t until = now_ms() + (uint64_t)ms;
-	while (*st == 1 && now_ms() < until)
+	uint64_t until = tu_now_ms() + (uint64_t)ms;
+	while (*st == 1 && tu_now_ms() < until)
 		if (!ucp_worker_progress(w))
 			usleep(100);
 	return *st;
@@ -171,8 +164,8 @@ static int req_wait(ucp_worker_h w, ucs_status_ptr_t r, int *st, int ms)
 
 static void progress_for(ucp_worker_h w, int ms)
 {
-	uint64_t until = now_ms() + (uint64_t)ms;
-	while (now_ms() < until)
+	uint64_t until = tu_now_ms() + (uint64_t)ms;
+	while (tu_now_ms() < until)
 		if (!ucp_worker_progress(w))
 			usleep(100);
 }
@@ -180,8 +173,8 @@ static void progress_for(ucp_worker_h w, int ms)
 /* Progress until *v changes from `from` (or 10 s pass). */
 static void wait_change(ucp_worker_h w, volatile int *v, int from)
 {
-	uint64_t until = now_ms() + 10000;
-	while (*v == from && now_ms() < until)
+	uint64_t until = tu_now_ms() + 10000;
+	while (*v == from && tu_now_ms() < until)
 		if (!ucp_worker_progress(w))
 			usleep(100);
 }
@@ -190,13 +183,12 @@ static void am_send(ucp_ep_h ep, ucp_worker_h w, unsigned id, const void *h, siz
 		    const void *d, size_t dl, bool reply)
 {
 	int st = 1;
-	ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-						 UCP_OP_ATTR_FIELD_USER_DATA |
-						 UCP_OP_ATTR_FIELD_FLAGS,
-				 .cb.send = req_done,
-				 .user_data = &st,
-				 .flags = (reply ? UCP_AM_SEND_FLAG_REPLY : 0) |
-					  UCP_AM_SEND_FLAG_EAGER};
+	ucp_request_param_t p = {
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+				UCP_OP_ATTR_FIELD_FLAGS,
+		.cb.send = req_done,
+		.user_data = &st,
+		.flags = (reply ? UCP_AM_SEND_FLAG_REPLY : 0) | UCP_AM_SEND_FLAG_EAGER};
 	req_wait(w, ucp_am_send_nbx(ep, id, h, hl, d, dl, &p), &st, 5000);
 }
 
@@ -226,8 +218,7 @@ static ucp_ep_h ep_open(ucp_worker_h w, int port, int *connected)
 }
 
 /* HELLO of len bytes; the HELLO_REPLY's status (NONE: none came). */
-static int hello(ucp_worker_h w, ucp_ep_h ep, uint16_t version, const lc_token_t *tok,
-		 size_t len)
+static int hello(ucp_worker_h w, ucp_ep_h ep, uint16_t version, const lc_token_t *tok, size_t len)
 {
 	uint8_t b[UW_HELLO_LEN];
 	uw_hello_t h = {.version = version, .has_token = true};
@@ -260,8 +251,8 @@ static int64_t done(ucp_worker_h w, ucp_ep_h ep, uint64_t seq, uint64_t writes, 
 	uw_done_encode(b, &(uw_done_t){.seq = seq, .writes = writes, .bytes = bytes});
 	g_ack.seq = UINT64_MAX;
 	am_send(ep, w, UW_DONE, NULL, 0, b, sizeof b, true);
-	uint64_t until = now_ms() + 10000;
-	while (g_ack.seq == UINT64_MAX && now_ms() < until)
+	uint64_t until = tu_now_ms() + 10000;
+	while (g_ack.seq == UINT64_MAX && tu_now_ms() < until)
 		if (!ucp_worker_progress(w))
 			usleep(100);
 	return g_ack.seq == seq ? (int64_t)g_ack.landed : -1;
@@ -284,14 +275,14 @@ static void peer(int rd, int wr)
 				  .thread_mode = UCS_THREAD_MODE_SINGLE};
 	TU_CHECK(ucp_worker_create(uctx, &wp, &w) == UCS_OK, "worker");
 	for (unsigned id = UW_HELLO; id <= UW_WRITE; id++) {
-		ucp_am_handler_param_t hp = {
-			.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB,
-			.id = id,
-			.cb = id == UW_HELLO_REPLY   ? on_hello_reply
-			      : id == UW_LEASE_REPLY ? on_lease_reply
-			      : id == UW_ACK         ? on_ack
-			      : id == UW_REVOKE      ? on_revoke
-						     : on_other};
+		ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+							   UCP_AM_HANDLER_PARAM_FIELD_CB,
+					     .id = id,
+					     .cb = id == UW_HELLO_REPLY   ? on_hello_reply
+						   : id == UW_LEASE_REPLY ? on_lease_reply
+						   : id == UW_ACK         ? on_ack
+						   : id == UW_REVOKE      ? on_revoke
+									  : on_other};
 		TU_CHECK(ucp_worker_set_am_recv_handler(w, &hp) == UCS_OK, "am handler");
 	}
 	lc_token_t bad = t.token;
@@ -329,7 +320,7 @@ static void peer(int rd, int wr)
 	uw_write_encode(hdr, 10, 5);
 	am_send(ep, w, UW_WRITE, hdr, sizeof hdr, pay, sizeof pay, true); /* index past it */
 	uw_write_encode(hdr, 10, 0);
-	am_send(ep, w, UW_WRITE, hdr, sizeof hdr, pay, 100, true); /* wrong length */
+	am_send(ep, w, UW_WRITE, hdr, sizeof hdr, pay, 100, true);        /* wrong length */
 	am_send(ep, w, UW_WRITE, hdr, sizeof hdr, pay, sizeof pay, true); /* the good one */
 	am_send(ep, w, UW_WRITE, hdr, sizeof hdr, pay, sizeof pay, true); /* again */
 	uint8_t dn[UW_DONE_LEN] = {0};
@@ -356,8 +347,8 @@ static void peer(int rd, int wr)
 	uw_lease_entry_t fe = {.region = t.region, .offset = 8192, .length = 4096};
 	int fl = lease(w, ep, 30, ROOM, UW_LEASE_F_AM, &fe, 1, 1).status;
 	TU_CHECK(write(wr, &fl, sizeof fl) == (ssize_t)sizeof fl, "lease");
-	uint64_t until = now_ms() + 20000;
-	while (g_revoked == UINT64_MAX && now_ms() < until)
+	uint64_t until = tu_now_ms() + 20000;
+	while (g_revoked == UINT64_MAX && tu_now_ms() < until)
 		if (!ucp_worker_progress(w))
 			usleep(100);
 	progress_for(w, 500);
@@ -469,7 +460,8 @@ int main(int argc, char **argv)
 	TU_CHECK(m == 11, "frames_malformed +%llu, expected 11", (unsigned long long)m);
 	for (size_t i = 0; i < REGION; i++)
 		TU_CHECK(dst[i] == (i < 4096 ? 0x5a : CANARY), "D's byte %zu is %#x", i, dst[i]);
-	fprintf(stderr, "put mode: hello %s, leases %s, ack of 5 writes %lld, of 999 bytes %lld, "
+	fprintf(stderr,
+		"put mode: hello %s, leases %s, ack of 5 writes %lld, of 999 bytes %lld, "
 		"good %lld; D2 malformed +%llu\n",
 		lc_err_name(rep.put_hello), lc_err_name(rep.put_lease), (long long)rep.put_ack_many,
 		(long long)rep.put_ack_bytes, (long long)rep.put_ack_ok,

@@ -1,6 +1,10 @@
+#include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -150,4 +154,43 @@ bool tu_transport_built(const char *tp)
 		if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
 			return true;
 	return false;
+}
+
+uint64_t tu_now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+void tu_send_all(int fd, const void *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		p = (const uint8_t *)p + w;
+		n -= (size_t)w;
+	}
+}
+
+int tu_recv_exact(int fd, void *buf, size_t n, int timeout_ms)
+{
+	size_t got = 0;
+	uint64_t dl = tu_now_ms() + (uint64_t)timeout_ms;
+	while (got < n) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int left = (int)(dl > tu_now_ms() ? dl - tu_now_ms() : 0);
+		if (poll(&p, 1, left) <= 0)
+			return -1;
+		ssize_t k = recv(fd, (uint8_t *)buf + got, n - got, 0);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return 0;
+		got += (size_t)k;
+	}
+	return 1;
 }

@@ -39,6 +39,14 @@ lc_completion_t tu_wait_one(lc_cq_t *cq, int timeout_ms);
  * under ctest's own timeout). */
 void tu_watchdog(unsigned seconds);
 
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t tu_now_ms(void);
+/* Raw sockets, for tests that play a peer: send all n bytes (stops
+ * quietly at an error or a closed peer); receive exactly n bytes within
+ * timeout_ms: 1, 0 on EOF or reset, -1 on timeout. */
+void tu_send_all(int fd, const void *p, size_t n);
+int tu_recv_exact(int fd, void *buf, size_t n, int timeout_ms);
+
 /* One line (a newline is added) to a status pipe, as a child process reports
  * to its parent; a broken pipe ends the child (exit 3). */
 void tu_say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
