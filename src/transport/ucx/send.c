@@ -489,16 +489,20 @@ static void do_connect(ustate_t *st, void *arg)
 		.err_mode = lc__ucx_err_mode(st->ctx),
 		.err_handler = {.cb = uc_err, .arg = uc},
 	};
-	ucs_status_t s = ucp_ep_create(st->worker, &ep, &uc->ep);
-	if (s != UCS_OK) {
-		uc->ep = NULL;
-		uc_mark_dead(uc, LC_ERR_UNREACHABLE, "cannot connect to %s: %s", uc->conn->url,
-			     ucs_status_string(s));
-		return;
-	}
+	/* The HELLO before the endpoint: an endpoint closed while UCX's
+	 * sockcm still connects it can trip UCX 1.13's assertion in
+	 * uct_tcp_sockcm_ep_progress_send (faults.alloc_fail.ucx found it). */
 	msg_t *m = lc__ucx_msg_new(st, UW_HELLO_LEN);
 	if (!m) {
 		uc_mark_dead(uc, -ENOMEM, "no memory for the handshake");
+		return;
+	}
+	ucs_status_t s = ucp_ep_create(st->worker, &ep, &uc->ep);
+	if (s != UCS_OK) {
+		free(m);
+		uc->ep = NULL;
+		uc_mark_dead(uc, LC_ERR_UNREACHABLE, "cannot connect to %s: %s", uc->conn->url,
+			     ucs_status_string(s));
 		return;
 	}
 	uw_hello_t h = {.version = UW_VERSION, .has_token = uc->conn->has_token};
