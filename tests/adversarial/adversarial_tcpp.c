@@ -45,26 +45,6 @@ static uint64_t counter(lc_ctx_t *ctx, const char *name)
 	return v;
 }
 
-/* Exactly n bytes within timeout_ms: 1, 0 on EOF or reset, -1 on timeout. */
-static int recv_exact(int fd, void *buf, size_t n, int timeout_ms)
-{
-	size_t got = 0;
-	uint64_t dl = tu_now_ms() + (uint64_t)timeout_ms;
-	while (got < n) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int left = (int)(dl > tu_now_ms() ? dl - tu_now_ms() : 0);
-		if (poll(&p, 1, left) <= 0)
-			return -1;
-		ssize_t k = recv(fd, (uint8_t *)buf + got, n - got, 0);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return 0;
-		got += (size_t)k;
-	}
-	return 1;
-}
-
 enum script {
 	S_OK,          /* HELLO_REPLY 0, ACK the write: success (the harness holds) */
 	S_AUTH,        /* HELLO_REPLY LC_ERR_AUTH */
@@ -95,7 +75,7 @@ static void raw_d_serve(raw_d_t *r, int fd)
 {
 	uint8_t b[LC__TCP_HDR_LEN + LC__TCP_DESC_LEN + P_LEN];
 	lc__tcp_ctrl_t reply = {.type = LC__TCP_HELLO_REPLY};
-	if (recv_exact(fd, b, LC__TCP_CTRL_LEN, 20000) != 1)
+	if (tu_recv_exact(fd, b, LC__TCP_CTRL_LEN, 20000) != 1)
 		goto out;
 	switch (r->s) {
 	case S_AUTH:
@@ -124,13 +104,13 @@ static void raw_d_serve(raw_d_t *r, int fd)
 	}
 	if (r->s == S_RESET_MID) {
 		static uint8_t sink[64u << 10];
-		recv_exact(fd, sink, sizeof sink, 20000);
+		tu_recv_exact(fd, sink, sizeof sink, 20000);
 		struct linger lg = {1, 0};
 		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
 		goto out;
 	}
 	/* The write: header, one descriptor, its payload. */
-	if (recv_exact(fd, b, sizeof b, 20000) != 1)
+	if (tu_recv_exact(fd, b, sizeof b, 20000) != 1)
 		goto out;
 	lc__tcp_ctrl_t f = {.type = LC__TCP_ACK, .a = 1};
 	switch (r->s) {
@@ -160,7 +140,7 @@ static void raw_d_serve(raw_d_t *r, int fd)
 		b[2] = LC__TCP_WRITES;
 	tu_send_all(fd, b, LC__TCP_CTRL_LEN);
 drain: /* until P closes the lane */
-	while (recv_exact(fd, b, 1, 20000) == 1)
+	while (tu_recv_exact(fd, b, 1, 20000) == 1)
 		;
 out:
 	close(fd);

@@ -144,31 +144,11 @@ static int raw_connect(void)
 	return raw_connect_at(T.port, 0);
 }
 
-/* Exactly n bytes within timeout_ms: 1, 0 on EOF or reset, -1 on timeout. */
-static int recv_exact(int fd, void *buf, size_t n, int timeout_ms)
-{
-	size_t got = 0;
-	uint64_t dl = tu_now_ms() + (uint64_t)timeout_ms;
-	while (got < n) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int left = (int)(dl > tu_now_ms() ? dl - tu_now_ms() : 0);
-		if (poll(&p, 1, left) <= 0)
-			return -1;
-		ssize_t k = recv(fd, (uint8_t *)buf + got, n - got, 0);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return 0;
-		got += (size_t)k;
-	}
-	return 1;
-}
-
 /* Next control frame: 1 and *f, 0 if the connection closed, -1 on timeout. */
 static int recv_ctrl(int fd, lc__tcp_ctrl_t *f, int timeout_ms)
 {
 	uint8_t b[LC__TCP_CTRL_LEN];
-	int rc = recv_exact(fd, b, sizeof b, timeout_ms);
+	int rc = tu_recv_exact(fd, b, sizeof b, timeout_ms);
 	if (rc != 1)
 		return rc;
 	TU_CHECK(lc__tcp_prefix_ok(b), "D sent a malformed frame");
