@@ -48,9 +48,6 @@
 /* Completions taken per pass, so that a stream of acknowledgements cannot
  * hold off the posting of groups a step record made ready. */
 #define LC__CQ_BATCH 64
-/* A posted batch's own deadline is this much later than the engine's, so
- * that the engine's transfer timeout (with its reason) fires first. */
-#define LC__BATCH_SLACK_MS 1000
 /* Longest sleep of the engine thread with no deadline due. */
 #define LC__MAX_WAIT_NS 1000000000ll
 

@@ -2,8 +2,9 @@
  * The posting pass (rules 2, 3, 5, 7): both step counters are read once,
  * and every task posts every ready layer group to every destination, one
  * deferred batch per (task, destination, group); then each connection used
- * is rung once. The same pass checks the aux steps and the task deadlines
- * and frees finished and dead tasks. It runs on the engine thread, or on a
+ * is rung once. The same pass checks the aux steps and the layer and
+ * metadata deadlines and frees finished and dead tasks (the acknowledgement
+ * deadline is each batch's own: its expiry arrives as a completion). It runs on the engine thread, or on a
  * recording thread that found the engine lock free (inline submission,
  * loop.c); either way under e->lock.
  */
@@ -61,7 +62,9 @@ static bool post_wreq(lc_engine_t *e, lc__wreq_t *w, uint32_t g, uint32_t b, uin
 		.size = sizeof(bp),
 		.room = r->id,
 		.tag = g,
-		.timeout_ms = (int64_t)(e->transfer_ns / 1000000) + LC__BATCH_SLACK_MS,
+		/* The batch's deadline is the acknowledgement timeout: its
+		 * expiry comes back as a completion (finish.c). */
+		.timeout_ms = (int64_t)LC__MAX(e->transfer_ns / 1000000, 1),
 		.user_data = w->id,
 		.flags = LC_BATCH_DEFER,
 	};
@@ -213,32 +216,6 @@ static void check_layer_deadline(lc_engine_t *e, lc__task_t *t, uint64_t now, ui
 			     (unsigned long long)(e->layer_ns / 1000000));
 }
 
-/* Acknowledgement: each destination's earliest posted group within
- * transfer_timeout_ms of its post. */
-static void check_ack_deadlines(lc_engine_t *e, lc__task_t *t, uint64_t now, uint64_t *next)
-{
-	for (uint32_t i = 0; i < t->nwreq && !t->dead; i++) {
-		lc__wreq_t *w = &t->wreqs[i];
-		for (uint32_t g = w->lead; g < t->next_group && w->outstanding; g++) {
-			if (w->gstate[g] != LC__GROUP_POSTED)
-				continue;
-			uint64_t dl = w->posted_ns[g] + e->transfer_ns;
-			if (now >= dl) {
-				lc__session_fail(w->sess->core, now, "acknowledgement timeout");
-				e->m.session_failures++;
-				lc__engine_fail_room(
-					e, t->room, LC_FAIL_TRANSFER_TIMEOUT,
-					"layer group %u not acknowledged by %s within %llu ms", g,
-					w->sess->core->name,
-					(unsigned long long)(e->transfer_ns / 1000000));
-			} else {
-				lc__earliest(next, dl);
-			}
-			break; /* the earliest posted group decides */
-		}
-	}
-}
-
 /* Aux step: within metadata_timeout_ms of the last layer being ready. */
 static void check_aux_deadline(lc_engine_t *e, lc__task_t *t, uint64_t now, uint64_t *next)
 {
@@ -283,7 +260,6 @@ uint64_t lc__engine_progress(lc_engine_t *e, uint64_t now, bool *waiting)
 			} else {
 				inflight++;
 			}
-			check_ack_deadlines(e, t, now, &next);
 			if (!t->dead && !t->aux_ready && t->next_group == t->ngroups) {
 				*waiting = true;
 				check_aux_deadline(e, t, now, &next);

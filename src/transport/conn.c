@@ -120,6 +120,11 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 	int rc = ops->init ? lc__transport_state(ctx, ops, &c->tp_state) : 0;
 	if (!rc)
 		rc = ops->conn_open(c, url, &p);
+	if (!rc) { /* where its batches' deadlines are kept */
+		rc = lc__io_timer_loop(ctx, c->io_task, &c->timer_loop);
+		if (rc)
+			ops->conn_close(c);
+	}
 	if (rc) {
 		LC__COUNT(ctx, conns_failed);
 		pthread_mutex_destroy(&c->lock);
@@ -145,7 +150,7 @@ void lc_conn_destroy(lc_conn_t *c)
 		return;
 	lc_ctx_t *ctx = c->ctx;
 	atomic_store(&c->closing, 1);
-	/* Unlink first: the deadline timer then no longer sees the connection. */
+	/* Unlink first: lc_ctx_destroy then no longer sees the connection. */
 	pthread_mutex_lock(&ctx->objs_lock);
 	if (c->ctx_prev)
 		c->ctx_prev->ctx_next = c->ctx_next;
@@ -157,6 +162,8 @@ void lc_conn_destroy(lc_conn_t *c)
 	lc__stage_conn_close(c);
 	c->ops->conn_close(c);
 	lc__conn_fail_all(c, LC_ERR_CANCELLED, "connection to %s closed", c->url);
+	/* An expiry claimed before fail_all may still be delivering. */
+	lc__io_timer_quiesce(c->timer_loop);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -234,7 +241,9 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 	for (size_t i = 0; i < n; i++) {
 		const lc_write_t *w = &writes[i];
 		lc__region_info_t src;
-		uint64_t ls = 0, rs = 0; /* set by strided_span, checked above (Release builds cannot see it) */
+		uint64_t
+			ls = 0,
+			rs = 0; /* set by strided_span, checked above (Release builds cannot see it) */
 		if (w->length == 0)
 			continue; /* lands nothing; complete with the rest */
 		strided_span(w, &ls, &rs);
@@ -264,6 +273,17 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 				.remote_region = w->remote_region};
 	}
 	return 0;
+}
+
+/* Give b to the transport, or to staging for device sources. */
+static int hand_over(lc_conn_t *c, lc__batch_t *b)
+{
+	int rc;
+	if (!b->device_src)
+		return c->ops->post(c, b);
+	if (!c->ops->post_device || (rc = c->ops->post_device(c, b)) == 1)
+		rc = lc__stage_post(c, b);
+	return rc;
 }
 
 int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_batch_params_t *params,
@@ -320,14 +340,12 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	if (b->nwrites == 0) {
 		lc__batch_complete(b, 0, NULL);
 	} else {
-		if (b->deadline_ns)
-			lc__timer_kick(c->ctx, b->deadline_ns);
-		if (!b->device_src)
-			rc = c->ops->post(c, b);
-		else if (!c->ops->post_device || (rc = c->ops->post_device(c, b)) == 1)
-			rc = lc__stage_post(c, b);
+		rc = b->deadline_ns ? lc__batch_arm(b) : 0;
+		if (!rc)
+			rc = hand_over(c, b);
 		if (rc < 0 && atomic_exchange(&b->completed, 1) == 0) {
 			/* Not taken and not completed by anyone: undo, no completion. */
+			lc__io_timer_cancel(&b->timer);
 			pthread_mutex_lock(&c->lock);
 			b->prev->next = b->next;
 			b->next->prev = b->prev;
