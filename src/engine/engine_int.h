@@ -189,8 +189,11 @@ struct lc_engine {
 	lc__note_t *notes;
 	size_t nnotes, notes_cap;
 	uint64_t room_scan_at; /* 0: scan rooms at the next iteration */
-	lc_write_t *scratch;
-	size_t scratch_cap;
+	/* The layout's buffers as regions (progress.c, sources_resolved):
+	 * for the region table's generation src_gen - 1 (0: not yet). */
+	uint64_t src_gen;
+	bool src_ok;              /* every buffer inside one registered region */
+	bool src_device;          /* some buffer is device memory */
 	lc__esession_t *to_flush; /* sessions with deferred posts (within progress) */
 	lc__postlog_t *postlog;   /* groups posted in this pass (flush_posts) */
 	size_t npostlog, postlog_cap;

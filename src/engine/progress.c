@@ -13,18 +13,41 @@
 
 #include "core/checksum.h"
 #include "engine/engine_int.h"
+#include "transport/generic.h"
 
-static int ensure_scratch(lc_engine_t *e, size_t n)
+/* Whether every layout buffer lies inside one registered region of the
+ * context, as of the region table's generation (looked up again when
+ * regions change). Then the engine's writes, whose sources lie in its
+ * buffers by construction, take the trusted post: no per-write lookup. */
+static bool sources_resolved(lc_engine_t *e)
 {
-	if (n <= e->scratch_cap)
-		return 0;
-	size_t cap = LC__MAX(n, 2 * e->scratch_cap);
-	lc_write_t *s = realloc(e->scratch, cap * sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	e->scratch = s;
-	e->scratch_cap = cap;
-	return 0;
+	uint64_t gen = atomic_load(&e->ctx->regions.gen) + 1; /* 0: never */
+	if (gen == e->src_gen)
+		return e->src_ok;
+	bool ok = true, device = false;
+	for (uint32_t i = 0; i < e->layout->nbuf && ok; i++) {
+		const lc_buffer_t *b = &e->layout->bufs[i];
+		lc__region_info_t ri;
+		ok = !lc__source_find(e->ctx, b->base, b->length, &ri);
+		device |= ok && !LC__KIND_IS_HOST(ri.kind);
+	}
+	e->src_gen = gen;
+	e->src_ok = ok;
+	e->src_device = device;
+	return ok;
+}
+
+/* Post v (n writes, malloc'd; taken) on conn. */
+static int post_writes(lc_engine_t *e, lc_conn_t *conn, lc_write_t *v, size_t n, uint64_t bytes,
+		       const lc_batch_params_t *bp, uint64_t *bid)
+{
+	if (sources_resolved(e))
+		return lc__batch_post_trusted(conn, v, n, bytes, e->src_device, bp, bid);
+	/* A buffer over several regions, or not registered: the checked post
+	 * finds each write's region, or the reason to fail. */
+	int rc = lc_batch_post(conn, v, n, bp, bid);
+	free(v);
+	return rc;
 }
 
 /* Group g holds nothing for this destination: it counts as acknowledged. */
@@ -44,19 +67,20 @@ static bool post_wreq(lc_engine_t *e, lc__wreq_t *w, uint32_t g, uint32_t b, uin
 {
 	lc__room_t *r = w->task->room;
 	uint64_t bytes = 0, bid = 0;
-	if (ensure_scratch(e, cap)) {
+	/* Emitted straight into what becomes the batch's array. */
+	lc_write_t *v = malloc(cap * sizeof(*v));
+	if (!v) {
 		lc__engine_fail_room(e, r, LC_FAIL_TRANSFER, "out of memory planning layers %u-%u",
 				     b, end - 1);
 		return false;
 	}
-	size_t n = lc__plan_emit(&w->plan, b, end, e->scratch, &bytes);
+	size_t n = lc__plan_emit(&w->plan, b, end, v, &bytes);
 	if (e->checksum) { /* the bytes as they are now, where D will hold them */
 		lc__room_dst_t *d = &r->dst[w->dst];
 		for (size_t i = 0; i < n; i++)
-			d->sum = lc__sum_add(d->sum, lc__sum_range(e->scratch[i].remote_region,
-								   e->scratch[i].remote_offset,
-								   e->scratch[i].local,
-								   e->scratch[i].length));
+			d->sum = lc__sum_add(d->sum,
+					     lc__sum_range(v[i].remote_region, v[i].remote_offset,
+							   v[i].local, v[i].length));
 	}
 	lc_batch_params_t bp = {
 		.size = sizeof(bp),
@@ -68,7 +92,7 @@ static bool post_wreq(lc_engine_t *e, lc__wreq_t *w, uint32_t g, uint32_t b, uin
 		.user_data = w->id,
 		.flags = LC_BATCH_DEFER,
 	};
-	int rc = lc_batch_post(w->sess->conn, e->scratch, n, &bp, &bid);
+	int rc = post_writes(e, w->sess->conn, v, n, bytes, &bp, &bid);
 	if (rc) {
 		lc__session_fail(w->sess->core, now, lc_strerror(rc));
 		e->m.session_failures++;

@@ -275,6 +275,9 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 	return 0;
 }
 
+static int post_batch(lc_conn_t *c, lc__batch_t *b, const lc_batch_params_t *params,
+		      uint64_t *batch_id);
+
 /* Give b to the transport, or to staging for device sources. */
 static int hand_over(lc_conn_t *c, lc__batch_t *b)
 {
@@ -307,12 +310,26 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	if (!b)
 		return -ENOMEM;
 	rc = copy_writes(c, writes, n, b);
-	if (rc)
-		goto fail_free;
-	rc = lc__cq_reserve(c->cq);
-	if (rc)
-		goto fail_free;
+	if (rc) {
+		free(b->writes);
+		free(b);
+		return rc;
+	}
+	return post_batch(c, b, &p, batch_id);
+}
 
+/* Queue b (its writes in place): reserve its completion, link it, arm its
+ * deadline, hand it over. Frees b when it fails before it is linked. */
+static int post_batch(lc_conn_t *c, lc__batch_t *b, const lc_batch_params_t *params,
+		      uint64_t *batch_id)
+{
+	const lc_batch_params_t p = *params;
+	int rc = lc__cq_reserve(c->cq);
+	if (rc) {
+		free(b->writes);
+		free(b);
+		return rc;
+	}
 	int64_t timeout_ms = p.timeout_ms ? p.timeout_ms
 					  : lc__ctx_cfg(c->ctx, LC__CFG_batch_timeout_ms);
 	b->conn = c;
@@ -360,11 +377,45 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	lc__batch_unref(b);
 	*batch_id = id;
 	return 0;
+}
 
-fail_free:
-	free(b->writes);
-	free(b);
-	return rc;
+int lc__batch_post_trusted(lc_conn_t *c, lc_write_t *writes, size_t n, uint64_t bytes,
+			   bool device_src, const lc_batch_params_t *p, uint64_t *batch_id)
+{
+	if (atomic_load(&c->closing)) {
+		free(writes);
+		return LC__FAIL(LC_ERR_CLOSED, "lc_batch_post: connection to %s is closing",
+				c->url);
+	}
+	lc__batch_t *b = calloc(1, sizeof *b);
+	if (!b) {
+		free(writes);
+		return -ENOMEM;
+	}
+	bool expand = false;
+	for (size_t i = 0; i < n; i++) { /* the batch's form: count 0 or > 1 */
+		if (writes[i].count == 1)
+			writes[i] = (lc_write_t){.local = writes[i].local,
+						 .remote_offset = writes[i].remote_offset,
+						 .length = writes[i].length,
+						 .remote_region = writes[i].remote_region};
+		expand |= writes[i].count > 1 && !c->ops->strided;
+	}
+	if (expand) { /* a transport that cannot move strided writes: rare */
+		int rc = copy_writes(c, writes, n, b);
+		free(writes);
+		if (rc) {
+			free(b->writes);
+			free(b);
+			return rc;
+		}
+	} else {
+		b->writes = writes;
+		b->nwrites = n;
+		b->bytes = bytes;
+		b->device_src = device_src;
+	}
+	return post_batch(c, b, p, batch_id);
 }
 
 int lc_conn_flush(lc_conn_t *c)
