@@ -318,8 +318,8 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	return post_batch(c, b, &p, batch_id);
 }
 
-/* Queue b (its writes in place): reserve its completion, link it, arm its
- * deadline, hand it over. Frees b when it fails before it is linked. */
+/* Queue b (its writes in place): reserve its completion, link it with its
+ * deadline armed, hand it over. Frees b when it fails before it is linked. */
 static int post_batch(lc_conn_t *c, lc__batch_t *b, const lc_batch_params_t *params,
 		      uint64_t *batch_id)
 {
@@ -342,6 +342,16 @@ static int post_batch(lc_conn_t *c, lc__batch_t *b, const lc_batch_params_t *par
 	atomic_init(&b->refs, 2); /* generic (until completion) + this call */
 
 	pthread_mutex_lock(&c->lock);
+	/* Armed as it is linked: whoever finds it pending (a cancel, the
+	 * close) finds it armed, and its expiry, which unlinks it under this
+	 * lock, cannot find it unlinked. The loop's lock is a leaf. */
+	if (b->nwrites && b->deadline_ns && (rc = lc__batch_arm(b))) {
+		pthread_mutex_unlock(&c->lock);
+		lc__cq_unreserve(c->cq);
+		free(b->writes);
+		free(b);
+		return rc;
+	}
 	b->id = ++c->next_batch_id;
 	b->prev = c->pending.prev;
 	b->next = &c->pending;
@@ -357,9 +367,7 @@ static int post_batch(lc_conn_t *c, lc__batch_t *b, const lc_batch_params_t *par
 	if (b->nwrites == 0) {
 		lc__batch_complete(b, 0, NULL);
 	} else {
-		rc = b->deadline_ns ? lc__batch_arm(b) : 0;
-		if (!rc)
-			rc = hand_over(c, b);
+		rc = hand_over(c, b);
 		if (rc < 0 && atomic_exchange(&b->completed, 1) == 0) {
 			/* Not taken and not completed by anyone: undo, no completion. */
 			lc__io_timer_cancel(&b->timer);

@@ -9,7 +9,8 @@ void lc__batch_complete(lc__batch_t *b, int status, const char *reason);
 size_t lc__conn_collect(lc_conn_t *c, bool (*pred)(const lc__batch_t *, const void *),
 			const void *arg, lc__batch_t **v, size_t cap);
 /* Arm b's deadline (b->deadline_ns, set) on its connection's timer loop;
- * before the transport sees b, so that a completion always disarms it. */
+ * under conn->lock as b is linked (conn.c), so that whoever completes b
+ * finds it armed and disarms it. */
 int lc__batch_arm(lc__batch_t *b);
 /*
  * The engine's post (trusted; not public): writes is a malloc'd array of n
