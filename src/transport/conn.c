@@ -344,7 +344,9 @@ static int post_batch(lc_conn_t *c, lc__batch_t *b, const lc_batch_params_t *par
 	pthread_mutex_lock(&c->lock);
 	/* Armed as it is linked: whoever finds it pending (a cancel, the
 	 * close) finds it armed, and its expiry, which unlinks it under this
-	 * lock, cannot find it unlinked. The loop's lock is a leaf. */
+	 * lock, cannot find it unlinked. The loop's lock is a leaf. Its id
+	 * first: an expiry reads it before taking this lock. */
+	b->id = c->next_batch_id + 1;
 	if (b->nwrites && b->deadline_ns && (rc = lc__batch_arm(b))) {
 		pthread_mutex_unlock(&c->lock);
 		lc__cq_unreserve(c->cq);
@@ -352,7 +354,7 @@ static int post_batch(lc_conn_t *c, lc__batch_t *b, const lc_batch_params_t *par
 		free(b);
 		return rc;
 	}
-	b->id = ++c->next_batch_id;
+	c->next_batch_id++;
 	b->prev = c->pending.prev;
 	b->next = &c->pending;
 	c->pending.prev->next = b;
