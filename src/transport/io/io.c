@@ -43,6 +43,8 @@ struct lc__io_loop {
 	size_t ntasks;           /* under io->lock: for placement */
 	/* loop thread only */
 	size_t nlinked;
+	uint64_t spin_ns;    /* io_spin_us */
+	uint64_t active_ns;  /* the last wait that returned events */
 	lc__heap_t due;      /* attached tasks with a deadline */
 	lc__io_task_t ready; /* sentinel of the circular ready list */
 	struct epoll_event *ev;
@@ -251,6 +253,30 @@ static void service_due(lc__io_loop_t *lp, uint64_t now)
 	fire_timers(lp, now);
 }
 
+/* Wait for events until the next deadline. Adaptive polling: within
+ * io_spin_us of the last wait that returned events, look without sleeping
+ * first (what follows a write, its acknowledgement, often comes within
+ * microseconds, and a sleep on epoll costs a wake-up); a loop idle past the
+ * budget sleeps, so an idle process spins nothing. Timers armed and kicks
+ * made meanwhile ring the doorbell, which ends the spin like any event. */
+static int wait_events(lc__io_loop_t *lp, struct epoll_event *ev)
+{
+	uint64_t now = lc__now_ns();
+	int ms = wait_ms(lp, now);
+	if (ms && lp->spin_ns && now - lp->active_ns < lp->spin_ns) {
+		uint64_t until = lp->active_ns + lp->spin_ns;
+		if (ms > 0)
+			until = LC__MIN(until, now + (uint64_t)ms * 1000000);
+		do {
+			int n = epoll_wait(lp->epfd, ev, MAX_EVENTS, 0);
+			if (n)
+				return n;
+		} while (lc__now_ns() < until);
+		ms = wait_ms(lp, lc__now_ns());
+	}
+	return epoll_wait(lp->epfd, ev, MAX_EVENTS, ms);
+}
+
 static void *loop_main(void *arg)
 {
 	lc__io_loop_t *lp = arg;
@@ -270,12 +296,14 @@ static void *loop_main(void *arg)
 		take_kicks(lp);
 		uint64_t now = lc__now_ns();
 		service_due(lp, now);
-		int n = epoll_wait(lp->epfd, ev, MAX_EVENTS, wait_ms(lp, lc__now_ns()));
+		int n = wait_events(lp, ev);
 		atomic_store(&lp->asleep, 0);
 		if (n < 0 && errno != EINTR)
 			LC__WARN("io: epoll_wait: %s", strerror(errno));
 		lp->nev = n > 0 ? n : 0;
 		now = lc__now_ns();
+		if (n > 0)
+			lp->active_ns = now;
 		dispatch(lp, now);
 		take_kicks(lp);
 		service_due(lp, now);
@@ -306,6 +334,7 @@ static int loop_start(struct lc__io *io, lc__io_loop_t **out)
 		return -ENOMEM;
 	lp->io = io;
 	lp->index = io->nloops;
+	lp->spin_ns = (uint64_t)lc__ctx_cfg(io->ctx, LC__CFG_io_spin_us) * 1000;
 	pthread_mutex_init(&lp->lock, NULL);
 	pthread_cond_init(&lp->cond, NULL);
 	lp->cmds_tail = &lp->cmds;
