@@ -16,6 +16,10 @@
 
 #define MAX_LOOPS 64
 #define MAX_EVENTS 64
+/* The longest wait of a loop: one wake-up a second when idle (what the
+ * context's timer thread did before), so that a post arming a deadline
+ * further out than that never needs to ring. */
+#define MAX_SLEEP_NS 1000000000ull
 
 /* A function to run on the loop thread; the caller waits for `done`. */
 typedef struct cmd {
@@ -165,8 +169,10 @@ static void take_kicks(lc__io_loop_t *lp)
 	}
 }
 
-/* Until the earliest deadline of either heap, 0 with work ready. Publishes
- * the wait's end under the lock, so that a timer armed earlier rings. */
+/* Until the earliest deadline of either heap, 0 with work ready, and never
+ * longer than MAX_SLEEP_NS. Publishes the wait's end under the lock, so that
+ * a timer armed earlier rings the loop; a timer due past the end (a batch
+ * deadline, seconds away) is seen at the next wake-up without a ring. */
 static int wait_ms(lc__io_loop_t *lp, uint64_t now)
 {
 	lc__heap_node_t *t = lc__heap_top(&lp->due);
@@ -177,14 +183,12 @@ static int wait_ms(lc__io_loop_t *lp, uint64_t now)
 	lc__heap_node_t *tm = lc__heap_top(&lp->timers);
 	if (tm)
 		next = LC__MIN(next, tm->key);
+	next = LC__MIN(next, now + MAX_SLEEP_NS);
 	atomic_store(&lp->asleep, next ? next : 1);
 	pthread_mutex_unlock(&lp->lock);
-	if (next == UINT64_MAX)
-		return -1;
 	if (next <= now)
 		return 0;
-	uint64_t ms = (next - now + 999999) / 1000000;
-	return ms > 60000 ? 60000 : (int)ms;
+	return (int)((next - now + 999999) / 1000000);
 }
 
 static void dispatch(lc__io_loop_t *lp, uint64_t now)
