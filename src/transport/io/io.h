@@ -2,9 +2,10 @@
  * The I/O core: the event loops that the socket transports (tcp, shm) run
  * on, in the spirit of libuv's loop and nng's pollq. A context owns a small
  * bounded set of loops (config io_threads), each one thread with an epoll
- * set, an eventfd doorbell, a command queue and per-task timers. A transport
- * describes its wire as tasks (a connection, a listener) and never builds a
- * thread or a wake-up of its own.
+ * set, an eventfd doorbell, a command queue, and its deadlines in heaps
+ * (heap.h): the tasks' and the timers' (lc__io_timer_t, e.g. a batch's).
+ * A transport describes its wire as tasks (a connection, a listener) and
+ * never builds a thread, a wake-up or a timer of its own.
  *
  * A task is attached to the least loaded loop (a new loop is started while
  * fewer than io_threads run). From then on the loop thread alone calls its
