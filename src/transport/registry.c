@@ -14,9 +14,11 @@ extern const lc__transport_ops_t lc__ucx_ops;
 #endif
 
 static const lc__transport_ops_t *const registry[] = {
-	&lc__loop_ops,      &lc__tcp_ops, &lc__shm_ops,
+	&lc__loop_ops, /* loop.c */
+	&lc__tcp_ops,  /* tcp/ */
+	&lc__shm_ops,  /* shm/ */
 #ifdef LC_HAVE_UCX
-	&lc__ucx_ops,
+	&lc__ucx_ops, /* ucx/ */
 #endif
 };
 
