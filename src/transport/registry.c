@@ -12,6 +12,9 @@ extern const lc__transport_ops_t lc__loop_ops, lc__tcp_ops, lc__shm_ops;
 #ifdef LC_HAVE_UCX
 extern const lc__transport_ops_t lc__ucx_ops;
 #endif
+#ifdef LC_TEST_TRANSPORT /* a test build's transport (tests/transports/), never shipped */
+extern const lc__transport_ops_t LC_TEST_TRANSPORT;
+#endif
 
 static const lc__transport_ops_t *const registry[] = {
 	&lc__loop_ops, /* loop.c */
@@ -19,6 +22,9 @@ static const lc__transport_ops_t *const registry[] = {
 	&lc__shm_ops,  /* shm/ */
 #ifdef LC_HAVE_UCX
 	&lc__ucx_ops, /* ucx/ */
+#endif
+#ifdef LC_TEST_TRANSPORT
+	&LC_TEST_TRANSPORT,
 #endif
 };
 
