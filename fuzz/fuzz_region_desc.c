@@ -18,19 +18,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	while (at < len) { /* checked: whole frames, to the last byte */
 		if (len - at < LC__KEY_FRAME)
 			abort();
-		at += LC__KEY_FRAME + lc__get_u16(keys + at + 2);
-	}
-	if (at != len)
-		abort();
-	for (uint32_t tag = 0; tag <= 0xffff; tag++) {
-		if (!lc__region_key_find(keys, len, (uint16_t)tag, &k, &kl))
-			continue;
-		if (tag == 0 || k < keys + LC__KEY_FRAME || k + kl > data + size)
+		uint16_t tag = lc__get_u16(keys + at), flen = lc__get_u16(keys + at + 2);
+		/* Tags are unique: the lookup finds this very frame. */
+		if (tag == 0 || lc__region_key_find(keys, len, tag, &k, &kl) != 1 ||
+		    k != keys + at + LC__KEY_FRAME || kl != flen)
 			abort();
 		uw_key_t uk;
 		if (tag == LC__KEY_TAG_UCX && !uw_key_decode(k, kl, &uk) &&
-		    (uk.rkey + uk.rkey_len != k + kl))
+		    uk.rkey + uk.rkey_len != k + kl)
 			abort();
+		at += LC__KEY_FRAME + flen;
 	}
+	if (at != len || lc__region_key_find(keys, len, 0, &k, &kl) != 0 || k || kl)
+		abort();
 	return 0;
 }

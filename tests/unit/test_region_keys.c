@@ -35,7 +35,8 @@ static size_t forge(uint8_t *d, const uint8_t *keys, size_t klen)
 		lc_ctx_destroy(ctx);
 	}
 	memcpy(d, hdr, LC__DESC_HEADER);
-	memcpy(d + LC__DESC_HEADER, keys, klen);
+	if (klen)
+		memcpy(d + LC__DESC_HEADER, keys, klen);
 	lc__put_u16(d + 6, (uint16_t)klen);
 	return LC__DESC_HEADER + klen;
 }
