@@ -17,7 +17,7 @@ ROWS = [("bw_4m", "value", "4 MiB writes, 16 in flight"),
         ("layers", "value", "32 layers, last record -> D knows all landed, p50"),
         ("idle_p", "value", "idle CPU, P (initiator), 10 s"),
         ("idle_d", "value", "idle CPU, D (target), 10 s")]
-# CPU figures below this (one clock tick over 10 s is 0.1% of a core) are
+# CPU figures up to this (one clock tick over 10 s is 0.1% of a core) are
 # read as this, so that 0 against 0 is a tie, not a division by zero.
 CPU_FLOOR = 0.1
 HIGHER_IS_BETTER = {"GB/s"}
@@ -26,8 +26,8 @@ HIGHER_IS_BETTER = {"GB/s"}
 def ratio(ours, theirs, unit):
     """>= 1 when layercake is ahead: throughput ours/theirs, latency and CPU
     theirs/ours. None when undefined (a zero latency or throughput)."""
-    if unit == "% core":
-        ours, theirs = max(ours, CPU_FLOOR), max(theirs, CPU_FLOOR)
+    if unit == "% core":  # rounded first: 100 * 0.01 s / 10 s is 0.10000000000000002
+        ours, theirs = max(round(ours, 6), CPU_FLOOR), max(round(theirs, 6), CPU_FLOOR)
     if unit in HIGHER_IS_BETTER:
         return ours / theirs if theirs > 0 else None
     return theirs / ours if ours > 0 else None
@@ -109,7 +109,7 @@ def _fmt_range(r, unit):
 
 def table(cases):
     """The markdown table for the README (ranges over the pairs)."""
-    lines = ["| case | peer | unit | layercake | peer's | ratio (median; range) |",
+    lines = ["| case | peer | unit | layercake | peer's | ratio of medians; per-pair range |",
              "|---|---|---|---|---|---|"]
     for c in cases:
         u = c["unit"] or ""
@@ -124,5 +124,13 @@ def table(cases):
 
 
 def behind(cases):
-    """The rows where layercake is behind (ratio < 1) or has no ratio."""
-    return [c for c in cases if c["ratio"] is None or c["ratio"] < 1]
+    """The rows where layercake is behind (a ratio < 1)."""
+    return [c for c in cases if c["ratio"] is not None and c["ratio"] < 1]
+
+
+def summary(cases):
+    low = behind(cases)
+    none = [c for c in cases if c["ratio"] is None]
+    s = f"{len(cases)} cases: {len(cases) - len(low) - len(none)} ahead or even, {len(low)} behind"
+    s += "".join(f"\n  behind: {c['case']} vs {c['peer']}: {c['ratio']:.2f}" for c in low)
+    return s + f"\n  {len(none)} without a ratio (a side could not run: its error is in the JSON)"

@@ -32,6 +32,8 @@ class Ratio(unittest.TestCase):
 
     def test_cpu_floor(self):
         self.assertEqual(report.ratio(0.0, 0.0, "% core"), 1.0)  # a tie, not 0/0
+        self.assertEqual(report.ratio(100 * 0.01 / 10, 0.0, "% core"), 1.0)  # one tick: a tie
+        self.assertAlmostEqual(report.ratio(0.2, 0.0, "% core"), 0.5)
         self.assertAlmostEqual(report.ratio(0.0, 90.0, "% core"), 900.0)
         self.assertIsNone(report.ratio(0.0, 5.0, "us"))
         self.assertIsNone(report.ratio(5.0, 0.0, "GB/s"))
@@ -73,6 +75,9 @@ class Fold(unittest.TestCase):
         self.assertAlmostEqual(self.row(rows, "tcp_rtt_4k_value", "nixl")["ratio"], 0.5)  # behind
         self.assertAlmostEqual(self.row(rows, "tcp_rtt_4k_p99", "nixl")["ratio"], 2.0)
         self.assertIn(self.row(rows, "tcp_rtt_4k_value", "nixl"), report.behind(rows))
+        self.assertNotIn(self.row(rows, "tcp_rtt_4k_p99", "nixl"), report.behind(rows))
+        self.assertNotIn(self.row(rows, "tcp_bw_4m_value", "mooncake"), report.behind(rows))  # no ratio
+        self.assertIn("behind: tcp: 4 KiB write round trip p50 vs nixl: 0.50", report.summary(rows))
 
     def test_error_reported_not_dropped(self):
         rows = report.fold(self.pairs(), "tcp")
