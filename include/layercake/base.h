@@ -118,6 +118,11 @@ enum lc_error {
 LC_API const char *lc_strerror(int code);
 /* Symbolic name ("LC_ERR_GRANT", "LC_EINVAL") or "LC_UNKNOWN". Static. */
 LC_API const char *lc_err_name(int code);
+/* The table above as the loaded library has it, for bindings that read it
+ * rather than copy its numbers: lc_err_code(i, &code) for
+ * 0 <= i < lc_err_count() (-ERANGE past the end, -EINVAL for NULL). */
+LC_API int lc_err_count(void);
+LC_API int lc_err_code(int index, int *out);
 
 /*
  * The cause of the last failure on the calling thread, in words: a call

@@ -199,7 +199,9 @@ typedef struct lc_decode_params {
 } lc_decode_params_t;
 
 /* Create the listener, issue the session token, bind the control socket
- * and start the threads. Errors: -EINVAL (a buffer outside every region),
+ * and start the threads. layout, regions, region_count and listen_url have
+ * no default: NULL params (or any of them unset) fail with -EINVAL, naming
+ * the field in lc_last_error(). Errors: -EINVAL (a buffer outside every region),
  * -ENOMEM, listener errors, LC_ENOTSUP without ZeroMQ or libcurl. */
 LC_API int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_t **out);
 /* Fail and cancel unfinished rooms (grants revoked first), stop the
