@@ -100,7 +100,9 @@ typedef struct lc_prefill_params {
 
 /* Create the engine (lc_engine_create; knobs from ctx), bind the control
  * socket, start the control thread and register with the bootstrap server
- * (PUT /route: 2 s per try, 5 retries with growing pauses).
+ * (PUT /route: 2 s per try, 5 retries with growing pauses). layout,
+ * bootstrap and the parallel layout have no default: NULL params fail with
+ * -EINVAL, naming the field in lc_last_error().
  * Blocks for the registration. The route is owned (docs/protocol.md 2): a
  * thread refreshes it every third of the server's route_ttl_ms until
  * lc_prefill_destroy. Errors: -EINVAL (also a layout buffer outside every
