@@ -283,8 +283,7 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 				!c          ? "conn"
 				: !batch_id ? "batch_id"
 					    : "writes (with n > 0)");
-	if (params)
-		memcpy(&p, params, LC__MIN(params->size ? params->size : sizeof p, sizeof p));
+	LC__PARAMS_COPY(&p, params);
 	if (p.flags & ~(uint32_t)LC_BATCH_DEFER)
 		return LC__FAIL(-EINVAL, "lc_batch_post: unknown flags 0x%x", p.flags);
 	if (atomic_load(&c->closing))

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "layercake.h"
+#include "layercake/testing.h" /* lc_sim_*, loop faults */
 
 #define TU_SKIP 77
 
