@@ -371,6 +371,23 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	LC__DEBUG("bootstrap http: %s", line);
 }
 
+/* The PUT secret (params, else $LAYERCAKE_SECRET_DIR): 0, or the error,
+ * reported. */
+static int secret_load(lc_bootstrap_t *b, const char *secret)
+{
+	int rc = lc__bootstrap_secret(secret, b->secret, sizeof b->secret);
+	if (rc == -ENODATA)
+		return LC__FAIL_AT(
+			LC_LOG_ERROR, rc,
+			"bootstrap: $LAYERCAKE_SECRET_DIR/bootstrap.secret holds no secret "
+			"(its first line is empty or unreadable): write one, or remove the file");
+	if (rc < 0)
+		return LC__FAIL_AT(LC_LOG_ERROR, rc, "bootstrap: cannot read the secret: %s",
+				   strerror(-rc));
+	b->has_secret = rc == 1;
+	return 0;
+}
+
 int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out)
 {
 	lc_bootstrap_params_t p;
@@ -391,20 +408,9 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	pthread_cond_init(&b->cond, NULL);
 	b->ctx = p.ctx;
 	snprintf(b->host, sizeof b->host, "%s", p.host && *p.host ? p.host : "0.0.0.0");
-	int rc = lc__bootstrap_secret(p.secret, b->secret, sizeof b->secret);
-	if (rc == -ENODATA) {
-		LC__FAIL_AT(
-			LC_LOG_ERROR, rc,
-			"bootstrap: $LAYERCAKE_SECRET_DIR/bootstrap.secret holds no secret "
-			"(its first line is empty or unreadable): write one, or remove the file");
+	int rc = secret_load(b, p.secret);
+	if (rc < 0)
 		goto fail;
-	}
-	if (rc < 0) {
-		LC__FAIL_AT(LC_LOG_ERROR, rc, "bootstrap: cannot read the secret: %s",
-			    strerror(-rc));
-		goto fail;
-	}
-	b->has_secret = rc == 1;
 	int port = p.port < 0 ? (int)knob(b, LC__CFG_bootstrap_port) : p.port;
 	b->route_ttl_ms = (uint64_t)knob(b, LC__CFG_route_ttl_ms);
 	b->per_addr_max = (unsigned)knob(b, LC__CFG_bootstrap_conns_per_addr);
