@@ -115,7 +115,7 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 		goto fail_cq;
 	}
 	pthread_mutex_init(&e->lock, NULL);
-	if ((rc = -pthread_create(&e->thread, NULL, lc__engine_main, e)))
+	if ((rc = -pthread_create(&e->thread, NULL, lc__engine_thread_main, e)))
 		goto fail_lock;
 	e->started = true;
 	LC__INFO("engine %s: %u buffers, %u layers, interval %lld", e->name, e->layout->nbuf,

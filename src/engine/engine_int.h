@@ -174,7 +174,7 @@ struct lc_engine {
 	bool checksum;                 /* room_checksum: sum every write posted */
 	uint64_t coalesce_ns;          /* acknowledgement moderation */
 	uint64_t seen_cache, seen_aux; /* steps the last progress pass read */
-	bool tight_slack;              /* engine thread: timer slack cut (loop.c) */
+	bool tight_slack;              /* engine thread: timer slack cut (thread.c) */
 	uint64_t refused_logged[2];    /* refused[] as last reported (reserve.c) */
 	uint64_t refused_log_ns;       /* time of that report */
 
@@ -251,7 +251,7 @@ static inline int lc__engine_bad_peer_input(lc_engine_t *e, int rc, const char *
 }
 
 /* The files call each other downwards only: engine.c (the object) ->
- * loop.c -> progress.c, intake.c, sessions.c, rooms.c -> reserve.c ->
+ * thread.c -> progress.c, intake.c, sessions.c, rooms.c -> reserve.c ->
  * finish.c -> task.c. */
 
 /* task.c: tasks and wreqs as data. */
@@ -309,7 +309,7 @@ static inline bool lc__engine_polls(lc_engine_t *e)
 	return e->params.external_counter || atomic_load(&e->gpu.active);
 }
 
-/* loop.c: the engine thread (started by lc_engine_create, no lock held). */
-void *lc__engine_main(void *arg);
+/* thread.c: the engine thread (started by lc_engine_create, no lock held). */
+void *lc__engine_thread_main(void *arg);
 
 #endif

@@ -5,7 +5,7 @@
  * is rung once. The same pass checks the aux steps and the task deadlines
  * and frees finished and dead tasks. It runs on the engine thread, or on a
  * recording thread that found the engine lock free (inline submission,
- * loop.c); either way under e->lock.
+ * thread.c); either way under e->lock.
  */
 #include <errno.h>
 #include <stdlib.h>
