@@ -18,10 +18,10 @@
 	X(tcp_lanes, "LAYERCAKE_TCP_LANES", 4, 1, 64, "parallel TCP connections per peer (lanes)") \
 	X(io_threads, "LAYERCAKE_IO_THREADS", 2, 1, 64,                                            \
 	  "event-loop threads per context that run the tcp, shm and ucx transports")               \
-	X(conn_threads_max, "LAYERCAKE_CONN_THREADS_MAX", 8, 1, 1024,                              \
-	  "threads a context may start for connections (loop://, a test transport, runs one per "  \
-	  "connection; every other transport shares the I/O core); past it a connection is "       \
-	  "refused (conns_refused_threads)")                                                       \
+	X(loop_conn_threads_max, "LAYERCAKE_LOOP_CONN_THREADS_MAX", 8, 1, 1024,                    \
+	  "threads a context may start for loop:// connections (a test transport that runs one "   \
+	  "per connection; every other transport shares the I/O core); past it a loop:// "         \
+	  "connection is refused (conns_refused_threads)")                                         \
 	X(shm_copy_threads, "LAYERCAKE_SHM_COPY_THREADS", 1, 1, 2,                                 \
 	  "threads that copy each large shm write at the receiver: 1, the I/O loop alone; 2 adds " \
 	  "a helper thread per listener for the second half of writes of 1 MiB or more")           \

@@ -36,7 +36,7 @@ struct lc_ctx {
 	lc__config_t cfg;
 
 	_Atomic uint64_t counters[LC__CNT_COUNT];
-	/* Threads started for connections (loop://), at most conn_threads_max:
+	/* Threads started for connections (loop://), at most loop_conn_threads_max:
 	 * a peer that names many connections never buys a thread each. */
 	_Atomic int conn_threads;
 

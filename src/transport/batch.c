@@ -154,8 +154,8 @@ void lc__conn_fail_all(lc_conn_t *c, int code, const char *fmt, ...)
 	} while (n == LC__ARRAY_SIZE(v));
 }
 
-/* ---- deadline timer: one thread per context, started with the first
- * connection. It scans pending batches under objs_lock (so a connection
+/* ---- deadline timer: one thread per context, started when the context is
+ * created (lc_ctx_create). It scans pending batches under objs_lock (so a connection
  * cannot be destroyed under it) and sleeps until the earliest deadline. */
 
 struct lc__batch_timer {

@@ -1,7 +1,7 @@
 /* The memory seam (seam.h): where bytes leave sources and land. */
 #include <string.h>
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "transport/seam.h"
 
 /* Copies into granted memory are cut in slices, so that a revoke never
@@ -144,6 +144,11 @@ void lc__land_done(lc__land_t *l, bool landed)
 	l->g = NULL;
 }
 
+void lc__land_release(lc__land_t *l)
+{
+	lc__land_done(l, false);
+}
+
 void lc__land_revoked(lc__land_t *l)
 {
 	LC__COUNT(l->ctx, writes_rejected_grant);
@@ -205,7 +210,7 @@ int lc__land_strided(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t off
 		lc__land_revoked(&l);
 	if (!rc)
 		LC__COUNT(ctx, writes_applied);
-	lc__land_done(&l, false);
+	lc__land_release(&l); /* the blocks were counted one by one */
 	return rc;
 }
 

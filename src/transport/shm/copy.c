@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <sys/uio.h>
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "transport/shm/shm_int.h"
 
 /* Bytes landed per bracket by CMA: a revoke waits at most this long. */

@@ -54,9 +54,10 @@
 /* ====================================================================
  * Receiver state.
  *
- * Threading: the listener's I/O thread owns every rlane and the scratch
- * buffer; listen() and listener_close() touch them only before the thread
- * starts and after it is joined. Shared state is reached only through the
+ * Threading: the I/O thread running the listener's task owns every rlane
+ * and the scratch buffer; listen() and listener_close() touch them only
+ * before the task is attached (lc__io_attach) and after it is detached
+ * (lc__io_detach). Shared state is reached only through the
  * context's thread-safe helpers (the memory seam, counters, tokens). The
  * one exception is a bounce slot's copy completion, on the copy engine's
  * thread: it writes only the slot's status, state and in_cb (atomics),
@@ -167,7 +168,6 @@ typedef struct tcp_listener {
 	bslot_t slots[NSLOTS]; /* device-kind payloads; buffers made at first use */
 	bool slots_made;
 } tcp_listener_t;
-
 
 /* Eviction takes only a lane quiet for this long (so never one between two
  * batches of a busy peer), and one without a granted write in flight. */

@@ -35,9 +35,10 @@
  * Sender state.
  *
  * Threading: post() (any caller thread) fills `subq` under tcp_conn.lock
- * and wakes the I/O thread through `wakefd`; everything else in tcp_conn,
- * lane and seg belongs to the I/O thread alone (no locks on the hot path).
- * conn_close() stops and joins the thread before it touches that state.
+ * and kicks the connection's task (lc__io_kick); everything else in
+ * tcp_conn, lane and seg belongs to the I/O thread running that task (no
+ * locks on the hot path). conn_close() detaches the task (lc__io_detach,
+ * which releases the lanes on that thread) before it frees that state.
  * Batches are shared with the generic layer: each segblock holds one
  * reference and only reads b->writes, b->room and the atomic fields.
  * ==================================================================== */
@@ -489,9 +490,8 @@ static size_t encode_frame(uint8_t *p, const seg_t *s, size_t idx, size_t n, uin
 	lc__tcp_encode_run(p, &(lc__tcp_run_hdr_t){(uint32_t)n, s->b->room, seq});
 	for (size_t i = 0; i < n; i++) {
 		const lc_write_t *w = &s->b->writes[idx + i];
-		lc__tcp_desc_t d = {w->remote_region, w->count > 1 ? w->count : 0,
-				    w->remote_offset, w->length,
-				    w->count > 1 ? w->remote_stride : 0};
+		lc__tcp_desc_t d = {w->remote_region, w->count > 1 ? w->count : 0, w->remote_offset,
+				    w->length, w->count > 1 ? w->remote_stride : 0};
 		lc__tcp_encode_desc(p + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN, &d);
 	}
 	return LC__TCP_HDR_LEN + n * LC__TCP_DESC_LEN;

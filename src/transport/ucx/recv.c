@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "transport/stage.h"
 #include "transport/ucx/ucx_int.h"
 
