@@ -457,7 +457,8 @@ static void decode_rows(reader_t *r, lc__msg_register_t *g)
 	}
 }
 
-static void decode_register(reader_t *r, lc__msg_register_t *g)
+/* REGISTER's fixed part: who D is, its flags, key and TP shape. */
+static void decode_register_head(reader_t *r, lc__msg_register_t *g)
 {
 	r_str(r, g->session, sizeof g->session, false, "session");
 	r_str(r, g->status_ep, sizeof g->status_ep, false, "status endpoint");
@@ -484,6 +485,11 @@ static void decode_register(reader_t *r, lc__msg_register_t *g)
 		if (!r->err && (!g->d_tp || g->d_tp > LC__MSG_MAX_TP || g->d_rank >= g->d_tp))
 			r_fail(r, "D rank %u of TP size %u", g->d_rank, g->d_tp);
 	}
+}
+
+/* The buffer table (and its rows), sized before it is allocated. */
+static void decode_register_buffers(reader_t *r, lc__msg_register_t *g)
+{
 	uint32_t nb = r_u32(r, "buffer count");
 	if (r->err)
 		return;
@@ -512,6 +518,12 @@ static void decode_register(reader_t *r, lc__msg_register_t *g)
 		b->offset = r_u64(r, "buffer offset");
 	}
 	decode_rows(r, g);
+}
+
+/* The region descriptors, after every buffer is checked against their
+ * count; the descriptors are copied into one blob. */
+static void decode_register_regions(reader_t *r, lc__msg_register_t *g)
+{
 	uint32_t nr = r_u32(r, "region count");
 	if (r->err)
 		return;
@@ -519,7 +531,7 @@ static void decode_register(reader_t *r, lc__msg_register_t *g)
 		r_fail(r, "region count %u out of range 1..%u", nr, LC__MSG_MAX_REGIONS);
 		return;
 	}
-	for (uint32_t i = 0; i < nb; i++) {
+	for (uint32_t i = 0; i < g->nbuffers; i++) {
 		const char *bad = check_buffer(&g->buffers[i], nr);
 		if (bad) {
 			r_fail(r, "buffer %u: %s", i, bad);
@@ -555,6 +567,15 @@ static void decode_register(reader_t *r, lc__msg_register_t *g)
 		g->region_desc_lens[i] = n;
 		used += n;
 	}
+}
+
+static void decode_register(reader_t *r, lc__msg_register_t *g)
+{
+	decode_register_head(r, g);
+	if (!r->err)
+		decode_register_buffers(r, g);
+	if (!r->err)
+		decode_register_regions(r, g);
 }
 
 static void decode_info(reader_t *r, lc__msg_transfer_info_t *t)
