@@ -8,6 +8,7 @@
 
 #include "core/common.h"
 #include "core/grant.h"
+#include "core/idmap.h"
 #include "core/landed.h"
 
 typedef struct range {
@@ -33,33 +34,16 @@ struct lc__grant_room {
 
 struct lc__grant_table {
 	pthread_mutex_t lock;
-	lc__grant_room_t **slots; /* open addressing, NULL = empty, TOMB = deleted */
-	size_t cap, used, live;
+	lc__idmap_t rooms;      /* room id -> lc__grant_room_t (D's own grants: no cap) */
 	_Atomic uint64_t ivmax; /* for rooms created from now on */
 };
-
-static lc__grant_room_t tomb_entry;
-#define TOMB (&tomb_entry)
-
-static size_t hash_room(uint64_t room, size_t cap)
-{
-	room ^= room >> 33;
-	room *= 0xff51afd7ed558ccdull;
-	room ^= room >> 33;
-	return (size_t)room & (cap - 1);
-}
 
 int lc__grant_table_create(lc__grant_table_t **out)
 {
 	lc__grant_table_t *t = calloc(1, sizeof *t);
 	if (!t)
 		return -ENOMEM;
-	t->cap = 64;
-	t->slots = calloc(t->cap, sizeof *t->slots);
-	if (!t->slots) {
-		free(t);
-		return -ENOMEM;
-	}
+	lc__idmap_init(&t->rooms, 0);
 	pthread_mutex_init(&t->lock, NULL);
 	atomic_init(&t->ivmax, 65536);
 	*out = t;
@@ -89,69 +73,23 @@ void lc__grant_table_destroy(lc__grant_table_t *t)
 {
 	if (!t)
 		return;
-	for (size_t i = 0; i < t->cap; i++) {
-		lc__grant_room_t *g = t->slots[i];
-		if (g && g != TOMB) {
-			atomic_store(&g->revoked, 1);
-			lc__grant_put(g);
-		}
+	size_t it = 0;
+	uint64_t id;
+	void *v;
+	while (lc__idmap_next(&t->rooms, &it, &id, &v)) {
+		lc__grant_room_t *g = v;
+		atomic_store(&g->revoked, 1);
+		lc__grant_put(g);
 	}
-	free(t->slots);
+	lc__idmap_fini(&t->rooms);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
 
 /* Under lock. */
-static lc__grant_room_t **find_slot(lc__grant_table_t *t, uint64_t room)
+static lc__grant_room_t *find(lc__grant_table_t *t, uint64_t room)
 {
-	size_t i = hash_room(room, t->cap);
-	for (size_t probe = 0; probe < t->cap; probe++, i = (i + 1) & (t->cap - 1)) {
-		lc__grant_room_t *g = t->slots[i];
-		if (!g)
-			return NULL;
-		if (g != TOMB && g->room == room)
-			return &t->slots[i];
-	}
-	return NULL;
-}
-
-static int grow(lc__grant_table_t *t)
-{
-	size_t ncap = t->live * 4 > t->cap ? t->cap * 2 : t->cap; /* else just rehash tombs */
-	lc__grant_room_t **ns = calloc(ncap, sizeof *ns);
-	if (!ns)
-		return -ENOMEM;
-	for (size_t i = 0; i < t->cap; i++) {
-		lc__grant_room_t *g = t->slots[i];
-		if (!g || g == TOMB)
-			continue;
-		size_t j = hash_room(g->room, ncap);
-		while (ns[j])
-			j = (j + 1) & (ncap - 1);
-		ns[j] = g;
-	}
-	free(t->slots);
-	t->slots = ns;
-	t->cap = ncap;
-	t->used = t->live;
-	return 0;
-}
-
-static int insert(lc__grant_table_t *t, lc__grant_room_t *g)
-{
-	if ((t->used + 1) * 4 > t->cap * 3) {
-		int rc = grow(t);
-		if (rc)
-			return rc;
-	}
-	size_t i = hash_room(g->room, t->cap);
-	while (t->slots[i] && t->slots[i] != TOMB)
-		i = (i + 1) & (t->cap - 1);
-	if (!t->slots[i])
-		t->used++;
-	t->slots[i] = g;
-	t->live++;
-	return 0;
+	return lc__idmap_get(&t->rooms, room);
 }
 
 static int range_cmp(const range_t *a, uint32_t region, uint64_t offset)
@@ -263,10 +201,8 @@ int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64
 	if (length == 0 || offset + length < offset)
 		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room), *g;
-	if (slot) {
-		g = *slot;
-	} else {
+	lc__grant_room_t *g = find(t, room);
+	if (!g) {
 		g = calloc(1, sizeof *g);
 		if (!g) {
 			rc = -ENOMEM;
@@ -277,7 +213,7 @@ int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64
 		atomic_init(&g->refs, 1);
 		pthread_mutex_init(&g->mu, NULL);
 		lc__landed_init(&g->landed);
-		rc = insert(t, g);
+		rc = lc__idmap_put(&t->rooms, room, g);
 		if (rc) {
 			room_free(g);
 			goto out;
@@ -295,11 +231,9 @@ out:
 }
 
 /* Under lock: unmap the entry; the caller drains and drops the table ref. */
-static lc__grant_room_t *unmap(lc__grant_table_t *t, lc__grant_room_t **slot)
+static lc__grant_room_t *unmap(lc__grant_table_t *t, lc__grant_room_t *g)
 {
-	lc__grant_room_t *g = *slot;
-	*slot = TOMB;
-	t->live--;
+	lc__idmap_del(&t->rooms, g->room);
 	atomic_store(&g->revoked, 1);
 	return g;
 }
@@ -315,12 +249,12 @@ static void drain_and_put(lc__grant_room_t *g)
 int lc__grant_revoke(lc__grant_table_t *t, uint64_t room)
 {
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room);
-	if (!slot) {
+	lc__grant_room_t *g = find(t, room);
+	if (!g) {
 		pthread_mutex_unlock(&t->lock);
 		return 0;
 	}
-	lc__grant_room_t *g = unmap(t, slot);
+	unmap(t, g);
 	int n = (int)g->n;
 	pthread_mutex_unlock(&t->lock);
 	drain_and_put(g);
@@ -333,13 +267,14 @@ int lc__grant_revoke_region(lc__grant_table_t *t, uint32_t region)
 	for (;;) {
 		lc__grant_room_t *victim = NULL;
 		pthread_mutex_lock(&t->lock);
-		for (size_t i = 0; i < t->cap && !victim; i++) {
-			lc__grant_room_t *g = t->slots[i];
-			if (!g || g == TOMB)
-				continue;
+		size_t it = 0;
+		uint64_t id;
+		void *v;
+		while (!victim && lc__idmap_next(&t->rooms, &it, &id, &v)) {
+			lc__grant_room_t *g = v;
 			for (size_t k = 0; k < g->n; k++) {
 				if (g->ranges[k].region == region) {
-					victim = unmap(t, &t->slots[i]);
+					victim = unmap(t, g);
 					break;
 				}
 			}
@@ -355,7 +290,7 @@ int lc__grant_revoke_region(lc__grant_table_t *t, uint32_t region)
 size_t lc__grant_rooms(lc__grant_table_t *t)
 {
 	pthread_mutex_lock(&t->lock);
-	size_t n = t->live;
+	size_t n = lc__idmap_count(&t->rooms);
 	pthread_mutex_unlock(&t->lock);
 	return n;
 }
@@ -367,9 +302,8 @@ int lc__grant_lookup(lc__grant_table_t *t, uint64_t room, uint32_t region, uint6
 	if (offset + length < offset)
 		return LC_ERR_GRANT;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room);
-	if (slot) {
-		lc__grant_room_t *g = *slot;
+	lc__grant_room_t *g = find(t, room);
+	if (g) {
 		ptrdiff_t i = floor_range(g, region, offset);
 		if (i >= 0 && g->ranges[i].region == region &&
 		    offset + length <= g->ranges[i].offset + g->ranges[i].length) {
@@ -444,9 +378,8 @@ int lc__grant_watch(lc__grant_table_t *t, uint64_t room, const lc__landed_span_t
 		return -ENOMEM;
 	int rc = LC_ERR_GRANT;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room);
-	if (slot) {
-		lc__grant_room_t *g = *slot;
+	lc__grant_room_t *g = find(t, room);
+	if (g) {
 		for (size_t i = 0; i < n; i++)
 			need[i] = granted_in(g, spans[i].region, spans[i].lo, spans[i].hi);
 		pthread_mutex_lock(&g->mu);
@@ -462,9 +395,9 @@ int lc__grant_layers_ready(lc__grant_table_t *t, uint64_t room, uint32_t *out)
 {
 	int rc = LC_ERR_GRANT;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room);
-	if (slot) {
-		*out = lc__landed_ready(&(*slot)->landed);
+	lc__grant_room_t *g = find(t, room);
+	if (g) {
+		*out = lc__landed_ready(&g->landed);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -475,9 +408,8 @@ int lc__grant_room_count(lc__grant_table_t *t, uint64_t room, lc__grant_count_t 
 {
 	int rc = LC_ERR_GRANT;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room);
-	if (slot) {
-		lc__grant_room_t *g = *slot;
+	lc__grant_room_t *g = find(t, room);
+	if (g) {
 		pthread_mutex_lock(&g->mu);
 		*out = (lc__grant_count_t){.granted = atomic_load(&g->granted),
 					   .covered = g->landed.covered,
@@ -498,12 +430,11 @@ int lc__grant_covered(lc__grant_table_t *t, uint64_t room, uint32_t region, uint
 	if (hi < lo)
 		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room);
-	if (!slot) {
+	lc__grant_room_t *g = find(t, room);
+	if (!g) {
 		pthread_mutex_unlock(&t->lock);
 		return LC_ERR_GRANT;
 	}
-	lc__grant_room_t *g = *slot;
 	gs = granted_in(g, region, lo, hi);
 	pthread_mutex_lock(&g->mu);
 	cs = lc__landed_in(&g->landed, region, lo, hi);
