@@ -682,8 +682,14 @@ static void case_peer_closes_mid_batch(harness_t *h)
 		for (size_t i = 0; i < n; i++)
 			w[i] = wr(h, (i * LEN) % REGION, (i * LEN) % REGION, LEN);
 		lc_batch_params_t p = {.size = sizeof p, .room = ROOM, .timeout_ms = 20000};
+		/* The peer is stopped before the post, so that the batch cannot
+		 * finish before the kill lands (30 MiB over shm took less time
+		 * than SIGKILL on a quiet machine), and killed once the batch is
+		 * under way. */
+		kill(h->child, SIGSTOP);
 		uint64_t id, t0 = now_ms();
 		TU_OK(lc_batch_post(h->conn, w, n, &p, &id));
+		usleep(20000);
 		kill(h->child, SIGKILL);
 		waitpid(h->child, NULL, 0);
 		h->child = 0;
@@ -956,7 +962,8 @@ int main(int argc, char **argv)
 {
 	const char *mem = argc >= 5 && !strcmp(argv[3], "--mem") ? argv[4] : "";
 	bool no_ipc = argc == 6 && !strcmp(argv[5], "--no-ipc");
-	bool cuda = strstr(mem, "cuda-") == mem; /* a prefix (strncmp on a maybe-empty literal trips -Wstring-compare) */
+	bool cuda = strstr(mem, "cuda-") ==
+		    mem; /* a prefix (strncmp on a maybe-empty literal trips -Wstring-compare) */
 	if (cuda)
 		mem += 5;
 	if ((argc != 3 && !*mem) || (argc == 6 && !no_ipc) || argc > 6) {
