@@ -35,6 +35,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+
 #include "transport/tcp/recv_int.h"
 
 /* ---- receiver: output (acks, rejects, hello replies) ---- */
@@ -310,11 +311,11 @@ static void write_done(rlane_t *r)
 		 * A dropped write's landing is done already (g NULL) unless
 		 * copies are in flight. */
 		*lc__tcp_pend_at(r, r->pend_n++) = (pend_t){.seq = r->seq,
-							    .len = w->len,
-							    .land = w->land,
-							    .inflight = w->inflight,
-							    .code = w->dst ? 0 : w->code,
-							    .detail = w->detail};
+						    .len = w->len,
+						    .land = w->land,
+						    .inflight = w->inflight,
+						    .code = w->dst ? 0 : w->code,
+						    .detail = w->detail};
 	} else if (w->dst) {
 		land_finish(w);
 		r->unacked_bytes += w->len;
@@ -403,8 +404,7 @@ static int on_run(rlane_t *r, const uint8_t *p)
 			continue;
 		}
 		/* A strided write's whole span is checked at once. */
-		w->code =
-			lc__land_open(r->tl->ctx, h.room, w->region, w->offset, span[i], &w->land);
+		w->code = lc__land_open(r->tl->ctx, h.room, w->region, w->offset, span[i], &w->land);
 		w->detail = LC__TCP_REJECT_CHECK;
 		w->sdev = !w->code && w->land.dev && w->count > 1;
 		w->dev = !w->code && w->land.dev && !w->sdev;
@@ -640,8 +640,8 @@ static int run_iov(rlane_t *r, struct iovec *iov, const lc__land_t **g)
 					break;
 				}
 				uint64_t blk = at / w->blen, in = at % w->blen;
-				iov[n++] =
-					(struct iovec){w->dst + blk * w->stride + in, w->blen - in};
+				iov[n++] = (struct iovec){w->dst + blk * w->stride + in,
+							  w->blen - in};
 				at += w->blen - in;
 			}
 			continue;

@@ -490,8 +490,9 @@ static size_t encode_frame(uint8_t *p, const seg_t *s, size_t idx, size_t n, uin
 	lc__tcp_encode_run(p, &(lc__tcp_run_hdr_t){(uint32_t)n, s->b->room, seq});
 	for (size_t i = 0; i < n; i++) {
 		const lc_write_t *w = &s->b->writes[idx + i];
-		lc__tcp_desc_t d = {w->remote_region, w->count > 1 ? w->count : 0, w->remote_offset,
-				    w->length, w->count > 1 ? w->remote_stride : 0};
+		lc__tcp_desc_t d = {w->remote_region, w->count > 1 ? w->count : 0,
+				    w->remote_offset, w->length,
+				    w->count > 1 ? w->remote_stride : 0};
 		lc__tcp_encode_desc(p + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN, &d);
 	}
 	return LC__TCP_HDR_LEN + n * LC__TCP_DESC_LEN;
