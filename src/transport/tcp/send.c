@@ -35,10 +35,9 @@
  * Sender state.
  *
  * Threading: post() (any caller thread) fills `subq` under tcp_conn.lock
- * and kicks the connection's task (lc__io_kick); everything else in
- * tcp_conn, lane and seg belongs to the I/O thread running that task (no
- * locks on the hot path). conn_close() detaches the task (lc__io_detach,
- * which releases the lanes on that thread) before it frees that state.
+ * and kicks its task (lc__io_kick); everything else in tcp_conn, lane and
+ * seg belongs to the I/O thread running that task (no locks on the hot
+ * path). conn_close() detaches the task before it frees that state.
  * Batches are shared with the generic layer: each segblock holds one
  * reference and only reads b->writes, b->room and the atomic fields.
  * ==================================================================== */
