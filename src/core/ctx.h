@@ -1,8 +1,8 @@
 /*
  * The state of a context that every layer shares: configuration, counters,
  * regions, grants, accepted tokens, and a slot per transport for its
- * per-context state. src/core/ctx.c keeps it; src/api/ctx.c creates and
- * destroys contexts (it alone reaches the transports' teardown).
+ * per-context state. src/core/ctx.c keeps it; src/transport/ctx.c creates
+ * and destroys contexts (it alone reaches the transports' teardown).
  *
  * Threading: cfg is protected by cfg_lock (writers: lc_ctx_config_set;
  * readers copy values under it with lc__ctx_cfg). counters are atomics.
