@@ -4,6 +4,8 @@ BUILD     ?= build
 JOBS      ?= $(shell nproc)
 CMAKE_OPTS ?=
 
+
+.PHONY: bench-peers
 .PHONY: all build deps test test-wheel wheel test-asan test-tsan coverage valgrind demo demo-llm bench example-python bench-python fuzz soak clean install deb check-install test-vllm
 
 all: build
@@ -113,6 +115,18 @@ LLM_ARGS ?=
 demo-llm: deps
 	$(MAKE) build
 	$(PYENV) /usr/bin/python3 examples/llm/pd.py $(LLM_ARGS)
+
+# layercake against NIXL and Mooncake TE from their PyPI wheels, pinned in
+# bench/peers/requirements*.txt, in a venv cached outside the checkout
+# (scripts/peers-venv.sh): every case over tcp and shared memory, 3 pairs,
+# build/bench-peers-<ts>.json and build/bench-peers.json (docs/bench.md).
+# Not part of `make test`: it downloads wheels and takes minutes.
+# PEERS_ARGS: see bench/peers/run.py --help (--pairs, --quick, --idle-s).
+PEERS_ARGS ?=
+bench-peers: build
+	@V=$$(scripts/peers-venv.sh) || { echo "bench-peers: FAILED: the peers' wheels could not be installed" \
+	  "(no network to PyPI, or a pin is gone; scripts/peers-venv.sh said why above)" >&2; exit 1; }; \
+	$(PYENV) $$V/bin/python bench/peers/run.py --out-dir $(BUILD) $(PEERS_ARGS)
 
 # Per-request Python overhead of the TokenSpeed adapter against the seed's.
 bench-python: build

@@ -34,9 +34,10 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "core/common.h" /* LC__MIN */
 #include "core/cuda.h"
 #include "layercake.h"
-#include "transport/transport.h"
+#include "layercake/testing.h" /* --mem sim */
 
 #define ROOM 1
 
@@ -991,7 +992,7 @@ int lc__bench_transport(int argc, char **argv)
 		fprintf(stderr, "bench transport: unknown transport '%s'\n%s", o.transport, help);
 		return 2;
 	}
-	if (!strcmp(o.transport, "ucx") && !lc__transport_find("ucx://")) {
+	if (!strcmp(o.transport, "ucx") && !lc__bench_has_transport("ucx")) {
 		fprintf(stderr, "bench transport: this build has no ucx transport (%s)\n",
 			lc_transports());
 		return 2;

@@ -50,8 +50,7 @@ static void on_post(void *arg, uint64_t room, uint32_t group, uint64_t ready_ns,
 	pthread_mutex_unlock(&w->lock);
 }
 
-static void on_status(void *arg, uint64_t room, const char *session, int status, int reason,
-		      const char *text, const void *meta, size_t len)
+static void on_final(void *arg, const lc_room_final_t *fin)
 {
 	wake_bench_t *w = arg;
 	pthread_mutex_lock(&w->lock);
@@ -158,8 +157,8 @@ int lc__bench_wake(int argc, char **argv)
 	lc_engine_params_t ep = {.size = sizeof(ep),
 				 .layout = layout,
 				 .name = "bench",
-				 .status_cb = on_status,
-				 .status_arg = &w};
+				 .final_cb = on_final,
+				 .final_arg = &w};
 	lc_engine_t *e;
 	CHECK(lc_engine_create(p, &ep, &e));
 	lc__engine_set_post_hook(e, on_post, &w);

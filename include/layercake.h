@@ -10,7 +10,7 @@
  *                          tables of configuration knobs and counters
  *   layercake/dataplane.h  context, host memory, regions, grants, tokens,
  *                          completion queues, listeners, connections,
- *                          batches of writes, loop-transport faults
+ *                          batches of writes
  *   layercake/engine.h     layouts, step counters, room status, histograms,
  *                          heterogeneous TP fragments, the prefill engine
  *                          (sessions, rooms, batches and chunks, metrics)
@@ -19,6 +19,9 @@
  *                          and receivers
  *   layercake/gpu.h        CUDA as the library finds it at run time
  *                          (dlopen): devices, pointer kinds
+ *
+ * Not gathered here: layercake/testing.h, the test hooks (simulated device
+ * memory, loop-transport faults), which a test includes on purpose.
  *
  * Every function is a real exported symbol (the Python binding loads them
  * with ctypes); the split into files changes no symbol, type or layout.

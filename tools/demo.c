@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "bench.h"
 #include "demo.h"
-#include "transport/transport.h"
 
 static const char demo_help[] =
 	"NAME\n"
@@ -312,7 +312,7 @@ static int parse_opts(int argc, char **argv, demo_opts_t *o, char *svg_buf, size
 		fprintf(stderr, "layercake demo: --transport must be tcp, shm, loop or ucx\n");
 		return 2;
 	}
-	if (is_ucx && !lc__transport_find("ucx://")) {
+	if (is_ucx && !lc__bench_has_transport("ucx")) {
 		fprintf(stderr,
 			"layercake demo: this build has no ucx transport (transports: %s)\n",
 			lc_transports());

@@ -18,7 +18,9 @@
  *   pointer to a parameter struct (lc_*_params_t) accepts NULL and treats
  *   it exactly as a struct whose fields all take their defaults. Where a
  *   field has no default (it is marked "required"), NULL fails as that
- *   field left unset would: -EINVAL, and the call does nothing.
+ *   field left unset would: -EINVAL, and the call does nothing; so does a
+ *   struct whose `size` does not reach a required field ("params->size is
+ *   too small" in lc_last_error()).
  * - Callbacks: if a call that takes a callback fails, the callback never
  *   runs; otherwise it runs exactly once.
  * - The library never prints to stdout and never exits the process; it logs
@@ -31,9 +33,12 @@
  *   serialised internally. Destroy functions must not race with other calls
  *   on the handle they destroy.
  * - Names are lc_<object>_<verb> with symmetric pairs (create/destroy,
- *   issue/revoke, open/close, register/deregister); renamed calls are listed
- *   in docs/architecture.md ("Names"), with no aliases kept: the Python
- *   package and the examples moved with them.
+ *   issue/revoke, open/close, register/deregister). A renamed or changed
+ *   call keeps no alias: the Python package and the examples move with it.
+ * - Exports: every LC_API function of these headers and nothing else, under
+ *   the symbol version LAYERCAKE_0.1 (checked by the test abi.exports).
+ *   layercake/testing.h (test hooks) is exported too but not included by
+ *   <layercake.h>.
  */
 #ifndef LAYERCAKE_BASE_H
 #define LAYERCAKE_BASE_H
@@ -118,6 +123,11 @@ enum lc_error {
 LC_API const char *lc_strerror(int code);
 /* Symbolic name ("LC_ERR_GRANT", "LC_EINVAL") or "LC_UNKNOWN". Static. */
 LC_API const char *lc_err_name(int code);
+/* The table above as the loaded library has it, for bindings that read it
+ * rather than copy its numbers: lc_err_code(i, &code) for
+ * 0 <= i < lc_err_count() (-ERANGE past the end, -EINVAL for NULL). */
+LC_API int lc_err_count(void);
+LC_API int lc_err_code(int index, int *out);
 
 /*
  * The cause of the last failure on the calling thread, in words: a call

@@ -42,9 +42,10 @@ LC_API int lc_ctx_config_set(lc_ctx_t *ctx, const char *name, const char *value)
 /* Same, numeric. Returns -ENOENT for an unknown name. */
 LC_API int lc_ctx_config_get_int(lc_ctx_t *ctx, const char *name, int64_t *out);
 
-/* Read counter `index` of the table in layercake/base.h (lc_counter_name);
- * 0 for an index out of range. */
-LC_API uint64_t lc_ctx_counter(lc_ctx_t *ctx, int index);
+/* Read counter `index` of the table in layercake/base.h (lc_counter_name)
+ * into *out. -ERANGE for an index outside 0 .. lc_counter_count()-1,
+ * -EINVAL for NULL arguments. */
+LC_API int lc_ctx_counter(lc_ctx_t *ctx, int index, uint64_t *out);
 /* Read one counter by name; -ENOENT if there is no such counter. */
 LC_API int lc_ctx_counter_by_name(lc_ctx_t *ctx, const char *name, uint64_t *out);
 
@@ -88,7 +89,8 @@ LC_API size_t lc_region_length(const lc_region_t *region);
  * written by the CPU in place; device kinds never are: their sources and
  * landings go through the context's copy engine for the kind, staged
  * through a host ring (staging_ring_mib). LC_MEM_KIND_SIM is simulated
- * device memory (lc_sim_alloc), for tests without a GPU. */
+ * device memory (lc_sim_alloc in layercake/testing.h), for tests without
+ * a GPU. */
 typedef enum lc_mem_kind {
 	LC_MEM_KIND_HOST = 0,
 	LC_MEM_KIND_PINNED = 1, /* host memory pinned for a device's DMA */
@@ -113,26 +115,6 @@ LC_API int lc_region_register_ex(lc_ctx_t *ctx, void *addr, size_t len,
 				 const lc_region_params_t *params, lc_region_t **out);
 /* The region's lc_mem_kind_t (LC_MEM_KIND_HOST for NULL). */
 LC_API int lc_region_kind(const lc_region_t *region);
-
-/* ------------------------------------------------------------------------
- * Simulated device memory, for users' tests without a GPU: an address
- * range reserved PROT_NONE (any CPU access faults at once, as a GPU
- * pointer dereferenced on the host would), backed by a memfd that only the
- * sim copy engine reads and writes, on a worker thread, with the knobs
- * sim_latency_us and sim_gbps. Registering it (lc_region_register detects
- * it) gives an LC_MEM_KIND_SIM region. Thread-safe.
- * ---------------------------------------------------------------------- */
-
-/* Reserve len bytes (rounded up to 4 KiB), zeroed. */
-LC_API int lc_sim_alloc(size_t len, void **out);
-/* Free a range from lc_sim_alloc; -EINVAL otherwise. */
-LC_API int lc_sim_free(void *ptr);
-/* Test helpers, the "cudaMemcpy" of the sim: copy between host memory and
- * [ptr, ptr+len) of a sim range, synchronously. -EINVAL outside one. */
-LC_API int lc_sim_write(void *ptr, const void *src, size_t len);
-LC_API int lc_sim_read(const void *ptr, void *dst, size_t len);
-/* Whether [ptr, ptr+len) lies inside one sim range. */
-LC_API int lc_sim_is(const void *ptr, size_t len);
 
 /* Maximum size of a packed region descriptor. */
 #define LC_REGION_DESC_MAX 512
@@ -226,7 +208,7 @@ LC_API int lc_cq_wait(lc_cq_t *cq, lc_completion_t *out, int max, int timeout_ms
 /* ------------------------------------------------------------------------
  * Transports, listeners and connections.
  *
- * URLs: "loop://NAME" (in-process, with fault injection),
+ * URLs: "loop://NAME" (in-process, with fault injection: layercake/testing.h),
  *       "tcp://HOST:PORT" (port 0 on listen picks one),
  *       "shm://NAME" (same host; NAME "" or "auto" picks one),
  *       "ucx://HOST:PORT" (where built).
@@ -257,7 +239,9 @@ typedef struct lc_conn_params {
 /* Open a connection to a listener. Never blocks on the network: connecting
  * and the handshake happen in the background; batches posted meanwhile are
  * queued, and fail with LC_ERR_UNREACHABLE (or LC_ERR_AUTH) if the peer
- * cannot be reached within connect_timeout_ms. */
+ * cannot be reached within connect_timeout_ms. params->cq has no default,
+ * so NULL params (or a NULL cq) fail with -EINVAL, saying so in
+ * lc_last_error(). */
 LC_API int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *params,
 			  lc_conn_t **out);
 /* Pending batches complete with LC_ERR_CANCELLED before this returns. */
@@ -328,34 +312,6 @@ LC_API int lc_conn_flush(lc_conn_t *conn);
  * batches were cancelled. (Receivers make late writes impossible with
  * lc_grant_revoke.) */
 LC_API int lc_conn_room_cancel(lc_conn_t *conn, uint64_t room);
-
-/* Faults for the loop transport (tests, users' own tests). Applied to the
- * writes of batches posted afterwards, counting writes from 1 per
- * connection. `mask` says which fields are set. Also settable in the URL:
- * loop://name?fail_write=3&drop_write=2&delay_us=100&fail_after_bytes=4096
- * &fail_room=7&fail_tag=5 */
-enum lc_loop_fault_mask {
-	LC_FAULT_FAIL_WRITE = 1u << 0,       /* fail the k-th write */
-	LC_FAULT_DROP_WRITE = 1u << 1,       /* never complete the k-th write */
-	LC_FAULT_DELAY = 1u << 2,            /* sleep delay_us before each write */
-	LC_FAULT_FAIL_AFTER_BYTES = 1u << 3, /* fail once this many bytes landed */
-	LC_FAULT_FAIL_ROOM = 1u << 4,        /* fail every write of this room */
-	LC_FAULT_FAIL_TAG = 1u << 5,         /* fail every write of batches with this tag */
-};
-
-typedef struct lc_loop_faults {
-	size_t size;   /* sizeof(lc_loop_faults_t) */
-	uint32_t mask; /* enum lc_loop_fault_mask */
-	uint32_t fail_tag;
-	uint64_t fail_write;
-	uint64_t drop_write;
-	uint64_t delay_us;
-	uint64_t fail_after_bytes;
-	uint64_t fail_room;
-} lc_loop_faults_t;
-
-/* -EINVAL if conn is not a loop connection. */
-LC_API int lc_loop_set_faults(lc_conn_t *conn, const lc_loop_faults_t *faults);
 
 #ifdef __cplusplus
 }

@@ -131,6 +131,9 @@ LC_API int lc_step_ready(uint64_t current, uint64_t target);
 /* ------------------------------------------------------------------------
  * Room status (the seed's TransferPoll values) and failure reasons.
  * Updates are monotonic; Failed is sticky; Success and Failed are final.
+ * New reasons are added at the end of the table, so no value moves; code
+ * that reads them loops to LC_FAIL_REASON_COUNT (or lc_fail_reason_count())
+ * rather than naming a last one.
  * ---------------------------------------------------------------------- */
 
 typedef enum lc_room_status {
@@ -154,7 +157,8 @@ typedef enum lc_room_status {
 	X(LC_FAIL_CANCELLED, 8, "cancelled")                                                       \
 	X(LC_FAIL_SESSION_GONE, 9, "session_gone")                                                 \
 	X(LC_FAIL_BAD_INPUT, 10, "bad_input")                                                      \
-	X(LC_FAIL_STOPPED, 11, "engine_stopped")
+	X(LC_FAIL_STOPPED, 11, "engine_stopped")                                                   \
+	X(LC_FAIL_NO_MEMORY, 12, "no_memory")
 
 typedef enum lc_fail_reason {
 #define LC__FAIL_ENUM(name, value, text) name = (value),
@@ -165,8 +169,15 @@ typedef enum lc_fail_reason {
 
 /* "Failed", "Success", ... ; "Unknown" out of range. Static. */
 LC_API const char *lc_room_status_name(int status);
-/* Label text of a failure reason ("transfer", "layer_timeout"...). Static. */
+/* Label text of a failure reason ("transfer", "layer_timeout"...); "unknown"
+ * out of range. Static. */
 LC_API const char *lc_fail_reason_name(int reason);
+/* Symbolic name of a failure reason ("LC_FAIL_TRANSFER"); "LC_FAIL_UNKNOWN"
+ * out of range. Static. */
+LC_API const char *lc_fail_reason_symbol(int reason);
+/* LC_FAIL_REASON_COUNT of the library actually loaded: the reasons are
+ * 0 .. count-1 (bindings read it rather than hard-coding the table). */
+LC_API int lc_fail_reason_count(void);
 
 /* ------------------------------------------------------------------------
  * Histograms (metrics): four buckets per power of two; bucket i counts
@@ -206,18 +217,16 @@ LC_API double lc_histogram_quantile_us(const lc_histogram_t *h, double q);
 
 typedef struct lc_engine lc_engine_t;
 
-/* Status of a room toward one destination session, exactly once per
- * (room, non-dummy destination) when the room ends: LC_ROOM_SUCCESS with
- * the room's metadata blob, or LC_ROOM_FAILED with a reason (metadata NULL).
- * lc_prefill_t turns it into a P->D status message. */
-typedef void (*lc_room_status_cb)(void *arg, uint64_t room, const char *session, int status,
-				  int fail_reason, const char *reason_text, const void *metadata,
-				  size_t metadata_len);
 /* The leading `layers` layers of every page of the room sent so far have
  * landed at `session` (acknowledged). Called when the number grows. */
 typedef void (*lc_layers_landed_cb)(void *arg, uint64_t room, const char *session, uint32_t layers);
 
-/* What lc_room_status_cb says, and what it cannot: the room checksum. */
+/* The final status of a room toward one destination session, reported
+ * exactly once per (room, non-dummy destination) when the room ends:
+ * LC_ROOM_SUCCESS with the room's metadata blob, or LC_ROOM_FAILED with a
+ * reason (metadata NULL). lc_prefill_t turns it into a P->D status
+ * message. The struct and every pointer in it are valid during the call
+ * only; fields past `size` are absent (an older library). */
 enum lc_room_final_flags {
 	/* `checksum` holds the sum of every byte posted to this destination
 	 * (knob room_checksum; docs/security.md). */
@@ -226,10 +235,11 @@ enum lc_room_final_flags {
 typedef struct lc_room_final {
 	size_t size; /* sizeof(lc_room_final_t) as the library knows it */
 	uint64_t room;
-	const char *session;
-	int status, fail_reason;
-	const char *reason_text;
-	const void *metadata;
+	const char *session;     /* the destination's session name */
+	int status;              /* LC_ROOM_SUCCESS or LC_ROOM_FAILED */
+	int fail_reason;         /* lc_fail_reason_t; LC_FAIL_NONE on success */
+	const char *reason_text; /* "" on success */
+	const void *metadata;    /* success: the room's metadata (may be NULL) */
 	size_t metadata_len;
 	uint32_t flags; /* LC_FINAL_* */
 	uint64_t checksum;
@@ -240,8 +250,8 @@ typedef struct lc_engine_params {
 	size_t size;               /* sizeof(lc_engine_params_t) */
 	const lc_layout_t *layout; /* copied; buffers must lie in regions of ctx */
 	const char *name;          /* for log lines; copied; may be NULL */
-	lc_room_status_cb status_cb;
-	void *status_arg;
+	lc_room_final_cb final_cb; /* a room's final status per destination */
+	void *final_arg;
 	lc_layers_landed_cb landed_cb;
 	void *landed_arg;
 	/* An outside producer (a GPU via cuStreamWriteValue64) writes absolute
@@ -254,16 +264,15 @@ typedef struct lc_engine_params {
 	 * memory); NULL uses words the engine allocates (lc_engine_counter). */
 	uint64_t *cache_word;
 	uint64_t *aux_word;
-	/* Called instead of status_cb when set: the same, plus the checksum. */
-	lc_room_final_cb final_cb;
-	void *final_arg;
 } lc_engine_params_t;
 
 /* Create an engine on ctx and start its thread. Reads the knobs
  * layerwise_interval, session_ttl_ms, layer_timeout_ms, metadata_timeout_ms,
  * transfer_timeout_ms, bootstrap_timeout_ms, waiting_timeout_ms,
- * poll_spin_us, poll_sleep_us and room_checksum from ctx. Errors: -EINVAL (no layout,
- * misaligned words), -ENOMEM, or a thread/eventfd errno. */
+ * poll_spin_us, poll_sleep_us and room_checksum from ctx. The layout has no
+ * default: NULL params, or params->size not reaching `layout`, fail with
+ * -EINVAL. Errors: -EINVAL (no layout, misaligned words), -ENOMEM, or a
+ * thread/eventfd errno. */
 LC_API int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_t **out);
 /* Stop the thread; rooms not finished fail with LC_FAIL_STOPPED (status
  * callbacks run for them), sessions' connections are closed. Blocks until
@@ -351,7 +360,8 @@ LC_API int lc_engine_counter(lc_engine_t *engine, int which, uint64_t **out);
  *   lc_engine_destroy synchronises the registering context (waits for its
  *   queued work) before it unregisters and frees the words.
  * Thread: any, serialised by a mutex of the engine's own (never the engine
- * lock); it does not wait for the GPU. Returns 0, LC_ENOTSUP (no CUDA:
+ * lock); it does not wait for the GPU. Returns 0, LC_ERR_STATE (a record
+ * beyond the reservation, refused as above), LC_ENOTSUP (no CUDA:
  * lc_cuda_info says why), -EINVAL (NULL engine), or the error of the
  * failing CUDA call (logged, counted in cuda_errors). */
 LC_API int lc_engine_record_cache_on_stream(lc_engine_t *engine, void *cu_stream);
@@ -568,8 +578,7 @@ typedef struct lc_engine_metrics {
 	size_t size; /* sizeof(lc_engine_metrics_t), set by the caller */
 	uint64_t rooms_opened;
 	uint64_t rooms_succeeded;
-	uint64_t rooms_failed;
-	uint64_t rooms_failed_by_reason[LC_FAIL_REASON_COUNT];
+	uint64_t rooms_failed;         /* by reason: lc_engine_failed_by_reason */
 	uint64_t rooms_expired_unread; /* finished, never read, dropped */
 	uint64_t rooms_active;         /* gauge */
 	uint64_t chunks_added;
@@ -596,8 +605,15 @@ typedef struct lc_engine_metrics {
 	uint64_t counter_overruns;
 } lc_engine_metrics_t;
 
-/* Copy a consistent snapshot of the metrics (fields up to out->size). */
+/* Copy a consistent snapshot of the metrics (fields up to out->size). New
+ * fields are added at the end only; per-reason counts are not in the struct
+ * (a new reason would move every later field) but behind the call below. */
 LC_API int lc_engine_metrics(lc_engine_t *engine, lc_engine_metrics_t *out);
+/* Rooms that failed with `reason` (lc_fail_reason_t) since the engine was
+ * created, into *out (0 for LC_FAIL_NONE). -ERANGE for a reason outside
+ * 0 .. lc_fail_reason_count()-1, -EINVAL for NULL arguments. Each call is
+ * its own snapshot, taken under the lock lc_engine_metrics takes. */
+LC_API int lc_engine_failed_by_reason(lc_engine_t *engine, int reason, uint64_t *out);
 
 #ifdef __cplusplus
 }

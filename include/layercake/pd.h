@@ -100,7 +100,9 @@ typedef struct lc_prefill_params {
 
 /* Create the engine (lc_engine_create; knobs from ctx), bind the control
  * socket, start the control thread and register with the bootstrap server
- * (PUT /route: 2 s per try, 5 retries with growing pauses).
+ * (PUT /route: 2 s per try, 5 retries with growing pauses). layout,
+ * bootstrap and the parallel layout have no default: NULL params fail with
+ * -EINVAL, naming the field in lc_last_error().
  * Blocks for the registration. The route is owned (docs/protocol.md 2): a
  * thread refreshes it every third of the server's route_ttl_ms until
  * lc_prefill_destroy. Errors: -EINVAL (also a layout buffer outside every
@@ -199,7 +201,9 @@ typedef struct lc_decode_params {
 } lc_decode_params_t;
 
 /* Create the listener, issue the session token, bind the control socket
- * and start the threads. Errors: -EINVAL (a buffer outside every region),
+ * and start the threads. layout, regions, region_count and listen_url have
+ * no default: NULL params (or any of them unset) fail with -EINVAL, naming
+ * the field in lc_last_error(). Errors: -EINVAL (a buffer outside every region),
  * -ENOMEM, listener errors, LC_ENOTSUP without ZeroMQ or libcurl. */
 LC_API int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_t **out);
 /* Fail and cancel unfinished rooms (grants revoked first), stop the

@@ -22,7 +22,6 @@ TOKEN_LEN = 16
 REGION_DESC_MAX = 512
 METADATA_MAX = 4096
 HIST_BUCKETS = 96
-FAIL_REASON_COUNT = 12
 STEP_MOD = 1 << 62
 BATCH_DEFER = 1  # LC_BATCH_DEFER
 
@@ -67,6 +66,7 @@ def _load(path):
 LIBRARY_PATH, LIBRARY_SOURCE = _find_library()
 lib = _load(LIBRARY_PATH)
 P = ctypes.POINTER
+FAIL_REASON_COUNT = lib.lc_fail_reason_count()  # LC_FAIL_REASON_COUNT of the loaded library
 
 
 def _struct(c_name, fields):
@@ -148,8 +148,7 @@ Histogram = _struct("lc_histogram_t", [
 
 EngineMetrics = _struct("lc_engine_metrics_t", [
     ("size", c_size), ("rooms_opened", c_u64), ("rooms_succeeded", c_u64),
-    ("rooms_failed", c_u64), ("rooms_failed_by_reason", c_u64 * FAIL_REASON_COUNT),
-    ("rooms_expired_unread", c_u64), ("rooms_active", c_u64), ("chunks_added", c_u64),
+    ("rooms_failed", c_u64), ("rooms_expired_unread", c_u64), ("rooms_active", c_u64), ("chunks_added", c_u64),
     ("batches_posted", c_u64), ("batches_failed", c_u64), ("writes_posted", c_u64),
     ("bytes_posted", c_u64), ("bytes_acked", c_u64), ("bad_input", c_u64),
     ("session_failures", c_u64), ("tasks_pending", c_u64), ("tasks_inflight", c_u64),
@@ -158,18 +157,22 @@ EngineMetrics = _struct("lc_engine_metrics_t", [
     ("inline_submits", c_u64), ("records_refused", c_u64), ("counter_overruns", c_u64),
 ])
 
-ROOM_STATUS_CB = ctypes.CFUNCTYPE(None, c_void_p, c_u64, c_char_p, c_int, c_int, c_char_p,
-                                  c_void_p, c_size)
+RoomFinal = _struct("lc_room_final_t", [
+    ("size", c_size), ("room", c_u64), ("session", c_char_p), ("status", c_int),
+    ("fail_reason", c_int), ("reason_text", c_char_p), ("metadata", c_void_p),
+    ("metadata_len", c_size), ("flags", c_u32), ("checksum", c_u64),
+])
+
+ROOM_FINAL_CB = ctypes.CFUNCTYPE(None, c_void_p, P(RoomFinal))
 LAYERS_LANDED_CB = ctypes.CFUNCTYPE(None, c_void_p, c_u64, c_char_p, c_u32)
 LOG_CB = ctypes.CFUNCTYPE(None, c_int, c_char_p, c_void_p)
 
 EngineParams = _struct("lc_engine_params_t", [
     ("size", c_size), ("layout", c_void_p), ("name", c_char_p),
-    ("status_cb", ROOM_STATUS_CB), ("status_arg", c_void_p),
+    ("final_cb", ROOM_FINAL_CB), ("final_arg", c_void_p),
     ("landed_cb", LAYERS_LANDED_CB), ("landed_arg", c_void_p),
     ("external_counter", c_int), ("reserved", c_int),
     ("cache_word", P(c_u64)), ("aux_word", P(c_u64)),
-    ("final_cb", c_void_p), ("final_arg", c_void_p),  # lc_room_final_cb: unused here
 ])
 
 Chunk = _struct("lc_chunk_t", [
@@ -233,7 +236,7 @@ ReceiverPages = _struct("lc_receiver_pages_t", [
 
 STRUCTS = [
     CtxParams, ConfigInfo, RegionDesc, Token, Completion, ConnParams, Write, BatchParams,
-    LoopFaults, Buffer, LayoutParams, RoomInfo, Histogram, EngineMetrics, EngineParams, Chunk,
+    LoopFaults, Buffer, LayoutParams, RoomInfo, Histogram, EngineMetrics, RoomFinal, EngineParams, Chunk,
     Fragment, TpSide, SessionParams, DstParams, BootstrapParams, PrefillParams, DecodeParams, ReceiverPages,
 ]
 
@@ -250,6 +253,8 @@ lc_version = _fn("lc_version", c_char_p)
 lc_version_number = _fn("lc_version_number", c_int)
 lc_strerror = _fn("lc_strerror", c_char_p, c_int)
 lc_err_name = _fn("lc_err_name", c_char_p, c_int)
+lc_err_count = _fn("lc_err_count", c_int)
+lc_err_code = _fn("lc_err_code", c_int, c_int, P(c_int))
 lc_last_error = _fn("lc_last_error", c_char_p)
 lc_last_error_code = _fn("lc_last_error_code", c_int)
 lc_last_error_clear = _fn("lc_last_error_clear", None)
@@ -269,7 +274,7 @@ lc_ctx_config_get_int = _fn("lc_ctx_config_get_int", c_int, c_void_p, c_char_p, 
 lc_ctx_config_set = _fn("lc_ctx_config_set", c_int, c_void_p, c_char_p, c_char_p)
 lc_counter_count = _fn("lc_counter_count", c_int)
 lc_counter_name = _fn("lc_counter_name", c_char_p, c_int)
-lc_ctx_counter = _fn("lc_ctx_counter", c_u64, c_void_p, c_int)
+lc_ctx_counter = _fn("lc_ctx_counter", c_int, c_void_p, c_int, P(c_u64))
 lc_ctx_counter_by_name = _fn("lc_ctx_counter_by_name", c_int, c_void_p, c_char_p, P(c_u64))
 
 # Memory, regions, grants, tokens
@@ -318,6 +323,8 @@ lc_layout_fingerprint = _fn("lc_layout_fingerprint", c_u64, c_void_p)
 lc_step_ready = _fn("lc_step_ready", c_int, c_u64, c_u64)
 lc_room_status_name = _fn("lc_room_status_name", c_char_p, c_int)
 lc_fail_reason_name = _fn("lc_fail_reason_name", c_char_p, c_int)
+lc_fail_reason_symbol = _fn("lc_fail_reason_symbol", c_char_p, c_int)
+lc_fail_reason_count = _fn("lc_fail_reason_count", c_int)
 lc_histogram_bucket_le_us = _fn("lc_histogram_bucket_le_us", c_double, c_int)
 lc_histogram_quantile_us = _fn("lc_histogram_quantile_us", c_double, P(Histogram), c_double)
 
@@ -359,6 +366,7 @@ lc_engine_room_cancel = _fn("lc_engine_room_cancel", c_int, c_void_p, c_u64, c_c
 lc_engine_room_status = _fn("lc_engine_room_status", c_int, c_void_p, c_u64, P(RoomInfo))
 lc_engine_room_close = _fn("lc_engine_room_close", c_int, c_void_p, c_u64)
 lc_engine_metrics = _fn("lc_engine_metrics", c_int, c_void_p, P(EngineMetrics))
+lc_engine_failed_by_reason = _fn("lc_engine_failed_by_reason", c_int, c_void_p, c_int, P(c_u64))
 
 # Bootstrap server, prefill, senders, decode, receivers
 lc_bootstrap_start = _fn("lc_bootstrap_start", c_int, P(BootstrapParams), P(c_void_p))

@@ -20,14 +20,13 @@ import weakref
 from . import _ffi
 from .core import Region, _Handle
 from .engine import BufferKind, Engine, Layout, RoomStatus, _with_detail, int64_pointer, room_info
-from .errors import LayercakeError, check
+from .errors import LC_EAGAIN, LC_EINVAL, LayercakeError, check
 
 try:
     import numpy as _np
 except ImportError:  # pragma: no cover
     _np = None
 
-EAGAIN = -11
 
 
 def _need_type(value, types, what, expected):
@@ -215,7 +214,7 @@ class Sender(_Room):
         page it does send has dst_index 0."""
         v = ctypes.c_uint64()
         rc = _ffi.lc_sender_prefix_len(self._need(), ctypes.byref(v))
-        if rc == EAGAIN:
+        if rc == LC_EAGAIN:
             return None
         check(rc, "prefix_len")
         return v.value
@@ -355,7 +354,7 @@ class Receiver(_Room):
             bad = [(i, x) for i, x in enumerate(a) if x < 0 or x >= items][:1]
         for i, v in bad:
             plural = "pages" if what == "page" else "slots"
-            raise _with_detail(LayercakeError(-22, f"send room {self.room}"),  # LC_EINVAL, as C
+            raise _with_detail(LayercakeError(LC_EINVAL, f"send room {self.room}"),  # as C
                                f"{what} id {v} (at index {i}) is outside D's pool: buffer {buf} "
                                f"has {items} {plural}, ids 0..{items - 1}")
 

@@ -11,7 +11,7 @@ import sys
 import weakref
 
 from . import _ffi
-from .errors import LayercakeError, check
+from .errors import LC_EBUSY, LC_ERR_CLOSED, LayercakeError, check
 
 try:  # numpy is optional; page arrays and write arrays use it when present
     import numpy as _np
@@ -163,7 +163,7 @@ class _Handle:
 
     def _need(self):
         if self._node.h is None:
-            raise LayercakeError(-1015, type(self).__name__)  # LC_ERR_CLOSED
+            raise LayercakeError(LC_ERR_CLOSED, type(self).__name__)
         return self._node.h
 
     @property
@@ -206,7 +206,7 @@ class Memory:
     @property
     def address(self):
         if self._node.h is None:
-            raise LayercakeError(-1015, "Memory")
+            raise LayercakeError(LC_ERR_CLOSED, "Memory")
         return self._node.h
 
     @property
@@ -224,9 +224,9 @@ class Memory:
         (Dropping every reference frees it too.)"""
         if self._node.h is not None:
             if self._node.children:
-                raise LayercakeError(-16, "Memory.free while a Region registers it")  # -EBUSY
+                raise LayercakeError(LC_EBUSY, "Memory.free while a Region registers it")
             if sys.getrefcount(self._array) > 2:  # ours and getrefcount's
-                raise LayercakeError(-16, "Memory.free while an array or view of it exists")
+                raise LayercakeError(LC_EBUSY, "Memory.free while an array or view of it exists")
             self._array._memory = None
             self._array = None
             self._node.close()
@@ -447,10 +447,11 @@ class Context(_Handle):
 
     def counters(self):
         h = self._need()
-        return {
-            _ffi.lc_counter_name(i).decode(): _ffi.lc_ctx_counter(h, i)
-            for i in range(_ffi.lc_counter_count())
-        }
+        out, v = {}, ctypes.c_uint64()
+        for i in range(_ffi.lc_counter_count()):
+            check(_ffi.lc_ctx_counter(h, i, ctypes.byref(v)), "counter")
+            out[_ffi.lc_counter_name(i).decode()] = v.value
+        return out
 
     def register(self, buf, kind=None, device=None):
         """Register memory: a Memory, RawMemory(address, length), a numpy

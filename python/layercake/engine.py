@@ -17,14 +17,13 @@ from contextlib import contextmanager
 from . import _ffi
 from . import gpu as _gpu
 from .core import Memory, Region, RawMemory, _Handle, _address_of
-from .errors import LayercakeError, check
+from .errors import LC_EINVAL, LC_ERR_CLOSED, LC_ERR_STATE, LayercakeError, _reason, check
 
 try:
     import numpy as _np
 except ImportError:  # pragma: no cover
     _np = None
 
-LC_ERR_STATE = -1016
 STEP_MOD = _ffi.STEP_MOD
 
 
@@ -43,25 +42,28 @@ class RoomStatus(enum.IntEnum):
         return self in (RoomStatus.FAILED, RoomStatus.SUCCESS)
 
 
-class FailReason(enum.IntEnum):
-    """lc_fail_reason_t."""
-
-    NONE = 0
-    TRANSFER = 1
-    SESSION_BLOCKED = 2
-    LAYER_TIMEOUT = 3
-    TRANSFER_TIMEOUT = 4
-    METADATA_TIMEOUT = 5
-    BOOTSTRAP_TIMEOUT = 6
-    WAITING_TIMEOUT = 7
-    CANCELLED = 8
-    SESSION_GONE = 9
-    BAD_INPUT = 10
-    STOPPED = 11
-
+class _FailReasonBase(enum.IntEnum):
     @property
     def label(self):
+        """The C label text ("transfer", "engine_stopped"): lc_fail_reason_name."""
         return _ffi.lc_fail_reason_name(int(self)).decode()
+
+
+# lc_fail_reason_t as the loaded library has it (its LC_FAIL_REASONS table):
+# members named by the C symbol without LC_FAIL_ (LC_FAIL_STOPPED -> STOPPED).
+FailReason = _FailReasonBase("FailReason", [
+    (_ffi.lc_fail_reason_symbol(i).decode()[len("LC_FAIL_"):], i)
+    for i in range(_ffi.FAIL_REASON_COUNT)
+], module=__name__)
+FailReason.__doc__ = "lc_fail_reason_t, read from the C library at import."
+
+
+def _fail_reason(code):
+    """FailReason(code), or the plain int for a reason this package cannot name."""
+    try:
+        return FailReason(code)
+    except ValueError:
+        return code
 
 
 class BufferKind(enum.IntEnum):
@@ -94,8 +96,8 @@ Buffer.__doc__ = ("One KV buffer of a layout: page i of it is at base + i * item
 
 def room_info(ri):
     """RoomInfo from an _ffi.RoomInfo."""
-    return RoomInfo(RoomStatus(ri.status), FailReason(ri.fail_reason) if 0 <= ri.fail_reason < 12
-                    else ri.fail_reason, ri.reason.decode(errors="replace"), ri.dst_count,
+    return RoomInfo(RoomStatus(ri.status), _fail_reason(ri.fail_reason),
+                    ri.reason.decode(errors="replace"), ri.dst_count,
                     ri.required_dst_count, ri.layers_landed)
 
 
@@ -333,7 +335,7 @@ class Layout:
 
     def _need(self):
         if self._h is None:
-            raise LayercakeError(-1015, "Layout")
+            raise LayercakeError(LC_ERR_CLOSED, "Layout")
         return self._h
 
     def close(self):
@@ -478,13 +480,14 @@ class Engine(_Handle):
         p.name = self._name
         self._cbs = []
         if on_status is not None:
-            def status_cb(arg, room, session, status, reason_code, text, md, mdlen):
-                data = ctypes.string_at(md, mdlen) if md and mdlen else None
-                on_status(room, (session or b"").decode(), RoomStatus(status), reason_code,
-                          (text or b"").decode(errors="replace"), data)
-            cb = _ffi.ROOM_STATUS_CB(status_cb)
+            def final_cb(arg, fin):
+                f = fin.contents
+                data = ctypes.string_at(f.metadata, f.metadata_len) if f.metadata and f.metadata_len else None
+                on_status(f.room, (f.session or b"").decode(), RoomStatus(f.status), f.fail_reason,
+                          (f.reason_text or b"").decode(errors="replace"), data)
+            cb = _ffi.ROOM_FINAL_CB(final_cb)
             self._cbs.append(cb)
-            p.status_cb = cb
+            p.final_cb = cb
         if on_layers is not None:
             def landed_cb(arg, room, session, layers):
                 on_layers(room, (session or b"").decode(), layers)
@@ -503,7 +506,7 @@ class Engine(_Handle):
     @property
     def layer_count(self):
         if self._layers is None:
-            raise LayercakeError(-22, "layer_count unknown for this engine view")
+            raise LayercakeError(LC_EINVAL, "layer_count unknown for this engine view")
         return self._layers
 
     # --- the GPU writes the step counter (docs/gpu.md) ---
@@ -584,38 +587,20 @@ class Engine(_Handle):
             raise ValueError("src_mask must have one entry per page")
         rc = _ffi.lc_engine_chunk_add(self._need(), ctypes.byref(c))
         del k1, k2, k3, k4
+        # LC_ERR_STATE's cause (an idle batch, a room not yet Bootstrapped,
+        # ended or failed) is the library's, in LayercakeError.reason; for a
+        # room not yet Bootstrapped, Python adds how to wait for it here.
         if rc == LC_ERR_STATE:
-            raise _with_detail(LayercakeError(rc, f"chunk for room {room}"), self._state_detail(room))
+            err = LayercakeError(rc, f"chunk for room {room}", _reason(rc))
+            if "not yet Bootstrapped" in err.reason:
+                err = _with_detail(err, "the room is BOOTSTRAPPING: wait with sender.wait("
+                                        "timeout=..., until=RoomStatus.BOOTSTRAPPED)")
+            raise err
         return check(rc, f"chunk for room {room}")
 
     def _owner(self):
         """The object that outlives views: the Prefill of a view, else self."""
         return self if self._owned else self._parent
-
-    def _state_detail(self, room):
-        """Why lc_engine_chunk_add said LC_ERR_STATE, as far as Python knows."""
-        room = int(room)
-        owner = self._owner()
-        if getattr(owner, "_batch_idle", False):
-            return ("the open batch is idle (batch(is_idle=True)): an idle batch accepts no chunk "
-                    "(C: \"chunk added to an idle batch\")")
-        senders = getattr(owner, "_senders", None)
-        s = senders.get(room) if senders is not None else None
-        if s is not None and not s.closed:
-            info = s.poll()
-            if info.status == RoomStatus.BOOTSTRAPPING:
-                return (f"room {room} is BOOTSTRAPPING, not yet BOOTSTRAPPED: D's transfer info "
-                        f"has not arrived. Wait for it before adding chunks: "
-                        f"sender.wait(timeout=..., until=RoomStatus.BOOTSTRAPPED) "
-                        f"(C: \"chunk for a room not Bootstrapped\")")
-            if info.status == RoomStatus.FAILED:
-                return f"room {room} has FAILED ({info.reason}); its chunks are refused"
-            if info.status == RoomStatus.SUCCESS:
-                return f"room {room} has already ended (SUCCESS)"
-            return f"room {room} is {info.status.name}"
-        return (f"room {room} is not BOOTSTRAPPED yet (wait for it: sender.wait(until="
-                f"RoomStatus.BOOTSTRAPPED)), has already ended or failed, or the open batch is "
-                f"idle; the library's log line says which")
 
     # --- sessions ---
 
@@ -714,8 +699,12 @@ class Engine(_Handle):
             if isinstance(v, _ffi.Histogram):
                 out[name] = (v.count, _ffi.lc_histogram_quantile_us(ctypes.byref(v), 0.5),
                              _ffi.lc_histogram_quantile_us(ctypes.byref(v), 0.99))
-            elif name == "rooms_failed_by_reason":
-                out[name] = {FailReason(i).label: v[i] for i in range(len(v)) if v[i]}
             else:
                 out[name] = v
+        n = ctypes.c_uint64()
+        out["rooms_failed_by_reason"] = by_reason = {}
+        for r in FailReason:
+            check(_ffi.lc_engine_failed_by_reason(self._need(), int(r), ctypes.byref(n)), "metrics")
+            if n.value:
+                by_reason[r.label] = n.value
         return out

@@ -1,5 +1,30 @@
-"""Exceptions carrying the library's error code, text and cause."""
+"""Exceptions carrying the library's error code, text and cause, and the
+library's error codes, read from the loaded C library at import (its
+LC_ERROR_CODES table through lc_err_count/lc_err_code/lc_err_name), so that
+no number is copied here."""
+import ctypes
+
 from . import _ffi
+
+
+def _read_codes():
+    out, code = {}, ctypes.c_int()
+    for i in range(_ffi.lc_err_count()):
+        if _ffi.lc_err_code(i, ctypes.byref(code)) == 0:
+            out[_ffi.lc_err_name(code.value).decode()] = code.value
+    return out
+
+
+CODES = _read_codes()
+"""Every code of the C table by its symbol: {"LC_EINVAL": -22, "LC_ERR_STATE": ...}."""
+
+# The codes the package itself tests for.
+LC_EINVAL = CODES["LC_EINVAL"]
+LC_ENOENT = CODES["LC_ENOENT"]
+LC_EBUSY = CODES["LC_EBUSY"]
+LC_EAGAIN = CODES["LC_EAGAIN"]
+LC_ERR_CLOSED = CODES["LC_ERR_CLOSED"]
+LC_ERR_STATE = CODES["LC_ERR_STATE"]
 
 
 class LayercakeError(Exception):

@@ -34,7 +34,7 @@ from . import gpu
 from .control import Decode, Prefill
 from .core import MEM_CUDA, MEM_HOST, MEM_PINNED, Context, RawMemory
 from .engine import BufferKind, Buffer, Layout, RoomStatus, Steps, step_ready
-from .errors import LayercakeError
+from .errors import LC_ENOENT, LC_ERR_STATE, LayercakeError
 
 try:
     import numpy as _np
@@ -43,7 +43,6 @@ except ImportError:  # pragma: no cover
 
 logger = logging.getLogger("layercake.tokenspeed")
 
-LC_ERR_STATE = -1016
 
 
 class TransferPoll(enum.IntEnum):
@@ -604,7 +603,7 @@ class LayercakeKVManager(_ManagerBase):
         try:
             sender.set_metadata(encode_metadata(bootstrap_token, spec_candidate_ids))
         except LayercakeError as e:
-            if e.code in (-2, LC_ERR_STATE):  # -ENOENT: the room already ended
+            if e.code in (LC_ENOENT, LC_ERR_STATE):  # the room already ended
                 return False
             raise
         return True

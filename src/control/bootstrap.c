@@ -437,9 +437,9 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	if (!out)
 		return LC__FAIL(-EINVAL, "lc_bootstrap_start: out is NULL");
 	LC__PARAMS_COPY(&p, params);
-	/* NULL params, or a struct too short to hold the port: the knob. */
-	if (!params ||
-	    (params->size && params->size < offsetof(lc_bootstrap_params_t, port) + sizeof p.port))
+	/* NULL params, or a struct too short to hold the port: the knob (size
+	 * 0 is this library's size, as LC__PARAMS_COPY took it). */
+	if (!params || (params->size && LC__PARAMS_SHORT(params, lc_bootstrap_params_t, port)))
 		p.port = -1;
 	if (p.port < -1 || p.port > 65535)
 		return LC__FAIL(-EINVAL, "lc_bootstrap_start: port %d outside -1..65535", p.port);

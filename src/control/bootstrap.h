@@ -93,6 +93,7 @@ typedef struct lc__metrics_snapshot {
 	lc_ctx_t *ctx;  /* NULL: no context counters */
 	bool has_engine;
 	lc_engine_metrics_t engine;
+	uint64_t failed_by_reason[LC_FAIL_REASON_COUNT]; /* lc_engine_failed_by_reason */
 	uint64_t ctl[LC__CTL_COUNT];
 } lc__metrics_snapshot_t;
 

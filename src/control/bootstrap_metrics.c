@@ -134,13 +134,15 @@ static void render_ctl(lc__sbuf_t *s, lc_ctx_t *own, const lc__metrics_snapshot_
 			const char *lab = k < 0 ? "bootstrap" : snaps[k].label;
 			if (!ctx)
 				continue;
-			for (int i = 0; i < lc_counter_count(); i++)
+			for (int i = 0; i < lc_counter_count(); i++) {
+				uint64_t v = 0;
+				lc_ctx_counter(ctx, i, &v); /* i is in range: cannot fail */
 				lc__sb_printf(
 					s,
 					"layercake_ctx_counter_total{rank=\"%s\",name=\"%s\"} "
 					"%llu\n",
-					lab, lc_counter_name(i),
-					(unsigned long long)lc_ctx_counter(ctx, i));
+					lab, lc_counter_name(i), (unsigned long long)v);
+			}
 		}
 	}
 	if (!n)
@@ -162,6 +164,7 @@ typedef struct engines {
 	const lc__metrics_snapshot_t *snaps;
 	int n, ne;
 	lc_engine_metrics_t zero;
+	uint64_t zero_failed[LC_FAIL_REASON_COUNT];
 } engines_t;
 
 /* Engine k's metrics and label, or NULL to skip k. */
@@ -196,7 +199,8 @@ static void render_rooms(lc__sbuf_t *s, const engines_t *e)
 				"layercake_rooms_total{rank=\"%s\",outcome=\"failed\",reason=\"%s\"} "
 				"%llu\n",
 				lab, lc_fail_reason_name(r),
-				(unsigned long long)m->rooms_failed_by_reason[r]);
+				(unsigned long long)(e->ne ? e->snaps[k].failed_by_reason
+							   : e->zero_failed)[r]);
 	}
 	lc__sb_printf(s, "# HELP layercake_rooms_active Rooms open on the engine.\n"
 			 "# TYPE layercake_rooms_active gauge\n");

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "layercake.h"
+#include "layercake/testing.h"
 
 #define LC__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define LC__MIN(a, b) ((a) < (b) ? (a) : (b))

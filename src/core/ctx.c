@@ -136,11 +136,15 @@ const char *lc_counter_name(int index)
 	return index >= 0 && index < LC__CNT_COUNT ? counter_names[index] : NULL;
 }
 
-uint64_t lc_ctx_counter(lc_ctx_t *ctx, int index)
+int lc_ctx_counter(lc_ctx_t *ctx, int index, uint64_t *out)
 {
-	if (!ctx || index < 0 || index >= LC__CNT_COUNT)
-		return 0;
-	return atomic_load(&ctx->counters[index]);
+	if (!ctx || !out)
+		return LC__FAIL(-EINVAL, "lc_ctx_counter: %s is NULL", !ctx ? "ctx" : "out");
+	if (index < 0 || index >= LC__CNT_COUNT)
+		return LC__FAIL(-ERANGE, "lc_ctx_counter: index %d is not in 0..%d", index,
+				LC__CNT_COUNT - 1);
+	*out = atomic_load(&ctx->counters[index]);
+	return 0;
 }
 
 int lc_ctx_counter_by_name(lc_ctx_t *ctx, const char *name, uint64_t *out)

@@ -1,4 +1,5 @@
 /* Error table, version. */
+#include <errno.h>
 #include <string.h>
 
 #include "core/common.h"
@@ -9,7 +10,8 @@
 
 const char *lc_version(void)
 {
-	return LC__STR(LC_VERSION_MAJOR) "." LC__STR(LC_VERSION_MINOR) "." LC__STR(LC_VERSION_PATCH);
+	return LC__STR(LC_VERSION_MAJOR) "." LC__STR(LC_VERSION_MINOR) "." LC__STR(
+		LC_VERSION_PATCH);
 }
 
 int lc_version_number(void)
@@ -44,4 +46,26 @@ const char *lc_err_name(int code)
 	default:
 		return "LC_UNKNOWN";
 	}
+}
+
+static const int err_codes[] = {
+#define LC__ERR_VALUE(name, value, text) value,
+	LC_ERROR_CODES(LC__ERR_VALUE)
+#undef LC__ERR_VALUE
+};
+
+int lc_err_count(void)
+{
+	return (int)LC__ARRAY_SIZE(err_codes);
+}
+
+int lc_err_code(int index, int *out)
+{
+	if (!out)
+		return LC__FAIL(-EINVAL, "lc_err_code: out is NULL");
+	if (index < 0 || index >= lc_err_count())
+		return LC__FAIL(-ERANGE, "lc_err_code: index %d is not in 0..%d", index,
+				lc_err_count() - 1);
+	*out = err_codes[index];
+	return 0;
 }

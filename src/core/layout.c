@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/layout.h"
+#include "core/params.h"
 
 static uint64_t fingerprint(const lc_layout_t *l)
 {
@@ -133,7 +134,7 @@ static int model_components(uint32_t model, uint32_t kinds[3])
 	}
 }
 
-int lc_layout_build(const lc_layout_params_t *p, lc_layout_t **out)
+int lc_layout_build(const lc_layout_params_t *params, lc_layout_t **out)
 {
 	uint32_t kinds[3];
 	int ncomp;
@@ -142,12 +143,14 @@ int lc_layout_build(const lc_layout_params_t *p, lc_layout_t **out)
 	lc_buffer_t *bufs;
 	int rc;
 
-	if (!p || !out || p->size < sizeof(size_t) + 4 * sizeof(uint32_t))
-		return LC__FAIL(
-			-EINVAL, "layout builder: %s",
-			!p     ? "params is NULL"
-			: !out ? "out is NULL"
-			       : "params->size is too small (set it to sizeof(lc_layout_params_t))");
+	if (!params || !out || LC__PARAMS_SHORT(params, lc_layout_params_t, layers))
+		return LC__FAIL(-EINVAL, "layout builder: %s",
+				!params ? "params is NULL"
+				: !out  ? "out is NULL"
+					: LC__PARAMS_SHORT_TEXT("params", lc_layout_params_t));
+	lc_layout_params_t copy;
+	LC__PARAMS_COPY(&copy, params);
+	const lc_layout_params_t *p = &copy;
 	ncomp = model_components(p->model, kinds);
 	if (ncomp < 0 || p->layers == 0 || !p->item_len[0] || !p->pages) {
 		return LC__FAIL(-EINVAL, "layout: bad builder parameters (model %u, layers %u): %s",

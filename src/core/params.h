@@ -1,14 +1,24 @@
 /*
- * Versioned parameter structs. Every public params struct starts with
- * `size_t size` (sizeof the struct the caller was compiled against, or 0
- * for "this library's size"), so the struct can grow without breaking old
- * callers. One helper copies them: dst is zero-filled (every field's default
- * is 0), then as many bytes as both sides know are copied. NULL params mean
- * all defaults.
+ * Versioned parameter structs, one idiom for every public call that takes
+ * one. Every public params struct starts with `size_t size` (sizeof the
+ * struct the caller was compiled against), so the struct can grow without
+ * breaking old callers.
+ *
+ * - LC__PARAMS_COPY copies the caller's struct into a local one: dst is
+ *   zero-filled (every field's default is 0), then as many bytes as both
+ *   sides know are copied; NULL params mean all defaults. Size 0 is taken
+ *   as this library's size there. The call then reads only its copy.
+ * - A call with required fields checks first that the caller's struct
+ *   reaches them: LC__PARAMS_SHORT(src, type, member) is true when
+ *   src->size does not cover `member` (size 0, a forgotten size, covers
+ *   nothing), and LC__PARAMS_SHORT_TEXT(what, type) is the one message for
+ *   it, given with -EINVAL through lc_last_error. NULL params there fail as
+ *   the required fields left unset would (-EINVAL, layercake/base.h).
  */
 #ifndef LC_CORE_PARAMS_H
 #define LC_CORE_PARAMS_H
 
+#include <stddef.h>
 #include <string.h>
 
 #include "core/common.h"
@@ -21,5 +31,9 @@
 			       LC__MIN((src)->size ? (size_t)(src)->size : sizeof *(dst),          \
 				       sizeof *(dst)));                                            \
 	} while (0)
+
+#define LC__PARAMS_SHORT(src, type, member)                                                        \
+	((size_t)(src)->size < offsetof(type, member) + sizeof(((type *)0)->member))
+#define LC__PARAMS_SHORT_TEXT(what, type) what "->size is too small (set it to sizeof(" #type "))"
 
 #endif

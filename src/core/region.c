@@ -154,12 +154,66 @@ int lc__regions_find(lc__regions_t *t, const void *addr, size_t len, lc__region_
 	return rc;
 }
 
-/* Descriptor layout (little-endian), version 1:
+/* Descriptor layout (little-endian), version 2:
  *   0 u32 magic "LCRD"   4 u16 version   6 u16 key bytes that follow
  *   8 u64 owner         16 u32 region id 20 u32 flags   24 u64 length
- *  32 transport keys (opaque, e.g. UCX rkeys) */
+ *  32 transport keys: frames of u16 tag, u16 length, key bytes (opaque to
+ *     all but their transport, e.g. UCX rkeys). Version 1 had one untagged
+ *     key blob. */
 #define LC__DESC_MAGIC 0x4452434cu
-#define LC__DESC_VERSION 1
+#define LC__DESC_VERSION 2
+
+int lc__region_keys_check(const uint8_t *keys, size_t len, const char **why)
+{
+	uint16_t seen[LC__DESC_KEYS_MAX];
+	size_t n = 0;
+	for (size_t at = 0; at < len;) {
+		if (len - at < LC__KEY_FRAME) {
+			*why = "a key frame is cut short";
+			return LC_ERR_PROTO;
+		}
+		uint16_t tag = lc__get_u16(keys + at), klen = lc__get_u16(keys + at + 2);
+		if (klen > len - at - LC__KEY_FRAME) {
+			*why = "a key runs past the descriptor";
+			return LC_ERR_PROTO;
+		}
+		if (tag == 0) {
+			*why = "a key has tag 0";
+			return LC_ERR_PROTO;
+		}
+		for (size_t i = 0; i < n; i++)
+			if (seen[i] == tag) {
+				*why = "two keys have the same tag";
+				return LC_ERR_PROTO;
+			}
+		if (n == LC__DESC_KEYS_MAX) {
+			*why = "more keys than any build packs";
+			return LC_ERR_PROTO;
+		}
+		seen[n++] = tag;
+		at += LC__KEY_FRAME + klen;
+	}
+	return 0;
+}
+
+int lc__region_key_find(const uint8_t *keys, size_t len, uint16_t tag, const uint8_t **key,
+			size_t *key_len)
+{
+	for (size_t at = 0; at + LC__KEY_FRAME <= len;) {
+		uint16_t t = lc__get_u16(keys + at), klen = lc__get_u16(keys + at + 2);
+		if (klen > len - at - LC__KEY_FRAME)
+			break; /* never in checked keys; a guard all the same */
+		if (t == tag) {
+			*key = keys + at + LC__KEY_FRAME;
+			*key_len = klen;
+			return 1;
+		}
+		at += LC__KEY_FRAME + klen;
+	}
+	*key = NULL;
+	*key_len = 0;
+	return 0;
+}
 
 void lc__region_desc_header(const struct lc_region *r, uint16_t keys, uint8_t *p)
 {
@@ -188,6 +242,11 @@ int lc_region_unpack(const void *buf, size_t len, lc_region_desc_t *out)
 			      : lc__get_u16(p + 4) != LC__DESC_VERSION
 				      ? "unknown version"
 				      : "length differs from what it says");
+		return LC_ERR_PROTO;
+	}
+	const char *why = NULL;
+	if (lc__region_keys_check(p + LC__DESC_HEADER, len - LC__DESC_HEADER, &why)) {
+		lc__error_set(LC_ERR_PROTO, "region descriptor of %zu bytes: %s", len, why);
 		return LC_ERR_PROTO;
 	}
 	out->owner = lc__get_u64(p + 8);

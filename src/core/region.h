@@ -61,13 +61,30 @@ int lc__regions_get(lc__regions_t *t, uint32_t id, lc__region_info_t *out);
 /* The region containing [addr, addr+len): LC_ERR_REGION if none. */
 int lc__regions_find(lc__regions_t *t, const void *addr, size_t len, lc__region_info_t *out);
 
-/* Packed region descriptors: a 32-byte header, then transport keys. */
+/* Packed region descriptors: a 32-byte header, then transport keys, each
+ * framed as u16 tag, u16 length, then that many bytes. A reader takes the
+ * entry of its own tag and skips the others; a descriptor comes from the
+ * network, so every frame is checked against the bytes there are. */
 #define LC__DESC_HEADER 32
+#define LC__KEY_FRAME 4
+/* Key tags, one per transport that packs keys (ops->key_tag); 0 is none,
+ * 0xff00 and up belong to test transports (tests/transports/). */
+#define LC__KEY_TAG_UCX 1u
+#define LC__KEY_TAG_TEST 0xff00u
+/* Keys one descriptor may carry: one per transport a build registers. */
+#define LC__DESC_KEYS_MAX 8
 #define LC__DESC_FLAG_MEMFD 1u
 /* Bits 8..15 of the flags: the memory kind; 16..23: the device ordinal. */
 #define LC__DESC_KIND_SHIFT 8
 #define LC__DESC_DEVICE_SHIFT 16
 /* Write the header of r's descriptor, announcing `keys` key bytes. */
 void lc__region_desc_header(const struct lc_region *r, uint16_t keys, uint8_t *p);
+/* Whether keys[0..len) is a sequence of whole frames with nonzero tags,
+ * no tag twice: 0, or LC_ERR_PROTO with the reason in *why. */
+int lc__region_keys_check(const uint8_t *keys, size_t len, const char **why);
+/* The key of tag in checked keys[0..len): 1 with key and key_len set, or 0
+ * (absent: key NULL, key_len 0). */
+int lc__region_key_find(const uint8_t *keys, size_t len, uint16_t tag, const uint8_t **key,
+			size_t *key_len);
 
 #endif

@@ -30,6 +30,24 @@ const char *lc_fail_reason_name(int reason)
 	}
 }
 
+const char *lc_fail_reason_symbol(int reason)
+{
+	switch (reason) {
+#define LC__FAIL_SYMBOL(name, value, text)                                                         \
+	case value:                                                                                \
+		return #name;
+		LC_FAIL_REASONS(LC__FAIL_SYMBOL)
+#undef LC__FAIL_SYMBOL
+	default:
+		return "LC_FAIL_UNKNOWN";
+	}
+}
+
+int lc_fail_reason_count(void)
+{
+	return LC_FAIL_REASON_COUNT;
+}
+
 /* legal[from][to]: the only place that decides which changes may happen.
  * Statuses only grow; any unfinished status may fail; final ones stay. */
 static const bool legal[6][6] = {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/ctx.h"
+#include "core/params.h"
 #include "engine/engine_int.h"
 
 static uint64_t cfg_ns(lc_ctx_t *ctx, enum lc__config_field field, uint64_t unit_ns)
@@ -56,13 +57,12 @@ static void pool_sizes(lc_engine_t *e)
 
 static int check_params(const lc_engine_params_t *params)
 {
-	if (!params || params->size < offsetof(lc_engine_params_t, status_cb) || !params->layout)
-		return LC__FAIL(
-			-EINVAL, "lc_engine_create: %s",
-			!params ? "params is NULL (the layout is required)"
-			: params->size < offsetof(lc_engine_params_t, status_cb)
-				? "params->size is too small (set it to sizeof(lc_engine_params_t))"
-				: "params->layout is required");
+	if (!params || LC__PARAMS_SHORT(params, lc_engine_params_t, layout) || !params->layout)
+		return LC__FAIL(-EINVAL, "lc_engine_create: %s",
+				!params ? "params is NULL (the layout is required)"
+				: LC__PARAMS_SHORT(params, lc_engine_params_t, layout)
+					? LC__PARAMS_SHORT_TEXT("params", lc_engine_params_t)
+					: "params->layout is required");
 	for (uint32_t i = 0; i < params->layout->nbuf; i++)
 		if (!params->layout->bufs[i].base)
 			return LC__FAIL(-EINVAL,
@@ -82,7 +82,7 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	memcpy(&e->params, params, LC__MIN(params->size, sizeof(e->params)));
+	LC__PARAMS_COPY(&e->params, params);
 	e->params.size = sizeof(e->params);
 	e->params.layout = NULL;
 	e->params.name = NULL;
@@ -205,7 +205,6 @@ int lc_engine_metrics(lc_engine_t *e, lc_engine_metrics_t *out)
 	m.rooms_opened = rm->opened;
 	m.rooms_succeeded = rm->succeeded;
 	m.rooms_failed = rm->failed;
-	memcpy(m.rooms_failed_by_reason, rm->failed_by_reason, sizeof(m.rooms_failed_by_reason));
 	m.rooms_expired_unread = rm->expired_unread;
 	m.rooms_active = rm->opened - rm->succeeded - rm->failed;
 	m.room_latency = rm->latency;
@@ -214,5 +213,19 @@ int lc_engine_metrics(lc_engine_t *e, lc_engine_metrics_t *out)
 	size_t n = LC__MIN(out->size, sizeof(m));
 	m.size = n;
 	memcpy(out, &m, n);
+	return 0;
+}
+
+int lc_engine_failed_by_reason(lc_engine_t *e, int reason, uint64_t *out)
+{
+	if (!e || !out)
+		return LC__FAIL(-EINVAL, "lc_engine_failed_by_reason: %s is NULL",
+				!e ? "engine" : "out");
+	if (reason < 0 || reason >= LC_FAIL_REASON_COUNT)
+		return LC__FAIL(-ERANGE, "lc_engine_failed_by_reason: reason %d is not in 0..%d",
+				reason, LC_FAIL_REASON_COUNT - 1);
+	pthread_mutex_lock(&e->lock);
+	*out = e->rooms.metrics.failed_by_reason[reason];
+	pthread_mutex_unlock(&e->lock);
 	return 0;
 }

@@ -136,9 +136,6 @@ void lc__engine_deliver_notes(lc_engine_t *e)
 						.metadata_len = x->meta_len,
 						.flags = x->has_sum ? LC_FINAL_HAS_CHECKSUM : 0,
 						.checksum = x->sum});
-			else if (x->kind == LC__NOTE_STATUS && e->params.status_cb)
-				e->params.status_cb(e->params.status_arg, x->room, s, x->status,
-						    x->reason, x->text, x->meta, x->meta_len);
 			else if (x->kind == LC__NOTE_LANDED && e->params.landed_cb)
 				e->params.landed_cb(e->params.landed_arg, x->room, s, x->layers);
 			free(x->session);

@@ -8,9 +8,11 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/params.h"
 #include "engine/engine_int.h"
 
 int lc_engine_batch_begin(lc_engine_t *e, int is_idle)
@@ -134,10 +136,23 @@ static int check_chunk(lc_engine_t *e, const lc_chunk_t *ch)
 	lc__room_t *r = lc__room_find(&e->rooms, ch->room);
 	if (!r)
 		return lc__engine_bad_input(e, -ENOENT, "chunk for an unknown room");
-	if (r->status == LC_ROOM_FAILED)
-		return LC_ERR_STATE; /* the room failed meanwhile: not a caller bug */
-	if (lc__room_final(r) || !lc__room_fanin_done(r))
-		return lc__engine_bad_input(e, LC_ERR_STATE, "chunk for a room not Bootstrapped");
+	unsigned long long id = (unsigned long long)ch->room;
+	if (r->status == LC_ROOM_FAILED) { /* failed meanwhile: not a caller bug, not counted */
+		lc__error_set(LC_ERR_STATE,
+			      "engine %s: room %llu has failed (%s): its chunks are refused",
+			      e->name, id, r->reason);
+		return LC_ERR_STATE;
+	}
+	if (lc__room_final(r) || !lc__room_fanin_done(r)) {
+		char what[160];
+		snprintf(what, sizeof what, "chunk for room %llu, which is %s%s", id,
+			 lc_room_status_name(r->status),
+			 lc__room_final(r)
+				 ? " (it has ended)"
+				 : ", not yet Bootstrapped (D's transfer info has not "
+				   "arrived: wait for Bootstrapped before adding chunks)");
+		return lc__engine_bad_input(e, LC_ERR_STATE, what);
+	}
 	return 0;
 }
 
@@ -145,14 +160,13 @@ int lc_engine_chunk_add(lc_engine_t *e, const lc_chunk_t *c)
 {
 	lc__task_t *t;
 	int rc;
-	if (!e || !c || c->size < offsetof(lc_chunk_t, state_slots))
+	if (!e || !c || LC__PARAMS_SHORT(c, lc_chunk_t, is_last))
 		return LC__FAIL(-EINVAL, "lc_engine_chunk_add: %s",
 				!e   ? "engine is NULL"
 				: !c ? "chunk is NULL"
-				     : "chunk->size is too small (set it to sizeof(lc_chunk_t))");
-	size_t csz = LC__MIN(c->size, sizeof(lc_chunk_t));
-	lc_chunk_t ch = {0};
-	memcpy(&ch, c, csz);
+				     : LC__PARAMS_SHORT_TEXT("chunk", lc_chunk_t));
+	lc_chunk_t ch;
+	LC__PARAMS_COPY(&ch, c);
 	pthread_mutex_lock(&e->lock);
 	if ((rc = check_chunk(e, &ch)) || (rc = task_from_chunk(e, &ch, &t)))
 		goto out;
@@ -324,7 +338,7 @@ static int build_wreq(lc_engine_t *e, lc__task_t *t, lc__room_t *r, uint32_t di,
 		}
 	}
 	if (rc == -ENOMEM)
-		lc__engine_fail_room(e, r, LC_FAIL_BAD_INPUT, "out of memory planning the chunk");
+		lc__engine_fail_room(e, r, LC_FAIL_NO_MEMORY, "out of memory planning the chunk");
 	return rc;
 }
 
@@ -363,7 +377,7 @@ static void intake_one(lc_engine_t *e, lc__task_t *t, uint64_t now)
 	}
 	t->wreqs = calloc(nreal, sizeof(lc__wreq_t));
 	if (!t->wreqs) {
-		lc__engine_fail_room(e, r, LC_FAIL_BAD_INPUT, "out of memory taking a chunk");
+		lc__engine_fail_room(e, r, LC_FAIL_NO_MEMORY, "out of memory taking a chunk");
 		return;
 	}
 	lc__room_set_state(&e->rooms, r, LC_ROOM_TRANSFERRING, 0, NULL, now);

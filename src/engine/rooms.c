@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/ctx.h"
+#include "core/params.h"
 #include "engine/engine_int.h"
 
 int lc_engine_room_open(lc_engine_t *e, uint64_t room)
@@ -96,14 +97,13 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 	lc__session_t *core = NULL;
 	int rc = 0;
 	uint64_t now = lc__now_ns();
-	if (!e || !p || p->size < offsetof(lc_dst_params_t, state_slots))
-		return LC__FAIL(
-			-EINVAL, "lc_engine_dst_add: %s",
-			!e   ? "engine is NULL"
-			: !p ? "params is NULL"
-			     : "params->size is too small (set it to sizeof(lc_dst_params_t))");
-	lc_dst_params_t d = {0};
-	memcpy(&d, p, LC__MIN(p->size, sizeof(d)));
+	if (!e || !p || LC__PARAMS_SHORT(p, lc_dst_params_t, is_dummy))
+		return LC__FAIL(-EINVAL, "lc_engine_dst_add: %s",
+				!e   ? "engine is NULL"
+				: !p ? "params is NULL"
+				     : LC__PARAMS_SHORT_TEXT("params", lc_dst_params_t));
+	lc_dst_params_t d;
+	LC__PARAMS_COPY(&d, p);
 	int64_t max = lc__ctx_cfg(e->ctx, LC__CFG_p_rooms_max); /* not under the lock */
 	int64_t quota = lc__ctx_cfg(e->ctx, LC__CFG_p_session_rooms_max);
 	int64_t sess_descs = lc__ctx_cfg(e->ctx, LC__CFG_p_session_descs_max);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/params.h"
 #include "engine/engine_int.h"
 
 void lc__esession_free(lc__esession_t *s)
@@ -114,16 +115,15 @@ static int apply_fragments(lc_engine_t *e, lc__esession_t *s, const lc_session_p
 static int check_session_params(lc_engine_t *e, const lc_session_params_t *p)
 {
 	/* A REGISTER reaches here too: reasons recorded, logs rate-limited. */
-	if (!p || p->size < offsetof(lc_session_params_t, buffer_region) || !p->name || !*p->name ||
+	if (!p || LC__PARAMS_SHORT(p, lc_session_params_t, region_count) || !p->name || !*p->name ||
 	    !p->url || (p->region_count && (!p->region_descs || !p->region_desc_lens))) {
-		lc__error_set(
-			-EINVAL, "session: %s",
-			!p ? "params is NULL"
-			: p->size < offsetof(lc_session_params_t, buffer_region)
-				? "params->size is too small (set it to sizeof(lc_session_params_t))"
-			: !p->name || !*p->name ? "params->name is required"
-			: !p->url               ? "params->url is required"
-						: "region_descs or region_desc_lens is NULL");
+		lc__error_set(-EINVAL, "session: %s",
+			      !p ? "params is NULL"
+			      : LC__PARAMS_SHORT(p, lc_session_params_t, region_count)
+				      ? LC__PARAMS_SHORT_TEXT("params", lc_session_params_t)
+			      : !p->name || !*p->name ? "params->name is required"
+			      : !p->url               ? "params->url is required"
+						      : "region_descs or region_desc_lens is NULL");
 		return -EINVAL;
 	}
 	if (!p->buffer_region && p->region_count != e->layout->nbuf) {
@@ -132,8 +132,7 @@ static int check_session_params(lc_engine_t *e, const lc_session_params_t *p)
 		LC__WARN_PEER("%s", lc_last_error());
 		return -EINVAL;
 	}
-	const uint32_t *buf_region =
-		p->size > offsetof(lc_session_params_t, buffer_region) ? p->buffer_region : NULL;
+	const uint32_t *buf_region = p->buffer_region;
 	for (uint32_t b = 0; buf_region && b < e->layout->nbuf; b++)
 		if (buf_region[b] >= p->region_count)
 			return -EINVAL;
@@ -146,10 +145,8 @@ static int map_buffers(lc_engine_t *e, lc__esession_t *s, const lc_session_param
 		       uint32_t *ids)
 {
 	int rc;
-	const uint32_t *buf_region =
-		p->size > offsetof(lc_session_params_t, buffer_region) ? p->buffer_region : NULL;
-	const uint64_t *buf_offset =
-		p->size > offsetof(lc_session_params_t, buffer_offset) ? p->buffer_offset : NULL;
+	const uint32_t *buf_region = p->buffer_region;
+	const uint64_t *buf_offset = p->buffer_offset;
 	for (size_t i = 0; i < p->region_count; i++)
 		if ((rc = lc_conn_import_region(s->conn, p->region_descs[i], p->region_desc_lens[i],
 						&ids[i]))) {
@@ -162,8 +159,7 @@ static int map_buffers(lc_engine_t *e, lc__esession_t *s, const lc_session_param
 		lc__xfer_whole_page(&s->xfer[b], &e->layout->bufs[b], id,
 				    buf_offset ? buf_offset[b] : 0);
 	}
-	if (p->size >= offsetof(lc_session_params_t, fragment_count) + sizeof(size_t) &&
-	    p->fragment_count)
+	if (p->fragment_count)
 		return apply_fragments(e, s, p);
 	return 0;
 }
@@ -197,14 +193,19 @@ fail:
 	return rc;
 }
 
-int lc_engine_session_add(lc_engine_t *e, const lc_session_params_t *p)
+int lc_engine_session_add(lc_engine_t *e, const lc_session_params_t *params)
 {
 	lc__esession_t *s, *old = NULL;
 	lc__session_t *core;
+	lc_session_params_t copy;
+	const lc_session_params_t *p = &copy;
 	int rc;
 	if (!e)
 		return LC__FAIL(-EINVAL, "lc_engine_session_add: engine is NULL");
-	if ((rc = check_session_params(e, p)) || (rc = session_build(e, p, &s)))
+	/* Only the copy is read: fields past the caller's size are zero
+	 * (absent: whole pages at offset 0); its size is the caller's. */
+	LC__PARAMS_COPY(&copy, params);
+	if ((rc = check_session_params(e, params ? p : NULL)) || (rc = session_build(e, p, &s)))
 		return rc;
 
 	pthread_mutex_lock(&e->lock);

@@ -24,6 +24,8 @@ static int metrics_source(void *arg, lc__metrics_snapshot_t *out)
 	out->ctx = p->ctx;
 	out->engine.size = sizeof out->engine;
 	out->has_engine = lc_engine_metrics(p->engine, &out->engine) == 0;
+	for (int r = 0; out->has_engine && r < LC_FAIL_REASON_COUNT; r++)
+		lc_engine_failed_by_reason(p->engine, r, &out->failed_by_reason[r]);
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		out->ctl[i] = atomic_load(&p->ctl[i]);
 	out->ctl[LC__CTL_inbox_conns_refused] = lc__pull_conns_refused(p->pull);

@@ -164,7 +164,9 @@ static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
 	m->status.room = t->room;
 	m->status.p_rank = (uint32_t)p->rank;
 	m->status.status = LC_ROOM_FAILED;
-	m->status.fail_reason = rc == -ENOENT ? LC_FAIL_SESSION_GONE : LC_FAIL_BAD_INPUT;
+	m->status.fail_reason = rc == -ENOENT   ? LC_FAIL_SESSION_GONE
+				: rc == -ENOMEM ? LC_FAIL_NO_MEMORY
+						: LC_FAIL_BAD_INPUT;
 	lc__reason(m->status.reason, sizeof m->status.reason, "%s", fail);
 	memcpy(m->secret, s ? s->secret : msg->secret, LC__MSG_SECRET_LEN);
 	const lc__ptomb_t *tomb = s ? NULL : tomb_of(p, msg);

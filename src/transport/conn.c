@@ -31,7 +31,7 @@ int lc_listener_create(lc_ctx_t *ctx, const char *url, lc_listener_t **out)
 	l->ops = ops;
 	int rc = ops->init ? lc__transport_state(ctx, ops, &l->tp_state) : 0;
 	if (!rc)
-		rc = ops->listen(l, url);
+		rc = ops->listener.listen(l, url);
 	if (rc) {
 		free(l);
 		return LC__FAIL(rc, "listen on %s: %s", url, lc__why(rc));
@@ -72,7 +72,7 @@ void lc_listener_destroy(lc_listener_t *l)
 	if (l->ctx_next)
 		l->ctx_next->ctx_prev = l->ctx_prev;
 	pthread_mutex_unlock(&ctx->objs_lock);
-	l->ops->listener_close(l);
+	l->ops->listener.close(l);
 	free(l);
 }
 
@@ -119,7 +119,7 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 	c->pending.next = c->pending.prev = &c->pending;
 	int rc = ops->init ? lc__transport_state(ctx, ops, &c->tp_state) : 0;
 	if (!rc)
-		rc = ops->conn_open(c, url, &p);
+		rc = ops->conn.open(c, url, &p);
 	if (rc) {
 		LC__COUNT(ctx, conns_failed);
 		pthread_mutex_destroy(&c->lock);
@@ -155,7 +155,7 @@ void lc_conn_destroy(lc_conn_t *c)
 		c->ctx_next->ctx_prev = c->ctx_prev;
 	pthread_mutex_unlock(&ctx->objs_lock);
 	lc__stage_conn_close(c);
-	c->ops->conn_close(c);
+	c->ops->conn.close(c);
 	lc__conn_fail_all(c, LC_ERR_CANCELLED, "connection to %s closed", c->url);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
@@ -172,8 +172,13 @@ int lc_conn_import_region(lc_conn_t *c, const void *desc, size_t len, uint32_t *
 	int rc = lc_region_unpack(desc, len, &d);
 	if (rc)
 		return rc;
-	if (c->ops->import_region) {
-		rc = c->ops->import_region(c, &d, (const uint8_t *)desc, len);
+	if (c->ops->conn.import_region) {
+		/* Unpack checked every key frame; this transport reads its own. */
+		const uint8_t *key;
+		size_t key_len;
+		lc__region_key_find((const uint8_t *)desc + LC__DESC_HEADER, len - LC__DESC_HEADER,
+				    c->ops->key_tag, &key, &key_len);
+		rc = c->ops->conn.import_region(c, &d, key, key_len);
 		if (rc)
 			return rc;
 	}
@@ -208,11 +213,11 @@ static int strided_span(const lc_write_t *w, uint64_t *local_span, uint64_t *rem
 
 /* The batch's copy of the caller's writes. A strided write (count > 1)
  * stays one descriptor for a transport that moves blocks itself
- * (ops->strided); for the others it is expanded here into its blocks. */
+ * (LC__TP_STRIDED); for the others it is expanded here into its blocks. */
 static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__batch_t *b)
 {
 	size_t keep = 0;
-	bool native = c->ops->strided;
+	bool native = c->ops->caps & LC__TP_STRIDED;
 	for (size_t i = 0; i < n; i++) {
 		uint64_t ls, rs;
 		if (!writes[i].length)
@@ -234,7 +239,9 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 	for (size_t i = 0; i < n; i++) {
 		const lc_write_t *w = &writes[i];
 		lc__region_info_t src;
-		uint64_t ls = 0, rs = 0; /* set by strided_span, checked above (Release builds cannot see it) */
+		uint64_t
+			ls = 0,
+			rs = 0; /* set by strided_span, checked above (Release builds cannot see it) */
 		if (w->length == 0)
 			continue; /* lands nothing; complete with the rest */
 		strided_span(w, &ls, &rs);
@@ -276,8 +283,7 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 				!c          ? "conn"
 				: !batch_id ? "batch_id"
 					    : "writes (with n > 0)");
-	if (params)
-		memcpy(&p, params, LC__MIN(params->size ? params->size : sizeof p, sizeof p));
+	LC__PARAMS_COPY(&p, params);
 	if (p.flags & ~(uint32_t)LC_BATCH_DEFER)
 		return LC__FAIL(-EINVAL, "lc_batch_post: unknown flags 0x%x", p.flags);
 	if (atomic_load(&c->closing))
@@ -299,7 +305,7 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	b->room = p.room;
 	b->tag = p.tag;
 	b->user_data = p.user_data;
-	b->defer = (p.flags & LC_BATCH_DEFER) && c->ops->flush;
+	b->defer = (p.flags & LC_BATCH_DEFER) && c->ops->conn.flush;
 	b->post_ns = lc__now_ns();
 	b->deadline_ns = timeout_ms > 0 ? b->post_ns + (uint64_t)timeout_ms * 1000000ull : 0;
 	atomic_init(&b->refs, 2); /* generic (until completion) + this call */
@@ -323,8 +329,8 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 		if (b->deadline_ns)
 			lc__timer_kick(c->ctx, b->deadline_ns);
 		if (!b->device_src)
-			rc = c->ops->post(c, b);
-		else if (!c->ops->post_device || (rc = c->ops->post_device(c, b)) == 1)
+			rc = c->ops->conn.post(c, b);
+		else if (!c->ops->conn.post_device || (rc = c->ops->conn.post_device(c, b)) == 1)
 			rc = lc__stage_post(c, b);
 		if (rc < 0 && atomic_exchange(&b->completed, 1) == 0) {
 			/* Not taken and not completed by anyone: undo, no completion. */
@@ -353,8 +359,8 @@ int lc_conn_flush(lc_conn_t *c)
 {
 	if (!c)
 		return LC__FAIL(-EINVAL, "lc_conn_flush: conn is NULL");
-	if (c->ops->flush && !atomic_load(&c->closing))
-		c->ops->flush(c);
+	if (c->ops->conn.flush && !atomic_load(&c->closing))
+		c->ops->conn.flush(c);
 	return 0;
 }
 
@@ -380,7 +386,7 @@ int lc_conn_room_cancel(lc_conn_t *c, uint64_t room)
 			lc__batch_unref(v[i]);
 		}
 	} while (n == LC__ARRAY_SIZE(v));
-	if (c->ops->room_cancel)
-		c->ops->room_cancel(c, room);
+	if (c->ops->conn.room_cancel)
+		c->ops->conn.room_cancel(c, room);
 	return cancelled;
 }

@@ -443,11 +443,10 @@ int lc_loop_set_faults(lc_conn_t *c, const lc_loop_faults_t *faults)
 
 const lc__transport_ops_t lc__loop_ops = {
 	.scheme = "loop",
-	.strided = true,
-	.listen = loop_listen,
-	.listener_close = loop_listener_close,
-	.conn_open = loop_conn_open,
-	.conn_close = loop_conn_close,
-	.post = loop_post,
-	.flush = loop_flush,
+	.caps = LC__TP_STRIDED | LC__TP_FAULTS,
+	.listener = {.listen = loop_listen, .close = loop_listener_close},
+	.conn = {.open = loop_conn_open,
+		 .close = loop_conn_close,
+		 .post = loop_post,
+		 .flush = loop_flush},
 };

@@ -121,7 +121,7 @@ static void staged_post(staged_t *s)
 		LC__COUNT_ADD(s->st->ctx, staging_bytes, s->bytes);
 		LC__DEBUG("staged %llu bytes in %llu us", (unsigned long long)s->bytes,
 			  (unsigned long long)(lc__now_ns() - b->post_ns) / 1000);
-		int rc = s->c->ops->post(s->c, b);
+		int rc = s->c->ops->conn.post(s->c, b);
 		if (rc < 0)
 			lc__batch_fail(b, rc, "post after staging: %s", lc_strerror(rc));
 	}
@@ -247,7 +247,7 @@ static bool transport_moves(lc_conn_t *c, const lc__batch_t *b)
 	for (size_t i = 0; i < b->nwrites; i++) {
 		lc__region_info_t r;
 		if (is_device(c->ctx, &b->writes[i], &r) &&
-		    !c->ops->moves_kind(c, r.kind, r.device))
+		    !c->ops->memory.moves_kind(c, r.kind, r.device))
 			return false;
 	}
 	return true;
@@ -259,8 +259,8 @@ int lc__stage_post(lc_conn_t *c, lc__batch_t *b)
 	lc__stage_t *st = stage_get(c->ctx, &rc);
 	if (!st)
 		return rc;
-	if (c->ops->moves_kind && transport_moves(c, b))
-		return c->ops->post(c, b); /* UCX with CUDA: device memory as it is */
+	if (c->ops->memory.moves_kind && transport_moves(c, b))
+		return c->ops->conn.post(c, b); /* UCX with CUDA: device memory as it is */
 	staged_t *s = calloc(1, sizeof *s + b->nwrites * sizeof s->src[0]);
 	if (!s)
 		return -ENOMEM;

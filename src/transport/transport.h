@@ -3,7 +3,8 @@
  * completion queues, deadlines: src/transport/batch.c, conn.c) and each
  * transport (loop.c, tcp/, shm/, ucx/).
  *
- * A transport is a const ops table registered by URL scheme (registry.c).
+ * A transport is a const ops table, split by role (listener, connection,
+ * memory) with a capability mask, and one line in registry.c's table.
  * The generic layer owns batches: it copies the caller's descriptors, gives
  * the batch an id and a deadline, keeps it on the connection's pending list
  * and delivers exactly one completion. The transport moves bytes and reports
@@ -43,7 +44,7 @@ typedef struct lc__batch {
 	bool defer;           /* LC_BATCH_DEFER: post() queues without waking */
 	bool device_src;      /* a source is device memory: staged first (stage.c) */
 	lc_write_t *writes;   /* zero-length writes removed; count 0 or > 1
-			       * (strided, only where ops->strided); owned */
+			       * (strided, only where LC__TP_STRIDED); owned */
 	size_t nwrites;
 	uint64_t bytes;
 	_Atomic size_t applied;
@@ -112,28 +113,47 @@ static inline void lc__listener_peer_gone(lc_listener_t *l, uint64_t room)
 		fn(atomic_load(&l->peer_gone_arg), room);
 }
 
-typedef struct lc__transport_ops {
-	const char *scheme;
-	/* Whether post() takes strided writes (count > 1) as they are; for a
-	 * transport without, the generic layer expands them into their blocks. */
-	bool strided;
-	/* Optional: per-context state, made by the generic layer at the
-	 * context's first listener or connection of the transport and handed
-	 * to it in l->tp_state / c->tp_state (and to pack_region), so that a
-	 * transport never looks itself up; freed by fini() when the context is
-	 * destroyed, after every connection and listener of it closed. */
-	int (*init)(lc_ctx_t *ctx, void **state);
-	void (*fini)(lc_ctx_t *ctx, void *state);
-	/* Receiver side. listen() parses url, starts serving, and writes the
-	 * resolved URL into l->url. */
+/* What a transport can do. The generic layer and the tests ask these bits,
+ * never the scheme (docs/architecture.md "Adding a transport"). */
+enum {
+	/* post() takes strided writes (count > 1) as they are, one descriptor
+	 * each; without it the generic layer expands them into their blocks. */
+	LC__TP_STRIDED = 1u << 0,
+	/* The peer may be another process (or host): a receiver can be killed
+	 * or stopped under a batch. Without it the peer lives in this process. */
+	LC__TP_REMOTE = 1u << 1,
+	/* URLs name a host and port ("SCHEME://127.0.0.1:0" listens on a free
+	 * port); without it they name a rendezvous ("SCHEME://auto" picks a
+	 * fresh name, an unknown name is an unreachable peer). */
+	LC__TP_HOST_PORT = 1u << 2,
+	/* lc_loop_set_faults() applies to its connections. */
+	LC__TP_FAULTS = 1u << 3,
+	/* Moves CUDA sources itself by CUDA IPC (post_device), block by block,
+	 * counted in ipc_writes / ipc_exports / ipc_imports. */
+	LC__TP_CUDA_IPC = 1u << 4,
+	/* Refuses a write past an imported region at the sender (one-sided
+	 * puts): the receiver may never see, nor count, it. */
+	LC__TP_SENDER_BOUNDS = 1u << 5,
+	/* Built only where an outside library was found (LC_HAVE_UCX): once
+	 * built in, failing to start is a failure, not an unusable host. */
+	LC__TP_NEEDS_LIB = 1u << 6,
+};
+
+/* Receiver side. listen() parses url, starts serving, and writes the
+ * resolved URL into l->url; close() stops serving, closes accepted
+ * connections and joins threads. Both required. */
+typedef struct lc__listener_ops {
 	int (*listen)(lc_listener_t *l, const char *url);
-	/* Stop serving; close accepted connections; join threads. */
-	void (*listener_close)(lc_listener_t *l);
-	/* Sender side. Must not block on the network. p is the caller's
-	 * parameters (transport-specific fields such as tcp's lanes). */
-	int (*conn_open)(lc_conn_t *c, const char *url, const lc_conn_params_t *p);
+	void (*close)(lc_listener_t *l);
+} lc__listener_ops_t;
+
+/* Sender side. open, close and post are required. */
+typedef struct lc__conn_ops {
+	/* Must not block on the network. p is the caller's parameters
+	 * (transport-specific fields such as tcp's lanes). */
+	int (*open)(lc_conn_t *c, const char *url, const lc_conn_params_t *p);
 	/* After return the transport touches no batch and holds no reference. */
-	void (*conn_close)(lc_conn_t *c);
+	void (*close)(lc_conn_t *c);
 	/* Queue a batch (nwrites >= 1); non-blocking. A negative return means
 	 * the batch was not taken (and no reference is held). */
 	int (*post)(lc_conn_t *c, lc__batch_t *b);
@@ -148,25 +168,51 @@ typedef struct lc__transport_ops {
 	void (*flush)(lc_conn_t *c);
 	/* Optional: drop unsent writes of a room (its batches are completed). */
 	void (*room_cancel)(lc_conn_t *c, uint64_t room);
-	/* Optional: a packed descriptor of the peer is being imported. */
-	int (*import_region)(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *blob,
-			     size_t blob_len);
-	/* Optional: append transport keys to a packed region descriptor; state
-	 * is the context's state of the transport, NULL if never made. */
+	/* Optional: a packed descriptor of the peer is being imported; key is
+	 * this transport's key in it (ops->key_tag, already bounds-checked
+	 * against the descriptor), or NULL with key_len 0 where it has none.
+	 * The key comes from the network: check what it says. */
+	int (*import_region)(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *key,
+			     size_t key_len);
+} lc__conn_ops_t;
+
+/* Memory: what a transport adds to regions. Both optional. */
+typedef struct lc__memory_ops {
+	/* Write this transport's key for r into buf (at most cap bytes) and
+	 * return its length, 0 for none; the registry frames it with
+	 * ops->key_tag (lc__transports_pack_region). state is the context's
+	 * state of the transport, NULL if never made. */
 	int (*pack_region)(lc_ctx_t *ctx, void *state, const lc_region_t *r, uint8_t *buf,
 			   size_t cap);
-	/* Optional: whether the transport moves a device-kind source region's
-	 * memory itself (UCX built with CUDA, docs/gpu.md), so that a batch
-	 * whose device sources are all of such kinds skips staging
-	 * (stage.c). Any thread; must not block. */
+	/* Whether the transport moves a device-kind source region's memory
+	 * itself (UCX built with CUDA, docs/gpu.md), so that a batch whose
+	 * device sources are all of such kinds skips staging (stage.c). Any
+	 * thread; must not block. */
 	bool (*moves_kind)(lc_conn_t *c, int kind, int device);
+} lc__memory_ops_t;
+
+typedef struct lc__transport_ops {
+	const char *scheme;
+	uint32_t caps;    /* LC__TP_* */
+	uint16_t key_tag; /* its keys' tag in packed descriptors (LC__KEY_TAG_*), 0: none */
+	/* Optional: per-context state, made by the generic layer at the
+	 * context's first listener or connection of the transport and handed
+	 * to it in l->tp_state / c->tp_state (and to pack_region), so that a
+	 * transport never looks itself up; freed by fini() when the context is
+	 * destroyed, after every connection and listener of it closed. */
+	int (*init)(lc_ctx_t *ctx, void **state);
+	void (*fini)(lc_ctx_t *ctx, void *state);
+	lc__listener_ops_t listener;
+	lc__conn_ops_t conn;
+	lc__memory_ops_t memory;
 } lc__transport_ops_t;
 
-/* Registry (registry.c). */
+/* Registry (registry.c). The transport of url's scheme, or NULL. */
 const lc__transport_ops_t *lc__transport_find(const char *url);
 /* The transport's state for ctx, made by its init() at first use. */
 int lc__transport_state(lc_ctx_t *ctx, const lc__transport_ops_t *ops, void **out);
-/* Append every transport's keys for r to a packed descriptor. */
+/* Every transport's key for r, each framed by its tag and length
+ * (core/region.h), into buf; returns the bytes written. */
 int lc__transports_pack_region(lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf, size_t cap);
 
 /* Batches (batch.c). */

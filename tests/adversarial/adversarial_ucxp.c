@@ -298,6 +298,48 @@ static void p_against(int to, int port, enum script s, int want, const char *wor
 
 /* ---- put mode: descriptors P must refuse to import ---- */
 
+/* Forged key frames around a good ucx key (the descriptor comes from the
+ * network): an unknown tag before it is skipped and the key still imports;
+ * the ucx key twice, a frame cut short, a frame under another tag only, and
+ * a descriptor header announcing more key bytes than there are are
+ * refused. desc[0..n) is a good put-mode descriptor with one frame. */
+static void forged_frames(lc_conn_t *conn, const uint8_t *desc, size_t n)
+{
+	uint8_t f[LC_REGION_DESC_MAX];
+	size_t klen = n - UW_DESC_HEADER; /* the ucx frame, header included */
+	uint32_t rid;
+	TU_CHECK(n + 8 + klen <= sizeof f, "descriptor of %zu bytes", n);
+	/* Unknown tag 0x7777 with 4 bytes, then the ucx frame. */
+	memcpy(f, desc, UW_DESC_HEADER);
+	uint8_t unknown[8] = {0x77, 0x77, 4, 0, 1, 2, 3, 4};
+	memcpy(f + UW_DESC_HEADER, unknown, sizeof unknown);
+	memcpy(f + UW_DESC_HEADER + 8, desc + UW_DESC_HEADER, klen);
+	lc__put_u16(f + 6, (uint16_t)(klen + 8));
+	TU_OK(lc_conn_import_region(conn, f, n + 8, &rid));
+	/* The ucx frame twice. */
+	memcpy(f + UW_DESC_HEADER, desc + UW_DESC_HEADER, klen);
+	memcpy(f + UW_DESC_HEADER + klen, desc + UW_DESC_HEADER, klen);
+	lc__put_u16(f + 6, (uint16_t)(2 * klen));
+	TU_CHECK(lc_conn_import_region(conn, f, n + klen, &rid) == LC_ERR_PROTO,
+		 "a descriptor with the ucx key twice imported");
+	/* Two bytes of a frame header after the key. */
+	memcpy(f, desc, n);
+	f[n] = 0x77, f[n + 1] = 0x77;
+	lc__put_u16(f + 6, (uint16_t)(klen + 2));
+	TU_CHECK(lc_conn_import_region(conn, f, n + 2, &rid) == LC_ERR_PROTO,
+		 "a descriptor with a cut key frame imported");
+	/* Only an unknown tag: put mode finds no ucx key. */
+	memcpy(f + UW_DESC_HEADER, unknown, sizeof unknown);
+	lc__put_u16(f + 6, 8);
+	TU_CHECK(lc_conn_import_region(conn, f, UW_DESC_HEADER + 8, &rid) == LC_ERR_PROTO,
+		 "a put-mode descriptor without a ucx key imported");
+	/* The header says one more key byte than there is. */
+	memcpy(f, desc, n);
+	lc__put_u16(f + 6, (uint16_t)(klen + 1));
+	TU_CHECK(lc_conn_import_region(conn, f, n, &rid) == LC_ERR_PROTO,
+		 "a descriptor shorter than its header says imported");
+}
+
 /* D and P in data mode put (software RMA allowed on loopback): descriptors
  * without a ucx key, with the key's magic broken, a key length past the
  * blob, or a key mapping less than the region are LC_ERR_PROTO at import;
@@ -345,23 +387,28 @@ static void case_put_imports(void)
 	TU_CHECK(lc_conn_import_region(conn, desc, (size_t)n, &rid) == LC_ERR_PROTO,
 		 "an am-mode descriptor (no key) imported in put mode");
 	n = lc_region_pack(dr[0], desc, sizeof desc);
-	TU_CHECK(n > UW_DESC_HEADER + UW_KEY_HDR, "a put-mode descriptor of %d bytes", n);
+	TU_CHECK(n > UW_KEY_AT + UW_KEY_HDR, "a put-mode descriptor of %d bytes", n);
 	static const struct {
 		size_t at;
 		uint8_t v;
 		const char *what;
-	} breaks[] = {{UW_DESC_HEADER, 0x00, "key magic"},
-		      {UW_DESC_HEADER + 7, 0xff, "key length past the blob"},
-		      {UW_DESC_HEADER + 17, 0x00, "a key mapping less than the region"}};
+	} breaks[] = {{UW_KEY_AT, 0x00, "key magic"},
+		      {UW_KEY_AT + 7, 0xff, "key length past the blob"},
+		      {UW_KEY_AT + 17, 0x00, "a key mapping less than the region"},
+		      {UW_DESC_HEADER + 3, 0xff, "key frame length past the descriptor"},
+		      {UW_DESC_HEADER, 0x00, "key frame tag 0"}};
 	for (size_t i = 0; i < sizeof breaks / sizeof breaks[0]; i++) {
 		memcpy(bad, desc, (size_t)n);
 		bad[breaks[i].at] = breaks[i].v;
-		if (breaks[i].at == UW_DESC_HEADER + 17) /* length: one byte */
-			memset(bad + UW_DESC_HEADER + 16, 0, 8), bad[UW_DESC_HEADER + 16] = 1;
+		if (breaks[i].at == UW_KEY_AT + 17) /* length: one byte */
+			memset(bad + UW_KEY_AT + 16, 0, 8), bad[UW_KEY_AT + 16] = 1;
+		if (breaks[i].at == UW_DESC_HEADER)
+			bad[UW_DESC_HEADER + 1] = 0; /* the whole u16 tag */
 		int rc = lc_conn_import_region(conn, bad, (size_t)n, &rid);
 		fprintf(stderr, "put import, %s: %s\n", breaks[i].what, lc_err_name(rc));
 		TU_CHECK(rc < 0, "a descriptor with a broken %s imported", breaks[i].what);
 	}
+	forged_frames(conn, desc, (size_t)n);
 	/* All 20, last first, region 7 twice; then a write to each. */
 	uint32_t ids[NR];
 	for (int i = NR - 1; i >= 0; i--) {

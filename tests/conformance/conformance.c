@@ -1,9 +1,12 @@
 /*
  * The transport conformance suite, written once and run for every transport:
- *     conformance <loop|tcp|shm|ucx> <case> [--mem [cuda-]src|dst|both [--no-ipc]]
+ *     conformance <scheme> <case> [--mem [cuda-]src|dst|both [--no-ipc]]
  * Each case is its own process (ctest runs one per test). A transport not
- * built into the library, or not usable here, exits 77 (skipped); ucx, once built
- * in, never skips: UCX failing to start is a failure.
+ * built into the library, or not usable here, exits 77 (skipped); one that
+ * rides an outside library (LC__TP_NEEDS_LIB: ucx), once built in, never
+ * skips: failing to start is a failure. The suite knows no scheme: it asks
+ * the transport's capabilities (LC__TP_*, transport/transport.h), and a case
+ * that needs one the transport lacks exits 77 too.
  *
  * --mem puts the sender's source, the receiver's destination or both in
  * simulated device memory (lc_sim_alloc, docs/gpu.md): the harness then
@@ -32,6 +35,7 @@
 
 #include "core/cuda.h"
 #include "testutil.h"
+#include "transport/transport.h"
 
 #define REGION (16u << 20)
 #define CANARY 0xa5
@@ -41,6 +45,7 @@
 
 typedef struct harness {
 	const char *tp;
+	uint32_t caps; /* the transport's LC__TP_* */
 	lc_ctx_t *rx, *tx;
 	lc_listener_t *listener;
 	char url[256];
@@ -56,6 +61,16 @@ typedef struct harness {
 	lc_token_t token;
 	pid_t child; /* receiver process, when the case needs one */
 } harness_t;
+
+/* A case that needs capabilities the transport lacks is skipped (77). */
+static void need_caps(const harness_t *h, uint32_t caps, const char *what)
+{
+	if ((h->caps & caps) == caps)
+		return;
+	fprintf(stderr, "skip: the case needs %s, which transport %s lacks (caps 0x%x)\n", what,
+		h->tp, (unsigned)h->caps);
+	exit(TU_SKIP);
+}
 
 /* ---- device memory: the sim's or CUDA's ---- */
 
@@ -155,9 +170,9 @@ static void receiver_setup(harness_t *h)
 			 (h->sim_dst ? dev_kind(h) : (int)LC_MEM_KIND_HOST),
 		 "destination region kind %d", lc_region_kind(h->dst_region));
 	int rc = lc_listener_create(h->rx, tu_listen_url(h->tp), &h->listener);
-	/* ucx is built in (main checked): UCX failing to start here is a failure
-	 * of the suite, not a skip. */
-	if ((rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) && strcmp(h->tp, "ucx")) {
+	/* A transport on an outside library is built in (main checked): its
+	 * failing to start here is a failure of the suite, not a skip. */
+	if ((rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) && !(h->caps & LC__TP_NEEDS_LIB)) {
 		fprintf(stderr, "skip: %s cannot listen here: %s\n", h->tp, lc_strerror(rc));
 		exit(TU_SKIP);
 	}
@@ -448,11 +463,11 @@ static void case_strided_write(harness_t *h)
 	lc_completion_t c = post_wait(h, w, PAGES + 3, ROOM, 0);
 	expect_status(&c, 0);
 	/* A transport that carries strided writes natively (ops->strided:
-	 * loop, shm, tcp) hands D each one as one descriptor, counted once;
-	 * one that splits them counts every block (ucx; shm's CUDA IPC path). */
+	 * LC__TP_STRIDED: loop, shm, tcp) hands D each one as one descriptor,
+	 * counted once; one that splits them counts every block (ucx; the CUDA
+	 * IPC path of a LC__TP_CUDA_IPC transport, shm). */
 	TU_OK(lc_ctx_counter_by_name(h->rx, "writes_applied", &applied1));
-	bool native = !strcmp(h->tp, "loop") || !strcmp(h->tp, "tcp") ||
-		      (!strcmp(h->tp, "shm") && !h->cuda);
+	bool native = (h->caps & LC__TP_STRIDED) && !(h->cuda && (h->caps & LC__TP_CUDA_IPC));
 	TU_CHECK(!native || applied1 - applied0 == PAGES + 3,
 		 "%s: D applied %llu writes for %d strided pages, 2 plain writes and one of "
 		 "%d blocks (expected one descriptor per strided write)",
@@ -510,8 +525,10 @@ static void case_strided_bounds(harness_t *h)
 	uint64_t range = 0, grant = 0;
 	TU_OK(lc_ctx_counter_by_name(h->rx, "writes_rejected_range", &range));
 	TU_OK(lc_ctx_counter_by_name(h->rx, "writes_rejected_grant", &grant));
-	/* ucx refuses a write past the imported region at the sender. */
-	TU_CHECK(range + grant >= 1 || !strcmp(h->tp, "ucx"), "the receiver counted no rejection");
+	/* ucx (LC__TP_SENDER_BOUNDS) refuses a write past the imported region
+	 * at the sender. */
+	TU_CHECK(range + grant >= 1 || (h->caps & LC__TP_SENDER_BOUNDS),
+		 "the receiver counted no rejection");
 	/* Overlapping blocks, a count over the cap, a span that overflows. */
 	lc_write_t overlap = strided(h, 0, 0, 256, 4, 256, 128);
 	TU_CHECK(lc_batch_post(h->conn, &overlap, 1, &p, &id) == -EINVAL, "overlap accepted");
@@ -650,8 +667,9 @@ static void case_peer_closes_mid_batch(harness_t *h)
 	enum { N = 4096, LEN = 65536 };
 	static lc_write_t w[N];
 	lc_completion_t c;
-	if (!strcmp(h->tp, "loop")) {
+	if (!(h->caps & LC__TP_REMOTE)) {
 		/* In-process peer: slow the writes down, close the listener. */
+		need_caps(h, LC__TP_FAULTS, "an in-process peer slowed down by faults");
 		setup(h);
 		TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
 		lc_loop_faults_t f = {.size = sizeof f, .mask = LC_FAULT_DELAY, .delay_us = 1000};
@@ -701,7 +719,7 @@ static void case_peer_closes_mid_batch(harness_t *h)
 	 * close before their work arrived reconnect and are refused, which is
 	 * UNREACHABLE. Either way the batch fails fast, with a reason. */
 	TU_CHECK(c.status == LC_ERR_PEER_CLOSED || c.status == LC_ERR_IO ||
-			 (c.status == LC_ERR_UNREACHABLE && strcmp(h->tp, "loop")),
+			 (c.status == LC_ERR_UNREACHABLE && (h->caps & LC__TP_REMOTE)),
 		 "status %s (%s), expected the peer's close", lc_err_name(c.status), c.reason);
 	TU_CHECK(c.reason[0], "no reason");
 	fprintf(stderr, "peer closed: %s\n", c.reason);
@@ -711,7 +729,8 @@ static void case_peer_closes_mid_batch(harness_t *h)
  * writes delayed far past every deadline). */
 static void stalled_peer(harness_t *h)
 {
-	if (!strcmp(h->tp, "loop")) {
+	if (!(h->caps & LC__TP_REMOTE)) {
+		need_caps(h, LC__TP_FAULTS, "an in-process peer stalled by faults");
 		setup(h);
 		TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
 		lc_write_t w = wr(h, 0, 0, 4096);
@@ -886,7 +905,7 @@ static void case_unreachable_peer(harness_t *h)
 {
 	setup(h);
 	char url[256];
-	if (!strcmp(h->tp, "tcp") || !strcmp(h->tp, "ucx")) {
+	if (h->caps & LC__TP_HOST_PORT) {
 		/* A port that was just free: bind, read it, close. */
 		lc_listener_t *tmp;
 		TU_OK(lc_listener_create(h->rx, tu_listen_url(h->tp), &tmp));
@@ -940,11 +959,11 @@ static const struct {
 	{"strided_bounds", case_strided_bounds},
 };
 
-/* shm with CUDA sources: every write that landed went by CUDA IPC, or,
+/* A LC__TP_CUDA_IPC transport (shm) with CUDA sources: every write that landed went by CUDA IPC, or,
  * with ?ipc=0, through the staging ring. */
 static void check_ipc(harness_t *h)
 {
-	if (!h->cuda || !h->sim_src || strcmp(h->tp, "shm") || !h->rx || !h->tx ||
+	if (!h->cuda || !h->sim_src || !(h->caps & LC__TP_CUDA_IPC) || !h->rx || !h->tx ||
 	    counter(h->rx, "writes_applied") == 0)
 		return;
 	uint64_t ipc = counter(h->rx, "ipc_writes"), staged = counter(h->tx, "staging_bytes");
@@ -983,6 +1002,7 @@ int main(int argc, char **argv)
 			lc_transports());
 		return TU_SKIP;
 	}
+	h.caps = tu_transport_caps(h.tp);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		if (strcmp(argv[2], cases[i].name))
 			continue;

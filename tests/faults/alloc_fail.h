@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "layercake.h"
+#include "layercake/testing.h" /* lc_sim_*, loop faults */
 
 /* A scenario's outcome, as its child's exit code. */
 enum af_outcome {

@@ -40,9 +40,11 @@ static void on_post(void *arg, uint64_t room, uint32_t group, uint64_t ready_ns,
 	atomic_fetch_add(&posts, 1);
 }
 
-static void on_status(void *arg, uint64_t room, const char *session, int status, int reason,
-		      const char *text, const void *meta, size_t meta_len)
+static void on_final(void *arg, const lc_room_final_t *fin)
 {
+	uint64_t room = fin->room;
+	int status = fin->status;
+	const char *text = fin->reason_text;
 	if (status != LC_ROOM_SUCCESS)
 		DIE("room %llu failed: %s", (unsigned long long)room, text ? text : "");
 	atomic_fetch_add(&finals, 1);
@@ -104,7 +106,7 @@ int main(int argc, char **argv)
 	lc_layout_t *layout;
 	TRY(lc_layout_build(&lp, &layout));
 	lc_engine_params_t ep = {
-		.size = sizeof(ep), .layout = layout, .name = "steplat", .status_cb = on_status};
+		.size = sizeof(ep), .layout = layout, .name = "steplat", .final_cb = on_final};
 	lc_engine_t *e;
 	TRY(lc_engine_create(p, &ep, &e));
 	lc__engine_set_post_hook(e, on_post, NULL);

@@ -359,9 +359,9 @@ typedef struct room_fx {
 	int status, done;
 } room_fx_t;
 
-static void on_status(void *arg, uint64_t room, const char *session, int status, int reason,
-		      const char *text, const void *meta, size_t meta_len)
+static void on_final(void *arg, const lc_room_final_t *fin)
 {
+	int status = fin->status;
 	room_fx_t *f = arg;
 	pthread_mutex_lock(&f->lock);
 	f->status = status;
@@ -397,7 +397,7 @@ static int case_engine(void)
 	lc_layout_t *layout;
 	CHECK_RC(lc_layout_build(&lp, &layout), 0);
 	lc_engine_params_t ep = {
-		.size = sizeof(ep), .layout = layout, .status_cb = on_status, .status_arg = &f};
+		.size = sizeof(ep), .layout = layout, .final_cb = on_final, .final_arg = &f};
 	lc_engine_t *e;
 	CHECK_RC(lc_engine_create(p, &ep, &e), 0);
 	uint8_t desc[LC_REGION_DESC_MAX];

@@ -18,8 +18,20 @@ from layercake import _ffi
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
+# Plain C constants Python holds (C name, Python value).
+_PLAIN = [("LC_MEM_KIND_HOST", lc.core.MEM_HOST), ("LC_MEM_KIND_PINNED", lc.core.MEM_PINNED),
+          ("LC_MEM_KIND_CUDA", lc.core.MEM_CUDA), ("LC_MEM_KIND_SIM", lc.core.MEM_SIM),
+          ("LC_MEM_SHAREABLE", lc.core.MEM_SHAREABLE), ("LC_MEM_NO_HUGEPAGE", lc.core.MEM_NO_HUGEPAGE),
+          ("LC_TOKEN_LEN", _ffi.TOKEN_LEN), ("LC_REGION_DESC_MAX", _ffi.REGION_DESC_MAX),
+          ("LC_STEP_MOD", _ffi.STEP_MOD), ("LC_STEP_CACHE", lc.Steps.CACHE),
+          ("LC_STEP_AUX", lc.Steps.AUX), ("LC_CUDA_PTR_HOST", lc.gpu.PTR_HOST),
+          ("LC_CUDA_PTR_PINNED", lc.gpu.PTR_PINNED), ("LC_CUDA_PTR_DEVICE", lc.gpu.PTR_DEVICE),
+          ("LC_CUDA_PTR_MANAGED", lc.gpu.PTR_MANAGED)]
+
+
 def _c_program():
-    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "layercake.h"', "int main(void) {"]
+    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "layercake.h"',
+             '#include "layercake/testing.h"', "int main(void) {"]
     for s in _ffi.STRUCTS:
         lines.append(f'printf("sizeof {s._c_name_} %zu\\n", sizeof({s._c_name_}));')
         for name, _t in s._fields_:
@@ -29,6 +41,16 @@ def _c_program():
     lines.append('printf("LC_METADATA_MAX %d\\n", (int)LC_METADATA_MAX);')
     lines.append('printf("LC_REASON_MAX %d\\n", (int)LC_REASON_MAX);')
     lines.append('printf("LC_BATCH_DEFER %d\\n", (int)LC_BATCH_DEFER);')
+    # The enums Python spells out (its own member names) and the tables it
+    # reads at import (error codes, failure reasons): every value as C has it.
+    for prefix, enum in (("LC_ROOM_", lc.RoomStatus), ("LC_BUFFER_", lc.BufferKind),
+                         ("LC_LAYOUT_", lc.Model)):
+        for m in enum:
+            lines.append(f'printf("{prefix}{m.name} %d\\n", (int){prefix}{m.name});')
+    for name, _v in _PLAIN:
+        lines.append(f'printf("{name} %lld\\n", (long long){name});')
+    lines.append('#define P_(name, value, text) printf("table " #name " %d\\n", (int)(value));')
+    lines.append("LC_ERROR_CODES(P_) LC_FAIL_REASONS(P_)")
     lines.append("return 0; }")
     return "\n".join(lines)
 
@@ -61,6 +83,17 @@ def test_every_struct_matches_the_header(tmp_path):
     assert c["LC_METADATA_MAX"] == _ffi.METADATA_MAX
     assert c["LC_REASON_MAX"] == _ffi.REASON_MAX
     assert c["LC_BATCH_DEFER"] == _ffi.BATCH_DEFER
+    for prefix, enum in (("LC_ROOM_", lc.RoomStatus), ("LC_BUFFER_", lc.BufferKind),
+                         ("LC_LAYOUT_", lc.Model)):
+        for m in enum:
+            assert c[f"{prefix}{m.name}"] == int(m), f"{enum.__name__}.{m.name}"
+    for name, v in _PLAIN:
+        assert c[name] == v, name
+    table = {k[len("table "):]: v for k, v in c.items() if k.startswith("table ")}
+    errors = {k: v for k, v in table.items() if not k.startswith("LC_FAIL_")}
+    assert errors == lc.errors.CODES  # read from the library at import
+    fails = {k[len("LC_FAIL_"):]: v for k, v in table.items() if k.startswith("LC_FAIL_")}
+    assert fails == {m.name: int(m) for m in lc.FailReason}
 
 
 def test_buffers_round_trip_through_a_layout():

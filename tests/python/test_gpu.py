@@ -127,7 +127,7 @@ def test_adapter_detects_kinds_and_maps_a_gpu_counter_onto_stream_records():
         try:
             e.steps.record_cache()
         except lc.LayercakeError as err:
-            assert err.code == -1016  # LC_ERR_STATE: the stream owns the counter
+            assert err.code == lc.errors.LC_ERR_STATE  # the stream owns the counter
         else:
             raise AssertionError("CPU record allowed")
         e.close(); ctx.close()

@@ -135,17 +135,6 @@ void tu_pool_fini(tu_pool_t *p)
 	lc_mem_free(p->mem);
 }
 
-const char *tu_listen_url(const char *tp)
-{
-	if (!strcmp(tp, "tcp"))
-		return "tcp://127.0.0.1:0";
-	if (!strcmp(tp, "ucx"))
-		return "ucx://127.0.0.1:0";
-	if (!strcmp(tp, "shm"))
-		return "shm://auto";
-	return "loop://auto";
-}
-
 bool tu_transport_built(const char *tp)
 {
 	const char *list = lc_transports();
@@ -194,3 +183,26 @@ int tu_recv_exact(int fd, void *buf, size_t n, int timeout_ms)
 	}
 	return 1;
 }
+
+/* The transport's capabilities are the library's internals: only a test
+ * built with src/ on its include path (linked against layercake_static or
+ * lc_objects) asks them; the rest of testutil.c uses the public API. */
+#if __has_include("transport/transport.h")
+#include "transport/transport.h"
+
+uint32_t tu_transport_caps(const char *tp)
+{
+	char url[64];
+	snprintf(url, sizeof url, "%s://", tp);
+	const lc__transport_ops_t *ops = lc__transport_find(url);
+	return ops ? ops->caps : 0;
+}
+
+const char *tu_listen_url(const char *tp)
+{
+	static _Thread_local char url[64];
+	bool host_port = tu_transport_caps(tp) & LC__TP_HOST_PORT;
+	snprintf(url, sizeof url, host_port ? "%s://127.0.0.1:0" : "%s://auto", tp);
+	return url;
+}
+#endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "layercake.h"
+#include "layercake/testing.h" /* lc_sim_*, loop faults */
 
 #define TU_SKIP 77
 
@@ -73,8 +74,13 @@ void tu_pool_init(tu_pool_t *p, const char *name, const char *knobs, int layers,
 		  uint64_t item);
 void tu_pool_fini(tu_pool_t *p);
 
-/* A listener URL of transport tp ("tcp", "shm", "ucx", else loop) on a port
- * or name chosen at bind. */
+/* What transport tp (a scheme) can do: its LC__TP_* capability bits
+ * (transport/transport.h), 0 if it is not built in. */
+uint32_t tu_transport_caps(const char *tp);
+/* A listener URL of transport tp on a port or name chosen at bind, derived
+ * from its scheme: "tp://127.0.0.1:0" where its URLs name a host and port
+ * (LC__TP_HOST_PORT), else "tp://auto". Per thread, valid until the next
+ * call. */
 const char *tu_listen_url(const char *tp);
 /* Whether transport tp is built into this library (lc_transports()). */
 bool tu_transport_built(const char *tp);

@@ -71,8 +71,11 @@ static void regions(void **state)
 	lc_ctx_destroy(other);
 	/* counters and knobs into too little room, or not named */
 	uint64_t v;
-	assert_true(lc_ctx_counter(c, -1) == 0);
-	assert_true(lc_ctx_counter(c, lc_counter_count()) == 0);
+	assert_int_equal(lc_ctx_counter(c, -1, &v), -ERANGE);
+	assert_int_equal(lc_ctx_counter(c, lc_counter_count(), &v), -ERANGE);
+	assert_int_equal(lc_ctx_counter(c, 0, NULL), -EINVAL);
+	assert_int_equal(lc_ctx_counter(NULL, 0, &v), -EINVAL);
+	assert_int_equal(lc_ctx_counter(c, 0, &v), 0);
 	assert_int_equal(lc_ctx_counter_by_name(c, NULL, &v), -EINVAL);
 	assert_int_equal(lc_ctx_counter_by_name(c, "batches_posted", NULL), -EINVAL);
 	char small[2];

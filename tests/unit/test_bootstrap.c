@@ -377,7 +377,7 @@ static int fake_source(void *arg, lc__metrics_snapshot_t *out)
 	snprintf(out->label, sizeof out->label, "7");
 	out->has_engine = true;
 	out->engine.rooms_succeeded = 11;
-	out->engine.rooms_failed_by_reason[LC_FAIL_CANCELLED] = 2;
+	out->failed_by_reason[LC_FAIL_CANCELLED] = 2;
 	out->engine.records_refused = 4;
 	out->engine.room_latency.count = 1;
 	out->engine.room_latency.sum_ns = 1500000;

@@ -100,13 +100,13 @@ static bool pages_equal(fx_t *f)
 	return true;
 }
 
-static void on_status(void *arg, uint64_t room, const char *session, int status, int reason,
-		      const char *text, const void *meta, size_t meta_len)
+static void on_final(void *arg, const lc_room_final_t *fin)
 {
+	uint64_t room = fin->room;
+	int status = fin->status;
+	int reason = fin->fail_reason;
+	const char *text = fin->reason_text;
 	fx_t *f = arg;
-	(void)session;
-	(void)meta;
-	(void)meta_len;
 	pthread_mutex_lock(&f->lock);
 	if (room == f->watch_room) {
 		f->status = status;
@@ -170,8 +170,8 @@ static fx_t *fx_new_on(const char *knobs, int external_counter, bool tcp)
 	lc_engine_params_t ep = {.size = sizeof(ep),
 				 .layout = f->layout,
 				 .name = "misuse",
-				 .status_cb = on_status,
-				 .status_arg = f,
+				 .final_cb = on_final,
+				 .final_arg = f,
 				 .external_counter = external_counter};
 	assert_int_equal(lc_engine_create(f->p, &ep, &f->e), 0);
 	lc__engine_set_post_hook(f->e, on_post, f);

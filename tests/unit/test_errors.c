@@ -78,6 +78,17 @@ static void connections_and_params_say_what_is_missing(void **state)
 	lc_engine_t *e;
 	assert_fails_with(lc_engine_create(ctx, &ep, &e), -EINVAL,
 			  "params->size is too small (set it to sizeof(lc_engine_params_t))");
+	/* NULL params where a field is required: the same -EINVAL, saying so */
+	assert_fails_with(lc_engine_create(ctx, NULL, &e), -EINVAL,
+			  "params is NULL (the layout is required)");
+	ep.size = sizeof ep;
+	assert_fails_with(lc_engine_create(ctx, &ep, &e), -EINVAL, "params->layout is required");
+	/* ... and where every field has a default, NULL is those defaults */
+	static char mem[4096];
+	lc_region_t *r;
+	assert_int_equal(lc_region_register_ex(ctx, mem, sizeof mem, NULL, &r), 0);
+	assert_int_equal(lc_region_kind(r), LC_MEM_KIND_HOST);
+	assert_int_equal(lc_region_deregister(r), 0);
 	lc_cq_destroy(cq);
 	lc_ctx_destroy(ctx);
 }

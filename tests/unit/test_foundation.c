@@ -31,6 +31,20 @@ static void error_names_and_texts_cover_library_and_errno_codes(void **state)
 	/* errno values outside the table still get the C library's text */
 	assert_string_equal(lc_strerror(-ECONNREFUSED), strerror(ECONNREFUSED));
 	assert_non_null(lc_strerror(123456));
+	/* the table as bindings read it: every code once, in table order */
+	int code = 1, n = lc_err_count();
+	assert_int_equal(n, 12 + 20); /* LC_ERRNO_CODES, LC_LIBRARY_CODES */
+	assert_int_equal(lc_err_code(0, &code), 0);
+	assert_int_equal(code, LC_OK);
+	assert_int_equal(lc_err_code(n - 1, &code), 0);
+	assert_int_equal(code, LC_ERR_MEM_KIND);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(lc_err_code(i, &code), 0);
+		assert_string_not_equal(lc_err_name(code), "LC_UNKNOWN");
+	}
+	assert_int_equal(lc_err_code(n, &code), -ERANGE);
+	assert_int_equal(lc_err_code(-1, &code), -ERANGE);
+	assert_int_equal(lc_err_code(0, NULL), -EINVAL);
 	assert_int_equal(lc_version_number(), 100);
 	assert_string_equal(lc_version(), "0.1.0");
 }

@@ -38,6 +38,15 @@ static void status_values_match_the_seed(void **state)
 	assert_int_equal(LC_ROOM_SUCCESS, 5);
 	assert_string_equal(lc_room_status_name(4), "Transferring");
 	assert_string_equal(lc_fail_reason_name(LC_FAIL_LAYER_TIMEOUT), "layer_timeout");
+	/* out-of-memory has its own reason, added last: no value moved */
+	assert_int_equal(LC_FAIL_STOPPED, 11);
+	assert_int_equal(LC_FAIL_NO_MEMORY, 12);
+	assert_int_equal(lc_fail_reason_count(), LC_FAIL_REASON_COUNT);
+	assert_int_equal(LC_FAIL_REASON_COUNT, LC_FAIL_NO_MEMORY + 1);
+	assert_string_equal(lc_fail_reason_name(LC_FAIL_NO_MEMORY), "no_memory");
+	assert_string_equal(lc_fail_reason_symbol(LC_FAIL_NO_MEMORY), "LC_FAIL_NO_MEMORY");
+	assert_string_equal(lc_fail_reason_symbol(LC_FAIL_REASON_COUNT), "LC_FAIL_UNKNOWN");
+	assert_string_equal(lc_fail_reason_name(LC_FAIL_REASON_COUNT), "unknown");
 }
 
 static void updates_are_monotonic(void **state)

@@ -22,13 +22,12 @@
 
 const lc__transport_ops_t lc__shm_ops = {
 	.scheme = "shm",
-	.strided = true,
-	.listen = lc__shm_listen,
-	.listener_close = lc__shm_listener_close,
-	.conn_open = lc__shm_conn_open,
-	.conn_close = lc__shm_conn_close,
-	.post = lc__shm_post,
-	.post_device = lc__shm_post_device,
-	.flush = lc__shm_flush,
-	.room_cancel = lc__shm_room_cancel,
+	.caps = LC__TP_STRIDED | LC__TP_REMOTE | LC__TP_CUDA_IPC,
+	.listener = {.listen = lc__shm_listen, .close = lc__shm_listener_close},
+	.conn = {.open = lc__shm_conn_open,
+		 .close = lc__shm_conn_close,
+		 .post = lc__shm_post,
+		 .post_device = lc__shm_post_device,
+		 .flush = lc__shm_flush,
+		 .room_cancel = lc__shm_room_cancel},
 };

@@ -4,11 +4,11 @@
 
 const lc__transport_ops_t lc__tcp_ops = {
 	.scheme = "tcp",
-	.strided = true, /* one descriptor per strided write (wire.h) */
-	.listen = lc__tcp_listen,
-	.listener_close = lc__tcp_listener_close,
-	.conn_open = lc__tcp_conn_open,
-	.conn_close = lc__tcp_conn_close,
-	.post = lc__tcp_post,
-	.flush = lc__tcp_flush,
+	/* strided: one descriptor per strided write (wire.h) */
+	.caps = LC__TP_STRIDED | LC__TP_REMOTE | LC__TP_HOST_PORT,
+	.listener = {.listen = lc__tcp_listen, .close = lc__tcp_listener_close},
+	.conn = {.open = lc__tcp_conn_open,
+		 .close = lc__tcp_conn_close,
+		 .post = lc__tcp_post,
+		 .flush = lc__tcp_flush},
 };

@@ -66,13 +66,13 @@ rregion_t *lc__ucx_region_find(uconn_t *uc, uint32_t id)
 	return lo < uc->nregions && uc->regions[lo]->id == id ? uc->regions[lo] : NULL;
 }
 
-int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *blob,
-			  size_t blob_len)
+int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *key,
+			  size_t key_len)
 {
 	uconn_t *uc = c->tp;
 	uw_key_t k = {0};
 	bool put = uc->st->put_mode;
-	if (put && uw_key_decode(blob, blob_len, &k)) {
+	if (put && uw_key_decode(key, key_len, &k)) {
 		LC__WARN_PEER(
 			"ucx: put mode: region %u's descriptor carries no ucx key (the receiver "
 			"runs in data mode am, or packed before creating its ucx listener)",

@@ -403,8 +403,8 @@ rregion_t *lc__ucx_region_find(uconn_t *uc, uint32_t id);
 /* D, thread: unmap regions that were deregistered. */
 void lc__ucx_prune_maps(ustate_t *st);
 /* ops */
-int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *blob,
-			  size_t blob_len);
+int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *key,
+			  size_t key_len);
 int lc__ucx_pack_region(ustate_t *st, lc_ctx_t *ctx, const lc_region_t *r, uint8_t *buf,
 			size_t cap);
 /* Unmap every region (engine stop). */

@@ -268,11 +268,14 @@ static inline int uw_write_decode(const uint8_t *p, size_t len, uint64_t *seq, u
 	return 0;
 }
 
-/* ---- Region keys, after the descriptor's 32-byte header (api/region.c):
- * u32 "LCUK", u16 version 1, u16 rkey length, u64 D's address of offset 0,
- * u64 mapped length, rkey bytes. ---- */
+/* ---- Region keys: the bytes of a descriptor's LC__KEY_TAG_UCX frame
+ * (core/region.h): u32 "LCUK", u16 version 1, u16 rkey length, u64 D's
+ * address of offset 0, u64 mapped length, rkey bytes. ---- */
 
 #define UW_DESC_HEADER 32
+/* Where the key starts in a descriptor that carries only it: past the
+ * header and its frame. */
+#define UW_KEY_AT (UW_DESC_HEADER + 4)
 #define UW_KEY_MAGIC 0x4b55434cu /* "LCUK" */
 #define UW_KEY_VERSION 1
 #define UW_KEY_HDR 24
@@ -293,20 +296,18 @@ static inline void uw_key_encode(uint8_t *p, const uw_key_t *k)
 	memcpy(p + UW_KEY_HDR, k->rkey, k->rkey_len);
 }
 
-/* The keys of a whole packed descriptor `blob`; k->rkey points into it. */
-static inline int uw_key_decode(const uint8_t *blob, size_t blob_len, uw_key_t *k)
+/* A ucx key of key_len bytes (from the network: the rkey length must
+ * account for every byte); k->rkey points into it. */
+static inline int uw_key_decode(const uint8_t *key, size_t key_len, uw_key_t *k)
 {
-	if (blob_len < UW_DESC_HEADER + UW_KEY_HDR)
+	if (!key || key_len < UW_KEY_HDR || lc__get_u32(key) != UW_KEY_MAGIC ||
+	    lc__get_u16(key + 4) != UW_KEY_VERSION ||
+	    UW_KEY_HDR + (size_t)lc__get_u16(key + 6) != key_len)
 		return -1;
-	const uint8_t *p = blob + UW_DESC_HEADER;
-	size_t len = blob_len - UW_DESC_HEADER;
-	if (lc__get_u32(p) != UW_KEY_MAGIC || lc__get_u16(p + 4) != UW_KEY_VERSION ||
-	    UW_KEY_HDR + (size_t)lc__get_u16(p + 6) > len)
-		return -1;
-	k->rkey_len = lc__get_u16(p + 6);
-	k->base = lc__get_u64(p + 8);
-	k->length = lc__get_u64(p + 16);
-	k->rkey = p + UW_KEY_HDR;
+	k->rkey_len = lc__get_u16(key + 6);
+	k->base = lc__get_u64(key + 8);
+	k->length = lc__get_u64(key + 16);
+	k->rkey = key + UW_KEY_HDR;
 	return 0;
 }
 
