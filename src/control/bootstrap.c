@@ -371,8 +371,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	LC__DEBUG("bootstrap http: %s", line);
 }
 
-/* The PUT secret: the given one, else $LAYERCAKE_SECRET_DIR's, else none. */
-static int load_secret(lc_bootstrap_t *b, const char *secret)
+/* The PUT secret (params, else $LAYERCAKE_SECRET_DIR): 0, or the error,
+ * reported. */
+static int secret_load(lc_bootstrap_t *b, const char *secret)
 {
 	int rc = lc__bootstrap_secret(secret, b->secret, sizeof b->secret);
 	if (rc == -ENODATA)
@@ -384,49 +385,6 @@ static int load_secret(lc_bootstrap_t *b, const char *secret)
 		return LC__FAIL_AT(LC_LOG_ERROR, rc, "bootstrap: cannot read the secret: %s",
 				   strerror(-rc));
 	b->has_secret = rc == 1;
-	return 0;
-}
-
-/* Bind b->host:port (numeric IPv4 or IPv6, "*" any) and start the reaper
- * and MHD's polling thread; b->port is the port bound. */
-static int daemon_start(lc_bootstrap_t *b, int port)
-{
-	int rc;
-	/* MHD's idle timeout: whole seconds, within the absolute deadline. */
-	unsigned idle_s =
-		(unsigned)LC__MAX(1, LC__MIN(10, (int64_t)(b->request_ns / 1000000000ull)));
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL;
-	struct sockaddr *bind_sa = (struct sockaddr *)&sa;
-	if (!strcmp(b->host, "*"))
-		snprintf(b->host, sizeof b->host, "0.0.0.0");
-	if (inet_pton(AF_INET6, b->host, &sa6.sin6_addr) == 1) {
-		flags |= MHD_USE_IPv6;
-		bind_sa = (struct sockaddr *)&sa6;
-	} else if (inet_pton(AF_INET, b->host, &sa.sin_addr) != 1) {
-		return LC__FAIL_AT(
-			LC_LOG_ERROR, -EINVAL,
-			"bootstrap: bind address '%s' is not a numeric IPv4 or IPv6 address",
-			b->host);
-	}
-	if ((rc = reaper_start(b)))
-		return rc;
-	b->daemon = MHD_start_daemon(
-		flags, (uint16_t)port, on_accept, b, on_request, b, MHD_OPTION_SOCK_ADDR, bind_sa,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, b, MHD_OPTION_NOTIFY_CONNECTION,
-		on_connection, b, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
-		MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-		(size_t)(32 * 1024), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
-	if (!b->daemon) {
-		rc = errno ? -errno : -EADDRINUSE;
-		LC__FAIL_AT(LC_LOG_ERROR, rc, "bootstrap: cannot listen on %s:%d: %s", b->host,
-			    port, strerror(-rc));
-		reaper_stop(b);
-		return rc;
-	}
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(b->daemon, MHD_DAEMON_INFO_BIND_PORT);
-	b->port = di ? di->port : port;
 	return 0;
 }
 
@@ -450,15 +408,49 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	pthread_cond_init(&b->cond, NULL);
 	b->ctx = p.ctx;
 	snprintf(b->host, sizeof b->host, "%s", p.host && *p.host ? p.host : "0.0.0.0");
-	int rc = load_secret(b, p.secret);
-	if (rc)
+	int rc = secret_load(b, p.secret);
+	if (rc < 0)
 		goto fail;
 	int port = p.port < 0 ? (int)knob(b, LC__CFG_bootstrap_port) : p.port;
 	b->route_ttl_ms = (uint64_t)knob(b, LC__CFG_route_ttl_ms);
 	b->per_addr_max = (unsigned)knob(b, LC__CFG_bootstrap_conns_per_addr);
 	b->request_ns = (uint64_t)knob(b, LC__CFG_bootstrap_request_ms) * 1000000ull;
-	if ((rc = daemon_start(b, port)))
+	/* MHD's idle timeout: whole seconds, within the absolute deadline. */
+	unsigned idle_s =
+		(unsigned)LC__MAX(1, LC__MIN(10, (int64_t)(b->request_ns / 1000000000ull)));
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_POLL;
+	struct sockaddr *bind_sa = (struct sockaddr *)&sa;
+	if (!strcmp(b->host, "*"))
+		snprintf(b->host, sizeof b->host, "0.0.0.0");
+	if (inet_pton(AF_INET6, b->host, &sa6.sin6_addr) == 1) {
+		flags |= MHD_USE_IPv6;
+		bind_sa = (struct sockaddr *)&sa6;
+	} else if (inet_pton(AF_INET, b->host, &sa.sin_addr) != 1) {
+		rc = LC__FAIL_AT(
+			LC_LOG_ERROR, -EINVAL,
+			"bootstrap: bind address '%s' is not a numeric IPv4 or IPv6 address",
+			b->host);
 		goto fail;
+	}
+	if ((rc = reaper_start(b)))
+		goto fail;
+	b->daemon = MHD_start_daemon(
+		flags, (uint16_t)port, on_accept, b, on_request, b, MHD_OPTION_SOCK_ADDR, bind_sa,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, b, MHD_OPTION_NOTIFY_CONNECTION,
+		on_connection, b, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+		MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+		(size_t)(32 * 1024), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+	if (!b->daemon) {
+		rc = errno ? -errno : -EADDRINUSE;
+		LC__FAIL_AT(LC_LOG_ERROR, rc, "bootstrap: cannot listen on %s:%d: %s", b->host,
+			    port, strerror(-rc));
+		reaper_stop(b);
+		goto fail;
+	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(b->daemon, MHD_DAEMON_INFO_BIND_PORT);
+	b->port = di ? di->port : port;
 	LC__INFO("bootstrap: listening on %s:%d%s", b->host, b->port,
 		 b->has_secret ? " (PUT needs the secret)" : "");
 	*out = b;

@@ -457,7 +457,7 @@ static void decode_rows(reader_t *r, lc__msg_register_t *g)
 	}
 }
 
-/* REGISTER's fixed part: who D is, its flags, key and TP shape. */
+/* The registration's fixed fields, the optional curve key and TP size. */
 static void decode_register_head(reader_t *r, lc__msg_register_t *g)
 {
 	r_str(r, g->session, sizeof g->session, false, "session");
@@ -487,8 +487,8 @@ static void decode_register_head(reader_t *r, lc__msg_register_t *g)
 	}
 }
 
-/* The buffer table (and its rows), sized before it is allocated. */
-static void decode_register_buffers(reader_t *r, lc__msg_register_t *g)
+/* The buffer table (and its rows). */
+static void decode_buffers(reader_t *r, lc__msg_register_t *g)
 {
 	uint32_t nb = r_u32(r, "buffer count");
 	if (r->err)
@@ -520,9 +520,8 @@ static void decode_register_buffers(reader_t *r, lc__msg_register_t *g)
 	decode_rows(r, g);
 }
 
-/* The region descriptors, after every buffer is checked against their
- * count; the descriptors are copied into one blob. */
-static void decode_register_regions(reader_t *r, lc__msg_register_t *g)
+/* The region descriptors, after checking every buffer against their count. */
+static void decode_regions(reader_t *r, lc__msg_register_t *g)
 {
 	uint32_t nr = r_u32(r, "region count");
 	if (r->err)
@@ -573,9 +572,9 @@ static void decode_register(reader_t *r, lc__msg_register_t *g)
 {
 	decode_register_head(r, g);
 	if (!r->err)
-		decode_register_buffers(r, g);
+		decode_buffers(r, g);
 	if (!r->err)
-		decode_register_regions(r, g);
+		decode_regions(r, g);
 }
 
 static void decode_info(reader_t *r, lc__msg_transfer_info_t *t)

@@ -18,6 +18,9 @@
 	X(tcp_lanes, "LAYERCAKE_TCP_LANES", 4, 1, 64, "parallel TCP connections per peer (lanes)") \
 	X(io_threads, "LAYERCAKE_IO_THREADS", 2, 1, 64,                                            \
 	  "event-loop threads per context that run the tcp, shm and ucx transports")               \
+	X(io_spin_us, "LAYERCAKE_IO_SPIN_US", 0, 0, 100000,                                        \
+	  "adaptive polling of an I/O loop: after activity, poll without sleeping this long "      \
+	  "before sleeping on epoll (0: never spin; an idle loop never spins)")                    \
 	X(loop_conn_threads_max, "LAYERCAKE_LOOP_CONN_THREADS_MAX", 8, 1, 1024,                    \
 	  "threads a context may start for loop:// connections (a test transport that runs one "   \
 	  "per connection; every other transport shares the I/O core); past it a loop:// "         \

@@ -22,7 +22,6 @@
 #include "core/metrics.h"
 #include "core/region.h"
 
-struct lc__batch_timer; /* src/transport/batch.c */
 struct lc__io;          /* src/transport/io/ */
 
 /* Transports with per-context state (src/transport/registry.c). */
@@ -50,7 +49,6 @@ struct lc_ctx {
 	pthread_mutex_t objs_lock;
 	struct lc_conn *conns;         /* doubly linked through conn->ctx_next/prev */
 	struct lc_listener *listeners; /* linked through listener->ctx_next/prev */
-	struct lc__batch_timer *timer;
 	struct lc__io *io;                   /* created at first use, under objs_lock */
 	void *tp_state[LC__TRANSPORT_SLOTS]; /* by registry index, under objs_lock */
 

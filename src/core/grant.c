@@ -444,3 +444,8 @@ int lc__grant_covered(lc__grant_table_t *t, uint64_t room, uint32_t region, uint
 	*covered = cs;
 	return 0;
 }
+
+bool lc__grant_revoked(const lc__grant_room_t *g)
+{
+	return atomic_load(&g->revoked);
+}

@@ -65,6 +65,9 @@ int lc__grant_lookup(lc__grant_table_t *t, uint64_t room, uint32_t region, uint6
 bool lc__grant_enter(lc__grant_room_t *g);
 void lc__grant_exit(lc__grant_room_t *g);
 void lc__grant_put(lc__grant_room_t *g);
+/* Whether g's room was revoked: a probe for a holder that must react to a
+ * revoke (ask its peer to stop) without entering a bracket. */
+bool lc__grant_revoked(const lc__grant_room_t *g);
 
 /* Intervals a room may keep beyond one per granted range (rooms created
  * afterwards); at least 1. */

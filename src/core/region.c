@@ -94,6 +94,7 @@ int lc__regions_add_kind(lc__regions_t *t, lc_ctx_t *ctx, void *addr, size_t len
 	memmove(&t->by_addr[pos + 1], &t->by_addr[pos], (t->n - pos) * sizeof *t->by_addr);
 	t->by_addr[pos] = r;
 	t->n++;
+	atomic_fetch_add(&t->gen, 1);
 	pthread_rwlock_unlock(&t->lock);
 	*out = r;
 	return 0;
@@ -119,6 +120,7 @@ int lc__regions_remove(lc__regions_t *t, struct lc_region *r)
 			break;
 		}
 	}
+	atomic_fetch_add(&t->gen, 1);
 	pthread_rwlock_unlock(&t->lock);
 	free(r);
 	return 0;

@@ -9,6 +9,7 @@
 #define LC_CORE_REGION_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,9 @@ typedef struct lc__regions {
 	uint32_t next_id;           /* ids start at 1 and are never reused */
 	struct lc_region **by_addr; /* live regions sorted by addr */
 	size_t n;
+	/* Bumped by every add and remove (under lock, read without): a caller
+	 * that resolved its addresses once knows when to look again. */
+	_Atomic uint64_t gen;
 } lc__regions_t;
 
 int lc__regions_init(lc__regions_t *t);

@@ -177,7 +177,6 @@ void lc_engine_destroy(lc_engine_t *e)
 	lc__steps_fini(&e->steps);
 	lc_layout_destroy(e->layout);
 	lc__idmap_fini(&e->wreq_ids);
-	free(e->scratch);
 	free(e->postlog);
 	free(e->notes);
 	free(e);

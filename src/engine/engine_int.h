@@ -47,9 +47,6 @@
 /* Completions taken per pass, so that a stream of acknowledgements cannot
  * hold off the posting of groups a step record made ready. */
 #define LC__CQ_BATCH 64
-/* A posted batch's own deadline is this much later than the engine's, so
- * that the engine's transfer timeout (with its reason) fires first. */
-#define LC__BATCH_SLACK_MS 1000
 /* Longest sleep of the engine thread with no deadline due. */
 #define LC__MAX_WAIT_NS 1000000000ll
 
@@ -190,8 +187,11 @@ struct lc_engine {
 	lc__note_t *notes;
 	size_t nnotes, notes_cap;
 	uint64_t room_scan_at; /* 0: scan rooms at the next iteration */
-	lc_write_t *scratch;
-	size_t scratch_cap;
+	/* The layout's buffers as regions (progress.c, sources_resolved):
+	 * for the region table's generation src_gen - 1 (0: not yet). */
+	uint64_t src_gen;
+	bool src_ok;              /* every buffer inside one registered region */
+	bool src_device;          /* some buffer is device memory */
 	lc__esession_t *to_flush; /* sessions with deferred posts (within progress) */
 	lc__postlog_t *postlog;   /* groups posted in this pass (flush_posts) */
 	size_t npostlog, postlog_cap;

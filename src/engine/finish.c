@@ -248,6 +248,17 @@ static bool refused_by_d(int status)
 	       status == LC_ERR_OUT_OF_REGION;
 }
 
+/* A batch past its deadline (transfer_timeout_ms from its post): the
+ * destination did not acknowledge the group in time. */
+static void on_ack_timeout(lc_engine_t *e, lc__wreq_t *w, uint32_t g, uint64_t now)
+{
+	lc__session_fail(w->sess->core, now, "acknowledgement timeout");
+	e->m.session_failures++;
+	lc__engine_fail_room(e, w->task->room, LC_FAIL_TRANSFER_TIMEOUT,
+			     "layer group %u not acknowledged by %s within %llu ms", g,
+			     w->sess->core->name, (unsigned long long)(e->transfer_ns / 1000000));
+}
+
 /* A group counts only when the data plane reports it applied at D. */
 static void on_completion(lc_engine_t *e, const lc_completion_t *c, uint64_t now)
 {
@@ -273,15 +284,19 @@ static void on_completion(lc_engine_t *e, const lc_completion_t *c, uint64_t now
 		lc__engine_note_landed(e, t);
 		return;
 	}
+	if (c->status == LC_ERR_EXPIRED) { /* counted as a timeout, as before */
+		on_ack_timeout(e, w, g, now);
+		return;
+	}
 	e->m.batches_failed++;
 	if (!refused_by_d(c->status)) {
 		const char *why = c->reason[0] ? c->reason : lc_strerror(c->status);
 		lc__session_fail(w->sess->core, now, why);
 		e->m.session_failures++;
 	}
-	int reason = c->status == LC_ERR_EXPIRED ? LC_FAIL_TRANSFER_TIMEOUT : LC_FAIL_TRANSFER;
-	lc__engine_fail_room(e, r, reason, "layer group %u to %s: %s%s%s", g, w->sess->core->name,
-			     lc_strerror(c->status), c->reason[0] ? ": " : "", c->reason);
+	lc__engine_fail_room(e, r, LC_FAIL_TRANSFER, "layer group %u to %s: %s%s%s", g,
+			     w->sess->core->name, lc_strerror(c->status), c->reason[0] ? ": " : "",
+			     c->reason);
 }
 
 /* At most one poll's worth per pass: a transport that keeps delivering

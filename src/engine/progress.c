@@ -2,8 +2,9 @@
  * The posting pass (rules 2, 3, 5, 7): both step counters are read once,
  * and every task posts every ready layer group to every destination, one
  * deferred batch per (task, destination, group); then each connection used
- * is rung once. The same pass checks the aux steps and the task deadlines
- * and frees finished and dead tasks. It runs on the engine thread, or on a
+ * is rung once. The same pass checks the aux steps and the layer and
+ * metadata deadlines and frees finished and dead tasks (the acknowledgement
+ * deadline is each batch's own: its expiry arrives as a completion). It runs on the engine thread, or on a
  * recording thread that found the engine lock free (inline submission,
  * thread.c); either way under e->lock.
  */
@@ -12,18 +13,41 @@
 
 #include "core/checksum.h"
 #include "engine/engine_int.h"
+#include "transport/generic.h"
 
-static int ensure_scratch(lc_engine_t *e, size_t n)
+/* Whether every layout buffer lies inside one registered region of the
+ * context, as of the region table's generation (looked up again when
+ * regions change). Then the engine's writes, whose sources lie in its
+ * buffers by construction, take the trusted post: no per-write lookup. */
+static bool sources_resolved(lc_engine_t *e)
 {
-	if (n <= e->scratch_cap)
-		return 0;
-	size_t cap = LC__MAX(n, 2 * e->scratch_cap);
-	lc_write_t *s = realloc(e->scratch, cap * sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	e->scratch = s;
-	e->scratch_cap = cap;
-	return 0;
+	uint64_t gen = atomic_load(&e->ctx->regions.gen) + 1; /* 0: never */
+	if (gen == e->src_gen)
+		return e->src_ok;
+	bool ok = true, device = false;
+	for (uint32_t i = 0; i < e->layout->nbuf && ok; i++) {
+		const lc_buffer_t *b = &e->layout->bufs[i];
+		lc__region_info_t ri;
+		ok = !lc__source_find(e->ctx, b->base, b->length, &ri);
+		device |= ok && !LC__KIND_IS_HOST(ri.kind);
+	}
+	e->src_gen = gen;
+	e->src_ok = ok;
+	e->src_device = device;
+	return ok;
+}
+
+/* Post v (n writes, malloc'd; taken) on conn. */
+static int post_writes(lc_engine_t *e, lc_conn_t *conn, lc_write_t *v, size_t n, uint64_t bytes,
+		       const lc_batch_params_t *bp, uint64_t *bid)
+{
+	if (sources_resolved(e))
+		return lc__batch_post_trusted(conn, v, n, bytes, e->src_device, bp, bid);
+	/* A buffer over several regions, or not registered: the checked post
+	 * finds each write's region, or the reason to fail. */
+	int rc = lc_batch_post(conn, v, n, bp, bid);
+	free(v);
+	return rc;
 }
 
 /* Group g holds nothing for this destination: it counts as acknowledged. */
@@ -43,29 +67,32 @@ static bool post_wreq(lc_engine_t *e, lc__wreq_t *w, uint32_t g, uint32_t b, uin
 {
 	lc__room_t *r = w->task->room;
 	uint64_t bytes = 0, bid = 0;
-	if (ensure_scratch(e, cap)) {
+	/* Emitted straight into what becomes the batch's array. */
+	lc_write_t *v = malloc(cap * sizeof(*v));
+	if (!v) {
 		lc__engine_fail_room(e, r, LC_FAIL_TRANSFER, "out of memory planning layers %u-%u",
 				     b, end - 1);
 		return false;
 	}
-	size_t n = lc__plan_emit(&w->plan, b, end, e->scratch, &bytes);
+	size_t n = lc__plan_emit(&w->plan, b, end, v, &bytes);
 	if (e->checksum) { /* the bytes as they are now, where D will hold them */
 		lc__room_dst_t *d = &r->dst[w->dst];
 		for (size_t i = 0; i < n; i++)
-			d->sum = lc__sum_add(d->sum, lc__sum_range(e->scratch[i].remote_region,
-								   e->scratch[i].remote_offset,
-								   e->scratch[i].local,
-								   e->scratch[i].length));
+			d->sum = lc__sum_add(d->sum,
+					     lc__sum_range(v[i].remote_region, v[i].remote_offset,
+							   v[i].local, v[i].length));
 	}
 	lc_batch_params_t bp = {
 		.size = sizeof(bp),
 		.room = r->id,
 		.tag = g,
-		.timeout_ms = (int64_t)(e->transfer_ns / 1000000) + LC__BATCH_SLACK_MS,
+		/* The batch's deadline is the acknowledgement timeout: its
+		 * expiry comes back as a completion (finish.c). */
+		.timeout_ms = (int64_t)LC__MAX(e->transfer_ns / 1000000, 1),
 		.user_data = w->id,
 		.flags = LC_BATCH_DEFER,
 	};
-	int rc = lc_batch_post(w->sess->conn, e->scratch, n, &bp, &bid);
+	int rc = post_writes(e, w->sess->conn, v, n, bytes, &bp, &bid);
 	if (rc) {
 		lc__session_fail(w->sess->core, now, lc_strerror(rc));
 		e->m.session_failures++;
@@ -213,32 +240,6 @@ static void check_layer_deadline(lc_engine_t *e, lc__task_t *t, uint64_t now, ui
 			     (unsigned long long)(e->layer_ns / 1000000));
 }
 
-/* Acknowledgement: each destination's earliest posted group within
- * transfer_timeout_ms of its post. */
-static void check_ack_deadlines(lc_engine_t *e, lc__task_t *t, uint64_t now, uint64_t *next)
-{
-	for (uint32_t i = 0; i < t->nwreq && !t->dead; i++) {
-		lc__wreq_t *w = &t->wreqs[i];
-		for (uint32_t g = w->lead; g < t->next_group && w->outstanding; g++) {
-			if (w->gstate[g] != LC__GROUP_POSTED)
-				continue;
-			uint64_t dl = w->posted_ns[g] + e->transfer_ns;
-			if (now >= dl) {
-				lc__session_fail(w->sess->core, now, "acknowledgement timeout");
-				e->m.session_failures++;
-				lc__engine_fail_room(
-					e, t->room, LC_FAIL_TRANSFER_TIMEOUT,
-					"layer group %u not acknowledged by %s within %llu ms", g,
-					w->sess->core->name,
-					(unsigned long long)(e->transfer_ns / 1000000));
-			} else {
-				lc__earliest(next, dl);
-			}
-			break; /* the earliest posted group decides */
-		}
-	}
-}
-
 /* Aux step: within metadata_timeout_ms of the last layer being ready. */
 static void check_aux_deadline(lc_engine_t *e, lc__task_t *t, uint64_t now, uint64_t *next)
 {
@@ -283,7 +284,6 @@ uint64_t lc__engine_progress(lc_engine_t *e, uint64_t now, bool *waiting)
 			} else {
 				inflight++;
 			}
-			check_ack_deadlines(e, t, now, &next);
 			if (!t->dead && !t->aux_ready && t->next_group == t->ngroups) {
 				*waiting = true;
 				check_aux_deadline(e, t, now, &next);

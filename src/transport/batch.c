@@ -1,7 +1,7 @@
 /*
  * Batches: exactly one completion each, whatever races (acknowledgement,
- * failure, deadline, cancel, close). The deadline timer of a context lives
- * here too.
+ * failure, deadline, cancel, close). A batch's deadline is a timer on an
+ * I/O loop (io.h).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -61,6 +61,7 @@ static void count_outcome(lc_ctx_t *ctx, int status)
 static void deliver(lc__batch_t *b, int status, const char *reason)
 {
 	lc_conn_t *c = b->conn;
+	lc__io_timer_cancel(&b->timer); /* waits for an expire() running */
 	lc_completion_t done = {
 		.batch_id = b->id,
 		.user_data = b->user_data,
@@ -80,8 +81,8 @@ static void deliver(lc__batch_t *b, int status, const char *reason)
 	pthread_mutex_unlock(&c->lock);
 	/* Outside the connection's lock: posting threads take it too, and the
 	 * push may write the queue's eventfd. The connection outlives this
-	 * call: its transport threads are joined and the timer unlinked before
-	 * lc_conn_destroy completes the rest itself. */
+	 * call: its transport threads are joined, and its timer loop quiesced,
+	 * before lc_conn_destroy completes the rest itself. */
 	lc__cq_push(c->cq, &done);
 	count_outcome(c->ctx, status);
 	if (status && status != LC_ERR_CANCELLED)
@@ -154,124 +155,23 @@ void lc__conn_fail_all(lc_conn_t *c, int code, const char *fmt, ...)
 	} while (n == LC__ARRAY_SIZE(v));
 }
 
-/* ---- deadline timer: one thread per context, started when the context is
- * created (lc_ctx_create). It scans pending batches under objs_lock (so a connection
- * cannot be destroyed under it) and sleeps until the earliest deadline. */
+/* ---- deadlines: a timer on the I/O loop of the batch's connection
+ * (io.h), armed at posting (conn.c), disarmed by the completion. */
 
-struct lc__batch_timer {
-	pthread_t thread;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool stop, kicked;
-	_Atomic uint64_t next_wake; /* written under lock, read without by kick */
-};
-
-static uint64_t expire_due(lc_ctx_t *ctx, uint64_t now)
+static void expire(lc__io_timer_t *tm, uint64_t now)
 {
-	uint64_t next = now + 1000000000ull;
-	pthread_mutex_lock(&ctx->objs_lock);
-	for (lc_conn_t *c = ctx->conns; c; c = c->ctx_next) {
-		lc__batch_t *due[64];
-		size_t ndue = 0;
-		pthread_mutex_lock(&c->lock);
-		for (lc__batch_t *b = c->pending.next; b != &c->pending; b = b->next) {
-			if (!b->deadline_ns)
-				continue;
-			if (b->deadline_ns <= now && ndue < LC__ARRAY_SIZE(due)) {
-				lc__batch_ref(b);
-				due[ndue++] = b;
-			} else if (b->deadline_ns < next) {
-				next = b->deadline_ns;
-			}
-		}
-		pthread_mutex_unlock(&c->lock);
-		if (ndue == LC__ARRAY_SIZE(due))
-			next = now; /* more are due: come back at once */
-		for (size_t i = 0; i < ndue; i++) {
-			lc__batch_t *b = due[i];
-			lc__batch_fail(b, LC_ERR_EXPIRED,
-				       "deadline expired %.1f ms after posting (%zu of %zu writes "
-				       "acknowledged) to %s",
-				       (double)(now - b->post_ns) / 1e6, atomic_load(&b->applied),
-				       b->nwrites, c->url);
-			lc__batch_unref(b);
-		}
-	}
-	pthread_mutex_unlock(&ctx->objs_lock);
-	return next;
+	lc__batch_t *b = LC__CONTAINER_OF(tm, lc__batch_t, timer);
+	/* Alive: whoever completes it first waits in lc__io_timer_cancel
+	 * until this returns, before dropping the generic reference. */
+	lc__batch_fail(b, LC_ERR_EXPIRED,
+		       "deadline expired %.1f ms after posting (%zu of %zu writes "
+		       "acknowledged) to %s",
+		       (double)(now - b->post_ns) / 1e6, atomic_load(&b->applied), b->nwrites,
+		       b->conn->url);
 }
 
-static void *timer_main(void *arg)
+int lc__batch_arm(lc__batch_t *b)
 {
-	pthread_setname_np(pthread_self(), "lc-timer");
-	lc_ctx_t *ctx = arg;
-	struct lc__batch_timer *t = ctx->timer;
-	for (;;) {
-		uint64_t next = expire_due(ctx, lc__now_ns());
-		pthread_mutex_lock(&t->lock);
-		t->next_wake = next;
-		while (!t->stop && !t->kicked && lc__now_ns() < t->next_wake) {
-			struct timespec ts = lc__abs_ts(t->next_wake);
-			pthread_cond_timedwait(&t->cond, &t->lock, &ts);
-		}
-		bool stop = t->stop;
-		t->kicked = false;
-		pthread_mutex_unlock(&t->lock);
-		if (stop)
-			return NULL;
-	}
-}
-
-int lc__timer_start(lc_ctx_t *ctx)
-{
-	pthread_condattr_t attr;
-	struct lc__batch_timer *t = calloc(1, sizeof *t);
-	if (!t)
-		return -ENOMEM;
-	pthread_mutex_init(&t->lock, NULL);
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&t->cond, &attr);
-	pthread_condattr_destroy(&attr);
-	ctx->timer = t;
-	int rc = pthread_create(&t->thread, NULL, timer_main, ctx);
-	if (rc) {
-		ctx->timer = NULL;
-		pthread_cond_destroy(&t->cond);
-		pthread_mutex_destroy(&t->lock);
-		free(t);
-		return -rc;
-	}
-	return 0;
-}
-
-void lc__timer_kick(lc_ctx_t *ctx, uint64_t deadline_ns)
-{
-	struct lc__batch_timer *t = ctx->timer;
-	/* Most deadlines lie beyond the timer's next wake-up (at most 1 s
-	 * away): no lock on the posting path for them. */
-	if (!t || deadline_ns >= atomic_load(&t->next_wake))
-		return;
-	pthread_mutex_lock(&t->lock);
-	if (deadline_ns < t->next_wake) {
-		t->kicked = true;
-		pthread_cond_signal(&t->cond);
-	}
-	pthread_mutex_unlock(&t->lock);
-}
-
-void lc__timer_stop(lc_ctx_t *ctx)
-{
-	struct lc__batch_timer *t = ctx->timer;
-	if (!t)
-		return;
-	pthread_mutex_lock(&t->lock);
-	t->stop = true;
-	pthread_cond_signal(&t->cond);
-	pthread_mutex_unlock(&t->lock);
-	pthread_join(t->thread, NULL);
-	pthread_cond_destroy(&t->cond);
-	pthread_mutex_destroy(&t->lock);
-	free(t);
-	ctx->timer = NULL;
+	b->timer.fire = expire;
+	return lc__io_timer_arm(b->conn->timer_loop, &b->timer, b->deadline_ns);
 }

@@ -120,6 +120,11 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 	int rc = ops->init ? lc__transport_state(ctx, ops, &c->tp_state) : 0;
 	if (!rc)
 		rc = ops->conn.open(c, url, &p);
+	if (!rc) { /* where its batches' deadlines are kept */
+		rc = lc__io_timer_loop(ctx, c->io_task, &c->timer_loop);
+		if (rc)
+			ops->conn.close(c);
+	}
 	if (rc) {
 		LC__COUNT(ctx, conns_failed);
 		pthread_mutex_destroy(&c->lock);
@@ -145,7 +150,7 @@ void lc_conn_destroy(lc_conn_t *c)
 		return;
 	lc_ctx_t *ctx = c->ctx;
 	atomic_store(&c->closing, 1);
-	/* Unlink first: the deadline timer then no longer sees the connection. */
+	/* Unlink first: lc_ctx_destroy then no longer sees the connection. */
 	pthread_mutex_lock(&ctx->objs_lock);
 	if (c->ctx_prev)
 		c->ctx_prev->ctx_next = c->ctx_next;
@@ -157,6 +162,8 @@ void lc_conn_destroy(lc_conn_t *c)
 	lc__stage_conn_close(c);
 	c->ops->conn.close(c);
 	lc__conn_fail_all(c, LC_ERR_CANCELLED, "connection to %s closed", c->url);
+	/* An expiry claimed before fail_all may still be delivering. */
+	lc__io_timer_quiesce(c->timer_loop);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -273,6 +280,20 @@ static int copy_writes(lc_conn_t *c, const lc_write_t *writes, size_t n, lc__bat
 	return 0;
 }
 
+static int post_batch(lc_conn_t *c, lc__batch_t *b, const lc_batch_params_t *params,
+		      uint64_t *batch_id);
+
+/* Give b to the transport, or to staging for device sources. */
+static int hand_over(lc_conn_t *c, lc__batch_t *b)
+{
+	int rc;
+	if (!b->device_src)
+		return c->ops->conn.post(c, b);
+	if (!c->ops->conn.post_device || (rc = c->ops->conn.post_device(c, b)) == 1)
+		rc = lc__stage_post(c, b);
+	return rc;
+}
+
 int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_batch_params_t *params,
 		  uint64_t *batch_id)
 {
@@ -293,12 +314,26 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	if (!b)
 		return -ENOMEM;
 	rc = copy_writes(c, writes, n, b);
-	if (rc)
-		goto fail_free;
-	rc = lc__cq_reserve(c->cq);
-	if (rc)
-		goto fail_free;
+	if (rc) {
+		free(b->writes);
+		free(b);
+		return rc;
+	}
+	return post_batch(c, b, &p, batch_id);
+}
 
+/* Queue b (its writes in place): reserve its completion, link it with its
+ * deadline armed, hand it over. Frees b when it fails before it is linked. */
+static int post_batch(lc_conn_t *c, lc__batch_t *b, const lc_batch_params_t *params,
+		      uint64_t *batch_id)
+{
+	const lc_batch_params_t p = *params;
+	int rc = lc__cq_reserve(c->cq);
+	if (rc) {
+		free(b->writes);
+		free(b);
+		return rc;
+	}
 	int64_t timeout_ms = p.timeout_ms ? p.timeout_ms
 					  : lc__ctx_cfg(c->ctx, LC__CFG_batch_timeout_ms);
 	b->conn = c;
@@ -311,7 +346,19 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	atomic_init(&b->refs, 2); /* generic (until completion) + this call */
 
 	pthread_mutex_lock(&c->lock);
-	b->id = ++c->next_batch_id;
+	/* Armed as it is linked: whoever finds it pending (a cancel, the
+	 * close) finds it armed, and its expiry, which unlinks it under this
+	 * lock, cannot find it unlinked. The loop's lock is a leaf. Its id
+	 * first: an expiry reads it before taking this lock. */
+	b->id = c->next_batch_id + 1;
+	if (b->nwrites && b->deadline_ns && (rc = lc__batch_arm(b))) {
+		pthread_mutex_unlock(&c->lock);
+		lc__cq_unreserve(c->cq);
+		free(b->writes);
+		free(b);
+		return rc;
+	}
+	c->next_batch_id++;
 	b->prev = c->pending.prev;
 	b->next = &c->pending;
 	c->pending.prev->next = b;
@@ -326,14 +373,10 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	if (b->nwrites == 0) {
 		lc__batch_complete(b, 0, NULL);
 	} else {
-		if (b->deadline_ns)
-			lc__timer_kick(c->ctx, b->deadline_ns);
-		if (!b->device_src)
-			rc = c->ops->conn.post(c, b);
-		else if (!c->ops->conn.post_device || (rc = c->ops->conn.post_device(c, b)) == 1)
-			rc = lc__stage_post(c, b);
+		rc = hand_over(c, b);
 		if (rc < 0 && atomic_exchange(&b->completed, 1) == 0) {
 			/* Not taken and not completed by anyone: undo, no completion. */
+			lc__io_timer_cancel(&b->timer);
 			pthread_mutex_lock(&c->lock);
 			b->prev->next = b->next;
 			b->next->prev = b->prev;
@@ -348,11 +391,45 @@ int lc_batch_post(lc_conn_t *c, const lc_write_t *writes, size_t n, const lc_bat
 	lc__batch_unref(b);
 	*batch_id = id;
 	return 0;
+}
 
-fail_free:
-	free(b->writes);
-	free(b);
-	return rc;
+int lc__batch_post_trusted(lc_conn_t *c, lc_write_t *writes, size_t n, uint64_t bytes,
+			   bool device_src, const lc_batch_params_t *p, uint64_t *batch_id)
+{
+	if (atomic_load(&c->closing)) {
+		free(writes);
+		return LC__FAIL(LC_ERR_CLOSED, "lc_batch_post: connection to %s is closing",
+				c->url);
+	}
+	lc__batch_t *b = calloc(1, sizeof *b);
+	if (!b) {
+		free(writes);
+		return -ENOMEM;
+	}
+	bool expand = false;
+	for (size_t i = 0; i < n; i++) { /* the batch's form: count 0 or > 1 */
+		if (writes[i].count == 1)
+			writes[i] = (lc_write_t){.local = writes[i].local,
+						 .remote_offset = writes[i].remote_offset,
+						 .length = writes[i].length,
+						 .remote_region = writes[i].remote_region};
+		expand |= writes[i].count > 1 && !(c->ops->caps & LC__TP_STRIDED);
+	}
+	if (expand) { /* a transport that cannot move strided writes: rare */
+		int rc = copy_writes(c, writes, n, b);
+		free(writes);
+		if (rc) {
+			free(b->writes);
+			free(b);
+			return rc;
+		}
+	} else {
+		b->writes = writes;
+		b->nwrites = n;
+		b->bytes = bytes;
+		b->device_src = device_src;
+	}
+	return post_batch(c, b, p, batch_id);
 }
 
 int lc_conn_flush(lc_conn_t *c)

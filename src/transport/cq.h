@@ -3,7 +3,7 @@
  * delivering its completion never allocates and can never fail.
  *
  * Threading: `lock` protects the ring and the counters; any thread may push
- * (transport threads, the deadline timer, callers cancelling); any thread
+ * (transport threads, I/O loops expiring deadlines, callers cancelling); any thread
  * may poll. The eventfd is readable exactly while count > 0.
  *
  * Armed mode (the engine's own queue, never handed to users): the eventfd

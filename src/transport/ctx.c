@@ -25,15 +25,10 @@ int lc_ctx_create(const lc_ctx_params_t *params, lc_ctx_t **out)
 	rc = lc__ctx_init(ctx, p.name);
 	if (rc)
 		goto fail_alloc;
-	rc = lc__timer_start(ctx);
-	if (rc)
-		goto fail_init;
 	LC__DEBUG("context %s created (owner %016llx)", ctx->name, (unsigned long long)ctx->uid);
 	*out = ctx;
 	return 0;
 
-fail_init:
-	lc__ctx_fini(ctx);
 fail_alloc:
 	free(ctx);
 	return rc;
@@ -50,7 +45,6 @@ void lc_ctx_destroy(lc_ctx_t *ctx)
 	lc__transports_fini(ctx);
 	lc__stage_fini(ctx);
 	lc__copiers_fini(ctx);
-	lc__timer_stop(ctx);
 	lc__ctx_fini(ctx);
 	free(ctx);
 }

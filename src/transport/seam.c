@@ -1,12 +1,10 @@
 /* The memory seam (seam.h): where bytes leave sources and land. */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/copier.h"
 #include "transport/seam.h"
-
-/* Copies into granted memory are cut in slices, so that a revoke never
- * waits long for a bracket to close. */
-#define LAND_SLICE (4u << 20)
 
 int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, uint64_t length,
 		  lc__land_t *l)
@@ -71,7 +69,7 @@ void lc__land_exit(const lc__land_t *l)
 static int land_dev(const lc__land_t *l, uint64_t at, const void *src, uint64_t n)
 {
 	for (uint64_t done = 0; done < n;) {
-		uint64_t k = LC__MIN(n - done, (uint64_t)LAND_SLICE);
+		uint64_t k = LC__MIN(n - done, (uint64_t)LC__LAND_SLICE);
 		if (!lc__grant_enter(l->g))
 			return LC_ERR_GRANT;
 		int rc = lc__copy_to_dev_sync(l->cp, l->dev + at + done,
@@ -92,12 +90,133 @@ int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n)
 	if (l->dev)
 		return land_dev(l, at, src, n);
 	for (uint64_t done = 0; done < n;) {
-		uint64_t k = LC__MIN(n - done, (uint64_t)LAND_SLICE);
+		uint64_t k = LC__MIN(n - done, (uint64_t)LC__LAND_SLICE);
 		if (!lc__grant_enter(l->g))
 			return LC_ERR_GRANT;
 		memcpy(l->dst + at + done, (const uint8_t *)src + done, k);
 		lc__grant_exit(l->g);
 		done += k;
+	}
+	return 0;
+}
+
+bool lc__land_is_revoked(const lc__land_t *l)
+{
+	return lc__grant_revoked(l->g);
+}
+
+/* Host destination: the producer writes straight into place, bracketed. */
+static int fill_host(const lc__land_t *l, uint64_t at, uint64_t n, lc__land_fill_fn fill, void *arg)
+{
+	for (uint64_t done = 0; done < n;) {
+		uint64_t k = LC__MIN(n - done, (uint64_t)LC__LAND_SLICE);
+		if (!lc__grant_enter(l->g))
+			return LC_ERR_GRANT;
+		int64_t got = fill(arg, l->dst + at + done, done, k);
+		lc__grant_exit(l->g);
+		if (got <= 0)
+			return got < 0 ? (int)got : LC_ERR_IO;
+		done += (uint64_t)got;
+	}
+	return 0;
+}
+
+int lc__land_fill(const lc__land_t *l, uint64_t at, uint64_t n, lc__land_fill_fn fill, void *arg)
+{
+	if (!l->dev)
+		return fill_host(l, at, n, fill, arg);
+	uint8_t *bounce = malloc(LC__MIN(n, (uint64_t)LC__LAND_SLICE));
+	int rc = bounce ? 0 : -ENOMEM;
+	for (uint64_t done = 0; done < n && !rc;) {
+		int64_t got = fill(arg, bounce, done, LC__MIN(n - done, (uint64_t)LC__LAND_SLICE));
+		if (got <= 0) {
+			rc = got < 0 ? (int)got : LC_ERR_IO;
+			break;
+		}
+		rc = land_dev(l, at + done, bounce, (uint64_t)got);
+		done += (uint64_t)got;
+	}
+	free(bounce);
+	return rc;
+}
+
+/* One pipelined landing's slices in flight: the last one to complete (or
+ * the caller's hold, released once every slice is queued) reports. */
+typedef struct land_job {
+	lc__grant_room_t *g;
+	lc__copy_done_fn done;
+	void *arg;
+	_Atomic uint32_t left;
+	_Atomic int status;
+} land_job_t;
+
+static void job_slice_done(void *arg, int status)
+{
+	land_job_t *j = arg;
+	if (status) {
+		int zero = 0;
+		atomic_compare_exchange_strong(&j->status, &zero, status);
+	}
+	if (atomic_fetch_sub(&j->left, 1) != 1)
+		return;
+	int st = atomic_load(&j->status);
+	j->done(j->arg, st == LC_ERR_GRANT ? st : st ? LC_ERR_IO : 0);
+	free(j);
+}
+
+/* The engine's thread: one slice's copy completed; leave its bracket. */
+static void job_copied(void *arg, int status)
+{
+	land_job_t *j = arg;
+	lc__grant_exit(j->g);
+	job_slice_done(j, status ? LC_ERR_IO : 0);
+}
+
+/* Queue one slice inside its own bracket: 0, LC_ERR_GRANT or LC_ERR_IO. */
+static int job_queue(const lc__land_t *l, land_job_t *j, uint64_t at, const uint8_t *src,
+		     uint64_t k)
+{
+	if (!lc__grant_enter(l->g))
+		return LC_ERR_GRANT;
+	int rc = l->cp->ops->from_host(l->cp, l->dev + at, src, (size_t)k, job_copied, j);
+	if (!rc)
+		return 0;
+	lc__grant_exit(l->g);
+	LC__COUNT(l->ctx, device_copy_errors);
+	LC__WARN("room %llu: queueing a device copy into region %u failed: %s",
+		 (unsigned long long)l->room, l->region, lc_strerror(rc));
+	return LC_ERR_IO;
+}
+
+int lc__land_copy_async(const lc__land_t *l, uint64_t at, const void *src, uint64_t n,
+			lc__copy_done_fn done, void *arg)
+{
+	/* Every slice is counted before the first is queued, so the report
+	 * comes from the engine's thread, never from the caller's (which
+	 * may be an I/O thread whose own kick would be lost): a receiver
+	 * learns of its copies from its loop, not from inside this call. */
+	uint64_t slices = n ? (n + LC__LAND_SLICE - 1) / LC__LAND_SLICE : 0;
+	land_job_t *j = slices ? malloc(sizeof *j) : NULL;
+	if (!j) {
+		LC__COUNT(l->ctx, device_copy_errors);
+		return LC_ERR_IO;
+	}
+	*j = (land_job_t){.g = l->g, .done = done, .arg = arg};
+	atomic_init(&j->left, (uint32_t)slices);
+	atomic_init(&j->status, 0);
+	for (uint64_t i = 0; i < slices; i++) {
+		uint64_t off = i * LC__LAND_SLICE, k = LC__MIN(n - off, (uint64_t)LC__LAND_SLICE);
+		int rc = job_queue(l, j, at + off, (const uint8_t *)src + off, k);
+		if (!rc)
+			continue;
+		if (i == 0) {
+			free(j); /* nothing queued: done never runs */
+			return rc;
+		}
+		/* The slices never queued; the last of the others reports. */
+		atomic_fetch_sub(&j->left, (uint32_t)(slices - i - 1));
+		job_slice_done(j, rc);
+		break;
 	}
 	return 0;
 }

@@ -22,7 +22,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/copier.h"
 #include "core/ctx.h"
+
+/* Copies into granted memory are cut in slices of at most this, each in
+ * its own grant bracket, so that a revoke never waits long for one; it is
+ * also the size of every bounce buffer the seam makes (the one definition:
+ * no transport slices by itself). */
+#define LC__LAND_SLICE (4u << 20)
 
 /* One checked write on its way into a destination region. */
 typedef struct lc__land {
@@ -60,6 +67,32 @@ int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n)
  * that breaks the room's accounting (grant_intervals_max) counts
  * grant_intervals_capped and is logged. Releases the grant. */
 void lc__land_done(lc__land_t *l, bool landed);
+/* Whether the room of l was revoked (a probe: nothing is entered). */
+bool lc__land_is_revoked(const lc__land_t *l);
+/* Land n bytes at byte `at` of l that a producer writes: fill(arg, buf, off,
+ * k) puts up to k (> 0) bytes of the write's [at + off, ...) into buf and
+ * returns how many (> 0) or a negative error, which lc__land_fill returns.
+ * Into host memory buf is the destination itself, inside a bracket (the
+ * kernel's process_vm_readv straight into place); into device memory it is
+ * a host bounce slice the seam then lands through the copy engine. So a
+ * transport that produces bytes needs no device code. 0, LC_ERR_GRANT
+ * (revoked), LC_ERR_IO (a device copy failed), -ENOMEM, or fill's error. */
+typedef int64_t (*lc__land_fill_fn)(void *arg, uint8_t *buf, uint64_t off, uint64_t k);
+int lc__land_fill(const lc__land_t *l, uint64_t at, uint64_t n, lc__land_fill_fn fill, void *arg);
+/* Pipelined device landing (docs/gpu.md "Staging"): land n bytes from host
+ * memory src at byte `at` of a device-kind landing l (l->dev) without
+ * waiting. The copy is queued on l's engine in slices, each holding the
+ * room's grant bracket from queueing until it completed, so lc_grant_revoke
+ * waits for every copy in flight. 0: done(arg, status) runs exactly once,
+ * after the last slice's bracket was left, on the engine's thread (on the
+ * caller's, before this returns, only when a later slice could not be
+ * queued), with 0, LC_ERR_IO, or LC_ERR_GRANT if the room was revoked after
+ * the first slice; the caller keeps src untouched
+ * and l open (lc__land_done not yet called) until then. LC_ERR_GRANT if the
+ * room was revoked, LC_ERR_IO if nothing could be queued: done never runs
+ * then. */
+int lc__land_copy_async(const lc__land_t *l, uint64_t at, const void *src, uint64_t n,
+			lc__copy_done_fn done, void *arg);
 /* open + copy + done for a payload that is addressable as a whole (loop,
  * shm, UCX eager messages). */
 int lc__land_write(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, const void *src,

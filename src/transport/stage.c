@@ -343,29 +343,3 @@ void lc__stage_fini(lc_ctx_t *ctx)
 	free(st->used);
 	free(st);
 }
-
-/* ---- D side: pipelined landings ---- */
-
-static void land_async_done(void *arg, int status)
-{
-	lc__land_async_t *a = arg;
-	lc__grant_exit(a->g);
-	a->done(a->arg, status ? LC_ERR_IO : 0);
-}
-
-int lc__land_copy_async(const lc__land_t *l, uint64_t at, const void *src, uint64_t n,
-			lc__land_async_t *a, lc__copy_done_fn done, void *arg)
-{
-	if (!lc__grant_enter(l->g))
-		return LC_ERR_GRANT;
-	*a = (lc__land_async_t){.g = l->g, .done = done, .arg = arg};
-	int rc = l->cp->ops->from_host(l->cp, l->dev + at, src, (size_t)n, land_async_done, a);
-	if (rc) {
-		lc__grant_exit(l->g);
-		LC__COUNT(l->ctx, device_copy_errors);
-		LC__WARN("room %llu: queueing a device copy into region %u failed: %s",
-			 (unsigned long long)l->room, l->region, lc_strerror(rc));
-		return LC_ERR_IO;
-	}
-	return 0;
-}

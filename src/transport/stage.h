@@ -32,22 +32,6 @@ int lc__stage_ready(lc_ctx_t *ctx);
 int lc__stage_post(lc_conn_t *c, lc__batch_t *b);
 /* c is closing: forget its waiting batches and wait for its copies. */
 void lc__stage_conn_close(lc_conn_t *c);
-/* D side, pipelined landings (docs/gpu.md "Staging"): land n bytes (at
- * most 4 MiB) from host memory src at byte `at` of a device-kind landing
- * l (l->dev) without waiting. Enters the room's grant bracket, queues the
- * copy on l's engine and returns 0; done(arg, status) then runs exactly
- * once on the engine's thread, after the bracket was left, with 0 or
- * LC_ERR_IO. So lc_grant_revoke waits for the copy, and the caller keeps
- * src untouched and l open (lc__land_done not yet called) until done.
- * LC_ERR_GRANT if the room was revoked, LC_ERR_IO if the copy could not be
- * queued: done never runs then. `a` is the caller's, valid until done. */
-typedef struct lc__land_async {
-	lc__grant_room_t *g;
-	lc__copy_done_fn done;
-	void *arg;
-} lc__land_async_t;
-int lc__land_copy_async(const lc__land_t *l, uint64_t at, const void *src, uint64_t n,
-			lc__land_async_t *a, lc__copy_done_fn done, void *arg);
 /* Free the ring (every connection of the context is gone). */
 void lc__stage_fini(lc_ctx_t *ctx);
 

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 
 #include "core/ctx.h"
+#include "transport/io/io.h"
 #include "transport/seam.h"
 
 #define LC__URL_MAX 256
@@ -41,6 +42,7 @@ typedef struct lc__batch {
 	uint64_t user_data;
 	uint64_t post_ns;
 	uint64_t deadline_ns; /* 0: none */
+	lc__io_timer_t timer; /* armed while pending with a deadline (batch.c) */
 	bool defer;           /* LC_BATCH_DEFER: post() queues without waking */
 	bool device_src;      /* a source is device memory: staged first (stage.c) */
 	lc_write_t *writes;   /* zero-length writes removed; count 0 or > 1
@@ -74,6 +76,10 @@ struct lc_conn {
 	uint64_t next_batch_id;
 	_Atomic int closing;
 	_Atomic int staging; /* batches of this connection in stage.c */
+	/* The transport's I/O task for this connection, if it has one (set by
+	 * conn_open): batch deadlines are armed on its loop, else on any. */
+	lc__io_task_t *io_task;
+	lc__io_loop_t *timer_loop;
 
 	struct lc_conn *ctx_next, *ctx_prev; /* ctx->conns, under objs_lock */
 };

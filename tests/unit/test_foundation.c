@@ -18,6 +18,7 @@
 #include "core/region.h"
 #include "layercake.h"
 #include "transport/cq.h"
+#include "transport/land.h"
 #include "transport/transport.h"
 
 static void error_names_and_texts_cover_library_and_errno_codes(void **state)
@@ -215,6 +216,7 @@ static void revoke_waits_for_a_copy_in_progress_and_blocks_new_ones(void **state
 	assert_int_equal(lc__grant_table_create(&t), 0);
 	assert_int_equal(lc__grant_issue(t, 9, 1, 0, 4096), 0);
 	assert_int_equal(lc__grant_lookup(t, 9, 1, 0, 4096, &c.g), 0);
+	assert_false(lc__grant_revoked(c.g));
 	pthread_create(&copier, NULL, hold_copy, &c);
 	while (!atomic_load(&c.inside))
 		usleep(100);
@@ -226,9 +228,38 @@ static void revoke_waits_for_a_copy_in_progress_and_blocks_new_ones(void **state
 	pthread_join(copier, NULL);
 	pthread_join(revoker, NULL);
 	/* the entry we still reference is revoked: no new copy may start */
+	assert_true(lc__grant_revoked(c.g));
 	assert_false(lc__grant_enter(c.g));
 	lc__grant_put(c.g);
 	lc__grant_table_destroy(t);
+}
+
+/* The seam's in-order queue releases a write only when its copies and
+ * those of every older write are reaped, whatever order they complete in. */
+static void landing_queue_releases_writes_in_order(void **state)
+{
+	(void)state;
+	lc__landq_t q = {0};
+	lc__landq_ent_t e;
+	assert_int_equal(lc__landq_make(&q, 4), 0);
+	lc__landq_push(&q, &(lc__landq_ent_t){.seq = 5, .inflight = 1});
+	lc__landq_push(&q, &(lc__landq_ent_t){.seq = 6});
+	lc__landq_push(&q, &(lc__landq_ent_t){.seq = 7, .inflight = 2});
+	assert_false(lc__landq_pop(&q, &e)); /* 5's copy is in flight */
+	assert_true(lc__landq_reaped(&q, 7, 0));
+	assert_false(lc__landq_reaped(&q, 8, 0)); /* not queued */
+	assert_false(lc__landq_pop(&q, &e));
+	assert_true(lc__landq_reaped(&q, 5, 0));
+	assert_true(lc__landq_pop(&q, &e));
+	assert_true(e.seq == 5 && !e.failed);
+	assert_true(lc__landq_pop(&q, &e));
+	assert_true(e.seq == 6);
+	assert_false(lc__landq_pop(&q, &e)); /* 7 has one copy left */
+	assert_true(lc__landq_reaped(&q, 7, LC_ERR_IO));
+	assert_true(lc__landq_pop(&q, &e));
+	assert_true(e.seq == 7 && e.failed);
+	assert_int_equal(q.n, 0);
+	lc__landq_fini(&q, true);
 }
 
 static void regions_reject_overlap_and_never_reuse_ids(void **state)
@@ -396,6 +427,7 @@ int main(void)
 		cmocka_unit_test(grant_ranges_merge_and_lookup_needs_full_containment),
 		cmocka_unit_test(grant_table_grows_and_revokes_by_region),
 		cmocka_unit_test(revoke_waits_for_a_copy_in_progress_and_blocks_new_ones),
+		cmocka_unit_test(landing_queue_releases_writes_in_order),
 		cmocka_unit_test(regions_reject_overlap_and_never_reuse_ids),
 		cmocka_unit_test(completion_queue_fd_is_readable_exactly_while_nonempty),
 		cmocka_unit_test(armed_completion_queue_signals_only_a_sleeping_consumer),

@@ -2,6 +2,7 @@
  * deadlines, synchronous calls and detach. Real threads, real eventfds. */
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -149,6 +150,98 @@ static void threads_are_bounded_and_tasks_spread(void **state)
 	lc_ctx_destroy(ctx);
 }
 
+/* Timers (io.h): fire in deadline order on the loop thread; a cancelled
+ * one never fires; a timer armed earlier than the loop's wait wakes it. */
+typedef struct probe_timer {
+	lc__io_timer_t tm;
+	int index;
+	_Atomic int *order; /* next slot of the firing order */
+	int *fired_as;      /* where this one came in the order */
+	uint64_t due, fired_at;
+} probe_timer_t;
+
+static void probe_fire(lc__io_timer_t *tm, uint64_t now)
+{
+	probe_timer_t *t = LC__CONTAINER_OF(tm, probe_timer_t, tm);
+	t->fired_at = now;
+	*t->fired_as = atomic_fetch_add(t->order, 1);
+}
+
+static void timers_fire_in_order_and_a_cancelled_one_never(void **state)
+{
+	lc_ctx_t *ctx = ctx_with_threads("1");
+	lc__io_loop_t *lp = NULL;
+	assert_int_equal(lc__io_timer_loop(ctx, NULL, &lp), 0);
+	assert_non_null(lp);
+	assert_int_equal(lc__io_nthreads(ctx), 1); /* started for the timers */
+	enum { N = 8 };
+	probe_timer_t t[N];
+	int fired_as[N];
+	_Atomic int order = 0;
+	/* Armed latest first; the 60 ms one (index 5) is cancelled. */
+	uint64_t now = lc__now_ns();
+	for (int i = N - 1; i >= 0; i--) {
+		t[i] = (probe_timer_t){.tm.fire = probe_fire,
+				       .index = i,
+				       .order = &order,
+				       .fired_as = &fired_as[i],
+				       .due = now + (uint64_t)(10 + 10 * i) * 1000000ull};
+		fired_as[i] = -1;
+		assert_int_equal(lc__io_timer_arm(lp, &t[i].tm, t[i].due), 0);
+	}
+	lc__io_timer_cancel(&t[5].tm);
+	assert_int_equal(wait_for(&order, N - 1), N - 1);
+	usleep(30000); /* past where the cancelled one would have fired */
+	assert_int_equal(atomic_load(&order), N - 1);
+	for (int i = 0; i < N; i++) /* returns once fire() is done with it */
+		lc__io_timer_cancel(&t[i].tm);
+	for (int i = 0, want = 0; i < N; i++) {
+		if (i == 5) {
+			assert_int_equal(fired_as[i], -1);
+			continue;
+		}
+		assert_int_equal(fired_as[i], want++);
+		assert_true(t[i].fired_at >= t[i].due);
+	}
+	/* A timer sooner than the loop's current wait (none) wakes it. */
+	probe_timer_t late = {.tm.fire = probe_fire, .order = &order, .fired_as = &fired_as[0]};
+	late.due = lc__now_ns() + 5 * 1000000ull;
+	assert_int_equal(lc__io_timer_arm(lp, &late.tm, late.due), 0);
+	assert_int_equal(wait_for(&order, N), N);
+	lc__io_timer_cancel(&late.tm); /* fired already: nothing */
+	lc_ctx_destroy(ctx);
+}
+
+/* Many tasks with deadlines far apart: each is serviced at its own, the
+ * others not before theirs (the heap pops only what is due). */
+static void many_task_deadlines_each_at_its_time(void **state)
+{
+	lc_ctx_t *ctx = ctx_with_threads("1");
+	enum { N = 64 };
+	probe_t *p = calloc(N, sizeof *p);
+	assert_non_null(p);
+	uint64_t now = lc__now_ns();
+	for (int i = 0; i < N; i++)
+		atomic_store(&p[i].deadline_ns, now + 60000000000ull); /* a minute */
+	for (int i = 0; i < N; i++)
+		assert_int_equal(lc__io_attach(ctx, &p[i].task, &probe_ops), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(wait_for(&p[i].services, 1), 1);
+	/* One task asks for a service 10 ms from now by a kick. */
+	atomic_store(&p[N / 2].deadline_ns, lc__now_ns() + 10000000ull);
+	lc__io_kick(&p[N / 2].task);
+	assert_int_equal(wait_for(&p[N / 2].services, 2), 2);
+	atomic_store(&p[N / 2].deadline_ns, 0);
+	assert_int_equal(wait_for(&p[N / 2].services, 3), 3); /* the timed one */
+	usleep(20000);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(atomic_load(&p[i].services), i == N / 2 ? 3 : 1);
+	for (int i = 0; i < N; i++)
+		lc__io_detach(&p[i].task, NULL, NULL);
+	free(p);
+	lc_ctx_destroy(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -156,6 +249,8 @@ int main(void)
 		cmocka_unit_test(a_deadline_brings_service_without_a_kick),
 		cmocka_unit_test(calls_and_detach_run_on_the_loop_thread_and_wait),
 		cmocka_unit_test(threads_are_bounded_and_tasks_spread),
+		cmocka_unit_test(timers_fire_in_order_and_a_cancelled_one_never),
+		cmocka_unit_test(many_task_deadlines_each_at_its_time),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

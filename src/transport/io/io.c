@@ -1,4 +1,8 @@
-/* The I/O core (io.h): epoll loops with a doorbell, commands and timers. */
+/* The I/O core (io.h): epoll loops with a doorbell, commands and timers.
+ * Deadlines live in two heaps per loop (heap.h): tasks' (loop thread only)
+ * and timers' (under the loop's lock, armed from any thread). A wait
+ * sleeps until the earlier of the two tops; a turn services the ready
+ * list (tasks with events or kicks) and pops only what is due. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -12,6 +16,10 @@
 
 #define MAX_LOOPS 64
 #define MAX_EVENTS 64
+/* The longest wait of a loop: one wake-up a second when idle (what the
+ * context's timer thread did before), so that a post arming a deadline
+ * further out than that never needs to ring. */
+#define MAX_SLEEP_NS 1000000000ull
 
 /* A function to run on the loop thread; the caller waits for `done`. */
 typedef struct cmd {
@@ -19,6 +27,7 @@ typedef struct cmd {
 	lc__io_task_t *task;
 	void *arg;
 	bool detach, done;
+	int rc; /* of an attach */
 	struct cmd *next;
 } cmd_t;
 
@@ -32,9 +41,16 @@ struct lc__io_loop {
 	lc__io_task_t *kicks;
 	_Atomic int bell_pending;
 	bool stop;
-	size_t ntasks; /* under io->lock: for placement */
+	lc__heap_t timers;       /* under lock */
+	lc__io_timer_t *firing;  /* under lock: the timer whose fire() runs */
+	_Atomic uint64_t asleep; /* the wait's end (UINT64_MAX: none), 0 awake */
+	size_t ntasks;           /* under io->lock: for placement */
 	/* loop thread only */
-	lc__io_task_t tasks; /* sentinel of a circular list */
+	size_t nlinked;
+	uint64_t spin_ns;    /* io_spin_us */
+	uint64_t active_ns;  /* the last wait that returned events */
+	lc__heap_t due;      /* attached tasks with a deadline */
+	lc__io_task_t ready; /* sentinel of the circular ready list */
 	struct epoll_event *ev;
 	int nev, iev; /* the wait being dispatched */
 	lc__io_fd_t bell;
@@ -64,20 +80,59 @@ static bool on_loop(const lc__io_loop_t *lp)
 
 /* ---- the loop thread ---- */
 
-static void task_link(lc__io_loop_t *lp, lc__io_task_t *t)
+/* Put t on the ready list (once): it is serviced this turn. */
+static void make_ready(lc__io_loop_t *lp, lc__io_task_t *t)
 {
-	t->next = &lp->tasks;
-	t->prev = lp->tasks.prev;
-	lp->tasks.prev->next = t;
-	lp->tasks.prev = t;
-	t->deadline_ns = 1; /* service at once */
+	if (t->touched)
+		return;
+	t->touched = true;
+	t->next = &lp->ready;
+	t->prev = lp->ready.prev;
+	lp->ready.prev->next = t;
+	lp->ready.prev = t;
 }
 
-static void task_unlink(lc__io_task_t *t)
+static void unready(lc__io_task_t *t)
 {
+	if (!t->touched)
+		return;
 	t->prev->next = t->next;
 	t->next->prev = t->prev;
 	t->next = t->prev = NULL;
+	t->touched = false;
+}
+
+/* Room in the heap for every attached task first: a deadline set after a
+ * service can then never fail. */
+static int task_link(lc__io_loop_t *lp, lc__io_task_t *t)
+{
+	int rc = lc__heap_reserve(&lp->due, lp->nlinked + 1);
+	if (rc)
+		return rc;
+	lp->nlinked++;
+	t->linked = true;
+	t->due.pos = 0;
+	make_ready(lp, t); /* service at once */
+	return 0;
+}
+
+static void task_unlink(lc__io_loop_t *lp, lc__io_task_t *t)
+{
+	unready(t);
+	lc__heap_remove(&lp->due, &t->due);
+	t->linked = false;
+	lp->nlinked--;
+}
+
+/* What a command does on the loop thread besides its fn. */
+static void cmd_apply(lc__io_loop_t *lp, cmd_t *c)
+{
+	if (c->fn)
+		c->fn(c->task, c->arg);
+	if (c->detach)
+		task_unlink(lp, c->task);
+	else if (!c->task->linked)
+		c->rc = task_link(lp, c->task); /* an attach */
 }
 
 static void run_commands(lc__io_loop_t *lp)
@@ -89,12 +144,7 @@ static void run_commands(lc__io_loop_t *lp)
 	pthread_mutex_unlock(&lp->lock);
 	while (c) {
 		cmd_t *next = c->next;
-		if (c->fn)
-			c->fn(c->task, c->arg);
-		if (c->detach)
-			task_unlink(c->task);
-		else if (!c->task->next)
-			task_link(lp, c->task); /* an attach */
+		cmd_apply(lp, c);
 		pthread_mutex_lock(&lp->lock);
 		c->done = true;
 		pthread_cond_broadcast(&lp->cond);
@@ -113,27 +163,32 @@ static void take_kicks(lc__io_loop_t *lp)
 	while (t) {
 		lc__io_task_t *next = t->kick_next;
 		atomic_store(&t->kicked, 0);
-		if (t->next) /* still attached */
-			t->touched = true;
+		if (t->linked)
+			make_ready(lp, t);
 		t = next;
 	}
 }
 
+/* Until the earliest deadline of either heap, 0 with work ready, and never
+ * longer than MAX_SLEEP_NS. Publishes the wait's end under the lock, so that
+ * a timer armed earlier rings the loop; a timer due past the end (a batch
+ * deadline, seconds away) is seen at the next wake-up without a ring. */
 static int wait_ms(lc__io_loop_t *lp, uint64_t now)
 {
-	uint64_t next = UINT64_MAX;
-	for (lc__io_task_t *t = lp->tasks.next; t != &lp->tasks; t = t->next) {
-		if (t->touched)
-			return 0;
-		if (t->deadline_ns)
-			next = LC__MIN(next, t->deadline_ns);
-	}
-	if (next == UINT64_MAX)
-		return -1;
+	lc__heap_node_t *t = lc__heap_top(&lp->due);
+	uint64_t next = t ? t->key : UINT64_MAX;
+	if (lp->ready.next != &lp->ready)
+		next = 0;
+	pthread_mutex_lock(&lp->lock);
+	lc__heap_node_t *tm = lc__heap_top(&lp->timers);
+	if (tm)
+		next = LC__MIN(next, tm->key);
+	next = LC__MIN(next, now + MAX_SLEEP_NS);
+	atomic_store(&lp->asleep, next ? next : 1);
+	pthread_mutex_unlock(&lp->lock);
 	if (next <= now)
 		return 0;
-	uint64_t ms = (next - now + 999999) / 1000000;
-	return ms > 60000 ? 60000 : (int)ms;
+	return (int)((next - now + 999999) / 1000000);
 }
 
 static void dispatch(lc__io_loop_t *lp, uint64_t now)
@@ -154,21 +209,76 @@ static void dispatch(lc__io_loop_t *lp, uint64_t now)
 			atomic_store(&lp->bell_pending, 0);
 			continue;
 		}
-		f->task->touched = true;
+		make_ready(lp, f->task);
 		f->task->ops->on_event(f->task, f, lp->ev[lp->iev].events, now);
 	}
 	lp->nev = lp->iev = 0;
 }
 
+/* Fire the due timers, one at a time with the lock dropped. */
+static void fire_timers(lc__io_loop_t *lp, uint64_t now)
+{
+	pthread_mutex_lock(&lp->lock);
+	for (lc__heap_node_t *x; (x = lc__heap_top(&lp->timers)) && x->key <= now;) {
+		lc__heap_remove(&lp->timers, x);
+		lc__io_timer_t *tm = LC__CONTAINER_OF(x, lc__io_timer_t, node);
+		lp->firing = tm;
+		pthread_mutex_unlock(&lp->lock);
+		tm->fire(tm, now);
+		pthread_mutex_lock(&lp->lock);
+		lp->firing = NULL;
+		pthread_cond_broadcast(&lp->cond);
+	}
+	pthread_mutex_unlock(&lp->lock);
+}
+
+/* The due tasks join the ready list first, so that a task asking to be
+ * serviced again at once (a past deadline) runs once per turn; then every
+ * ready task is serviced and keeps the deadline it returns. */
 static void service_due(lc__io_loop_t *lp, uint64_t now)
 {
-	for (lc__io_task_t *t = lp->tasks.next, *next; t != &lp->tasks; t = next) {
-		next = t->next;
-		if (!t->touched && (!t->deadline_ns || t->deadline_ns > now))
-			continue;
-		t->touched = false;
-		t->deadline_ns = t->ops->service(t, now);
+	for (lc__heap_node_t *x; (x = lc__heap_top(&lp->due)) && x->key <= now;) {
+		lc__heap_remove(&lp->due, x);
+		make_ready(lp, LC__CONTAINER_OF(x, lc__io_task_t, due));
 	}
+	while (lp->ready.next != &lp->ready) {
+		lc__io_task_t *t = lp->ready.next;
+		unready(t);
+		uint64_t d = t->ops->service(t, now);
+		if (!t->linked)
+			continue; /* detached itself */
+		if (!d)
+			lc__heap_remove(&lp->due, &t->due);
+		else if (lc__heap_linked(&t->due))
+			lc__heap_update(&lp->due, &t->due, d);
+		else
+			lc__heap_insert(&lp->due, &t->due, d); /* reserved: cannot fail */
+	}
+	fire_timers(lp, now);
+}
+
+/* Wait for events until the next deadline. Adaptive polling: within
+ * io_spin_us of the last wait that returned events, look without sleeping
+ * first (what follows a write, its acknowledgement, often comes within
+ * microseconds, and a sleep on epoll costs a wake-up); a loop idle past the
+ * budget sleeps, so an idle process spins nothing. Timers armed and kicks
+ * made meanwhile ring the doorbell, which ends the spin like any event. */
+static int wait_events(lc__io_loop_t *lp, struct epoll_event *ev)
+{
+	uint64_t now = lc__now_ns();
+	int ms = wait_ms(lp, now);
+	if (ms && lp->spin_ns && now - lp->active_ns < lp->spin_ns) {
+		uint64_t until = lp->active_ns + lp->spin_ns;
+		if (ms > 0)
+			until = LC__MIN(until, now + (uint64_t)ms * 1000000);
+		do {
+			int n = epoll_wait(lp->epfd, ev, MAX_EVENTS, 0);
+			if (n)
+				return n;
+		} while (lc__now_ns() < until);
+		ms = wait_ms(lp, lc__now_ns());
+	}
+	return epoll_wait(lp->epfd, ev, MAX_EVENTS, ms);
 }
 
 static void *loop_main(void *arg)
@@ -190,11 +300,14 @@ static void *loop_main(void *arg)
 		take_kicks(lp);
 		uint64_t now = lc__now_ns();
 		service_due(lp, now);
-		int n = epoll_wait(lp->epfd, ev, MAX_EVENTS, wait_ms(lp, lc__now_ns()));
+		int n = wait_events(lp, ev);
+		atomic_store(&lp->asleep, 0);
 		if (n < 0 && errno != EINTR)
 			LC__WARN("io: epoll_wait: %s", strerror(errno));
 		lp->nev = n > 0 ? n : 0;
 		now = lc__now_ns();
+		if (n > 0)
+			lp->active_ns = now;
 		dispatch(lp, now);
 		take_kicks(lp);
 		service_due(lp, now);
@@ -212,6 +325,8 @@ static void loop_free(lc__io_loop_t *lp)
 		close(lp->bellfd);
 	pthread_cond_destroy(&lp->cond);
 	pthread_mutex_destroy(&lp->lock);
+	lc__heap_free(&lp->due);
+	lc__heap_free(&lp->timers);
 	free(lp);
 }
 
@@ -223,10 +338,11 @@ static int loop_start(struct lc__io *io, lc__io_loop_t **out)
 		return -ENOMEM;
 	lp->io = io;
 	lp->index = io->nloops;
+	lp->spin_ns = (uint64_t)lc__ctx_cfg(io->ctx, LC__CFG_io_spin_us) * 1000;
 	pthread_mutex_init(&lp->lock, NULL);
 	pthread_cond_init(&lp->cond, NULL);
 	lp->cmds_tail = &lp->cmds;
-	lp->tasks.next = lp->tasks.prev = &lp->tasks;
+	lp->ready.next = lp->ready.prev = &lp->ready;
 	lp->epfd = epoll_create1(EPOLL_CLOEXEC);
 	lp->bellfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (lp->epfd < 0 || lp->bellfd < 0) {
@@ -257,8 +373,10 @@ static void loop_stop(lc__io_loop_t *lp)
 	atomic_store(&lp->bell_pending, 0);
 	ring(lp);
 	pthread_join(lp->thread, NULL);
-	if (lp->tasks.next != &lp->tasks)
+	if (lp->nlinked)
 		LC__WARN("io: loop %d stopped with tasks attached", lp->index);
+	if (lp->timers.n)
+		LC__WARN("io: loop %d stopped with timers armed", lp->index);
 	loop_free(lp);
 }
 
@@ -310,12 +428,7 @@ static int pick_loop(struct lc__io *io, lc__io_loop_t **out)
 static void submit(lc__io_loop_t *lp, cmd_t *c)
 {
 	if (on_loop(lp)) {
-		if (c->fn)
-			c->fn(c->task, c->arg);
-		if (c->detach)
-			task_unlink(c->task);
-		else if (!c->task->next)
-			task_link(lp, c->task);
+		cmd_apply(lp, c);
 		return;
 	}
 	pthread_mutex_lock(&lp->lock);
@@ -344,7 +457,13 @@ int lc__io_attach(lc_ctx_t *ctx, lc__io_task_t *t, const lc__io_task_ops_t *ops)
 	t->loop = lp;
 	cmd_t c = {.task = t};
 	submit(lp, &c);
-	return 0;
+	if (c.rc) {
+		pthread_mutex_lock(&io->lock);
+		lp->ntasks--;
+		pthread_mutex_unlock(&io->lock);
+		t->loop = NULL;
+	}
+	return c.rc;
 }
 
 void lc__io_detach(lc__io_task_t *t, void (*fn)(lc__io_task_t *t, void *arg), void *arg)
@@ -431,4 +550,64 @@ void lc__io_destroy(lc_ctx_t *ctx)
 	pthread_mutex_destroy(&io->lock);
 	free(io);
 	ctx->io = NULL;
+}
+
+/* ---- timers ---- */
+
+int lc__io_timer_loop(lc_ctx_t *ctx, const lc__io_task_t *t, lc__io_loop_t **out)
+{
+	struct lc__io *io;
+	if (t && t->loop) {
+		*out = t->loop;
+		return 0;
+	}
+	int rc = io_get(ctx, &io);
+	if (rc)
+		return rc;
+	/* Placement counts tasks: a timer user does not, it is light. */
+	rc = pick_loop(io, out);
+	if (!rc) {
+		pthread_mutex_lock(&io->lock);
+		(*out)->ntasks--;
+		pthread_mutex_unlock(&io->lock);
+	}
+	return rc;
+}
+
+int lc__io_timer_arm(lc__io_loop_t *lp, lc__io_timer_t *tm, uint64_t deadline_ns)
+{
+	tm->loop = lp;
+	pthread_mutex_lock(&lp->lock);
+	int rc = lc__heap_insert(&lp->timers, &tm->node, deadline_ns);
+	/* Ring only a loop asleep past this deadline: most deadlines lie
+	 * beyond the wait already set. */
+	bool wake = !rc && deadline_ns < atomic_load(&lp->asleep);
+	pthread_mutex_unlock(&lp->lock);
+	if (wake && !on_loop(lp))
+		ring(lp);
+	return rc;
+}
+
+void lc__io_timer_cancel(lc__io_timer_t *tm)
+{
+	lc__io_loop_t *lp = tm->loop;
+	if (!lp)
+		return;
+	pthread_mutex_lock(&lp->lock);
+	if (lc__heap_linked(&tm->node))
+		lc__heap_remove(&lp->timers, &tm->node);
+	else
+		while (lp->firing == tm && !on_loop(lp))
+			pthread_cond_wait(&lp->cond, &lp->lock);
+	pthread_mutex_unlock(&lp->lock);
+}
+
+void lc__io_timer_quiesce(lc__io_loop_t *lp)
+{
+	if (on_loop(lp))
+		return;
+	pthread_mutex_lock(&lp->lock);
+	while (lp->firing)
+		pthread_cond_wait(&lp->cond, &lp->lock);
+	pthread_mutex_unlock(&lp->lock);
 }

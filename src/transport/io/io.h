@@ -2,9 +2,10 @@
  * The I/O core: the event loops that the socket transports (tcp, shm) run
  * on, in the spirit of libuv's loop and nng's pollq. A context owns a small
  * bounded set of loops (config io_threads), each one thread with an epoll
- * set, an eventfd doorbell, a command queue and per-task timers. A transport
- * describes its wire as tasks (a connection, a listener) and never builds a
- * thread or a wake-up of its own.
+ * set, an eventfd doorbell, a command queue, and its deadlines in heaps
+ * (heap.h): the tasks' and the timers' (lc__io_timer_t, e.g. a batch's).
+ * A transport describes its wire as tasks (a connection, a listener) and
+ * never builds a thread, a wake-up or a timer of its own.
  *
  * A task is attached to the least loaded loop (a new loop is started while
  * fewer than io_threads run). From then on the loop thread alone calls its
@@ -31,6 +32,7 @@
 #include <stdint.h>
 
 #include "core/ctx.h"
+#include "transport/io/heap.h"
 
 typedef struct lc__io_loop lc__io_loop_t;
 typedef struct lc__io_task lc__io_task_t;
@@ -52,9 +54,10 @@ struct lc__io_task {
 	const lc__io_task_ops_t *ops;
 	lc__io_loop_t *loop;
 	/* loop thread only */
-	uint64_t deadline_ns;
-	bool touched; /* had events in this wait */
-	lc__io_task_t *next, *prev;
+	lc__heap_node_t due;        /* in the loop's task heap while it has a deadline */
+	bool linked;                /* attached to the loop */
+	bool touched;               /* on the ready list: events, a kick, or due */
+	lc__io_task_t *next, *prev; /* the ready list */
 	/* kicks: any thread */
 	_Atomic int kicked;
 	lc__io_task_t *kick_next; /* under the loop's lock */
@@ -75,6 +78,32 @@ void lc__io_call(lc__io_task_t *t, void (*fn)(lc__io_task_t *t, void *arg), void
  * events (EPOLLIN | EPOLLOUT | EPOLLET ...), stop watching. */
 int lc__io_fd_add(lc__io_task_t *t, lc__io_fd_t *f, int fd, uint32_t events, uint32_t tag);
 void lc__io_fd_del(lc__io_task_t *t, lc__io_fd_t *f);
+
+/*
+ * Timers: a deadline on a loop for something that is not a task (a
+ * batch, conn.c). Kept in a heap per loop under the loop's lock, so any
+ * thread may arm or cancel one; fire() runs on the loop thread with no
+ * lock held, one timer at a time.
+ */
+typedef struct lc__io_timer {
+	lc__heap_node_t node;
+	void (*fire)(struct lc__io_timer *tm, uint64_t now);
+	lc__io_loop_t *loop; /* where it was armed */
+} lc__io_timer_t;
+
+/* The loop that keeps timers for t: t's own loop when t is attached,
+ * otherwise (a transport with no I/O task, such as loop://) the least
+ * loaded loop of ctx, started if none runs. Loops live until
+ * lc__io_destroy. */
+int lc__io_timer_loop(lc_ctx_t *ctx, const lc__io_task_t *t, lc__io_loop_t **out);
+/* Arm tm (not armed, fire set) to fire at deadline_ns on lp. -ENOMEM. */
+int lc__io_timer_arm(lc__io_loop_t *lp, lc__io_timer_t *tm, uint64_t deadline_ns);
+/* Disarm tm. On return fire() is neither running nor will it run, unless
+ * called from tm's own fire(). Any thread; a timer never armed is fine. */
+void lc__io_timer_cancel(lc__io_timer_t *tm);
+/* Wait until lp fires no timer (returns at once on lp's own thread): what
+ * a timer fired before this call has finished with its object. */
+void lc__io_timer_quiesce(lc__io_loop_t *lp);
 
 /* Loop threads running for ctx (for tests and `layercake info`). */
 int lc__io_nthreads(lc_ctx_t *ctx);

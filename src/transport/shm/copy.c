@@ -2,7 +2,8 @@
  * The receiver's copy paths (shm_int.h): a mapped source split between the
  * loop thread and an optional helper thread, and process_vm_readv (CMA)
  * for sources that could not be mapped. Both land through the memory seam
- * in bracketed slices, so a revoke waits for at most one slice.
+ * in bracketed slices (LC__LAND_SLICE), so a revoke waits for at most one
+ * slice; into device memory the seam bounces them (lc__land_fill).
  *
  * The helper (config shm_copy_threads=2) copies the second half of a large
  * write while the loop thread copies the first: one memcpy stream does not
@@ -17,9 +18,6 @@
 
 #include "core/copier.h"
 #include "transport/shm/shm_int.h"
-
-/* Bytes landed per bracket by CMA: a revoke waits at most this long. */
-#define COPY_SLICE (4u << 20)
 
 struct lc__shm_helper {
 	pthread_t thread;
@@ -115,29 +113,35 @@ int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t room, uint32
 
 /* ---- CUDA IPC ---- */
 
-/* One slice from the imported source into the landing, waited for. A CUDA
- * destination: device to device on its own engine's stream. A host one:
- * device to host straight into place. Another device kind (the sim):
- * through a host bounce, then its own engine. Returns 0, LC_ERR_GRANT
- * (revoked) or LC_ERR_IO. */
-static int ipc_slice(const lc__land_t *l, lc__copier_t *cp, uint64_t at, uint64_t src, size_t n,
-		     uint8_t **bounce)
+/* A source the seam lands by itself (lc__land_fill): an imported CUDA
+ * source, copied to host by its device's engine. */
+typedef struct ipc_src {
+	lc__copier_t *cp;
+	uint64_t addr;
+} ipc_src_t;
+
+static int64_t ipc_fill(void *arg, uint8_t *buf, uint64_t off, uint64_t k)
 {
-	const void *from = (const void *)(uintptr_t)src;
-	int rc;
-	if (l->dev && l->cp->kind != LC_MEM_KIND_CUDA) {
-		if (!*bounce && !(*bounce = malloc(COPY_SLICE)))
-			return -ENOMEM;
-		rc = lc__copy_to_host_sync(cp, *bounce, from, n);
-		return rc ? rc : lc__land_copy(l, at, *bounce, n);
+	ipc_src_t *f = arg;
+	int rc = lc__copy_to_host_sync(f->cp, buf, (const void *)(uintptr_t)(f->addr + off),
+				       (size_t)k);
+	return rc ? rc : (int64_t)k;
+}
+
+/* A CUDA destination: device to device on its own engine's stream, in
+ * bracketed slices. 0, LC_ERR_GRANT (revoked) or the copy's error. */
+static int ipc_dev_to_dev(const lc__land_t *l, uint64_t at, uint64_t src, uint64_t n)
+{
+	int rc = 0;
+	for (uint64_t done = 0; done < n && !rc;) {
+		size_t k = (size_t)LC__MIN(n - done, (uint64_t)LC__LAND_SLICE);
+		if (!lc__land_enter(l))
+			return LC_ERR_GRANT;
+		rc = lc__copy_dev_to_dev_sync(l->cp, l->dev + at + done,
+					      (const void *)(uintptr_t)(src + done), k);
+		lc__land_exit(l);
+		done += k;
 	}
-	if (!lc__land_enter(l))
-		return LC_ERR_GRANT;
-	if (l->dev)
-		rc = lc__copy_dev_to_dev_sync(l->cp, l->dev + at, from, n);
-	else
-		rc = lc__copy_to_host_sync(cp, l->dst + at, from, n);
-	lc__land_exit(l);
 	return rc;
 }
 
@@ -145,8 +149,7 @@ int lc__shm_copy_ipc(lc_ctx_t *ctx, int device, uint64_t room, uint32_t region, 
 		     uint64_t src, const lc__shm_write_t *w)
 {
 	lc__land_t l;
-	lc__copier_t *cp = NULL;
-	uint8_t *bounce = NULL;
+	ipc_src_t f = {0};
 	uint32_t blocks = w->count > 1 ? w->count : 1;
 	uint64_t length = w->length, span = length;
 	int rc = blocks > 1 ? lc__land_strided_span(ctx, room, offset, length, w->count,
@@ -156,15 +159,14 @@ int lc__shm_copy_ipc(lc_ctx_t *ctx, int device, uint64_t room, uint32_t region, 
 		return rc;
 	/* The engine of the device the source was imported into, for copies
 	 * that leave device memory for the host. */
-	if (!(l.dev && l.cp->kind == LC_MEM_KIND_CUDA))
-		rc = lc__copier_get(ctx, LC_MEM_KIND_CUDA, device, &cp);
+	bool d2d = l.dev && l.cp->kind == LC_MEM_KIND_CUDA;
+	if (!d2d)
+		rc = lc__copier_get(ctx, LC_MEM_KIND_CUDA, device, &f.cp);
 	for (uint32_t b = 0; b < blocks && !rc; b++) {
-		uint64_t at = (uint64_t)b * w->dst_stride, from = src + (uint64_t)b * w->src_stride;
-		for (uint64_t done = 0; done < length && !rc;) {
-			size_t n = (size_t)LC__MIN(length - done, (uint64_t)COPY_SLICE);
-			rc = ipc_slice(&l, cp, at + done, from + done, n, &bounce);
-			done += n;
-		}
+		uint64_t at = (uint64_t)b * w->dst_stride;
+		f.addr = src + (uint64_t)b * w->src_stride;
+		rc = d2d ? ipc_dev_to_dev(&l, at, f.addr, length)
+			 : lc__land_fill(&l, at, length, ipc_fill, &f);
 		if (!rc && blocks > 1)
 			lc__land_block_done(&l, at, length);
 	}
@@ -176,40 +178,30 @@ int lc__shm_copy_ipc(lc_ctx_t *ctx, int device, uint64_t room, uint32_t region, 
 			 (unsigned long long)room, region, lc_strerror(rc));
 		rc = LC_ERR_IO;
 	}
-	free(bounce);
 	if (blocks > 1 && !rc)
 		LC__COUNT(ctx, writes_applied); /* blocks were accounted one by one */
 	lc__land_done(&l, rc == 0 && blocks == 1);
 	return rc;
 }
 
-/* Device memory (l->dev): the kernel copies into a host bounce slice, the
- * seam's copy engine lands it. */
-static int cma_dev(lc__land_t *l, pid_t pid, uint64_t p_addr)
+/* P's memory, read by the kernel (process_vm_readv). */
+typedef struct cma_src {
+	pid_t pid;
+	uint64_t addr;
+} cma_src_t;
+
+static int64_t cma_fill(void *arg, uint8_t *buf, uint64_t off, uint64_t k)
 {
-	int rc = 0;
-	uint8_t *bounce = malloc(COPY_SLICE);
-	if (!bounce)
-		return -ENOMEM;
-	for (uint64_t done = 0; done < l->length && !rc;) {
-		size_t n = (size_t)LC__MIN(l->length - done, (uint64_t)COPY_SLICE);
-		struct iovec lv = {bounce, n}, rv = {(void *)(uintptr_t)(p_addr + done), n};
-		ssize_t got = process_vm_readv(pid, &lv, 1, &rv, 1, 0);
-		if (got <= 0) {
-			rc = got < 0 && errno == EPERM ? -ENOTSUP : LC_ERR_IO;
-			break;
-		}
-		rc = lc__land_copy(l, done, bounce, (uint64_t)got);
-		if (rc == LC_ERR_GRANT)
-			lc__land_revoked(l);
-		done += (uint64_t)got;
-	}
-	free(bounce);
-	return rc;
+	cma_src_t *f = arg;
+	struct iovec lv = {buf, (size_t)k}, rv = {(void *)(uintptr_t)(f->addr + off), (size_t)k};
+	ssize_t got = process_vm_readv(f->pid, &lv, 1, &rv, 1, 0);
+	if (got <= 0)
+		return got < 0 && errno == EPERM ? -ENOTSUP : LC_ERR_IO;
+	return got;
 }
 
-/* The kernel copies from P's memory straight into place, inside the seam's
- * bracket, slice by slice. */
+/* The kernel copies from P's memory straight into place inside the seam's
+ * bracket, slice by slice (into device memory: through the seam's bounce). */
 int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region, uint64_t offset,
 		     uint64_t p_addr, uint64_t length)
 {
@@ -217,27 +209,9 @@ int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region, u
 	int rc = lc__land_open(ctx, room, region, offset, length, &l);
 	if (rc)
 		return rc;
-	if (l.dev) {
-		rc = cma_dev(&l, pid, p_addr);
-		lc__land_done(&l, rc == 0);
-		return rc;
-	}
-	for (uint64_t done = 0; done < length && !rc;) {
-		size_t n = (size_t)LC__MIN(length - done, (uint64_t)COPY_SLICE);
-		if (!lc__land_enter(&l)) {
-			lc__land_revoked(&l);
-			rc = LC_ERR_GRANT;
-			break;
-		}
-		struct iovec lv = {l.dst + done, n}, rv = {(void *)(uintptr_t)(p_addr + done), n};
-		ssize_t got = process_vm_readv(pid, &lv, 1, &rv, 1, 0);
-		lc__land_exit(&l);
-		if (got <= 0) {
-			rc = got < 0 && errno == EPERM ? -ENOTSUP : LC_ERR_IO;
-			break;
-		}
-		done += (uint64_t)got;
-	}
+	rc = lc__land_fill(&l, 0, length, cma_fill, &(cma_src_t){.pid = pid, .addr = p_addr});
+	if (rc == LC_ERR_GRANT)
+		lc__land_revoked(&l);
 	lc__land_done(&l, rc == 0);
 	return rc;
 }

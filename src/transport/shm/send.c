@@ -728,6 +728,7 @@ int lc__shm_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 		c->tp = NULL;
 		goto fail;
 	}
+	c->io_task = &sc->task; /* batch deadlines on its loop */
 	return 0;
 fail:
 	conn_free(sc);

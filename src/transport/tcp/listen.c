@@ -21,56 +21,22 @@
 
 /* ---- receiver: lanes ---- */
 
-/* Wait (bounded) until no copy of lane r (NULL: any) is in flight; false
- * if some still is. Their slots are freed; the landings stay open. */
-static bool slots_quiesce(tcp_listener_t *tl, rlane_t *r)
-{
-	uint64_t until = lc__now_ns() + CLOSE_WAIT_NS;
-	bool busy = true;
-	while (busy) {
-		busy = false;
-		for (int i = 0; tl->slots_made && i < NSLOTS; i++) {
-			bslot_t *s = &tl->slots[i];
-			int st = atomic_load(&s->state);
-			if (r && s->r != r)
-				continue;
-			if (st == SLOT_COPYING || atomic_load(&s->in_cb)) {
-				busy = true;
-				continue;
-			}
-			if (st != SLOT_FREE) { /* FILLING or DONE */
-				s->r = NULL;
-				atomic_store(&s->state, SLOT_FREE);
-			}
-		}
-		if (busy && lc__now_ns() >= until)
-			return false;
-		if (busy)
-			usleep(100);
-	}
-	return true;
-}
-
 static void rlane_close(tcp_listener_t *tl, rlane_t *r)
 {
 	/* Copies in flight land granted bytes and name this lane: wait for
 	 * them; past the bound, their landings are left open (a leak, logged)
 	 * rather than finished under a copy still holding their bracket. */
-	bool quiet = slots_quiesce(tl, r);
+	bool quiet = lc__bounces_quiesce(&tl->bounces, r, lc__now_ns() + CLOSE_WAIT_NS);
 	if (!quiet) {
 		LC__WARN("tcp: a closing lane's device copies did not complete within %llu ms",
 			 (unsigned long long)(CLOSE_WAIT_NS / 1000000));
-		for (int i = 0; i < NSLOTS; i++)
-			if (tl->slots[i].r == r)
-				tl->slots[i].r = NULL;
+		lc__bounces_forget(&tl->bounces, r);
 	}
 	r->fill = NULL;
 	for (uint32_t i = r->run_i; r->phase == R_RUN && i < r->run_n; i++)
 		if (r->run[i].land.g && (quiet || !r->run[i].inflight))
 			lc__land_done(&r->run[i].land, false);
-	for (uint32_t k = 0; k < r->pend_n; k++)
-		if (lc__tcp_pend_at(r, k)->land.g && (quiet || !lc__tcp_pend_at(r, k)->inflight))
-			lc__land_done(&lc__tcp_pend_at(r, k)->land, false);
+	lc__landq_fini(&r->q, quiet);
 	if (r->prev)
 		r->prev->next = r->next;
 	else
@@ -80,7 +46,6 @@ static void rlane_close(tcp_listener_t *tl, rlane_t *r)
 	tl->nlanes--;
 	lc__io_fd_del(&tl->task, &r->iofd);
 	close(r->fd);
-	free(r->pend);
 	free(r);
 }
 
@@ -322,13 +287,18 @@ static void tcp_listener_free(tcp_listener_t *tl)
 {
 	if (tl->fd >= 0)
 		close(tl->fd);
-	if (!slots_quiesce(tl, NULL)) {
+	if (!lc__bounces_quiesce(&tl->bounces, NULL, lc__now_ns() + CLOSE_WAIT_NS)) {
 		LC__WARN("tcp: device copies still in flight at listener close; leaking it");
 		return;
 	}
-	for (int i = 0; i < NSLOTS; i++)
-		free(tl->slots[i].buf);
+	lc__bounces_fini(&tl->bounces);
 	free(tl);
+}
+
+/* The copy engine's thread: a bounce slot's copy completed. */
+static void listener_kick(void *task)
+{
+	lc__io_kick(task);
 }
 
 int lc__tcp_listen(lc_listener_t *l, const char *url)
@@ -344,6 +314,7 @@ int lc__tcp_listen(lc_listener_t *l, const char *url)
 	tl->fd = -1;
 	tl->l = l;
 	tl->ctx = l->ctx;
+	lc__bounces_init(&tl->bounces, listener_kick, &tl->task);
 	tl->hello_ns = (uint64_t)lc__ctx_cfg(l->ctx, LC__CFG_connect_timeout_ms) * 1000000ull;
 	tl->pending_max = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_tcp_pending_max);
 	tl->pending_per_addr = (size_t)lc__ctx_cfg(l->ctx, LC__CFG_tcp_pending_per_addr);

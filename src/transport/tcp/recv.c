@@ -10,15 +10,13 @@
  * only once their bytes are in place.
  *
  * Device memory (docs/gpu.md "Staging"): payloads bound for a device-kind
- * region are read into host bounce slots of the listener and landed by the
- * region's copy engine asynchronously (lc__land_copy_async), so that the
- * copy of slot k runs while slot k+1 is read from the wire. A write whose
- * copies are still in flight when its last byte arrived waits in its
- * lane's queue of pending writes; acknowledgements are cumulative, so the
- * lane acknowledges nothing at or past the oldest pending write until its
- * copies completed (and a REJECT, which acknowledges what precedes it,
- * waits in that queue too). Each copy holds the room's grant bracket, so
- * lc_grant_revoke waits for the room's copies in flight.
+ * region go through the seam's pipeline (transport/land.h): read into the
+ * listener's bounce slots, each landed by the region's copy engine while
+ * the next is read from the wire. A write whose copies are still in flight
+ * when its last byte arrived waits in its lane's in-order queue;
+ * acknowledgements are cumulative, so the lane acknowledges nothing at or
+ * past the oldest queued write until its copies completed (and a REJECT,
+ * which acknowledges what precedes it, waits in that queue too).
  *
  * The listening socket, accepting and closing lanes and the listener task
  * are in listen.c; the state both files share in recv_int.h.
@@ -34,7 +32,6 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
 
 #include "transport/tcp/recv_int.h"
 
@@ -78,10 +75,10 @@ void lc__tcp_rlane_flush(rlane_t *r)
  * keeps a slot for a REJECT of every write of the run still to come. */
 static void rlane_ack(rlane_t *r)
 {
-	size_t reserve = (r->phase == R_RUN ? r->run_n - r->run_i : 0) + r->pend_n;
-	/* Nothing at or past the oldest pending write: its bytes are not in
+	size_t reserve = (r->phase == R_RUN ? r->run_n - r->run_i : 0) + r->q.n;
+	/* Nothing at or past the oldest queued write: its bytes are not in
 	 * place yet. */
-	uint64_t upto = r->pend_n ? r->pend[r->pend_head].seq : r->seq;
+	uint64_t upto = r->q.n ? lc__landq_at(&r->q, 0)->seq : r->seq;
 	r->unacked_bytes = 0;
 	if (upto <= r->acked || out_free(r) < reserve + 1)
 		return;
@@ -91,20 +88,15 @@ static void rlane_ack(rlane_t *r)
 
 /* ---- receiver: device landings ---- */
 
-static bool pend_room(const rlane_t *r)
+static bool queue_room(const rlane_t *r)
 {
-	return r->pend_n + LC__TCP_MAX_RUN + 1 <= PEND_CAP;
+	return r->q.n + LC__TCP_MAX_RUN + 1 <= LANDQ_CAP;
 }
 
 /* Whether the lane must not read or consume now. */
 bool lc__tcp_rlane_held(const rlane_t *r)
 {
-	return r->slot_wait || !pend_room(r);
-}
-
-pend_t *lc__tcp_pend_at(rlane_t *r, uint32_t k)
-{
-	return &r->pend[(r->pend_head + k) % PEND_CAP];
+	return r->slot_wait || !queue_room(r);
 }
 
 /* Finish a write that will not land (rejected, revoked, a copy failed):
@@ -118,85 +110,40 @@ static void write_drop(rwrite_t *w, int code, int detail)
 	w->detail = detail;
 }
 
-/* The copy engine's thread: a slot's copy completed. */
-static void slot_copied(void *arg, int status)
-{
-	bslot_t *s = arg;
-	atomic_store(&s->in_cb, 1);
-	s->status = status;
-	atomic_store(&s->state, SLOT_DONE);
-	lc__io_kick(&s->tl->task);
-	atomic_store(&s->in_cb, 0);
-}
-
-/* A free slot (buffers made at first use), or NULL. */
-static bslot_t *slot_get(tcp_listener_t *tl)
-{
-	if (!tl->slots_made) {
-		for (int i = 0; i < NSLOTS; i++) {
-			tl->slots[i].tl = tl;
-			if (!tl->slots[i].buf && !(tl->slots[i].buf = malloc(BOUNCE_LEN)))
-				return NULL;
-		}
-		tl->slots_made = true;
-	}
-	for (int i = 0; i < NSLOTS; i++)
-		if (atomic_load(&tl->slots[i].state) == SLOT_FREE)
-			return &tl->slots[i];
-	return NULL;
-}
-
 static void revoked_run(rlane_t *r, lc__grant_room_t *g);
 
 /* Queue the copy of the lane's filling slot (full, or its write is all
  * read). */
-static void slot_flush(rlane_t *r)
+static void fill_flush(rlane_t *r)
 {
-	bslot_t *s = r->fill;
 	rwrite_t *w = &r->run[r->run_i];
+	int rc = lc__bounce_flush(r->fill, w->dst ? &w->land : NULL);
 	r->fill = NULL;
-	if (!w->dst || !s->fill) {
-		atomic_store(&s->state, SLOT_FREE);
-		s->r = NULL;
-		return;
-	}
-	atomic_store(&s->state, SLOT_COPYING);
-	int rc = lc__land_copy_async(&w->land, s->at, s->buf, s->fill, &s->a, slot_copied, s);
-	if (!rc) {
+	if (rc > 0)
 		w->inflight++;
-		return;
-	}
-	atomic_store(&s->state, SLOT_FREE);
-	s->r = NULL;
-	if (rc == LC_ERR_GRANT)
+	else if (rc == LC_ERR_GRANT)
 		revoked_run(r, w->land.g);
-	else
+	else if (rc)
 		write_drop(w, LC_ERR_IO, LC__TCP_REJECT_CHECK);
 }
 
-/* Complete the pending writes at the head whose copies are all done, in
- * order: count them (or send their REJECT), then acknowledge. */
-static void pend_complete(rlane_t *r)
+/* Complete the queued writes at the head whose copies are all done, in
+ * order (the seam counted them): send their REJECTs, then acknowledge. */
+static void queue_complete(rlane_t *r)
 {
 	bool any = false;
-	while (r->pend_n && !lc__tcp_pend_at(r, 0)->inflight) {
-		pend_t *e = lc__tcp_pend_at(r, 0);
-		bool ok = !e->failed && !e->code;
-		if (e->land.g)
-			lc__land_done(&e->land, ok);
-		if (!ok) {
-			/* Room was reserved for it (rlane_ack, frame_from_stage). */
-			out_push(r, &(lc__tcp_ctrl_t){
-					    .type = LC__TCP_REJECT,
-					    .status = e->code ? e->code : LC_ERR_IO,
-					    .a = e->seq,
-					    .b = (uint64_t)(e->code ? e->detail
-								    : LC__TCP_REJECT_CHECK)});
-			r->acked = e->seq + 1;
-		}
-		r->pend_head = (r->pend_head + 1) % PEND_CAP;
-		r->pend_n--;
+	lc__landq_ent_t e;
+	while (lc__landq_pop(&r->q, &e)) {
 		any = true;
+		if (!e.failed && !e.code)
+			continue;
+		/* Room was reserved for it (rlane_ack, frame_from_stage). */
+		out_push(r, &(lc__tcp_ctrl_t){
+				    .type = LC__TCP_REJECT,
+				    .status = e.code ? e.code : LC_ERR_IO,
+				    .a = e.seq,
+				    .b = (uint64_t)(e.code ? e.detail : LC__TCP_REJECT_CHECK)});
+		r->acked = e.seq + 1;
 	}
 	if (any) {
 		rlane_ack(r);
@@ -204,64 +151,56 @@ static void pend_complete(rlane_t *r)
 	}
 }
 
-/* One completed copy of lane r's write seq. */
-static void copy_reaped(rlane_t *r, uint64_t seq, int status)
+/* One completed copy of lane r's write seq: the write being received, or
+ * one in the queue. */
+static void copy_reaped(void *lane, uint64_t seq, int status)
 {
-	if (r->phase == R_RUN && r->run_i < r->run_n && seq == r->seq) {
-		rwrite_t *w = &r->run[r->run_i];
-		w->inflight--;
-		if (status && w->dst) {
-			LC__WARN("tcp: room %llu: device copy into region %u failed: %s",
-				 (unsigned long long)r->room, w->region, lc_strerror(status));
-			write_drop(w, LC_ERR_IO, LC__TCP_REJECT_CHECK);
-		} else if (!w->dst && !w->inflight && w->land.g) {
-			lc__land_done(&w->land, false); /* deferred by write_drop */
-		}
+	rlane_t *r = lane;
+	if (!(r->phase == R_RUN && r->run_i < r->run_n && seq == r->seq)) {
+		lc__landq_reaped(&r->q, seq, status);
 		return;
 	}
-	for (uint32_t k = 0; k < r->pend_n; k++) {
-		pend_t *e = lc__tcp_pend_at(r, k);
-		if (e->seq != seq)
-			continue;
-		e->inflight--;
-		if (status && !e->failed) {
-			LC__WARN("tcp: room %llu: device copy failed: %s",
-				 (unsigned long long)e->land.room, lc_strerror(status));
-			e->failed = true;
-		}
-		return;
+	rwrite_t *w = &r->run[r->run_i];
+	w->inflight--;
+	if (status && w->dst) {
+		LC__WARN("tcp: room %llu: device copy into region %u failed: %s",
+			 (unsigned long long)r->room, w->region, lc_strerror(status));
+		write_drop(w, LC_ERR_IO, LC__TCP_REJECT_CHECK);
+	} else if (!w->dst && !w->inflight && w->land.g) {
+		lc__land_done(&w->land, false); /* deferred by write_drop */
 	}
 }
 
 /* I/O thread: reap completed copies; lanes stopped for a slot go on. */
 void lc__tcp_slots_reap(tcp_listener_t *tl)
 {
-	bool freed = false, free_slot = false;
-	for (int i = 0; tl->slots_made && i < NSLOTS; i++) {
-		bslot_t *s = &tl->slots[i];
-		int st = atomic_load(&s->state);
-		free_slot |= st == SLOT_FREE;
-		if (st != SLOT_DONE)
-			continue;
-		rlane_t *r = s->r;
-		int status = s->status;
-		uint64_t seq = s->seq;
-		s->r = NULL;
-		atomic_store(&s->state, SLOT_FREE);
-		freed = true;
-		if (r)
-			copy_reaped(r, seq, status);
-	}
+	bool free_slot;
+	bool freed = lc__bounces_reap(&tl->bounces, copy_reaped, &free_slot);
 	if (!freed && !free_slot)
 		return;
 	for (rlane_t *r = tl->lanes; r; r = r->next) {
 		if (freed)
-			pend_complete(r);
+			queue_complete(r);
 		if (r->slot_wait) {
 			r->slot_wait = false;
 			r->readable = true; /* its staged bytes too; a readv says EAGAIN */
 		}
 	}
+}
+
+/* The slot the run's head write (from byte skip of it) is read into: the
+ * lane's filling one, or a free one; NULL when every slot is busy
+ * (slot_wait: a completion wakes the lane) or *nomem. */
+static lc__bounce_t *lane_bounce(rlane_t *r, uint64_t skip, bool *nomem)
+{
+	*nomem = false;
+	if (r->fill)
+		return r->fill;
+	*nomem = lc__landq_make(&r->q, LANDQ_CAP) != 0;
+	if (!*nomem)
+		r->fill = lc__bounce_get(&r->tl->bounces, r, r->seq, skip, nomem);
+	r->slot_wait = !r->fill && !*nomem;
+	return r->fill;
 }
 
 /* ---- receiver: writes ---- */
@@ -304,18 +243,18 @@ static void write_done(rlane_t *r)
 {
 	rwrite_t *w = &r->run[r->run_i];
 	if (r->fill) /* a slot the write's last bytes did not reach (dropped) */
-		slot_flush(r);
-	if (w->inflight || (r->pend_n && !w->dst)) {
+		fill_flush(r);
+	if (w->inflight || (r->q.n && !w->dst)) {
 		/* Its copies are in flight, or its REJECT would acknowledge a
-		 * write whose copies are: completed in order by pend_complete.
+		 * write whose copies are: completed in order by queue_complete.
 		 * A dropped write's landing is done already (g NULL) unless
 		 * copies are in flight. */
-		*lc__tcp_pend_at(r, r->pend_n++) = (pend_t){.seq = r->seq,
-						    .len = w->len,
-						    .land = w->land,
-						    .inflight = w->inflight,
-						    .code = w->dst ? 0 : w->code,
-						    .detail = w->detail};
+		lc__landq_push(&r->q, &(lc__landq_ent_t){.seq = r->seq,
+							 .len = w->len,
+							 .land = w->land,
+							 .inflight = w->inflight,
+							 .code = w->dst ? 0 : w->code,
+							 .detail = w->detail});
 	} else if (w->dst) {
 		land_finish(w);
 		r->unacked_bytes += w->len;
@@ -404,7 +343,8 @@ static int on_run(rlane_t *r, const uint8_t *p)
 			continue;
 		}
 		/* A strided write's whole span is checked at once. */
-		w->code = lc__land_open(r->tl->ctx, h.room, w->region, w->offset, span[i], &w->land);
+		w->code =
+			lc__land_open(r->tl->ctx, h.room, w->region, w->offset, span[i], &w->land);
 		w->detail = LC__TCP_REJECT_CHECK;
 		w->sdev = !w->code && w->land.dev && w->count > 1;
 		w->dev = !w->code && w->land.dev && !w->sdev;
@@ -543,9 +483,9 @@ static int frame_from_stage(rlane_t *r)
 	need += (size_t)n * LC__TCP_DESC_LEN;
 	if (avail < need)
 		return 0;
-	if (out_free(r) < n + 2 + r->pend_n)
+	if (out_free(r) < n + 2 + r->q.n)
 		lc__tcp_rlane_flush(r);
-	if (out_free(r) < n + 2 + r->pend_n) {
+	if (out_free(r) < n + 2 + r->q.n) {
 		r->paused = true; /* the sender is not reading: stop reading too */
 		return 0;
 	}
@@ -594,32 +534,20 @@ static int run_iov(rlane_t *r, struct iovec *iov, const lc__land_t **g)
 		if (!left)
 			continue;
 		if (w->dev && w->dst) { /* bounced, landed by run_distribute */
-			bslot_t *s = r->fill;
+			bool nomem;
 			whole = false;
-			if (!r->pend)
-				r->pend = malloc(PEND_CAP * sizeof *r->pend);
-			if (!s && (!r->pend || !(s = slot_get(r->tl)))) {
-				if (!r->tl->slots_made || !r->pend) { /* no memory for them */
-					write_drop(w, LC_ERR_IO, LC__TCP_REJECT_CHECK);
-					iov[n++] = (struct iovec){
-						r->tl->scratch,
-						LC__MIN(left, (uint64_t)SCRATCH_LEN)};
-				} else {
-					r->slot_wait = true; /* a copy's completion wakes us */
-				}
-				break;
+			if (i != r->run_i)
+				break; /* its slot is taken once it heads the run */
+			lc__bounce_t *s = lane_bounce(r, skip, &nomem);
+			if (nomem) { /* no memory for the pipeline */
+				write_drop(w, LC_ERR_IO, LC__TCP_REJECT_CHECK);
+				iov[n++] = (struct iovec){r->tl->scratch,
+							  LC__MIN(left, (uint64_t)SCRATCH_LEN)};
+			} else if (s) {
+				iov[n++] = (struct iovec){
+					s->buf + s->fill,
+					LC__MIN(left, (uint64_t)(LC__BOUNCE_LEN - s->fill))};
 			}
-			if (!r->fill) {
-				*s = (bslot_t){.tl = r->tl,
-					       .buf = s->buf,
-					       .r = r,
-					       .seq = r->seq + (i - r->run_i),
-					       .at = skip};
-				atomic_store(&s->state, SLOT_FILLING);
-				r->fill = s;
-			}
-			iov[n++] = (struct iovec){s->buf + s->fill,
-						  LC__MIN(left, (uint64_t)(BOUNCE_LEN - s->fill))};
 			break;
 		}
 		if (w->sdev && w->dst) { /* into scratch, landed by run_distribute */
@@ -640,8 +568,8 @@ static int run_iov(rlane_t *r, struct iovec *iov, const lc__land_t **g)
 					break;
 				}
 				uint64_t blk = at / w->blen, in = at % w->blen;
-				iov[n++] = (struct iovec){w->dst + blk * w->stride + in,
-							  w->blen - in};
+				iov[n++] =
+					(struct iovec){w->dst + blk * w->stride + in, w->blen - in};
 				at += w->blen - in;
 			}
 			continue;
@@ -679,8 +607,8 @@ static void run_distribute(rlane_t *r, const struct iovec *iov, int n, size_t go
 		r->done += t;
 		if (r->fill && iov[k].iov_base == r->fill->buf + r->fill->fill) {
 			r->fill->fill += t;
-			if (r->fill->fill == BOUNCE_LEN || r->done == w->len)
-				slot_flush(r);
+			if (r->fill->fill == LC__BOUNCE_LEN || r->done == w->len)
+				fill_flush(r);
 		}
 		got -= t;
 		run_advance(r);

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "transport/stage.h"
+#include "transport/land.h"
 #include "transport/tcp/tcp_int.h"
 
 /* How much one read may put in the staging buffer (which also holds a
@@ -22,15 +22,10 @@
 #define STAGE_READ (4u << 10)
 #define STAGE_CAP (STAGE_READ + LC__TCP_HDR_LEN + LC__TCP_MAX_RUN * LC__TCP_DESC_LEN)
 #define SCRATCH_LEN (64u << 10)
-/* Device-kind payloads are read into host bounce slots, each landed by the
- * seam's copy engine with one copy when full or at the write's end: large,
- * so that the hand-off to the engine is paid per MiB, not per 64 KiB; a
- * few of them, so that copies overlap the reads of the next slots. */
-#define BOUNCE_LEN (1u << 20)
-#define NSLOTS 8
-/* Pending writes per lane (copies in flight, or queued behind such); a
- * lane reads on only while a whole run more would fit. */
-#define PEND_CAP (2 * LC__TCP_MAX_RUN + NSLOTS)
+/* Writes per lane in the seam's in-order queue (device copies in flight,
+ * or queued behind such); a lane reads on only while a whole run more
+ * would fit. */
+#define LANDQ_CAP (2 * LC__TCP_MAX_RUN + LC__BOUNCE_N)
 /* Bound on waiting for a closing lane's copies in flight. */
 #define CLOSE_WAIT_NS 5000000000ull
 /* Acknowledge at least every ACK_BYTES applied, and whenever the socket
@@ -59,9 +54,9 @@
  * before the task is attached (lc__io_attach) and after it is detached
  * (lc__io_detach). Shared state is reached only through the
  * context's thread-safe helpers (the memory seam, counters, tokens). The
- * one exception is a bounce slot's copy completion, on the copy engine's
- * thread: it writes only the slot's status, state and in_cb (atomics),
- * then kicks the task; the I/O thread reaps DONE slots (slots_reap).
+ * one exception is a bounce slot's copy completion (the seam's pipeline,
+ * land.h), on the copy engine's thread: it kicks the task, and the I/O
+ * thread reaps the slot (lc__tcp_slots_reap).
  * ==================================================================== */
 
 enum rphase { R_HELLO, R_HDR, R_RUN };
@@ -71,7 +66,7 @@ typedef struct rwrite {
 	uint8_t *dst;      /* NULL: rejected, the payload is discarded */
 	lc__land_t land;   /* the seam's landing, until the payload is in place */
 	bool dev;          /* device memory: dst is land.dev, never read into; the
-			  * payload bounces through a slot and lc__land_copy_async */
+			  * payload bounces through the seam's slots (land.h) */
 	uint32_t inflight; /* its copies queued and not reaped */
 	uint32_t region;
 	uint64_t offset, len; /* len: payload bytes on the wire */
@@ -84,33 +79,6 @@ typedef struct rwrite {
 	bool sdev;
 	int code, detail; /* the rejection, when dst is NULL */
 } rwrite_t;
-
-/* A bounce slot: FREE -> FILLING (a lane reads a dev write's bytes into
- * it) -> COPYING (lc__land_copy_async queued) -> DONE (the copy engine's
- * thread: status set) -> FREE (reaped by the I/O thread). */
-enum { SLOT_FREE, SLOT_FILLING, SLOT_COPYING, SLOT_DONE };
-typedef struct bslot {
-	struct tcp_listener *tl;
-	uint8_t *buf;    /* BOUNCE_LEN */
-	struct rlane *r; /* the lane, NULL once it closed (I/O thread) */
-	uint64_t seq;    /* the write it lands (the lane's numbering) */
-	uint64_t at;     /* byte of the write at buf[0] */
-	size_t fill;
-	_Atomic int state;
-	_Atomic int in_cb; /* the copy's callback is running */
-	int status;        /* set before DONE */
-	lc__land_async_t a;
-} bslot_t;
-
-/* A write fully received whose completion waits: for its device copies,
- * or behind an older one that does. In lane order (seq). */
-typedef struct pend {
-	uint64_t seq, len;
-	lc__land_t land; /* land.g NULL: nothing left to finish */
-	uint32_t inflight;
-	bool failed;      /* a copy failed */
-	int code, detail; /* a rejection to send, when code */
-} pend_t;
 
 typedef struct rlane {
 	struct tcp_listener *tl;
@@ -140,10 +108,9 @@ typedef struct rlane {
 	size_t out_len;
 	lc__io_fd_t iofd;
 	/* device landings */
-	struct bslot *fill; /* the slot run_i's bytes are read into, or NULL */
+	lc__bounce_t *fill; /* the slot run_i's bytes are read into, or NULL */
 	bool slot_wait;     /* stopped: every slot busy */
-	pend_t *pend;       /* PEND_CAP, made at the lane's first device write */
-	uint32_t pend_head, pend_n;
+	lc__landq_t q;      /* LANDQ_CAP, made at the lane's first device write */
 } rlane_t;
 
 typedef struct tcp_listener {
@@ -165,8 +132,7 @@ typedef struct tcp_listener {
 	bool reap; /* a lane was marked dead outside the service loop's reach */
 	int sockbuf;
 	uint8_t scratch[SCRATCH_LEN];
-	bslot_t slots[NSLOTS]; /* device-kind payloads; buffers made at first use */
-	bool slots_made;
+	lc__bounces_t bounces; /* device-kind payloads; buffers made at first use */
 } tcp_listener_t;
 
 /* Eviction takes only a lane quiet for this long (so never one between two
@@ -186,7 +152,7 @@ static inline bool lc__tcp_same_peer(const rlane_t *r, const uint8_t *key, uint8
  * discarded. */
 static inline bool lc__tcp_rlane_busy(const rlane_t *r)
 {
-	if (r->pend_n)
+	if (r->q.n)
 		return true;
 	for (uint32_t i = r->run_i; r->phase == R_RUN && i < r->run_n; i++)
 		if (r->run[i].land.g)
@@ -204,7 +170,6 @@ static inline bool lc__tcp_log_due(uint64_t *last_ns, uint64_t now)
 }
 
 /* recv.c, for listen.c */
-pend_t *lc__tcp_pend_at(rlane_t *r, uint32_t k);
 void lc__tcp_rlane_flush(rlane_t *r);
 bool lc__tcp_rlane_held(const rlane_t *r);
 void lc__tcp_rlane_pump(rlane_t *r);

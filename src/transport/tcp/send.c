@@ -864,6 +864,7 @@ int lc__tcp_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 	rc = lc__io_attach(c->ctx, &tc->task, &sender_task_ops);
 	if (rc)
 		goto fail;
+	c->io_task = &tc->task; /* batch deadlines on its loop */
 	return 0;
 fail:
 	c->tp = NULL;

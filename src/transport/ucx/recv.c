@@ -7,11 +7,7 @@
 #include <string.h>
 
 #include "core/copier.h"
-#include "transport/stage.h"
 #include "transport/ucx/ucx_int.h"
-
-/* A staged write's device copies, in slices of at most this. */
-#define COPY_SLICE (4u << 20)
 
 sconn_t *lc__ucx_sc_by_ep(ustate_t *st, ucp_ep_h ep)
 {
@@ -36,7 +32,7 @@ static void write_done(lwrite_t *w, bool landed)
 static void lease_exit(lease_t *ls)
 {
 	if (ls->entered)
-		lc__grant_exit(ls->g);
+		lc__land_exit(&ls->bracket);
 	ls->entered = false;
 }
 
@@ -46,7 +42,6 @@ static void lease_free(lease_t *ls)
 	for (uint32_t i = 0; i < ls->nopen; i++) {
 		write_done(&ls->w[i], false);
 		free(ls->w[i].stage);
-		free(ls->w[i].ca);
 		free(ls->w[i].fin);
 	}
 	free(ls->w);
@@ -224,8 +219,8 @@ static int lease_open(ustate_t *st, lease_t *ls, const uint8_t *d, uint32_t *bad
 			return LC_ERR_GRANT;
 		}
 	}
-	ls->g = ls->w[0].land.g;
-	if (!lc__grant_enter(ls->g)) {
+	ls->bracket = ls->w[0].land;
+	if (!lc__land_enter(&ls->bracket)) {
 		LC__COUNT(st->ctx, writes_rejected_grant);
 		*bad = 0;
 		return LC_ERR_GRANT;
@@ -380,29 +375,26 @@ static void copies_over(ustate_t *st, void *arg)
 {
 	lwrite_t *w = arg;
 	lease_t *ls = w->ls;
-	bool ok = !atomic_load(&w->copy_failed);
+	int status = atomic_load(&w->copy_status);
 	w->fin = NULL; /* freed by lc__ucx_run_cmds */
 	free(w->stage);
-	free(w->ca);
 	w->stage = NULL;
-	w->ca = NULL;
 	w->busy = false;
-	if (!ok)
+	if (status == LC_ERR_GRANT)
+		lc__land_revoked(&w->land);
+	else if (status)
 		LC__WARN("ucx: room %llu: device copy into region %u failed",
 			 (unsigned long long)w->land.room, w->land.region);
-	write_done(w, ok);
+	write_done(w, status == 0);
 	recv_over(st, ls);
 }
 
-/* The copy engine's thread: one slice's copy completed. */
-static void copy_slice_done(void *arg, int status)
+/* The copy engine's thread (or the caller's): the copies completed. */
+static void copies_done(void *arg, int status)
 {
 	lwrite_t *w = arg;
-	if (status)
-		atomic_store(&w->copy_failed, 1);
-	if (atomic_fetch_sub(&w->copies, 1) != 1)
-		return;
 	ustate_t *st = w->ls->st;
+	atomic_store(&w->copy_status, status);
 	pthread_mutex_lock(&st->lock);
 	lc__ucx_cmd_push(st, w->fin);
 	pthread_mutex_unlock(&st->lock);
@@ -410,38 +402,18 @@ static void copy_slice_done(void *arg, int status)
 }
 
 /* Pipelined landing (docs/gpu.md "Staging"): a write received into its
- * host stage is landed by the device's copy engine while the thread goes
- * on receiving; the write stays busy and counted in the lease's receives
- * until copies_over. false: nothing started (the caller lands it). */
+ * host stage is landed by the seam (the device's copy engine) while the
+ * thread goes on receiving; the write stays busy and counted in the
+ * lease's receives until copies_over. false: nothing started (the caller
+ * lands it). */
 static bool copy_start(lwrite_t *w)
 {
-	uint64_t len = w->land.length;
-	int n = (int)((len + COPY_SLICE - 1) / COPY_SLICE), started = 0, rc = 0;
-	w->ca = calloc((size_t)n, sizeof *w->ca);
-	w->fin = malloc(sizeof *w->fin);
-	if (!w->ca || !w->fin) {
-		free(w->ca);
-		free(w->fin);
-		w->ca = NULL;
-		w->fin = NULL;
+	if (!(w->fin = malloc(sizeof *w->fin)))
 		return false;
-	}
 	*w->fin = (cmd_t){.fn = copies_over, .arg = w};
-	atomic_store(&w->copy_failed, 0);
-	atomic_store(&w->copies, n + 1); /* held until every slice is queued */
-	for (int i = 0; i < n && !rc; i++, started++) {
-		uint64_t at = (uint64_t)i * COPY_SLICE, k = LC__MIN(len - at, (uint64_t)COPY_SLICE);
-		rc = lc__land_copy_async(&w->land, at, w->stage + at, k, &w->ca[i], copy_slice_done,
-					 w);
-	}
-	if (rc) {
-		started--; /* the failed one */
-		atomic_store(&w->copy_failed, 1);
-		if (rc == LC_ERR_GRANT)
-			lc__land_revoked(&w->land);
-	}
-	atomic_fetch_sub(&w->copies, n - started); /* slices never queued */
-	copy_slice_done(w, 0);                     /* the hold */
+	int rc = lc__land_copy_async(&w->land, 0, w->stage, w->land.length, copies_done, w);
+	if (rc)
+		copies_done(w, rc); /* nothing queued: finished as failed */
 	return true;
 }
 
@@ -611,10 +583,8 @@ static void sc_service(ustate_t *st, uint64_t now)
 			sc_close(st, sc);
 		bool fence = false;
 		for (lease_t *ls = sc->closed ? NULL : sc->leases; ls; ls = ls->next) {
-			if (lc__grant_enter(ls->g)) {
-				lc__grant_exit(ls->g);
+			if (!lc__land_is_revoked(&ls->bracket))
 				continue;
-			}
 			if (!ls->revoke_seen_ns) {
 				ls->revoke_seen_ns = now;
 				LC__DEBUG(

@@ -40,7 +40,7 @@
  * - Leases make one-sided writes receiver-enforced: before the puts of a
  *   batch, P sends the batch's write list (LEASE); D checks every write
  *   against its regions and the room's grant exactly as the copying
- *   transports do, and holds the room's grant bracket (lc__grant_enter)
+ *   transports do, and holds the room's grant bracket (lc__land_enter)
  *   until P reports that the puts are flushed (DONE). So lc_grant_revoke
  *   on D waits for leased batches; D's thread sees the revoke pending,
  *   asks P to stop (REVOKE), and fences P's endpoint (closes it) if P has
@@ -168,12 +168,11 @@ typedef struct lwrite {
 	uint8_t *stage; /* a rendezvous into memory without a direct pointer */
 	bool busy;      /* a rendezvous receive, or its device copies, under way */
 	bool done;      /* lc__land_done was called */
-	/* Device copies of `stage` in flight (recv.c, copy_start): the last
-	 * one's completion hands `fin` to the thread, which finishes the
-	 * write; the lease's `recvs` counts the write until then. */
-	struct lc__land_async *ca;
-	_Atomic int copies;
-	_Atomic int copy_failed;
+	/* Device copies of `stage` in flight (recv.c, copy_start, through
+	 * the seam's lc__land_copy_async): their completion sets copy_status
+	 * and hands `fin` to the thread, which finishes the write; the
+	 * lease's `recvs` counts the write until then. */
+	_Atomic int copy_status;
 	struct cmd *fin;
 } lwrite_t;
 
@@ -181,7 +180,10 @@ typedef struct lease {
 	ustate_t *st;
 	struct sconn *sc; /* its connection (while not released) */
 	uint64_t seq, room;
-	lc__grant_room_t *g; /* the bracket (entered while `entered`) */
+	/* The bracket (entered while `entered`): a copy of the first write's
+	 * landing, whose grant entry every write of the lease shares; it
+	 * outlives the writes' own lc__land_done. */
+	lc__land_t bracket;
 	/* The bracket is held until every rendezvous receive of the lease has
 	 * completed, even past DONE or the release: a receive in flight lands
 	 * bytes, and lc_grant_revoke must not return before it has. */
