@@ -34,10 +34,9 @@
 /* ====================================================================
  * Sender state.
  *
- * Threading: post() (any caller thread) fills `subq` under tcp_conn.lock
- * and kicks its task (lc__io_kick); everything else in tcp_conn, lane and
- * seg belongs to the I/O thread running that task (no locks on the hot
- * path). conn_close() detaches the task before it frees that state.
+ * Threading: post() (any thread) fills `subq` under tcp_conn.lock and kicks
+ * the task (lc__io_kick); the rest of tcp_conn, lane and seg is the I/O
+ * thread's, lock free, until conn_close() detaches the task.
  * Batches are shared with the generic layer: each segblock holds one
  * reference and only reads b->writes, b->room and the atomic fields.
  * ==================================================================== */
