@@ -18,6 +18,7 @@ int lc__bench_wake(int argc, char **argv) __attribute__((weak));
 int lc__bench_control(int argc, char **argv) __attribute__((weak));
 int lc__bench_checksum(int argc, char **argv) __attribute__((weak));
 int lc__bench_strided(int argc, char **argv) __attribute__((weak));
+int lc__bench_landed(int argc, char **argv) __attribute__((weak));
 
 /* The loopback listener URL of a transport name (tcp, shm, ucx; anything
  * else is loop://). */

@@ -39,9 +39,8 @@ LAYER_OF_PATH = [
     ("src/control/", "control"),
     ("src/engine/", "engine"),
     ("src/pd/", "pd"),
-    ("src/api/", "api"),  # thin public entry points
 ]
-RANK = {"core": 0, "transport": 1, "control": 1, "engine": 2, "pd": 3, "api": 4}
+RANK = {"core": 0, "transport": 1, "control": 1, "engine": 2, "pd": 3}
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBJ_SUBDIR = os.path.join("CMakeFiles", "lc_objects.dir")

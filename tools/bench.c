@@ -39,6 +39,7 @@ static const char bench_help[] =
 	"    layercake bench strided [--transport loop|tcp|shm|ucx] [--rows R]\n"
 	"                            [--heads H] [--head-bytes B] [--layers L]\n"
 	"                            [--pages N] [--requests Q] [--inflight I] [--json]\n"
+	"    layercake bench landed [--polls N] [--json]\n"
 	"\n"
 	"DESCRIPTION\n"
 	"    Without a name, runs every benchmark built in, with its defaults, one\n"
@@ -58,6 +59,8 @@ static const char bench_help[] =
 	"               against one memcpy of the same size\n"
 	"    strided    token-major pages at P TP 1 -> D TP 2: one strided write per\n"
 	"               page against one write per token, descriptors and GB/s\n"
+	"    landed     one layers_ready poll with 10 and 10,000 landed ranges in the\n"
+	"               room (flat), against the per-poll scan it replaced\n"
 	"\n"
 	"OPTIONS\n"
 	"    --json     exactly one JSON object on stdout (logs go to stderr). Run all,\n"
@@ -154,8 +157,8 @@ typedef struct bench_entry {
 } bench_entry_t;
 
 static const bench_entry_t table[] = {
-	{"transport", 7}, {"planner", 3},  {"wake", 1},
-	{"control", 2},   {"checksum", 2}, {"strided", 2},
+	{"transport", 7}, {"planner", 3}, {"wake", 1},   {"control", 2},
+	{"checksum", 2},  {"strided", 2}, {"landed", 1},
 };
 #define NBENCH (sizeof table / sizeof table[0])
 
@@ -174,6 +177,8 @@ static bench_fn fn_of(size_t i)
 		return lc__bench_checksum;
 	case 5:
 		return lc__bench_strided;
+	case 6:
+		return lc__bench_landed;
 	default:
 		return NULL;
 	}

@@ -21,10 +21,10 @@
 	X(io_spin_us, "LAYERCAKE_IO_SPIN_US", 0, 0, 100000,                                        \
 	  "adaptive polling of an I/O loop: after activity, poll without sleeping this long "      \
 	  "before sleeping on epoll (0: never spin; an idle loop never spins)")                    \
-	X(conn_threads_max, "LAYERCAKE_CONN_THREADS_MAX", 8, 1, 1024,                              \
-	  "threads a context may start for connections (loop://, a test transport, runs one per "  \
-	  "connection; every other transport shares the I/O core); past it a connection is "       \
-	  "refused (conns_refused_threads)")                                                       \
+	X(loop_conn_threads_max, "LAYERCAKE_LOOP_CONN_THREADS_MAX", 8, 1, 1024,                    \
+	  "threads a context may start for loop:// connections (a test transport that runs one "   \
+	  "per connection; every other transport shares the I/O core); past it a loop:// "         \
+	  "connection is refused (conns_refused_threads)")                                         \
 	X(shm_copy_threads, "LAYERCAKE_SHM_COPY_THREADS", 1, 1, 2,                                 \
 	  "threads that copy each large shm write at the receiver: 1, the I/O loop alone; 2 adds " \
 	  "a helper thread per listener for the second half of writes of 1 MiB or more")           \

@@ -1,9 +1,9 @@
-/* Copy engines of a context by memory kind (copy.h). */
+/* Copy engines of a context by memory kind (copier.h). */
 #include <errno.h>
 #include <pthread.h>
 
-#include "core/copy.h"
-#include "core/copy_cuda.h"
+#include "core/copier.h"
+#include "core/copier_cuda.h"
 #include "core/ctx.h"
 
 int lc__copier_get(lc_ctx_t *ctx, int kind, int device, lc__copier_t **out)
@@ -24,7 +24,7 @@ int lc__copier_get(lc_ctx_t *ctx, int kind, int device, lc__copier_t **out)
 	pthread_mutex_lock(&ctx->copy_lock);
 	c = atomic_load(slot);
 	if (!c) {
-		/* CUDA: copy_cuda.c, through the driver shim (LC_ENOTSUP
+		/* CUDA: copier_cuda.c, through the driver shim (LC_ENOTSUP
 		 * where libcuda cannot be loaded). */
 		rc = kind == LC_MEM_KIND_SIM ? lc__copy_sim_create(ctx, &c)
 					     : lc__copier_cuda_create(ctx, device, &c);

@@ -1,6 +1,6 @@
 /* The context's own state: configuration, counters and accepted tokens.
  * Creating and destroying a context, which also reaches the transports,
- * is src/api/ctx.c. */
+ * is src/transport/ctx.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /*
  * The state of a context that every layer shares: configuration, counters,
  * regions, grants, accepted tokens, and a slot per transport for its
- * per-context state. src/core/ctx.c keeps it; src/api/ctx.c creates and
- * destroys contexts (it alone reaches the transports' teardown).
+ * per-context state. src/core/ctx.c keeps it; src/transport/ctx.c creates
+ * and destroys contexts (it alone reaches the transports' teardown).
  *
  * Threading: cfg is protected by cfg_lock (writers: lc_ctx_config_set;
  * readers copy values under it with lc__ctx_cfg). counters are atomics.
@@ -35,7 +35,7 @@ struct lc_ctx {
 	lc__config_t cfg;
 
 	_Atomic uint64_t counters[LC__CNT_COUNT];
-	/* Threads started for connections (loop://), at most conn_threads_max:
+	/* Threads started for connections (loop://), at most loop_conn_threads_max:
 	 * a peer that names many connections never buys a thread each. */
 	_Atomic int conn_threads;
 

@@ -38,7 +38,6 @@ typedef struct cu_fns {
 	CUresult (*EventDestroy)(CUevent);
 	CUresult (*EventRecord)(CUevent, CUstream);
 	CUresult (*EventSynchronize)(CUevent);
-	CUresult (*EventQuery)(CUevent);
 	CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
@@ -102,7 +101,6 @@ static const struct {
 	S(EventDestroy, 0, "cuEventDestroy_v2", "cuEventDestroy"),
 	S(EventRecord, 0, "cuEventRecord"),
 	S(EventSynchronize, 0, "cuEventSynchronize"),
-	S(EventQuery, 0, "cuEventQuery"),
 	S(MemcpyHtoDAsync, 0, "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync"),
 	S(MemcpyDtoHAsync, 0, "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync"),
 	S(MemcpyDtoDAsync, 0, "cuMemcpyDtoDAsync_v2", "cuMemcpyDtoDAsync"),
@@ -411,13 +409,6 @@ int lc__cuda_event_synchronize(CUevent e)
 {
 	NEED(EventSynchronize);
 	return check(cu.EventSynchronize(e), "cuEventSynchronize");
-}
-
-int lc__cuda_event_query(CUevent e)
-{
-	NEED(EventQuery);
-	CUresult r = cu.EventQuery(e);
-	return r == LC__CUDA_ERROR_NOT_READY ? -EAGAIN : check(r, "cuEventQuery");
 }
 
 int lc__cuda_memcpy_htod_async(CUdeviceptr dst, const void *src, size_t n, CUstream s)

@@ -1,5 +1,5 @@
 /*
- * The CUDA driver shim (issue 14, docs/gpu.md "CUDA without CUDA at build
+ * The CUDA driver shim (docs/gpu.md "CUDA without CUDA at build
  * time"). libcuda is opened with dlopen at first use (the text knob
  * cuda_lib, default "libcuda.so.1") and its functions are reached through
  * one table; the types and constants below are the driver API's documented
@@ -10,8 +10,7 @@
  * logged for that: it is the host-only case), or, when the CUDA call fails,
  * an LC code (-EINVAL, -ENOMEM, -EEXIST, -ENOTSUP, LC_ERR_CUDA) after a log
  * line naming the call and its CUresult (cuGetErrorName) and a count in
- * lc__cuda_errors(). cuEventQuery's CUDA_ERROR_NOT_READY is -EAGAIN, not
- * an error.
+ * lc__cuda_errors().
  *
  * Threading: the table is filled once (pthread_once) and read-only after.
  * Wrappers are safe from any thread as the driver is; those that need a
@@ -53,7 +52,6 @@ enum {
 	LC__CUDA_ERROR_INVALID_VALUE = 1,
 	LC__CUDA_ERROR_OUT_OF_MEMORY = 2,
 	LC__CUDA_ERROR_NO_DEVICE = 100,
-	LC__CUDA_ERROR_NOT_READY = 600,
 	LC__CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
 	LC__CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
 	LC__CUDA_ERROR_NOT_SUPPORTED = 801,
@@ -111,7 +109,6 @@ int lc__cuda_event_create(CUevent *out);
 void lc__cuda_event_destroy(CUevent e);
 int lc__cuda_event_record(CUevent e, CUstream s);
 int lc__cuda_event_synchronize(CUevent e);
-int lc__cuda_event_query(CUevent e); /* 0 done, -EAGAIN not yet, or error */
 
 int lc__cuda_memcpy_htod_async(CUdeviceptr dst, const void *src, size_t n, CUstream s);
 int lc__cuda_memcpy_dtoh_async(void *dst, CUdeviceptr src, size_t n, CUstream s);

@@ -1,4 +1,5 @@
-/* Grant table: a hash map from room to sorted, merged byte ranges. */
+/* Grant table: a hash map from room to sorted, merged byte ranges. What
+ * landed in each room is counted by the entry's lc__landed_t (landed.c). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -7,19 +8,14 @@
 
 #include "core/common.h"
 #include "core/grant.h"
+#include "core/idmap.h"
+#include "core/landed.h"
 
 typedef struct range {
 	uint32_t region;
 	uint64_t offset;
 	uint64_t length;
 } range_t;
-
-/* Covered bytes [lo, hi) of a region: sorted by (region, lo), disjoint and
- * never touching (touching intervals are merged). */
-typedef struct ival {
-	uint64_t lo, hi;
-	uint32_t region;
-} ival_t;
 
 struct lc__grant_room {
 	uint64_t room;
@@ -32,42 +28,22 @@ struct lc__grant_room {
 	 * rest is under mu: what landed, each granted byte once. */
 	_Atomic uint64_t granted;
 	pthread_mutex_t mu;
-	ival_t *iv;
-	size_t niv, civ;
 	size_t ivmax; /* intervals allowed beyond one per range */
-	uint64_t covered, twice;
-	int broken; /* 0, or why counting stopped (-ENOSPC: the cap, -ENOMEM) */
+	lc__landed_t landed;
 };
 
 struct lc__grant_table {
 	pthread_mutex_t lock;
-	lc__grant_room_t **slots; /* open addressing, NULL = empty, TOMB = deleted */
-	size_t cap, used, live;
+	lc__idmap_t rooms;      /* room id -> lc__grant_room_t (D's own grants: no cap) */
 	_Atomic uint64_t ivmax; /* for rooms created from now on */
 };
-
-static lc__grant_room_t tomb_entry;
-#define TOMB (&tomb_entry)
-
-static size_t hash_room(uint64_t room, size_t cap)
-{
-	room ^= room >> 33;
-	room *= 0xff51afd7ed558ccdull;
-	room ^= room >> 33;
-	return (size_t)room & (cap - 1);
-}
 
 int lc__grant_table_create(lc__grant_table_t **out)
 {
 	lc__grant_table_t *t = calloc(1, sizeof *t);
 	if (!t)
 		return -ENOMEM;
-	t->cap = 64;
-	t->slots = calloc(t->cap, sizeof *t->slots);
-	if (!t->slots) {
-		free(t);
-		return -ENOMEM;
-	}
+	lc__idmap_init(&t->rooms, 0);
 	pthread_mutex_init(&t->lock, NULL);
 	atomic_init(&t->ivmax, 65536);
 	*out = t;
@@ -82,7 +58,7 @@ void lc__grant_set_intervals_max(lc__grant_table_t *t, uint64_t n)
 static void room_free(lc__grant_room_t *g)
 {
 	pthread_mutex_destroy(&g->mu);
-	free(g->iv);
+	lc__landed_fini(&g->landed);
 	free(g->ranges);
 	free(g);
 }
@@ -97,69 +73,23 @@ void lc__grant_table_destroy(lc__grant_table_t *t)
 {
 	if (!t)
 		return;
-	for (size_t i = 0; i < t->cap; i++) {
-		lc__grant_room_t *g = t->slots[i];
-		if (g && g != TOMB) {
-			atomic_store(&g->revoked, 1);
-			lc__grant_put(g);
-		}
+	size_t it = 0;
+	uint64_t id;
+	void *v;
+	while (lc__idmap_next(&t->rooms, &it, &id, &v)) {
+		lc__grant_room_t *g = v;
+		atomic_store(&g->revoked, 1);
+		lc__grant_put(g);
 	}
-	free(t->slots);
+	lc__idmap_fini(&t->rooms);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
 
 /* Under lock. */
-static lc__grant_room_t **find_slot(lc__grant_table_t *t, uint64_t room)
+static lc__grant_room_t *find(lc__grant_table_t *t, uint64_t room)
 {
-	size_t i = hash_room(room, t->cap);
-	for (size_t probe = 0; probe < t->cap; probe++, i = (i + 1) & (t->cap - 1)) {
-		lc__grant_room_t *g = t->slots[i];
-		if (!g)
-			return NULL;
-		if (g != TOMB && g->room == room)
-			return &t->slots[i];
-	}
-	return NULL;
-}
-
-static int grow(lc__grant_table_t *t)
-{
-	size_t ncap = t->live * 4 > t->cap ? t->cap * 2 : t->cap; /* else just rehash tombs */
-	lc__grant_room_t **ns = calloc(ncap, sizeof *ns);
-	if (!ns)
-		return -ENOMEM;
-	for (size_t i = 0; i < t->cap; i++) {
-		lc__grant_room_t *g = t->slots[i];
-		if (!g || g == TOMB)
-			continue;
-		size_t j = hash_room(g->room, ncap);
-		while (ns[j])
-			j = (j + 1) & (ncap - 1);
-		ns[j] = g;
-	}
-	free(t->slots);
-	t->slots = ns;
-	t->cap = ncap;
-	t->used = t->live;
-	return 0;
-}
-
-static int insert(lc__grant_table_t *t, lc__grant_room_t *g)
-{
-	if ((t->used + 1) * 4 > t->cap * 3) {
-		int rc = grow(t);
-		if (rc)
-			return rc;
-	}
-	size_t i = hash_room(g->room, t->cap);
-	while (t->slots[i] && t->slots[i] != TOMB)
-		i = (i + 1) & (t->cap - 1);
-	if (!t->slots[i])
-		t->used++;
-	t->slots[i] = g;
-	t->live++;
-	return 0;
+	return lc__idmap_get(&t->rooms, room);
 }
 
 static int range_cmp(const range_t *a, uint32_t region, uint64_t offset)
@@ -187,7 +117,47 @@ static ptrdiff_t floor_range(const lc__grant_room_t *g, uint32_t region, uint64_
 	return best;
 }
 
-static int room_add_range(lc__grant_room_t *g, uint32_t region, uint64_t offset, uint64_t length)
+/* Room for one more range, so that room_add_range cannot fail. */
+static int ranges_reserve(lc__grant_room_t *g)
+{
+	if (g->n < g->cap)
+		return 0;
+	size_t ncap = g->cap ? g->cap * 2 : 4;
+	range_t *nr = realloc(g->ranges, ncap * sizeof *nr);
+	if (!nr)
+		return -ENOMEM;
+	g->ranges = nr;
+	g->cap = ncap;
+	return 0;
+}
+
+/* The parts of [offset, end) of region not granted yet are about to be:
+ * the landed count's watched layers have that much more to land. */
+static void tell_granted(lc__grant_room_t *g, uint32_t region, uint64_t offset, uint64_t end)
+{
+	uint64_t at = offset;
+	ptrdiff_t i = floor_range(g, region, offset);
+	for (size_t k = i < 0 ? 0 : (size_t)i; k < g->n && at < end; k++) {
+		const range_t *r = &g->ranges[k];
+		if (r->region != region) {
+			if (r->region > region)
+				break;
+			continue;
+		}
+		if (r->offset + r->length <= at)
+			continue;
+		if (r->offset >= end)
+			break;
+		if (r->offset > at)
+			lc__landed_granted(&g->landed, region, at, r->offset);
+		at = r->offset + r->length;
+	}
+	if (at < end)
+		lc__landed_granted(&g->landed, region, at, end);
+}
+
+/* Merge [offset, offset+length) of region in; ranges_reserve came first. */
+static void room_add_range(lc__grant_room_t *g, uint32_t region, uint64_t offset, uint64_t length)
 {
 	uint64_t end = offset + length;
 	uint64_t before = 0; /* bytes the touched ranges held: granted grows by the rest */
@@ -200,14 +170,6 @@ static int room_add_range(lc__grant_room_t *g, uint32_t region, uint64_t offset,
 		if (r->offset + r->length < end)
 			r->length = end - r->offset;
 	} else {
-		if (g->n == g->cap) {
-			size_t ncap = g->cap ? g->cap * 2 : 4;
-			range_t *nr = realloc(g->ranges, ncap * sizeof *nr);
-			if (!nr)
-				return -ENOMEM;
-			g->ranges = nr;
-			g->cap = ncap;
-		}
 		i++;
 		memmove(&g->ranges[i + 1], &g->ranges[i], (g->n - (size_t)i) * sizeof *g->ranges);
 		g->ranges[i] = (range_t){region, offset, length};
@@ -230,7 +192,6 @@ static int room_add_range(lc__grant_room_t *g, uint32_t region, uint64_t offset,
 		g->n -= absorbed;
 	}
 	atomic_fetch_add(&g->granted, r->length - before);
-	return 0;
 }
 
 int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
@@ -240,10 +201,8 @@ int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64
 	if (length == 0 || offset + length < offset)
 		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room), *g;
-	if (slot) {
-		g = *slot;
-	} else {
+	lc__grant_room_t *g = find(t, room);
+	if (!g) {
 		g = calloc(1, sizeof *g);
 		if (!g) {
 			rc = -ENOMEM;
@@ -253,14 +212,18 @@ int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64
 		g->ivmax = (size_t)atomic_load(&t->ivmax);
 		atomic_init(&g->refs, 1);
 		pthread_mutex_init(&g->mu, NULL);
-		rc = insert(t, g);
+		lc__landed_init(&g->landed);
+		rc = lc__idmap_put(&t->rooms, room, g);
 		if (rc) {
 			room_free(g);
 			goto out;
 		}
 	}
-	pthread_mutex_lock(&g->mu); /* the cap reads n */
-	rc = room_add_range(g, region, offset, length);
+	pthread_mutex_lock(&g->mu); /* the cap reads n; the watch */
+	if (!(rc = ranges_reserve(g))) {
+		tell_granted(g, region, offset, offset + length);
+		room_add_range(g, region, offset, length);
+	}
 	pthread_mutex_unlock(&g->mu);
 out:
 	pthread_mutex_unlock(&t->lock);
@@ -268,11 +231,9 @@ out:
 }
 
 /* Under lock: unmap the entry; the caller drains and drops the table ref. */
-static lc__grant_room_t *unmap(lc__grant_table_t *t, lc__grant_room_t **slot)
+static lc__grant_room_t *unmap(lc__grant_table_t *t, lc__grant_room_t *g)
 {
-	lc__grant_room_t *g = *slot;
-	*slot = TOMB;
-	t->live--;
+	lc__idmap_del(&t->rooms, g->room);
 	atomic_store(&g->revoked, 1);
 	return g;
 }
@@ -288,12 +249,12 @@ static void drain_and_put(lc__grant_room_t *g)
 int lc__grant_revoke(lc__grant_table_t *t, uint64_t room)
 {
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room);
-	if (!slot) {
+	lc__grant_room_t *g = find(t, room);
+	if (!g) {
 		pthread_mutex_unlock(&t->lock);
 		return 0;
 	}
-	lc__grant_room_t *g = unmap(t, slot);
+	unmap(t, g);
 	int n = (int)g->n;
 	pthread_mutex_unlock(&t->lock);
 	drain_and_put(g);
@@ -306,13 +267,14 @@ int lc__grant_revoke_region(lc__grant_table_t *t, uint32_t region)
 	for (;;) {
 		lc__grant_room_t *victim = NULL;
 		pthread_mutex_lock(&t->lock);
-		for (size_t i = 0; i < t->cap && !victim; i++) {
-			lc__grant_room_t *g = t->slots[i];
-			if (!g || g == TOMB)
-				continue;
+		size_t it = 0;
+		uint64_t id;
+		void *v;
+		while (!victim && lc__idmap_next(&t->rooms, &it, &id, &v)) {
+			lc__grant_room_t *g = v;
 			for (size_t k = 0; k < g->n; k++) {
 				if (g->ranges[k].region == region) {
-					victim = unmap(t, &t->slots[i]);
+					victim = unmap(t, g);
 					break;
 				}
 			}
@@ -328,7 +290,7 @@ int lc__grant_revoke_region(lc__grant_table_t *t, uint32_t region)
 size_t lc__grant_rooms(lc__grant_table_t *t)
 {
 	pthread_mutex_lock(&t->lock);
-	size_t n = t->live;
+	size_t n = lc__idmap_count(&t->rooms);
 	pthread_mutex_unlock(&t->lock);
 	return n;
 }
@@ -340,9 +302,8 @@ int lc__grant_lookup(lc__grant_table_t *t, uint64_t room, uint32_t region, uint6
 	if (offset + length < offset)
 		return LC_ERR_GRANT;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room);
-	if (slot) {
-		lc__grant_room_t *g = *slot;
+	lc__grant_room_t *g = find(t, room);
+	if (g) {
 		ptrdiff_t i = floor_range(g, region, offset);
 		if (i >= 0 && g->ranges[i].region == region &&
 		    offset + length <= g->ranges[i].offset + g->ranges[i].length) {
@@ -372,107 +333,18 @@ void lc__grant_exit(lc__grant_room_t *g)
 	atomic_fetch_sub(&g->active, 1);
 }
 
-/* Index of the last interval <= (region, lo), or -1. Under mu. */
-static ptrdiff_t floor_ival(const lc__grant_room_t *g, uint32_t region, uint64_t lo)
-{
-	ptrdiff_t l = 0, h = (ptrdiff_t)g->niv - 1, best = -1;
-	while (l <= h) {
-		ptrdiff_t mid = l + (h - l) / 2;
-		const ival_t *v = &g->iv[mid];
-		if (v->region < region || (v->region == region && v->lo <= lo)) {
-			best = mid;
-			l = mid + 1;
-		} else {
-			h = mid - 1;
-		}
-	}
-	return best;
-}
-
-/* Under mu: a new interval at index i, within the cap. */
-static int ival_insert(lc__grant_room_t *g, size_t i, ival_t v)
-{
-	if (g->niv >= g->n + g->ivmax)
-		return -ENOSPC;
-	if (g->niv == g->civ) {
-		size_t ncap = g->civ ? g->civ * 2 : 8;
-		ival_t *nv = realloc(g->iv, ncap * sizeof *nv);
-		if (!nv)
-			return -ENOMEM;
-		g->iv = nv;
-		g->civ = ncap;
-	}
-	memmove(&g->iv[i + 1], &g->iv[i], (g->niv - i) * sizeof *g->iv);
-	g->iv[i] = v;
-	g->niv++;
-	return 0;
-}
-
 int lc__grant_landed(lc__grant_room_t *g, uint32_t region, uint64_t offset, uint64_t length,
 		     lc__grant_landing_t *out)
 {
-	uint64_t lo = offset, hi = offset + length, seen = 0;
-	int rc = 0;
 	*out = (lc__grant_landing_t){0};
 	if (!length)
 		return 0;
 	pthread_mutex_lock(&g->mu);
-	if (g->broken) {
-		rc = g->broken;
-		goto out;
-	}
-	/* The intervals [k0, k) touch or overlap [lo, hi): they merge into one. */
-	ptrdiff_t f = floor_ival(g, region, lo);
-	size_t k0 = f >= 0 && g->iv[f].region == region && g->iv[f].hi >= lo ? (size_t)f
-									     : (size_t)(f + 1);
-	size_t k = k0;
-	for (; k < g->niv && g->iv[k].region == region && g->iv[k].lo <= hi; k++) {
-		uint64_t a = LC__MAX(lo, g->iv[k].lo), b = LC__MIN(hi, g->iv[k].hi);
-		if (b > a)
-			seen += b - a;
-	}
-	if (k == k0) {
-		rc = ival_insert(g, k0, (ival_t){lo, hi, region});
-		if (rc) {
-			g->broken = rc;
-			out->broke = true;
-			goto out;
-		}
-	} else {
-		ival_t *v = &g->iv[k0];
-		v->lo = LC__MIN(v->lo, lo);
-		v->hi = LC__MAX(g->iv[k - 1].hi, hi);
-		memmove(&g->iv[k0 + 1], &g->iv[k], (g->niv - k) * sizeof *g->iv);
-		g->niv -= k - k0 - 1;
-	}
-	g->covered += length - seen;
-	if (seen) {
-		out->first_twice = g->twice == 0;
-		out->twice = seen;
-		g->twice += seen;
-	}
-out:
+	bool first = g->landed.twice == 0;
+	int rc = lc__landed_add(&g->landed, region, offset, offset + length, g->n + g->ivmax,
+				&out->twice, &out->broke);
+	out->first_twice = first && out->twice;
 	pthread_mutex_unlock(&g->mu);
-	return rc;
-}
-
-int lc__grant_room_count(lc__grant_table_t *t, uint64_t room, lc__grant_count_t *out)
-{
-	int rc = LC_ERR_GRANT;
-	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room);
-	if (slot) {
-		lc__grant_room_t *g = *slot;
-		pthread_mutex_lock(&g->mu);
-		*out = (lc__grant_count_t){.granted = atomic_load(&g->granted),
-					   .covered = g->covered,
-					   .twice = g->twice,
-					   .intervals = g->niv,
-					   .broken = g->broken != 0};
-		pthread_mutex_unlock(&g->mu);
-		rc = 0;
-	}
-	pthread_mutex_unlock(&t->lock);
 	return rc;
 }
 
@@ -483,6 +355,74 @@ static uint64_t overlap(uint64_t a, uint64_t b, uint64_t lo, uint64_t hi)
 	return b > a ? b - a : 0;
 }
 
+/* Granted bytes of the room inside [lo, hi) of region. Under a lock. */
+static uint64_t granted_in(const lc__grant_room_t *g, uint32_t region, uint64_t lo, uint64_t hi)
+{
+	uint64_t n = 0;
+	ptrdiff_t i = floor_range(g, region, lo);
+	for (size_t k = i < 0 ? 0 : (size_t)i;
+	     k < g->n && (g->ranges[k].region < region ||
+			  (g->ranges[k].region == region && g->ranges[k].offset < hi));
+	     k++)
+		if (g->ranges[k].region == region)
+			n += overlap(g->ranges[k].offset, g->ranges[k].offset + g->ranges[k].length,
+				     lo, hi);
+	return n;
+}
+
+int lc__grant_watch(lc__grant_table_t *t, uint64_t room, const lc__landed_span_t *spans, size_t n,
+		    uint32_t layers)
+{
+	uint64_t *need = malloc((n ? n : 1) * sizeof *need);
+	if (!need)
+		return -ENOMEM;
+	int rc = LC_ERR_GRANT;
+	pthread_mutex_lock(&t->lock);
+	lc__grant_room_t *g = find(t, room);
+	if (g) {
+		for (size_t i = 0; i < n; i++)
+			need[i] = granted_in(g, spans[i].region, spans[i].lo, spans[i].hi);
+		pthread_mutex_lock(&g->mu);
+		rc = lc__landed_watch(&g->landed, spans, need, n, layers);
+		pthread_mutex_unlock(&g->mu);
+	}
+	pthread_mutex_unlock(&t->lock);
+	free(need);
+	return rc;
+}
+
+int lc__grant_layers_ready(lc__grant_table_t *t, uint64_t room, uint32_t *out)
+{
+	int rc = LC_ERR_GRANT;
+	pthread_mutex_lock(&t->lock);
+	lc__grant_room_t *g = find(t, room);
+	if (g) {
+		*out = lc__landed_ready(&g->landed);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+int lc__grant_room_count(lc__grant_table_t *t, uint64_t room, lc__grant_count_t *out)
+{
+	int rc = LC_ERR_GRANT;
+	pthread_mutex_lock(&t->lock);
+	lc__grant_room_t *g = find(t, room);
+	if (g) {
+		pthread_mutex_lock(&g->mu);
+		*out = (lc__grant_count_t){.granted = atomic_load(&g->granted),
+					   .covered = g->landed.covered,
+					   .twice = g->landed.twice,
+					   .intervals = g->landed.niv,
+					   .broken = g->landed.broken != 0};
+		pthread_mutex_unlock(&g->mu);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
 int lc__grant_covered(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
 		      uint64_t length, uint64_t *granted, uint64_t *covered)
 {
@@ -490,28 +430,14 @@ int lc__grant_covered(lc__grant_table_t *t, uint64_t room, uint32_t region, uint
 	if (hi < lo)
 		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t **slot = find_slot(t, room);
-	if (!slot) {
+	lc__grant_room_t *g = find(t, room);
+	if (!g) {
 		pthread_mutex_unlock(&t->lock);
 		return LC_ERR_GRANT;
 	}
-	lc__grant_room_t *g = *slot;
-	ptrdiff_t i = floor_range(g, region, lo);
-	for (size_t k = i < 0 ? 0 : (size_t)i;
-	     k < g->n && (g->ranges[k].region < region ||
-			  (g->ranges[k].region == region && g->ranges[k].offset < hi));
-	     k++)
-		if (g->ranges[k].region == region)
-			gs += overlap(g->ranges[k].offset,
-				      g->ranges[k].offset + g->ranges[k].length, lo, hi);
+	gs = granted_in(g, region, lo, hi);
 	pthread_mutex_lock(&g->mu);
-	ptrdiff_t f = floor_ival(g, region, lo);
-	for (size_t k = f < 0 ? 0 : (size_t)f;
-	     k < g->niv &&
-	     (g->iv[k].region < region || (g->iv[k].region == region && g->iv[k].lo < hi));
-	     k++)
-		if (g->iv[k].region == region)
-			cs += overlap(g->iv[k].lo, g->iv[k].hi, lo, hi);
+	cs = lc__landed_in(&g->landed, region, lo, hi);
 	pthread_mutex_unlock(&g->mu);
 	pthread_mutex_unlock(&t->lock);
 	*granted = gs;

@@ -14,12 +14,12 @@
  * sum of its merged ranges: a range granted twice counts once) and the
  * bytes covered: the granted bytes that some finished write landed on,
  * each byte at most once. The memory seam reports every finished write
- * (region, offset, length) with lc__grant_landed; the entry keeps the
- * covered parts as a sorted list of merged intervals, so a write that
- * lands twice (a replay, a duplicate standing in for a missing write)
- * adds nothing and is reported back as bytes landed twice. Honest
- * streaming keeps the list short: a fully covered range is one interval,
- * and only writes landing out of order leave gaps for a while. The
+ * (region, offset, length) with lc__grant_landed; the entry's landed count
+ * (core/landed.h) keeps the covered parts as merged intervals, so a write
+ * that lands twice (a replay, a duplicate) adds nothing and is reported
+ * back as bytes landed twice; and, once D watches the room's layers
+ * (lc__grant_watch), the leading layers complete, kept current as bytes
+ * land (lc__grant_layers_ready is O(1)). The
  * intervals beyond one per granted range are capped (grant_intervals_max,
  * set with lc__grant_set_intervals_max): a write that would pass the cap
  * marks the room's accounting broken, and from then on nothing more is
@@ -34,7 +34,10 @@
 #define LC_CORE_GRANT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "core/landed.h"
 
 typedef struct lc__grant_table lc__grant_table_t;
 typedef struct lc__grant_room lc__grant_room_t;
@@ -101,5 +104,15 @@ int lc__grant_room_count(lc__grant_table_t *t, uint64_t room, lc__grant_count_t 
  * live grant. */
 int lc__grant_covered(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
 		      uint64_t length, uint64_t *granted, uint64_t *covered);
+
+/* D's layers of the room: spans[i] (region, byte range) belongs to layer
+ * spans[i].layer < layers. From now on the room's entry keeps how many
+ * leading layers have every granted byte of their spans landed; replaces
+ * an earlier watch. 0, LC_ERR_GRANT (no live grant), -ENOMEM, -EINVAL. */
+int lc__grant_watch(lc__grant_table_t *t, uint64_t room, const lc__landed_span_t *spans, size_t n,
+		    uint32_t layers);
+/* *out: the watched room's leading layers complete (0 before a watch); it
+ * never decreases. O(1). LC_ERR_GRANT when the room has no live grant. */
+int lc__grant_layers_ready(lc__grant_table_t *t, uint64_t room, uint32_t *out);
 
 #endif

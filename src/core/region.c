@@ -156,22 +156,6 @@ int lc__regions_find(lc__regions_t *t, const void *addr, size_t len, lc__region_
 	return rc;
 }
 
-int lc__regions_list(lc__regions_t *t, lc__region_info_t **out, size_t *n)
-{
-	pthread_rwlock_rdlock(&t->lock);
-	lc__region_info_t *v = calloc(t->n ? t->n : 1, sizeof *v);
-	if (!v) {
-		pthread_rwlock_unlock(&t->lock);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < t->n; i++)
-		fill(t->by_addr[i], &v[i]);
-	*n = t->n;
-	pthread_rwlock_unlock(&t->lock);
-	*out = v;
-	return 0;
-}
-
 /* Descriptor layout (little-endian), version 2:
  *   0 u32 magic "LCRD"   4 u16 version   6 u16 key bytes that follow
  *   8 u64 owner         16 u32 region id 20 u32 flags   24 u64 length

@@ -64,8 +64,6 @@ int lc__regions_remove(lc__regions_t *t, struct lc_region *r); /* frees r */
 int lc__regions_get(lc__regions_t *t, uint32_t id, lc__region_info_t *out);
 /* The region containing [addr, addr+len): LC_ERR_REGION if none. */
 int lc__regions_find(lc__regions_t *t, const void *addr, size_t len, lc__region_info_t *out);
-/* Snapshot of live regions (caller frees *out). */
-int lc__regions_list(lc__regions_t *t, lc__region_info_t **out, size_t *n);
 
 /* Packed region descriptors: a 32-byte header, then transport keys, each
  * framed as u16 tag, u16 length, then that many bytes. A reader takes the

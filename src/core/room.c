@@ -1,9 +1,10 @@
-/* Room table (chained hash) and the status machine. */
+/* Room table (an id map) and the status machine. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/histogram.h"
+#include "core/idmap.h"
 #include "core/room.h"
 
 static const char *const status_names[] = {"Failed",          "Bootstrapping", "Bootstrapped",
@@ -66,20 +67,13 @@ bool lc__room_transition_legal(int from, int to)
 	return legal[from][to];
 }
 
-static uint64_t hash64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	return x;
-}
-
 int lc__room_table_init(lc__room_table_t *t)
 {
 	memset(t, 0, sizeof(*t));
-	t->nbuckets = 64;
-	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
-	return t->buckets ? 0 : -ENOMEM;
+	/* No cap of its own: where a peer opens rooms (P's engine, for D's
+	 * transfer infos), p_rooms_max refuses them first (engine/rooms.c). */
+	lc__idmap_init(&t->map, 0);
+	return 0;
 }
 
 static void room_free(lc__room_t *r)
@@ -99,41 +93,23 @@ static void room_free(lc__room_t *r)
 
 void lc__room_table_fini(lc__room_table_t *t)
 {
-	for (size_t i = 0; i < t->nbuckets; i++)
-		while (t->buckets[i]) {
-			lc__room_t *r = t->buckets[i];
-			t->buckets[i] = r->next;
-			room_free(r);
-		}
-	free(t->buckets);
-	t->buckets = NULL;
+	size_t it = 0;
+	for (lc__room_t *r; (r = lc__room_next(t, &it));)
+		room_free(r);
+	lc__idmap_fini(&t->map);
 	t->count = 0;
 }
 
 lc__room_t *lc__room_find(const lc__room_table_t *t, uint64_t id)
 {
-	for (lc__room_t *r = t->buckets[hash64(id) & (t->nbuckets - 1)]; r; r = r->next)
-		if (r->id == id)
-			return r;
-	return NULL;
+	return lc__idmap_get(&t->map, id);
 }
 
-static void grow(lc__room_table_t *t)
+lc__room_t *lc__room_next(const lc__room_table_t *t, size_t *it)
 {
-	size_t n = t->nbuckets * 2;
-	lc__room_t **b = calloc(n, sizeof(*b));
-	if (!b)
-		return; /* longer chains, still correct */
-	for (size_t i = 0; i < t->nbuckets; i++)
-		while (t->buckets[i]) {
-			lc__room_t *r = t->buckets[i];
-			t->buckets[i] = r->next;
-			r->next = b[hash64(r->id) & (n - 1)];
-			b[hash64(r->id) & (n - 1)] = r;
-		}
-	free(t->buckets);
-	t->buckets = b;
-	t->nbuckets = n;
+	uint64_t id;
+	void *v;
+	return lc__idmap_next(&t->map, it, &id, &v) ? v : NULL;
 }
 
 int lc__room_open(lc__room_table_t *t, uint64_t id, uint64_t now_ns, lc__room_t **out)
@@ -141,16 +117,17 @@ int lc__room_open(lc__room_table_t *t, uint64_t id, uint64_t now_ns, lc__room_t 
 	lc__room_t *r;
 	if (lc__room_find(t, id))
 		return -EEXIST;
-	if (t->count >= t->nbuckets)
-		grow(t);
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
+	int rc = lc__idmap_put(&t->map, id, r);
+	if (rc) {
+		free(r);
+		return rc;
+	}
 	r->id = id;
 	r->status = LC_ROOM_BOOTSTRAPPING;
 	r->opened_ns = now_ns;
-	r->next = t->buckets[hash64(id) & (t->nbuckets - 1)];
-	t->buckets[hash64(id) & (t->nbuckets - 1)] = r;
 	t->count++;
 	t->metrics.opened++;
 	LC__DEBUG("room %llu: opened (Bootstrapping)", (unsigned long long)id);
@@ -160,11 +137,8 @@ int lc__room_open(lc__room_table_t *t, uint64_t id, uint64_t now_ns, lc__room_t 
 
 void lc__room_remove(lc__room_table_t *t, lc__room_t *r)
 {
-	lc__room_t **pp = &t->buckets[hash64(r->id) & (t->nbuckets - 1)];
-	while (*pp && *pp != r)
-		pp = &(*pp)->next;
-	if (*pp) {
-		*pp = r->next;
+	if (lc__idmap_get(&t->map, r->id) == r) {
+		lc__idmap_del(&t->map, r->id);
 		t->count--;
 	}
 	room_free(r);

@@ -14,6 +14,7 @@
 #define LC_CORE_ROOM_H
 
 #include "core/common.h"
+#include "core/idmap.h"
 
 typedef struct lc__room_dst {
 	char *session_name;
@@ -52,7 +53,6 @@ typedef struct lc__room {
 	uint32_t tasks;         /* live tasks of the room */
 	uint64_t last_ready_ns; /* every layer of the last chunk ready (metadata clock) */
 	void *last_task;        /* the engine's live task of the last chunk, or NULL */
-	struct lc__room *next;  /* hash chain */
 } lc__room_t;
 
 typedef struct lc__room_metrics {
@@ -63,8 +63,7 @@ typedef struct lc__room_metrics {
 } lc__room_metrics_t;
 
 typedef struct lc__room_table {
-	lc__room_t **buckets;
-	size_t nbuckets; /* power of two */
+	lc__idmap_t map; /* id -> lc__room_t */
 	size_t count;
 	lc__room_metrics_t metrics;
 } lc__room_table_t;
@@ -72,6 +71,9 @@ typedef struct lc__room_table {
 int lc__room_table_init(lc__room_table_t *t);
 void lc__room_table_fini(lc__room_table_t *t);
 lc__room_t *lc__room_find(const lc__room_table_t *t, uint64_t id);
+/* Iterate: start with *it = 0; NULL at the end. The room just returned may
+ * be removed (lc__room_remove); none may be opened meanwhile. */
+lc__room_t *lc__room_next(const lc__room_table_t *t, size_t *it);
 /* A fresh room in Bootstrapping; -EEXIST if the id is present. */
 int lc__room_open(lc__room_table_t *t, uint64_t id, uint64_t now_ns, lc__room_t **out);
 /* Unlink and free (a later open of the id starts fresh). */

@@ -1,7 +1,7 @@
 /*
  * Simulated device memory (LC_MEM_KIND_SIM, docs/gpu.md): ranges reserved
  * PROT_NONE, each backed by a memfd that only the sim copy engine
- * (copy_sim.c) and the lc_sim_read/write test helpers touch.
+ * (copier_sim.c) and the lc_sim_read/write test helpers touch.
  *
  * Threading: the table of ranges is guarded by one mutex; a range must not
  * be freed while a region or a copy uses it (as with any registered memory).

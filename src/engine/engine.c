@@ -101,11 +101,7 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 		goto fail_layout;
 	if ((rc = lc__room_table_init(&e->rooms)))
 		goto fail_steps;
-	e->idmap = calloc(LC__IDMAP_N, sizeof(*e->idmap));
-	if (!e->idmap) {
-		rc = -ENOMEM;
-		goto fail_rooms;
-	}
+	lc__idmap_init(&e->wreq_ids, 0);
 	if ((rc = lc_cq_create(ctx, &e->cq)))
 		goto fail_idmap;
 	lc__cq_set_arm_mode(e->cq);
@@ -115,7 +111,7 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 		goto fail_cq;
 	}
 	pthread_mutex_init(&e->lock, NULL);
-	if ((rc = -pthread_create(&e->thread, NULL, lc__engine_main, e)))
+	if ((rc = -pthread_create(&e->thread, NULL, lc__engine_thread_main, e)))
 		goto fail_lock;
 	e->started = true;
 	LC__INFO("engine %s: %u buffers, %u layers, interval %lld", e->name, e->layout->nbuf,
@@ -129,8 +125,7 @@ fail_lock:
 fail_cq:
 	lc_cq_destroy(e->cq);
 fail_idmap:
-	free(e->idmap);
-fail_rooms:
+	lc__idmap_fini(&e->wreq_ids);
 	lc__room_table_fini(&e->rooms);
 fail_steps:
 	lc__steps_fini(&e->steps);
@@ -147,11 +142,10 @@ fail_free:
 static void stop_rooms_and_tasks(lc_engine_t *e)
 {
 	pthread_mutex_lock(&e->lock);
-	for (size_t b = 0; b < e->rooms.nbuckets; b++)
-		for (lc__room_t *r = e->rooms.buckets[b]; r; r = r->next)
-			if (!lc__room_final(r))
-				lc__engine_fail_room(e, r, LC_FAIL_STOPPED, "engine %s stopped",
-						     e->name);
+	size_t it = 0;
+	for (lc__room_t *r; (r = lc__room_next(&e->rooms, &it));)
+		if (!lc__room_final(r))
+			lc__engine_fail_room(e, r, LC_FAIL_STOPPED, "engine %s stopped", e->name);
 	lc__engine_deliver_notes(e);
 	lc__task_list_free(e, e->tasks);
 	lc__task_list_free(e, e->inbox);
@@ -182,7 +176,7 @@ void lc_engine_destroy(lc_engine_t *e)
 	lc__engine_gpu_fini(e);
 	lc__steps_fini(&e->steps);
 	lc_layout_destroy(e->layout);
-	free(e->idmap);
+	lc__idmap_fini(&e->wreq_ids);
 	free(e->postlog);
 	free(e->notes);
 	free(e);

@@ -13,7 +13,7 @@
  * task: ready_ns is when the step that made the group ready was recorded
  * (CPU producer) or first seen (outside producer); post_ns is when the
  * doorbells rang (every batch of the pass queued at its transport);
- * iteration numbers the engine thread's loop iterations; inline_pass says
+ * iteration numbers the engine thread's passes; inline_pass says
  * the pass ran on a recording thread (inline submission). Must not call
  * into the engine. For benchmarks and tests. */
 typedef void (*lc__post_hook_fn)(void *arg, uint64_t room, uint32_t group, uint64_t ready_ns,

@@ -35,6 +35,7 @@
 #include <stdatomic.h>
 
 #include "core/histogram.h"
+#include "core/idmap.h"
 #include "core/layout.h"
 #include "core/planner.h"
 #include "core/room.h"
@@ -43,8 +44,6 @@
 #include "engine/engine.h"
 #include "transport/cq.h"
 
-/* Buckets of the wreq id map (a power of two: ids are masked). */
-#define LC__IDMAP_N 4096
 /* Completions taken per pass, so that a stream of acknowledgements cannot
  * hold off the posting of groups a step record made ready. */
 #define LC__CQ_BATCH 64
@@ -76,9 +75,8 @@ typedef struct lc__wreq {
 	lc__run_t *runs, *state_runs;
 	uint8_t *gstate; /* per group: LC__GROUP_* */
 	uint64_t *posted_ns;
-	uint32_t acked, lead;   /* groups acknowledged; leading ones */
-	uint32_t outstanding;   /* batches posted, not completed */
-	struct lc__wreq *hnext; /* id map chain */
+	uint32_t acked, lead; /* groups acknowledged; leading ones */
+	uint32_t outstanding; /* batches posted, not completed */
 } lc__wreq_t;
 
 /* One chunk of one room: the seed's LayerWiseTask. */
@@ -171,7 +169,7 @@ struct lc_engine {
 	bool checksum;                 /* room_checksum: sum every write posted */
 	uint64_t coalesce_ns;          /* acknowledgement moderation */
 	uint64_t seen_cache, seen_aux; /* steps the last progress pass read */
-	bool tight_slack;              /* engine thread: timer slack cut (loop.c) */
+	bool tight_slack;              /* engine thread: timer slack cut (thread.c) */
 	uint64_t refused_logged[2];    /* refused[] as last reported (reserve.c) */
 	uint64_t refused_log_ns;       /* time of that report */
 
@@ -184,7 +182,7 @@ struct lc_engine {
 	lc__task_t *batch_head, **batch_tail; /* chunks of the open batch */
 	lc__task_t *inbox, **inbox_tail;      /* stamped, not yet taken */
 	lc__task_t *tasks;                    /* taken (the engine thread's list) */
-	lc__wreq_t **idmap;                   /* LC__IDMAP_N buckets */
+	lc__idmap_t wreq_ids; /* wreq id -> lc__wreq_t (the engine's own ids: no cap) */
 	uint64_t next_wreq_id;
 	lc__note_t *notes;
 	size_t nnotes, notes_cap;
@@ -251,11 +249,12 @@ static inline int lc__engine_bad_peer_input(lc_engine_t *e, int rc, const char *
 }
 
 /* The files call each other downwards only: engine.c (the object) ->
- * loop.c -> progress.c, intake.c, sessions.c, rooms.c -> reserve.c ->
+ * thread.c -> progress.c, intake.c, sessions.c, rooms.c -> reserve.c ->
  * finish.c -> task.c. */
 
 /* task.c: tasks and wreqs as data. */
-void lc__engine_idmap_put(lc_engine_t *e, lc__wreq_t *w);
+/* 0 or -ENOMEM. */
+int lc__engine_idmap_put(lc_engine_t *e, lc__wreq_t *w);
 lc__wreq_t *lc__engine_wreq_find(lc_engine_t *e, uint64_t id);
 void lc__task_free(lc_engine_t *e, lc__task_t *t);
 void lc__task_list_free(lc_engine_t *e, lc__task_t *t);
@@ -309,7 +308,7 @@ static inline bool lc__engine_polls(lc_engine_t *e)
 	return e->params.external_counter || atomic_load(&e->gpu.active);
 }
 
-/* loop.c: the engine thread (started by lc_engine_create, no lock held). */
-void *lc__engine_main(void *arg);
+/* thread.c: the engine thread (started by lc_engine_create, no lock held). */
+void *lc__engine_thread_main(void *arg);
 
 #endif

@@ -364,18 +364,14 @@ static void check_bootstrapped(lc_engine_t *e, lc__room_t *r, uint64_t now, uint
 uint64_t lc__engine_scan_rooms(lc_engine_t *e, uint64_t now)
 {
 	uint64_t next = 0;
-	for (size_t b = 0; b < e->rooms.nbuckets; b++) {
-		lc__room_t *r = e->rooms.buckets[b];
-		while (r) {
-			lc__room_t *nx = r->next; /* r may be removed */
-			if (lc__room_final(r))
-				retire_unread(e, r, now, &next);
-			else if (!lc__room_fanin_done(r))
-				check_bootstrap(e, r, now, &next);
-			else
-				check_bootstrapped(e, r, now, &next);
-			r = nx;
-		}
+	size_t it = 0;
+	for (lc__room_t *r; (r = lc__room_next(&e->rooms, &it));) { /* r may be removed */
+		if (lc__room_final(r))
+			retire_unread(e, r, now, &next);
+		else if (!lc__room_fanin_done(r))
+			check_bootstrap(e, r, now, &next);
+		else
+			check_bootstrapped(e, r, now, &next);
 	}
 	return next;
 }

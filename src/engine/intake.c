@@ -334,7 +334,7 @@ static int build_wreq(lc_engine_t *e, lc__task_t *t, lc__room_t *r, uint32_t di,
 			rc = -ENOMEM;
 		} else {
 			w->id = ++e->next_wreq_id;
-			lc__engine_idmap_put(e, w);
+			rc = lc__engine_idmap_put(e, w);
 		}
 	}
 	if (rc == -ENOMEM)

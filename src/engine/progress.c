@@ -6,7 +6,7 @@
  * metadata deadlines and frees finished and dead tasks (the acknowledgement
  * deadline is each batch's own: its expiry arrives as a completion). It runs on the engine thread, or on a
  * recording thread that found the engine lock free (inline submission,
- * loop.c); either way under e->lock.
+ * thread.c); either way under e->lock.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * Every step record is accounted for (docs/engine.md, "Reservations"). A
  * non-idle batch reserves layer_count cache steps and one aux step when it
  * ends; the cursors of core/steps.h are the bound. A CPU or stream record
- * beyond the bound is refused where it is made (loop.c, gpu_steps.c): the
+ * beyond the bound is refused where it is made (thread.c, gpu_steps.c): the
  * producer counts it lock-free, and the engine reports it here, at most
  * once a second. A word an outside producer writes past the bound cannot be
  * refused, only seen: every room waiting for steps then fails (its layers

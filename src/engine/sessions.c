@@ -25,17 +25,17 @@ void lc__esession_free(lc__esession_t *s)
 /* Fail every unfinished room with a destination on session s. */
 static void fail_rooms_of(lc_engine_t *e, lc__esession_t *s, const char *why)
 {
-	for (size_t b = 0; b < e->rooms.nbuckets; b++)
-		for (lc__room_t *r = e->rooms.buckets[b]; r; r = r->next) {
-			if (lc__room_final(r))
-				continue;
-			for (uint32_t i = 0; i < r->ndst; i++)
-				if (r->dst[i].session == s) {
-					lc__engine_fail_room(e, r, LC_FAIL_SESSION_GONE,
-							     "session %s %s", s->core->name, why);
-					break;
-				}
-		}
+	size_t it = 0;
+	for (lc__room_t *r; (r = lc__room_next(&e->rooms, &it));) {
+		if (lc__room_final(r))
+			continue;
+		for (uint32_t i = 0; i < r->ndst; i++)
+			if (r->dst[i].session == s) {
+				lc__engine_fail_room(e, r, LC_FAIL_SESSION_GONE, "session %s %s",
+						     s->core->name, why);
+				break;
+			}
+	}
 }
 
 /* A fragment that does not fit its pages: counted and logged as bad input
@@ -245,11 +245,11 @@ int lc_engine_session_remove(lc_engine_t *e, const char *name)
 	s = core->owner;
 	fail_rooms_of(e, s, "removed");
 	/* Destinations of finished rooms may still name it: forget the link. */
-	for (size_t b = 0; b < e->rooms.nbuckets; b++)
-		for (lc__room_t *r = e->rooms.buckets[b]; r; r = r->next)
-			for (uint32_t i = 0; i < r->ndst; i++)
-				if (r->dst[i].session == s)
-					r->dst[i].session = NULL;
+	size_t it = 0;
+	for (lc__room_t *r; (r = lc__room_next(&e->rooms, &it));)
+		for (uint32_t i = 0; i < r->ndst; i++)
+			if (r->dst[i].session == s)
+				r->dst[i].session = NULL;
 	lc__session_remove(&e->sessions, core);
 	pthread_mutex_unlock(&e->lock);
 	s->core = NULL;
@@ -307,20 +307,19 @@ int lc__engine_sessions_live(lc_engine_t *e, const char *const *names, size_t n,
 			own[k++] = (owner_ref_t){core->owner, i};
 	}
 	qsort(own, k, sizeof *own, owner_cmp);
-	for (size_t b = 0; k && b < e->rooms.nbuckets; b++)
-		for (lc__room_t *r = e->rooms.buckets[b]; r; r = r->next) {
-			if (lc__room_final(r))
-				continue;
-			for (uint32_t i = 0; i < r->ndst; i++) {
-				owner_ref_t key = {r->dst[i].session, 0};
-				owner_ref_t *hit =
-					r->dst[i].session
-						? bsearch(&key, own, k, sizeof *own, owner_cmp)
-						: NULL;
-				if (hit)
-					live[hit->index] = true;
-			}
+	size_t it = 0;
+	for (lc__room_t *r; k && (r = lc__room_next(&e->rooms, &it));) {
+		if (lc__room_final(r))
+			continue;
+		for (uint32_t i = 0; i < r->ndst; i++) {
+			owner_ref_t key = {r->dst[i].session, 0};
+			owner_ref_t *hit = r->dst[i].session
+						   ? bsearch(&key, own, k, sizeof *own, owner_cmp)
+						   : NULL;
+			if (hit)
+				live[hit->index] = true;
 		}
+	}
 	pthread_mutex_unlock(&e->lock);
 	free(own);
 	return 0;

@@ -9,28 +9,20 @@
 
 /* ---- the wreq id map: completions name their wreq by id ----------------- */
 
-void lc__engine_idmap_put(lc_engine_t *e, lc__wreq_t *w)
+int lc__engine_idmap_put(lc_engine_t *e, lc__wreq_t *w)
 {
-	size_t b = w->id & (LC__IDMAP_N - 1);
-	w->hnext = e->idmap[b];
-	e->idmap[b] = w;
+	return lc__idmap_put(&e->wreq_ids, w->id, w);
 }
 
 lc__wreq_t *lc__engine_wreq_find(lc_engine_t *e, uint64_t id)
 {
-	for (lc__wreq_t *w = e->idmap[id & (LC__IDMAP_N - 1)]; w; w = w->hnext)
-		if (w->id == id)
-			return w;
-	return NULL;
+	return lc__idmap_get(&e->wreq_ids, id);
 }
 
 static void idmap_del(lc_engine_t *e, lc__wreq_t *w)
 {
-	lc__wreq_t **pp = &e->idmap[w->id & (LC__IDMAP_N - 1)];
-	while (*pp && *pp != w)
-		pp = &(*pp)->hnext;
-	if (*pp)
-		*pp = w->hnext;
+	if (lc__idmap_get(&e->wreq_ids, w->id) == w)
+		lc__idmap_del(&e->wreq_ids, w->id);
 }
 
 void lc__task_free(lc_engine_t *e, lc__task_t *t)

@@ -392,6 +392,30 @@ static int send_info(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages_t
 	return 0;
 }
 
+/* Tell the grant table which byte spans make each layer of the room (each
+ * buffer of D's layout), so that it keeps layers_of's count. LC_ERR_GRANT
+ * (nothing granted: no layer can land) is no failure. */
+static int watch_layers(lc_decode_t *d, lc_receiver_t *r)
+{
+	const lc_layout_t *lo = d->layout;
+	lc__landed_span_t *s = malloc((lo->nbuf ? lo->nbuf : 1) * sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	size_t n = 0;
+	for (uint32_t l = 0; l < lo->layers; l++)
+		for (uint32_t k = lo->layer_start[l]; k < lo->layer_start[l + 1]; k++) {
+			uint32_t b = lo->layer_buf[k];
+			s[n++] = (lc__landed_span_t){
+				.region = lc_region_id(d->regions[d->buf_region[b]]),
+				.layer = l,
+				.lo = d->buf_offset[b],
+				.hi = d->buf_offset[b] + lo->bufs[b].length};
+		}
+	int rc = lc__grant_watch(d->ctx->grants, r->room, s, n, lo->layers);
+	free(s);
+	return rc == LC_ERR_GRANT ? 0 : rc;
+}
+
 int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 {
 	lc_receiver_pages_t pg = {0};
@@ -434,6 +458,8 @@ int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 	 * count once); no grant at all is nothing to land. */
 	lc__grant_count_t c;
 	r->grant_bytes = lc__grant_room_count(d->ctx->grants, r->room, &c) ? 0 : c.granted;
+	if ((rc = watch_layers(d, r)))
+		goto out;
 	lc__msg_t *m = calloc(1, sizeof *m);
 	if (!m) {
 		rc = -ENOMEM;
@@ -455,36 +481,20 @@ out:
 	return rc;
 }
 
-/* Layer l of the room has landed: every granted byte of each of its
- * buffers is covered in D's own count. With `lock` held. */
-static bool layer_landed(lc_decode_t *d, const lc_receiver_t *r, uint32_t l)
-{
-	const lc_layout_t *lo = d->layout;
-	for (uint32_t k = lo->layer_start[l]; k < lo->layer_start[l + 1]; k++) {
-		uint32_t b = lo->layer_buf[k];
-		uint64_t granted, covered;
-		if (lc__grant_covered(d->ctx->grants, r->room,
-				      lc_region_id(d->regions[d->buf_region[b]]), d->buf_offset[b],
-				      lo->bufs[b].length, &granted, &covered) ||
-		    covered < granted)
-			return false;
-	}
-	return true;
-}
-
 /* D's "layers landed": the leading layers all of whose granted bytes are
- * in its memory, from the grant table (fan-in from several P ranks is just
- * more writes into the same memory). P's LAYERS messages are not believed.
- * Grows only while the room holds its grant; Success means every layer. */
+ * in its memory, kept by the grant table's landed count as writes land
+ * (watch_layers; fan-in from several P ranks is just more writes into the
+ * same memory), so a poll reads it in O(1). P's LAYERS messages are not
+ * believed. Grows only while the room holds its grant; Success means every
+ * layer. */
 static uint32_t layers_of(lc_receiver_t *r)
 {
 	lc_decode_t *d = r->d;
+	uint32_t n;
 	if (r->status == LC_ROOM_SUCCESS)
 		return d->layout->layers;
-	if (!r->granted)
-		return r->ready;
-	while (r->ready < d->layout->layers && layer_landed(d, r, r->ready))
-		r->ready++;
+	if (r->granted && !lc__grant_layers_ready(d->ctx->grants, r->room, &n) && n > r->ready)
+		r->ready = n;
 	return r->ready;
 }
 

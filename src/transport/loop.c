@@ -312,14 +312,14 @@ static int parse_faults(const char *url, lc_loop_faults_t *f)
 /* A connection's worker thread, if the context has one left. */
 static bool thread_take(lc_ctx_t *ctx, const char *url)
 {
-	int max = (int)lc__ctx_cfg(ctx, LC__CFG_conn_threads_max);
+	int max = (int)lc__ctx_cfg(ctx, LC__CFG_loop_conn_threads_max);
 	if (atomic_fetch_add(&ctx->conn_threads, 1) < max)
 		return true;
 	atomic_fetch_sub(&ctx->conn_threads, 1);
 	uint64_t n = LC__COUNT(ctx, conns_refused_threads) + 1;
 	if (!(n & (n - 1))) /* the 1st, 2nd, 4th...: a flood does not flood the log */
 		LC__WARN_PEER(
-			"loop: refusing %s: %d connection threads running (conn_threads_max); "
+			"loop: refusing %s: %d connection threads running (loop_conn_threads_max); "
 			"%llu refused",
 			url, max, (unsigned long long)n);
 	return false;

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "core/cuda.h"
 #include "core/mem.h"
 #include "core/params.h"

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "transport/seam.h"
 
 int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, uint64_t length,
@@ -263,6 +263,11 @@ void lc__land_done(lc__land_t *l, bool landed)
 	l->g = NULL;
 }
 
+void lc__land_release(lc__land_t *l)
+{
+	lc__land_done(l, false);
+}
+
 void lc__land_revoked(lc__land_t *l)
 {
 	LC__COUNT(l->ctx, writes_rejected_grant);
@@ -324,7 +329,7 @@ int lc__land_strided(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t off
 		lc__land_revoked(&l);
 	if (!rc)
 		LC__COUNT(ctx, writes_applied);
-	lc__land_done(&l, false);
+	lc__land_release(&l); /* the blocks were counted one by one */
 	return rc;
 }
 

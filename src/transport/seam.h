@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "core/ctx.h"
 
 /* Copies into granted memory are cut in slices of at most this, each in
@@ -115,6 +115,9 @@ int lc__land_strided(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t off
  * counts the block as landed (as lc__land_done does for a whole write) but
  * keeps the grant reference. */
 void lc__land_block_done(lc__land_t *l, uint64_t at, uint64_t n);
+/* Release the grant and count nothing more: what landed of l was counted
+ * block by block (lc__land_block_done), or nothing landed. */
+void lc__land_release(lc__land_t *l);
 /* A revoke cut a landing short: count it as a grant rejection. */
 void lc__land_revoked(lc__land_t *l);
 

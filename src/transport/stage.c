@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "core/mem.h"
 #include "transport/generic.h"
 #include "transport/stage.h"

@@ -21,7 +21,7 @@
 #ifndef LC_TRANSPORT_STAGE_H
 #define LC_TRANSPORT_STAGE_H
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "transport/transport.h"
 
 /* Make the context's ring now (at the first device-kind registration), so

@@ -18,7 +18,7 @@
  *                  unproven session, and its rooms succeed, byte-exact.
  *   session_flood_loop  the same with data URLs naming loop://, the one
  *                  transport that starts a thread per connection: P starts
- *                  at most conn_threads_max (8) of them and refuses the
+ *                  at most loop_conn_threads_max (8) of them and refuses the
  *                  rest (conns_refused_threads), so its threads stay
  *                  bounded during the flood and after.
  *   room_flood     50,000 dummy TRANSFER_INFOs for fresh room ids from a
@@ -69,7 +69,7 @@
 /* The bounds stated for P after a flood, over its own figures before
  * (threads: during the flood too). docs/architecture.md's thread table has
  * where each of P's threads comes from; none is per session or per peer
- * but loop://'s, at most conn_threads_max (8) per context. */
+ * but loop://'s, at most loop_conn_threads_max (8) per context. */
 #define MAX_MORE_THREADS 16
 #define MAX_MORE_FDS 512
 #define MAX_MORE_RSS_KB_SESSIONS (40 * 1024)

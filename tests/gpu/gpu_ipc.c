@@ -1,7 +1,7 @@
 /*
  * CUDA IPC against cuMemcpyDtoD in one process (docs/gpu.md, "CUDA IPC";
  * run by tests/gpu/run.sh on a GPU). Both sides copy with the CUDA copy
- * engine (src/core/copy_cuda.c, dev_to_dev).
+ * engine (src/core/copier_cuda.c, dev_to_dev).
  *
  *   local:  one process, src -> dst, both its own cuMemAlloc's
  *   ipc:    the parent exports src (cuIpcGetMemHandle) and hands the handle
@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/copy_cuda.h"
+#include "core/copier_cuda.h"
 #include "core/cuda.h"
 #include "layercake.h"
 

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/copy_cuda.h"
+#include "core/copier_cuda.h"
 #include "core/cuda.h"
 #include "layercake.h"
 #include "testutil.h"

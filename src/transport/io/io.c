@@ -515,12 +515,6 @@ int lc__io_fd_add(lc__io_task_t *t, lc__io_fd_t *f, int fd, uint32_t events, uin
 	return epoll_ctl(t->loop->epfd, EPOLL_CTL_ADD, fd, &e) ? -errno : 0;
 }
 
-int lc__io_fd_mod(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events)
-{
-	struct epoll_event e = {.events = events, .data.ptr = f};
-	return epoll_ctl(t->loop->epfd, EPOLL_CTL_MOD, f->fd, &e) ? -errno : 0;
-}
-
 void lc__io_fd_del(lc__io_task_t *t, lc__io_fd_t *f)
 {
 	lc__io_loop_t *lp = t->loop;

@@ -75,9 +75,8 @@ void lc__io_kick(lc__io_task_t *t);
 void lc__io_call(lc__io_task_t *t, void (*fn)(lc__io_task_t *t, void *arg), void *arg);
 
 /* Loop thread (or before the fd is shared with the loop): watch fd for
- * events (EPOLLIN | EPOLLOUT | EPOLLET ...), change, stop watching. */
+ * events (EPOLLIN | EPOLLOUT | EPOLLET ...), stop watching. */
 int lc__io_fd_add(lc__io_task_t *t, lc__io_fd_t *f, int fd, uint32_t events, uint32_t tag);
-int lc__io_fd_mod(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events);
 void lc__io_fd_del(lc__io_task_t *t, lc__io_fd_t *f);
 
 /*

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <sys/uio.h>
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "transport/shm/shm_int.h"
 
 struct lc__shm_helper {

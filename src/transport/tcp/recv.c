@@ -235,7 +235,7 @@ static void land_finish(rwrite_t *w)
 	for (uint32_t k = 0; k < w->count; k++)
 		lc__land_block_done(&w->land, (uint64_t)k * w->stride, w->blen);
 	LC__COUNT(w->land.ctx, writes_applied);
-	lc__land_done(&w->land, false);
+	lc__land_release(&w->land);
 }
 
 /* Write run_i is complete (in place, or discarded). */

@@ -49,9 +49,10 @@
 /* ====================================================================
  * Receiver state.
  *
- * Threading: the listener's I/O thread owns every rlane and the scratch
- * buffer; listen() and listener_close() touch them only before the thread
- * starts and after it is joined. Shared state is reached only through the
+ * Threading: the I/O thread running the listener's task owns every rlane
+ * and the scratch buffer; listen() and listener_close() touch them only
+ * before the task is attached (lc__io_attach) and after it is detached
+ * (lc__io_detach). Shared state is reached only through the
  * context's thread-safe helpers (the memory seam, counters, tokens). The
  * one exception is a bounce slot's copy completion (the seam's pipeline,
  * land.h), on the copy engine's thread: it kicks the task, and the I/O

@@ -34,10 +34,9 @@
 /* ====================================================================
  * Sender state.
  *
- * Threading: post() (any caller thread) fills `subq` under tcp_conn.lock
- * and wakes the I/O thread through `wakefd`; everything else in tcp_conn,
- * lane and seg belongs to the I/O thread alone (no locks on the hot path).
- * conn_close() stops and joins the thread before it touches that state.
+ * Threading: post() (any thread) fills `subq` under tcp_conn.lock and kicks
+ * the task (lc__io_kick); the rest of tcp_conn, lane and seg is the I/O
+ * thread's, lock free, until conn_close() detaches the task.
  * Batches are shared with the generic layer: each segblock holds one
  * reference and only reads b->writes, b->room and the atomic fields.
  * ==================================================================== */

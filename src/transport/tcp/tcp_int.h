@@ -2,11 +2,15 @@
  * tcp://HOST:PORT: the default data plane between any two hosts. Internal
  * header of the transport's folder:
  *   wire.h  the wire format (frames, descriptors, control frames)
- *   send.c  the sender: connections of `lanes` sockets, one I/O-core task each
- *   recv.c  the receiver: listeners, one I/O-core task each, landing through
- *           the memory seam
- *   sock.c  the socket helpers both sides share
- *   tcp.c   the ops table
+ *   send.c      the sender: connections of `lanes` sockets, one I/O-core
+ *               task each
+ *   listen.c    the receiver's listeners (one I/O-core task each): the
+ *               listening socket, accepted lanes, their caps and deadlines
+ *   recv.c      the receiver's frames and writes, landing through the
+ *               memory seam
+ *   recv_int.h  the receiver state listen.c and recv.c share
+ *   sock.c      the socket helpers both sides share
+ *   tcp.c       the ops table
  * See docs/transport-tcp.md.
  */
 #ifndef LC_TRANSPORT_TCP_TCP_INT_H

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "transport/ucx/ucx_int.h"
 
 sconn_t *lc__ucx_sc_by_ep(ustate_t *st, ucp_ep_h ep)

@@ -123,7 +123,7 @@ static void wait_for_work(lc_engine_t *e, uint64_t next, bool waiting, lc__backo
 		lc__backoff_reset(bo);
 }
 
-void *lc__engine_main(void *arg)
+void *lc__engine_thread_main(void *arg)
 {
 	pthread_setname_np(pthread_self(), "lc-engine");
 	lc_engine_t *e = arg;

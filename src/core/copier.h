@@ -1,5 +1,5 @@
 /*
- * Copy engines (issue 14, docs/gpu.md): how bytes move between host memory
+ * Copy engines (docs/gpu.md): how bytes move between host memory
  * and memory the CPU must not touch (a GPU's, or the simulated device
  * memory of LC_MEM_KIND_SIM). One engine per (context, memory kind, device),
  * made on first use; the memory seam (src/transport/seam.h) stages device
@@ -12,13 +12,13 @@
  * copy stays valid and untouched by the caller until `done`. Copies queued
  * on one engine complete in order.
  *
- * Implementations: src/core/copy_sim.c (LC_MEM_KIND_SIM: a worker thread, pread/
- * pwrite on the memfd behind the PROT_NONE range), src/core/copy_cuda.c
+ * Implementations: src/core/copier_sim.c (LC_MEM_KIND_SIM: a worker thread, pread/
+ * pwrite on the memfd behind the PROT_NONE range), src/core/copier_cuda.c
  * (LC_MEM_CUDA: a stream per device and context, events, libcuda through
  * src/core/cuda.h, loaded with dlopen at first use).
  */
-#ifndef LC_CORE_COPY_H
-#define LC_CORE_COPY_H
+#ifndef LC_CORE_COPIER_H
+#define LC_CORE_COPIER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -78,7 +78,7 @@ int lc__copy_to_host_sync(lc__copier_t *c, void *host, const void *dev, size_t l
  * CUDA IPC landings. */
 int lc__copy_dev_to_dev_sync(lc__copier_t *c, void *dst, const void *src, size_t len);
 
-/* The engines (copy_sim.c; copy_cuda.c where built). */
+/* The engines (copier_sim.c; copier_cuda.c where built). */
 int lc__copy_sim_create(struct lc_ctx *ctx, lc__copier_t **out);
 
 #endif

@@ -1,10 +1,11 @@
-/* Creating and destroying contexts: the one place that reaches both the
- * context's own state (src/core/ctx.c) and the transports, which tear down
- * their connections, listeners and per-context state here. */
+/* Creating and destroying contexts (the public lc_ctx_create/destroy). The
+ * context's own state is core's (src/core/ctx.c); its lifetime is here, in
+ * the lowest layer that reaches both that state and the transports, which
+ * tear down their connections, listeners and per-context state here. */
 #include <errno.h>
 #include <stdlib.h>
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "core/ctx.h"
 #include "core/params.h"
 #include "transport/generic.h"

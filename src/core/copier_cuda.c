@@ -1,5 +1,5 @@
 /*
- * The CUDA copy engine (src/core/copy.h, docs/gpu.md): one non-blocking
+ * The CUDA copy engine (src/core/copier.h, docs/gpu.md): one non-blocking
  * stream in the device's primary context per engine; each copy is enqueued
  * with an event recorded after it, and one worker thread waits for the
  * events in order (cuEventSynchronize on BLOCKING_SYNC events: it sleeps in
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/copy_cuda.h"
+#include "core/copier_cuda.h"
 #include "core/ctx.h"
 #include "core/cuda.h"
 

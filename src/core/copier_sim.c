@@ -1,5 +1,5 @@
 /*
- * The sim copy engine (copy.h, LC_MEM_KIND_SIM): one worker thread per
+ * The sim copy engine (copier.h, LC_MEM_KIND_SIM): one worker thread per
  * context, pread/pwrite on the memfd behind the PROT_NONE range, in queue
  * order, with the knobs sim_latency_us (added to each copy) and sim_gbps
  * (a bandwidth the copies share; 0 unlimited). Landings (from_host_now)
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "core/copy.h"
+#include "core/copier.h"
 #include "core/ctx.h"
 #include "core/sim.h"
 

@@ -1,12 +1,12 @@
 /*
- * The CUDA copy engine's factory (src/core/copy_cuda.c; the interface is
- * src/core/copy.h).
+ * The CUDA copy engine's factory (src/core/copier_cuda.c; the interface is
+ * src/core/copier.h).
  */
-#ifndef LC_CORE_COPY_CUDA_H
-#define LC_CORE_COPY_CUDA_H
+#ifndef LC_CORE_COPIER_CUDA_H
+#define LC_CORE_COPIER_CUDA_H
 
 #include "core/common.h"
-#include "core/copy.h"
+#include "core/copier.h"
 
 /* A copier for CUDA device `device` of ctx: its own non-blocking stream in
  * the device's primary context (retained until destroy) and a worker
