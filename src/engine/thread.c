@@ -42,8 +42,10 @@ static bool steps_moved(lc_engine_t *e, uint64_t cache, uint64_t aux)
  * fd woke it. Woken by acknowledgements only, the thread waits up to
  * coalesce_ns more, lock free, for the rest of the burst (moderation, as
  * NICs do): the engine then wakes a few times per layer, not once per room,
- * and a step record meanwhile finds the lock free and posts inline. Any
- * other event ends that wait. Returns with the lock held. */
+ * and a step record meanwhile finds the lock free and posts inline. Only
+ * while more acknowledgements are due: when the last batch in flight has
+ * been acknowledged there is no burst to wait for (one room alone would
+ * pay the whole window). Any other event ends that wait. Returns with the lock held. */
 static void sleep_unlocked(lc_engine_t *e, int64_t wait_ns, bool *ev, bool *cq)
 {
 	struct pollfd fds[2] = {{.fd = e->evfd, .events = POLLIN},
@@ -53,7 +55,7 @@ static void sleep_unlocked(lc_engine_t *e, int64_t wait_ns, bool *ev, bool *cq)
 	int rc = ppoll(fds, 2, &ts, NULL);
 	*ev = rc > 0 && (fds[0].revents & POLLIN);
 	*cq = rc > 0 && (fds[1].revents & POLLIN);
-	if (rc > 0 && !*ev && e->coalesce_ns) {
+	if (rc > 0 && !*ev && e->coalesce_ns && lc__cq_expecting(e->cq)) {
 		struct pollfd evfd = {.fd = e->evfd, .events = POLLIN};
 		struct timespec cts = {0, (long)e->coalesce_ns};
 		ppoll(&evfd, 1, &cts, NULL);

@@ -107,6 +107,14 @@ bool lc__cq_arm(lc_cq_t *cq)
 	return empty;
 }
 
+bool lc__cq_expecting(lc_cq_t *cq)
+{
+	pthread_mutex_lock(&cq->lock);
+	bool more = cq->reserved > 0;
+	pthread_mutex_unlock(&cq->lock);
+	return more;
+}
+
 void lc__cq_disarm(lc_cq_t *cq, bool readable)
 {
 	uint64_t drain;

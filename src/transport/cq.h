@@ -38,6 +38,9 @@ void lc__cq_set_arm_mode(lc_cq_t *cq);
 /* Before sleeping on the eventfd: false if completions are queued (do not
  * sleep), else armed so that the next push writes the eventfd. */
 bool lc__cq_arm(lc_cq_t *cq);
+/* Whether completions are still to come: batches posted whose completion
+ * is not pushed yet (their reservations). */
+bool lc__cq_expecting(lc_cq_t *cq);
 /* After waking: disarm, and clear the eventfd if it was written. */
 void lc__cq_disarm(lc_cq_t *cq, bool readable);
 
