@@ -22,7 +22,7 @@
 #include "core/metrics.h"
 #include "core/region.h"
 
-struct lc__io;          /* src/transport/io/ */
+struct lc__io; /* src/transport/io/ */
 
 /* Transports with per-context state (src/transport/registry.c). */
 #define LC__TRANSPORT_SLOTS 8
@@ -47,10 +47,10 @@ struct lc_ctx {
 	size_t ntokens, token_cap;
 
 	pthread_mutex_t objs_lock;
-	struct lc_conn *conns;         /* doubly linked through conn->ctx_next/prev */
-	struct lc_listener *listeners; /* linked through listener->ctx_next/prev */
-	struct lc__io *io;                   /* created at first use, under objs_lock */
-	void *tp_state[LC__TRANSPORT_SLOTS]; /* by registry index, under objs_lock */
+	struct lc_conn *conns;                /* doubly linked through conn->ctx_next/prev */
+	struct lc_listener *listeners;        /* linked through listener->ctx_next/prev */
+	struct lc__io *io;                    /* created at first use, under objs_lock */
+	void *ctx_state[LC__TRANSPORT_SLOTS]; /* by registry index, under objs_lock */
 
 	/* Copy engines for device kinds (core/copier.c): made under copy_lock,
 	 * read without it once set. */

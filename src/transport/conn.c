@@ -29,7 +29,7 @@ int lc_listener_create(lc_ctx_t *ctx, const char *url, lc_listener_t **out)
 		return -ENOMEM;
 	l->ctx = ctx;
 	l->ops = ops;
-	int rc = ops->init ? lc__transport_state(ctx, ops, &l->tp_state) : 0;
+	int rc = ops->init ? lc__transport_state(ctx, ops, &l->ctx_state) : 0;
 	if (!rc)
 		rc = ops->listener.listen(l, url);
 	if (rc) {
@@ -117,7 +117,7 @@ int lc_conn_create(lc_ctx_t *ctx, const char *url, const lc_conn_params_t *param
 	c->has_token = p.has_token != 0;
 	pthread_mutex_init(&c->lock, NULL);
 	c->pending.next = c->pending.prev = &c->pending;
-	int rc = ops->init ? lc__transport_state(ctx, ops, &c->tp_state) : 0;
+	int rc = ops->init ? lc__transport_state(ctx, ops, &c->ctx_state) : 0;
 	if (!rc)
 		rc = ops->conn.open(c, url, &p);
 	if (!rc) { /* where its batches' deadlines are kept */

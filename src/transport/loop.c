@@ -75,13 +75,13 @@ static int loop_listen(lc_listener_t *l, const char *url)
 	registry = ll;
 	pthread_mutex_unlock(&registry_lock);
 	snprintf(l->url, sizeof l->url, "loop://%.*s", (int)(sizeof l->url - 8), ll->name);
-	l->tp = ll;
+	l->priv = ll;
 	return 0;
 }
 
 static void loop_listener_close(lc_listener_t *l)
 {
-	loop_listener_t *ll = l->tp, **pp;
+	loop_listener_t *ll = l->priv, **pp;
 	pthread_mutex_lock(&registry_lock);
 	for (pp = &registry; *pp; pp = &(*pp)->next) {
 		if (*pp == ll) {
@@ -354,7 +354,7 @@ static int loop_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t 
 		pthread_mutex_destroy(&lc->lock);
 		goto fail;
 	}
-	c->tp = lc;
+	c->priv = lc;
 	return 0;
 fail:
 	free(lc->queue);
@@ -365,7 +365,7 @@ fail:
 
 static void loop_conn_close(lc_conn_t *c)
 {
-	loop_conn_t *lc = c->tp;
+	loop_conn_t *lc = c->priv;
 	pthread_mutex_lock(&lc->lock);
 	lc->stop = true;
 	pthread_cond_signal(&lc->cond);
@@ -377,13 +377,13 @@ static void loop_conn_close(lc_conn_t *c)
 	pthread_mutex_destroy(&lc->lock);
 	free(lc->queue);
 	free(lc);
-	c->tp = NULL;
+	c->priv = NULL;
 	atomic_fetch_sub(&c->ctx->conn_threads, 1);
 }
 
 static int loop_post(lc_conn_t *c, lc__batch_t *b)
 {
-	loop_conn_t *lc = c->tp;
+	loop_conn_t *lc = c->priv;
 	int rc = 0;
 	pthread_mutex_lock(&lc->lock);
 	if (lc->count == lc->cap) {
@@ -411,7 +411,7 @@ out:
 
 static void loop_flush(lc_conn_t *c)
 {
-	loop_conn_t *lc = c->tp;
+	loop_conn_t *lc = c->priv;
 	pthread_mutex_lock(&lc->lock);
 	if (lc->count)
 		pthread_cond_signal(&lc->cond);
@@ -429,7 +429,7 @@ int lc_loop_set_faults(lc_conn_t *c, const lc_loop_faults_t *faults)
 				!c        ? "conn is NULL"
 				: !faults ? "faults is NULL"
 					  : "not a loop:// connection");
-	loop_conn_t *lc = c->tp;
+	loop_conn_t *lc = c->priv;
 	lc_loop_faults_t f;
 	LC__PARAMS_COPY(&f, faults);
 	f.size = sizeof f;

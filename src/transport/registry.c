@@ -2,7 +2,7 @@
  * switch that has it beside it (docs/architecture.md "Adding a
  * transport"). The references are strong so that static links pull every
  * transport out of the archive. A slot's index is also the slot of the
- * transport's per-context state (ctx->tp_state). */
+ * transport's per-context state (ctx->ctx_state). */
 #include <string.h>
 
 #include "transport/generic.h"
@@ -90,10 +90,10 @@ int lc__transport_state(lc_ctx_t *ctx, const lc__transport_ops_t *ops, void **ou
 	if (i < 0 || !ops->init)
 		return -EINVAL;
 	pthread_mutex_lock(&ctx->objs_lock);
-	if (!ctx->tp_state[i])
-		rc = ops->init(ctx, &ctx->tp_state[i]);
+	if (!ctx->ctx_state[i])
+		rc = ops->init(ctx, &ctx->ctx_state[i]);
 	if (!rc)
-		*out = ctx->tp_state[i];
+		*out = ctx->ctx_state[i];
 	pthread_mutex_unlock(&ctx->objs_lock);
 	return rc;
 }
@@ -102,9 +102,9 @@ void lc__transports_fini(lc_ctx_t *ctx)
 {
 	for (size_t i = 0; i < NREGISTERED; i++) {
 		const lc__transport_ops_t *ops = registry[i];
-		if (ctx->tp_state[i] && ops->fini)
-			ops->fini(ctx, ctx->tp_state[i]);
-		ctx->tp_state[i] = NULL;
+		if (ctx->ctx_state[i] && ops->fini)
+			ops->fini(ctx, ctx->ctx_state[i]);
+		ctx->ctx_state[i] = NULL;
 	}
 	lc__io_destroy(ctx);
 }
@@ -116,7 +116,7 @@ static int pack_one(lc_ctx_t *ctx, size_t i, const lc_region_t *r, uint8_t *buf,
 	const lc__transport_ops_t *ops = registry[i];
 	size_t kcap = cap >= LC__KEY_FRAME ? cap - LC__KEY_FRAME : 0; /* 0: packing none fits */
 	pthread_mutex_lock(&ctx->objs_lock);
-	void *state = ctx->tp_state[i];
+	void *state = ctx->ctx_state[i];
 	pthread_mutex_unlock(&ctx->objs_lock);
 	int n = ops->memory.pack_region(ctx, state, r, kcap ? buf + LC__KEY_FRAME : buf, kcap);
 	if (n <= 0)

@@ -53,7 +53,7 @@ typedef struct lc__batch {
 	_Atomic int completed;
 	_Atomic int refs;
 	struct lc__batch *next, *prev; /* conn->pending, under conn->lock */
-	void *tp;                      /* free for the transport */
+	void *priv;                    /* free for the transport */
 	/* Staging of device sources (stage.c): run when the last reference
 	 * goes, to free the batch's staging space. */
 	void (*on_free)(struct lc__batch *b);
@@ -63,12 +63,12 @@ typedef struct lc__batch {
 struct lc_conn {
 	lc_ctx_t *ctx;
 	const struct lc__transport_ops *ops;
-	void *tp; /* the transport's connection state */
+	void *priv; /* the transport's connection state */
 	lc_cq_t *cq;
 	char url[LC__URL_MAX];
 	lc_token_t token;
 	bool has_token;
-	void *tp_state; /* the transport's per-context state (ops->init), or NULL */
+	void *ctx_state; /* the transport's per-context state (ops->init), or NULL */
 
 	pthread_mutex_t lock;
 	lc__batch_t pending; /* sentinel of a circular list */
@@ -92,8 +92,8 @@ typedef void (*lc__peer_gone_fn)(void *arg, uint64_t room);
 struct lc_listener {
 	lc_ctx_t *ctx;
 	const struct lc__transport_ops *ops;
-	void *tp;
-	void *tp_state;        /* the transport's per-context state, or NULL */
+	void *priv;
+	void *ctx_state;       /* the transport's per-context state, or NULL */
 	char url[LC__URL_MAX]; /* resolved by the transport's listen() */
 	struct lc_listener *ctx_next, *ctx_prev;
 	/* Optional (lc__listener_watch): told when a peer goes (tcp only
@@ -203,7 +203,7 @@ typedef struct lc__transport_ops {
 	uint16_t key_tag; /* its keys' tag in packed descriptors (LC__KEY_TAG_*), 0: none */
 	/* Optional: per-context state, made by the generic layer at the
 	 * context's first listener or connection of the transport and handed
-	 * to it in l->tp_state / c->tp_state (and to pack_region), so that a
+	 * to it in l->ctx_state / c->ctx_state (and to pack_region), so that a
 	 * transport never looks itself up; freed by fini() when the context is
 	 * destroyed, after every connection and listener of it closed. */
 	int (*init)(lc_ctx_t *ctx, void **state);

@@ -478,7 +478,8 @@ static int write_one(shm_listener_t *sl, dconn_t *dc, const src_region_t *s,
 					  s->imp->ptr + s->ipc_off + w->src_off, w);
 		if (!rc) {
 			LC__COUNT(sl->ctx, ipc_writes);
-			LC__COUNT_ADD(sl->ctx, ipc_bytes, (uint64_t)(w->count > 1 ? w->count : 1) * w->length);
+			LC__COUNT_ADD(sl->ctx, ipc_bytes,
+				      (uint64_t)(w->count > 1 ? w->count : 1) * w->length);
 		}
 		return rc;
 	}
@@ -867,7 +868,7 @@ int lc__shm_listen(lc_listener_t *l, const char *url)
 		lc__io_detach(&sl->task, NULL, NULL);
 		goto fail;
 	}
-	l->tp = sl;
+	l->priv = sl;
 	return 0;
 fail:
 	listener_free(sl);
@@ -876,11 +877,11 @@ fail:
 
 void lc__shm_listener_close(lc_listener_t *l)
 {
-	shm_listener_t *sl = l->tp;
+	shm_listener_t *sl = l->priv;
 	if (!sl)
 		return;
 	atomic_store(&sl->stop, 1);
 	lc__io_detach(&sl->task, listener_release, sl);
 	listener_free(sl);
-	l->tp = NULL;
+	l->priv = NULL;
 }

@@ -722,10 +722,10 @@ int lc__shm_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 		rc = -ENOMEM;
 		goto fail;
 	}
-	c->tp = sc;
+	c->priv = sc;
 	rc = lc__io_attach(c->ctx, &sc->task, &conn_task_ops);
 	if (rc) {
-		c->tp = NULL;
+		c->priv = NULL;
 		goto fail;
 	}
 	c->io_task = &sc->task; /* batch deadlines on its loop */
@@ -744,7 +744,7 @@ static void conn_release(lc__io_task_t *t, void *arg)
 
 void lc__shm_conn_close(lc_conn_t *c)
 {
-	shm_conn_t *sc = c->tp;
+	shm_conn_t *sc = c->priv;
 	if (!sc)
 		return;
 	pthread_mutex_lock(&sc->lock);
@@ -760,12 +760,12 @@ void lc__shm_conn_close(lc_conn_t *c)
 		pbatch_drop(pb);
 	}
 	conn_free(sc);
-	c->tp = NULL;
+	c->priv = NULL;
 }
 
 int lc__shm_post(lc_conn_t *c, lc__batch_t *b)
 {
-	shm_conn_t *sc = c->tp;
+	shm_conn_t *sc = c->priv;
 	pbatch_t *pb = calloc(1, sizeof *pb);
 	if (!pb)
 		return -ENOMEM;
@@ -784,7 +784,7 @@ int lc__shm_post(lc_conn_t *c, lc__batch_t *b)
 
 int lc__shm_post_device(lc_conn_t *c, lc__batch_t *b)
 {
-	shm_conn_t *sc = c->tp;
+	shm_conn_t *sc = c->priv;
 	if (sc->no_ipc || !lc__cuda_loaded())
 		return 1;
 	pthread_mutex_lock(&sc->lock);
@@ -821,11 +821,11 @@ int lc__shm_post_device(lc_conn_t *c, lc__batch_t *b)
 
 void lc__shm_flush(lc_conn_t *c)
 {
-	wake(c->tp);
+	wake(c->priv);
 }
 
 void lc__shm_room_cancel(lc_conn_t *c, uint64_t room)
 {
 	(void)room; /* its batches are completed: the task skips them */
-	wake(c->tp);
+	wake(c->priv);
 }

@@ -336,7 +336,7 @@ int lc__tcp_listen(lc_listener_t *l, const char *url)
 		lc__io_detach(&tl->task, NULL, NULL);
 		goto fail;
 	}
-	l->tp = tl;
+	l->priv = tl;
 	return 0;
 fail:
 	tcp_listener_free(tl);
@@ -345,8 +345,8 @@ fail:
 
 void lc__tcp_listener_close(lc_listener_t *l)
 {
-	tcp_listener_t *tl = l->tp;
+	tcp_listener_t *tl = l->priv;
 	lc__io_detach(&tl->task, listener_release, tl);
 	tcp_listener_free(tl);
-	l->tp = NULL;
+	l->priv = NULL;
 }

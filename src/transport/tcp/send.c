@@ -488,9 +488,8 @@ static size_t encode_frame(uint8_t *p, const seg_t *s, size_t idx, size_t n, uin
 	lc__tcp_encode_run(p, &(lc__tcp_run_hdr_t){(uint32_t)n, s->b->room, seq});
 	for (size_t i = 0; i < n; i++) {
 		const lc_write_t *w = &s->b->writes[idx + i];
-		lc__tcp_desc_t d = {w->remote_region, w->count > 1 ? w->count : 0,
-				    w->remote_offset, w->length,
-				    w->count > 1 ? w->remote_stride : 0};
+		lc__tcp_desc_t d = {w->remote_region, w->count > 1 ? w->count : 0, w->remote_offset,
+				    w->length, w->count > 1 ? w->remote_stride : 0};
 		lc__tcp_encode_desc(p + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN, &d);
 	}
 	return LC__TCP_HDR_LEN + n * LC__TCP_DESC_LEN;
@@ -789,7 +788,7 @@ static segblock_t *split(lc__batch_t *b, int lanes)
 
 int lc__tcp_post(lc_conn_t *c, lc__batch_t *b)
 {
-	tcp_conn_t *tc = c->tp;
+	tcp_conn_t *tc = c->priv;
 	segblock_t *blk = split(b, tc->nlanes);
 	if (!blk)
 		return -ENOMEM;
@@ -813,7 +812,7 @@ int lc__tcp_post(lc_conn_t *c, lc__batch_t *b)
 
 void lc__tcp_flush(lc_conn_t *c)
 {
-	wake(c->tp);
+	wake(c->priv);
 }
 
 static void tcp_conn_free(tcp_conn_t *tc)
@@ -859,14 +858,14 @@ int lc__tcp_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 	rc = tcp_conn_setup(tc, c, p);
 	if (rc)
 		goto fail;
-	c->tp = tc;
+	c->priv = tc;
 	rc = lc__io_attach(c->ctx, &tc->task, &sender_task_ops);
 	if (rc)
 		goto fail;
 	c->io_task = &tc->task; /* batch deadlines on its loop */
 	return 0;
 fail:
-	c->tp = NULL;
+	c->priv = NULL;
 	tcp_conn_free(tc);
 	return rc;
 }
@@ -890,11 +889,11 @@ static void release_all(lc__io_task_t *t, void *arg)
 
 void lc__tcp_conn_close(lc_conn_t *c)
 {
-	tcp_conn_t *tc = c->tp;
+	tcp_conn_t *tc = c->priv;
 	pthread_mutex_lock(&tc->lock);
 	tc->closing = true;
 	pthread_mutex_unlock(&tc->lock);
 	lc__io_detach(&tc->task, release_all, tc);
 	tcp_conn_free(tc);
-	c->tp = NULL;
+	c->priv = NULL;
 }

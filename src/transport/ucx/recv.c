@@ -686,7 +686,7 @@ int lc__ucx_listen(ustate_t *st, lc_listener_t *l, const char *url)
 	bool v6 = strchr(host, ':') != NULL;
 	snprintf(l->url, sizeof l->url, "ucx://%s%.*s%s:%d", v6 ? "[" : "",
 		 (int)(sizeof l->url - 20), host, v6 ? "]" : "", a.port);
-	l->tp = ul;
+	l->priv = ul;
 	return 0;
 fail_free:
 	free(ul);
@@ -728,11 +728,11 @@ static void do_listener_close(ustate_t *st, void *arg)
 
 void lc__ucx_listener_close(lc_listener_t *l)
 {
-	ulistener_t *ul = l->tp;
+	ulistener_t *ul = l->priv;
 	ustate_t *st = ul->st;
 	lc__ucx_run_sync(st, do_listener_close, ul);
 	free(ul);
-	l->tp = NULL;
+	l->priv = NULL;
 }
 
 void lc__ucx_recv_service(ustate_t *st, uint64_t now)

@@ -69,7 +69,7 @@ rregion_t *lc__ucx_region_find(uconn_t *uc, uint32_t id)
 int lc__ucx_import_region(lc_conn_t *c, const lc_region_desc_t *desc, const uint8_t *key,
 			  size_t key_len)
 {
-	uconn_t *uc = c->tp;
+	uconn_t *uc = c->priv;
 	uw_key_t k = {0};
 	bool put = uc->st->put_mode;
 	if (put && uw_key_decode(key, key_len, &k)) {

@@ -532,12 +532,12 @@ int lc__ucx_conn_open(ustate_t *st, lc_conn_t *c, const char *url)
 	uc->st = st;
 	uc->ops.next = uc->ops.prev = &uc->ops;
 	pthread_mutex_init(&uc->lock, NULL);
-	c->tp = uc;
+	c->priv = uc;
 	cmd_t *cmd = calloc(1, sizeof *cmd);
 	if (!cmd) {
 		pthread_mutex_destroy(&uc->lock);
 		free(uc);
-		c->tp = NULL;
+		c->priv = NULL;
 		return -ENOMEM;
 	}
 	cmd->fn = do_connect;
@@ -576,7 +576,7 @@ static void do_conn_close(ustate_t *st, void *arg)
 
 void lc__ucx_conn_close(lc_conn_t *c)
 {
-	uconn_t *uc = c->tp;
+	uconn_t *uc = c->priv;
 	ustate_t *st = uc->st;
 	lc__ucx_run_sync(st, do_conn_close, uc);
 	for (size_t i = 0; i < uc->nregions; i++) {
@@ -591,12 +591,12 @@ void lc__ucx_conn_close(lc_conn_t *c)
 	uc->next = st->graveyard;
 	st->graveyard = uc;
 	pthread_mutex_unlock(&st->lock);
-	c->tp = NULL;
+	c->priv = NULL;
 }
 
 int lc__ucx_post(lc_conn_t *c, lc__batch_t *b)
 {
-	uconn_t *uc = c->tp;
+	uconn_t *uc = c->priv;
 	uop_t *op = calloc(1, sizeof *op);
 	if (!op)
 		return -ENOMEM;
@@ -656,7 +656,7 @@ int lc__ucx_post(lc_conn_t *c, lc__batch_t *b)
 
 void lc__ucx_flush(lc_conn_t *c)
 {
-	uconn_t *uc = c->tp;
+	uconn_t *uc = c->priv;
 	lc__ucx_wake(uc->st);
 }
 
@@ -667,7 +667,7 @@ void lc__ucx_room_cancel(lc_conn_t *c, uint64_t room)
 	 * finish their flush and release the lease at D. */
 	(void)c;
 	(void)room;
-	lc__ucx_wake(((uconn_t *)c->tp)->st);
+	lc__ucx_wake(((uconn_t *)c->priv)->st);
 }
 
 /* Ops of a dead connection fail with its reason (at a safe point: see

@@ -7,7 +7,7 @@
 static int ucx_listen(lc_listener_t *l, const char *url)
 {
 	ustate_t *st;
-	int rc = lc__ucx_state_get(l->tp_state, true, true, &st);
+	int rc = lc__ucx_state_get(l->ctx_state, true, true, &st);
 	if (rc)
 		return rc;
 	rc = lc__ucx_listen(st, l, url);
@@ -18,7 +18,7 @@ static int ucx_listen(lc_listener_t *l, const char *url)
 
 static void ucx_listener_close(lc_listener_t *l)
 {
-	ustate_t *st = ((ulistener_t *)l->tp)->st;
+	ustate_t *st = ((ulistener_t *)l->priv)->st;
 	lc__ucx_listener_close(l);
 	lc__ucx_state_put(st, true);
 }
@@ -27,7 +27,7 @@ static int ucx_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *
 {
 	ustate_t *st;
 	(void)p;
-	int rc = lc__ucx_state_get(c->tp_state, true, false, &st);
+	int rc = lc__ucx_state_get(c->ctx_state, true, false, &st);
 	if (rc)
 		return rc;
 	rc = lc__ucx_conn_open(st, c, url);
@@ -38,7 +38,7 @@ static int ucx_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *
 
 static void ucx_conn_close(lc_conn_t *c)
 {
-	ustate_t *st = ((uconn_t *)c->tp)->st;
+	ustate_t *st = ((uconn_t *)c->priv)->st;
 	lc__ucx_conn_close(c);
 	lc__ucx_state_put(st, false);
 }
@@ -61,7 +61,7 @@ static int ucx_pack_region(lc_ctx_t *ctx, void *state, const lc_region_t *r, uin
  * puts read the source the same way). */
 static bool ucx_moves_kind(lc_conn_t *c, int kind, int device)
 {
-	ustate_t *st = ((uconn_t *)c->tp)->st;
+	ustate_t *st = ((uconn_t *)c->priv)->st;
 	(void)device;
 	return st->cuda_direct && lc__ucx_moves_kind(st->memory_types, kind);
 }

@@ -23,7 +23,7 @@
  * - One UCP context and worker per layercake context, progressed by one
  *   task on the context's I/O core (transport/io/io.h). The state
  *   (`ustate_t`) is the context's ucx slot (ops init/fini; the generic
- *   layer hands it over in l->tp_state / c->tp_state) and lives as long as the context; its engine (UCP
+ *   layer hands it over in l->ctx_state / c->ctx_state) and lives as long as the context; its engine (UCP
  *   context, worker, task) is started when the context first listens or
  *   connects over ucx and stopped when its last ucx listener or connection
  *   closes (refs, under st->life_lock).

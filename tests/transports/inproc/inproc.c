@@ -72,13 +72,13 @@ static int inproc_listen(lc_listener_t *l, const char *url)
 	listeners = il;
 	pthread_mutex_unlock(&lock);
 	snprintf(l->url, sizeof l->url, "inproc://%.*s", (int)(sizeof l->url - 10), il->name);
-	l->tp = il;
+	l->priv = il;
 	return 0;
 }
 
 static void inproc_listener_close(lc_listener_t *l)
 {
-	ilistener_t *il = l->tp;
+	ilistener_t *il = l->priv;
 	pthread_mutex_lock(&lock);
 	for (ilistener_t **pp = &listeners; *pp; pp = &(*pp)->next)
 		if (*pp == il) {
@@ -183,13 +183,13 @@ static int inproc_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_
 		free(ic);
 		return rc;
 	}
-	c->tp = ic;
+	c->priv = ic;
 	return 0;
 }
 
 static void inproc_conn_close(lc_conn_t *c)
 {
-	iconn_t *ic = c->tp;
+	iconn_t *ic = c->priv;
 	pthread_mutex_lock(&ic->lock);
 	ic->stop = true;
 	pthread_cond_signal(&ic->cond);
@@ -201,12 +201,12 @@ static void inproc_conn_close(lc_conn_t *c)
 	pthread_mutex_destroy(&ic->lock);
 	free(ic->queue);
 	free(ic);
-	c->tp = NULL;
+	c->priv = NULL;
 }
 
 static int inproc_post(lc_conn_t *c, lc__batch_t *b)
 {
-	iconn_t *ic = c->tp;
+	iconn_t *ic = c->priv;
 	pthread_mutex_lock(&ic->lock);
 	if (ic->count == ic->cap) {
 		lc__batch_t **nq = malloc(2 * ic->cap * sizeof *nq);
@@ -231,7 +231,7 @@ static int inproc_post(lc_conn_t *c, lc__batch_t *b)
 
 static void inproc_flush(lc_conn_t *c)
 {
-	iconn_t *ic = c->tp;
+	iconn_t *ic = c->priv;
 	pthread_mutex_lock(&ic->lock);
 	pthread_cond_signal(&ic->cond);
 	pthread_mutex_unlock(&ic->lock);
