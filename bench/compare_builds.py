@@ -31,8 +31,14 @@ BENCHES = [
     ("shm_4m", ["bench", "transport", "--transport", "shm", "--block-kib", "4096",
                 "--total-mib", "8192", "--json"],
      ["gbps", "p50_batch_us"]),
+    ("ucx_4m", ["bench", "transport", "--transport", "ucx", "--block-kib", "4096", "--json"],
+     ["gbps", "p50_batch_us"]),
+    ("tcp_sim", ["bench", "transport", "--transport", "tcp", "--block-kib", "4096", "--mem", "sim",
+                 "--json"], ["dev_gbps", "host_gbps"]),
     ("wake", ["bench", "wake", "--json"], ["p50_us", "p99_us"]),
     ("control", ["bench", "control", "--json"], ["rooms_per_s", "latency_p50_us"]),
+    ("control_1", ["bench", "control", "--inflight", "1", "--rooms", "2000", "--json"],
+     ["rooms_per_s", "latency_p50_us"]),
     ("demo", ["demo", "--json"], ["ttft_ratio", "layerwise_ttft_p50_ms", "stream_gbps"]),
 ]
 
