@@ -143,13 +143,13 @@ int lc_layout_build(const lc_layout_params_t *params, lc_layout_t **out)
 	lc_buffer_t *bufs;
 	int rc;
 
-	if (!params || !out || LC__PARAMS_SHORT(params, lc_layout_params_t, layers))
-		return LC__FAIL(-EINVAL, "layout builder: %s",
-				!params ? "params is NULL"
-				: !out  ? "out is NULL"
-					: LC__PARAMS_SHORT_TEXT("params", lc_layout_params_t));
 	lc_layout_params_t copy;
-	LC__PARAMS_COPY(&copy, params);
+
+	/* The input is named before the output, as in lc_layout_create. */
+	if (!params)
+		return LC__FAIL(-EINVAL, "layout builder: params is NULL");
+	LC__PARAMS_TAKE("layout builder", out, "out", &copy, params, "params", lc_layout_params_t,
+			layers);
 	const lc_layout_params_t *p = &copy;
 	ncomp = model_components(p->model, kinds);
 	if (ncomp < 0 || p->layers == 0 || !p->item_len[0] || !p->pages) {

@@ -14,10 +14,16 @@
  *   nothing), and LC__PARAMS_SHORT_TEXT(what, type) is the one message for
  *   it, given with -EINVAL through lc_last_error. NULL params there fail as
  *   the required fields left unset would (-EINVAL, layercake/base.h).
+ * - LC__PARAMS_TAKE is the whole guard of a call that takes a handle and
+ *   such a struct: it fails the call with -EINVAL and "call: <cause>", the
+ *   cause naming the first of the handle NULL ("<hname> is NULL"), the
+ *   params NULL ("<sname> is NULL") and the params too short to reach
+ *   `member`; otherwise it copies them into dst (LC__PARAMS_COPY).
  */
 #ifndef LC_CORE_PARAMS_H
 #define LC_CORE_PARAMS_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -35,5 +41,15 @@
 #define LC__PARAMS_SHORT(src, type, member)                                                        \
 	((size_t)(src)->size < offsetof(type, member) + sizeof(((type *)0)->member))
 #define LC__PARAMS_SHORT_TEXT(what, type) what "->size is too small (set it to sizeof(" #type "))"
+
+#define LC__PARAMS_TAKE(call, h, hname, dst, src, sname, type, member)                             \
+	do {                                                                                       \
+		if (!(h) || !(src) || LC__PARAMS_SHORT(src, type, member))                         \
+			return LC__FAIL(-EINVAL, call ": %s",                                      \
+					!(h)     ? hname " is NULL"                                \
+					: !(src) ? sname " is NULL"                                \
+						 : LC__PARAMS_SHORT_TEXT(sname, type));            \
+		LC__PARAMS_COPY(dst, src);                                                         \
+	} while (0)
 
 #endif

@@ -160,13 +160,8 @@ int lc_engine_chunk_add(lc_engine_t *e, const lc_chunk_t *c)
 {
 	lc__task_t *t;
 	int rc;
-	if (!e || !c || LC__PARAMS_SHORT(c, lc_chunk_t, is_last))
-		return LC__FAIL(-EINVAL, "lc_engine_chunk_add: %s",
-				!e   ? "engine is NULL"
-				: !c ? "chunk is NULL"
-				     : LC__PARAMS_SHORT_TEXT("chunk", lc_chunk_t));
 	lc_chunk_t ch;
-	LC__PARAMS_COPY(&ch, c);
+	LC__PARAMS_TAKE("lc_engine_chunk_add", e, "engine", &ch, c, "chunk", lc_chunk_t, is_last);
 	pthread_mutex_lock(&e->lock);
 	if ((rc = check_chunk(e, &ch)) || (rc = task_from_chunk(e, &ch, &t)))
 		goto out;

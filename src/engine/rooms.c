@@ -97,13 +97,9 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 	lc__session_t *core = NULL;
 	int rc = 0;
 	uint64_t now = lc__now_ns();
-	if (!e || !p || LC__PARAMS_SHORT(p, lc_dst_params_t, is_dummy))
-		return LC__FAIL(-EINVAL, "lc_engine_dst_add: %s",
-				!e   ? "engine is NULL"
-				: !p ? "params is NULL"
-				     : LC__PARAMS_SHORT_TEXT("params", lc_dst_params_t));
 	lc_dst_params_t d;
-	LC__PARAMS_COPY(&d, p);
+	LC__PARAMS_TAKE("lc_engine_dst_add", e, "engine", &d, p, "params", lc_dst_params_t,
+			is_dummy);
 	int64_t max = lc__ctx_cfg(e->ctx, LC__CFG_p_rooms_max); /* not under the lock */
 	int64_t quota = lc__ctx_cfg(e->ctx, LC__CFG_p_session_rooms_max);
 	int64_t sess_descs = lc__ctx_cfg(e->ctx, LC__CFG_p_session_descs_max);

@@ -419,12 +419,8 @@ static int watch_layers(lc_decode_t *d, lc_receiver_t *r)
 int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 {
 	lc_receiver_pages_t pg = {0};
-	if (!r || !pages || LC__PARAMS_SHORT(pages, lc_receiver_pages_t, page_count))
-		return LC__FAIL(-EINVAL, "lc_receiver_send: %s",
-				!r       ? "receiver is NULL"
-				: !pages ? "pages is NULL"
-					 : LC__PARAMS_SHORT_TEXT("pages", lc_receiver_pages_t));
-	LC__PARAMS_COPY(&pg, pages);
+	LC__PARAMS_TAKE("lc_receiver_send", r, "receiver", &pg, pages, "pages", lc_receiver_pages_t,
+			page_count);
 	if (LC__PARAMS_SHORT(pages, lc_receiver_pages_t, aux_index))
 		pg.aux_index = -1; /* absent: none, not slot 0 */
 	if ((pg.page_count && !pg.pages) || (pg.state_slot_count && !pg.state_slots) ||

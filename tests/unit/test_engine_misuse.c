@@ -546,7 +546,17 @@ static void room_calls_refuse_their_misuse(void **state)
 	assert_non_null(strstr(lc_last_error(), "params is NULL"));
 	lc_dst_params_t tiny = {.size = sizeof(size_t)};
 	assert_int_equal(lc_engine_room_dst_add(f->e, 7, &tiny), -EINVAL);
-	assert_non_null(strstr(lc_last_error(), "too small"));
+	assert_non_null(strstr(lc_last_error(), "lc_engine_dst_add: params->size is too small "
+						"(set it to sizeof(lc_dst_params_t))"));
+	/* chunk_add's guard is the same one, with its own names. */
+	lc_chunk_t tiny_chunk = {.size = sizeof(size_t)};
+	assert_int_equal(lc_engine_chunk_add(NULL, &tiny_chunk), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "lc_engine_chunk_add: engine is NULL"));
+	assert_int_equal(lc_engine_chunk_add(f->e, NULL), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "lc_engine_chunk_add: chunk is NULL"));
+	assert_int_equal(lc_engine_chunk_add(f->e, &tiny_chunk), -EINVAL);
+	assert_non_null(strstr(lc_last_error(), "lc_engine_chunk_add: chunk->size is too small "
+						"(set it to sizeof(lc_chunk_t))"));
 	assert_int_equal(lc_engine_room_metadata_set(NULL, 7, meta, 1), -EINVAL);
 	assert_int_equal(lc_engine_room_metadata_set(f->e, 7, NULL, 1), -EINVAL);
 	assert_int_equal(lc_engine_room_metadata_set(f->e, 7, meta, sizeof meta), -EMSGSIZE);
