@@ -14,32 +14,15 @@
 # Exit: 0 ready, 1 failed (pip's output on stderr: no network, a pin gone),
 # 3 no usable base python3.
 set -euo pipefail
+# shellcheck source=scripts/venv-common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/venv-common.sh"
 here=$(cd "$(dirname "$0")/.." && pwd)
 req=$here/bench/peers/requirements.txt
 nodeps=$here/bench/peers/requirements-nodeps.txt
-cache=${LAYERCAKE_CACHE:-${HOME:-/root}/.cache/layercake}
-venv=$cache/venv-peers
 
-base=${LC_VENV_PYTHON:-}
-if [ -z "$base" ]; then
-	base=$(command -v python3 || true)
-	[ -n "$base" ] && base=$("$base" -c 'import sys; print(sys.executable)' 2>/dev/null || true)
-fi
-case "$base" in
-"" | /usr/bin/python3* | /bin/python3*)
-	echo "peers-venv: no python3 but Debian's on PATH (found '${base:-none}'); put another" \
-		"(e.g. pyenv's 3.11) first on PATH or set LC_VENV_PYTHON" >&2
-	exit 3 ;;
-esac
+venv_base peers-venv "pyenv's 3.11"
 
-stamp="$(cat "$req" "$nodeps" | sha256sum | cut -d' ' -f1) $("$base" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
-mkdir -p "$cache"
-exec 9>"$cache/.venv-peers.lock"
-flock 9
-if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.layercake-stamp" 2>/dev/null)" = "$stamp" ]; then
-	echo "$venv"
-	exit 0
-fi
+venv_open peers "$req" "$nodeps"
 echo "peers-venv: making $venv from $base (downloads about 200 MB the first time)" >&2
 rm -rf "$venv"
 "$base" -m venv "$venv" >&2
@@ -51,5 +34,4 @@ fi
 "$venv/bin/python" -m pip install -q -r "$req" >&2 || fail "pip install -r $req failed (no network to PyPI?)"
 "$venv/bin/python" -m pip install -q --no-deps -r "$nodeps" >&2 || fail "pip install --no-deps -r $nodeps failed"
 "$venv/bin/python" -c 'import nixl_cu12._api, mooncake.engine, zmq, numpy' >&2 || fail "the peers' modules do not import"
-echo "$stamp" >"$venv/.layercake-stamp"
-echo "$venv"
+venv_done

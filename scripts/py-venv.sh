@@ -11,33 +11,16 @@
 # Exit: 0 ready, 1 failed (pip's output on stderr), 2 usage, 3 no usable base
 # python3.
 set -euo pipefail
+# shellcheck source=scripts/venv-common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/venv-common.sh"
 [ $# -eq 2 ] || { echo "usage: $0 NAME REQUIREMENTS" >&2; exit 2; }
 name=$1
 req=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 [ -f "$req" ] || { echo "py-venv: no file $2" >&2; exit 2; }
-cache=${LAYERCAKE_CACHE:-${HOME:-/root}/.cache/layercake}
-venv=$cache/venv-$name
 
-base=${LC_VENV_PYTHON:-}
-if [ -z "$base" ]; then
-	base=$(command -v python3 || true)
-	[ -n "$base" ] && base=$("$base" -c 'import sys; print(sys.executable)' 2>/dev/null || true)
-fi
-case "$base" in
-"" | /usr/bin/python3* | /bin/python3*)
-	echo "py-venv: no python3 but Debian's on PATH (found '${base:-none}'); put another" \
-		"(e.g. pyenv's) first on PATH or set LC_VENV_PYTHON" >&2
-	exit 3 ;;
-esac
+venv_base py-venv "pyenv's"
 
-stamp="$(sha256sum "$req" | cut -d' ' -f1) $("$base" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
-mkdir -p "$cache"
-exec 9>"$cache/.venv-$name.lock"
-flock 9
-if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.layercake-stamp" 2>/dev/null)" = "$stamp" ]; then
-	echo "$venv"
-	exit 0
-fi
+venv_open "$name" "$req"
 echo "py-venv: making $venv from $base with $req" >&2
 rm -rf "$venv"
 "$base" -m venv "$venv" >&2
@@ -47,5 +30,4 @@ if [ -n "$pin" ]; then
 	"$venv/bin/python" -m pip install -q "$pin" >&2 || { rm -rf "$venv"; exit 1; }
 fi
 "$venv/bin/python" -m pip install -q -r "$req" >&2 || { rm -rf "$venv"; exit 1; }
-echo "$stamp" >"$venv/.layercake-stamp"
-echo "$venv"
+venv_done

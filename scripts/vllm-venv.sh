@@ -16,23 +16,13 @@
 # Exit: 0 ready, 1 failed (pip's output on stderr), 3 no usable base python3,
 # 4 libnuma1 missing.
 set -euo pipefail
+# shellcheck source=scripts/venv-common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/venv-common.sh"
 here=$(cd "$(dirname "$0")/.." && pwd)
 req=$here/python/requirements-vllm.txt
 nodeps=$here/python/requirements-vllm-nodeps.txt
-cache=${LAYERCAKE_CACHE:-${HOME:-/root}/.cache/layercake}
-venv=$cache/venv-vllm
 
-base=${LC_VENV_PYTHON:-}
-if [ -z "$base" ]; then
-	base=$(command -v python3 || true)
-	[ -n "$base" ] && base=$("$base" -c 'import sys; print(sys.executable)' 2>/dev/null || true)
-fi
-case "$base" in
-"" | /usr/bin/python3* | /bin/python3*)
-	echo "vllm-venv: no python3 but Debian's on PATH (found '${base:-none}'); put another" \
-		"(e.g. pyenv's 3.11) first on PATH or set LC_VENV_PYTHON" >&2
-	exit 3 ;;
-esac
+venv_base vllm-venv "pyenv's 3.11"
 
 # grep without -q: under pipefail, a grep that quits at its first match
 # makes ldconfig die of SIGPIPE and the pipeline fail.
@@ -47,14 +37,7 @@ if ! { /sbin/ldconfig -p 2>/dev/null || ldconfig -p 2>/dev/null; } | grep 'libnu
 	fi
 fi
 
-stamp="$(cat "$req" "$nodeps" | sha256sum | cut -d' ' -f1) $("$base" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
-mkdir -p "$cache"
-exec 9>"$cache/.venv-vllm.lock"
-flock 9
-if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.layercake-stamp" 2>/dev/null)" = "$stamp" ]; then
-	echo "$venv"
-	exit 0
-fi
+venv_open vllm "$req" "$nodeps"
 echo "vllm-venv: making $venv from $base (downloads about 4 GB the first time)" >&2
 rm -rf "$venv"
 "$base" -m venv "$venv" >&2
@@ -65,5 +48,4 @@ fi
 "$venv/bin/python" -m pip install -q -r "$req" >&2 || { rm -rf "$venv"; exit 1; }
 "$venv/bin/python" -m pip install -q --no-deps -r "$nodeps" >&2 || { rm -rf "$venv"; exit 1; }
 "$venv/bin/python" -c 'import vllm' >&2 || { echo "vllm-venv: import vllm fails" >&2; rm -rf "$venv"; exit 1; }
-echo "$stamp" >"$venv/.layercake-stamp"
-echo "$venv"
+venv_done
