@@ -122,6 +122,7 @@ demo-llm: deps
 # build/bench-peers-<ts>.json and build/bench-peers.json (docs/bench.md).
 # Not part of `make test`: it downloads wheels and takes minutes.
 # PEERS_ARGS: see bench/peers/run.py --help (--pairs, --quick, --idle-s).
+# Once the venv exists, `build/layercake bench peers [PEERS_ARGS]` runs the same.
 PEERS_ARGS ?=
 bench-peers: build
 	@V=$$(scripts/peers-venv.sh) || { echo "bench-peers: FAILED: the peers' wheels could not be installed" \

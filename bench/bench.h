@@ -19,6 +19,8 @@ int lc__bench_control(int argc, char **argv) __attribute__((weak));
 int lc__bench_checksum(int argc, char **argv) __attribute__((weak));
 int lc__bench_strided(int argc, char **argv) __attribute__((weak));
 int lc__bench_landed(int argc, char **argv) __attribute__((weak));
+/* bench/bench_peers.c: execs bench/peers/run.py in the peers' venv; by name only. */
+int lc__bench_peers(int argc, char **argv) __attribute__((weak));
 
 /* The loopback listener URL of a transport name (tcp, shm, ucx; anything
  * else is loop://). */

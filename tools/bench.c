@@ -40,12 +40,13 @@ static const char bench_help[] =
 	"                            [--heads H] [--head-bytes B] [--layers L]\n"
 	"                            [--pages N] [--requests Q] [--inflight I] [--json]\n"
 	"    layercake bench landed [--polls N] [--json]\n"
+	"    layercake bench peers [--pairs N] [--quick] [--idle-s S] [--out-dir DIR]\n"
 	"\n"
 	"DESCRIPTION\n"
-	"    Without a name, runs every benchmark built in, with its defaults, one\n"
-	"    after the other, each in its own process, and shows a progress bar on\n"
-	"    stderr when stderr is a terminal. With a name, runs that benchmark;\n"
-	"    `layercake bench <name> --help` describes it.\n"
+	"    Without a name, runs every benchmark built in but peers, with its\n"
+	"    defaults, one after the other, each in its own process, and shows a\n"
+	"    progress bar on stderr when stderr is a terminal. With a name, runs that\n"
+	"    benchmark; `layercake bench <name> --help` describes it.\n"
 	"\n"
 	"    transport  GB/s and batch latency of one transport between two processes\n"
 	"               (compare with the `baseline` program built beside it)\n"
@@ -61,6 +62,9 @@ static const char bench_help[] =
 	"               page against one write per token, descriptors and GB/s\n"
 	"    landed     one layers_ready poll with 10 and 10,000 landed ranges in the\n"
 	"               room (flat), against the per-poll scan it replaced\n"
+	"    peers      layercake against NIXL and Mooncake TE from their PyPI wheels\n"
+	"               (docs/bench.md): bench/peers/run.py in the venv that `make\n"
+	"               bench-peers` makes, as that target runs it; minutes, by name only\n"
 	"\n"
 	"OPTIONS\n"
 	"    --json     exactly one JSON object on stdout (logs go to stderr). Run all,\n"
@@ -333,6 +337,14 @@ int lc__cmd_bench(int argc, char **argv)
 	}
 	if (argc < 2 || (argc == 2 && !strcmp(argv[1], "--json")))
 		return run_all(argc == 2);
+	/* By name only: minutes of another library's wheels, not a default run. */
+	if (!strcmp(argv[1], "peers")) {
+		if (!lc__bench_peers) {
+			fputs("layercake bench: 'peers' is not built into this binary\n", stderr);
+			return 2;
+		}
+		return lc__bench_peers(argc - 1, argv + 1);
+	}
 	static const char *const pages[NBENCH] = {transport_help, planner_help, wake_help, NULL,
 						  NULL};
 	for (size_t i = 0; i < NBENCH; i++) {

@@ -11,7 +11,7 @@ static const lc_cli_command_t commands[] = {
 	{"info", "version, transports built in, configuration", lc__cmd_info},
 	{"demo", "P and D stream a model's KV, layer-wise vs whole-request: TTFT, tail, timeline",
 	 lc__cmd_demo},
-	{"bench", "benchmarks: transport, planner, wake, control, checksum, strided, landed",
+	{"bench", "benchmarks: transport, planner, wake, control, checksum, strided, landed, peers",
 	 lc__cmd_bench},
 	{"bootstrap", "run the bootstrap HTTP server (P ranks register, D ranks discover)",
 	 lc__cmd_bootstrap},
