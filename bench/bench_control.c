@@ -11,12 +11,14 @@
  * P gathers every Bootstrapped room into one forward (one batch, one layer
  * record, metadata, one aux record), as a serving engine batches prefills.
  */
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,6 +69,7 @@ typedef struct ctl_bench {
 	pthread_mutex_t lock;
 	uint64_t *queue;
 	size_t qhead, qtail, qcap;
+	int qfd; /* eventfd: a room was queued, or stop */
 	atomic_bool stop;
 	atomic_int p_failed;
 	int p_rc;
@@ -112,11 +115,33 @@ static void side_fini(side_t *s)
 		lc_mem_free(s->mem);
 }
 
+static void kick_p(ctl_bench_t *b)
+{
+	uint64_t one = 1;
+	if (write(b->qfd, &one, sizeof one) < 0)
+		perror("bench control: eventfd");
+}
+
+/* P sleeps until D queues a room or one of P's rooms changes status: the
+ * two fds a serving engine's loop would poll beside its own. */
+static void p_wait(ctl_bench_t *b)
+{
+	uint64_t drain;
+	struct pollfd fds[2] = {{.fd = lc_prefill_fd(b->prefill), .events = POLLIN},
+				{.fd = b->qfd, .events = POLLIN}};
+	if (poll(fds, 2, 100) <= 0)
+		return;
+	if ((fds[1].revents & POLLIN) && read(b->qfd, &drain, sizeof drain) < 0)
+		perror("bench control: eventfd");
+	lc_prefill_wait(b->prefill, 0);
+}
+
 static void push_room(ctl_bench_t *b, uint64_t room)
 {
 	pthread_mutex_lock(&b->lock);
 	b->queue[b->qtail++ % b->qcap] = room;
 	pthread_mutex_unlock(&b->lock);
+	kick_p(b);
 }
 
 static bool pop_room(ctl_bench_t *b, uint64_t *room)
@@ -201,7 +226,7 @@ static void *p_thread(void *arg)
 				goto out;
 			}
 		}
-		usleep(50);
+		p_wait(b);
 	}
 out:
 	for (int i = 0; i < n; i++)
@@ -233,6 +258,7 @@ static int d_run(ctl_bench_t *b, int total, uint64_t first_room, uint64_t *lat, 
 	if (!slot)
 		return -ENOMEM;
 	while (ended < total) {
+		bool busy = false; /* did something: look again before sleeping */
 		for (int k = 0; k < b->inflight; k++) {
 			d_slot_t *s = &slot[k];
 			if (!s->r) {
@@ -247,6 +273,7 @@ static int d_run(ctl_bench_t *b, int total, uint64_t first_room, uint64_t *lat, 
 				push_room(b, s->room);
 				s->sent = false;
 				opened++;
+				busy = true;
 				continue;
 			}
 			lc_room_info_t info = {.size = sizeof info};
@@ -271,13 +298,15 @@ static int d_run(ctl_bench_t *b, int total, uint64_t first_room, uint64_t *lat, 
 				lc_receiver_destroy(s->r);
 				s->r = NULL;
 				ended++;
+				busy = true;
 			}
 		}
 		if (b->p_rc) {
 			rc = b->p_rc;
 			goto out;
 		}
-		usleep(50);
+		if (!busy)
+			lc_decode_wait(b->decode, 100);
 	}
 out:
 	for (int k = 0; k < b->inflight; k++)
@@ -324,7 +353,8 @@ int lc__bench_control(int argc, char **argv)
 	b.qcap = (size_t)b.rooms + 2;
 	b.queue = calloc(b.qcap, sizeof *b.queue);
 	pthread_mutex_init(&b.lock, NULL);
-	if (!lat || !b.queue) {
+	b.qfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (!lat || !b.queue || b.qfd < 0) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -367,6 +397,7 @@ int lc__bench_control(int argc, char **argv)
 		goto fail;
 	double s = (double)(now_ns() - t0) / 1e9;
 	atomic_store(&b.stop, true);
+	kick_p(&b);
 	pthread_join(pt, NULL);
 	p_started = false;
 	uint64_t infos = 0, statuses = 0;
@@ -396,14 +427,18 @@ fail:
 	fprintf(stderr, "bench control: %s (%s)\n", lc_strerror(rc), lc_err_name(rc));
 out:
 	atomic_store(&b.stop, true);
-	if (p_started)
+	if (p_started) {
+		kick_p(&b);
 		pthread_join(pt, NULL);
+	}
 	lc_decode_destroy(b.decode);
 	lc_prefill_destroy(b.prefill);
 	lc_bootstrap_stop(bs);
 	side_fini(&D);
 	side_fini(&P);
 	pthread_mutex_destroy(&b.lock);
+	if (b.qfd >= 0)
+		close(b.qfd);
 	free(b.queue);
 	free(lat);
 	return exit_code;

@@ -135,6 +135,17 @@ LC_API int lc_prefill_endpoint(const lc_prefill_t *prefill, char *buf, size_t ca
  * "inbox_conns_refused": TCP connections the inbox refused for its caps).
  * -ENOENT for an unknown name. */
 LC_API int lc_prefill_counter(lc_prefill_t *prefill, const char *name, uint64_t *out);
+/* Block until a room of this rank's engine has changed status since the
+ * last call (returns 1), or timeout_ms passed (0; 0 checks without
+ * blocking, < 0 waits without a deadline). After it returns 1, poll the
+ * senders: any change after that poll wakes the next call. Coalesced (many
+ * changes, one wake) and sometimes spurious, never lost. One waiting
+ * thread at a time. Errors: -EINVAL, -errno of poll(2). */
+LC_API int lc_prefill_wait(lc_prefill_t *prefill, int timeout_ms);
+/* A file descriptor that polls readable (POLLIN) while lc_prefill_wait
+ * would return 1 at once: for an event loop beside its own fds. Do not read
+ * or close it; call lc_prefill_wait(prefill, 0) to take the wake. */
+LC_API int lc_prefill_fd(const lc_prefill_t *prefill);
 
 /* A sender: P's handle on one room (the request's bootstrap_room). */
 typedef struct lc_sender lc_sender_t;
@@ -216,6 +227,12 @@ LC_API int lc_decode_endpoint(const lc_decode_t *decode, char *buf, size_t cap);
  * "peers_dead" too; "session_mismatches": P messages without the secret
  * this D registered with at that P rank, dropped). */
 LC_API int lc_decode_counter(lc_decode_t *decode, const char *name, uint64_t *out);
+/* lc_prefill_wait for D: a receiver's status changed (Bootstrapped,
+ * Transferring, Success, Failed). Layers landing do not wake it: poll
+ * lc_receiver_layers_ready (O(1)) for those. */
+LC_API int lc_decode_wait(lc_decode_t *decode, int timeout_ms);
+/* lc_prefill_fd for D. */
+LC_API int lc_decode_fd(const lc_decode_t *decode);
 
 /* A receiver: D's handle on one room. */
 typedef struct lc_receiver lc_receiver_t;

@@ -14,6 +14,7 @@ asyncio loop. (CompletionQueue.fd is the library's pollable descriptor.)
 """
 import asyncio
 import ctypes
+import math
 import time
 import weakref
 
@@ -43,18 +44,29 @@ def _str(buf_fn, h, cap=512):
     return buf.value.decode()
 
 
-def _until_final(poll, timeout, until):
-    """Poll until the status is final (or >= until); the last RoomInfo."""
+def _ms(timeout):
+    """Seconds (None: no deadline) as the C waits' milliseconds."""
+    if timeout is None:
+        return -1
+    return max(0, int(math.ceil(float(timeout) * 1000)))
+
+
+def _until_final(poll, timeout, until, sleep):
+    """Poll until the status is final (or >= until); the last RoomInfo.
+    sleep(s) is the owner's wait: it returns early when a room of the owner
+    changed status, and after at most s when another thread took that wake."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    pause = 0.0002
     while True:
         info = poll()
         if info.status.final or (until is not None and info.status >= until):
             return info
-        if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"room still {info.status.name} after {timeout} s")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.005)
+        pause = 0.005
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"room still {info.status.name} after {timeout} s")
+            pause = min(pause, left)
+        sleep(pause)
 
 
 async def _until_final_async(poll, timeout, until):
@@ -151,6 +163,19 @@ class Prefill(_Handle):
         check(_ffi.lc_prefill_counter(self._need(), name.encode(), ctypes.byref(v)), f"counter {name}")
         return v.value
 
+    def wait(self, timeout=None):
+        """Block until one of this rank's rooms changed status since the last
+        call (True) or `timeout` seconds passed (False; None: no deadline).
+        Then poll the senders: a change after that wakes the next call.
+        Coalesced, sometimes spurious, never lost; one waiting thread at a
+        time (lc_prefill_wait)."""
+        return bool(check(_ffi.lc_prefill_wait(self._need(), _ms(timeout)), "lc_prefill_wait"))
+
+    def fileno(self):
+        """An fd that polls readable while wait(0) would return True, for
+        select() or asyncio's add_reader; do not read or close it."""
+        return check(_ffi.lc_prefill_fd(self._need()), "lc_prefill_fd")
+
     def sender(self, room):
         return Sender(self, room)
 
@@ -172,8 +197,10 @@ class _Room(_Handle):
         return RoomStatus(check(type(self)._poll(self._need(), None), self._poll.__name__))
 
     def wait(self, timeout=None, until=None):
-        """Block until final (or status >= until); TimeoutError past timeout."""
-        return _until_final(self.poll, timeout, until)
+        """Block until final (or status >= until); TimeoutError past timeout.
+        Sleeps in the owner's wait (Prefill.wait / Decode.wait), so it
+        returns as soon as the room changes."""
+        return _until_final(self.poll, timeout, until, self._parent.wait)
 
     async def wait_async(self, timeout=None, until=None):
         return await _until_final_async(self.poll, timeout, until)
@@ -285,6 +312,15 @@ class Decode(_Handle):
         v = ctypes.c_uint64()
         check(_ffi.lc_decode_counter(self._need(), name.encode(), ctypes.byref(v)), f"counter {name}")
         return v.value
+
+    def wait(self, timeout=None):
+        """Prefill.wait for D: a receiver's status changed (lc_decode_wait).
+        Layers landing do not wake it; poll Receiver.layers_ready."""
+        return bool(check(_ffi.lc_decode_wait(self._need(), _ms(timeout)), "lc_decode_wait"))
+
+    def fileno(self):
+        """Prefill.fileno for D (lc_decode_fd)."""
+        return check(_ffi.lc_decode_fd(self._need()), "lc_decode_fd")
 
     def receiver(self, bootstrap, room):
         return Receiver(self, bootstrap, room)

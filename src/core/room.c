@@ -246,6 +246,7 @@ int lc__room_state_apply(lc__room_metrics_t *m, const lc__room_view_t *v, int st
 		LC__DEBUG("%s %llu: %s -> %s", v->side, id, lc_room_status_name(old),
 			  lc_room_status_name(status));
 	}
+	lc__notify_signal(v->notify);
 	return 1;
 }
 
@@ -260,7 +261,8 @@ int lc__room_set_state(lc__room_table_t *t, lc__room_t *r, int status, int fail_
 			     .reason_cap = sizeof(r->reason),
 			     .opened_ns = r->opened_ns,
 			     .bootstrapped_ns = &r->bootstrapped_ns,
-			     .final_ns = &r->final_ns};
+			     .final_ns = &r->final_ns,
+			     .notify = t->notify};
 	int rc = lc__room_state_apply(&t->metrics, &v, status, fail_reason, reason, now_ns);
 	if (rc == 1 && lc__room_final(r))
 		r->notify_pending = true;

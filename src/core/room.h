@@ -15,6 +15,7 @@
 
 #include "core/common.h"
 #include "core/idmap.h"
+#include "core/notify.h"
 
 typedef struct lc__room_dst {
 	char *session_name;
@@ -66,6 +67,7 @@ typedef struct lc__room_table {
 	lc__idmap_t map; /* id -> lc__room_t */
 	size_t count;
 	lc__room_metrics_t metrics;
+	lc__notify_t *notify; /* told of every status change, or NULL */
 } lc__room_table_t;
 
 int lc__room_table_init(lc__room_table_t *t);
@@ -94,6 +96,7 @@ typedef struct lc__room_view {
 	size_t reason_cap;
 	uint64_t opened_ns;
 	uint64_t *bootstrapped_ns, *final_ns;
+	lc__notify_t *notify; /* the holder's waiters, told of a change; or NULL */
 } lc__room_view_t;
 
 /* True if from -> to is a legal, effective transition. */

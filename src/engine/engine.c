@@ -110,6 +110,11 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 		rc = -errno;
 		goto fail_cq;
 	}
+	if ((rc = lc__notify_init(&e->notify))) {
+		close(e->evfd);
+		goto fail_cq;
+	}
+	e->rooms.notify = &e->notify;
 	pthread_mutex_init(&e->lock, NULL);
 	if ((rc = -pthread_create(&e->thread, NULL, lc__engine_thread_main, e)))
 		goto fail_lock;
@@ -121,6 +126,7 @@ int lc_engine_create(lc_ctx_t *ctx, const lc_engine_params_t *params, lc_engine_
 
 fail_lock:
 	pthread_mutex_destroy(&e->lock);
+	lc__notify_fini(&e->notify);
 	close(e->evfd);
 fail_cq:
 	lc_cq_destroy(e->cq);
@@ -171,6 +177,7 @@ void lc_engine_destroy(lc_engine_t *e)
 	lc__session_table_fini(&e->sessions);
 	lc_cq_destroy(e->cq);
 	close(e->evfd);
+	lc__notify_fini(&e->notify);
 	pthread_mutex_destroy(&e->lock);
 	lc__room_table_fini(&e->rooms);
 	lc__engine_gpu_fini(e);
@@ -180,6 +187,11 @@ void lc_engine_destroy(lc_engine_t *e)
 	free(e->postlog);
 	free(e->notes);
 	free(e);
+}
+
+lc__notify_t *lc__engine_notify(lc_engine_t *e)
+{
+	return &e->notify;
 }
 
 void lc__engine_set_post_hook(lc_engine_t *e, lc__post_hook_fn fn, void *arg)

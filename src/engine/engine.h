@@ -7,6 +7,7 @@
 #define LC_ENGINE_ENGINE_H
 
 #include "core/common.h"
+#include "core/notify.h"
 
 /* Called with the engine lock held once a posting pass has flushed its
  * connections, for each layer group it posted to every destination of a
@@ -31,5 +32,8 @@ int lc__engine_room_cancel_from(lc_engine_t *e, uint64_t room, const char *sessi
  * destination on it (live[i]; false for a name the engine does not know).
  * A P rank evicts only sessions that are not live. 0, -EINVAL, -ENOMEM. */
 int lc__engine_sessions_live(lc_engine_t *e, const char *const *names, size_t n, bool *live);
+
+/* Told of every status change of the engine's rooms (lc_prefill_wait). */
+lc__notify_t *lc__engine_notify(lc_engine_t *e);
 
 #endif

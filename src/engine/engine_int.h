@@ -176,6 +176,7 @@ struct lc_engine {
 	pthread_mutex_t lock;
 	bool stopping;
 	lc__room_table_t rooms;
+	lc__notify_t notify; /* rooms' status changes, for lc_prefill_wait */
 	lc__session_table_t sessions;
 	uint64_t descs_live; /* transfer-info descriptors of unfinished rooms (p_descs_max) */
 	bool batch_open, batch_idle;

@@ -108,6 +108,7 @@ static lc_decode_t *decode_new(lc_ctx_t *ctx, const lc_decode_params_t *pp)
 	d->ctx = ctx;
 	d->tp_size = pp->tp_size;
 	d->tp_rank = pp->tp_rank;
+	d->notify.efd = -1;
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -165,7 +166,7 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 	lc_decode_t *d = decode_new(ctx, &pp);
 	if (!d)
 		return -ENOMEM;
-	if ((rc = copy_layout(d, pp.layout)))
+	if ((rc = lc__notify_init(&d->notify)) || (rc = copy_layout(d, pp.layout)))
 		goto fail;
 	/* The data-plane listener before the regions are packed: a ucx
 	 * listener must exist when a region is packed for its descriptor to
@@ -227,9 +228,24 @@ void lc_decode_destroy(lc_decode_t *d)
 	free(d->buf_offset);
 	free(d->item_lens);
 	lc_layout_destroy(d->layout);
+	lc__notify_fini(&d->notify);
 	pthread_cond_destroy(&d->cond);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
+}
+
+int lc_decode_wait(lc_decode_t *d, int timeout_ms)
+{
+	if (!d)
+		return LC__FAIL(-EINVAL, "lc_decode_wait: decode is NULL");
+	return lc__notify_wait(&d->notify, timeout_ms);
+}
+
+int lc_decode_fd(const lc_decode_t *d)
+{
+	if (!d)
+		return LC__FAIL(-EINVAL, "lc_decode_fd: decode is NULL");
+	return d->notify.efd;
 }
 
 int lc_decode_endpoint(const lc_decode_t *d, char *buf, size_t cap)

@@ -38,7 +38,8 @@ static void apply(lc_decode_t *d, lc_receiver_t *r, int status, int fail_reason,
 			     .reason_cap = sizeof r->reason,
 			     .opened_ns = r->created_ns,
 			     .bootstrapped_ns = &r->bootstrapped_ns,
-			     .final_ns = &r->final_ns};
+			     .final_ns = &r->final_ns,
+			     .notify = &d->notify};
 	lc__room_state_apply(&d->rooms, &v, status, fail_reason, reason, lc__now_ns());
 }
 
@@ -65,8 +66,8 @@ static void send_cancel(lc_decode_t *d, lc_receiver_t *r, const char *reason)
 		size_t len;
 		/* A rank never registered with may still hold the room open,
 		 * claimed by no one: it fails it at once (prefill_control.c). */
-		if (!pr->resolved || (!pr->push && lc__push_connect(d->z, pr->endpoint, pr->key,
-								     &pr->push)))
+		if (!pr->resolved ||
+		    (!pr->push && lc__push_connect(d->z, pr->endpoint, pr->key, &pr->push)))
 			continue;
 		if (!pr->has_secret && lc__random_bytes(pr->secret, LC__MSG_SECRET_LEN))
 			continue;
@@ -411,21 +412,23 @@ static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
 					   "cannot reach P rank %d at %s, the address P advertised",
 					   k, pr->endpoint);
 			else
-				lc__reason(why, sizeof why,
-					   "set D's host or LAYERCAKE_ADVERTISE_HOST on D: P rank %d "
-					   "at %s cannot reach this D at %s (data %s)",
-					   k, pr->endpoint, pr->adv_status, pr->adv_data);
+				lc__reason(
+					why, sizeof why,
+					"set D's host or LAYERCAKE_ADVERTISE_HOST on D: P rank %d "
+					"at %s cannot reach this D at %s (data %s)",
+					k, pr->endpoint, pr->adv_status, pr->adv_data);
 			LC__ERROR("decode %s: no registration reply within connect_timeout_ms "
 				  "(%llu ms): %s",
-				  d->session, (unsigned long long)(d->reply_wait_ns / 1000000), why);
+				  d->session, (unsigned long long)(d->reply_wait_ns / 1000000),
+				  why);
 			for (lc_receiver_t *r = d->receivers; r; r = r->next)
 				if (r->peer == pe && r->planned && target_of(r, (uint32_t)k) >= 0)
-					lc__decode_fail(d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, true,
-							"%s (no REGISTER reply in %llu ms, "
-							"connect_timeout_ms)",
-							why,
-							(unsigned long long)(d->reply_wait_ns /
-									     1000000));
+					lc__decode_fail(
+						d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, true,
+						"%s (no REGISTER reply in %llu ms, "
+						"connect_timeout_ms)",
+						why,
+						(unsigned long long)(d->reply_wait_ns / 1000000));
 			if (unreachable) {
 				/* Nothing there: the next room looks the route up
 				 * again (a P restarted elsewhere, looked up once
@@ -470,12 +473,12 @@ static int check_deadlines(lc_decode_t *d, uint64_t now)
 		    now >= r->created_ns + d->reply_wait_ns) {
 			/* Nobody at the default address: a D on another host than its
 			 * P's bootstrap server was given none. */
-			lc__decode_fail(d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, false,
-					"give D the bootstrap server's host:port: none answers at "
-					"%s, the default (bootstrap NULL; bootstrap_port) in %llu ms%s%s",
-					r->peer->addr,
-					(unsigned long long)(d->reply_wait_ns / 1000000),
-					r->reason[0] ? ": " : "", r->reason);
+			lc__decode_fail(
+				d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, false,
+				"give D the bootstrap server's host:port: none answers at "
+				"%s, the default (bootstrap NULL; bootstrap_port) in %llu ms%s%s",
+				r->peer->addr, (unsigned long long)(d->reply_wait_ns / 1000000),
+				r->reason[0] ? ": " : "", r->reason);
 			continue;
 		}
 		if (r->status == LC_ROOM_BOOTSTRAPPING) {

@@ -54,14 +54,14 @@
 
 /* One P rank as this D knows it. */
 typedef struct lc__prank {
-	bool resolved;        /* endpoint known */
-	bool registered;      /* registration sent since the last reset */
-	bool reg_pending;     /* a REGISTER sent and not yet answered */
-	uint32_t reg_epoch;   /* REGISTERs sent so far */
-	uint64_t reg_sent_ns; /* when the last one went */
+	bool resolved;            /* endpoint known */
+	bool registered;          /* registration sent since the last reset */
+	bool reg_pending;         /* a REGISTER sent and not yet answered */
+	uint32_t reg_epoch;       /* REGISTERs sent so far */
+	uint64_t reg_sent_ns;     /* when the last one went */
 	uint64_t unsent_since_ns; /* REGISTERs could not be queued since (0: they could) */
-	int refused;          /* the last registration refused: the code (0: none) */
-	uint64_t retry_ns;    /* refused: register again no sooner than this */
+	int refused;              /* the last registration refused: the code (0: none) */
+	uint64_t retry_ns;        /* refused: register again no sooner than this */
 	char refuse_reason[LC__MSG_STR_MAX];
 	/* The session secret at this rank (128 bits from getrandom, made at the
 	 * first REGISTER, kept across registrations): D's messages to the rank
@@ -123,10 +123,10 @@ struct lc_receiver {
 	int status, fail_reason; /* changed only by lc__decode_set_state / lc__decode_fail */
 	char reason[LC_REASON_MAX];
 	uint64_t created_ns, bootstrapped_ns, final_ns, next_try_ns;
-	bool planned;       /* plan holds the targets */
-	bool default_bootstrap; /* created with bootstrap NULL: 127.0.0.1:<bootstrap_port> */
+	bool planned;               /* plan holds the targets */
+	bool default_bootstrap;     /* created with bootstrap NULL: 127.0.0.1:<bootstrap_port> */
 	char doomed[LC_REASON_MAX]; /* the pages cannot pair with P's: why ("": they do) */
-	lc__tp_plan_t plan; /* the P ranks of the room (core/topology.h) */
+	lc__tp_plan_t plan;         /* the P ranks of the room (core/topology.h) */
 	lc__dtarget_t got[LC__TP_MAX_TARGETS];
 	int responses;
 	bool sent, granted;
@@ -154,12 +154,12 @@ struct lc_decode {
 	lc_listener_t *listener;
 	char data_url[LC__MSG_STR_MAX];
 	lc_token_t token;
-	char host[LC__BS_HOST_MAX];         /* bound; "": the wildcard */
-	char endpoint[LC__MSG_STR_MAX];     /* as bound: tcp://[::]:port for the wildcard */
+	char host[LC__BS_HOST_MAX];     /* bound; "": the wildcard */
+	char endpoint[LC__MSG_STR_MAX]; /* as bound: tcp://[::]:port for the wildcard */
 	char session[LC__MSG_STR_MAX];
 	int tp_size, tp_rank;
 	uint64_t bootstrap_ns, waiting_ns, hb_interval_ns;
-	uint64_t reply_wait_ns; /* connect_timeout_ms: a REGISTER unanswered this long fails */
+	uint64_t reply_wait_ns;  /* connect_timeout_ms: a REGISTER unanswered this long fails */
 	uint64_t landed_wait_ns; /* a claimed room's bytes may still be landing this long */
 	bool checksum;           /* room_checksum: check P's sums against D's memory */
 	int hb_misses;
@@ -181,6 +181,7 @@ struct lc_decode {
 	lc__ppeer_t *peers[LC__D_MAX_PEERS];
 	int npeers;
 	lc__room_metrics_t rooms; /* receivers' outcomes, counted by core/room.c */
+	lc__notify_t notify;      /* receivers' status changes, for lc_decode_wait */
 };
 
 #define LC__D_CTL_ADD(d, name) atomic_fetch_add(&(d)->ctl[LC__CTL_##name], 1)

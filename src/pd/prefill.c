@@ -14,6 +14,7 @@
 #include "core/ctx.h"
 #include "core/params.h"
 #include "control/addr.h"
+#include "engine/engine.h"
 #include "pd/prefill_int.h"
 
 #ifdef LC_HAVE_ZMQ
@@ -373,6 +374,20 @@ int lc_prefill_engine(lc_prefill_t *p, lc_engine_t **out)
 		return LC__FAIL(-EINVAL, "lc_prefill_engine: %s is NULL", !p ? "prefill" : "out");
 	*out = p->engine;
 	return 0;
+}
+
+int lc_prefill_wait(lc_prefill_t *p, int timeout_ms)
+{
+	if (!p)
+		return LC__FAIL(-EINVAL, "lc_prefill_wait: prefill is NULL");
+	return lc__notify_wait(lc__engine_notify(p->engine), timeout_ms);
+}
+
+int lc_prefill_fd(const lc_prefill_t *p)
+{
+	if (!p)
+		return LC__FAIL(-EINVAL, "lc_prefill_fd: prefill is NULL");
+	return lc__engine_notify(p->engine)->efd;
 }
 
 int lc_prefill_endpoint(const lc_prefill_t *p, char *buf, size_t cap)

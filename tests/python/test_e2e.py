@@ -229,3 +229,41 @@ def test_async_waits(peers):
     rc, out = p.finish()
     assert rc == 0, out
     ctx.close()
+
+
+def test_decode_wait_and_fileno_wake_on_each_change(peers):
+    """D driven by its fd alone: select() on Decode.fileno() returns for each
+    status change of the room (a lost wake would leave it 30 s and fail),
+    and Decode.wait(0) takes the wake."""
+    import select
+
+    p = peers("api", 1, 1, 0)
+    mem, kv, args = d_side()
+    ctx = lc.Context("d")
+    region = ctx.register(mem)
+    layout = lc.Layout.mha(peer.LAYERS, peer.PAGES, peer.ITEM, bases=args.kv_data_ptrs)
+    d = lc.Decode(ctx, layout, [region], listen_url="tcp://127.0.0.1:0")
+    assert d.wait(0) is False
+    assert d.fileno() >= 0
+    r = d.receiver(p.addr, peer.ROOM0)
+    seen, sent = [], False
+    while True:
+        st = r.status
+        if not seen or seen[-1] != st:
+            seen.append(st)
+        if st.final:
+            break
+        if st == lc.RoomStatus.BOOTSTRAPPED and not sent:
+            r.send(peer.d_pages(0, 0), aux_index=0)
+            sent = True
+            continue
+        readable, _, _ = select.select([d.fileno()], [], [], 30)
+        assert readable, f"no wake in 30 s with the room {st.name}: {seen}"
+        assert d.wait(0) is True
+    assert seen[-1] == lc.RoomStatus.SUCCESS, seen
+    assert lc.RoomStatus.BOOTSTRAPPED in seen
+    assert r.wait(timeout=1).status == lc.RoomStatus.SUCCESS  # Receiver.wait over Decode.wait
+    check_bytes(kv, 1, 0)
+    rc, out = p.finish()
+    assert rc == 0, out
+    ctx.close()
