@@ -6,6 +6,9 @@ machine's drift cancels within a round).
 
     bench/compare_builds.py OLD_BUILD NEW_BUILD [--rounds N] [--only NAME,...]
 
+A BUILD may be "folder:knob=value,..." to run that side with those knobs
+(LAYERCAKE_KNOB=value), e.g. the same build with cq_spin_us=0 against 50.
+
 Each BUILD is a build folder holding `layercake` (and `baseline` when the
 shared tools were found). Prints one JSON object per benchmark figure, then a
 table. Higher is better for rates (gbps, rooms_per_s), lower for latencies
@@ -31,6 +34,10 @@ BENCHES = [
     ("shm_4m", ["bench", "transport", "--transport", "shm", "--block-kib", "4096",
                 "--total-mib", "8192", "--json"],
      ["gbps", "p50_batch_us"]),
+    ("tcp_rtt", ["bench", "transport", "--transport", "tcp", "--block-kib", "4", "--batch", "1",
+                 "--inflight", "1", "--total-mib", "32", "--json"], ["p50_batch_us", "p99_batch_us"]),
+    ("shm_rtt", ["bench", "transport", "--transport", "shm", "--block-kib", "4", "--batch", "1",
+                 "--inflight", "1", "--total-mib", "32", "--json"], ["p50_batch_us", "p99_batch_us"]),
     ("ucx_4m", ["bench", "transport", "--transport", "ucx", "--block-kib", "4096", "--json"],
      ["gbps", "p50_batch_us"]),
     ("tcp_sim", ["bench", "transport", "--transport", "tcp", "--block-kib", "4096", "--mem", "sim",
@@ -54,8 +61,15 @@ def figures(name, out):
 
 
 def run(build, args):
+    # BUILD may carry knobs for its side: "path:NAME=VALUE,NAME=VALUE" sets
+    # LAYERCAKE_NAME=VALUE in that side's environment (one build, two knobs).
+    build, _, knobs = build.partition(":")
+    env = dict(os.environ)
+    for kv in filter(None, knobs.split(",")):
+        k, _, v = kv.partition("=")
+        env["LAYERCAKE_" + k.upper()] = v
     p = subprocess.run([os.path.join(build, "layercake")] + args, capture_output=True,
-                       text=True, timeout=600)
+                       text=True, timeout=600, env=env)
     if p.returncode:
         raise RuntimeError(f"{build}: {' '.join(args)} exited {p.returncode}: {p.stderr[-500:]}")
     return p.stdout

@@ -21,6 +21,10 @@
 	X(io_spin_us, "LAYERCAKE_IO_SPIN_US", 0, 0, 100000,                                        \
 	  "adaptive polling of an I/O loop: after activity, poll without sleeping this long "      \
 	  "before sleeping on epoll (0: never spin; an idle loop never spins)")                    \
+	X(cq_spin_us, "LAYERCAKE_CQ_SPIN_US", 50, 0, 100000,                                       \
+	  "lc_cq_wait with completions due (batches in flight) and none queued: poll this long, "  \
+	  "yielding the core, before sleeping on the eventfd (0: sleep at once; nothing in "       \
+	  "flight never spins)")                                                                   \
 	X(loop_conn_threads_max, "LAYERCAKE_LOOP_CONN_THREADS_MAX", 8, 1, 1024,                    \
 	  "threads a context may start for loop:// connections (a test transport that runs one "   \
 	  "per connection; every other transport shares the I/O core); past it a loop:// "         \

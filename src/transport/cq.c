@@ -1,12 +1,14 @@
 /* Completion queues: a ring of completions and an eventfd for poll(). */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "core/common.h"
+#include "core/ctx.h"
 #include "transport/cq.h"
 
 int lc_cq_create(lc_ctx_t *ctx, lc_cq_t **out)
@@ -23,6 +25,7 @@ int lc_cq_create(lc_ctx_t *ctx, lc_cq_t **out)
 		return rc;
 	}
 	cq->ctx = ctx;
+	cq->spin_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_cq_spin_us) * 1000;
 	pthread_mutex_init(&cq->lock, NULL);
 	*out = cq;
 	return 0;
@@ -62,6 +65,7 @@ int lc__cq_reserve(lc_cq_t *cq)
 		cq->head = 0;
 	}
 	cq->reserved++;
+	atomic_fetch_add_explicit(&cq->expected, 1, memory_order_relaxed);
 out:
 	pthread_mutex_unlock(&cq->lock);
 	return rc;
@@ -71,6 +75,7 @@ void lc__cq_unreserve(lc_cq_t *cq)
 {
 	pthread_mutex_lock(&cq->lock);
 	cq->reserved--;
+	atomic_fetch_sub_explicit(&cq->expected, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&cq->lock);
 }
 
@@ -81,6 +86,8 @@ void lc__cq_push(lc_cq_t *cq, const lc_completion_t *c)
 	pthread_mutex_lock(&cq->lock);
 	cq->ring[(cq->head + cq->count) % cq->cap] = *c;
 	cq->reserved--;
+	atomic_fetch_sub_explicit(&cq->expected, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&cq->pushes, 1, memory_order_release);
 	if (cq->arm_mode) {
 		signal = cq->armed;
 		cq->armed = false;
@@ -149,13 +156,35 @@ int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
 	return n;
 }
 
+/* Adaptive polling: while completions are due, watch the push count for
+ * up to spin_ns (and the caller's deadline), yielding the core between
+ * looks so that the thread about to push can run on it; a thread with
+ * nothing in flight goes to sleep at once. */
+static void spin(lc_cq_t *cq, uint64_t deadline)
+{
+	uint64_t seen = atomic_load_explicit(&cq->pushes, memory_order_acquire);
+	uint64_t until = lc__now_ns() + cq->spin_ns;
+	if (deadline && deadline < until)
+		until = deadline;
+	while (atomic_load_explicit(&cq->expected, memory_order_relaxed) &&
+	       atomic_load_explicit(&cq->pushes, memory_order_acquire) == seen &&
+	       lc__now_ns() < until)
+		sched_yield();
+}
+
 int lc_cq_wait(lc_cq_t *cq, lc_completion_t *out, int max, int timeout_ms)
 {
 	uint64_t deadline = timeout_ms >= 0 ? lc__now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
+	bool spun = false;
 	for (;;) {
 		int n = lc_cq_poll(cq, out, max);
 		if (n != 0)
 			return n;
+		if (cq && cq->spin_ns && !spun && timeout_ms != 0) {
+			spin(cq, deadline);
+			spun = true;
+			continue;
+		}
 		int wait_ms = -1;
 		if (timeout_ms >= 0) {
 			uint64_t now = lc__now_ns();

@@ -15,7 +15,9 @@
 #define LC_TRANSPORT_CQ_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "layercake.h"
 
@@ -26,6 +28,9 @@ struct lc_cq {
 	size_t cap, head, count, reserved;
 	int efd;
 	bool arm_mode, armed;
+	uint64_t spin_ns;          /* cq_spin_us */
+	_Atomic uint64_t pushes;   /* completions pushed: what a spinning wait watches */
+	_Atomic uint64_t expected; /* reservations outstanding, readable without the lock */
 };
 
 int lc__cq_reserve(lc_cq_t *cq);
