@@ -58,7 +58,8 @@
 	X(ipc_imports)                                                                             \
 	X(ipc_writes)                                                                              \
 	X(ipc_bytes)                                                                               \
-	X(ipc_rejected)
+	X(ipc_rejected)                                                                            \
+	X(sends_inline)
 
 enum lc__counter {
 #define LC__CNT_ENUM(name) LC__CNT_##name,

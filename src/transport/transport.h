@@ -143,6 +143,9 @@ enum {
 	/* Built only where an outside library was found (LC_HAVE_UCX): once
 	 * built in, failing to start is a failure, not an unusable host. */
 	LC__TP_NEEDS_LIB = 1u << 6,
+	/* A posting thread sends a plain batch itself when the connection is
+	 * ready and idle (run to completion), counted in sends_inline. */
+	LC__TP_INLINE_SEND = 1u << 7,
 };
 
 /* Receiver side. listen() parses url, starts serving, and writes the

@@ -831,6 +831,55 @@ static void case_two_threads(harness_t *h)
 	expect_same(h, 8u << 20, 8u << 20, 200 * 16 * 1024);
 }
 
+/* Small batches one at a time on a warm connection: the posting thread
+ * sends them itself (sends_inline), and every byte lands. */
+static void case_inline_send(harness_t *h)
+{
+	need_caps(h, LC__TP_INLINE_SEND, "inline sends");
+	setup(h);
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, REGION));
+	lc_write_t w = wr(h, 0, 0, 4096);
+	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0); /* warm */
+	expect_status(&c, 0);
+	uint64_t before = counter(h->tx, "sends_inline");
+	for (int i = 1; i <= 64; i++) {
+		w = wr(h, (uint64_t)i * 8192, (uint64_t)i * 4096, 4096);
+		c = post_wait(h, &w, 1, ROOM, 0);
+		expect_status(&c, 0);
+	}
+	uint64_t inl = counter(h->tx, "sends_inline") - before;
+	fprintf(stderr, "%llu of 64 batches sent inline\n", (unsigned long long)inl);
+	/* A device source is staged, and staging posts from its own thread
+	 * with the source in host memory: inline too, but not every time. One
+	 * that goes by CUDA IPC is the I/O thread's (exports, fds). */
+	bool ipc = h->src_dev && h->cuda && (h->caps & LC__TP_CUDA_IPC) && !h->no_ipc;
+	TU_CHECK(inl > 0 || ipc, "no batch was sent inline");
+	for (int i = 1; i <= 64; i++)
+		expect_same(h, (uint64_t)i * 8192, (uint64_t)i * 4096, 4096);
+}
+
+/* A batch sent inline to a peer that stops: the connection's own stall
+ * deadline (progress_timeout_ms, 500 ms here) still fails it, long before
+ * the batch's 30 s deadline; the posting thread left an alarm for it. */
+static void case_inline_stall(harness_t *h)
+{
+	need_caps(h, LC__TP_INLINE_SEND | LC__TP_REMOTE, "inline sends to another process");
+	setenv("LAYERCAKE_PROGRESS_TIMEOUT_MS", "500", 1);
+	stalled_peer(h);
+	uint64_t before = counter(h->tx, "sends_inline");
+	lc_write_t w = wr(h, 0, 8192, 4096);
+	uint64_t t0 = now_ms();
+	lc_completion_t c = post_wait(h, &w, 1, ROOM, 30000);
+	fprintf(stderr, "stalled: %s (%s) after %llu ms, %llu sent inline\n", lc_err_name(c.status),
+		c.reason, (unsigned long long)(now_ms() - t0),
+		(unsigned long long)(counter(h->tx, "sends_inline") - before));
+	TU_CHECK(c.status == LC_ERR_STALLED, "status %s (%s), expected the stall",
+		 lc_err_name(c.status), c.reason);
+	TU_CHECK(now_ms() - t0 < 20000, "the stall took %llu ms",
+		 (unsigned long long)(now_ms() - t0));
+	kill(h->child, SIGCONT);
+}
+
 static void case_checksum_all(harness_t *h)
 {
 	enum { MAXW = 512 };
@@ -951,6 +1000,8 @@ static const struct {
 	{"deadline_expiry", case_deadline_expiry},
 	{"cancel_room", case_cancel_room},
 	{"two_threads", case_two_threads},
+	{"inline_send", case_inline_send},
+	{"inline_stall", case_inline_stall},
 	{"checksum_all", case_checksum_all},
 	{"bad_token", case_bad_token},
 	{"unreachable_peer", case_unreachable_peer},

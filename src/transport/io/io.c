@@ -602,6 +602,36 @@ void lc__io_timer_cancel(lc__io_timer_t *tm)
 	pthread_mutex_unlock(&lp->lock);
 }
 
+static void alarm_fire(lc__io_timer_t *tm, uint64_t now)
+{
+	lc__io_alarm_t *a = LC__CONTAINER_OF(tm, lc__io_alarm_t, tm);
+	(void)now;
+	atomic_store(&a->armed, false); /* before the kick: a later set arms anew */
+	lc__io_kick(a->task);
+}
+
+void lc__io_alarm_init(lc__io_alarm_t *a, lc__io_task_t *t)
+{
+	*a = (lc__io_alarm_t){.task = t};
+	a->tm.fire = alarm_fire;
+	atomic_init(&a->armed, false);
+}
+
+void lc__io_alarm_set(lc__io_alarm_t *a, uint64_t deadline_ns)
+{
+	if (atomic_exchange(&a->armed, true))
+		return;
+	if (lc__io_timer_arm(a->task->loop, &a->tm, deadline_ns)) {
+		atomic_store(&a->armed, false);
+		lc__io_kick(a->task); /* no memory for the heap: look at once */
+	}
+}
+
+void lc__io_alarm_cancel(lc__io_alarm_t *a)
+{
+	lc__io_timer_cancel(&a->tm);
+}
+
 void lc__io_timer_quiesce(lc__io_loop_t *lp)
 {
 	if (on_loop(lp))

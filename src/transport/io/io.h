@@ -105,6 +105,29 @@ void lc__io_timer_cancel(lc__io_timer_t *tm);
  * a timer fired before this call has finished with its object. */
 void lc__io_timer_quiesce(lc__io_loop_t *lp);
 
+/*
+ * An alarm: a kick of an attached task at a deadline, set from any thread.
+ * For a thread that did a task's work itself (a posting thread that sent
+ * inline) and so left the task's own deadlines unlooked at: the alarm
+ * makes the loop thread service the task by then, and service() computes
+ * the real deadline as always. One pending at a time: setting an alarm
+ * that is set does nothing (the earlier one is at least as early for a
+ * fixed delay). Arming never rings a loop asleep until before the
+ * deadline, so a set costs the loop's lock and a heap insert.
+ */
+typedef struct lc__io_alarm {
+	lc__io_timer_t tm;
+	lc__io_task_t *task;
+	_Atomic bool armed;
+} lc__io_alarm_t;
+
+/* After t is attached. */
+void lc__io_alarm_init(lc__io_alarm_t *a, lc__io_task_t *t);
+/* Kick the task at deadline_ns unless an alarm is pending. */
+void lc__io_alarm_set(lc__io_alarm_t *a, uint64_t deadline_ns);
+/* Before the task detaches: on return the alarm neither runs nor will. */
+void lc__io_alarm_cancel(lc__io_alarm_t *a);
+
 /* Loop threads running for ctx (for tests and `layercake info`). */
 int lc__io_nthreads(lc_ctx_t *ctx);
 /* Stop every loop of ctx; no task may be attached any more. */

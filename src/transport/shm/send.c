@@ -24,7 +24,13 @@
  *
  * Threading: sc->lock protects the batch list, the send cursor, `unacked`
  * and `closing` (post() appends, the loop thread does the rest); everything
- * else of shm_conn_t belongs to the loop thread. Lock order: sc->lock ->
+ * else of shm_conn_t is the loop thread's, under sc->send_mu, which the
+ * loop thread holds in each of the task's ops. A posting thread that finds
+ * the connection ready and send_mu free sends its batch itself (run to
+ * completion: no wake of the loop thread on the way out), but only the
+ * plain case: host sources D already maps, room in the socket; anything
+ * else (a REGION to pass, a source gone, a full socket, an error) is left
+ * to the loop thread, kicked. Lock order: send_mu -> sc->lock ->
  * ctx->regions.lock, sc->lock -> conn->lock (through lc__batch_*
  * completions), and sc->lock -> the loop's lock (kicks).
  */
@@ -38,61 +44,8 @@
 #include <unistd.h>
 
 #include "core/cuda.h"
-#include "transport/shm/shm_int.h"
+#include "transport/shm/send_int.h"
 #include "transport/stage.h"
-
-typedef struct pbatch {
-	lc__batch_t *b; /* referenced */
-	size_t sent;    /* writes sent (a prefix of b->writes) */
-	size_t acked;   /* writes acknowledged (<= sent) */
-	bool ipc;       /* device sources that go by CUDA IPC */
-	bool undecided; /* device sources, posted before the WELCOME */
-	struct pbatch *next;
-} pbatch_t;
-
-enum pstate { P_DOWN, P_HELLO, P_READY };
-enum pipc { IPC_UNKNOWN, IPC_ON, IPC_OFF };
-
-/* A CUDA source region as exported to D (once per region and connection). */
-typedef struct pexport {
-	bool ok;    /* exportable; else its batches are staged */
-	int vmm_fd; /* VMM: the exported fd (a dup goes with each IPC_REGION), or -1 */
-	lc__shm_ipc_region_t rec;
-} pexport_t;
-typedef struct shm_conn {
-	lc_conn_t *c;
-	lc_ctx_t *ctx;
-	char name[LC__SHM_NAME_MAX + 1];
-	lc__io_task_t task; /* on the context's I/O core */
-	uint64_t connect_ns, progress_limit_ns;
-
-	pthread_mutex_t lock;
-	pbatch_t *head, *tail;
-	pbatch_t *cursor; /* first batch that may have writes left to send */
-	size_t nlist;
-	size_t unacked; /* writes sent and not yet acknowledged */
-	bool closing;
-	enum pipc ipc;      /* what this connection's handshake said */
-	pexport_t *exports; /* LC__SHM_MAX_EXPORTS, by region id */
-	size_t nexports;
-	bool no_ipc; /* the URL says ?ipc=0: always stage */
-
-	/* Loop thread only. */
-	int fd;
-	lc__io_fd_t iofd;
-	enum pstate state;
-	bool readable, writable;                /* as the last edges said */
-	bool want_connect;                      /* handshake before the first post */
-	bool ipc_offer;                         /* the HELLO offered CUDA IPC */
-	uint64_t deadline_ns;                   /* handshake deadline in P_HELLO */
-	uint64_t progress_ns;                   /* last ack, or when acks started being awaited */
-	uint32_t srcs[LC__SHM_MAX_SRC_REGIONS]; /* source regions D holds, oldest first */
-	size_t nsrcs;
-	uint8_t *out; /* one message waiting to be sent */
-	size_t out_len;
-	int out_fd;
-	uint8_t *in;
-} shm_conn_t;
 
 /* ---- the batch list ---- */
 
@@ -245,76 +198,6 @@ static void p_connect(shm_conn_t *sc, uint64_t now)
 
 /* ---- sending ---- */
 
-/* ---- CUDA IPC exports ---- */
-
-/* Under lock: the export of region id, or NULL. */
-static pexport_t *export_find(shm_conn_t *sc, uint32_t id)
-{
-	for (size_t i = 0; i < sc->nexports; i++)
-		if (sc->exports[i].rec.id == id)
-			return &sc->exports[i];
-	return NULL;
-}
-
-/* Export the allocation under CUDA region ri: its base and size, then a
- * VMM fd or else an IPC handle. false (logged) when it cannot be: a region
- * spanning allocations, memory the driver will not export. */
-static bool export_make(shm_conn_t *sc, const lc__region_info_t *ri, pexport_t *e)
-{
-	CUdeviceptr p = (CUdeviceptr)(uintptr_t)ri->addr, base = 0;
-	size_t size = 0;
-	CUipcMemHandle h;
-	*e = (pexport_t){.vmm_fd = -1, .rec = {.id = ri->id, .len = ri->len}};
-	int rc = lc__cuda_mem_range(p, &base, &size);
-	if (!rc && (p < base || ri->len > size - (p - base)))
-		rc = LC_ENOTSUP;
-	if (rc) {
-		LC__INFO("%s: CUDA region %u is not one allocation (%s); its writes are staged",
-			 sc->c->url, ri->id, lc_strerror(rc));
-		return false;
-	}
-	int fd = -1;
-	rc = lc__cuda_vmm_export(p, &fd);
-	if (rc == -ENOENT) {
-		rc = lc__cuda_ipc_get(base, &h);
-		if (!rc)
-			memcpy(e->rec.handle, h.reserved, sizeof e->rec.handle);
-	} else if (!rc) {
-		e->vmm_fd = fd;
-		e->rec.flags = LC__SHM_IPC_VMM;
-	}
-	if (rc) {
-		LC__INFO("%s: CUDA region %u cannot be exported (%s); its writes are staged",
-			 sc->c->url, ri->id, lc_strerror(rc));
-		return false;
-	}
-	e->rec.alloc_size = size;
-	e->rec.offset = p - base;
-	e->rec.base = base;
-	lc__cuda_device_describe(ri->device, NULL, 0, e->rec.pci, sizeof e->rec.pci, NULL);
-	LC__COUNT(sc->ctx, ipc_exports);
-	LC__DEBUG("%s: exported CUDA region %u (%s, allocation of %zu bytes, at +%llu)", sc->c->url,
-		  ri->id, fd >= 0 ? "VMM fd" : "IPC handle", size,
-		  (unsigned long long)e->rec.offset);
-	e->ok = true;
-	return true;
-}
-
-/* Under lock: whether CUDA region ri can go by IPC, exporting it the first
- * time it is asked. */
-static bool exportable(shm_conn_t *sc, const lc__region_info_t *ri)
-{
-	pexport_t *e = export_find(sc, ri->id);
-	if (e)
-		return e->ok;
-	if (sc->nexports == LC__SHM_MAX_EXPORTS)
-		return false; /* staged: the table does not grow past its cap */
-	if (!sc->exports && !(sc->exports = calloc(LC__SHM_MAX_EXPORTS, sizeof *sc->exports)))
-		return false;
-	e = &sc->exports[sc->nexports++];
-	return export_make(sc, ri, e);
-}
-
 /* Under lock: the message that must go before a write from source region
  * ri that D does not hold: its REGION, or with D's table full, a DROP of
  * the oldest. D processes in order: writes already sent that name the
@@ -327,7 +210,7 @@ static void build_region(shm_conn_t *sc, const lc__region_info_t *ri)
 		return;
 	}
 	if (ri->kind == LC_MEM_KIND_CUDA) {
-		const pexport_t *e = export_find(sc, ri->id);
+		const pexport_t *e = lc__shm_export_find(sc, ri->id);
 		sc->out_len = lc__shm_put_ipc_region(sc->out, &e->rec);
 		sc->out_fd = e->vmm_fd >= 0 ? fcntl(e->vmm_fd, F_DUPFD_CLOEXEC, 0) : -1;
 		sc->srcs[sc->nsrcs++] = ri->id;
@@ -355,7 +238,8 @@ static bool src_known(const shm_conn_t *sc, uint32_t id)
 /* Under lock: the registered source region of the next write of pb into
  * *ri (kept from the previous write when it still covers this one). false
  * when it is gone: the batch is failed. */
-static bool source_of(shm_conn_t *sc, pbatch_t *pb, lc__region_info_t *ri, bool *have)
+static bool source_of(shm_conn_t *sc, pbatch_t *pb, lc__region_info_t *ri, bool *have,
+		      bool can_fail)
 {
 	const lc_write_t *w = &pb->b->writes[pb->sent];
 	const uint8_t *local = w->local;
@@ -367,7 +251,7 @@ static bool source_of(shm_conn_t *sc, pbatch_t *pb, lc__region_info_t *ri, bool 
 	    (size_t)(local - ri->addr) <= ri->len - span)
 		return true;
 	*have = lc__source_find(sc->ctx, local, span, ri) == 0;
-	if (!*have)
+	if (!*have && can_fail)
 		lc__batch_fail(pb->b, LC_ERR_REGION,
 			       "%s: write %zu: source %p+%llu is no longer registered", sc->c->url,
 			       pb->sent, (const void *)local, (unsigned long long)w->length);
@@ -375,12 +259,15 @@ static bool source_of(shm_conn_t *sc, pbatch_t *pb, lc__region_info_t *ri, bool 
 }
 
 /* Under lock. Put the next message into sc->out: a REGION or DROP when a
- * write needs one, else up to LC__SHM_MAX_WRITES writes. */
-static void build_next(shm_conn_t *sc)
+ * write needs one, else up to LC__SHM_MAX_WRITES writes. Inline (a posting
+ * thread): only writes from host sources D already maps; returns false
+ * where it stopped at one that needs the loop thread (nothing is failed or
+ * passed), true otherwise. */
+static bool build_next(shm_conn_t *sc, bool inline_)
 {
 	uint32_t n = 0;
 	lc__region_info_t ri = {0};
-	bool have_ri = false;
+	bool have_ri = false, plain = true;
 	pbatch_t *pb = sc->cursor;
 	while (pb && n < LC__SHM_MAX_WRITES) {
 		lc__batch_t *b = pb->b;
@@ -390,10 +277,24 @@ static void build_next(shm_conn_t *sc)
 				sc->cursor = pb;
 			continue;
 		}
-		if (!source_of(sc, pb, &ri, &have_ri))
+		if (inline_ && (pb->ipc || pb->undecided)) {
+			plain = false;
+			break;
+		}
+		if (!source_of(sc, pb, &ri, &have_ri, !inline_)) {
+			if (inline_) {
+				plain = false;
+				break;
+			}
 			continue; /* completed now: skipped above */
-		if (!LC__KIND_IS_HOST(ri.kind) && (ri.kind != LC_MEM_KIND_CUDA || !pb->ipc ||
-						   sc->ipc != IPC_ON || !export_find(sc, ri.id))) {
+		}
+		if (!LC__KIND_IS_HOST(ri.kind) &&
+		    (ri.kind != LC_MEM_KIND_CUDA || !pb->ipc || sc->ipc != IPC_ON ||
+		     !lc__shm_export_find(sc, ri.id))) {
+			if (inline_) {
+				plain = false;
+				break;
+			}
 			/* Cannot happen but by a bug: never send a device
 			 * pointer D would read as host memory. */
 			lc__batch_fail(b, LC_ENOTSUP,
@@ -402,7 +303,8 @@ static void build_next(shm_conn_t *sc)
 			continue;
 		}
 		if (!src_known(sc, ri.id)) {
-			if (!n)
+			plain = false;
+			if (!n && !inline_)
 				build_region(sc, &ri);
 			break; /* else send the writes first */
 		}
@@ -420,11 +322,14 @@ static void build_next(shm_conn_t *sc)
 		lc__shm_put_write(sc->out, n++, &rec);
 		pb->sent++;
 	}
-	if (!n)
-		return;
-	sc->unacked += n;
-	lc__shm_put_hdr(sc->out, LC__SHM_WRITES, n);
-	sc->out_len = lc__shm_writes_len(n);
+	if (pb && n == LC__SHM_MAX_WRITES)
+		plain = false; /* more to send */
+	if (n) {
+		sc->unacked += n;
+		lc__shm_put_hdr(sc->out, LC__SHM_WRITES, n);
+		sc->out_len = lc__shm_writes_len(n);
+	}
+	return plain;
 }
 
 /* Send what can be sent without blocking; on a full socket wait for the
@@ -434,7 +339,7 @@ static void p_send(shm_conn_t *sc)
 	while (sc->state == P_READY && sc->writable) {
 		if (!sc->out_len) {
 			pthread_mutex_lock(&sc->lock);
-			build_next(sc);
+			build_next(sc, false);
 			pop_done(sc);
 			pthread_mutex_unlock(&sc->lock);
 			if (!sc->out_len)
@@ -626,6 +531,8 @@ static uint64_t p_deadlines(shm_conn_t *sc, uint64_t now)
 static uint64_t conn_service(lc__io_task_t *t, uint64_t now)
 {
 	shm_conn_t *sc = LC__CONTAINER_OF(t, shm_conn_t, task);
+	pthread_mutex_lock(&sc->send_mu);
+	now = lc__now_ns(); /* after any inline send that held the lock */
 	if (sc->state == P_DOWN && (sc->want_connect || has_work(sc)))
 		p_connect(sc, now);
 	if (sc->fd >= 0 && sc->readable)
@@ -633,7 +540,9 @@ static uint64_t conn_service(lc__io_task_t *t, uint64_t now)
 	if (!awaiting_acks(sc))
 		sc->progress_ns = now; /* the progress clock starts with the next send */
 	p_send(sc);
-	return p_deadlines(sc, now);
+	uint64_t due = p_deadlines(sc, now);
+	pthread_mutex_unlock(&sc->send_mu);
+	return due;
 }
 
 static void conn_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uint64_t now)
@@ -641,8 +550,42 @@ static void conn_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uin
 	shm_conn_t *sc = LC__CONTAINER_OF(t, shm_conn_t, task);
 	(void)f;
 	(void)now;
+	pthread_mutex_lock(&sc->send_mu);
 	sc->readable |= (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
 	sc->writable |= (events & EPOLLOUT) != 0;
+	pthread_mutex_unlock(&sc->send_mu);
+}
+
+/* A posting thread sends what the list holds now, if that is the plain
+ * case and nobody else is sending; true when it left nothing for the loop
+ * thread (no kick needed). The loop thread alone changes the socket's
+ * state and fails batches: here a failed or short send only leaves the
+ * message built for it. */
+static bool send_inline(shm_conn_t *sc)
+{
+	if (pthread_mutex_trylock(&sc->send_mu))
+		return false; /* the loop thread is in the task: it will look */
+	bool done = sc->state == P_READY && sc->writable && !sc->out_len && sc->fd >= 0;
+	if (done) {
+		pthread_mutex_lock(&sc->lock);
+		bool idle = sc->unacked == 0;
+		done = build_next(sc, true);
+		pthread_mutex_unlock(&sc->lock);
+		if (sc->out_len) {
+			if (idle)
+				sc->progress_ns = lc__now_ns(); /* as conn_service does */
+			if (lc__shm_send(sc->fd, sc->out, sc->out_len, -1) == 0) {
+				sc->out_len = 0;
+				LC__COUNT(sc->ctx, sends_inline);
+				lc__io_alarm_set(&sc->alarm,
+						 sc->progress_ns + sc->progress_limit_ns);
+			} else {
+				done = false;
+			}
+		}
+	}
+	pthread_mutex_unlock(&sc->send_mu);
+	return done;
 }
 
 static const lc__io_task_ops_t conn_task_ops = {
@@ -662,7 +605,7 @@ static void kick_locked(shm_conn_t *sc)
 
 /* Queue a batch at the tail (the lock held) and wake the sender unless the
  * batch is deferred to the next flush. */
-static void enqueue_locked(shm_conn_t *sc, pbatch_t *pb)
+static void enqueue_locked(shm_conn_t *sc, pbatch_t *pb, bool kick)
 {
 	if (sc->tail)
 		sc->tail->next = pb;
@@ -672,7 +615,7 @@ static void enqueue_locked(shm_conn_t *sc, pbatch_t *pb)
 	if (!sc->cursor)
 		sc->cursor = pb;
 	sc->nlist++;
-	if (!pb->b->defer)
+	if (kick && !pb->b->defer)
 		kick_locked(sc);
 }
 
@@ -689,6 +632,7 @@ static void conn_free(shm_conn_t *sc)
 		if (sc->exports[i].vmm_fd >= 0)
 			close(sc->exports[i].vmm_fd);
 	free(sc->exports);
+	pthread_mutex_destroy(&sc->send_mu);
 	pthread_mutex_destroy(&sc->lock);
 	free(sc->in);
 	free(sc->out);
@@ -703,6 +647,7 @@ int lc__shm_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 	if (!sc)
 		return -ENOMEM;
 	pthread_mutex_init(&sc->lock, NULL);
+	pthread_mutex_init(&sc->send_mu, NULL);
 	sc->c = c;
 	sc->ctx = c->ctx;
 	sc->fd = sc->out_fd = -1;
@@ -728,6 +673,7 @@ int lc__shm_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 		c->priv = NULL;
 		goto fail;
 	}
+	lc__io_alarm_init(&sc->alarm, &sc->task);
 	c->io_task = &sc->task; /* batch deadlines on its loop */
 	return 0;
 fail:
@@ -738,8 +684,11 @@ fail:
 /* On the loop thread, as the task detaches: close the socket. */
 static void conn_release(lc__io_task_t *t, void *arg)
 {
+	shm_conn_t *sc = arg;
 	(void)t;
-	p_disconnect(arg);
+	pthread_mutex_lock(&sc->send_mu);
+	p_disconnect(sc);
+	pthread_mutex_unlock(&sc->send_mu);
 }
 
 void lc__shm_conn_close(lc_conn_t *c)
@@ -750,6 +699,7 @@ void lc__shm_conn_close(lc_conn_t *c)
 	pthread_mutex_lock(&sc->lock);
 	sc->closing = true;
 	pthread_mutex_unlock(&sc->lock);
+	lc__io_alarm_cancel(&sc->alarm);
 	lc__io_detach(&sc->task, conn_release, sc);
 	/* Batches the loop thread handed to staging (settle) before it
 	 * stopped: wait for their copies, as the generic layer did for its own. */
@@ -777,8 +727,10 @@ int lc__shm_post(lc_conn_t *c, lc__batch_t *b)
 	}
 	lc__batch_ref(b);
 	pb->b = b;
-	enqueue_locked(sc, pb);
+	enqueue_locked(sc, pb, false);
 	pthread_mutex_unlock(&sc->lock);
+	if (!b->defer && !send_inline(sc))
+		wake(sc);
 	return 0;
 }
 
@@ -803,7 +755,7 @@ int lc__shm_post_device(lc_conn_t *c, lc__batch_t *b)
 		if (lc__source_find(sc->ctx, p, w->length, &ri))
 			ipc = false; /* gone: staging fails it with its reason */
 		else if (!LC__KIND_IS_HOST(ri.kind))
-			ipc = ri.kind == LC_MEM_KIND_CUDA && exportable(sc, &ri);
+			ipc = ri.kind == LC_MEM_KIND_CUDA && lc__shm_exportable(sc, &ri);
 	}
 	pbatch_t *pb = ipc ? calloc(1, sizeof *pb) : NULL;
 	if (!pb) {
@@ -814,14 +766,15 @@ int lc__shm_post_device(lc_conn_t *c, lc__batch_t *b)
 	pb->b = b;
 	pb->ipc = sc->ipc == IPC_ON;
 	pb->undecided = sc->ipc == IPC_UNKNOWN;
-	enqueue_locked(sc, pb);
+	enqueue_locked(sc, pb, true);
 	pthread_mutex_unlock(&sc->lock);
 	return 0;
 }
 
 void lc__shm_flush(lc_conn_t *c)
 {
-	wake(c->priv);
+	if (!send_inline(c->priv))
+		wake(c->priv);
 }
 
 void lc__shm_room_cancel(lc_conn_t *c, uint64_t room)

@@ -22,7 +22,7 @@
 
 const lc__transport_ops_t lc__shm_ops = {
 	.scheme = "shm",
-	.caps = LC__TP_STRIDED | LC__TP_REMOTE | LC__TP_CUDA_IPC,
+	.caps = LC__TP_STRIDED | LC__TP_REMOTE | LC__TP_CUDA_IPC | LC__TP_INLINE_SEND,
 	.listener = {.listen = lc__shm_listen, .close = lc__shm_listener_close},
 	.conn = {.open = lc__shm_conn_open,
 		 .close = lc__shm_conn_close,

@@ -20,108 +20,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "transport/tcp/tcp_int.h"
+#include "transport/tcp/send_int.h"
 
-/* iovecs per sendmsg (IOV_MAX) and room for the headers and tables of the
- * frames they carry (at most one 24-byte header and one descriptor per
- * payload iovec). */
-#define MAX_IOV 1024
-#define HBUF_LEN (2 * MAX_IOV * LC__TCP_DESC_LEN)
 /* A batch is split across lanes only in pieces of at least this much. */
 #define SEG_MIN_BYTES (256u << 10)
-#define IN_CAP (128u * LC__TCP_CTRL_LEN)
-
-/* ====================================================================
- * Sender state.
- *
- * Threading: post() (any thread) fills `subq` under tcp_conn.lock and kicks
- * the task (lc__io_kick); the rest of tcp_conn, lane and seg is the I/O
- * thread's, lock free, until conn_close() detaches the task.
- * Batches are shared with the generic layer: each segblock holds one
- * reference and only reads b->writes, b->room and the atomic fields.
- * ==================================================================== */
-
-typedef struct segblock segblock_t;
-
-/* Writes [first, end) of a batch, carried by one lane. end shrinks when the
- * batch completes (deadline, cancel) before those frames went out. */
-typedef struct seg {
-	lc__batch_t *b;
-	segblock_t *blk;
-	struct seg *next; /* lane FIFO */
-	size_t first, end;
-	size_t acked; /* writes of this segment acknowledged */
-	uint64_t bytes;
-} seg_t;
-
-/* One allocation per posted batch: its segments. */
-struct segblock {
-	lc__batch_t *b;   /* referenced until every segment is released */
-	segblock_t *next; /* submission queue */
-	size_t n, live;
-	seg_t segs[];
-};
-
-enum lane_state { LANE_DOWN, LANE_CONNECTING, LANE_HELLO, LANE_READY };
-
-/* One WRITES frame described in a sendmsg. */
-typedef struct built {
-	seg_t *s;
-	size_t idx, n; /* writes [idx, idx+n) of s */
-	size_t off0;   /* bytes of the frame sent before this sendmsg */
-	size_t left;   /* bytes of the frame this sendmsg carries */
-	bool whole;    /* they reach the frame's end (else: out of iovecs) */
-} built_t;
-
-struct tcp_conn;
-
-/* One TCP socket. FIFO head..tail: segments not yet fully acknowledged.
- * The send cursor (cur, cur_idx, cur_off) is the next byte to send: cur_off
- * bytes of the WRITES frame carrying writes [cur_idx, cur_idx+run_n) of cur
- * went out already (run_n is fixed once a frame has started). */
-typedef struct lane {
-	struct tcp_conn *tc;
-	int idx, fd;
-	enum lane_state state;
-	bool writable;
-	uint64_t deadline_ns; /* connect + handshake, while not READY */
-	uint64_t progress_ns; /* last byte sent or ack received, or work arrived */
-	seg_t *head, *tail, *cur;
-	size_t cur_idx, cur_off, run_n;
-	uint64_t seq_next;  /* seq of the write at the cursor */
-	uint64_t seq_acked; /* writes acknowledged */
-	uint64_t queued;    /* payload bytes queued and unacknowledged */
-	/* Queued writes came to an idle, connected lane, none acked: D closes
-	 * such a lane only with no granted write open; they may go again once. */
-	bool resend_ok;
-	uint8_t in[IN_CAP];
-	size_t in_len;
-	lc__io_fd_t iofd;
-} lane_t;
-
-typedef struct tcp_conn {
-	lc_conn_t *conn;
-	lc_ctx_t *ctx;
-	char host[256];
-	int port;
-	struct sockaddr_storage addr;
-	socklen_t addrlen;
-	lc__io_task_t task; /* on the context's I/O core */
-	bool warm;          /* lanes were connected ahead of the first batch */
-	int nlanes;
-	lane_t *lanes;
-	uint64_t connect_ns, progress_ns;
-	int sockbuf;
-
-	pthread_mutex_t lock;
-	segblock_t *subq, *subq_tail; /* under lock */
-	bool closing;                 /* under lock */
-
-	/* I/O thread scratch for one sendmsg. */
-	struct iovec iov[MAX_IOV];
-	uint8_t hbuf[HBUF_LEN];
-	built_t built[MAX_IOV / 2];
-} tcp_conn_t;
 
 /* ====================================================================
  * Sender: segments and the send cursor.
@@ -158,17 +60,11 @@ static void lane_pop_done(lane_t *ln)
 	}
 }
 
-/* Whether writes from (s, idx), not started, should be skipped. */
-static bool skip_frame(const seg_t *s, size_t idx)
-{
-	return idx == s->end || lc__batch_is_completed(s->b);
-}
-
 /* Move the cursor past finished segments and unsent writes of completed
  * batches (only at frame boundaries: a started frame is always finished). */
 static void cursor_normalize(lane_t *ln)
 {
-	while (ln->cur && ln->cur_off == 0 && skip_frame(ln->cur, ln->cur_idx)) {
+	while (ln->cur && ln->cur_off == 0 && lc__tcp_skip_frame(ln->cur, ln->cur_idx)) {
 		ln->cur->end = ln->cur_idx;
 		ln->cur = ln->cur->next;
 		ln->cur_idx = ln->cur ? ln->cur->first : 0;
@@ -476,138 +372,15 @@ static void lane_read(lane_t *ln, uint64_t now)
 
 /* ---- sending ---- */
 
-/* A write's payload bytes on the wire (every block of a strided one). */
-static uint64_t wire_bytes(const lc_write_t *w)
-{
-	return w->count > 1 ? (uint64_t)w->count * w->length : w->length;
-}
-
-/* Header and descriptor table of a frame carrying writes [idx, idx+n). */
-static size_t encode_frame(uint8_t *p, const seg_t *s, size_t idx, size_t n, uint64_t seq)
-{
-	lc__tcp_encode_run(p, &(lc__tcp_run_hdr_t){(uint32_t)n, s->b->room, seq});
-	for (size_t i = 0; i < n; i++) {
-		const lc_write_t *w = &s->b->writes[idx + i];
-		lc__tcp_desc_t d = {w->remote_region, w->count > 1 ? w->count : 0, w->remote_offset,
-				    w->length, w->count > 1 ? w->remote_stride : 0};
-		lc__tcp_encode_desc(p + LC__TCP_HDR_LEN + i * LC__TCP_DESC_LEN, &d);
-	}
-	return LC__TCP_HDR_LEN + n * LC__TCP_DESC_LEN;
-}
-
-typedef struct build_state {
-	int niov;
-	size_t hused, total, nf;
-	size_t skip;  /* bytes of the frame being described still to skip */
-	size_t bytes; /* bytes of it described */
-	bool full;    /* out of iovecs */
-} build_state_t;
-
-/* Describe [p, p+len) of the frame being built, past its first st->skip
- * bytes, in tc->iov. */
-static void build_piece(tcp_conn_t *tc, build_state_t *st, const void *p, size_t len)
-{
-	if (st->full || !len)
-		return;
-	if (st->skip >= len) {
-		st->skip -= len;
-		return;
-	}
-	p = (const uint8_t *)p + st->skip;
-	len -= st->skip;
-	st->skip = 0;
-	if (st->niov == MAX_IOV) {
-		st->full = true;
-		return;
-	}
-	tc->iov[st->niov++] = (struct iovec){(void *)(uintptr_t)p, len};
-	st->bytes += len;
-}
-
-/* Describe one frame (writes [idx, idx+n) of s, `off` bytes already sent)
- * in tc->iov, as far as the iovecs go (a strided write's blocks are one
- * iovec each, up to LC_WRITE_MAX_COUNT of them: such a frame may take
- * several sendmsgs). 0: nothing described (no room); 1: all of it; 2:
- * part of it, the sendmsg is full. */
-static int build_frame(lane_t *ln, build_state_t *st, seg_t *s, size_t idx, size_t n, size_t off,
-		       uint64_t seq)
-{
-	tcp_conn_t *tc = ln->tc;
-	size_t tlen = LC__TCP_HDR_LEN + n * LC__TCP_DESC_LEN;
-	if (st->niov + 2 > MAX_IOV || st->hused + tlen > HBUF_LEN ||
-	    st->nf == LC__ARRAY_SIZE(tc->built))
-		return 0;
-	uint8_t *h = tc->hbuf + st->hused;
-	encode_frame(h, s, idx, n, seq);
-	st->skip = off;
-	st->bytes = 0;
-	build_piece(tc, st, h, tlen);
-	for (size_t i = 0; i < n && !st->full; i++) {
-		const lc_write_t *w = &s->b->writes[idx + i];
-		const uint8_t *src = (const uint8_t *)(uintptr_t)w->local;
-		if (w->count <= 1 || w->local_stride == w->length) { /* contiguous */
-			build_piece(tc, st, src, wire_bytes(w));
-			continue;
-		}
-		for (uint32_t k = 0; k < w->count && !st->full; k++)
-			build_piece(tc, st, src + (uint64_t)k * w->local_stride, w->length);
-	}
-	st->hused += tlen;
-	st->total += st->bytes;
-	tc->built[st->nf++] = (built_t){s, idx, n, off, st->bytes, !st->full};
-	return st->full ? 2 : 1;
-}
-
-/* Describe the frames at the cursor in tc->iov; returns the frame count. */
-static size_t lane_build(lane_t *ln, build_state_t *st)
-{
-	seg_t *s = ln->cur;
-	size_t idx = ln->cur_idx, off = ln->cur_off;
-	uint64_t seq = ln->seq_next;
-	*st = (build_state_t){0};
-	while (s) {
-		if (off == 0 && skip_frame(s, idx)) {
-			s->end = idx; /* drop unsent writes of a completed batch */
-			s = s->next;
-			idx = s ? s->first : 0;
-			continue;
-		}
-		size_t n = off ? ln->run_n : LC__MIN(s->end - idx, (size_t)LC__TCP_MAX_RUN);
-		int built = build_frame(ln, st, s, idx, n, off, seq);
-		if (built != 1)
-			break;
-		seq += n;
-		idx += n;
-		off = 0;
-	}
-	return st->nf;
-}
-
-/* w bytes of the built frames went out: move the cursor. */
-static void lane_advance(lane_t *ln, size_t nf, size_t w)
-{
-	for (size_t i = 0; i < nf; i++) {
-		built_t *f = &ln->tc->built[i];
-		ln->cur = f->s;
-		if (w < f->left || !f->whole) {
-			ln->cur_idx = f->idx;
-			ln->cur_off = f->off0 + LC__MIN(w, f->left);
-			ln->run_n = f->n;
-			return;
-		}
-		w -= f->left;
-		ln->cur_idx = f->idx + f->n;
-		ln->cur_off = 0;
-		ln->seq_next += f->n;
-	}
-}
-
-static void lane_flush(lane_t *ln, uint64_t now)
+/* Send from the cursor while the socket takes it. Inline (a posting
+ * thread): on an error, stop and return false, leaving the lane for the
+ * I/O thread to fail or resend; true otherwise. */
+static bool lane_flush(lane_t *ln, uint64_t now, bool inline_)
 {
 	cursor_normalize(ln);
 	while (ln->writable && ln->cur) {
 		build_state_t st;
-		size_t nf = lane_build(ln, &st);
+		size_t nf = lc__tcp_lane_build(ln, &st);
 		if (!nf) {
 			ln->cur = NULL; /* everything left belonged to completed batches */
 			break;
@@ -621,16 +394,19 @@ static void lane_flush(lane_t *ln, uint64_t now)
 			break;
 		}
 		if (w < 0) {
+			if (inline_)
+				return false;
 			if (!lane_resend(ln, "send failed"))
 				lane_fail(ln, LC_ERR_PEER_CLOSED, "send: %s", strerror(errno));
-			return;
+			return true;
 		}
 		ln->progress_ns = now;
-		lane_advance(ln, nf, (size_t)w);
+		lc__tcp_lane_advance(ln, nf, (size_t)w);
 		cursor_normalize(ln);
 		if ((size_t)w < st.total)
 			ln->writable = false; /* buffer full: EPOLLOUT will say when */
 	}
+	return true;
 }
 
 /* ---- the I/O thread ---- */
@@ -691,7 +467,9 @@ static void lane_check_deadlines(lane_t *ln, uint64_t now)
 			  (unsigned long long)(tc->connect_ns / 1000000));
 		return;
 	}
-	if (ln->state == LANE_READY && ln->head && now - ln->progress_ns >= tc->progress_ns) {
+	/* progress_ns may be past now: an inline send after this pass began. */
+	if (ln->state == LANE_READY && ln->head && now >= ln->progress_ns &&
+	    now - ln->progress_ns >= tc->progress_ns) {
 		LC__COUNT(tc->ctx, lanes_stalled);
 		lane_fail(ln, LC_ERR_STALLED,
 			  "no progress for %llu ms (%llu writes sent, %llu acknowledged)",
@@ -721,7 +499,7 @@ static void sender_service(tcp_conn_t *tc, uint64_t now)
 		if (ln->state == LANE_DOWN && ln->head)
 			lane_connect(ln, now);
 		if (ln->state == LANE_READY)
-			lane_flush(ln, now);
+			lane_flush(ln, now, false);
 		if (ln->state != LANE_DOWN)
 			lane_check_deadlines(ln, now);
 	}
@@ -731,20 +509,55 @@ static void sender_service(tcp_conn_t *tc, uint64_t now)
 static void sender_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uint64_t now)
 {
 	tcp_conn_t *tc = LC__CONTAINER_OF(t, tcp_conn_t, task);
+	pthread_mutex_lock(&tc->send_mu);
 	on_lane_event(&tc->lanes[f->tag], events, now);
+	pthread_mutex_unlock(&tc->send_mu);
 }
 
 static uint64_t sender_task_service(lc__io_task_t *t, uint64_t now)
 {
 	tcp_conn_t *tc = LC__CONTAINER_OF(t, tcp_conn_t, task);
-	if (!tc->warm) { /* the first batch finds lanes ready */
+	pthread_mutex_lock(&tc->send_mu);
+	now = lc__now_ns(); /* after any inline send that held the lock */
+	if (!tc->warm) {    /* the first batch finds lanes ready */
 		tc->warm = true;
 		for (int i = 0; i < tc->nlanes; i++)
 			lane_connect(&tc->lanes[i], now);
 	}
 	take_submissions(tc, now);
 	sender_service(tc, now);
-	return sender_deadline(tc);
+	uint64_t due = sender_deadline(tc);
+	pthread_mutex_unlock(&tc->send_mu);
+	return due;
+}
+
+/* A posting thread sends what is queued, if every lane is connected and
+ * the I/O thread is not in the task; true when it left nothing to send (no
+ * kick needed: the acknowledgements wake the I/O thread, and the batches'
+ * own deadlines are armed at post). */
+static bool send_inline(tcp_conn_t *tc)
+{
+	if (pthread_mutex_trylock(&tc->send_mu))
+		return false; /* the I/O thread is in the task: it will look */
+	bool done = tc->warm;
+	for (int i = 0; i < tc->nlanes && done; i++)
+		done = tc->lanes[i].state == LANE_READY;
+	if (done) {
+		uint64_t now = lc__now_ns();
+		take_submissions(tc, now);
+		bool waiting = false;
+		for (int i = 0; i < tc->nlanes && done; i++) {
+			lane_t *ln = &tc->lanes[i];
+			done = lane_flush(ln, now, true) && !ln->cur;
+			waiting |= ln->head != NULL;
+		}
+		if (done)
+			LC__COUNT(tc->ctx, sends_inline);
+		if (done && waiting) /* lane_check_deadlines by the stall limit */
+			lc__io_alarm_set(&tc->alarm, now + tc->progress_ns);
+	}
+	pthread_mutex_unlock(&tc->send_mu);
+	return done;
 }
 
 static const lc__io_task_ops_t sender_task_ops = {
@@ -777,8 +590,8 @@ static segblock_t *split(lc__batch_t *b, int lanes)
 		*s = (seg_t){.b = b, .blk = blk, .first = i};
 		uint64_t goal = b->bytes / want * (k + 1);
 		do {
-			acc += wire_bytes(&b->writes[i]);
-			s->bytes += wire_bytes(&b->writes[i++]);
+			acc += lc__tcp_wire_bytes(&b->writes[i]);
+			s->bytes += lc__tcp_wire_bytes(&b->writes[i++]);
 		} while (i < b->nwrites && (acc < goal || k + 1 == want));
 		s->end = i;
 	}
@@ -805,18 +618,20 @@ int lc__tcp_post(lc_conn_t *c, lc__batch_t *b)
 		tc->subq = blk;
 	tc->subq_tail = blk;
 	pthread_mutex_unlock(&tc->lock);
-	if (!b->defer)
+	if (!b->defer && !send_inline(tc))
 		wake(tc);
 	return 0;
 }
 
 void lc__tcp_flush(lc_conn_t *c)
 {
-	wake(c->priv);
+	if (!send_inline(c->priv))
+		wake(c->priv);
 }
 
 static void tcp_conn_free(tcp_conn_t *tc)
 {
+	pthread_mutex_destroy(&tc->send_mu);
 	pthread_mutex_destroy(&tc->lock);
 	free(tc->lanes);
 	free(tc);
@@ -847,6 +662,7 @@ int lc__tcp_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 	if (!tc)
 		return -ENOMEM;
 	pthread_mutex_init(&tc->lock, NULL);
+	pthread_mutex_init(&tc->send_mu, NULL);
 	rc = lc__url_host_port(url, "tcp", tc->host, sizeof tc->host, &tc->port);
 	if (rc || tc->port == 0) {
 		if (!rc)
@@ -862,6 +678,7 @@ int lc__tcp_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 	rc = lc__io_attach(c->ctx, &tc->task, &sender_task_ops);
 	if (rc)
 		goto fail;
+	lc__io_alarm_init(&tc->alarm, &tc->task);
 	c->io_task = &tc->task; /* batch deadlines on its loop */
 	return 0;
 fail:
@@ -876,6 +693,7 @@ static void release_all(lc__io_task_t *t, void *arg)
 {
 	tcp_conn_t *tc = arg;
 	(void)t;
+	pthread_mutex_lock(&tc->send_mu);
 	for (int i = 0; i < tc->nlanes; i++)
 		lane_fail(&tc->lanes[i], LC_ERR_CANCELLED, "connection closed");
 	for (segblock_t *blk = tc->subq, *next; blk; blk = next) {
@@ -885,6 +703,7 @@ static void release_all(lc__io_task_t *t, void *arg)
 		free(blk);
 	}
 	tc->subq = tc->subq_tail = NULL;
+	pthread_mutex_unlock(&tc->send_mu);
 }
 
 void lc__tcp_conn_close(lc_conn_t *c)
@@ -893,6 +712,7 @@ void lc__tcp_conn_close(lc_conn_t *c)
 	pthread_mutex_lock(&tc->lock);
 	tc->closing = true;
 	pthread_mutex_unlock(&tc->lock);
+	lc__io_alarm_cancel(&tc->alarm);
 	lc__io_detach(&tc->task, release_all, tc);
 	tcp_conn_free(tc);
 	c->priv = NULL;

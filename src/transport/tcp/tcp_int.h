@@ -3,7 +3,9 @@
  * header of the transport's folder:
  *   wire.h  the wire format (frames, descriptors, control frames)
  *   send.c      the sender: connections of `lanes` sockets, one I/O-core
- *               task each
+ *               task each, and posting (inline sends)
+ *   frames.c    the sender's WRITES frames as iovecs from a lane's cursor
+ *   send_int.h  the sender state send.c and frames.c share
  *   listen.c    the receiver's listeners (one I/O-core task each): the
  *               listening socket, accepted lanes, their caps and deadlines
  *   recv.c      the receiver's frames and writes, landing through the
