@@ -65,7 +65,6 @@ int lc__cq_reserve(lc_cq_t *cq)
 		cq->head = 0;
 	}
 	cq->reserved++;
-	atomic_fetch_add_explicit(&cq->expected, 1, memory_order_relaxed);
 out:
 	pthread_mutex_unlock(&cq->lock);
 	return rc;
@@ -75,7 +74,6 @@ void lc__cq_unreserve(lc_cq_t *cq)
 {
 	pthread_mutex_lock(&cq->lock);
 	cq->reserved--;
-	atomic_fetch_sub_explicit(&cq->expected, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&cq->lock);
 }
 
@@ -86,7 +84,6 @@ void lc__cq_push(lc_cq_t *cq, const lc_completion_t *c)
 	pthread_mutex_lock(&cq->lock);
 	cq->ring[(cq->head + cq->count) % cq->cap] = *c;
 	cq->reserved--;
-	atomic_fetch_sub_explicit(&cq->expected, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&cq->pushes, 1, memory_order_release);
 	if (cq->arm_mode) {
 		signal = cq->armed;
@@ -116,10 +113,7 @@ bool lc__cq_arm(lc_cq_t *cq)
 
 bool lc__cq_expecting(lc_cq_t *cq)
 {
-	pthread_mutex_lock(&cq->lock);
-	bool more = cq->reserved > 0;
-	pthread_mutex_unlock(&cq->lock);
-	return more;
+	return atomic_load(&cq->reserved) > 0;
 }
 
 void lc__cq_disarm(lc_cq_t *cq, bool readable)
@@ -166,7 +160,7 @@ static void spin(lc_cq_t *cq, uint64_t deadline)
 	uint64_t until = lc__now_ns() + cq->spin_ns;
 	if (deadline && deadline < until)
 		until = deadline;
-	while (atomic_load_explicit(&cq->expected, memory_order_relaxed) &&
+	while (atomic_load_explicit(&cq->reserved, memory_order_relaxed) &&
 	       atomic_load_explicit(&cq->pushes, memory_order_acquire) == seen &&
 	       lc__now_ns() < until)
 		sched_yield();

@@ -25,12 +25,12 @@ struct lc_cq {
 	lc_ctx_t *ctx;
 	pthread_mutex_t lock;
 	lc_completion_t *ring;
-	size_t cap, head, count, reserved;
+	size_t cap, head, count;
+	_Atomic size_t reserved; /* changed under lock; read without it (lc__cq_expecting, spin) */
 	int efd;
 	bool arm_mode, armed;
-	uint64_t spin_ns;          /* cq_spin_us */
-	_Atomic uint64_t pushes;   /* completions pushed: what a spinning wait watches */
-	_Atomic uint64_t expected; /* reservations outstanding, readable without the lock */
+	uint64_t spin_ns;        /* cq_spin_us */
+	_Atomic uint64_t pushes; /* completions pushed: what a spinning wait watches */
 };
 
 int lc__cq_reserve(lc_cq_t *cq);
