@@ -76,6 +76,7 @@ typedef struct lc__rank_info {
 	X(routes_moved)                                                                            \
 	X(lanes_closed)                                                                            \
 	X(peers_gone)                                                                              \
+	X(peers_evicted)                                                                           \
 	X(route_conflicts)                                                                         \
 	X(route_refresh_failures)                                                                  \
 	X(inbox_conns_refused)

@@ -27,6 +27,7 @@ static void load_knobs(lc_decode_t *d, lc_ctx_t *ctx)
 	d->hb_misses = (int)lc__ctx_cfg(ctx, LC__CFG_heartbeat_misses);
 	d->reply_wait_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_connect_timeout_ms) * ms;
 	d->default_port = lc__ctx_cfg(ctx, LC__CFG_bootstrap_port);
+	d->peers_max = (int)lc__ctx_cfg(ctx, LC__CFG_d_peers_max);
 }
 
 /* Pack every region for P, and find the region holding each buffer. */
@@ -166,6 +167,10 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 	lc_decode_t *d = decode_new(ctx, &pp);
 	if (!d)
 		return -ENOMEM;
+	if (!(d->peers = calloc((size_t)d->peers_max, sizeof *d->peers))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
 	if ((rc = lc__notify_init(&d->notify)) || (rc = copy_layout(d, pp.layout)))
 		goto fail;
 	/* The data-plane listener before the regions are packed: a ucx
@@ -215,6 +220,7 @@ void lc_decode_destroy(lc_decode_t *d)
 		free(d->peers[i]->pins);
 		free(d->peers[i]);
 	}
+	free(d->peers);
 	lc__pull_close(d->pull);
 	lc__zctx_destroy(d->z);
 	lc_listener_destroy(d->listener);
@@ -302,17 +308,24 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 	r->created_ns = lc__now_ns();
 	r->default_bootstrap = !(bootstrap && *bootstrap);
 	pthread_mutex_lock(&d->lock);
-	int rc = 0;
+	int rc = 0, npeers = d->npeers;
 	if (lc__decode_find(d, room))
 		rc = -EEXIST;
-	else if (!(r->peer = lc__decode_peer_get(d, addr)))
-		rc = -ENOSPC;
+	else
+		rc = lc__decode_peer_get(d, addr, &r->peer);
 	if (rc) {
 		pthread_mutex_unlock(&d->lock);
 		free(r);
+		if (rc == -ENOSPC)
+			return LC__FAIL(rc,
+					"receiver of room %llu: too many P addresses known to "
+					"this D: all %d (d_peers_max) are named by receivers not "
+					"yet destroyed, %s is not; destroy finished receivers or "
+					"raise d_peers_max",
+					(unsigned long long)room, npeers, addr);
 		return LC__FAIL(rc, "receiver of room %llu: %s", (unsigned long long)room,
 				rc == -EEXIST ? "the room already has a receiver"
-					      : "too many P addresses known to this D");
+					      : lc_strerror(rc));
 	}
 	r->next = d->receivers;
 	d->receivers = r;
@@ -598,6 +611,7 @@ void lc_receiver_destroy(lc_receiver_t *r)
 			*pp = r->next;
 			break;
 		}
+	lc__decode_peer_put(r->peer);
 	pthread_mutex_unlock(&d->lock);
 	free(r->metadata);
 	free(r->sum_ranges);

@@ -18,19 +18,78 @@
 #include "control/curve_keys.h"
 #include "pd/decode_int.h"
 
-lc__ppeer_t *lc__decode_peer_get(lc_decode_t *d, const char *addr)
+static bool has_pins(const lc__ppeer_t *pe)
 {
-	for (int i = 0; i < d->npeers; i++)
+	for (int i = 0; i < pe->npins; i++)
+		if (pe->pins[i].set)
+			return true;
+	return false;
+}
+
+/* The table is full: forget a peer nothing refers to (no receiver, no
+ * lookup in flight), one never resolved first (a mistyped or unreachable
+ * address: nothing learned, nothing pinned), else the least recently used.
+ * Its pins go with it: that P is trusted afresh on its next receiver
+ * (docs/security.md, "D authenticates P"). -ENOSPC when every peer is
+ * referred to. */
+static int evict_one(lc_decode_t *d, const char *newcomer)
+{
+	int best = -1;
+	bool best_raw = false;
+	for (int i = 0; i < d->npeers; i++) {
+		const lc__ppeer_t *pe = d->peers[i];
+		if (pe->refs)
+			continue;
+		bool raw = !pe->info && !has_pins(pe);
+		if (best < 0 || (raw && !best_raw) ||
+		    (raw == best_raw && pe->last_used_ns < d->peers[best]->last_used_ns)) {
+			best = i;
+			best_raw = raw;
+		}
+	}
+	if (best < 0)
+		return -ENOSPC;
+	lc__ppeer_t *pe = d->peers[best];
+	uint64_t n = LC__D_CTL_ADD(d, peers_evicted) + 1;
+	LC__LOG_PEER(LC_LOG_INFO,
+		     "decode %s: %d P addresses known (d_peers_max): forgot %s (%s, last named "
+		     "%llu ms ago) for %s (%llu forgotten so far)",
+		     d->session, d->npeers, pe->addr,
+		     best_raw       ? "never resolved"
+		     : has_pins(pe) ? "its pinned routes with it"
+				    : "nothing pinned",
+		     (unsigned long long)((lc__now_ns() - pe->last_used_ns) / 1000000), newcomer,
+		     (unsigned long long)n);
+	lc__decode_peer_reset(pe);
+	free(pe->pins);
+	free(pe);
+	d->peers[best] = d->peers[--d->npeers];
+	return 0;
+}
+
+int lc__decode_peer_get(lc_decode_t *d, const char *addr, lc__ppeer_t **out)
+{
+	lc__ppeer_t *pe = NULL;
+	for (int i = 0; i < d->npeers && !pe; i++)
 		if (!strcmp(d->peers[i]->addr, addr))
-			return d->peers[i];
-	if (d->npeers >= LC__D_MAX_PEERS)
-		return NULL;
-	lc__ppeer_t *pe = calloc(1, sizeof *pe);
-	if (!pe)
-		return NULL;
-	snprintf(pe->addr, sizeof pe->addr, "%s", addr);
-	d->peers[d->npeers++] = pe;
-	return pe;
+			pe = d->peers[i];
+	if (!pe) {
+		if (d->npeers >= d->peers_max && evict_one(d, addr))
+			return -ENOSPC;
+		if (!(pe = calloc(1, sizeof *pe)))
+			return -ENOMEM;
+		snprintf(pe->addr, sizeof pe->addr, "%s", addr);
+		d->peers[d->npeers++] = pe;
+	}
+	pe->refs++;
+	pe->last_used_ns = lc__now_ns();
+	*out = pe;
+	return 0;
+}
+
+void lc__decode_peer_put(lc__ppeer_t *pe)
+{
+	pe->refs--;
 }
 
 void lc__decode_peer_reset(lc__ppeer_t *pe)
@@ -234,9 +293,11 @@ static lc_receiver_t *fetch_parallel(lc_decode_t *d, uint64_t room, lc__ppeer_t 
 	if (!pi)
 		return NULL;
 	snprintf(addr, sizeof addr, "%s", pe->addr);
+	pe->refs++; /* the room's receiver may go meanwhile: pe may not */
 	pthread_mutex_unlock(&d->lock);
 	int rc = lc__bootstrap_get_parallel(addr, &o, pi, why, sizeof why);
 	pthread_mutex_lock(&d->lock);
+	pe->refs--;
 	if (rc || pe->info || pe->generation != gen) {
 		free(pi);
 		if (rc)
@@ -395,6 +456,7 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	if (rank < pe->npins && pe->pins[rank].set)
 		snprintf(pinned, sizeof pinned, "%s", pe->pins[rank].endpoint);
 	snprintf(addr, sizeof addr, "%s", pe->addr);
+	pe->refs++; /* as in fetch_parallel */
 	pthread_mutex_unlock(&d->lock);
 	int rc = lc__bootstrap_get_rank(addr, rank % ptp, rank / ptp, &o, &ri, why, sizeof why);
 	char ep[300], adv_status[LC__MSG_STR_MAX], adv_data[LC__MSG_STR_MAX],
@@ -410,6 +472,7 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 		old_alive = pinned[0] && strcmp(pinned, ep) && endpoint_alive(pinned);
 	}
 	pthread_mutex_lock(&d->lock);
+	pe->refs--;
 	if (pe->generation != gen || !pe->info)
 		return NULL;
 	if (rc) {

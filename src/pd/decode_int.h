@@ -32,7 +32,6 @@
 #include "core/room.h"
 #include "core/topology.h"
 
-#define LC__D_MAX_PEERS 256
 #define LC__D_RETRY_NS (200ull * 1000000) /* lookup errors are retried this often */
 /* A refused registration is tried again after this, by the next room that
  * needs the P rank: a refusal (real or forged) never sticks. */
@@ -87,9 +86,16 @@ typedef struct lc__pin {
 	char key[LC__BS_KEY_MAX];
 } lc__pin_t;
 
-/* One P instance, by bootstrap address. */
+/* One P instance, by bootstrap address. At d_peers_max peers, one that
+ * nothing refers to gives its place to a new address (decode_discover.c,
+ * evict_one), its pins with it. */
 typedef struct lc__ppeer {
 	char addr[LC__BS_HOST_MAX];
+	/* Receivers naming the peer (created, not yet destroyed), plus one
+	 * while the discovery thread works on it with `lock` dropped: a peer
+	 * is freed only at 0. */
+	int refs;
+	uint64_t last_used_ns;     /* a receiver was last created for it */
 	lc__parallel_info_t *info; /* NULL until fetched */
 	lc__prank_t *ranks;        /* info->world_size */
 	lc__pin_t *pins;           /* npins, by rank; survive lc__decode_peer_reset */
@@ -178,8 +184,8 @@ struct lc_decode {
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* discovery work or stop */
 	lc_receiver_t *receivers;
-	lc__ppeer_t *peers[LC__D_MAX_PEERS];
-	int npeers;
+	lc__ppeer_t **peers; /* peers_max (d_peers_max) entries */
+	int npeers, peers_max;
 	lc__room_metrics_t rooms; /* receivers' outcomes, counted by core/room.c */
 	lc__notify_t notify;      /* receivers' status changes, for lc_decode_wait */
 };
@@ -214,9 +220,13 @@ int lc__decode_check_sum(lc_decode_t *d, lc_receiver_t *r, char *why, size_t cap
 
 /* ---- decode_discover.c ---- */
 
-/* The peer of a bootstrap address, created on first use (NULL: table full
- * or no memory). With `lock` held. */
-lc__ppeer_t *lc__decode_peer_get(lc_decode_t *d, const char *addr);
+/* The peer of a bootstrap address for a new receiver (its reference
+ * taken), created on first use; in a full table a peer nothing refers to
+ * is forgotten for it. -ENOSPC when every peer is referred to, -ENOMEM.
+ * With `lock` held. */
+int lc__decode_peer_get(lc_decode_t *d, const char *addr, lc__ppeer_t **out);
+/* A receiver of the peer was destroyed. With `lock` held. */
+void lc__decode_peer_put(lc__ppeer_t *pe);
 /* Forget what is known of a peer (closes its sockets). */
 void lc__decode_peer_reset(lc__ppeer_t *pe);
 /* The discovery thread. */

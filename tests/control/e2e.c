@@ -11,13 +11,16 @@
  * memory with a canary and checks every page afterwards: exactly the
  * granted pages changed, with exactly P's bytes.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,6 +59,7 @@ typedef struct cfg {
 	const char *d_session;
 	int room_base;
 	uint32_t rows; /* > 1: token-major pages of `rows` tokens (strided writes) */
+	int waves;     /* waves of rooms (room_base advancing by rooms each); 0 = 1 */
 } cfg_t;
 
 static cfg_t C;
@@ -253,6 +257,15 @@ static int p_wave(lc_prefill_t **pf, lc_engine_t **eng, lc_sender_t *snd[8][8], 
 	return failures;
 }
 
+static void p_senders_destroy(lc_sender_t *snd[8][8])
+{
+	for (int r = 0; r < C.p_world; r++)
+		for (int i = 0; i < C.rooms; i++) {
+			lc_sender_destroy(snd[r][i]);
+			snd[r][i] = NULL;
+		}
+}
+
 static int p_main(int addr_fd, int quit_fd)
 {
 	side_t side[8];
@@ -296,13 +309,14 @@ static int p_main(int addr_fd, int quit_fd)
 		if (blocked != 1)
 			failures++;
 		/* ... until the restarted D registers again: room_base + rooms. */
-		for (int r = 0; r < C.p_world; r++)
-			for (int i = 0; i < C.rooms; i++) {
-				lc_sender_destroy(snd[r][i]);
-				snd[r][i] = NULL;
-			}
+		p_senders_destroy(snd);
 		C.room_base += C.rooms;
 		failures += p_wave(pf, eng, snd, LC_ROOM_SUCCESS, 0);
+	}
+	for (int w = 1; w < C.waves; w++) {
+		p_senders_destroy(snd);
+		C.room_base += C.rooms;
+		failures += p_wave(pf, eng, snd, C.p_expect, C.p_reason);
 	}
 	/* Wait until the parent says the D side is done. */
 	char c;
@@ -371,7 +385,7 @@ static int d_verify(const side_t *s, int tp_rank)
 	return bad;
 }
 
-typedef enum d_mode { D_NORMAL, D_CANCEL, D_MALFORMED } d_mode_t;
+typedef enum d_mode { D_NORMAL, D_CANCEL, D_MALFORMED, D_PEERS } d_mode_t;
 
 /* Raw messages at P's control socket and D's own, plus HTTP garbage. */
 static void send_garbage(const char *bs_addr, lc_decode_t *d)
@@ -457,30 +471,12 @@ static void send_garbage(const char *bs_addr, lc_decode_t *d)
 	free(resp);
 }
 
-static int d_main(const char *bs_addr, int tp_rank, d_mode_t mode)
+/* One wave of rooms (room_base ..) at the P at bs_addr: sent once
+ * Bootstrapped, each checked as the case expects (the cancel of D_CANCEL
+ * included), the receivers destroyed. Returns the failures. */
+static int d_wave(lc_decode_t *d, const side_t *s, const char *bs_addr, int tp_rank, d_mode_t mode)
 {
-	side_t s;
-	lc_decode_t *d;
 	lc_receiver_t *rcv[8];
-	char name[16];
-	snprintf(name, sizeof name, "d%d", tp_rank);
-	side_init(&s, name, C.d_item, false, tp_rank, C.d_knobs);
-	lc_decode_params_t dp = {.size = sizeof dp,
-				 .layout = s.layout,
-				 .regions = &s.region,
-				 .region_count = 1,
-				 .listen_url = C.url,
-				 .session = C.d_session,
-				 .tp_size = C.d_procs,
-				 .tp_rank = tp_rank};
-	int rc = lc_decode_create(s.ctx, &dp, &d);
-	if (rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) {
-		fprintf(stderr, "skip: %s\n", lc_strerror(rc));
-		return TU_SKIP;
-	}
-	TU_OK(rc);
-	if (mode == D_MALFORMED)
-		send_garbage(bs_addr, d);
 	for (int i = 0; i < C.rooms; i++)
 		TU_OK(lc_receiver_create(d, bs_addr, (uint64_t)(C.room_base + i), &rcv[i]));
 	/* Bootstrapped, then send the pages. */
@@ -520,8 +516,8 @@ static int d_main(const char *bs_addr, int tp_rank, d_mode_t mode)
 			usleep(500);
 		fprintf(stderr, "D: cancelling at %d layers\n", lc_receiver_layers_ready(rcv[0]));
 		TU_OK(lc_receiver_cancel(rcv[0], "test cancel"));
-		snapshot = malloc(s.len);
-		memcpy(snapshot, s.mem, s.len);
+		snapshot = malloc(s->len);
+		memcpy(snapshot, s->mem, s->len);
 	}
 	int failures = 0;
 	deadline = now_ms() + 20000;
@@ -558,22 +554,160 @@ static int d_main(const char *bs_addr, int tp_rank, d_mode_t mode)
 	if (mode == D_CANCEL) {
 		/* P keeps computing; nothing may land after the cancel. */
 		usleep(1500 * 1000);
-		if (memcmp(snapshot, s.mem, s.len)) {
+		if (memcmp(snapshot, s->mem, s->len)) {
 			fprintf(stderr, "D: memory changed after cancel\n");
 			failures++;
 		}
-		for (size_t x = 0; x < s.len; x += s.item) {
-			size_t page = (x / s.item) % PAGES;
+		for (size_t x = 0; x < s->len; x += s->item) {
+			size_t page = (x / s->item) % PAGES;
 			bool granted = page + (size_t)room_pages() >= PAGES;
-			if (!granted && s.mem[x] != CANARY) {
+			if (!granted && s->mem[x] != CANARY) {
 				fprintf(stderr, "D: canary at page %zu written\n", page);
 				failures++;
 			}
 		}
 		free(snapshot);
 	} else if (C.d_expect == LC_ROOM_SUCCESS) {
-		failures += d_verify(&s, tp_rank);
+		failures += d_verify(s, tp_rank);
 	}
+	for (int i = 0; i < C.rooms; i++)
+		lc_receiver_destroy(rcv[i]);
+	return failures;
+}
+
+static uint64_t d_counter(lc_decode_t *d, const char *name)
+{
+	uint64_t v = 0;
+	TU_OK(lc_decode_counter(d, name, &v));
+	return v;
+}
+
+/* A receiver at bootstrap address addr: its lc_receiver_create's code. */
+static int d_recv(lc_decode_t *d, const char *addr, uint64_t room, lc_receiver_t **out)
+{
+	*out = NULL;
+	lc_last_error_clear();
+	int rc = lc_receiver_create(d, addr, room, out);
+	fprintf(stderr, "D: receiver of room %llu at %s: %d %s\n", (unsigned long long)room, addr,
+		rc, rc ? lc_last_error() : "");
+	return rc;
+}
+
+#define PEER_CHECK(cond, ...)                                                                      \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "D: peers: %s: ", #cond);                                  \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fprintf(stderr, "\n");                                                     \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+/* peers_evict (d_peers_max=2, three waves at the real P): the table of P
+ * addresses never fills for good. Addresses where nothing listens (a
+ * bound, unlistened port on 127.0.0.1: connection refused) come and go
+ * around the waves; with both places named by live receivers a third
+ * address is refused naming the knob; a destroyed receiver's address gives
+ * its place, a never-resolved one before P's pinned one (wave 2 finds P's
+ * peer still known: no new REGISTER), and P's own peer, forgotten while
+ * nothing names it, is found and registered with afresh (wave 3). */
+static int d_peers_main(lc_decode_t *d, side_t *s, const char *bs_addr, int tp_rank)
+{
+	enum { A, B, C_, E, F, G, NADDR };
+	int fds[NADDR], failures = 0;
+	char addr[NADDR][64];
+	for (int i = 0; i < NADDR; i++) {
+		struct sockaddr_in sa = {.sin_family = AF_INET,
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		socklen_t n = sizeof sa;
+		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+		TU_CHECK(fds[i] >= 0 && !bind(fds[i], (struct sockaddr *)&sa, sizeof sa) &&
+				 !getsockname(fds[i], (struct sockaddr *)&sa, &n),
+			 "a closed port");
+		snprintf(addr[i], sizeof addr[i], "127.0.0.1:%d", ntohs(sa.sin_port));
+	}
+	uint64_t room = 9000;
+	lc_receiver_t *ra, *rb, *rc_, *re, *rf, *rg;
+	PEER_CHECK(!d_recv(d, addr[A], room++, &ra) && !d_recv(d, addr[B], room++, &rb), "A, B");
+	int rc = d_recv(d, addr[C_], room++, &rc_);
+	PEER_CHECK(rc == -ENOSPC && strstr(lc_last_error(), "d_peers_max") &&
+			   strstr(lc_last_error(), addr[C_]) && !rc_,
+		   "a third address with two live: %d \"%s\"", rc, lc_last_error());
+	/* Tried and failed at least once each: still never resolved. */
+	for (uint64_t dl = now_ms() + 5000;
+	     d_counter(d, "bootstrap_failures") < 2 && now_ms() < dl;)
+		usleep(5000);
+	PEER_CHECK(d_counter(d, "peers_evicted") == 0, "evicted early");
+	lc_receiver_destroy(ra);
+	lc_receiver_destroy(rb);
+	PEER_CHECK(!d_recv(d, addr[C_], room++, &rc_) && !d_recv(d, addr[E], room++, &re),
+		   "C, E after A and B went");
+	PEER_CHECK(d_counter(d, "peers_evicted") == 2, "%llu evicted, want 2",
+		   (unsigned long long)d_counter(d, "peers_evicted"));
+	lc_receiver_destroy(rc_);
+	/* Wave 1: P's address takes C's place. */
+	failures += d_wave(d, s, bs_addr, tp_rank, D_PEERS);
+	PEER_CHECK(d_counter(d, "peers_evicted") == 3, "wave 1: %llu evicted, want 3",
+		   (unsigned long long)d_counter(d, "peers_evicted"));
+	uint64_t regs = d_counter(d, "registrations");
+	/* E named again (known: nothing forgotten), so that P's peer is the
+	 * least recently used; yet E (never resolved) goes for F, not P's
+	 * peer (resolved, pinned). */
+	lc_receiver_destroy(re);
+	PEER_CHECK(!d_recv(d, addr[E], room++, &re), "E again");
+	lc_receiver_destroy(re);
+	PEER_CHECK(!d_recv(d, addr[F], room++, &rf), "F");
+	memset(s->mem, CANARY, s->len);
+	C.room_base += C.rooms;
+	failures += d_wave(d, s, bs_addr, tp_rank, D_PEERS);
+	PEER_CHECK(d_counter(d, "peers_evicted") == 4 && d_counter(d, "registrations") == regs,
+		   "wave 2: %llu evicted (want 4), %llu registrations (want %llu: P's peer kept)",
+		   (unsigned long long)d_counter(d, "peers_evicted"),
+		   (unsigned long long)d_counter(d, "registrations"), (unsigned long long)regs);
+	/* With F live, G takes P's place: P's pins go with it. */
+	PEER_CHECK(!d_recv(d, addr[G], room++, &rg), "G");
+	PEER_CHECK(d_counter(d, "peers_evicted") == 5, "G: %llu evicted, want 5",
+		   (unsigned long long)d_counter(d, "peers_evicted"));
+	lc_receiver_destroy(rf);
+	lc_receiver_destroy(rg);
+	/* Wave 3: P found and registered with again. */
+	memset(s->mem, CANARY, s->len);
+	C.room_base += C.rooms;
+	failures += d_wave(d, s, bs_addr, tp_rank, D_PEERS);
+	PEER_CHECK(d_counter(d, "peers_evicted") == 6 && d_counter(d, "registrations") > regs,
+		   "wave 3: %llu evicted (want 6), %llu registrations (want > %llu)",
+		   (unsigned long long)d_counter(d, "peers_evicted"),
+		   (unsigned long long)d_counter(d, "registrations"), (unsigned long long)regs);
+	for (int i = 0; i < NADDR; i++)
+		close(fds[i]);
+	return failures;
+}
+
+static int d_main(const char *bs_addr, int tp_rank, d_mode_t mode)
+{
+	side_t s;
+	lc_decode_t *d;
+	char name[16];
+	snprintf(name, sizeof name, "d%d", tp_rank);
+	side_init(&s, name, C.d_item, false, tp_rank, C.d_knobs);
+	lc_decode_params_t dp = {.size = sizeof dp,
+				 .layout = s.layout,
+				 .regions = &s.region,
+				 .region_count = 1,
+				 .listen_url = C.url,
+				 .session = C.d_session,
+				 .tp_size = C.d_procs,
+				 .tp_rank = tp_rank};
+	int rc = lc_decode_create(s.ctx, &dp, &d);
+	if (rc == LC_ERR_NO_TRANSPORT || rc == LC_ENOTSUP) {
+		fprintf(stderr, "skip: %s\n", lc_strerror(rc));
+		return TU_SKIP;
+	}
+	TU_OK(rc);
+	if (mode == D_MALFORMED)
+		send_garbage(bs_addr, d);
+	int failures = mode == D_PEERS ? d_peers_main(d, &s, bs_addr, tp_rank)
+				       : d_wave(d, &s, bs_addr, tp_rank, mode);
 	if (mode == D_MALFORMED) {
 		uint64_t m = 0;
 		lc_decode_counter(d, "msgs_malformed", &m);
@@ -581,8 +715,6 @@ static int d_main(const char *bs_addr, int tp_rank, d_mode_t mode)
 		if (m < 3)
 			failures++;
 	}
-	for (int i = 0; i < C.rooms; i++)
-		lc_receiver_destroy(rcv[i]);
 	lc_decode_destroy(d);
 	side_fini(&s);
 	return failures ? 1 : 0;
@@ -995,6 +1127,12 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(c, "malformed"))
 		return run_plain(D_MALFORMED);
+	if (!strcmp(c, "peers_evict")) { /* issue: a D's P addresses never forgotten */
+		C.d_knobs = "d_peers_max=2";
+		C.rooms = 2;
+		C.waves = 3;
+		return run_plain(D_PEERS);
+	}
 	if (!strcmp(c, "curve_distinct_keypairs"))
 		return case_curve_distinct_keypairs();
 	if (!strcmp(c, "kill_d"))
