@@ -225,7 +225,8 @@ LC_API void lc_decode_destroy(lc_decode_t *decode);
 LC_API int lc_decode_endpoint(const lc_decode_t *decode, char *buf, size_t cap);
 /* Counters by name, as lc_prefill_counter ("heartbeat_failures",
  * "peers_dead" too; "session_mismatches": P messages without the secret
- * this D registered with at that P rank, dropped). */
+ * this D registered with at that P rank, dropped; "peers_evicted": P
+ * addresses forgotten for new ones, d_peers_max). */
 LC_API int lc_decode_counter(lc_decode_t *decode, const char *name, uint64_t *out);
 /* lc_prefill_wait for D: a receiver's status changed (Bootstrapped,
  * Transferring, Success, Failed). Layers landing do not wake it: poll
@@ -245,7 +246,11 @@ typedef struct lc_receiver lc_receiver_t;
  * registration (once per P rank) run on the discovery thread; the status
  * moves Bootstrapping -> Bootstrapped. Deadlines: Bootstrapped within
  * bootstrap_timeout_ms; then Success or Failed within waiting_timeout_ms.
- * Errors: -EINVAL, -ENOMEM, -EEXIST (the room has a receiver). */
+ * D keeps what it learned of at most d_peers_max P addresses: a new one
+ * takes the place of one no receiver names (peers_evicted). Errors:
+ * -EINVAL, -ENOMEM, -EEXIST (the room has a receiver), -ENOSPC (a new
+ * address, and every one of the d_peers_max known is named by a receiver
+ * not yet destroyed). */
 LC_API int lc_receiver_create(lc_decode_t *decode, const char *bootstrap, uint64_t room,
 			      lc_receiver_t **out);
 
