@@ -610,10 +610,11 @@ static int d_recv(lc_decode_t *d, const char *addr, uint64_t room, lc_receiver_t
  * address is refused naming the knob; a destroyed receiver's address gives
  * its place, a never-resolved one before P's pinned one (wave 2 finds P's
  * peer still known: no new REGISTER), and P's own peer, forgotten while
- * nothing names it, is found and registered with afresh (wave 3). */
+ * nothing names it, is found and registered with afresh (wave 3). A peer
+ * whose lookup is in flight is never forgotten (H). */
 static int d_peers_main(lc_decode_t *d, side_t *s, const char *bs_addr, int tp_rank)
 {
-	enum { A, B, C_, E, F, G, NADDR };
+	enum { A, B, C_, E, F, G, H, I, NADDR };
 	int fds[NADDR], failures = 0;
 	char addr[NADDR][64];
 	for (int i = 0; i < NADDR; i++) {
@@ -678,6 +679,28 @@ static int d_peers_main(lc_decode_t *d, side_t *s, const char *bs_addr, int tp_r
 		   "wave 3: %llu evicted (want 6), %llu registrations (want > %llu)",
 		   (unsigned long long)d_counter(d, "peers_evicted"),
 		   (unsigned long long)d_counter(d, "registrations"), (unsigned long long)regs);
+	/* H listens and never answers: the discovery thread is inside its
+	 * lookup (2 s timeouts) with the lock dropped when H's receiver goes.
+	 * H is not forgotten meanwhile, though never resolved: I takes P's
+	 * place, and H, asked for again once its lookup ended, is still known. */
+	TU_CHECK(!listen(fds[H], 8), "listen");
+	uint64_t f0 = d_counter(d, "bootstrap_failures");
+	lc_receiver_t *rh, *ri;
+	PEER_CHECK(!d_recv(d, addr[H], room++, &rh), "H");
+	usleep(300 * 1000);
+	PEER_CHECK(d_counter(d, "bootstrap_failures") == f0, "H's lookup ended early");
+	lc_receiver_destroy(rh);
+	PEER_CHECK(!d_recv(d, addr[I], room++, &ri), "I");
+	lc_receiver_destroy(ri);
+	PEER_CHECK(d_counter(d, "peers_evicted") == 8, "H, I: %llu evicted, want 8",
+		   (unsigned long long)d_counter(d, "peers_evicted"));
+	for (uint64_t dl = now_ms() + 10000;
+	     d_counter(d, "bootstrap_failures") == f0 && now_ms() < dl;)
+		usleep(10000);
+	PEER_CHECK(!d_recv(d, addr[H], room++, &rh), "H again");
+	lc_receiver_destroy(rh);
+	PEER_CHECK(d_counter(d, "peers_evicted") == 8, "H again: %llu evicted, want 8 (H kept)",
+		   (unsigned long long)d_counter(d, "peers_evicted"));
 	for (int i = 0; i < NADDR; i++)
 		close(fds[i]);
 	return failures;
