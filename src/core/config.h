@@ -134,9 +134,10 @@
 	  "connections an shm listener holds before their handshake; past it the oldest such "     \
 	  "connection is closed (conns_evicted_pending)")                                          \
 	X(d_peers_max, "LAYERCAKE_D_PEERS_MAX", 256, 1, 4096,                                      \
-	  "P instances (bootstrap addresses) a D keeps what it learned of; when full, one no "     \
-	  "receiver names is forgotten for a new address, never-resolved ones first, then the "    \
-	  "least recently used (peers_evicted), else the receiver is refused (-ENOSPC)")           \
+	  "bootstrap addresses (P instances) a D remembers with what it learned there (routes, "   \
+	  "pins); when full, one no receiver names is forgotten for a new address, never-"         \
+	  "resolved ones first, then the least recently used (peers_evicted), else the receiver "  \
+	  "is refused (-ENOSPC)")                                                                  \
 	X(p_sessions_max, "LAYERCAKE_P_SESSIONS_MAX", 256, 1, 4096,                                \
 	  "D sessions a P rank holds; when full, sessions that are neither live nor recent "       \
 	  "(p_session_grace_ms, p_session_keep_ms) are evicted, unproven ones first "              \

@@ -320,8 +320,8 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 			return LC__FAIL(rc,
 					"receiver of room %llu: too many P addresses known to "
 					"this D: all %d (d_peers_max) are named by receivers not "
-					"yet destroyed, %s is not; destroy finished receivers or "
-					"raise d_peers_max",
+					"yet destroyed (or in a lookup), %s is not; destroy "
+					"finished receivers or raise d_peers_max",
 					(unsigned long long)room, npeers, addr);
 		return LC__FAIL(rc, "receiver of room %llu: %s", (unsigned long long)room,
 				rc == -EEXIST ? "the room already has a receiver"
