@@ -236,7 +236,9 @@ void free(void *p)
 
 static char *dup_n(const char *s, size_t n, const void *ra)
 {
-	size_t len = strnlen(s, n);
+	/* n is (size_t)-1 for strdup: strlen, which GCC's bound check on
+	 * strnlen (-Wstringop-overread at -O3) accepts. */
+	size_t len = n == (size_t)-1 ? strlen(s) : strnlen(s, n);
 	char *d = __libc_malloc(len + 1);
 	if (!d) {
 		errno = ENOMEM;
