@@ -25,6 +25,10 @@
 	  "lc_cq_wait with completions due (batches in flight) and none queued: poll this long, "  \
 	  "yielding the core, before sleeping on the eventfd (0: sleep at once; nothing in "       \
 	  "flight never spins)")                                                                   \
+	X(land_stream_min_kib, "LAYERCAKE_LAND_STREAM_MIN_KIB", 64, 0, 1048576,                    \
+	  "a write landing in host memory of at least this many KiB is copied with non-temporal "  \
+	  "stores (core/stream.h: faster into memory larger than the cache, and it keeps the "    \
+	  "cache for the caller); smaller ones with memcpy (0: always memcpy)")                    \
 	X(loop_conn_threads_max, "LAYERCAKE_LOOP_CONN_THREADS_MAX", 8, 1, 1024,                    \
 	  "threads a context may start for loop:// connections (a test transport that runs one "   \
 	  "per connection; every other transport shares the I/O core); past it a loop:// "         \

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/copier.h"
+#include "core/stream.h"
 #include "transport/seam.h"
 
 int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, uint64_t length,
@@ -89,11 +90,17 @@ int lc__land_copy(const lc__land_t *l, uint64_t at, const void *src, uint64_t n)
 {
 	if (l->dev)
 		return land_dev(l, at, src, n);
+	/* Large writes stream into place (core/stream.h); each slice's stores
+	 * are fenced before its bracket closes, so a revoke that waited for
+	 * the bracket sees every byte that will ever land. */
+	size_t stream_min =
+		n >= 4096 ? (size_t)lc__ctx_cfg(l->ctx, LC__CFG_land_stream_min_kib) << 10 : 0;
 	for (uint64_t done = 0; done < n;) {
 		uint64_t k = LC__MIN(n - done, (uint64_t)LC__LAND_SLICE);
 		if (!lc__grant_enter(l->g))
 			return LC_ERR_GRANT;
-		memcpy(l->dst + at + done, (const uint8_t *)src + done, k);
+		lc__copy_landing(l->dst + at + done, (const uint8_t *)src + done, (size_t)k,
+				 stream_min);
 		lc__grant_exit(l->g);
 		done += k;
 	}
