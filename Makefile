@@ -5,7 +5,7 @@ JOBS      ?= $(shell nproc)
 CMAKE_OPTS ?=
 
 
-.PHONY: bench-peers
+.PHONY: bench-peers bench-ucx
 .PHONY: all build deps test test-wheel wheel test-asan test-tsan coverage valgrind demo demo-llm bench example-python bench-python fuzz soak clean install deb check-install test-vllm
 
 all: build
@@ -128,6 +128,15 @@ bench-peers: build
 	@V=$$(scripts/peers-venv.sh) || { echo "bench-peers: FAILED: the peers' wheels could not be installed" \
 	  "(no network to PyPI, or a pin is gone; scripts/peers-venv.sh said why above)" >&2; exit 1; }; \
 	$(PYENV) $$V/bin/python bench/peers/run.py --out-dir $(BUILD) $(PEERS_ARGS)
+
+# ucx against ucx_perftest (bench/ucx_compare.sh), on three UCX builds in
+# turn: Debian's (1.13), RAPIDS' libucx-cu12 1.22 and the 1.23 the nixl
+# wheel bundles (both from the peers' venv). UCX_RUNS rounds each (3).
+# Not part of `make test`: it takes minutes and wants a quiet machine.
+UCX_RUNS ?= 3
+bench-ucx: build
+	@V=$$(scripts/peers-venv.sh) || { echo "bench-ucx: FAILED: the peers' venv could not be made" >&2; exit 1; }; \
+	for u in debian wheel nixl; do PEERS_VENV=$$V UCX=$$u sh bench/ucx_compare.sh $(BUILD) $(UCX_RUNS) || exit 1; done
 
 # Per-request Python overhead of the TokenSpeed adapter against the seed's.
 bench-python: build

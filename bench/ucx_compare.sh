@@ -9,9 +9,21 @@
 # ucp_put_bw over tcp is UCX's software-emulated put, the slowest path UCX
 # has there: it is the baseline for put mode only, never for am. Put mode
 # refuses software-emulated RMA unless LAYERCAKE_UCX_ALLOW_SW_RMA=1, which
-# only this measurement sets (docs/transport-ucx.md).
+# only this measurement sets (docs/transport-ucx.md). Against perftest ours
+# runs through one 4 MiB region, the one buffer perftest rewrites (bench
+# transport's region = block: each lap is a new room, granted afresh), so
+# that both copy from and into the same cache-sized buffer.
 #
 #   bench/ucx_compare.sh [BUILD_DIR] [RUNS]      (defaults: build, 3)
+#
+# UCX=debian (default) runs both sides on the system's UCX (Debian 12: 1.13).
+# UCX=wheel and UCX=nixl run both sides on a current UCX from the peers' venv
+# (scripts/peers-venv.sh; PEERS_VENV names it): `wheel` is RAPIDS' libucx-cu12
+# (pinned, bench/peers/requirements-nodeps.txt), whose ucx_perftest is the
+# baseline; `nixl` is the UCX bundled in the nixl-cu12 wheel, the one NIXL
+# runs on in `make bench-peers`, with that same ucx_perftest binary. Our CLI is
+# built against the system's headers; UCX keeps its ABI across minor versions,
+# and the output names the library version each run loaded.
 #
 # Our side is `layercake bench transport --transport T --block-kib 4096`
 # (which measures its own baseline in the same invocation); a build whose
@@ -34,7 +46,40 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (apt-get install ucx-utils)"; exit 2; }
+PERFTEST=ucx_perftest
+case ${UCX:-debian} in
+debian) ;;
+wheel | nixl)
+	V=${PEERS_VENV:-$(dirname "$0")/../scripts/peers-venv.sh}
+	[ -d "$V" ] || V=$("$V") || { echo "no peers venv (scripts/peers-venv.sh)"; exit 2; }
+	SP=$(echo "$V"/lib/python3*/site-packages)
+	PERFTEST=$SP/libucx/bin/ucx_perftest
+	[ -x "$PERFTEST" ] || { echo "no $PERFTEST: the venv lacks libucx-cu12"; exit 2; }
+	if [ "$UCX" = wheel ]; then
+		LD_LIBRARY_PATH=$SP/libucx/lib
+	else
+		# nixl's libraries carry hashed names (auditwheel): give them the
+		# sonames our CLI and ucx_perftest ask for.
+		N=$SP/nixl_cu12.libs
+		mkdir -p "$TMP/lib"
+		for l in ucp ucs uct ucm; do
+			f=$(ls "$N"/lib$l-*.so.0.0.0 2>/dev/null | head -1)
+			[ -n "$f" ] || { echo "no lib$l in $N"; exit 2; }
+			ln -s "$f" "$TMP/lib/lib$l.so.0"
+		done
+		LD_LIBRARY_PATH=$TMP/lib:$N
+		UCX_MODULE_DIR=$N/ucx
+		export UCX_MODULE_DIR
+	fi
+	export LD_LIBRARY_PATH
+	;;
+*) echo "UCX=$UCX: debian, wheel or nixl"; exit 2 ;;
+esac
+command -v "$PERFTEST" >/dev/null || { echo "ucx_perftest not found (apt-get install ucx-utils)"; exit 2; }
+# The UCX each side loads, as UCX itself says.
+UCX_VERSION=$(python3 -c 'import ctypes; l = ctypes.CDLL("libucp.so.0"); l.ucp_get_version_string.restype = ctypes.c_char_p; print(l.ucp_get_version_string().decode())' 2>/dev/null || echo unknown)
+echo "UCX ${UCX:-debian}: library $UCX_VERSION"
+
 BASELINE=$BUILD/baseline
 if [ ! -x "$BASELINE" ]; then
 	BASELINE=$TMP/baseline
@@ -50,11 +95,11 @@ gbps_of() { sed -n 's/.*"gbps":\([0-9.]*\).*/\1/p' | head -1; }
 # per-interval averages (the rate messages were posted at).
 perftest() {
 	port=$(( 20000 + ($$ * 7 + $1) % 20000 ))
-	UCX_TLS=tcp ucx_perftest -p "$port" >/dev/null 2>&1 &
+	UCX_TLS=tcp "$PERFTEST" -p "$port" >/dev/null 2>&1 &
 	spid=$!
 	PIDS="$PIDS $spid"
 	sleep 0.5
-	out=$(UCX_TLS=tcp timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$2" \
+	out=$(UCX_TLS=tcp timeout 120 "$PERFTEST" 127.0.0.1 -p "$port" -t "$2" \
 		-s 4194304 -n 500 -w 20 2>&1)
 	wait "$spid" 2>/dev/null
 	ov=$(echo "$out" | awk '/Final:/ { printf "%.4f", $7 * 1048576 / 1e9 }')
@@ -63,12 +108,14 @@ perftest() {
 	echo "${ov:-0} ${md:-0}"
 }
 
-# Our transport T (tcp|ucx) with env $2, 4 MiB writes; echoes "GB/s tool".
+# Our transport T (tcp|ucx) through regions of R MiB, with the env that
+# follows, 4 MiB writes; echoes "GB/s baseline-GB/s tool".
 ours() {
 	tp=$1
-	shift
+	reg=$2
+	shift 2
 	if [ -x "$CLI" ]; then
-		j=$(env "$@" timeout 300 "$CLI" bench transport --transport "$tp" --region-mib 1024 \
+		j=$(env "$@" timeout 300 "$CLI" bench transport --transport "$tp" --region-mib "$reg" \
 			--block-kib 4096 --total-mib "$TOTAL_MIB" --json 2>"$TMP/cli.err")
 		if echo "$j" | grep -q "\"transport\":\"$tp\"" && [ -n "$(echo "$j" | gbps_of)" ]; then
 			b=$(echo "$j" | sed -n 's/.*"baseline_gbps":\([0-9.]*\).*/\1/p')
@@ -94,11 +141,11 @@ tool=none
 i=1
 while [ "$i" -le "$RUNS" ]; do
 	set -- $(perftest "$i" ucp_am_bw); am_pt=$1
-	set -- $(ours ucx UCX_TLS=tcp LAYERCAKE_UCX_DATA=am); ua=$1; tool=$3
+	set -- $(ours ucx 4 UCX_TLS=tcp LAYERCAKE_UCX_DATA=am); ua=$1; tool=$3
 	set -- $(perftest "$((i + 100))" ucp_put_bw); put_pt=$1
-	set -- $(ours ucx UCX_TLS=tcp LAYERCAKE_UCX_DATA=put LAYERCAKE_UCX_ALLOW_SW_RMA=1); up=$1
-	set -- $(ours tcp); tt=$1; tb=$2
-	set -- $(ours ucx UCX_TLS="$SM_TLS" LAYERCAKE_UCX_ERR_MODE=none LAYERCAKE_UCX_DATA=am); us=$1; mc=$2
+	set -- $(ours ucx 4 UCX_TLS=tcp LAYERCAKE_UCX_DATA=put LAYERCAKE_UCX_ALLOW_SW_RMA=1); up=$1
+	set -- $(ours tcp 1024); tt=$1; tb=$2
+	set -- $(ours ucx 1024 UCX_TLS="$SM_TLS" LAYERCAKE_UCX_ERR_MODE=none LAYERCAKE_UCX_DATA=am); us=$1; mc=$2
 	if [ "$mc" = 0 ]; then
 		mc=$("$BASELINE" memcpy 1024 2>/dev/null | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
 	fi
@@ -108,6 +155,7 @@ while [ "$i" -le "$RUNS" ]; do
 	i=$((i + 1))
 done
 echo "(GB/s = 10^9 B/s; *_pt: ucx_perftest over UCX_TLS=tcp, 4 MiB messages, its Final overall"
-echo " bandwidth; ours: $tool, 4 MiB writes through 1024 MiB regions, $TOTAL_MIB MiB; r_*: ours / baseline;"
+echo " bandwidth; ours: $tool, 4 MiB writes, $TOTAL_MIB MiB: against perftest through one 4 MiB region,"
+echo " the buffer perftest rewrites (room laps re-grant it), else through 1024 MiB regions; r_*: ours / baseline;"
 echo " tcp_bl: loopback TCP measured by bench transport in the same invocation; shared memory:"
 echo " UCX_TLS=$SM_TLS LAYERCAKE_UCX_ERR_MODE=none, against one memcpy of the region)"

@@ -33,5 +33,5 @@ if [ -n "$pin" ]; then
 fi
 "$venv/bin/python" -m pip install -q -r "$req" >&2 || fail "pip install -r $req failed (no network to PyPI?)"
 "$venv/bin/python" -m pip install -q --no-deps -r "$nodeps" >&2 || fail "pip install --no-deps -r $nodeps failed"
-"$venv/bin/python" -c 'import nixl_cu12._api, mooncake.engine, zmq, numpy' >&2 || fail "the peers' modules do not import"
+"$venv/bin/python" -c 'import nixl_cu12._api, mooncake.engine, zmq, numpy, libucx' >&2 || fail "the peers' modules do not import"
 venv_done
