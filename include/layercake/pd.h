@@ -125,6 +125,8 @@ LC_API int lc_prefill_endpoint(const lc_prefill_t *prefill, char *buf, size_t ca
 /* Control-plane counters by name ("msgs_malformed", "registrations",
  * "registrations_refused", "transfer_infos", "cancels", "statuses",
  * "layer_updates", "msgs_sent", "msgs_received", "send_failures"...;
+ * "statuses_at_once": final statuses the engine's callback sent itself
+ * (nothing of the room queued before it, the sockets free), of "statuses";
  * "cancels_refused": CANCELs from an unregistered session, or for a room
  * that session is not a destination of; "session_mismatches": messages
  * naming a known session without its secret (or, with CURVE, from another

@@ -64,6 +64,7 @@ typedef struct lc__rank_info {
 	X(transfer_infos)                                                                          \
 	X(cancels)                                                                                 \
 	X(statuses)                                                                                \
+	X(statuses_at_once)                                                                        \
 	X(layer_updates)                                                                           \
 	X(heartbeat_failures)                                                                      \
 	X(peers_dead)                                                                              \

@@ -221,6 +221,7 @@ static lc_prefill_t *prefill_new(lc_ctx_t *ctx, const lc_prefill_params_t *pp)
 	snprintf(p->bind, sizeof p->bind, "%s", pp->host ? pp->host : "");
 	snprintf(p->bootstrap, sizeof p->bootstrap, "%s", pp->bootstrap);
 	pthread_mutex_init(&p->lock, NULL);
+	pthread_mutex_init(&p->send_lock, NULL);
 	return p;
 }
 
@@ -365,6 +366,7 @@ void lc_prefill_destroy(lc_prefill_t *p)
 	free(p->item_lens);
 	lc_layout_destroy(p->layout);
 	pthread_mutex_destroy(&p->lock);
+	pthread_mutex_destroy(&p->send_lock);
 	free(p);
 }
 

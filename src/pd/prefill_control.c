@@ -311,7 +311,9 @@ void *lc__prefill_control_main(void *arg)
 			char peer[LC__MSG_CURVE_KEY_LEN + 1];
 			if (lc__pull_recv_from(p->pull, &buf, &len, peer, sizeof peer) <= 0)
 				break;
+			pthread_mutex_lock(&p->send_lock);
 			handle_message(p, buf, len, peer);
+			pthread_mutex_unlock(&p->send_lock);
 			free(buf);
 		}
 		lc__prefill_flush(p);

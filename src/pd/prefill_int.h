@@ -8,15 +8,23 @@
  *                       infos, cancels go to the engine),
  *   prefill_register.c  whether a D's registration is taken (policy),
  *   prefill_outbox.c    statuses and layer updates out: queued by the
- *                       engine's callbacks, sent by the control thread.
+ *                       engine's callbacks, sent by the control thread
+ *                       (a final status with nothing queued before it
+ *                       goes at once, from the callback's thread).
  * What a P rank sends each D rank under heterogeneous TP is decided in
  * core/topology.c.
  *
  * Threading: the control thread owns the inbox (PULL) and sends every
- * outbound message. Engine callbacks (engine thread) only queue messages.
- * `lock` protects the session table, the outbound queue and the sender
- * list; it is never held while calling into the engine or sending, and
- * engine calls never run with it held (lock order: none needed).
+ * outbound message but one kind: a final status the engine's callback
+ * sends itself, without waiting, when it gets `send_lock` by trylock and
+ * nothing is queued before it (otherwise it queues it, as the layer
+ * updates always are). `send_lock` guards the session sockets and the
+ * sessions' lives; the control thread holds it while it handles a message
+ * and while it flushes. `lock` protects the session table, the outbound
+ * queue and the sender list; it is never held while calling into the
+ * engine or sending, and engine calls never run with it held. Lock order:
+ * send_lock, then lock (the callback tries send_lock with lock held, which
+ * never waits).
  * Teardown: lc_prefill_destroy joins the control thread before it
  * destroys the engine (no D message reaches a dying engine), then sends
  * the engine's final statuses itself.
@@ -50,7 +58,7 @@ typedef struct lc__dsess {
 	char peer[LC__MSG_CURVE_KEY_LEN + 1]; /* CURVE key that registered it; "": none */
 	char status_ep[LC__MSG_STR_MAX];
 	char key[LC__MSG_CURVE_KEY_LEN + 1]; /* D's CURVE key; "": this P's own */
-	lc__push_t *push;                    /* used by the control thread only */
+	lc__push_t *push;                    /* with send_lock held */
 	uint64_t active_ns;                  /* last REGISTER or TRANSFER_INFO (control thread) */
 	bool proven; /* a room of it succeeded (lock held): evicted last (prefill_register.c) */
 } lc__dsess_t;
@@ -131,6 +139,12 @@ struct lc_prefill {
 	struct lc__route_keeper *route; /* prefill.c: the owned route's refresh */
 
 	pthread_mutex_t lock;
+	/* The session sockets (lc__dsess_t.push) and the sessions' lives: the
+	 * control thread holds it while it handles a message and while it
+	 * flushes the outbox, so that nothing else sends on a socket or frees
+	 * a session meanwhile; the engine's final callback only trylocks it,
+	 * to send a status at once (prefill_outbox.c). Taken before `lock`. */
+	pthread_mutex_t send_lock;
 	lc__dsess_t *sessions[LC__P_MAX_SESSIONS];
 	size_t nsessions;
 	lc__outmsg_t *outq;
@@ -155,10 +169,12 @@ struct lc_prefill {
 
 /* Wake the control thread. */
 void lc__prefill_wake(lc_prefill_t *p);
-/* Engine callbacks (lc_engine_params_t.final_cb / landed_cb): queue. */
+/* Engine callbacks (lc_engine_params_t.final_cb / landed_cb): queue; a
+ * final status is sent at once when nothing is queued before it and the
+ * session sockets are free. */
 void lc__prefill_on_final(void *arg, const lc_room_final_t *f);
 void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32_t layers);
-/* Send what the engine queued (control thread). */
+/* Send what the engine queued (control thread; takes send_lock). */
 void lc__prefill_flush(lc_prefill_t *p);
 /* Session lookups (lock held, or on the control thread, which alone adds
  * and removes sessions), NULL when none: the incarnation of session id

@@ -87,10 +87,68 @@ static lc__outmsg_t *out_new(lc_prefill_t *p)
 	return m;
 }
 
+static bool send_now(lc_prefill_t *p, const lc__outmsg_t *o);
+
+/* Whether a message for the same room and session as the last queued one
+ * (the final status just queued) is queued before it. Lock held. */
+static bool room_queued(const lc_prefill_t *p)
+{
+	const lc__outmsg_t *f = &p->outq[p->nout - 1];
+	for (size_t i = 0; i + 1 < p->nout; i++)
+		if (p->outq[i].room == f->room && !strcmp(p->outq[i].session, f->session))
+			return true;
+	return false;
+}
+
+/* The final status just queued (the last entry), sent at once from the
+ * engine's thread: when nothing of its room is queued before it (a room's
+ * messages keep their order; other rooms' may pass, D takes each room on
+ * its own) and the control thread is not using the session sockets
+ * (send_lock free). It saves the control thread's wake-up on the last hop
+ * of every room. Lock held; unlocks it. False: left queued for the control
+ * thread. */
+static bool final_now(lc_prefill_t *p)
+{
+	if (room_queued(p) || pthread_mutex_trylock(&p->send_lock)) {
+		pthread_mutex_unlock(&p->lock);
+		return false;
+	}
+	lc__outmsg_t o = p->outq[--p->nout];
+	pthread_mutex_unlock(&p->lock);
+	bool sent = send_now(p, &o);
+	pthread_mutex_unlock(&p->send_lock);
+	if (sent) {
+		free(o.metadata);
+		return true;
+	}
+	/* The socket would block (D not reading, high-water mark): the
+	 * control thread sends it, with its timeout. */
+	pthread_mutex_lock(&p->lock);
+	lc__outmsg_t *m = out_new(p);
+	if (m)
+		*m = o;
+	pthread_mutex_unlock(&p->lock);
+	if (!m) {
+		LC__ERROR("prefill %s: out of memory queueing the status of room %llu", p->name,
+			  (unsigned long long)o.room);
+		free(o.metadata);
+	}
+	return false;
+}
+
 void lc__prefill_on_final(void *arg, const lc_room_final_t *f)
 {
 	lc_prefill_t *p = arg;
 	pthread_mutex_lock(&p->lock);
+	/* A final status supersedes the room's pending "layers landed" update
+	 * to that session (advisory at D, which counts its own). */
+	const char *fs = f->session ? f->session : "";
+	size_t kept = 0;
+	for (size_t i = 0; i < p->nout; i++)
+		if (p->outq[i].type != LC__MSG_LAYERS || p->outq[i].room != f->room ||
+		    strcmp(p->outq[i].session, fs))
+			p->outq[kept++] = p->outq[i];
+	p->nout = kept;
 	lc__dsess_t *s = f->status == LC_ROOM_SUCCESS && f->session
 				 ? lc__prefill_session_by_ename(p, f->session)
 				 : NULL;
@@ -129,8 +187,12 @@ void lc__prefill_on_final(void *arg, const lc_room_final_t *f)
 		LC__ERROR("prefill %s: out of memory queueing the status of room %llu", p->name,
 			  (unsigned long long)f->room);
 	}
-	pthread_mutex_unlock(&p->lock);
-	lc__prefill_wake(p);
+	if (!m) {
+		pthread_mutex_unlock(&p->lock);
+		lc__prefill_wake(p);
+	} else if (!final_now(p)) {
+		lc__prefill_wake(p);
+	}
 }
 
 void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32_t layers)
@@ -300,8 +362,81 @@ void lc__prefill_replies_expire(lc_prefill_t *p, bool all)
 	}
 }
 
+/* The session a queued message goes to, with a socket (send_lock held:
+ * sessions are only added, replaced or freed by the control thread while
+ * it holds it, so the entry stays valid after `lock` is dropped), or NULL,
+ * said at debug level: the session went meanwhile. */
+static lc__dsess_t *out_session(lc_prefill_t *p, const lc__outmsg_t *o)
+{
+	pthread_mutex_lock(&p->lock);
+	lc__dsess_t *s = lc__prefill_session_by_ename(p, o->session);
+	pthread_mutex_unlock(&p->lock);
+	if (s && s->push)
+		return s;
+	LC__DEBUG("prefill %s: no session %s for a %s of room %llu", p->name, o->session,
+		  lc__msg_type_name(o->type), (unsigned long long)o->room);
+	return NULL;
+}
+
+/* The message for queued o to session s; false: nothing to send (a layers
+ * update with no layers). Counts it. */
+static bool out_msg(lc_prefill_t *p, const lc__dsess_t *s, const lc__outmsg_t *o, lc__msg_t *m)
+{
+	memset(m, 0, sizeof *m);
+	m->type = o->type;
+	memcpy(m->secret, s->secret, LC__MSG_SECRET_LEN);
+	if (o->type == LC__MSG_STATUS) {
+		m->status.room = o->room;
+		m->status.p_rank = (uint32_t)p->rank;
+		m->status.status = (uint8_t)o->status;
+		m->status.fail_reason = (uint32_t)o->fail_reason;
+		lc__reason(m->status.reason, sizeof m->status.reason, "%s", o->reason);
+		m->status.metadata = o->metadata;
+		m->status.metadata_len = (uint32_t)o->metadata_len;
+		m->status.flags = o->status_flags;
+		m->status.checksum = o->checksum;
+		LC__P_CTL_ADD(p, statuses);
+		return true;
+	}
+	if (!o->layers)
+		return false;
+	m->layers.room = o->room;
+	m->layers.p_rank = (uint32_t)p->rank;
+	m->layers.layers = o->layers;
+	LC__P_CTL_ADD(p, layer_updates);
+	return true;
+}
+
+/* o sent without waiting (send_lock held). False only when the socket
+ * would block, with nothing counted: the caller queues it again. A
+ * message that cannot go at all (its session gone, no memory to encode
+ * it) is dropped as the control thread drops it, and true. */
+static bool send_now(lc_prefill_t *p, const lc__outmsg_t *o)
+{
+	lc__dsess_t *s = out_session(p, o);
+	lc__msg_t m;
+	uint8_t *buf;
+	size_t len;
+	if (!s || !out_msg(p, s, o, &m))
+		return true;
+	int rc = lc__msg_encode(&m, &buf, &len);
+	if (rc) {
+		LC__ERROR("prefill %s: cannot encode %s: %s", p->name, lc__msg_type_name(m.type),
+			  lc_strerror(rc));
+		return true;
+	}
+	rc = lc__push_send(s->push, buf, len, 0);
+	free(buf);
+	if (rc)
+		return false;
+	LC__P_CTL_ADD(p, msgs_sent);
+	LC__P_CTL_ADD(p, statuses_at_once);
+	return true;
+}
+
 void lc__prefill_flush(lc_prefill_t *p)
 {
+	pthread_mutex_lock(&p->send_lock);
 	pthread_mutex_lock(&p->lock);
 	lc__outmsg_t *q = p->outq;
 	size_t n = p->nout;
@@ -310,42 +445,11 @@ void lc__prefill_flush(lc_prefill_t *p)
 	pthread_mutex_unlock(&p->lock);
 	lc__msg_t *m = calloc(1, sizeof *m);
 	for (size_t i = 0; m && i < n; i++) {
-		lc__outmsg_t *o = &q[i];
-		/* Sessions are only added or replaced by this thread, so the
-		 * entry stays valid after the lock is dropped. */
-		pthread_mutex_lock(&p->lock);
-		lc__dsess_t *s = lc__prefill_session_by_ename(p, o->session);
-		pthread_mutex_unlock(&p->lock);
-		if (!s || !s->push) {
-			LC__DEBUG("prefill %s: no session %s for a %s of room %llu", p->name,
-				  o->session, lc__msg_type_name(o->type),
-				  (unsigned long long)o->room);
-			continue;
-		}
-		memset(m, 0, sizeof *m);
-		m->type = o->type;
-		memcpy(m->secret, s->secret, LC__MSG_SECRET_LEN);
-		if (o->type == LC__MSG_STATUS) {
-			m->status.room = o->room;
-			m->status.p_rank = (uint32_t)p->rank;
-			m->status.status = (uint8_t)o->status;
-			m->status.fail_reason = (uint32_t)o->fail_reason;
-			lc__reason(m->status.reason, sizeof m->status.reason, "%s", o->reason);
-			m->status.metadata = o->metadata;
-			m->status.metadata_len = (uint32_t)o->metadata_len;
-			m->status.flags = o->status_flags;
-			m->status.checksum = o->checksum;
-			LC__P_CTL_ADD(p, statuses);
-		} else {
-			if (!o->layers)
-				continue;
-			m->layers.room = o->room;
-			m->layers.p_rank = (uint32_t)p->rank;
-			m->layers.layers = o->layers;
-			LC__P_CTL_ADD(p, layer_updates);
-		}
-		lc__prefill_send(p, s->push, m);
+		lc__dsess_t *s = out_session(p, &q[i]);
+		if (s && out_msg(p, s, &q[i], m))
+			lc__prefill_send(p, s->push, m);
 	}
+	pthread_mutex_unlock(&p->send_lock);
 	for (size_t i = 0; i < n; i++)
 		free(q[i].metadata);
 	free(q);

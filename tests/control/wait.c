@@ -258,6 +258,17 @@ int main(int argc, char **argv)
 	TU_CHECK(atomic_load(&p_lost) == 0 && atomic_load(&d_lost) == 0, "a wake was lost");
 	TU_CHECK(atomic_load(&p_failed) == 0, "a P room failed");
 	TU_CHECK(atomic_load(&d_changes) >= 2 * nrooms, "D saw too few changes");
+	/* Final statuses leave from the engine's callback when nothing of
+	 * their room is queued (prefill_outbox.c), else from the control
+	 * thread: every room's reached D either way (above), and some went at
+	 * once (they all may: none is required to). */
+	uint64_t statuses = 0, at_once = 0;
+	TU_OK(lc_prefill_counter(pf, "statuses", &statuses));
+	TU_OK(lc_prefill_counter(pf, "statuses_at_once", &at_once));
+	printf("control_wait: %llu statuses sent, %llu of them at once\n",
+	       (unsigned long long)statuses, (unsigned long long)at_once);
+	TU_CHECK(statuses >= (uint64_t)nrooms && at_once <= statuses, "status counts");
+	TU_CHECK(at_once > 0, "no final status went at once");
 	lc_decode_destroy(dec);
 	lc_prefill_destroy(pf);
 	lc_bootstrap_stop(bs);
