@@ -330,6 +330,10 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 	r->next = d->receivers;
 	d->receivers = r;
 	d->rooms.opened++;
+	/* A P this D already registered with: Bootstrapped before the call
+	 * returns. The discovery thread is woken either way (its heartbeat
+	 * watch counts live rooms). */
+	lc__decode_discover_now(d, r);
 	pthread_cond_broadcast(&d->cond);
 	pthread_mutex_unlock(&d->lock);
 	*out = r;

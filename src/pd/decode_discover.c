@@ -591,6 +591,20 @@ static bool plan_room(lc_decode_t *d, lc_receiver_t *r)
 	return true;
 }
 
+/* Every target rank of r answered the registration the room goes out
+ * under: Bootstrapped (or failed, when its pages cannot pair). Lock held. */
+static void bootstrapped(lc_decode_t *d, lc_receiver_t *r)
+{
+	for (int i = 0; i < r->plan.ntargets; i++)
+		r->got[i].reg_epoch = r->peer->ranks[r->plan.targets[i].rank].reg_epoch;
+	if (r->doomed[0]) {
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true, "%s", r->doomed);
+		return;
+	}
+	r->reason[0] = '\0';
+	lc__decode_set_state(d, r, LC_ROOM_BOOTSTRAPPED);
+}
+
 /* Bring one Bootstrapping receiver forward. Called with lock held; drops
  * it around HTTP and looks the room up again afterwards. */
 static void discover_one(lc_decode_t *d, uint64_t room)
@@ -627,14 +641,22 @@ static void discover_one(lc_decode_t *d, uint64_t room)
 						 lc__now_ns() + LC__D_RETRY_NS);
 			return;
 		}
-		r->got[i].reg_epoch = pr->reg_epoch;
 	}
-	if (r->doomed[0]) {
-		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true, "%s", r->doomed);
-		return;
+	bootstrapped(d, r);
+}
+
+bool lc__decode_discover_now(lc_decode_t *d, lc_receiver_t *r)
+{
+	lc__ppeer_t *pe = r->peer;
+	if (!pe->info || !plan_room(d, r))
+		return false;
+	for (int i = 0; i < r->plan.ntargets; i++) {
+		const lc__prank_t *pr = &pe->ranks[r->plan.targets[i].rank];
+		if (!pr->resolved || !pr->registered || pr->reg_pending)
+			return false; /* I/O or an answer to wait for: the thread's */
 	}
-	r->reason[0] = '\0';
-	lc__decode_set_state(d, r, LC_ROOM_BOOTSTRAPPED);
+	bootstrapped(d, r);
+	return true;
 }
 
 static bool rank_in_use(const lc_decode_t *d, const lc__ppeer_t *pe, int rank)

@@ -229,6 +229,12 @@ int lc__decode_peer_get(lc_decode_t *d, const char *addr, lc__ppeer_t **out);
 void lc__decode_peer_put(lc__ppeer_t *pe);
 /* Forget what is known of a peer (closes its sockets). */
 void lc__decode_peer_reset(lc__ppeer_t *pe);
+/* A new receiver whose P is known and whose every target rank answered
+ * this D's registration needs no I/O to be Bootstrapped: done here, on the
+ * caller's thread, without a hop to the discovery thread and back (true).
+ * False: the discovery thread brings it forward (a lookup, a registration
+ * or its answer is due). With `lock` held; never blocks. */
+bool lc__decode_discover_now(lc_decode_t *d, lc_receiver_t *r);
 /* The discovery thread. */
 void *lc__decode_disc_main(void *arg);
 /* The data listener's lc__peer_gone_fn: a lane from P closed or reset by
