@@ -197,7 +197,10 @@ LC_API int lc_cq_create(lc_ctx_t *ctx, lc_cq_t **out);
 /* The queue must not be in use by a live connection. */
 LC_API void lc_cq_destroy(lc_cq_t *cq);
 /* A file descriptor that is readable while completions are queued (level
- * triggered; for poll/epoll/asyncio). Owned by the queue. */
+ * triggered; for poll/epoll/asyncio). Owned by the queue. It may stay
+ * readable with nothing queued until the next lc_cq_poll, which clears it:
+ * a reader polls, and waits again on an empty result (a spurious wake,
+ * never a lost one). */
 LC_API int lc_cq_fd(lc_cq_t *cq);
 /* Move up to max completions into out without blocking; returns how many. */
 LC_API int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max);

@@ -80,7 +80,7 @@ void lc__cq_unreserve(lc_cq_t *cq)
 void lc__cq_push(lc_cq_t *cq, const lc_completion_t *c)
 {
 	uint64_t one = 1;
-	bool signal = false;
+	bool signal = false, unarmed;
 	pthread_mutex_lock(&cq->lock);
 	cq->ring[(cq->head + cq->count) % cq->cap] = *c;
 	cq->reserved--;
@@ -89,12 +89,21 @@ void lc__cq_push(lc_cq_t *cq, const lc_completion_t *c)
 		signal = cq->armed;
 		cq->armed = false;
 		cq->count++;
-	} else if (cq->count++ == 0 && write(cq->efd, &one, sizeof one) < 0) {
-		LC__ERROR("completion queue eventfd write: %s", strerror(errno));
+	} else {
+		signal = cq->count++ == 0;
 	}
+	unarmed = !cq->arm_mode;
 	pthread_mutex_unlock(&cq->lock);
-	if (signal && write(cq->efd, &one, sizeof one) < 0)
-		LC__ERROR("completion queue eventfd write: %s", strerror(errno));
+	/* The eventfd is written, and drained (lc_cq_poll), outside the lock:
+	 * a waiter that saw `pushes` move takes the lock at once, and a system
+	 * call inside the critical section made it sleep on the mutex, a futex
+	 * wait and a wake-up more per completion. */
+	if (signal) {
+		if (write(cq->efd, &one, sizeof one) < 0)
+			LC__ERROR("completion queue eventfd write: %s", strerror(errno));
+		if (unarmed)
+			atomic_store_explicit(&cq->efd_set, true, memory_order_release);
+	}
 }
 
 void lc__cq_set_arm_mode(lc_cq_t *cq)
@@ -130,7 +139,7 @@ void lc__cq_disarm(lc_cq_t *cq, bool readable)
 
 int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
 {
-	uint64_t drain;
+	uint64_t drain_v;
 	int n = 0;
 	if (!cq || (!out && max > 0) || max < 0)
 		return LC__FAIL(-EINVAL, "lc_cq_poll: %s",
@@ -143,10 +152,27 @@ int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
 		cq->head = (cq->head + 1) % cq->cap;
 		cq->count--;
 	}
-	if (!cq->arm_mode && n > 0 && cq->count == 0 && read(cq->efd, &drain, sizeof drain) < 0 &&
-	    errno != EAGAIN)
-		LC__ERROR("completion queue eventfd read: %s", strerror(errno));
+	/* Unarmed, the eventfd is readable while completions are queued. It is
+	 * drained once the queue is empty and a push wrote it since the last
+	 * drain (efd_set is set after the write: a write not yet flagged is
+	 * drained by the next empty poll, so a readable fd with nothing queued
+	 * lasts at most until then). Outside the lock a push may land between
+	 * the unlock and the read, which then eats its write: `pushes` moved,
+	 * so the eventfd is written again (a spurious wake, never a lost one). */
+	bool drain = !cq->arm_mode && cq->count == 0 &&
+		     atomic_exchange_explicit(&cq->efd_set, false, memory_order_acq_rel);
+	uint64_t seen = atomic_load_explicit(&cq->pushes, memory_order_relaxed);
 	pthread_mutex_unlock(&cq->lock);
+	if (drain) {
+		if (read(cq->efd, &drain_v, sizeof drain_v) < 0 && errno != EAGAIN)
+			LC__ERROR("completion queue eventfd read: %s", strerror(errno));
+		if (atomic_load_explicit(&cq->pushes, memory_order_acquire) != seen) {
+			uint64_t one = 1;
+			if (write(cq->efd, &one, sizeof one) < 0)
+				LC__ERROR("completion queue eventfd write: %s", strerror(errno));
+			atomic_store_explicit(&cq->efd_set, true, memory_order_release);
+		}
+	}
 	return n;
 }
 

@@ -31,6 +31,7 @@ struct lc_cq {
 	bool arm_mode, armed;
 	uint64_t spin_ns;        /* cq_spin_us */
 	_Atomic uint64_t pushes; /* completions pushed: what a spinning wait watches */
+	_Atomic bool efd_set;    /* unarmed mode: written since the last drain (cq.c) */
 };
 
 int lc__cq_reserve(lc_cq_t *cq);

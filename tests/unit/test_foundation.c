@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -319,6 +320,57 @@ static void completion_queue_fd_is_readable_exactly_while_nonempty(void **state)
 	lc_ctx_destroy(ctx);
 }
 
+/* A pusher on another thread races the consumer's drain of the eventfd
+ * (both run outside the queue's lock): a consumer that sleeps on the fd
+ * whenever a poll comes back empty must still see every completion, in
+ * order (a lost wake leaves it asleep with work queued: the deadline
+ * fails the test), and the fd is quiet once the queue is drained. */
+struct cq_pusher {
+	lc_cq_t *cq;
+	uint64_t n;
+};
+
+static void *cq_push_all(void *arg)
+{
+	struct cq_pusher *p = arg;
+	for (uint64_t i = 0; i < p->n; i++) {
+		lc__cq_push(p->cq, &(lc_completion_t){.batch_id = i});
+		if (i % 7 == 0)
+			sched_yield(); /* let the consumer empty the queue often */
+	}
+	return NULL;
+}
+
+static void completion_queue_loses_no_wake_to_a_racing_push(void **state)
+{
+	(void)state;
+	lc_ctx_t *ctx;
+	lc_cq_t *cq;
+	lc_completion_t out[8];
+	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
+	assert_int_equal(lc_cq_create(ctx, &cq), 0);
+	struct cq_pusher p = {.cq = cq, .n = 20000};
+	for (uint64_t i = 0; i < p.n; i++)
+		assert_int_equal(lc__cq_reserve(cq), 0);
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, cq_push_all, &p), 0);
+	struct pollfd pf = {.fd = lc_cq_fd(cq), .events = POLLIN};
+	uint64_t expect = 0;
+	while (expect < p.n) {
+		int n = lc_cq_poll(cq, out, 8);
+		assert_true(n >= 0);
+		for (int i = 0; i < n; i++)
+			assert_int_equal(out[i].batch_id, expect++);
+		if (n == 0)
+			assert_int_equal(poll(&pf, 1, 5000), 1); /* woken, not lost */
+	}
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(lc_cq_poll(cq, out, 8), 0);
+	assert_int_equal(poll(&pf, 1, 0), 0); /* drained: quiet */
+	lc_cq_destroy(cq);
+	lc_ctx_destroy(ctx);
+}
+
 /* The engine's queue: the eventfd is written only while the consumer has
  * armed it (about to sleep); pushes while it works leave it quiet. */
 static void armed_completion_queue_signals_only_a_sleeping_consumer(void **state)
@@ -430,6 +482,7 @@ int main(void)
 		cmocka_unit_test(landing_queue_releases_writes_in_order),
 		cmocka_unit_test(regions_reject_overlap_and_never_reuse_ids),
 		cmocka_unit_test(completion_queue_fd_is_readable_exactly_while_nonempty),
+		cmocka_unit_test(completion_queue_loses_no_wake_to_a_racing_push),
 		cmocka_unit_test(armed_completion_queue_signals_only_a_sleeping_consumer),
 		cmocka_unit_test(region_descriptors_round_trip_and_reject_damage),
 		cmocka_unit_test(urls_parse_hosts_ports_and_queries),

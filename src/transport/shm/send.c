@@ -30,9 +30,11 @@
  * completion: no wake of the loop thread on the way out), but only the
  * plain case: host sources D already maps, room in the socket; anything
  * else (a REGION to pass, a source gone, a full socket, an error) is left
- * to the loop thread, kicked. Lock order: send_mu -> sc->lock ->
+ * to the loop thread, kicked. Acks are matched under sc->lock and their
+ * completions delivered after it (p_on_acks), so a woken caller's next
+ * post does not sleep on the lock. Lock order: send_mu -> sc->lock ->
  * ctx->regions.lock, sc->lock -> conn->lock (through lc__batch_*
- * completions), and sc->lock -> the loop's lock (kicks).
+ * completions on failure paths), and sc->lock -> the loop's lock (kicks).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -379,29 +381,56 @@ static bool p_on_acks(shm_conn_t *sc, const uint8_t *m, size_t len)
 	uint32_t n = lc__shm_count(m, len, LC__SHM_ACK_REC);
 	if (!n)
 		return false;
-	pthread_mutex_lock(&sc->lock);
-	for (uint32_t i = 0; i < n; i++) {
-		lc__shm_ack_t a;
-		lc__shm_get_ack(m, i, &a);
-		pbatch_t *pb = sc->head;
-		while (pb && pb->acked == pb->sent)
-			pb = pb->next;
-		if (!pb || pb->b->id != a.batch || a.writes == 0 ||
-		    a.writes > pb->sent - pb->acked) {
-			pthread_mutex_unlock(&sc->lock);
-			return false;
+	/* Matched under sc->lock, completed after it: a completion wakes the
+	 * thread waiting for it, which posts again at once and takes sc->lock
+	 * in lc__shm_post; holding the lock through the completions (the
+	 * connection's lock, the queue's eventfd) put that thread to sleep on
+	 * the mutex, a wake-up more per round trip. Each batch is referenced
+	 * meanwhile (pop_done drops the list's reference). */
+	struct {
+		lc__batch_t *b;
+		uint32_t writes;
+		int status;
+		size_t first;
+	} done[16];
+	for (uint32_t i = 0; i < n;) {
+		uint32_t k = 0;
+		bool ok = true;
+		pthread_mutex_lock(&sc->lock);
+		for (; i < n && k < LC__ARRAY_SIZE(done); i++) {
+			lc__shm_ack_t a;
+			lc__shm_get_ack(m, i, &a);
+			pbatch_t *pb = sc->head;
+			while (pb && pb->acked == pb->sent)
+				pb = pb->next;
+			if (!pb || pb->b->id != a.batch || a.writes == 0 ||
+			    a.writes > pb->sent - pb->acked) {
+				ok = false;
+				break;
+			}
+			lc__batch_ref(pb->b);
+			done[k].b = pb->b;
+			done[k].writes = a.writes;
+			done[k].status = a.status;
+			done[k].first = pb->acked;
+			k++;
+			pb->acked += a.writes;
+			sc->unacked -= a.writes;
 		}
-		pb->acked += a.writes;
-		sc->unacked -= a.writes;
-		if (a.status == 0)
-			lc__batch_applied(pb->b, a.writes);
-		else
-			lc__batch_fail(pb->b, a.status,
-				       "%s: write %zu rejected by the receiver: %s", sc->c->url,
-				       pb->acked - a.writes, reject_text(a.status));
+		pop_done(sc);
+		pthread_mutex_unlock(&sc->lock);
+		for (uint32_t j = 0; j < k; j++) {
+			if (done[j].status == 0)
+				lc__batch_applied(done[j].b, done[j].writes);
+			else
+				lc__batch_fail(done[j].b, done[j].status,
+					       "%s: write %zu rejected by the receiver: %s", sc->c->url,
+					       done[j].first, reject_text(done[j].status));
+			lc__batch_unref(done[j].b);
+		}
+		if (!ok)
+			return false;
 	}
-	pop_done(sc);
-	pthread_mutex_unlock(&sc->lock);
 	sc->progress_ns = lc__now_ns();
 	return true;
 }
