@@ -184,6 +184,8 @@ static int wait_ms(lc__io_loop_t *lp, uint64_t now)
 	if (tm)
 		next = LC__MIN(next, tm->key);
 	next = LC__MIN(next, now + MAX_SLEEP_NS);
+	if (lp->kicks)
+		next = 0; /* kicked since take_kicks, without a ring (lc__io_kick) */
 	atomic_store(&lp->asleep, next ? next : 1);
 	pthread_mutex_unlock(&lp->lock);
 	if (next <= now)
@@ -501,8 +503,14 @@ void lc__io_kick(lc__io_task_t *t)
 	pthread_mutex_lock(&lp->lock);
 	t->kick_next = lp->kicks;
 	lp->kicks = t;
+	/* Ring only a loop that set its wait (wait_ms, under this lock): an
+	 * awake one takes the kick before it waits again (wait_ms sees the list
+	 * and does not sleep). A task kicked while the loop is in it (a posting
+	 * thread that found its lock held) so costs no doorbell write, read and
+	 * extra epoll_wait. */
+	bool asleep = atomic_load(&lp->asleep) != 0;
 	pthread_mutex_unlock(&lp->lock);
-	if (!on_loop(lp))
+	if (asleep && !on_loop(lp))
 		ring(lp);
 }
 
