@@ -80,7 +80,8 @@ typedef struct lc__rank_info {
 	X(peers_evicted)                                                                           \
 	X(route_conflicts)                                                                         \
 	X(route_refresh_failures)                                                                  \
-	X(inbox_conns_refused)
+	X(inbox_conns_refused)                                                                     \
+	X(inbox_door_shut)
 
 enum lc__ctl_counter {
 #define LC__CTL_ENUM(name) LC__CTL_##name,

@@ -388,6 +388,11 @@ uint64_t lc__pull_conns_held(const lc__pull_t *p)
 	return p ? lc__inbox_guard_held(p->guard) : 0;
 }
 
+uint64_t lc__pull_door_shut(const lc__pull_t *p)
+{
+	return p ? lc__inbox_guard_door_shut(p->guard) : 0;
+}
+
 /* Heartbeats on sock and a monitor of it on a new PAIR (before connect, so
  * that no event is missed). */
 static int watch(lc__zctx_t *z, lc__push_t *p)
@@ -575,6 +580,10 @@ uint64_t lc__pull_conns_refused(const lc__pull_t *p)
 	return 0;
 }
 uint64_t lc__pull_conns_held(const lc__pull_t *p)
+{
+	return 0;
+}
+uint64_t lc__pull_door_shut(const lc__pull_t *p)
 {
 	return 0;
 }

@@ -64,6 +64,8 @@ void lc__pull_close(lc__pull_t *p);
  * Any thread. */
 uint64_t lc__pull_conns_refused(const lc__pull_t *p);
 uint64_t lc__pull_conns_held(const lc__pull_t *p);
+/* Times the inbox shut its door (inbox_guard.h). Any thread. */
+uint64_t lc__pull_door_shut(const lc__pull_t *p);
 
 /* Connect to a peer inbox. server_key: the peer's z85 key ("" or NULL: our
  * own, for a deployment sharing one keypair). Never blocks on the network. */

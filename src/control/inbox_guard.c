@@ -30,7 +30,7 @@ struct lc__inbox_guard {
 	void *mon; /* PAIR end of the monitor; the thread's */
 	pthread_t thread;
 	_Atomic bool stop;
-	_Atomic uint64_t refused, nheld;
+	_Atomic uint64_t refused, nheld, door_shut;
 	unsigned max, per_addr;
 	held_t *held; /* max of them; n in use */
 	unsigned n;
@@ -140,6 +140,8 @@ static void door(lc__inbox_guard_t *g, enum door_why why)
 	}
 	g->door = why;
 	g->door_ms = (lc__now_ns() / 1000000);
+	if (why != DOOR_OPEN)
+		atomic_fetch_add(&g->door_shut, 1);
 	if (why != DOOR_OPEN)
 		LC__LOG_PEER(LC_LOG_WARN,
 			     "channel: inbox on port %d %s (%u connections held): new connections "
@@ -381,6 +383,11 @@ void lc__inbox_guard_stop(lc__inbox_guard_t *g, void *sock)
 uint64_t lc__inbox_guard_refused(const lc__inbox_guard_t *g)
 {
 	return g ? atomic_load(&((lc__inbox_guard_t *)g)->refused) : 0;
+}
+
+uint64_t lc__inbox_guard_door_shut(const lc__inbox_guard_t *g)
+{
+	return g ? atomic_load(&((lc__inbox_guard_t *)g)->door_shut) : 0;
 }
 
 uint64_t lc__inbox_guard_held(const lc__inbox_guard_t *g)

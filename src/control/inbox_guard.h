@@ -49,5 +49,9 @@ void lc__inbox_guard_stop(lc__inbox_guard_t *g, void *sock);
 /* Connections refused so far (caps and EMFILE drains), and held now. */
 uint64_t lc__inbox_guard_refused(const lc__inbox_guard_t *g);
 uint64_t lc__inbox_guard_held(const lc__inbox_guard_t *g);
+/* Times the door shut (full, or out of descriptors): what came while it was
+ * shut the kernel dropped, uncounted, so a flood the door kept out shows
+ * here and not in refused. */
+uint64_t lc__inbox_guard_door_shut(const lc__inbox_guard_t *g);
 
 #endif

@@ -278,6 +278,8 @@ int lc_decode_counter(lc_decode_t *d, const char *name, uint64_t *out)
 		if (!strcmp(lc__ctl_counter_name(i), name)) {
 			*out = i == LC__CTL_inbox_conns_refused && d->pull
 				       ? lc__pull_conns_refused(d->pull)
+			       : i == LC__CTL_inbox_door_shut && d->pull
+				       ? lc__pull_door_shut(d->pull)
 				       : atomic_load(&d->ctl[i]);
 			return 0;
 		}

@@ -30,6 +30,7 @@ static int metrics_source(void *arg, lc__metrics_snapshot_t *out)
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		out->ctl[i] = atomic_load(&p->ctl[i]);
 	out->ctl[LC__CTL_inbox_conns_refused] = lc__pull_conns_refused(p->pull);
+	out->ctl[LC__CTL_inbox_door_shut] = lc__pull_door_shut(p->pull);
 	return 0;
 }
 
@@ -410,6 +411,7 @@ int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		if (!strcmp(lc__ctl_counter_name(i), name)) {
 			*out = i == LC__CTL_inbox_conns_refused ? lc__pull_conns_refused(p->pull)
+			       : i == LC__CTL_inbox_door_shut   ? lc__pull_door_shut(p->pull)
 								: atomic_load(&p->ctl[i]);
 			return 0;
 		}

@@ -233,9 +233,11 @@ static int p_child(void *arg, int go_fd)
 		while (lc_sender_poll(snd[i], NULL) == LC_ROOM_BOOTSTRAPPING && adv_now_ms() < dl)
 			usleep(2000);
 	int failures = adv_p_forward(P.eng, snd);
-	uint64_t refused = 0;
+	uint64_t refused = 0, shut = 0;
 	lc_prefill_counter(P.pf, "inbox_conns_refused", &refused);
-	say("p-done %d refused %llu", failures, (unsigned long long)refused);
+	lc_prefill_counter(P.pf, "inbox_door_shut", &shut);
+	say("p-done %d refused %llu shut %llu", failures, (unsigned long long)refused,
+	    (unsigned long long)shut);
 	adv_wait_byte(go_fd); /* quit */
 	for (int i = 0; i < ROOMS; i++)
 		lc_sender_destroy(snd[i]);
@@ -336,15 +338,25 @@ static int case_inbox_flood(int fd_limit)
 		fprintf(stderr, "D exited %d\n", rc);
 	failures += rc != 0;
 	int pfail = -1;
-	unsigned long long refused = 0;
+	unsigned long long refused = 0, shut = 0;
 	if (!adv_wait_line(&p, "p-done", 30000, line, sizeof line) ||
-	    sscanf(line, "p-done %d refused %llu", &pfail, &refused) != 2 || pfail) {
+	    sscanf(line, "p-done %d refused %llu shut %llu", &pfail, &refused, &shut) != 3 ||
+	    pfail) {
 		fprintf(stderr, "P: '%s' (want p-done 0)\n", line);
 		failures++;
 	}
 	fprintf(stderr, "%s\n", line);
-	if (!refused) {
-		fprintf(stderr, "P counted no refused inbox connection\n");
+	/* The flood is counted either way: as refusals, what libzmq accepted
+	 * past the cap before the guard shut the door (most runs: a burst of
+	 * ~200 on two busy cores), and as the door shutting, which is all
+	 * there is when the guard keeps up (what the kernel then drops for the
+	 * filter nobody sees). */
+	if (!refused && !shut) {
+		fprintf(stderr, "P counted neither a refused inbox connection nor its door shut\n");
+		failures++;
+	}
+	if (!shut) {
+		fprintf(stderr, "P never shut its inbox's door at the cap\n");
 		failures++;
 	}
 	adv_go(&p);
