@@ -22,8 +22,9 @@
  *              answers the HELLO (LC_ERR_UNREACHABLE after connect_timeout_ms),
  *              one that never acknowledges (LC_ERR_STALLED after
  *              progress_timeout_ms), one that answers garbage and passes an
- *              fd (LC_ERR_PROTO, frames_malformed at P); each batch fails
- *              with its reason
+ *              fd, one that acknowledges a batch P never sent or more
+ *              writes than the batch has (LC_ERR_PROTO, frames_malformed
+ *              at P); each batch fails with its reason
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -357,7 +358,7 @@ static void case_idle(void)
 
 /* ---- a D that speaks the wire by hand, for an honest P ---- */
 
-enum raw_d_mode { D_SILENT, D_NO_ACKS, D_GARBAGE };
+enum raw_d_mode { D_SILENT, D_NO_ACKS, D_GARBAGE, D_ACK_OTHER, D_ACK_EXTRA };
 
 typedef struct raw_d {
 	int lfd;
@@ -384,13 +385,25 @@ static void *raw_d_main(void *arg)
 	/* Garbage once the batch is on the wire (its WRITES read): sooner, P
 	 * would fail only that connection and send the batch on a new one. */
 	ssize_t k = 0;
-	while (r->mode == D_GARBAGE && (k = recv(fd, m, sizeof m, 0)) > 0 &&
+	bool answers = r->mode == D_GARBAGE || r->mode == D_ACK_OTHER || r->mode == D_ACK_EXTRA;
+	while (answers && (k = recv(fd, m, sizeof m, 0)) > 0 &&
 	       lc__shm_type(m, (size_t)k) != LC__SHM_WRITES)
 		; /* its REGION */
 	if (r->mode == D_GARBAGE && k > 0) {
 		int junk = memfd_create("junk", MFD_CLOEXEC);
 		lc__shm_send(fd, "garbage!", 8, junk);
 		close(junk);
+	} else if (answers && k > 0) {
+		/* A well-formed ACKS that lies: for a batch P never sent, or for
+		 * more writes than the batch has (a replayed or forged count). */
+		lc__shm_ack_t a = {.batch = lc__shm_write_batch(m, 0), .writes = 1};
+		if (r->mode == D_ACK_OTHER)
+			a.batch++;
+		else
+			a.writes = 2;
+		lc__shm_put_ack(m, 0, &a);
+		lc__shm_put_hdr(m, LC__SHM_ACKS, 1);
+		lc__shm_send(fd, m, LC__SHM_HDR + LC__SHM_ACK_REC, -1);
 	}
 	/* Read (and drop) whatever P sends until it hangs up. */
 	while (recv(fd, m, sizeof m, 0) > 0)
@@ -461,7 +474,7 @@ static void p_against(enum raw_d_mode mode, int want, const char *words)
 	TU_CHECK(c.batch_id == id && c.status == want && strstr(c.reason, words),
 		 "raw D mode %d: %s (%s), expected %s with \"%s\"", mode, lc_err_name(c.status),
 		 c.reason, lc_err_name(want), words);
-	if (mode == D_GARBAGE) {
+	if (mode == D_GARBAGE || mode == D_ACK_OTHER || mode == D_ACK_EXTRA) {
 		uint64_t v = 0;
 		TU_OK(lc_ctx_counter_by_name(tx, "frames_malformed", &v));
 		TU_CHECK(v == 1, "P counted %llu malformed frames", (unsigned long long)v);
@@ -480,6 +493,10 @@ static void case_raw_d(void)
 	p_against(D_SILENT, LC_ERR_UNREACHABLE, "no handshake within");
 	p_against(D_NO_ACKS, LC_ERR_STALLED, "no acknowledgement within");
 	p_against(D_GARBAGE, LC_ERR_PROTO, "malformed message from the receiver");
+	/* An ack is never taken on trust: one for another batch, or for a
+	 * write the batch does not have, fails it; it never completes. */
+	p_against(D_ACK_OTHER, LC_ERR_PROTO, "malformed message from the receiver");
+	p_against(D_ACK_EXTRA, LC_ERR_PROTO, "malformed message from the receiver");
 }
 
 /* ---- records a receiver must refuse, or take with care ---- */
