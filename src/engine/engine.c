@@ -202,6 +202,14 @@ void lc__engine_set_post_hook(lc_engine_t *e, lc__post_hook_fn fn, void *arg)
 	pthread_mutex_unlock(&e->lock);
 }
 
+void lc__engine_set_notes_hook(lc_engine_t *e, lc__notes_hook_fn fn, void *arg)
+{
+	pthread_mutex_lock(&e->lock);
+	e->notes_hook = fn;
+	e->notes_hook_arg = arg;
+	pthread_mutex_unlock(&e->lock);
+}
+
 int lc_engine_metrics(lc_engine_t *e, lc_engine_metrics_t *out)
 {
 	if (!e || !out || out->size < sizeof(size_t))

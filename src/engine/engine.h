@@ -21,6 +21,15 @@ typedef void (*lc__post_hook_fn)(void *arg, uint64_t room, uint32_t group, uint6
 				 uint64_t post_ns, uint64_t iteration, bool inline_pass);
 void lc__engine_set_post_hook(lc_engine_t *e, lc__post_hook_fn fn, void *arg);
 
+/* Called after each run of callbacks (final_cb, landed_cb) the engine
+ * delivers, on the thread that delivered them, with the engine lock
+ * dropped: the callbacks' owner acts once on what they queued (prefill:
+ * wake its control thread for "layers landed" updates the room's final
+ * status, delivered in the same run, has not superseded). Must not call
+ * into the engine. */
+typedef void (*lc__notes_hook_fn)(void *arg);
+void lc__engine_set_notes_hook(lc_engine_t *e, lc__notes_hook_fn fn, void *arg);
+
 /* lc_engine_room_cancel on behalf of a peer: only a session that is one of
  * the room's destinations (a dummy one included) may cancel it. Returns
  * 0, -ENOENT (unknown room), -EPERM (session not a destination of the

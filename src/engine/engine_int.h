@@ -199,6 +199,8 @@ struct lc_engine {
 	lc_engine_metrics_t m;
 	lc__post_hook_fn post_hook;
 	void *post_hook_arg;
+	lc__notes_hook_fn notes_hook;
+	void *notes_hook_arg;
 };
 
 static inline bool lc__engine_on_thread(const lc_engine_t *e)

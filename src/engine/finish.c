@@ -116,6 +116,8 @@ void lc__engine_deliver_notes(lc_engine_t *e)
 	while (e->nnotes) {
 		lc__note_t *notes = e->notes;
 		size_t n = e->nnotes;
+		lc__notes_hook_fn hook = e->notes_hook;
+		void *hook_arg = e->notes_hook_arg;
 		e->notes = NULL;
 		e->nnotes = e->notes_cap = 0;
 		pthread_mutex_unlock(&e->lock);
@@ -142,6 +144,8 @@ void lc__engine_deliver_notes(lc_engine_t *e)
 			free(x->meta);
 		}
 		free(notes);
+		if (hook)
+			hook(hook_arg);
 		pthread_mutex_lock(&e->lock);
 	}
 }

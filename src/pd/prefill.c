@@ -273,6 +273,7 @@ static int start(lc_prefill_t *p, const lc_prefill_params_t *pp)
 	    (rc = lc__pull_bind(p->z, p->bind, &p->pull, p->endpoint, sizeof p->endpoint)) ||
 	    (rc = advertise(p)))
 		return rc;
+	lc__engine_set_notes_hook(p->engine, lc__prefill_on_notes, p);
 	if (pthread_create(&p->thread, NULL, lc__prefill_control_main, p))
 		return -EAGAIN;
 	p->started = true;

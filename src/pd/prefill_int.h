@@ -149,6 +149,11 @@ struct lc_prefill {
 	size_t nsessions;
 	lc__outmsg_t *outq;
 	size_t nout, outcap;
+	/* A "layers landed" update was queued in the engine's current run of
+	 * callbacks: the control thread is woken once at its end
+	 * (lc__prefill_on_notes), unless the room's final status, sent at
+	 * once, dropped every such update meanwhile. Under `lock`. */
+	bool wake_owed;
 	lc_sender_t *senders;
 	/* Prefix lengths of transfer infos that arrived before their sender
 	 * (a bounded ring: the oldest is forgotten). */
@@ -174,6 +179,8 @@ void lc__prefill_wake(lc_prefill_t *p);
  * session sockets are free. */
 void lc__prefill_on_final(void *arg, const lc_room_final_t *f);
 void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32_t layers);
+/* The engine's notes hook: after a run of the callbacks above. */
+void lc__prefill_on_notes(void *arg);
 /* Send what the engine queued (control thread; takes send_lock). */
 void lc__prefill_flush(lc_prefill_t *p);
 /* Session lookups (lock held, or on the control thread, which alone adds

@@ -214,8 +214,22 @@ void lc__prefill_on_landed(void *arg, uint64_t room, const char *session, uint32
 	}
 	if (m && layers > m->layers)
 		m->layers = layers;
+	/* Woken at the end of the engine's run of callbacks: a room that
+	 * ended in the same run sends its final status at once and drops
+	 * this update, and the control thread has nothing to do. */
+	p->wake_owed = true;
 	pthread_mutex_unlock(&p->lock);
-	lc__prefill_wake(p);
+}
+
+void lc__prefill_on_notes(void *arg)
+{
+	lc_prefill_t *p = arg;
+	pthread_mutex_lock(&p->lock);
+	bool wake = p->wake_owed && p->nout;
+	p->wake_owed = false;
+	pthread_mutex_unlock(&p->lock);
+	if (wake)
+		lc__prefill_wake(p);
 }
 
 /* ---- sending (control thread) ---- */
