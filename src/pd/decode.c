@@ -333,10 +333,12 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 	d->receivers = r;
 	d->rooms.opened++;
 	/* A P this D already registered with: Bootstrapped before the call
-	 * returns. The discovery thread is woken either way (its heartbeat
-	 * watch counts live rooms). */
+	 * returns, and the discovery thread, whose watch counts live rooms,
+	 * is woken only if it slept with none live (a wake-up per room
+	 * otherwise, on the path of every room). */
 	lc__decode_discover_now(d, r);
-	pthread_cond_broadcast(&d->cond);
+	if (r->status == LC_ROOM_BOOTSTRAPPING || !d->disc_live)
+		pthread_cond_broadcast(&d->cond);
 	pthread_mutex_unlock(&d->lock);
 	*out = r;
 	return 0;

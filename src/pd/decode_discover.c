@@ -840,7 +840,9 @@ void *lc__decode_disc_main(void *arg)
 		else if (live)
 			next = LC__MIN(next, now + LC__D_LIVE_WAIT_NS);
 		struct timespec ts = lc__abs_ts(next);
+		d->disc_live = live;
 		pthread_cond_timedwait(&d->cond, &d->lock, &ts);
+		d->disc_live = false;
 	}
 	pthread_mutex_unlock(&d->lock);
 	return NULL;

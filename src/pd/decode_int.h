@@ -180,6 +180,10 @@ struct lc_decode {
 	 * last room written on one; the discovery thread's view of them. */
 	_Atomic uint64_t lanes_gone, gone_room;
 	uint64_t lanes_seen, gone_until_ns;
+	/* The discovery thread saw a live room before it last slept, so it
+	 * looks again within LC__D_LIVE_WAIT_NS anyway: a receiver
+	 * Bootstrapped at creation need not wake it. Under `lock`. */
+	bool disc_live;
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* discovery work or stop */
