@@ -8,7 +8,8 @@ A run is side.py's answer: {"peer", "transport", "cases": {name: {"value",
 """
 import statistics
 
-PEERS = ("nixl", "mooncake")
+# mooncake-1m: Mooncake TE with 1 MiB tcp slices, its best setting here
+PEERS = ("nixl", "mooncake", "mooncake-1m")
 # side.py's case -> (label, figure key); rtt_4k gives two rows
 ROWS = [("bw_4m", "value", "4 MiB writes, 16 in flight"),
         ("bw_64k", "value", "64 KiB x 64 per batch, 4 batches in flight"),

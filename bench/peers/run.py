@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-LIBS = ("layercake", "nixl", "mooncake")
+LIBS = ("layercake", "nixl", "mooncake", "mooncake-1m")
 
 
 def one(peer, transport, a, log):

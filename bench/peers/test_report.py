@@ -90,6 +90,14 @@ class Fold(unittest.TestCase):
         self.assertIn("missing", missing["error"])
         self.assertIn("cannot run: boom", report.table(rows))
 
+    def test_peer_that_never_ran_kept(self):
+        # mooncake-1m absent from every pair: a row per case saying so
+        rows = report.fold(self.pairs(), "tcp")
+        self.assertIn("mooncake-1m", report.PEERS)
+        r = self.row(rows, "tcp_bw_4m_value", "mooncake-1m")
+        self.assertEqual(r["error"], "mooncake-1m: did not run")
+        self.assertIsNone(r["ratio"])
+
     def test_partial_pairs(self):
         p = self.pairs()
         p[1]["nixl"]["cases"]["bw_4m"] = {"error": "lost"}
