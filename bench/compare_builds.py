@@ -44,6 +44,8 @@ BENCHES = [
                  "--json"], ["dev_gbps", "host_gbps"]),
     ("wake", ["bench", "wake", "--json"], ["p50_us", "p99_us"]),
     ("control", ["bench", "control", "--json"], ["rooms_per_s", "latency_p50_us"]),
+    ("control_256", ["bench", "control", "--inflight", "256", "--rooms", "5000", "--json"],
+     ["rooms_per_s", "latency_p50_us"]),
     ("control_1", ["bench", "control", "--inflight", "1", "--rooms", "2000", "--json"],
      ["rooms_per_s", "latency_p50_us"]),
     ("demo", ["demo", "--json"], ["ttft_ratio", "layerwise_ttft_p50_ms", "stream_gbps"]),
