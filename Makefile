@@ -13,10 +13,11 @@ all: build
 deps:
 	@scripts/deps.sh
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) $(CMAKE_OPTS) >/dev/null
-
-build: $(BUILD)/CMakeCache.txt
+# Configured once: the build system file, not CMakeCache.txt, says so (a
+# configure that failed, a missing package say, leaves a cache behind and no
+# Makefile; the next run configures again once the package is there).
+build:
+	@[ -f $(BUILD)/Makefile ] || [ -f $(BUILD)/build.ninja ] || cmake -S . -B $(BUILD) $(CMAKE_OPTS) >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
 
 # The whole suite: unit tests, the transport conformance suite for every
@@ -100,7 +101,8 @@ demo: deps
 	$(MAKE) build
 	$(BUILD)/layercake demo
 
-bench: build
+bench: deps
+	$(MAKE) build
 	$(BUILD)/layercake bench
 
 # P and D in two Python processes, moving a request's KV layer by layer.
@@ -124,7 +126,8 @@ demo-llm: deps
 # PEERS_ARGS: see bench/peers/run.py --help (--pairs, --quick, --idle-s).
 # Once the venv exists, `build/layercake bench peers [PEERS_ARGS]` runs the same.
 PEERS_ARGS ?=
-bench-peers: build
+bench-peers: deps
+	$(MAKE) build
 	@V=$$(scripts/peers-venv.sh) || { echo "bench-peers: FAILED: the peers' wheels could not be installed" \
 	  "(no network to PyPI, or a pin is gone; scripts/peers-venv.sh said why above)" >&2; exit 1; }; \
 	$(PYENV) $$V/bin/python bench/peers/run.py --out-dir $(BUILD) $(PEERS_ARGS)
@@ -134,7 +137,8 @@ bench-peers: build
 # wheel bundles (both from the peers' venv). UCX_RUNS rounds each (3).
 # Not part of `make test`: it takes minutes and wants a quiet machine.
 UCX_RUNS ?= 3
-bench-ucx: build
+bench-ucx: deps
+	$(MAKE) build
 	@V=$$(scripts/peers-venv.sh) || { echo "bench-ucx: FAILED: the peers' venv could not be made" >&2; exit 1; }; \
 	for u in debian wheel nixl; do PEERS_VENV=$$V UCX=$$u sh bench/ucx_compare.sh $(BUILD) $(UCX_RUNS) || exit 1; done
 
