@@ -299,6 +299,7 @@ def case_bw(ini, block, batch, inflight, total):
     laps_at = REGION // per
     posted = reaped = 0
     off = 0
+    ini.next_lap()  # a pass starts on fresh pages (a room of its own), as the laps do
     t0 = time.perf_counter()
     while reaped < nb:
         while posted < nb and posted - reaped < inflight:
@@ -320,7 +321,10 @@ def case_bw(ini, block, batch, inflight, total):
 def case_rtt(ini, n):
     lat = []
     off = 0
+    ini.next_lap()
     for i in range(n + 100):
+        if off == 0 and i:
+            ini.next_lap()  # each 16 MiB lap of the region lands in a room of its own
         t = time.perf_counter_ns()
         ini.post([(off, off, 4096)])
         ini.reap(1)
