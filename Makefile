@@ -158,7 +158,7 @@ PREFIX ?= /usr/local
 # keeps its configuration and its objects.
 install:
 	@set -e; b="$(BUILD)"; \
-	[ -f "$$b/CMakeCache.txt" ] || cmake -S . -B "$$b" $(CMAKE_OPTS) -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null; \
+	[ -f "$$b/Makefile" ] || [ -f "$$b/build.ninja" ] || cmake -S . -B "$$b" $(CMAKE_OPTS) -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null; \
 	if [ "$$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$$b/CMakeCache.txt")" != "$(PREFIX)" ]; then \
 	  b="$(BUILD)-install"; echo "$(BUILD) is configured for another prefix: building $$b for $(PREFIX)"; \
 	  cmake -S . -B "$$b" $(CMAKE_OPTS) -DCMAKE_INSTALL_PREFIX="$(PREFIX)" >/dev/null; \

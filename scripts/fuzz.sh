@@ -21,7 +21,9 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   for f in fuzz/fuzz_*.c; do t=${f#fuzz/fuzz_}; targets+=("${t%.c}"); done
 fi
-if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+# configured once cmake wrote its build system (a failed configure leaves
+# only a cache behind)
+if [ ! -f "$BUILD/Makefile" ] && [ ! -f "$BUILD/build.ninja" ]; then
   CC=clang cmake -S . -B "$BUILD" -DLC_FUZZ=ON -DLC_SANITIZE=address >/dev/null
 fi
 cmake --build "$BUILD" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"

@@ -17,12 +17,12 @@ ASAN_ROOMS=${SOAK_ASAN_ROOMS:-2000}
 SEED=${SOAK_SEED:-1}
 JOBS=${JOBS:-$(nproc)}
 
-[ -f "$BUILD/CMakeCache.txt" ] || cmake -S . -B "$BUILD" >/dev/null
+[ -f "$BUILD/Makefile" ] || [ -f "$BUILD/build.ninja" ] || cmake -S . -B "$BUILD" >/dev/null
 cmake --build "$BUILD" -j"$JOBS" --target lc_soak
 echo "soak: $ROOMS rooms ($BUILD)"
 "$BUILD/tests/soak/lc_soak" --rooms "$ROOMS" --seed "$SEED" --json "$BUILD/soak.json"
 
-[ -f "$ASAN_BUILD/CMakeCache.txt" ] ||
+[ -f "$ASAN_BUILD/Makefile" ] || [ -f "$ASAN_BUILD/build.ninja" ] ||
   cmake -S . -B "$ASAN_BUILD" -DLC_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build "$ASAN_BUILD" -j"$JOBS" --target lc_soak
 echo "soak: $ASAN_ROOMS rooms under ASan+UBSan ($ASAN_BUILD)"
