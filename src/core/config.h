@@ -18,9 +18,9 @@
 	X(tcp_lanes, "LAYERCAKE_TCP_LANES", 4, 1, 64, "parallel TCP connections per peer (lanes)") \
 	X(io_threads, "LAYERCAKE_IO_THREADS", 2, 1, 64,                                            \
 	  "event-loop threads per context that run the tcp, shm and ucx transports")               \
-	X(io_spin_us, "LAYERCAKE_IO_SPIN_US", 0, 0, 100000,                                        \
-	  "adaptive polling of an I/O loop: after activity, poll without sleeping this long "      \
-	  "before sleeping on epoll (0: never spin; an idle loop never spins)")                    \
+	X(io_spin_us, "LAYERCAKE_IO_SPIN_US", 100, 0, 100000,                                      \
+	  "adaptive polling of an I/O loop: after activity, poll this long, yielding the core "    \
+	  "between looks, before sleeping on epoll (0: never spin; an idle loop never spins)")     \
 	X(cq_spin_us, "LAYERCAKE_CQ_SPIN_US", 50, 0, 100000,                                       \
 	  "lc_cq_wait with completions due (batches in flight) and none queued: poll this long, "  \
 	  "yielding the core, before sleeping on the eventfd (0: sleep at once; nothing in "       \

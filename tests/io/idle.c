@@ -4,7 +4,8 @@
  * connection sits idle afterwards. The loops spin at most io_spin_us after
  * the last event, then sleep on epoll: idle CPU stays near zero whatever
  * the knob.
- *     io_idle [io_spin_us] [idle seconds] [max idle CPU, % of a core]
+ *     io_idle [io_spin_us|default] [idle seconds] [max idle CPU, % of a core]
+ * ("default": the knob as shipped, LAYERCAKE_IO_SPIN_US unset.)
  * Prints one JSON line: {"io_spin_us", "rtt_p50_us", "idle_cpu_pct"}.
  */
 #include <stdio.h>
@@ -49,10 +50,14 @@ int main(int argc, char **argv)
 	double max_pct = argc > 3 ? atof(argv[3]) : 5.0;
 	tu_watchdog((unsigned)idle_s + 60);
 	lc_ctx_t *d, *p;
+	if (!strcmp(spin, "default"))
+		unsetenv("LAYERCAKE_IO_SPIN_US"); /* read when a context is created */
 	TU_OK(lc_ctx_create(NULL, &d));
 	TU_OK(lc_ctx_create(NULL, &p));
-	TU_OK(lc_ctx_config_set(d, "io_spin_us", spin));
-	TU_OK(lc_ctx_config_set(p, "io_spin_us", spin));
+	if (strcmp(spin, "default")) {
+		TU_OK(lc_ctx_config_set(d, "io_spin_us", spin));
+		TU_OK(lc_ctx_config_set(p, "io_spin_us", spin));
+	}
 
 	/* D: a granted region behind a tcp listener. */
 	uint8_t *dst, *src;
@@ -100,7 +105,7 @@ int main(int argc, char **argv)
 	uint64_t t0 = now_ns();
 	sleep((unsigned)idle_s);
 	double pct = 100.0 * (cpu_s() - c0) / ((double)(now_ns() - t0) / 1e9);
-	printf("{\"io_spin_us\":%s,\"rtt_p50_us\":%.1f,\"idle_cpu_pct\":%.2f}\n", spin,
+	printf("{\"io_spin_us\":\"%s\",\"rtt_p50_us\":%.1f,\"idle_cpu_pct\":%.2f}\n", spin,
 	       (double)rtt[ROUNDS / 2] / 1e3, pct);
 	TU_CHECK(pct < max_pct, "idle CPU %.2f%% of a core (bound %.1f%%) with io_spin_us %s", pct,
 		 max_pct, spin);
