@@ -8,6 +8,7 @@
  * ("default": the knob as shipped, LAYERCAKE_IO_SPIN_US unset.)
  * Prints one JSON line: {"io_spin_us", "rtt_p50_us", "idle_cpu_pct"}.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,12 +50,13 @@ int main(int argc, char **argv)
 	int idle_s = argc > 2 ? atoi(argv[2]) : 10;
 	double max_pct = argc > 3 ? atof(argv[3]) : 5.0;
 	tu_watchdog((unsigned)idle_s + 60);
+	bool shipped = !strcmp(spin, "default");
 	lc_ctx_t *d, *p;
-	if (!strcmp(spin, "default"))
+	if (shipped)
 		unsetenv("LAYERCAKE_IO_SPIN_US"); /* read when a context is created */
 	TU_OK(lc_ctx_create(NULL, &d));
 	TU_OK(lc_ctx_create(NULL, &p));
-	if (strcmp(spin, "default")) {
+	if (!shipped) {
 		TU_OK(lc_ctx_config_set(d, "io_spin_us", spin));
 		TU_OK(lc_ctx_config_set(p, "io_spin_us", spin));
 	}
