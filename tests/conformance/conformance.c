@@ -662,6 +662,22 @@ static void *close_listener_later(void *arg)
 	return NULL;
 }
 
+/* Stop the receiver child and wait until every one of its threads has
+ * stopped. kill() only queues SIGSTOP: one thread must be scheduled to take
+ * it before the others are stopped, and on a loaded machine the child's I/O
+ * thread meanwhile finished whole batches (CI, 2026-12-06: a 30 MiB batch
+ * over shm acknowledged "OK" after the stop was sent). */
+static void stop_child(harness_t *h)
+{
+	int st = 0;
+	TU_CHECK(kill(h->child, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+	uint64_t t0 = now_ms();
+	pid_t r;
+	while ((r = waitpid(h->child, &st, WUNTRACED | WNOHANG)) == 0 && now_ms() - t0 < 10000)
+		usleep(1000);
+	TU_CHECK(r == h->child && WIFSTOPPED(st), "receiver child did not stop within 10 s");
+}
+
 static void case_peer_closes_mid_batch(harness_t *h)
 {
 	enum { N = 4096, LEN = 65536 };
@@ -704,7 +720,7 @@ static void case_peer_closes_mid_batch(harness_t *h)
 		 * finish before the kill lands (30 MiB over shm took less time
 		 * than SIGKILL on a quiet machine), and killed once the batch is
 		 * under way. */
-		kill(h->child, SIGSTOP);
+		stop_child(h);
 		uint64_t id, t0 = now_ms();
 		TU_OK(lc_batch_post(h->conn, w, n, &p, &id));
 		usleep(20000);
@@ -745,12 +761,7 @@ static void stalled_peer(harness_t *h)
 		lc_write_t w = wr(h, 0, 0, 4096);
 		lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
 		expect_status(&c, 0);
-		/* Wait until it has really stopped: fast transports could
-		 * otherwise finish the next batch before the signal lands. */
-		int st;
-		kill(h->child, SIGSTOP);
-		TU_CHECK(waitpid(h->child, &st, WUNTRACED) == h->child && WIFSTOPPED(st),
-			 "receiver child did not stop");
+		stop_child(h);
 	}
 }
 
