@@ -288,51 +288,20 @@ int lc__bootstrap_get_parallel(const char *addr, const lc__http_opts_t *o, lc__p
 		return rc;
 	}
 	printable(resp, head, sizeof head);
-	json_object *j = lc__bs_parse_obj(resp, len);
+	int rc = lc__bs_parse_parallel(resp, len, out);
 	free(resp);
-	int64_t w, d, reg = 0, layers = 0;
-	char tmp[128];
-	const char *fp;
-	json_object *lens;
-	int rc = LC_ERR_BOOTSTRAP;
-	if (!j || lc__bs_json_int(j, "prefill_tp_size", 1, LC__BS_MAX_WORLD, &w, tmp, sizeof tmp) ||
-	    lc__bs_json_int(j, "prefill_dp_size", 1, LC__BS_MAX_WORLD, &d, tmp, sizeof tmp) ||
-	    w % d)
-		goto bad;
-	lc__bs_json_int(j, "registered_ranks", 0, LC__BS_MAX_WORLD, &reg, tmp, sizeof tmp);
-	lc__bs_json_int(j, "layers", 0, 1 << 20, &layers, tmp, sizeof tmp);
-	out->world_size = (int)w;
-	out->dp_size = (int)d;
-	out->registered = (int)reg;
-	out->layers = (uint32_t)layers;
-	out->fingerprint = 0;
-	out->nlens = 0;
-	if (!(fp = lc__bs_json_str(j, "layout_fingerprint", false, 32, tmp, sizeof tmp)) ||
-	    (*fp && lc__bs_fingerprint_parse(fp, &out->fingerprint)))
-		goto bad;
-	if (json_object_object_get_ex(j, "kv_item_lens", &lens) &&
-	    json_object_is_type(lens, json_type_array)) {
-		size_t n = LC__MIN(json_object_array_length(lens), (size_t)LC__BS_MAX_LENS);
-		for (size_t i = 0; i < n; i++)
-			out->kv_item_lens[i] =
-				(uint64_t)json_object_get_int64(json_object_array_get_idx(lens, i));
-		out->nlens = (uint32_t)n;
-	}
-	rc = 0;
-bad:
 	if (rc) /* a 200 that is not the parallel info: it will not change */
 		not_server(o, why, why_cap,
 			   "not a bootstrap server at %s (its 200 to GET /route is not the "
 			   "parallel info: \"%s\")",
 			   addr, head);
-	json_object_put(j);
 	return rc;
 }
 
 int lc__bootstrap_get_rank(const char *addr, int tp_rank, int dp_group, const lc__http_opts_t *o,
 			   lc__rank_info_t *out, char *why, size_t why_cap)
 {
-	char path[96], tmp[128];
+	char path[96];
 	snprintf(path, sizeof path, "/route?engine_rank=%d&target_dp_group=%d", tp_rank, dp_group);
 	char *resp = NULL;
 	size_t len = 0;
@@ -343,24 +312,10 @@ int lc__bootstrap_get_rank(const char *addr, int tp_rank, int dp_group, const lc
 		free(resp);
 		return rc;
 	}
-	json_object *j = lc__bs_parse_obj(resp, len);
+	int rc = lc__bs_parse_rank(resp, len, out);
 	free(resp);
-	int64_t port;
-	const char *ip, *key;
-	int rc = LC_ERR_BOOTSTRAP;
-	if (j && (ip = lc__bs_json_str(j, "rank_ip", true, LC__BS_HOST_MAX, tmp, sizeof tmp)) &&
-	    !lc__bs_json_int(j, "rank_port", 1, 65535, &port, tmp, sizeof tmp) &&
-	    (key = lc__bs_json_str(j, "curve_public_key", false, LC__BS_KEY_MAX, tmp,
-				   sizeof tmp)) &&
-	    lc__bs_host_ok(ip) && lc__bs_curve_key_ok(key)) {
-		snprintf(out->rank_ip, sizeof out->rank_ip, "%s", ip);
-		out->rank_port = (int)port;
-		snprintf(out->curve_key, sizeof out->curve_key, "%s", key);
-		rc = 0;
-	} else if (why && why_cap) {
+	if (rc && why && why_cap)
 		snprintf(why, why_cap, "GET %s: malformed reply", path);
-	}
-	json_object_put(j);
 	return rc;
 }
 

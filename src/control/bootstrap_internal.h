@@ -151,6 +151,12 @@ int lc__bs_fingerprint_parse(const char *s, uint64_t *out);
 bool lc__bs_curve_key_ok(const char *s);
 /* A whole JSON object, or NULL. */
 json_object *lc__bs_parse_obj(const char *s, size_t len);
+/* The client's readings of a 200 reply's body (s, len bytes; any bytes):
+ * GET /route's parallel info and one rank's endpoint. 0 with *out filled
+ * inside the documented bounds, or LC_ERR_BOOTSTRAP (*out partly written).
+ * Apart from the HTTP client so that fuzz_json can reach them. */
+int lc__bs_parse_parallel(const char *s, size_t len, lc__parallel_info_t *out);
+int lc__bs_parse_rank(const char *s, size_t len, lc__rank_info_t *out);
 /* The PUT /route body of P's rank (TokenSpeed's fields, plus owner_token
  * when owner is not empty and takeover when asked; bootstrap_owner.c),
  * malloc'ed; NULL without memory. */

@@ -263,6 +263,64 @@ json_object *lc__bs_parse_obj(const char *s, size_t len)
 	return o;
 }
 
+int lc__bs_parse_parallel(const char *s, size_t len, lc__parallel_info_t *out)
+{
+	json_object *j = lc__bs_parse_obj(s, len);
+	int64_t w, d, reg = 0, layers = 0;
+	char tmp[128];
+	const char *fp;
+	json_object *lens;
+	int rc = LC_ERR_BOOTSTRAP;
+	if (!j || lc__bs_json_int(j, "prefill_tp_size", 1, LC__BS_MAX_WORLD, &w, tmp, sizeof tmp) ||
+	    lc__bs_json_int(j, "prefill_dp_size", 1, LC__BS_MAX_WORLD, &d, tmp, sizeof tmp) ||
+	    w % d)
+		goto out;
+	lc__bs_json_int(j, "registered_ranks", 0, LC__BS_MAX_WORLD, &reg, tmp, sizeof tmp);
+	lc__bs_json_int(j, "layers", 0, 1 << 20, &layers, tmp, sizeof tmp);
+	out->world_size = (int)w;
+	out->dp_size = (int)d;
+	out->registered = (int)reg;
+	out->layers = (uint32_t)layers;
+	out->fingerprint = 0;
+	out->nlens = 0;
+	if (!(fp = lc__bs_json_str(j, "layout_fingerprint", false, 32, tmp, sizeof tmp)) ||
+	    (*fp && lc__bs_fingerprint_parse(fp, &out->fingerprint)))
+		goto out;
+	if (json_object_object_get_ex(j, "kv_item_lens", &lens) &&
+	    json_object_is_type(lens, json_type_array)) {
+		size_t n = LC__MIN(json_object_array_length(lens), (size_t)LC__BS_MAX_LENS);
+		for (size_t i = 0; i < n; i++)
+			out->kv_item_lens[i] =
+				(uint64_t)json_object_get_int64(json_object_array_get_idx(lens, i));
+		out->nlens = (uint32_t)n;
+	}
+	rc = 0;
+out:
+	json_object_put(j);
+	return rc;
+}
+
+int lc__bs_parse_rank(const char *s, size_t len, lc__rank_info_t *out)
+{
+	json_object *j = lc__bs_parse_obj(s, len);
+	int64_t port;
+	const char *ip, *key;
+	char tmp[128];
+	int rc = LC_ERR_BOOTSTRAP;
+	if (j && (ip = lc__bs_json_str(j, "rank_ip", true, LC__BS_HOST_MAX, tmp, sizeof tmp)) &&
+	    !lc__bs_json_int(j, "rank_port", 1, 65535, &port, tmp, sizeof tmp) &&
+	    (key = lc__bs_json_str(j, "curve_public_key", false, LC__BS_KEY_MAX, tmp,
+				   sizeof tmp)) &&
+	    lc__bs_host_ok(ip) && lc__bs_curve_key_ok(key)) {
+		snprintf(out->rank_ip, sizeof out->rank_ip, "%s", ip);
+		out->rank_port = (int)port;
+		snprintf(out->curve_key, sizeof out->curve_key, "%s", key);
+		rc = 0;
+	}
+	json_object_put(j);
+	return rc;
+}
+
 /* The PUT /route body of a P rank (bootstrap_internal.h). */
 char *lc__bs_route_body(const lc__prefill_info_t *info, const char *owner, bool takeover)
 {
