@@ -19,8 +19,9 @@
 	X(io_threads, "LAYERCAKE_IO_THREADS", 2, 1, 64,                                            \
 	  "event-loop threads per context that run the tcp, shm and ucx transports")               \
 	X(io_spin_us, "LAYERCAKE_IO_SPIN_US", 100, 0, 100000,                                      \
-	  "adaptive polling of an I/O loop: after activity, poll this long, yielding the core "    \
-	  "between looks, before sleeping on epoll (0: never spin; an idle loop never spins)")     \
+	  "adaptive polling of an I/O loop whose recent waits mostly ended within this budget: "  \
+	  "poll this long, yielding the core between looks, before sleeping on epoll (0: never "  \
+	  "spin; an idle loop, or one whose events come further apart, never spins)")             \
 	X(cq_spin_us, "LAYERCAKE_CQ_SPIN_US", 50, 0, 100000,                                       \
 	  "lc_cq_wait with completions due (batches in flight) and none queued: poll this long, "  \
 	  "yielding the core, before sleeping on the eventfd (0: sleep at once; nothing in "       \

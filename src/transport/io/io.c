@@ -49,7 +49,7 @@ struct lc__io_loop {
 	/* loop thread only */
 	size_t nlinked;
 	uint64_t spin_ns;    /* io_spin_us */
-	uint64_t active_ns;  /* the last wait that returned events */
+	int quick;           /* share of recent waits that ended within spin_ns, of QUICK_ONE */
 	lc__heap_t due;      /* attached tasks with a deadline */
 	lc__io_task_t ready; /* sentinel of the circular ready list */
 	struct epoll_event *ev;
@@ -260,34 +260,52 @@ static void service_due(lc__io_loop_t *lp, uint64_t now)
 	fire_timers(lp, now);
 }
 
-/* Wait for events until the next deadline. Adaptive polling: within
- * io_spin_us of the last wait that returned events, look without sleeping
- * first (what follows a write, its acknowledgement, often comes within
- * microseconds, and a sleep on epoll costs a wake-up); a loop idle past the
- * budget sleeps, so an idle process spins nothing. Timers armed and kicks
- * made meanwhile ring the doorbell, which ends the spin like any event.
+/* Wait for events until the next deadline. Adaptive polling: a loop whose
+ * recent waits nearly all (above SPIN_QUICK) ended within io_spin_us
+ * (events close behind one another: a write and its acknowledgement, the
+ * next write of a caller waiting on the last, a stream) looks without
+ * sleeping first, for at most io_spin_us, since a sleep on epoll costs a
+ * wake-up. lp->quick estimates that share over about the last 8 waits,
+ * whether the loop spun or slept: a wait is quick when its events came
+ * within the budget of its start. A loop whose events come further apart,
+ * or only now and then close together (a batch, its acknowledgement, then a
+ * gap until the next forward), sleeps at once: a spin there often ends in
+ * the sleep anyway, and its looks take the core from the threads doing the
+ * work (32 rooms in flight through the control plane lost a fifth of their
+ * rate when every loop spun after every event, still a tenth at 5 in 8;
+ * docs/architecture.md). An idle loop spins nothing. Timers
+ * armed and kicks made meanwhile ring the doorbell, which ends the spin like
+ * any event.
  * Between looks the loop yields its core: where loops of P and D and the
  * posting threads outnumber the cores, the thread that will produce the
  * next event (a peer's loop, a caller about to post) then runs on it. A
  * spin that never yielded held the core for a whole time slice and made a
  * 4 KiB round trip 3-5x slower on two cores, hence the yield. */
+#define QUICK_ONE 256			/* lp->quick's scale: every wait quick */
+#define SPIN_QUICK (QUICK_ONE * 7 / 8)	/* spin above this share */
 static int wait_events(lc__io_loop_t *lp, struct epoll_event *ev)
 {
-	uint64_t now = lc__now_ns();
-	int ms = wait_ms(lp, now);
-	if (ms && lp->spin_ns && now - lp->active_ns < lp->spin_ns) {
-		uint64_t until = lp->active_ns + lp->spin_ns;
+	uint64_t start = lc__now_ns();
+	int ms = wait_ms(lp, start), n = 0;
+	if (ms && lp->spin_ns && lp->quick > SPIN_QUICK) {
+		uint64_t until = start + lp->spin_ns;
 		if (ms > 0)
-			until = LC__MIN(until, now + (uint64_t)ms * 1000000);
+			until = LC__MIN(until, start + (uint64_t)ms * 1000000);
 		do {
-			int n = epoll_wait(lp->epfd, ev, MAX_EVENTS, 0);
-			if (n)
-				return n;
+			if ((n = epoll_wait(lp->epfd, ev, MAX_EVENTS, 0)) != 0)
+				break;
 			sched_yield();
 		} while (lc__now_ns() < until);
-		ms = wait_ms(lp, lc__now_ns());
+		if (!n)
+			ms = wait_ms(lp, lc__now_ns());
 	}
-	return epoll_wait(lp->epfd, ev, MAX_EVENTS, ms);
+	if (!n)
+		n = epoll_wait(lp->epfd, ev, MAX_EVENTS, ms);
+	if (n > 0 || (n == 0 && ms != 0)) { /* events, or a deadline without any */
+		int q = n > 0 && lc__now_ns() - start < lp->spin_ns ? QUICK_ONE : 0;
+		lp->quick += (q - lp->quick) / 8;
+	}
+	return n;
 }
 
 static void *loop_main(void *arg)
@@ -315,8 +333,6 @@ static void *loop_main(void *arg)
 			LC__WARN("io: epoll_wait: %s", strerror(errno));
 		lp->nev = n > 0 ? n : 0;
 		now = lc__now_ns();
-		if (n > 0)
-			lp->active_ns = now;
 		dispatch(lp, now);
 		take_kicks(lp);
 		service_due(lp, now);
