@@ -3,9 +3,9 @@
  * (lc__bs_parse_parallel, lc__bs_parse_rank: what lc__bootstrap_get_parallel
  * and lc__bootstrap_get_rank do with a 200's body), i.e. what a broken or
  * hostile bootstrap server can make a decode rank read. (The server's own
- * JSON parsing, PUT /route bodies, is fuzz_bootstrap; the HTTP statuses and
- * a body split across libcurl's write callbacks are tests/control's, over a
- * real server.)
+ * JSON parsing, PUT /route bodies, is fuzz_bootstrap; the HTTP statuses,
+ * non-HTTP answers and oversize bodies are tests/unit/test_bs_client.c's,
+ * with real libcurl against a raw socket.)
  *
  * Input: byte 0 picks the reply (even: parallel layout, odd: rank); the
  * rest is the body.
