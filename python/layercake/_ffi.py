@@ -307,6 +307,12 @@ lc_conn_create = _fn("lc_conn_create", c_int, c_void_p, c_char_p, P(ConnParams),
 lc_conn_destroy = _fn("lc_conn_destroy", None, c_void_p)
 lc_conn_import_region = _fn("lc_conn_import_region", c_int, c_void_p, c_void_p, c_size, P(c_u32))
 lc_batch_post = _fn("lc_batch_post", c_int, c_void_p, c_void_p, c_size, P(BatchParams), P(c_u64))
+# The same C function called with plain addresses: Connection.post packs a
+# small batch's writes and parameters into scratch memory of its own thread
+# (core.py), with no ctypes structure built per call.
+lc_batch_post_addr = lib["lc_batch_post"]  # a second function object
+lc_batch_post_addr.restype = c_int
+lc_batch_post_addr.argtypes = [c_void_p, c_void_p, c_size, c_void_p, c_void_p]
 lc_conn_room_cancel = _fn("lc_conn_room_cancel", c_int, c_void_p, c_u64)
 lc_conn_flush = _fn("lc_conn_flush", c_int, c_void_p)
 lc_loop_set_faults = _fn("lc_loop_set_faults", c_int, c_void_p, P(LoopFaults))

@@ -7,7 +7,9 @@ children first, so objects may be dropped or closed in any order.
 """
 import atexit
 import ctypes
+import struct
 import sys
+import threading
 import weakref
 
 from . import _ffi
@@ -28,6 +30,38 @@ if _np is not None:
          ("remote_region", "<u4"), ("count", "<u4"), ("local_stride", "<u8"),
          ("remote_stride", "<u8")]
     )
+
+
+# The C structures a small write's path packs and unpacks with struct
+# (Connection.post, CompletionQueue._convert): building them field by field
+# through ctypes was most of the Python cost of a 4 KiB write's round trip.
+_WRITE = struct.Struct("=QQQIIQQ")   # lc_write_t
+_PARAMS = struct.Struct("=QQIIqQ")   # lc_batch_params_t
+_CQE = struct.Struct("=QQQIiQQ")     # lc_completion_t up to its reason
+_CQE_SIZE = ctypes.sizeof(_ffi.Completion)
+if (_WRITE.size, _PARAMS.size, _CQE.size + _ffi.REASON_MAX) != (
+        ctypes.sizeof(_ffi.Write), ctypes.sizeof(_ffi.BatchParams), _CQE_SIZE):
+    raise ImportError("layercake: lc_write_t, lc_batch_params_t or lc_completion_t "
+                      "changed; update core.py's struct formats")
+_SCRATCH_WRITES = 16  # a batch with more goes the ctypes way
+
+
+class _PostScratch(threading.local):
+    """One thread's memory for a small batch's writes, params and id: the C
+    call copies the writes (lc_batch_post) and releases the GIL, so each
+    thread has its own."""
+
+    def __init__(self):
+        n = _SCRATCH_WRITES * _WRITE.size
+        self.buf = ctypes.create_string_buffer(n + _PARAMS.size + 8)
+        base = ctypes.addressof(self.buf)
+        self.writes, self.params_off = base, n
+        self.params, self.bid = base + n, base + n + _PARAMS.size
+        self.bid_v = ctypes.c_uint64.from_buffer(self.buf, n + _PARAMS.size)
+        self.busy = False  # a post from a signal handler amid one: the ctypes way
+
+
+_scratch = _PostScratch()
 
 
 def version():
@@ -577,6 +611,7 @@ class CompletionQueue(_Handle):
         check(_ffi.lc_cq_create(ctx._need(), ctypes.byref(h)), "lc_cq_create")
         self._h = h.value
         self._buf = (_ffi.Completion * 64)()
+        self._mv = memoryview(self._buf).cast("B")
 
 
     @property
@@ -584,12 +619,19 @@ class CompletionQueue(_Handle):
         return _ffi.lc_cq_fd(self._need())
 
     def _convert(self, n):
-        return [
-            {"batch_id": c.batch_id, "user_data": c.user_data, "room": c.room, "tag": c.tag,
-             "status": c.status, "bytes": c.bytes, "latency_ns": c.latency_ns,
-             "reason": c.reason.decode(errors="replace")}
-            for c in self._buf[:n]
-        ]
+        # One struct unpack per completion: field by field through ctypes was
+        # most of a small write's Python cost (docs/python.md).
+        mv, out = self._mv, []
+        for i in range(n):
+            o = i * _CQE_SIZE
+            bid, ud, room, tag, status, nbytes, lat = _CQE.unpack_from(mv, o)
+            reason = ""
+            if mv[o + _CQE.size]:
+                r = bytes(mv[o + _CQE.size:o + _CQE_SIZE])
+                reason = r.split(b"\0", 1)[0].decode(errors="replace")
+            out.append({"batch_id": bid, "user_data": ud, "room": room, "tag": tag,
+                        "status": status, "bytes": nbytes, "latency_ns": lat, "reason": reason})
+        return out
 
     def poll(self, max_items=64):
         n = check(_ffi.lc_cq_poll(self._need(), self._buf, min(max_items, 64)), "lc_cq_poll")
@@ -657,6 +699,11 @@ class Connection(_Handle):
         length, count, local_stride, remote_stride) for a strided write
         (count blocks of length bytes). defer=True queues it until flush() (one
         transport wake-up for many posts). Returns the batch id."""
+        flags = _ffi.BATCH_DEFER if defer else 0
+        if type(writes) in (list, tuple) and len(writes) <= _SCRATCH_WRITES:
+            bid = self._post_packed(writes, room, tag, flags, timeout_ms, user_data)
+            if bid is not None:
+                return bid
         if _np is not None and isinstance(writes, _np.ndarray):
             if writes.dtype != WRITE_DTYPE or not writes.flags["C_CONTIGUOUS"]:
                 raise ValueError("writes must be a contiguous array of layercake.WRITE_DTYPE")
@@ -670,12 +717,41 @@ class Connection(_Handle):
                 count, ls, rs = tuple(w[4:7]) if len(w) > 4 else (0, 0, 0)
                 keep[i] = _ffi.Write(local, off, length, region, count, ls, rs)
             ptr = ctypes.addressof(keep)
-        flags = _ffi.BATCH_DEFER if defer else 0
         p = _ffi.BatchParams(ctypes.sizeof(_ffi.BatchParams), int(room), int(tag), flags, int(timeout_ms), int(user_data))
         bid = ctypes.c_uint64()
         check(_ffi.lc_batch_post(self._need(), ptr, n, ctypes.byref(p), ctypes.byref(bid)), "lc_batch_post")
         del keep
         return bid.value
+
+    def _post_packed(self, writes, room, tag, flags, timeout_ms, user_data):
+        """post's path for a short list of plain tuples: packed into this
+        thread's scratch. None where a value does not pack (not an int, out
+        of range, a tuple of another length): the ctypes way then takes it,
+        with its own errors."""
+        s = _scratch
+        if s.busy:
+            return None
+        s.busy = True
+        try:
+            buf, o = s.buf, 0
+            try:
+                for w in writes:
+                    if len(w) == 4:
+                        _WRITE.pack_into(buf, o, w[0], w[2], w[3], w[1], 0, 0, 0)
+                    elif len(w) == 7:
+                        _WRITE.pack_into(buf, o, w[0], w[2], w[3], w[1], w[4], w[5], w[6])
+                    else:
+                        return None
+                    o += _WRITE.size
+                _PARAMS.pack_into(buf, s.params_off, _PARAMS.size, room, tag, flags,
+                                  timeout_ms, user_data)
+            except (struct.error, TypeError):
+                return None
+            check(_ffi.lc_batch_post_addr(self._need(), s.writes, len(writes), s.params, s.bid),
+                  "lc_batch_post")
+            return s.bid_v.value
+        finally:
+            s.busy = False
 
     def flush(self):
         """Start every batch posted with defer=True."""

@@ -100,6 +100,76 @@ def test_deferred_posts_start_at_flush(url):
     p["tx"].close()
 
 
+
+def _reap(cq, n):
+    got = []
+    while len(got) < n:
+        done = cq.wait(10000)
+        assert done, got
+        got += done
+    return got
+
+
+def test_tuple_posts_packed_or_not_land_the_same():
+    """Short lists of tuples go a packed path (core.py: struct into this
+    thread's scratch), the rest the ctypes one: both land the same bytes and
+    give the same completion fields; what does not pack (numpy integers
+    do, a 5-tuple or a float does not) meets the ctypes path's own errors;
+    threads posting at once each keep their writes."""
+    import threading
+    p = make_pair("loop://auto")
+    p["rx"].grant(3, p["rreg"], 0, 4 << 20)
+    src, rid, conn, cq = p["src"].address, p["rid"], p["conn"], p["cq"]
+    packed = [(src + i * 4096, rid, (255 - i) * 4096, 4096) for i in range(16)]
+    plain = [(src + i * 4096, rid, (255 - i) * 4096, 4096) for i in range(16, 17 + 16)]  # 17: ctypes
+    b1 = conn.post(packed, room=3, tag=7, user_data=1 << 63, timeout_ms=20000)
+    b2 = conn.post(tuple(plain), room=3, tag=8, user_data=5)
+    b3 = conn.post([[np.uint64(src + 40 * 4096), np.int32(rid), np.int64(40 * 4096), 4096, 1, 0, 0]],
+                   room=np.uint64(3))
+    got = {c["batch_id"]: c for c in _reap(cq, 3)}
+    assert got[b1]["tag"] == 7 and got[b1]["user_data"] == 1 << 63 and got[b1]["room"] == 3
+    assert got[b1]["bytes"] == 16 * 4096 and got[b2]["bytes"] == 17 * 4096
+    assert got[b2]["tag"] == 8 and got[b2]["user_data"] == 5 and got[b3]["bytes"] == 4096
+    assert all(c["status"] == 0 and c["reason"] == "" for c in got.values()), got
+    s, d = p["src"].numpy(), p["dst"].numpy()
+    for i in range(33):
+        j = 255 - i
+        assert np.array_equal(s[i * 4096:(i + 1) * 4096], d[j * 4096:(j + 1) * 4096]), i
+    assert np.array_equal(s[40 * 4096:41 * 4096], d[40 * 4096:41 * 4096])
+    with pytest.raises(ValueError):
+        conn.post([(src, rid, 0, 4096, 1)], room=3)  # neither 4 nor 7 values
+    with pytest.raises(TypeError):
+        conn.post([(float(src), rid, 0, 4096)], room=3)
+    with pytest.raises(lc.LayercakeError) as e:
+        conn.post([(12345, rid, 0, 10)], room=3)  # packs; the library refuses it
+    assert e.value.name == "LC_ERR_REGION"
+    conn.post([(src, rid, 0, 4096)], room=99)  # no grant: a reason comes back
+    c = cq.wait(5000)[0]
+    assert lc.err_name(c["status"]) == "LC_ERR_GRANT" and "room 99" in c["reason"]
+
+    errs, ids = [], [[] for _ in range(4)]
+
+    def poster(t):
+        try:
+            for k in range(50):
+                i = 512 + t * 50 + k  # a page of its own: src page i to dst page i
+                ids[t].append(conn.post([(src + i * 4096, rid, i * 4096, 4096)], room=3, tag=t))
+        except Exception as ex:  # pragma: no cover - reported below
+            errs.append(ex)
+    th = [threading.Thread(target=poster, args=(t,)) for t in range(4)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    assert not errs, errs
+    done = _reap(cq, 200)
+    assert all(c["status"] == 0 for c in done), [c for c in done if c["status"]][:3]
+    by_id = {c["batch_id"]: c["tag"] for c in done}
+    assert all(by_id[b] == t for t in range(4) for b in ids[t])
+    assert np.array_equal(s[512 * 4096:712 * 4096], d[512 * 4096:712 * 4096])
+    p["rx"].close()
+    p["tx"].close()
+
 def test_rejections_raise_or_complete_with_the_library_code():
     p = make_pair("loop://auto")
     with pytest.raises(lc.LayercakeError) as e:
