@@ -8,7 +8,10 @@
  * an ACK past what was sent, a REJECT (revoked mid-write, or with a positive
  * status), a WRITES frame to P, a reset (after the write, or 64 KiB into
  * 32 MiB), silence past progress_timeout_ms (reading nothing at all: P's
- * sends stop on a full buffer); a correct script succeeds.
+ * sends stop on a full buffer), an ACK of one write of two and the close in
+ * one segment (P reads a short ACK and must still see the close: it stops
+ * reading at a short read only when the edge did not say the peer closed);
+ * a correct script succeeds.
  *
  *     adversarial_tcpp replies
  *
@@ -17,6 +20,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -59,6 +63,7 @@ enum script {
 	S_SILENT,      /* nothing after the HELLO_REPLY */
 	S_NOREAD,      /* never reads a byte after the HELLO (P's sends see EAGAIN) */
 	S_RESET_MID,   /* reset after 64 KiB of a 32 MiB write */
+	S_ACK_CLOSE,   /* two writes: ACK the first and close, in one segment */
 };
 
 typedef struct raw_d {
@@ -73,7 +78,7 @@ typedef struct raw_d {
 /* One lane of the script. */
 static void raw_d_serve(raw_d_t *r, int fd)
 {
-	uint8_t b[LC__TCP_HDR_LEN + LC__TCP_DESC_LEN + P_LEN];
+	uint8_t b[LC__TCP_HDR_LEN + 2 * LC__TCP_DESC_LEN + P_LEN];
 	lc__tcp_ctrl_t reply = {.type = LC__TCP_HELLO_REPLY};
 	if (tu_recv_exact(fd, b, LC__TCP_CTRL_LEN, 20000) != 1)
 		goto out;
@@ -109,8 +114,9 @@ static void raw_d_serve(raw_d_t *r, int fd)
 		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
 		goto out;
 	}
-	/* The write: header, one descriptor, its payload. */
-	if (tu_recv_exact(fd, b, sizeof b, 20000) != 1)
+	/* The write: header, one descriptor (two for S_ACK_CLOSE), payload. */
+	if (tu_recv_exact(fd, b, sizeof b - (r->s == S_ACK_CLOSE ? 0 : LC__TCP_DESC_LEN),
+			  20000) != 1)
 		goto out;
 	lc__tcp_ctrl_t f = {.type = LC__TCP_ACK, .a = 1};
 	switch (r->s) {
@@ -132,6 +138,14 @@ static void raw_d_serve(raw_d_t *r, int fd)
 	}
 	case S_SILENT:
 		goto drain;
+	case S_ACK_CLOSE: { /* corked: the ACK and the FIN leave as one segment */
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one);
+		lc__tcp_encode_ctrl(b, &f);
+		tu_send_all(fd, b, LC__TCP_CTRL_LEN);
+		shutdown(fd, SHUT_WR);
+		goto drain;
+	}
 	default:
 		break;
 	}
@@ -198,10 +212,17 @@ static void p_against(enum script s, int want, const char *words, const char *co
 	uint32_t remote;
 	TU_OK(lc_conn_import_region(conn, desc, (size_t)n, &remote));
 	uint64_t c0 = count ? counter(p, count) : 0;
-	lc_write_t w = {.local = src, .remote_region = remote, .length = len};
+	lc_write_t w[2] = {{.local = src, .remote_region = remote, .length = len}};
+	size_t nw = 1;
+	if (s == S_ACK_CLOSE) { /* two halves */
+		w[0].length = len / 2;
+		w[1] = (lc_write_t){.local = src + len / 2, .remote_region = remote,
+				    .remote_offset = len / 2, .length = len / 2};
+		nw = 2;
+	}
 	lc_batch_params_t bp = {.size = sizeof bp, .room = 1, .timeout_ms = 30000};
 	uint64_t id;
-	TU_OK(lc_batch_post(conn, &w, 1, &bp, &id));
+	TU_OK(lc_batch_post(conn, w, nw, &bp, &id));
 	lc_completion_t c = tu_wait_one(cq, 25000);
 	fprintf(stderr, "script %d: %s (%s)\n", s, lc_err_name(c.status), c.reason);
 	TU_CHECK(c.batch_id == id && c.status == want && (!words || strstr(c.reason, words)),
@@ -237,6 +258,8 @@ static void case_p_replies(void)
 	p_against(S_SILENT, LC_ERR_STALLED, "no progress", "lanes_stalled");
 	p_against(S_NOREAD, LC_ERR_STALLED, "no progress", "lanes_stalled");
 	p_against(S_RESET_MID, LC_ERR_PEER_CLOSED, NULL, NULL);
+	/* Not STALLED after progress_timeout_ms: the close is seen at once. */
+	p_against(S_ACK_CLOSE, LC_ERR_PEER_CLOSED, "peer closed", NULL);
 }
 
 int main(int argc, char **argv)

@@ -221,6 +221,7 @@ static void listener_on_event(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events,
 	}
 	rlane_t *r = LC__CONTAINER_OF(f, rlane_t, iofd);
 	r->readable |= (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
+	r->hup |= (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
 	r->writable |= (events & EPOLLOUT) != 0;
 }
 

@@ -616,8 +616,9 @@ static void run_distribute(rlane_t *r, const struct iovec *iov, int n, size_t go
 }
 
 /* One readv: the rest of the run straight into place, plus the next
- * frame(s) into staging. Outside a run: staging only. */
-static ssize_t rlane_read(rlane_t *r)
+ * frame(s) into staging. Outside a run: staging only. *asked: the bytes
+ * the readv could have taken. */
+static ssize_t rlane_read(rlane_t *r, size_t *asked)
 {
 	struct iovec iov[READ_IOV];
 	const lc__land_t *g = NULL;
@@ -634,6 +635,9 @@ static ssize_t rlane_read(rlane_t *r)
 		errno = EAGAIN;
 		return -2;
 	}
+	*asked = 0;
+	for (int i = 0; i < n; i++)
+		*asked += iov[i].iov_len;
 	ssize_t got = readv(r->fd, iov, n);
 	if (g)
 		lc__land_exit(g);
@@ -662,7 +666,8 @@ void lc__tcp_rlane_pump(rlane_t *r)
 		rc = consume_stage(r);
 		if (rc < 0 || r->paused || lc__tcp_rlane_held(r))
 			break;
-		ssize_t got = rlane_read(r);
+		size_t asked;
+		ssize_t got = rlane_read(r, &asked);
 		if (got == -2)
 			break; /* stays readable: slots_reap pumps it again */
 		if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -675,6 +680,11 @@ void lc__tcp_rlane_pump(rlane_t *r)
 		} else {
 			budget -= LC__MIN(budget, (size_t)got);
 			read_some = true;
+			/* A short read drained the socket (DRAINED_MAX); bytes
+			 * arriving later raise a new edge. But a close that was
+			 * on this edge raises none: read on to the 0. */
+			if ((size_t)got < asked && (size_t)got <= DRAINED_MAX && !r->hup)
+				r->readable = false;
 		}
 	}
 	if (read_some) /* the idle deadline and eviction order (listen.c) */

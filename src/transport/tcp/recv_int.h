@@ -18,8 +18,15 @@
 /* How much one read may put in the staging buffer (which also holds a
  * partial header and table): small, so that payload bytes that land there
  * and are copied again cost little; large enough to carry a frame's table
- * and dozens of tiny writes per syscall. */
-#define STAGE_READ (4u << 10)
+ * and dozens of tiny writes per syscall, and a whole 4 KiB write with its
+ * header, so that such a write costs one readv (recv.c: a short read ends
+ * the pump without an EAGAIN read). */
+#define STAGE_READ (8u << 10)
+/* A read shorter than asked drained the socket (epoll(7)); the pump stops
+ * there, without a read that meets EAGAIN, when it got at most this much:
+ * a lone small write, the next of which comes only after its ACK. A
+ * longer one is a stream still arriving: the next read likely has more. */
+#define DRAINED_MAX (64u << 10)
 #define STAGE_CAP (STAGE_READ + LC__TCP_HDR_LEN + LC__TCP_MAX_RUN * LC__TCP_DESC_LEN)
 #define SCRATCH_LEN (64u << 10)
 /* Writes per lane in the seam's in-order queue (device copies in flight,
@@ -86,6 +93,7 @@ typedef struct rlane {
 	struct rlane *next, *prev;
 	enum rphase phase;
 	bool readable, writable, paused, dead;
+	bool hup; /* an edge said the peer closed or failed: read on to the end */
 	bool peer_gone; /* dead because the peer closed or reset it */
 	bool wrote;     /* a WRITES frame came: room is the last one's */
 	uint64_t hello_deadline_ns;

@@ -341,11 +341,15 @@ static bool on_ctrl(lane_t *ln, const uint8_t *p, uint64_t now)
 	return true;
 }
 
-/* Read and handle everything the receiver sent (edge-triggered). */
-static void lane_read(lane_t *ln, uint64_t now)
+/* Read and handle everything the receiver sent (edge-triggered; a read
+ * shorter than asked drained the socket, epoll(7): no EAGAIN read after,
+ * unless the edge said the peer closed, which raises no later one). */
+static void lane_read(lane_t *ln, uint32_t events, uint64_t now)
 {
+	bool to_end = events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
 	for (;;) {
-		ssize_t n = recv(ln->fd, ln->in + ln->in_len, IN_CAP - ln->in_len, MSG_DONTWAIT);
+		size_t asked = IN_CAP - ln->in_len;
+		ssize_t n = recv(ln->fd, ln->in + ln->in_len, asked, MSG_DONTWAIT);
 		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
 			if (!lane_resend(ln, "peer closed the connection"))
 				lane_fail(ln, LC_ERR_PEER_CLOSED, "peer closed the connection%s%s",
@@ -367,6 +371,8 @@ static void lane_read(lane_t *ln, uint64_t now)
 		}
 		memmove(ln->in, ln->in + pos, ln->in_len - pos);
 		ln->in_len -= pos;
+		if ((size_t)n < asked && !to_end)
+			return;
 	}
 }
 
@@ -425,7 +431,7 @@ static void on_lane_event(lane_t *ln, uint32_t events, uint64_t now)
 	if (events & EPOLLOUT)
 		ln->writable = ln->state == LANE_READY;
 	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-		lane_read(ln, now);
+		lane_read(ln, events, now);
 }
 
 /* Hand queued segments to lanes: the live lane with the least queued. */
