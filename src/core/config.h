@@ -37,6 +37,10 @@
 	X(shm_copy_threads, "LAYERCAKE_SHM_COPY_THREADS", 1, 1, 2,                                 \
 	  "threads that copy each large shm write at the receiver: 1, the I/O loop alone; 2 adds " \
 	  "a helper thread per listener for the second half of writes of 1 MiB or more")           \
+	X(shm_lane, "LAYERCAKE_SHM_LANE", 1, 0, 1,                                                 \
+	  "1: an shm connection's small plain batches and their acknowledgements go through a "   \
+	  "shared-memory ring beside the socket, rung only while the peer's loop sleeps; 0: "     \
+	  "every message over the socket (read by P when it connects, by D at each handshake)")  \
 	X(connect_timeout_ms, "LAYERCAKE_CONNECT_TIMEOUT_MS", 5000, 1, 3600000,                    \
 	  "deadline for connecting and handshaking with a peer")                                   \
 	X(progress_timeout_ms, "LAYERCAKE_PROGRESS_TIMEOUT_MS", 10000, 1, 3600000,                 \

@@ -59,7 +59,9 @@
 	X(ipc_writes)                                                                              \
 	X(ipc_bytes)                                                                               \
 	X(ipc_rejected)                                                                            \
-	X(sends_inline)
+	X(sends_inline)                                                                            \
+	X(lane_writes)                                                                             \
+	X(lane_rings)
 
 enum lc__counter {
 #define LC__CNT_ENUM(name) LC__CNT_##name,

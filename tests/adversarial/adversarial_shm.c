@@ -24,7 +24,18 @@
  *              progress_timeout_ms), one that answers garbage and passes an
  *              fd, one that acknowledges a batch P never sent or more
  *              writes than the batch has (LC_ERR_PROTO, frames_malformed
- *              at P); each batch fails with its reason
+ *              at P); each batch fails with its reason. With a lane (the
+ *              WELCOME passes one): an ack in it for a batch P never sent,
+ *              an acks head far ahead (LC_ERR_PROTO), and a lane memfd
+ *              that is not sealed (not used: the write goes by the socket)
+ *   lane       the lane (lane.h) against a P that writes it by hand: a
+ *              write lands and is acknowledged there; a record that counts
+ *              a socket message not sent yet waits for it; a record out of
+ *              the grant is rejected in its ack; a malformed record, a
+ *              head beyond the ring, a forged acks tail, and a ring on a
+ *              connection without a lane close the connection (counted);
+ *              records that never become takeable hold nothing else up;
+ *              shm_lane=0 makes no lane
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,12 +43,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "testutil.h"
+#include "transport/shm/lane.h"
 #include "transport/shm/shm_int.h"
 
 #define DST (1u << 20)
@@ -358,7 +371,28 @@ static void case_idle(void)
 
 /* ---- a D that speaks the wire by hand, for an honest P ---- */
 
-enum raw_d_mode { D_SILENT, D_NO_ACKS, D_GARBAGE, D_ACK_OTHER, D_ACK_EXTRA };
+enum raw_d_mode {
+	D_SILENT,
+	D_NO_ACKS,
+	D_GARBAGE,
+	D_ACK_OTHER,
+	D_ACK_EXTRA,
+	D_LANE_OTHER,    /* a lane; an ack there for a batch P never sent */
+	D_LANE_HEAD,     /* a lane; its acks head far beyond the ring */
+	D_LANE_UNSEALED, /* a "lane" memfd not sealed: P keeps to the socket */
+};
+
+/* The raw D's side of a lane: wait (10 s) for P's first record there. */
+static bool raw_d_lane_record(lc__shm_lane_t *ln)
+{
+	for (int i = 0; i < 10000; i++) {
+		if (atomic_load(ln->w_head) > 0)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
 
 typedef struct raw_d {
 	int lfd;
@@ -378,14 +412,52 @@ static void *raw_d_main(void *arg)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	if (recv(fd, m, sizeof m, 0) <= 0) /* the HELLO */
 		goto out;
-	if (r->mode != D_SILENT) {
+	lc__shm_lane_t ln = {0};
+	if (r->mode >= D_LANE_OTHER) {
+		int lfd = -1;
+		lc__shm_welcome_t w = {.magic = LC__SHM_MAGIC,
+				       .version = LC__SHM_VERSION,
+				       .flags = LC__SHM_WELCOME_LANE};
+		if (r->mode == D_LANE_UNSEALED) {
+			lfd = memfd_create("unsealed-lane", MFD_CLOEXEC);
+			if (ftruncate(lfd, LC__SHM_LANE_SIZE))
+				goto out;
+		} else if (lc__shm_lane_create(&ln, &lfd)) {
+			goto out;
+		}
+		lc__shm_send(fd, m, lc__shm_put_welcome(m, &w), lfd);
+		close(lfd);
+	} else if (r->mode != D_SILENT) {
 		lc__shm_welcome_t w = {.magic = LC__SHM_MAGIC, .version = LC__SHM_VERSION};
 		lc__shm_send(fd, m, lc__shm_put_welcome(m, &w), -1);
+	}
+	if (r->mode == D_LANE_OTHER || r->mode == D_LANE_HEAD) {
+		/* P passes its region on the socket, then puts the write in
+		 * the lane: answer there, with a lie. */
+		if (!raw_d_lane_record(&ln))
+			goto out;
+		if (r->mode == D_LANE_OTHER) {
+			uint8_t *slot = lc__shm_lane_wslot(&ln, 0);
+			uint8_t a[LC__SHM_HDR + LC__SHM_ACK_REC];
+			lc__shm_ack_t ack = {.batch = lc__get_u64(slot) + 1, .writes = 1};
+			lc__shm_put_ack(a, 0, &ack);
+			memcpy(lc__shm_lane_aslot(&ln, 0), a + LC__SHM_HDR, LC__SHM_ACK_REC);
+			atomic_store(ln.a_head, 1);
+		} else {
+			atomic_store(ln.a_head, 5000);
+		}
+		uint8_t bell[LC__SHM_HDR];
+		lc__shm_put_hdr(bell, LC__SHM_LANE_RING, 0);
+		lc__shm_send(fd, bell, sizeof bell, -1);
+		while (recv(fd, m, sizeof m, 0) > 0)
+			;
+		goto out;
 	}
 	/* Garbage once the batch is on the wire (its WRITES read): sooner, P
 	 * would fail only that connection and send the batch on a new one. */
 	ssize_t k = 0;
-	bool answers = r->mode == D_GARBAGE || r->mode == D_ACK_OTHER || r->mode == D_ACK_EXTRA;
+	bool answers = r->mode == D_GARBAGE || r->mode == D_ACK_OTHER || r->mode == D_ACK_EXTRA ||
+		       r->mode == D_LANE_UNSEALED;
 	while (answers && (k = recv(fd, m, sizeof m, 0)) > 0 &&
 	       lc__shm_type(m, (size_t)k) != LC__SHM_WRITES)
 		; /* its REGION */
@@ -399,7 +471,7 @@ static void *raw_d_main(void *arg)
 		lc__shm_ack_t a = {.batch = lc__shm_write_batch(m, 0), .writes = 1};
 		if (r->mode == D_ACK_OTHER)
 			a.batch++;
-		else
+		else if (r->mode != D_LANE_UNSEALED) /* that one acknowledges honestly */
 			a.writes = 2;
 		lc__shm_put_ack(m, 0, &a);
 		lc__shm_put_hdr(m, LC__SHM_ACKS, 1);
@@ -409,6 +481,7 @@ static void *raw_d_main(void *arg)
 	while (recv(fd, m, sizeof m, 0) > 0)
 		;
 out:
+	lc__shm_lane_unmap(&ln);
 	close(fd);
 	return NULL;
 }
@@ -474,7 +547,8 @@ static void p_against(enum raw_d_mode mode, int want, const char *words)
 	TU_CHECK(c.batch_id == id && c.status == want && strstr(c.reason, words),
 		 "raw D mode %d: %s (%s), expected %s with \"%s\"", mode, lc_err_name(c.status),
 		 c.reason, lc_err_name(want), words);
-	if (mode == D_GARBAGE || mode == D_ACK_OTHER || mode == D_ACK_EXTRA) {
+	if (mode == D_GARBAGE || mode == D_ACK_OTHER || mode == D_ACK_EXTRA ||
+	    mode == D_LANE_OTHER || mode == D_LANE_HEAD) {
 		uint64_t v = 0;
 		TU_OK(lc_ctx_counter_by_name(tx, "frames_malformed", &v));
 		TU_CHECK(v == 1, "P counted %llu malformed frames", (unsigned long long)v);
@@ -497,7 +571,12 @@ static void case_raw_d(void)
 	 * write the batch does not have, fails it; it never completes. */
 	p_against(D_ACK_OTHER, LC_ERR_PROTO, "malformed message from the receiver");
 	p_against(D_ACK_EXTRA, LC_ERR_PROTO, "malformed message from the receiver");
+	/* Through a lane the same: what D publishes there is checked. */
+	p_against(D_LANE_OTHER, LC_ERR_PROTO, "malformed acknowledgements in the lane");
+	p_against(D_LANE_HEAD, LC_ERR_PROTO, "malformed acknowledgements in the lane");
+	p_against(D_LANE_UNSEALED, 0, "");
 }
+
 
 /* ---- records a receiver must refuse, or take with care ---- */
 
@@ -510,14 +589,20 @@ static int open_fds(void)
 	return n;
 }
 
+/* D closed fd as malformed, counted once since `before`. */
+static void closed_malformed(d_side_t *d, int fd, uint64_t before, const char *what)
+{
+	expect_closed(fd, what);
+	TU_CHECK(counter(d, "frames_malformed") == before + 1, "%s: malformed +%llu", what,
+		 (unsigned long long)(counter(d, "frames_malformed") - before));
+}
+
 /* A connection that sends m (len bytes) is closed as malformed. */
 static void expect_malformed(d_side_t *d, int fd, const void *m, size_t len, const char *what)
 {
 	uint64_t before = counter(d, "frames_malformed");
 	TU_OK(lc__shm_send(fd, m, len, -1));
-	expect_closed(fd, what);
-	TU_CHECK(counter(d, "frames_malformed") == before + 1, "%s: malformed +%llu", what,
-		 (unsigned long long)(counter(d, "frames_malformed") - before));
+	closed_malformed(d, fd, before, what);
 }
 
 static void case_records(void)
@@ -818,6 +903,196 @@ static void case_many_sources(void)
 	d_down(&d);
 }
 
+/* ---- the lane, written by hand ---- */
+
+typedef struct raw_lane {
+	int fd;
+	lc__shm_lane_t ln;
+	uint64_t w_head, a_tail;
+} raw_lane_t;
+
+/* A connection whose HELLO offers a lane; false when D made none. */
+static bool lane_connect(d_side_t *d, raw_lane_t *rl)
+{
+	*rl = (raw_lane_t){.fd = raw_socket(d)};
+	lc__shm_hello_t h = {.magic = LC__SHM_MAGIC,
+			     .version = LC__SHM_VERSION,
+			     .flags = LC__SHM_HELLO_TOKEN | LC__SHM_HELLO_LANE};
+	memcpy(h.token, d->token.bytes, LC_TOKEN_LEN);
+	uint8_t m[LC__SHM_HELLO_LEN];
+	TU_OK(lc__shm_send(rl->fd, m, lc__shm_put_hello(m, &h), -1));
+	struct pollfd pf = {.fd = rl->fd, .events = POLLIN};
+	TU_CHECK(poll(&pf, 1, 10000) == 1, "no WELCOME");
+	uint8_t b[LC__SHM_ACKS_MAX];
+	int lfd;
+	bool trunc;
+	ssize_t n = lc__shm_recv(rl->fd, b, sizeof b, &lfd, &trunc);
+	lc__shm_welcome_t w;
+	TU_CHECK(n > 0 && lc__shm_get_welcome(b, (size_t)n, &w) == 0 && w.status == 0,
+		 "handshake refused");
+	if (!(w.flags & LC__SHM_WELCOME_LANE)) {
+		TU_CHECK(lfd < 0, "an fd without the lane flag");
+		return false;
+	}
+	TU_CHECK(lfd >= 0, "the lane flag without an fd");
+	TU_OK(lc__shm_lane_map(&rl->ln, lfd));
+	close(lfd);
+	return true;
+}
+
+static void lane_close(raw_lane_t *rl)
+{
+	lc__shm_lane_unmap(&rl->ln);
+	close(rl->fd);
+}
+
+static void lane_ring(raw_lane_t *rl)
+{
+	uint8_t m[LC__SHM_HDR];
+	lc__shm_put_hdr(m, LC__SHM_LANE_RING, 0);
+	TU_OK(lc__shm_send(rl->fd, m, sizeof m, -1));
+}
+
+/* One record in the lane, counting `seq` socket messages before it;
+ * published and rung. */
+static void lane_write(raw_lane_t *rl, uint64_t batch, uint32_t src, uint64_t src_off,
+		       uint64_t dst_off, uint64_t len, uint64_t seq)
+{
+	uint8_t m[LC__SHM_HDR + LC__SHM_WRITE_REC];
+	lc__shm_write_t w = {.batch = batch,
+			     .room = ROOM,
+			     .src = src,
+			     .dst = dst_id,
+			     .src_off = src_off,
+			     .dst_off = dst_off,
+			     .length = len};
+	lc__shm_put_write(m, 0, &w);
+	uint8_t *slot = lc__shm_lane_wslot(&rl->ln, rl->w_head);
+	memcpy(slot, m + LC__SHM_HDR, LC__SHM_WRITE_REC);
+	lc__put_u64(slot + LC__SHM_WRITE_REC, seq);
+	atomic_store(rl->ln.w_head, ++rl->w_head);
+	lane_ring(rl);
+}
+
+/* The next ack in the lane within ms: 1 with *a, 0 for none. */
+static int lane_ack(raw_lane_t *rl, lc__shm_ack_t *a, int ms)
+{
+	for (int i = 0; i < ms; i++) {
+		if (atomic_load(rl->ln.a_head) != rl->a_tail) {
+			uint8_t m[LC__SHM_HDR + LC__SHM_ACK_REC];
+			memcpy(m + LC__SHM_HDR, lc__shm_lane_aslot(&rl->ln, rl->a_tail),
+			       LC__SHM_ACK_REC);
+			lc__shm_get_ack(m, 0, a);
+			atomic_store(rl->ln.a_tail, ++rl->a_tail);
+			return 1;
+		}
+		usleep(1000);
+	}
+	return 0;
+}
+
+/* A source region in a sealed memfd, passed as REGION id. */
+static void lane_region(raw_lane_t *rl, uint32_t id, uint8_t **mem)
+{
+	int mf = memfd_create("lane-src", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	TU_CHECK(mf >= 0 && ftruncate(mf, SRC) == 0 &&
+			 fcntl(mf, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0,
+		 "memfd");
+	*mem = mmap(NULL, SRC, PROT_READ | PROT_WRITE, MAP_SHARED, mf, 0);
+	TU_CHECK(*mem != MAP_FAILED, "mmap");
+	tu_fill(*mem, SRC, 40 + id);
+	send_region(rl->fd, id, *mem, SRC, 0, LC__SHM_REGION_FD, mf);
+	close(mf);
+}
+
+/* D closed the lane's connection as malformed after what the caller did. */
+static void lane_expect_malformed(d_side_t *d, raw_lane_t *rl, uint64_t before, const char *what)
+{
+	closed_malformed(d, rl->fd, before, what);
+	lc__shm_lane_unmap(&rl->ln);
+}
+
+static void case_lane(void)
+{
+	d_side_t d = {0};
+	d_up(&d);
+	dst_id = d.id;
+	raw_lane_t rl;
+	lc__shm_ack_t a;
+	uint8_t *src1, *src2;
+	TU_CHECK(lane_connect(&d, &rl), "D made no lane");
+	/* 1. A write through the lane lands and is acknowledged there. */
+	uint64_t taken = counter(&d, "lane_writes");
+	lane_region(&rl, 1, &src1);
+	lane_write(&rl, 1, 1, 0, 0, 8192, 1);
+	TU_CHECK(lane_ack(&rl, &a, 10000) && a.batch == 1 && a.writes == 1 && a.status == 0,
+		 "the lane write was not acknowledged in the lane");
+	expect_bytes(&d, 0, src1, 8192);
+	TU_CHECK(counter(&d, "lane_writes") == taken + 1, "lane_writes");
+	/* 2. A record that counts a socket message D has not had (the
+	 *    REGION of its source, sent after it) waits for that message:
+	 *    taken before, it would name an unknown source (malformed). */
+	lane_write(&rl, 2, 2, 4096, 16384, 4096, 2);
+	TU_CHECK(!lane_ack(&rl, &a, 100), "a record taken before the message it counts");
+	lane_region(&rl, 2, &src2);
+	TU_CHECK(lane_ack(&rl, &a, 10000) && a.batch == 2 && a.status == 0,
+		 "the waiting record was not taken after its message");
+	expect_bytes(&d, 16384, src2 + 4096, 4096);
+	/* 3. Out of the grant (past D's region): rejected in its ack, nothing
+	 *    lands, the connection goes on. */
+	lane_write(&rl, 3, 1, 0, DST - 100, 4096, 2);
+	TU_CHECK(lane_ack(&rl, &a, 10000) && a.batch == 3 && a.status != 0,
+		 "an out-of-region lane write was accepted");
+	lane_write(&rl, 4, 1, 8192, 32768, 4096, 2);
+	TU_CHECK(lane_ack(&rl, &a, 10000) && a.batch == 4 && a.status == 0, "after a rejection");
+	expect_bytes(&d, 32768, src1 + 8192, 4096);
+	/* 4. A malformed record (no bytes) closes the connection. */
+	uint64_t before = counter(&d, "frames_malformed");
+	lane_write(&rl, 5, 1, 0, 0, 0, 2);
+	lane_expect_malformed(&d, &rl, before, "a zero-length lane record");
+	/* 5. A head more than the ring ahead of D's tail. */
+	TU_CHECK(lane_connect(&d, &rl), "D made no lane");
+	before = counter(&d, "frames_malformed");
+	atomic_store(rl.ln.w_head, LC__SHM_LANE_SLOTS + 1);
+	lane_ring(&rl);
+	lane_expect_malformed(&d, &rl, before, "a lane head beyond the ring");
+	/* 6. A forged acks tail: D finds no room it can trust for the ack. */
+	TU_CHECK(lane_connect(&d, &rl), "D made no lane");
+	lane_region(&rl, 1, &src1);
+	before = counter(&d, "frames_malformed");
+	atomic_store(rl.ln.a_tail, 7);
+	lane_write(&rl, 1, 1, 0, 0, 4096, 1);
+	lane_expect_malformed(&d, &rl, before, "a forged acks tail");
+	/* 7. A ring on a connection without a lane. */
+	int fd = raw_connect(&d);
+	uint8_t bell[LC__SHM_HDR];
+	lc__shm_put_hdr(bell, LC__SHM_LANE_RING, 0);
+	expect_malformed(&d, fd, bell, sizeof bell, "a ring without a lane");
+	/* 8. A full ring of records that count socket messages never sent:
+	 *    D takes none, and serves another connection meanwhile. */
+	TU_CHECK(lane_connect(&d, &rl), "D made no lane");
+	for (uint32_t i = 0; i < LC__SHM_LANE_SLOTS; i++)
+		lc__put_u64(lc__shm_lane_wslot(&rl.ln, i) + LC__SHM_WRITE_REC, UINT64_MAX);
+	atomic_store(rl.ln.w_head, LC__SHM_LANE_SLOTS);
+	lane_ring(&rl);
+	raw_lane_t ok;
+	TU_CHECK(lane_connect(&d, &ok), "D made no lane");
+	lane_region(&ok, 1, &src2);
+	lane_write(&ok, 1, 1, 0, 65536, 4096, 1);
+	TU_CHECK(lane_ack(&ok, &a, 10000) && a.status == 0, "another connection held up");
+	expect_bytes(&d, 65536, src2, 4096);
+	TU_CHECK(!lane_ack(&rl, &a, 50), "a record taken before its messages");
+	lane_close(&ok);
+	lane_close(&rl);
+	/* 9. shm_lane=0: no lane offered back. */
+	TU_OK(lc_ctx_config_set(d.rx, "shm_lane", "0"));
+	TU_CHECK(!lane_connect(&d, &rl), "a lane with shm_lane=0");
+	close(rl.fd);
+	munmap(src1, SRC);
+	munmap(src2, SRC);
+	d_down(&d);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -843,6 +1118,8 @@ int main(int argc, char **argv)
 		case_raw_d();
 	else if (!strcmp(n, "records"))
 		case_records();
+	else if (!strcmp(n, "lane"))
+		case_lane();
 	else if (!strcmp(n, "caps"))
 		case_caps();
 	else if (!strcmp(n, "many_sources"))

@@ -48,10 +48,11 @@ struct lc__io_loop {
 	size_t ntasks;           /* under io->lock: for placement */
 	/* loop thread only */
 	size_t nlinked;
-	uint64_t spin_ns;    /* io_spin_us */
-	int quick;           /* share of recent waits that ended within spin_ns, of QUICK_ONE */
-	lc__heap_t due;      /* attached tasks with a deadline */
-	lc__io_task_t ready; /* sentinel of the circular ready list */
+	uint64_t spin_ns;      /* io_spin_us */
+	int quick;             /* share of recent waits that ended within spin_ns, of QUICK_ONE */
+	lc__heap_t due;        /* attached tasks with a deadline */
+	lc__io_task_t ready;   /* sentinel of the circular ready list */
+	lc__io_task_t *polled; /* tasks with ops->poll, through poll_next */
 	struct epoll_event *ev;
 	int nev, iev; /* the wait being dispatched */
 	lc__io_fd_t bell;
@@ -113,6 +114,10 @@ static int task_link(lc__io_loop_t *lp, lc__io_task_t *t)
 	lp->nlinked++;
 	t->linked = true;
 	t->due.pos = 0;
+	if (t->ops->poll) {
+		t->poll_next = lp->polled;
+		lp->polled = t;
+	}
 	make_ready(lp, t); /* service at once */
 	return 0;
 }
@@ -121,6 +126,11 @@ static void task_unlink(lc__io_loop_t *lp, lc__io_task_t *t)
 {
 	unready(t);
 	lc__heap_remove(&lp->due, &t->due);
+	for (lc__io_task_t **p = &lp->polled; *p; p = &(*p)->poll_next)
+		if (*p == t) {
+			*p = t->poll_next;
+			break;
+		}
 	t->linked = false;
 	lp->nlinked--;
 }
@@ -283,10 +293,30 @@ static void service_due(lc__io_loop_t *lp, uint64_t now)
  * 4 KiB round trip 3-5x slower on two cores, hence the yield. */
 #define QUICK_ONE 256			/* lp->quick's scale: every wait quick */
 #define SPIN_QUICK (QUICK_ONE * 7 / 8)	/* spin above this share */
+
+/* Ask every polled task (io.h, ops->poll); those with work are ready.
+ * Returns whether any had. */
+static bool poll_tasks(lc__io_loop_t *lp, int how)
+{
+	bool any = false;
+	for (lc__io_task_t *t = lp->polled; t; t = t->poll_next)
+		if (t->ops->poll(t, how) && how != LC__IO_WAKE) {
+			make_ready(lp, t);
+			any = true;
+		}
+	return any;
+}
+
+/* Polled tasks are looked at once a turn, between the looks of a spin
+ * and, parked, once more before a sleep: a lane's peer rings only a loop
+ * that parked, so a loop that spins serves it without a system call. */
 static int wait_events(lc__io_loop_t *lp, struct epoll_event *ev)
 {
 	uint64_t start = lc__now_ns();
 	int ms = wait_ms(lp, start), n = 0;
+	bool found = lp->polled && poll_tasks(lp, LC__IO_LOOK), parked = false;
+	if (found)
+		ms = 0;
 	if (ms && lp->spin_ns && lp->quick > SPIN_QUICK) {
 		uint64_t until = start + lp->spin_ns;
 		if (ms > 0)
@@ -295,14 +325,23 @@ static int wait_events(lc__io_loop_t *lp, struct epoll_event *ev)
 			if ((n = epoll_wait(lp->epfd, ev, MAX_EVENTS, 0)) != 0)
 				break;
 			sched_yield();
+			if (lp->polled && (found = poll_tasks(lp, LC__IO_LOOK)))
+				break;
 		} while (lc__now_ns() < until);
 		if (!n)
-			ms = wait_ms(lp, lc__now_ns());
+			ms = found ? 0 : wait_ms(lp, lc__now_ns());
+	}
+	if (!n && ms != 0 && lp->polled) {
+		parked = true;
+		if ((found = poll_tasks(lp, LC__IO_PARK)))
+			ms = 0;
 	}
 	if (!n)
 		n = epoll_wait(lp->epfd, ev, MAX_EVENTS, ms);
-	if (n > 0 || (n == 0 && ms != 0)) { /* events, or a deadline without any */
-		int q = n > 0 && lc__now_ns() - start < lp->spin_ns ? QUICK_ONE : 0;
+	if (parked)
+		poll_tasks(lp, LC__IO_WAKE);
+	if (n > 0 || found || (n == 0 && ms != 0)) { /* events, or a deadline without any */
+		int q = (n > 0 || found) && lc__now_ns() - start < lp->spin_ns ? QUICK_ONE : 0;
 		lp->quick += (q - lp->quick) / 8;
 	}
 	return n;

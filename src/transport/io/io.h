@@ -44,10 +44,26 @@ typedef struct lc__io_fd {
 	uint32_t tag; /* free for the task */
 } lc__io_fd_t;
 
+/* What a loop asks a task's poll() (below). */
+enum lc__io_poll_how {
+	LC__IO_LOOK, /* is there work? */
+	LC__IO_PARK, /* the loop is about to sleep: have the peer ring, then look */
+	LC__IO_WAKE, /* the loop is awake again: the peer need not ring */
+};
+
 typedef struct lc__io_task_ops {
 	const char *name; /* for logs */
 	void (*on_event)(lc__io_task_t *t, lc__io_fd_t *f, uint32_t events, uint64_t now);
 	uint64_t (*service)(lc__io_task_t *t, uint64_t now);
+	/* Optional: memory a peer writes with no fd to say so (shm's lanes,
+	 * transport/shm/lane.h). The loop calls poll(t, LC__IO_LOOK) once a
+	 * turn and between the looks of a spin, and services t when it says
+	 * true. Before a sleep it calls poll(t, LC__IO_PARK): the task tells
+	 * its peer to ring (an fd event) from now on, looks again after a full
+	 * fence, and says true when there is work (the loop then does not
+	 * sleep); after the wait, poll(t, LC__IO_WAKE). Loop thread; cheap;
+	 * never blocks. The return value of WAKE is ignored. */
+	bool (*poll)(lc__io_task_t *t, int how);
 } lc__io_task_ops_t;
 
 struct lc__io_task {
@@ -58,6 +74,7 @@ struct lc__io_task {
 	bool linked;                /* attached to the loop */
 	bool touched;               /* on the ready list: events, a kick, or due */
 	lc__io_task_t *next, *prev; /* the ready list */
+	lc__io_task_t *poll_next;   /* the loop's tasks with ops->poll */
 	/* kicks: any thread */
 	_Atomic int kicked;
 	lc__io_task_t *kick_next; /* under the loop's lock */

@@ -43,7 +43,7 @@
 #include <unistd.h>
 
 #include "core/cuda.h"
-#include "transport/shm/shm_int.h"
+#include "transport/shm/recv_int.h"
 
 /* Connections one listener serves at a time. */
 #define MAX_CONNS 1024
@@ -64,70 +64,6 @@
 #define LISTEN_TAG 0
 #define CONN_TAG 1
 
-enum src_mode { SRC_MAP, SRC_CMA, SRC_IPC };
-
-/* An allocation of P's GPU memory imported here (CUDA IPC). */
-typedef struct ipc_import {
-	uint8_t handle[LC__SHM_IPC_HANDLE_LEN]; /* the IPC handle (not for VMM) */
-	bool vmm;
-	bool local; /* P is this process: its address, nothing opened */
-	int device; /* our ordinal it was imported into */
-	CUdeviceptr ptr;
-	uint64_t size;
-	unsigned refs;
-} ipc_import_t;
-
-typedef struct src_region {
-	uint32_t id;
-	enum src_mode mode;
-	int err;             /* nonzero: writes naming it fail with this code */
-	const uint8_t *base; /* SRC_MAP: start of the region in our mapping */
-	void *map;
-	size_t map_len;
-	uint64_t p_addr; /* SRC_CMA: the region's address in P */
-	uint64_t len;
-	ipc_import_t *imp; /* SRC_IPC: the allocation, the region at +ipc_off */
-	uint64_t ipc_off;
-} src_region_t;
-
-typedef struct dconn {
-	int fd;
-	lc__io_fd_t iofd;
-	pid_t pid;
-	uid_t uid;
-	bool ready;              /* handshake done */
-	bool ipc;                /* CUDA IPC accepted */
-	bool readable, writable; /* as the last edges said */
-	uint64_t accepted_ns;
-	src_region_t *srcs;
-	size_t nsrcs;
-	uint8_t *in;            /* one received message */
-	uint32_t in_next, in_n; /* a WRITES message being applied: next record */
-	uint8_t *acks;          /* pending acknowledgements */
-	size_t nacks;
-	struct dconn *next, *prev;
-} dconn_t;
-
-typedef struct shm_listener {
-	lc_listener_t *l;
-	lc_ctx_t *ctx;
-	char name[LC__SHM_NAME_MAX + 1];
-	int lfd;
-	lc__io_task_t task; /* on the context's I/O core */
-	lc__io_fd_t liofd;  /* the listening socket (LISTEN_TAG) */
-	_Atomic int stop;   /* closing: cut a long WRITES message short */
-	uint64_t hello_ns;  /* connect_timeout_ms */
-	dconn_t conns;      /* sentinel; newest first */
-	size_t nconns;
-	size_t pending_max; /* connections before their HELLO (shm_pending_max) */
-	uint64_t evicted;
-	lc__shm_helper_t *helper; /* second copy thread, NULL: copy alone */
-	bool no_ipc;              /* the URL says ?ipc=0 */
-	ipc_import_t **imports;   /* LC__SHM_MAX_IPC_IMPORTS */
-	size_t nimports;
-} shm_listener_t;
-
-/* What serving a connection left to do. */
 enum serve { SERVE_IDLE, SERVE_MORE, SERVE_CLOSED };
 
 /* ---- connections ---- */
@@ -173,6 +109,7 @@ static void dconn_close(shm_listener_t *sl, dconn_t *dc, const char *why)
 	free(dc->srcs);
 	free(dc->in);
 	free(dc->acks);
+	lc__shm_lane_unmap(&dc->lane);
 	dc->prev->next = dc->next;
 	dc->next->prev = dc->prev;
 	sl->nconns--;
@@ -453,11 +390,13 @@ static void ack_add(dconn_t *dc, uint64_t batch, int32_t status)
 }
 
 /* Send pending acks. Returns 0 (sent or nothing to send), -EAGAIN, or an
- * error (connection gone). */
-static int ack_flush(dconn_t *dc)
+ * error (connection gone; -EPROTO: P broke the lane's rules). */
+static int ack_flush(shm_listener_t *sl, dconn_t *dc)
 {
 	if (!dc->nacks)
 		return 0;
+	if (dc->in_lane)
+		return lc__shm_ack_lane(sl, dc);
 	lc__shm_put_hdr(dc->acks, LC__SHM_ACKS, (uint32_t)dc->nacks);
 	int rc = lc__shm_send(dc->fd, dc->acks, lc__shm_acks_len((uint32_t)dc->nacks), -1);
 	if (rc == -EAGAIN) {
@@ -531,7 +470,9 @@ static int writes_apply(shm_listener_t *sl, dconn_t *dc, uint64_t *budget)
 		*budget -= LC__MIN(*budget, w.length * (w.count > 1 ? w.count : 1));
 		/* Acknowledge at each batch boundary, so P completes early. */
 		if (i + 1 == dc->in_n || lc__shm_write_batch(dc->in, i + 1) != w.batch) {
-			int rc = ack_flush(dc);
+			int rc = ack_flush(sl, dc);
+			if (rc == -EPROTO)
+				return -1;
 			if (rc && rc != -EAGAIN)
 				return 1;
 		}
@@ -572,7 +513,12 @@ static int on_hello(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t le
 	/* CUDA IPC where P offers it and device memory made us load CUDA. */
 	if (!w.status && (h.flags & LC__SHM_HELLO_IPC) && !sl->no_ipc && lc__cuda_loaded())
 		w.flags = LC__SHM_WELCOME_IPC;
-	int rc = lc__shm_send(dc->fd, buf, lc__shm_put_welcome(buf, &w), -1);
+	int lane_fd = w.status ? -1 : lc__shm_lane_offer(sl, dc, &h);
+	if (lane_fd >= 0)
+		w.flags |= LC__SHM_WELCOME_LANE;
+	int rc = lc__shm_send(dc->fd, buf, lc__shm_put_welcome(buf, &w), lane_fd);
+	if (lane_fd >= 0)
+		close(lane_fd); /* P maps its copy; ours stays mapped */
 	if (rc || w.status)
 		return 1;
 	dc->ready = true;
@@ -596,7 +542,10 @@ static int on_message(shm_listener_t *sl, dconn_t *dc, size_t len, int fd, uint6
 	case LC__SHM_IPC_REGION:
 		return on_ipc_region(sl, dc, dc->in, len, fd);
 	case LC__SHM_WRITES:
+		dc->in_lane = false;
 		return on_writes(sl, dc, len, budget);
+	case LC__SHM_LANE_RING:
+		return dc->lane.base && len == LC__SHM_HDR ? 0 : -1;
 	default:
 		return -1;
 	}
@@ -645,6 +594,8 @@ static enum serve dconn_read(shm_listener_t *sl, dconn_t *dc, uint64_t *budget)
 		dconn_close(sl, dc, "handshake refused or closing");
 		return SERVE_CLOSED;
 	}
+	if (type != LC__SHM_HELLO && type != LC__SHM_LANE_RING)
+		dc->sock_msgs++; /* what P's lane records count */
 	return SERVE_MORE;
 }
 
@@ -655,11 +606,13 @@ static enum serve dconn_serve(shm_listener_t *sl, dconn_t *dc)
 {
 	uint64_t budget = SERVE_BYTES;
 	for (int round = 0; round < SERVE_MSGS; round++) {
-		int rc = ack_flush(dc);
+		int rc = ack_flush(sl, dc);
 		if (rc == -EAGAIN)
 			return SERVE_IDLE; /* EPOLLOUT brings us back */
 		if (rc) {
-			dconn_close(sl, dc, "send failed");
+			if (rc == -EPROTO)
+				malformed(sl, dc, "lane acks overrun");
+			dconn_close(sl, dc, rc == -EPROTO ? NULL : "send failed");
 			return SERVE_CLOSED;
 		}
 		if (dc->in_n) {
@@ -676,6 +629,17 @@ static enum serve dconn_serve(shm_listener_t *sl, dconn_t *dc)
 		}
 		if (budget == 0)
 			return SERVE_MORE;
+		/* The lane before the socket: while it holds records P sends
+		 * nothing on the socket but a ring (docs/transport-shm.md). */
+		if (lc__shm_lane_ready(dc)) {
+			if (lc__shm_lane_take(sl, dc) < 0) {
+				malformed(sl, dc, "lane head");
+				dconn_close(sl, dc, NULL);
+				return SERVE_CLOSED;
+			}
+			if (dc->in_n)
+				continue;
+		}
 		if (!dc->readable)
 			return SERVE_IDLE;
 		enum serve s = dconn_read(sl, dc, &budget);
@@ -801,6 +765,7 @@ static const lc__io_task_ops_t listener_task_ops = {
 	.name = "shm-listen",
 	.on_event = listener_on_event,
 	.service = listener_service,
+	.poll = lc__shm_listener_poll,
 };
 
 /* ---- ops: receiver ---- */

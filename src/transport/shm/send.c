@@ -89,7 +89,7 @@ static void fail_all(shm_conn_t *sc, int code, const char *fmt, ...)
 	pbatch_t *pb = sc->head;
 	sc->head = sc->tail = sc->cursor = NULL;
 	sc->nlist = 0;
-	sc->unacked = 0;
+	sc->unacked = sc->lane_unacked = 0;
 	pthread_mutex_unlock(&sc->lock);
 	while (pb) {
 		pbatch_t *nx = pb->next;
@@ -131,6 +131,8 @@ static void p_disconnect(shm_conn_t *sc)
 	sc->nsrcs = 0;
 	sc->readable = sc->writable = false;
 	sc->state = P_DOWN;
+	lc__shm_lane_unmap(&sc->lane);
+	sc->w_head = sc->a_tail = sc->sock_sent = 0;
 	pthread_mutex_lock(&sc->lock);
 	sc->ipc = IPC_UNKNOWN;
 	pthread_mutex_unlock(&sc->lock);
@@ -182,10 +184,12 @@ static void p_connect(shm_conn_t *sc, uint64_t now)
 	sc->writable = true;
 	/* Offered where device memory made this process load CUDA already. */
 	sc->ipc_offer = !sc->no_ipc && lc__cuda_loaded();
+	sc->lane_offer = lc__ctx_cfg(sc->ctx, LC__CFG_shm_lane) != 0;
 	lc__shm_hello_t h = {.magic = LC__SHM_MAGIC,
 			     .version = LC__SHM_VERSION,
 			     .flags = (sc->c->has_token ? LC__SHM_HELLO_TOKEN : 0) |
-				      (sc->ipc_offer ? LC__SHM_HELLO_IPC : 0)};
+				      (sc->ipc_offer ? LC__SHM_HELLO_IPC : 0) |
+				      (sc->lane_offer ? LC__SHM_HELLO_LANE : 0)};
 	if (sc->c->has_token)
 		memcpy(h.token, sc->c->token.bytes, LC_TOKEN_LEN);
 	uint8_t m[LC__SHM_HELLO_LEN];
@@ -229,14 +233,6 @@ static void build_region(shm_conn_t *sc, const lc__region_info_t *ri)
 	sc->srcs[sc->nsrcs++] = ri->id;
 }
 
-static bool src_known(const shm_conn_t *sc, uint32_t id)
-{
-	for (size_t i = 0; i < sc->nsrcs; i++)
-		if (sc->srcs[i] == id)
-			return true;
-	return false;
-}
-
 /* Under lock: the registered source region of the next write of pb into
  * *ri (kept from the previous write when it still covers this one). false
  * when it is gone: the batch is failed. */
@@ -244,19 +240,11 @@ static bool source_of(shm_conn_t *sc, pbatch_t *pb, lc__region_info_t *ri, bool 
 		      bool can_fail)
 {
 	const lc_write_t *w = &pb->b->writes[pb->sent];
-	const uint8_t *local = w->local;
-	/* A strided write's blocks span this much of its source (checked at
-	 * post not to overflow). */
-	uint64_t span = w->count > 1 ? (uint64_t)(w->count - 1) * w->local_stride + w->length
-				     : w->length;
-	if (*have && local >= ri->addr && span <= ri->len &&
-	    (size_t)(local - ri->addr) <= ri->len - span)
-		return true;
-	*have = lc__source_find(sc->ctx, local, span, ri) == 0;
+	lc__shm_write_source(sc, w, ri, have);
 	if (!*have && can_fail)
 		lc__batch_fail(pb->b, LC_ERR_REGION,
 			       "%s: write %zu: source %p+%llu is no longer registered", sc->c->url,
-			       pb->sent, (const void *)local, (unsigned long long)w->length);
+			       pb->sent, (const void *)w->local, (unsigned long long)w->length);
 	return *have;
 }
 
@@ -304,23 +292,14 @@ static bool build_next(shm_conn_t *sc, bool inline_)
 				       pb->sent);
 			continue;
 		}
-		if (!src_known(sc, ri.id)) {
+		if (!lc__shm_src_known(sc, ri.id)) {
 			plain = false;
 			if (!n && !inline_)
 				build_region(sc, &ri);
 			break; /* else send the writes first */
 		}
-		const lc_write_t *w = &b->writes[pb->sent];
-		lc__shm_write_t rec = {.batch = b->id,
-				       .room = b->room,
-				       .src = ri.id,
-				       .dst = w->remote_region,
-				       .src_off = (uint64_t)((const uint8_t *)w->local - ri.addr),
-				       .dst_off = w->remote_offset,
-				       .length = w->length,
-				       .count = w->count,
-				       .src_stride = w->local_stride,
-				       .dst_stride = w->remote_stride};
+		lc__shm_write_t rec;
+		lc__shm_write_record(b, &b->writes[pb->sent], &ri, &rec);
 		lc__shm_put_write(sc->out, n++, &rec);
 		pb->sent++;
 	}
@@ -340,10 +319,19 @@ static void p_send(shm_conn_t *sc)
 {
 	while (sc->state == P_READY && sc->writable) {
 		if (!sc->out_len) {
+			bool ring = false;
 			pthread_mutex_lock(&sc->lock);
-			build_next(sc, false);
+			if (sc->lane.base)
+				lc__shm_lane_put(sc, &ring);
+			/* The socket waits while the lane holds writes: D takes
+			 * lane records in order after the socket messages they
+			 * count, and no socket message may overtake them. */
+			if (!sc->lane_unacked)
+				build_next(sc, false);
 			pop_done(sc);
 			pthread_mutex_unlock(&sc->lock);
+			if (ring)
+				lc__shm_lane_ring(sc);
 			if (!sc->out_len)
 				return;
 		}
@@ -358,6 +346,8 @@ static void p_send(shm_conn_t *sc)
 		sc->out_len = 0;
 		if (rc)
 			p_fail(sc, LC_ERR_PEER_CLOSED, "send: %s", strerror(-rc));
+		else
+			sc->sock_sent++;
 	}
 }
 
@@ -374,9 +364,10 @@ static const char *reject_text(int status)
 	}
 }
 
-/* Apply one ACKS message. Returns false when it does not match what was
- * sent (a protocol error). */
-static bool p_on_acks(shm_conn_t *sc, const uint8_t *m, size_t len)
+/* Apply one ACKS message, from the socket or (lane) the lane: each
+ * acknowledges the oldest batch sent the same way. Returns false when it
+ * does not match what was sent (a protocol error). */
+static bool p_on_acks(shm_conn_t *sc, const uint8_t *m, size_t len, bool lane)
 {
 	uint32_t n = lc__shm_count(m, len, LC__SHM_ACK_REC);
 	if (!n)
@@ -401,7 +392,7 @@ static bool p_on_acks(shm_conn_t *sc, const uint8_t *m, size_t len)
 			lc__shm_ack_t a;
 			lc__shm_get_ack(m, i, &a);
 			pbatch_t *pb = sc->head;
-			while (pb && pb->acked == pb->sent)
+			while (pb && (pb->acked == pb->sent || pb->lane != lane))
 				pb = pb->next;
 			if (!pb || pb->b->id != a.batch || a.writes == 0 ||
 			    a.writes > pb->sent - pb->acked) {
@@ -416,6 +407,8 @@ static bool p_on_acks(shm_conn_t *sc, const uint8_t *m, size_t len)
 			k++;
 			pb->acked += a.writes;
 			sc->unacked -= a.writes;
+			if (lane)
+				sc->lane_unacked -= a.writes;
 		}
 		pop_done(sc);
 		pthread_mutex_unlock(&sc->lock);
@@ -424,8 +417,9 @@ static bool p_on_acks(shm_conn_t *sc, const uint8_t *m, size_t len)
 				lc__batch_applied(done[j].b, done[j].writes);
 			else
 				lc__batch_fail(done[j].b, done[j].status,
-					       "%s: write %zu rejected by the receiver: %s", sc->c->url,
-					       done[j].first, reject_text(done[j].status));
+					       "%s: write %zu rejected by the receiver: %s",
+					       sc->c->url, done[j].first,
+					       reject_text(done[j].status));
 			lc__batch_unref(done[j].b);
 		}
 		if (!ok)
@@ -482,12 +476,21 @@ static void settle(shm_conn_t *sc, bool ipc)
 	}
 }
 
-/* The handshake reply. Returns false when it is malformed. */
-static bool p_on_welcome(shm_conn_t *sc, const uint8_t *m, size_t len)
+/* The handshake reply, with the lane's memfd (fd) if D made one. Returns
+ * false when it is malformed. A lane that cannot be mapped is not used:
+ * D sends acks there only for writes that came that way. */
+static bool p_on_welcome(shm_conn_t *sc, const uint8_t *m, size_t len, int fd)
 {
 	lc__shm_welcome_t w;
 	if (lc__shm_get_welcome(m, len, &w))
 		return false;
+	if ((w.flags & LC__SHM_WELCOME_LANE) && fd >= 0 && sc->lane_offer && !w.status) {
+		int rc = lc__shm_lane_map(&sc->lane, fd);
+		if (rc)
+			LC__WARN_PEER("%s: the receiver's lane is unusable (%s); using the socket "
+				      "alone",
+				      sc->c->url, strerror(-rc));
+	}
 	if (w.status) {
 		LC__COUNT(sc->ctx, conns_failed);
 		p_fail(sc, w.status, "%s",
@@ -520,19 +523,51 @@ static void p_receive(shm_conn_t *sc)
 			       n ? strerror(err) : "");
 			return;
 		}
-		if (fd >= 0)
-			close(fd); /* the receiver never passes fds */
 		bool ok = !truncated;
+		uint32_t type = lc__shm_type(sc->in, (size_t)n);
 		if (ok && sc->state == P_HELLO)
-			ok = p_on_welcome(sc, sc->in, (size_t)n);
+			ok = p_on_welcome(sc, sc->in, (size_t)n, fd);
+		else if (ok && type == LC__SHM_LANE_RING)
+			ok = sc->lane.base && n == LC__SHM_HDR; /* the lane is looked at after */
 		else if (ok)
-			ok = lc__shm_type(sc->in, (size_t)n) == LC__SHM_ACKS &&
-			     p_on_acks(sc, sc->in, (size_t)n);
+			ok = type == LC__SHM_ACKS && p_on_acks(sc, sc->in, (size_t)n, false);
+		if (fd >= 0)
+			close(fd); /* the lane's is mapped; the receiver passes no other */
 		if (!ok) {
 			LC__COUNT(sc->ctx, frames_malformed);
 			LC__WARN_PEER("%s: malformed message from the receiver; closing",
 				      sc->c->url);
 			p_fail(sc, LC_ERR_PROTO, "malformed message from the receiver");
+			return;
+		}
+	}
+}
+
+/* Take D's acknowledgements of lane writes, copied out of the ring into
+ * sc->in as ACKS messages. Loop thread. */
+static void p_lane_acks(shm_conn_t *sc)
+{
+	for (;;) {
+		uint64_t n = lc__shm_lane_avail(sc->lane.a_head, sc->a_tail);
+		bool ok = n != UINT64_MAX;
+		if (!n)
+			return;
+		if (ok) {
+			uint32_t k = (uint32_t)LC__MIN(n, (uint64_t)LC__SHM_MAX_WRITES);
+			for (uint32_t i = 0; i < k; i++)
+				memcpy(sc->in + LC__SHM_HDR + (size_t)i * LC__SHM_ACK_REC,
+				       lc__shm_lane_aslot(&sc->lane, sc->a_tail + i),
+				       LC__SHM_ACK_REC);
+			sc->a_tail += k;
+			atomic_store_explicit(sc->lane.a_tail, sc->a_tail, memory_order_release);
+			lc__shm_put_hdr(sc->in, LC__SHM_ACKS, k);
+			ok = p_on_acks(sc, sc->in, lc__shm_acks_len(k), true);
+		}
+		if (!ok) {
+			LC__COUNT(sc->ctx, frames_malformed);
+			LC__WARN_PEER("%s: malformed acknowledgements in the lane; closing",
+				      sc->c->url);
+			p_fail(sc, LC_ERR_PROTO, "malformed acknowledgements in the lane");
 			return;
 		}
 	}
@@ -566,6 +601,8 @@ static uint64_t conn_service(lc__io_task_t *t, uint64_t now)
 		p_connect(sc, now);
 	if (sc->fd >= 0 && sc->readable)
 		p_receive(sc);
+	if (sc->lane.base && sc->state == P_READY)
+		p_lane_acks(sc);
 	if (!awaiting_acks(sc))
 		sc->progress_ns = now; /* the progress clock starts with the next send */
 	p_send(sc);
@@ -596,15 +633,27 @@ static bool send_inline(shm_conn_t *sc)
 		return false; /* the loop thread is in the task: it will look */
 	bool done = sc->state == P_READY && sc->writable && !sc->out_len && sc->fd >= 0;
 	if (done) {
+		bool ring = false;
+		uint32_t put = 0;
 		pthread_mutex_lock(&sc->lock);
 		bool idle = sc->unacked == 0;
-		done = build_next(sc, true);
+		if (sc->lane.base)
+			put = lc__shm_lane_put(sc, &ring);
+		done = sc->lane_unacked ? !lc__shm_unsent(sc)
+					: build_next(sc, true); /* as p_send */
 		pthread_mutex_unlock(&sc->lock);
+		if (idle && (put || sc->out_len))
+			sc->progress_ns = lc__now_ns(); /* as conn_service does */
+		if (put) {
+			if (ring)
+				lc__shm_lane_ring(sc);
+			LC__COUNT(sc->ctx, sends_inline);
+			lc__io_alarm_set(&sc->alarm, sc->progress_ns + sc->progress_limit_ns);
+		}
 		if (sc->out_len) {
-			if (idle)
-				sc->progress_ns = lc__now_ns(); /* as conn_service does */
 			if (lc__shm_send(sc->fd, sc->out, sc->out_len, -1) == 0) {
 				sc->out_len = 0;
+				sc->sock_sent++;
 				LC__COUNT(sc->ctx, sends_inline);
 				lc__io_alarm_set(&sc->alarm,
 						 sc->progress_ns + sc->progress_limit_ns);
@@ -621,6 +670,7 @@ static const lc__io_task_ops_t conn_task_ops = {
 	.name = "shm-send",
 	.on_event = conn_on_event,
 	.service = conn_service,
+	.poll = lc__shm_conn_poll,
 };
 
 /* ---- ops: sender ---- */

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transport/shm/lane.h"
 #include "transport/shm/shm_int.h"
 
 typedef struct pbatch {
@@ -19,6 +20,7 @@ typedef struct pbatch {
 	size_t acked;   /* writes acknowledged (<= sent) */
 	bool ipc;       /* device sources that go by CUDA IPC */
 	bool undecided; /* device sources, posted before the WELCOME */
+	bool lane;      /* sent whole through the lane: its acks come there */
 	struct pbatch *next;
 } pbatch_t;
 
@@ -43,7 +45,8 @@ typedef struct shm_conn {
 	pbatch_t *head, *tail;
 	pbatch_t *cursor; /* first batch that may have writes left to send */
 	size_t nlist;
-	size_t unacked; /* writes sent and not yet acknowledged */
+	size_t unacked;      /* writes sent and not yet acknowledged */
+	size_t lane_unacked; /* of them, through the lane */
 	bool closing;
 	enum pipc ipc;      /* what this connection's handshake said */
 	pexport_t *exports; /* LC__SHM_MAX_EXPORTS, by region id */
@@ -68,6 +71,13 @@ typedef struct shm_conn {
 	size_t out_len;
 	int out_fd;
 	uint8_t *in;
+	/* The lane (lane.h) when the WELCOME passed one: our own indices
+	 * (never read back from the shared page) and the socket messages sent
+	 * since the handshake, which each lane record carries. The loop
+	 * thread alone reads the acks ring (a_tail). */
+	bool lane_offer;
+	lc__shm_lane_t lane;
+	uint64_t w_head, a_tail, sock_sent;
 } shm_conn_t;
 
 /* send_ipc.c. Under sc->lock: the export of region id, or NULL. */
@@ -76,5 +86,26 @@ pexport_t *lc__shm_export_find(shm_conn_t *sc, uint32_t id);
  * first time it is asked (the table never grows past LC__SHM_MAX_EXPORTS:
  * beyond, writes are staged). */
 bool lc__shm_exportable(shm_conn_t *sc, const lc__region_info_t *ri);
+
+/* send_lane.c. Under sc->lock: whether D holds source region id. */
+bool lc__shm_src_known(const shm_conn_t *sc, uint32_t id);
+/* The registered source region of write w into *ri (kept from the
+ * previous write when it still covers this one; *have says *ri is one);
+ * false when it is gone. */
+bool lc__shm_write_source(shm_conn_t *sc, const lc_write_t *w, lc__region_info_t *ri, bool *have);
+/* The wire record of write w of batch b from source region ri. */
+void lc__shm_write_record(const lc__batch_t *b, const lc_write_t *w, const lc__region_info_t *ri,
+			  lc__shm_write_t *rec);
+/* Under send_mu and sc->lock, with no message built: put whole plain
+ * batches from the cursor on into the lane and publish them. Returns the
+ * records put; *ring: D's loop parked and must be rung (lc__shm_lane_ring,
+ * after the locks). */
+uint32_t lc__shm_lane_put(shm_conn_t *sc, bool *ring);
+/* Under sc->lock: whether a batch from the cursor on has writes to send. */
+bool lc__shm_unsent(const shm_conn_t *sc);
+/* Under send_mu: tell a parked D that the lane has records. */
+void lc__shm_lane_ring(shm_conn_t *sc);
+/* The connection task's poll op (io.h). */
+bool lc__shm_conn_poll(lc__io_task_t *t, int how);
 
 #endif

@@ -2,9 +2,10 @@
  * The shm wire format: one SOCK_SEQPACKET message per record group,
  * little-endian, a header {u32 type, u32 count} and then:
  *   HELLO   P->D  u32 magic, u32 version, u32 flags (1: token, 2: P offers
- *                 CUDA IPC), u32 0, token[16]
+ *                 CUDA IPC, 4: P can use a lane), u32 0, token[16]
  *   WELCOME D->P  u32 magic, u32 version, i32 status, u32 flags (1: D accepts
- *                 CUDA IPC; 0 from a receiver that predates it)
+ *                 CUDA IPC, 2: the lane's memfd is attached (lane.h); 0 from
+ *                 a receiver that predates them)
  *   REGION  P->D  u32 src id, u32 flags (1: fd attached), u64 P address,
  *                 u64 length, u64 offset in the memfd (+ SCM_RIGHTS fd)
  *   DROP    P->D  u32 src id, u32 0
@@ -21,6 +22,9 @@
  *                 the same process, where a handle cannot be opened),
  *                 char pci[16] (the exporting device's PCI bus id, NUL-padded),
  *                 u8 handle[64] (cuIpcGetMemHandle's; zero with an fd)
+ *   LANE_RING either way, the header alone: the sender put records in the
+ *                 lane while the receiver's loop was parked (lane.h). It
+ *                 orders nothing and is not counted among P's messages.
  * The count is 0 but for WRITES and ACKS. Every offset of the format is
  * written here and nowhere else: the sides fill and read the structs below.
  * The get_* helpers check a message's length and return 0, or -1 when the
@@ -47,6 +51,7 @@ enum lc__shm_msg_type {
 	LC__SHM_WRITES = 5,
 	LC__SHM_ACKS = 6,
 	LC__SHM_IPC_REGION = 7,
+	LC__SHM_LANE_RING = 8,
 };
 
 #define LC__SHM_HDR 8
@@ -61,11 +66,13 @@ enum lc__shm_msg_type {
 #define LC__SHM_MSG_MAX (LC__SHM_HDR + LC__SHM_MAX_WRITES * LC__SHM_WRITE_REC)
 #define LC__SHM_ACKS_MAX (LC__SHM_HDR + LC__SHM_MAX_WRITES * LC__SHM_ACK_REC)
 
-#define LC__SHM_HELLO_TOKEN 1u /* HELLO flags: a token follows */
-#define LC__SHM_REGION_FD 1u   /* REGION flags: an fd is attached */
-#define LC__SHM_HELLO_IPC 2u   /* HELLO flags: P offers CUDA IPC */
-#define LC__SHM_WELCOME_IPC 1u /* WELCOME flags: D accepts CUDA IPC */
-#define LC__SHM_IPC_VMM 1u     /* IPC_REGION flags: a VMM allocation's fd is attached */
+#define LC__SHM_HELLO_TOKEN 1u  /* HELLO flags: a token follows */
+#define LC__SHM_REGION_FD 1u    /* REGION flags: an fd is attached */
+#define LC__SHM_HELLO_IPC 2u    /* HELLO flags: P offers CUDA IPC */
+#define LC__SHM_WELCOME_IPC 1u  /* WELCOME flags: D accepts CUDA IPC */
+#define LC__SHM_HELLO_LANE 4u   /* HELLO flags: P can use a lane */
+#define LC__SHM_WELCOME_LANE 2u /* WELCOME flags: the lane's memfd is attached */
+#define LC__SHM_IPC_VMM 1u      /* IPC_REGION flags: a VMM allocation's fd is attached */
 #define LC__SHM_PCI_LEN 16
 #define LC__SHM_IPC_HANDLE_LEN 64
 
@@ -346,6 +353,8 @@ static inline const char *lc__shm_bad_text(uint32_t type)
 		return "bad CUDA IPC region";
 	case LC__SHM_WRITES:
 		return "bad writes";
+	case LC__SHM_LANE_RING:
+		return "bad lane ring";
 	default:
 		return "unknown type";
 	}
