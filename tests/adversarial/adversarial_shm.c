@@ -970,7 +970,7 @@ static void lane_write(raw_lane_t *rl, uint64_t batch, uint32_t src, uint64_t sr
 	uint8_t *slot = lc__shm_lane_wslot(&rl->ln, rl->w_head);
 	memcpy(slot, m + LC__SHM_HDR, LC__SHM_WRITE_REC);
 	lc__put_u64(slot + LC__SHM_WRITE_REC, seq);
-	atomic_store(rl->ln.w_head, ++rl->w_head);
+	lc__shm_lane_publish(&rl->ln, rl->ln.w_head, ++rl->w_head, rl->ln.d_parked);
 	lane_ring(rl);
 }
 
@@ -978,12 +978,12 @@ static void lane_write(raw_lane_t *rl, uint64_t batch, uint32_t src, uint64_t sr
 static int lane_ack(raw_lane_t *rl, lc__shm_ack_t *a, int ms)
 {
 	for (int i = 0; i < ms; i++) {
-		if (atomic_load(rl->ln.a_head) != rl->a_tail) {
+		if (lc__shm_lane_avail(&rl->ln, rl->ln.a_head, rl->a_tail)) {
 			uint8_t m[LC__SHM_HDR + LC__SHM_ACK_REC];
 			memcpy(m + LC__SHM_HDR, lc__shm_lane_aslot(&rl->ln, rl->a_tail),
 			       LC__SHM_ACK_REC);
 			lc__shm_get_ack(m, 0, a);
-			atomic_store(rl->ln.a_tail, ++rl->a_tail);
+			lc__shm_lane_release(&rl->ln, rl->ln.a_tail, ++rl->a_tail);
 			return 1;
 		}
 		usleep(1000);

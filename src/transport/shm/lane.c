@@ -9,8 +9,14 @@
 #include "core/common.h"
 #include "transport/shm/lane.h"
 
-static void lane_bind(lc__shm_lane_t *ln, uint8_t *base)
+/* Keys for ThreadSanitizer (lane.h), by the memfd's inode: both mappings
+ * of one lane in a process get the same. */
+static char tsan_keys[64];
+
+static void lane_bind(lc__shm_lane_t *ln, uint8_t *base, int fd)
 {
+	struct stat st;
+	ln->tsan_key = &tsan_keys[fstat(fd, &st) ? 0 : st.st_ino % sizeof tsan_keys];
 	ln->base = base;
 	ln->w_head = (_Atomic uint64_t *)(base + 64);
 	ln->w_tail = (_Atomic uint64_t *)(base + 128);
@@ -37,7 +43,7 @@ int lc__shm_lane_create(lc__shm_lane_t *ln, int *fd)
 		close(f);
 		return err;
 	}
-	lane_bind(ln, m);
+	lane_bind(ln, m, f);
 	lc__put_u32(ln->base, LC__SHM_LANE_MAGIC);
 	lc__put_u32(ln->base + 4, LC__SHM_LANE_SLOTS);
 	*fd = f;
@@ -62,7 +68,7 @@ int lc__shm_lane_map(lc__shm_lane_t *ln, int fd)
 		munmap(m, LC__SHM_LANE_SIZE);
 		return -EPROTO;
 	}
-	lane_bind(ln, m);
+	lane_bind(ln, m, fd);
 	return 0;
 }
 

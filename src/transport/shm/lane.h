@@ -42,7 +42,28 @@ typedef struct lc__shm_lane {
 	_Atomic uint64_t *w_head, *w_tail, *a_head, *a_tail;
 	_Atomic uint32_t *p_parked, *d_parked;
 	uint8_t *wslots, *aslots;
+	void *tsan_key; /* the same for both mappings of one lane in a process */
 } lc__shm_lane_t;
+
+/* ThreadSanitizer sees a release and an acquire only at one address, and
+ * P and D in one process (the tests) map the lane twice: the indices'
+ * ordering is told to it on a key both mappings share (lane.c). */
+#if defined(__SANITIZE_THREAD__)
+#define LC__LANE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LC__LANE_TSAN 1
+#endif
+#endif
+#ifdef LC__LANE_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define LC__LANE_RELEASED(ln) __tsan_release((ln)->tsan_key)
+#define LC__LANE_ACQUIRED(ln) __tsan_acquire((ln)->tsan_key)
+#else
+#define LC__LANE_RELEASED(ln) ((void)(ln))
+#define LC__LANE_ACQUIRED(ln) ((void)(ln))
+#endif
 
 /* D: a new lane in a sealed memfd, mapped; *fd is to be passed to P and
  * then closed. 0 or -errno. */
@@ -65,9 +86,10 @@ static inline uint8_t *lc__shm_lane_aslot(const lc__shm_lane_t *ln, uint64_t i)
 /* Publish a producer's index (records before it are written), then look
  * whether the consumer parked: true when it must be rung. The full fence
  * pairs with the consumer's park (lc__shm_lane_park). */
-static inline bool lc__shm_lane_publish(_Atomic uint64_t *idx, uint64_t v,
-					_Atomic uint32_t *peer_parked)
+static inline bool lc__shm_lane_publish(const lc__shm_lane_t *ln, _Atomic uint64_t *idx,
+					uint64_t v, _Atomic uint32_t *peer_parked)
 {
+	LC__LANE_RELEASED(ln);
 	atomic_store_explicit(idx, v, memory_order_release);
 	atomic_thread_fence(memory_order_seq_cst);
 	return atomic_load_explicit(peer_parked, memory_order_relaxed) != 0;
@@ -90,18 +112,30 @@ static inline void lc__shm_lane_unpark(_Atomic uint32_t *parked)
 
 /* Records the producer published past `tail`: its head minus tail, or
  * UINT64_MAX when the head is not within `slots` of the tail (malformed). */
-static inline uint64_t lc__shm_lane_avail(_Atomic uint64_t *head, uint64_t tail)
+static inline uint64_t lc__shm_lane_avail(const lc__shm_lane_t *ln, _Atomic uint64_t *head,
+					  uint64_t tail)
 {
 	uint64_t n = atomic_load_explicit(head, memory_order_acquire) - tail;
+	LC__LANE_ACQUIRED(ln);
 	return n <= LC__SHM_LANE_SLOTS ? n : UINT64_MAX;
+}
+
+/* A consumer publishes its tail: the slots before it may be reused. */
+static inline void lc__shm_lane_release(const lc__shm_lane_t *ln, _Atomic uint64_t *tail,
+					uint64_t v)
+{
+	LC__LANE_RELEASED(ln);
+	atomic_store_explicit(tail, v, memory_order_release);
 }
 
 /* Records a producer at `head` has in the ring, from the tail its
  * consumer published, or UINT64_MAX when that tail is not within `slots`
  * behind the head (malformed). */
-static inline uint64_t lc__shm_lane_used(_Atomic uint64_t *tail, uint64_t head)
+static inline uint64_t lc__shm_lane_used(const lc__shm_lane_t *ln, _Atomic uint64_t *tail,
+					 uint64_t head)
 {
 	uint64_t n = head - atomic_load_explicit(tail, memory_order_acquire);
+	LC__LANE_ACQUIRED(ln);
 	return n <= LC__SHM_LANE_SLOTS ? n : UINT64_MAX;
 }
 

@@ -19,7 +19,7 @@ bool lc__shm_lane_ready(const dconn_t *dc)
 {
 	if (!dc->lane.base || dc->in_n || dc->nacks)
 		return false;
-	uint64_t n = lc__shm_lane_avail(dc->lane.w_head, dc->w_tail);
+	uint64_t n = lc__shm_lane_avail(&dc->lane, dc->lane.w_head, dc->w_tail);
 	if (n == UINT64_MAX)
 		return true;
 	return n && lc__get_u64(lc__shm_lane_wslot(&dc->lane, dc->w_tail) + LC__SHM_WRITE_REC) <=
@@ -32,7 +32,7 @@ bool lc__shm_lane_ready(const dconn_t *dc)
 int lc__shm_lane_take(shm_listener_t *sl, dconn_t *dc)
 {
 	lc__shm_lane_t *ln = &dc->lane;
-	uint64_t avail = lc__shm_lane_avail(ln->w_head, dc->w_tail);
+	uint64_t avail = lc__shm_lane_avail(ln, ln->w_head, dc->w_tail);
 	if (avail == UINT64_MAX)
 		return -1;
 	uint32_t n = 0;
@@ -47,7 +47,7 @@ int lc__shm_lane_take(shm_listener_t *sl, dconn_t *dc)
 	if (!n)
 		return 0;
 	dc->w_tail += n;
-	atomic_store_explicit(ln->w_tail, dc->w_tail, memory_order_release);
+	lc__shm_lane_release(ln, ln->w_tail, dc->w_tail);
 	lc__shm_put_hdr(dc->in, LC__SHM_WRITES, n);
 	dc->in_n = n;
 	dc->in_next = 0;
@@ -79,7 +79,7 @@ int lc__shm_lane_offer(shm_listener_t *sl, dconn_t *dc, const lc__shm_hello_t *h
 int lc__shm_ack_lane(shm_listener_t *sl, dconn_t *dc)
 {
 	lc__shm_lane_t *ln = &dc->lane;
-	uint64_t used = lc__shm_lane_used(ln->a_tail, dc->a_head);
+	uint64_t used = lc__shm_lane_used(ln, ln->a_tail, dc->a_head);
 	if (used == UINT64_MAX || used + dc->nacks > LC__SHM_LANE_SLOTS)
 		return -EPROTO;
 	for (size_t i = 0; i < dc->nacks; i++)
@@ -87,7 +87,7 @@ int lc__shm_ack_lane(shm_listener_t *sl, dconn_t *dc)
 		       dc->acks + LC__SHM_HDR + i * LC__SHM_ACK_REC, LC__SHM_ACK_REC);
 	dc->a_head += dc->nacks;
 	dc->nacks = 0;
-	if (lc__shm_lane_publish(ln->a_head, dc->a_head, ln->p_parked)) {
+	if (lc__shm_lane_publish(ln, ln->a_head, dc->a_head, ln->p_parked)) {
 		uint8_t m[LC__SHM_HDR];
 		lc__shm_put_hdr(m, LC__SHM_LANE_RING, 0);
 		/* A full socket: P has messages to read and looks at the lane

@@ -548,7 +548,7 @@ static void p_receive(shm_conn_t *sc)
 static void p_lane_acks(shm_conn_t *sc)
 {
 	for (;;) {
-		uint64_t n = lc__shm_lane_avail(sc->lane.a_head, sc->a_tail);
+		uint64_t n = lc__shm_lane_avail(&sc->lane, sc->lane.a_head, sc->a_tail);
 		bool ok = n != UINT64_MAX;
 		if (!n)
 			return;
@@ -559,7 +559,7 @@ static void p_lane_acks(shm_conn_t *sc)
 				       lc__shm_lane_aslot(&sc->lane, sc->a_tail + i),
 				       LC__SHM_ACK_REC);
 			sc->a_tail += k;
-			atomic_store_explicit(sc->lane.a_tail, sc->a_tail, memory_order_release);
+			lc__shm_lane_release(&sc->lane, sc->lane.a_tail, sc->a_tail);
 			lc__shm_put_hdr(sc->in, LC__SHM_ACKS, k);
 			ok = p_on_acks(sc, sc->in, lc__shm_acks_len(k), true);
 		}

@@ -94,7 +94,7 @@ uint32_t lc__shm_lane_put(shm_conn_t *sc, bool *ring)
 	}
 	if (put) {
 		sc->w_head += put;
-		*ring = lc__shm_lane_publish(sc->lane.w_head, sc->w_head, sc->lane.d_parked);
+		*ring = lc__shm_lane_publish(&sc->lane, sc->lane.w_head, sc->w_head, sc->lane.d_parked);
 	}
 	return put;
 }
@@ -131,5 +131,5 @@ bool lc__shm_conn_poll(lc__io_task_t *t, int how)
 	}
 	if (how == LC__IO_PARK)
 		lc__shm_lane_park(sc->lane.p_parked);
-	return lc__shm_lane_avail(sc->lane.a_head, sc->a_tail) != 0;
+	return lc__shm_lane_avail(&sc->lane, sc->lane.a_head, sc->a_tail) != 0;
 }
