@@ -27,6 +27,7 @@ int lc_cq_create(lc_ctx_t *ctx, lc_cq_t **out)
 	cq->ctx = ctx;
 	cq->spin_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_cq_spin_us) * 1000;
 	pthread_mutex_init(&cq->lock, NULL);
+	pthread_rwlock_init(&cq->pollers_lock, NULL);
 	*out = cq;
 	return 0;
 }
@@ -37,6 +38,7 @@ void lc_cq_destroy(lc_cq_t *cq)
 		return;
 	close(cq->efd);
 	pthread_mutex_destroy(&cq->lock);
+	pthread_rwlock_destroy(&cq->pollers_lock);
 	free(cq->ring);
 	free(cq);
 }
@@ -176,20 +178,64 @@ int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
 	return n;
 }
 
+void lc__cq_poller_add(lc_cq_t *cq, lc__cq_poller_t *p)
+{
+	pthread_rwlock_wrlock(&cq->pollers_lock);
+	p->next = cq->pollers;
+	cq->pollers = p;
+	atomic_store(&cq->has_pollers, true);
+	pthread_rwlock_unlock(&cq->pollers_lock);
+}
+
+void lc__cq_poller_del(lc_cq_t *cq, lc__cq_poller_t *p)
+{
+	pthread_rwlock_wrlock(&cq->pollers_lock);
+	for (lc__cq_poller_t **q = &cq->pollers; *q; q = &(*q)->next)
+		if (*q == p) {
+			*q = p->next;
+			break;
+		}
+	atomic_store(&cq->has_pollers, cq->pollers != NULL);
+	pthread_rwlock_unlock(&cq->pollers_lock);
+}
+
+static void call_pollers(lc_cq_t *cq, int how)
+{
+	for (lc__cq_poller_t *p = cq->pollers; p; p = p->next)
+		p->fn(p, how);
+}
+
 /* Adaptive polling: while completions are due, watch the push count for
  * up to spin_ns (and the caller's deadline), yielding the core between
  * looks so that the thread about to push can run on it; a thread with
- * nothing in flight goes to sleep at once. */
+ * nothing in flight goes to sleep at once. Pollers (cq.h) look too: a
+ * completion a peer left in shared memory is then taken on this thread,
+ * with no hand-off from a loop thread. */
 static void spin(lc_cq_t *cq, uint64_t deadline)
 {
 	uint64_t seen = atomic_load_explicit(&cq->pushes, memory_order_acquire);
 	uint64_t until = lc__now_ns() + cq->spin_ns;
 	if (deadline && deadline < until)
 		until = deadline;
+	bool polls = atomic_load_explicit(&cq->has_pollers, memory_order_relaxed);
+	if (polls) {
+		pthread_rwlock_rdlock(&cq->pollers_lock);
+		call_pollers(cq, LC__CQ_SPIN_BEGIN);
+	}
 	while (atomic_load_explicit(&cq->reserved, memory_order_relaxed) &&
 	       atomic_load_explicit(&cq->pushes, memory_order_acquire) == seen &&
-	       lc__now_ns() < until)
+	       lc__now_ns() < until) {
+		if (polls) {
+			call_pollers(cq, LC__CQ_SPIN_LOOK);
+			if (atomic_load_explicit(&cq->pushes, memory_order_acquire) != seen)
+				break;
+		}
 		sched_yield();
+	}
+	if (polls) {
+		call_pollers(cq, LC__CQ_SPIN_END);
+		pthread_rwlock_unlock(&cq->pollers_lock);
+	}
 }
 
 int lc_cq_wait(lc_cq_t *cq, lc_completion_t *out, int max, int timeout_ms)

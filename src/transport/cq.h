@@ -21,6 +21,18 @@
 
 #include "layercake.h"
 
+/* A transport's look from a waiting caller's spin (lc_cq_wait): a waiter
+ * that spins calls fn(p, LC__CQ_SPIN_BEGIN), then LC__CQ_SPIN_LOOK between
+ * its looks at the queue, then LC__CQ_SPIN_END; a transport whose peer
+ * leaves completions in memory (shm's lane) takes them there, on the
+ * caller's thread, instead of waiting for its loop thread to. fn must not
+ * block for long and may push to the queue. */
+enum { LC__CQ_SPIN_BEGIN, LC__CQ_SPIN_LOOK, LC__CQ_SPIN_END };
+typedef struct lc__cq_poller {
+	void (*fn)(struct lc__cq_poller *p, int how);
+	struct lc__cq_poller *next;
+} lc__cq_poller_t;
+
 struct lc_cq {
 	lc_ctx_t *ctx;
 	pthread_mutex_t lock;
@@ -32,7 +44,17 @@ struct lc_cq {
 	uint64_t spin_ns;        /* cq_spin_us */
 	_Atomic uint64_t pushes; /* completions pushed: what a spinning wait watches */
 	_Atomic bool efd_set;    /* unarmed mode: written since the last drain (cq.c) */
+	/* Pollers: held for reading through a spin, for writing to change. */
+	pthread_rwlock_t pollers_lock;
+	lc__cq_poller_t *pollers;
+	_Atomic bool has_pollers;
 };
+
+/* Add or remove a poller (p lives until removed). Removing waits for a
+ * spin that is calling it. Lock order: pollers_lock before anything the
+ * poller takes; a caller of del holds none of those. */
+void lc__cq_poller_add(lc_cq_t *cq, lc__cq_poller_t *p);
+void lc__cq_poller_del(lc_cq_t *cq, lc__cq_poller_t *p);
 
 int lc__cq_reserve(lc_cq_t *cq);
 void lc__cq_unreserve(lc_cq_t *cq);

@@ -970,7 +970,7 @@ static void lane_write(raw_lane_t *rl, uint64_t batch, uint32_t src, uint64_t sr
 	uint8_t *slot = lc__shm_lane_wslot(&rl->ln, rl->w_head);
 	memcpy(slot, m + LC__SHM_HDR, LC__SHM_WRITE_REC);
 	lc__put_u64(slot + LC__SHM_WRITE_REC, seq);
-	lc__shm_lane_publish(&rl->ln, rl->ln.w_head, ++rl->w_head, rl->ln.d_parked);
+	lc__shm_lane_publish(&rl->ln, rl->ln.w_head, ++rl->w_head, rl->ln.d_parked, NULL);
 	lane_ring(rl);
 }
 

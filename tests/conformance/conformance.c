@@ -24,6 +24,7 @@
  * land exactly where they were written and granted, and nowhere else.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -869,6 +870,41 @@ static void case_inline_send(harness_t *h)
 		expect_same(h, (uint64_t)i * 8192, (uint64_t)i * 4096, 4096);
 }
 
+/* A caller that never spins in lc_cq_wait (an event loop: poll() on the
+ * queue's fd, then lc_cq_poll), with pauses that let the loops go to
+ * sleep: every completion still comes, each well within a loop's longest
+ * sleep (1 s; over shm, D rings P's parked loop when nobody polls). */
+static void case_fd_wait(harness_t *h)
+{
+	enum { N = 8, LEN = 4096 };
+	setup(h);
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, (uint64_t)N * LEN));
+	int fd = lc_cq_fd(h->cq);
+	TU_CHECK(fd >= 0, "no queue fd");
+	for (uint32_t i = 0; i < N; i++) {
+		usleep(30000);
+		lc_write_t w = wr(h, (uint64_t)i * LEN, (uint64_t)i * LEN, LEN);
+		lc_batch_params_t p = {.size = sizeof p, .room = ROOM};
+		uint64_t id;
+		TU_OK(lc_batch_post(h->conn, &w, 1, &p, &id));
+		lc_completion_t c;
+		int n = 0;
+		for (int k = 0; k < 100 && n == 0; k++) {
+			struct pollfd pf = {.fd = fd, .events = POLLIN};
+			if (poll(&pf, 1, 900) == 0)
+				break;
+			n = lc_cq_poll(h->cq, &c, 1);
+		}
+		TU_CHECK(n == 1, "write %u: no completion on the queue's fd within 900 ms", i);
+		TU_CHECK(c.batch_id == id, "completion for another batch");
+		expect_status(&c, 0);
+	}
+	expect_same(h, 0, 0, (uint64_t)N * LEN);
+	fprintf(stderr, "lane writes %llu, rings D->P %llu\n",
+		(unsigned long long)counter(h->rx, "lane_writes"),
+		(unsigned long long)counter(h->rx, "lane_rings"));
+}
+
 /* A batch sent inline to a peer that stops: the connection's own stall
  * deadline (progress_timeout_ms, 500 ms here) still fails it, long before
  * the batch's 30 s deadline; the posting thread left an alarm for it. */
@@ -1017,6 +1053,7 @@ static const struct {
 	{"bad_token", case_bad_token},
 	{"unreachable_peer", case_unreachable_peer},
 	{"deferred_flush", case_deferred_flush},
+	{"fd_wait", case_fd_wait},
 	{"strided_write", case_strided_write},
 	{"strided_bounds", case_strided_bounds},
 };

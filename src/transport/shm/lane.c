@@ -24,6 +24,7 @@ static void lane_bind(lc__shm_lane_t *ln, uint8_t *base, int fd)
 	ln->a_tail = (_Atomic uint64_t *)(base + 256);
 	ln->p_parked = (_Atomic uint32_t *)(base + 320);
 	ln->d_parked = (_Atomic uint32_t *)(base + 384);
+	ln->p_polling = (_Atomic uint32_t *)(base + 448);
 	ln->wslots = base + LC__SHM_LANE_RINGS;
 	ln->aslots = ln->wslots + (size_t)LC__SHM_LANE_SLOTS * LC__SHM_LANE_WSLOT;
 }

@@ -12,6 +12,8 @@
  *    64  u64 writes head   (P)       128  u64 writes tail   (D)
  *   192  u64 acks head     (D)       256  u64 acks tail     (P)
  *   320  u32 P parked      (P)       384  u32 D parked      (D)
+ *   448  u32 P polling     (P: a caller waiting on P's completion queue
+ *                             takes acks from the ring itself, cq.h)
  *  4096  slots x 80: a write record (wire.h's 72 bytes) + u64 the count
  *        of socket messages P had sent after the handshake when it put it
  *        then slots x 16: an ack record (wire.h's)
@@ -40,7 +42,7 @@
 typedef struct lc__shm_lane {
 	uint8_t *base; /* NULL: no lane */
 	_Atomic uint64_t *w_head, *w_tail, *a_head, *a_tail;
-	_Atomic uint32_t *p_parked, *d_parked;
+	_Atomic uint32_t *p_parked, *d_parked, *p_polling;
 	uint8_t *wslots, *aslots;
 	void *tsan_key; /* the same for both mappings of one lane in a process */
 } lc__shm_lane_t;
@@ -84,15 +86,18 @@ static inline uint8_t *lc__shm_lane_aslot(const lc__shm_lane_t *ln, uint64_t i)
 }
 
 /* Publish a producer's index (records before it are written), then look
- * whether the consumer parked: true when it must be rung. The full fence
- * pairs with the consumer's park (lc__shm_lane_park). */
+ * whether the consumer parked and (peer_polling, or NULL) nobody else of
+ * it looks: true when it must be rung. The full fence pairs with the
+ * consumer's park (lc__shm_lane_park). */
 static inline bool lc__shm_lane_publish(const lc__shm_lane_t *ln, _Atomic uint64_t *idx,
-					uint64_t v, _Atomic uint32_t *peer_parked)
+					uint64_t v, _Atomic uint32_t *peer_parked,
+					_Atomic uint32_t *peer_polling)
 {
 	LC__LANE_RELEASED(ln);
 	atomic_store_explicit(idx, v, memory_order_release);
 	atomic_thread_fence(memory_order_seq_cst);
-	return atomic_load_explicit(peer_parked, memory_order_relaxed) != 0;
+	return atomic_load_explicit(peer_parked, memory_order_relaxed) != 0 &&
+	       (!peer_polling || atomic_load_explicit(peer_polling, memory_order_relaxed) == 0);
 }
 
 /* A consumer parks before it looks a last time and sleeps; the full
@@ -100,6 +105,14 @@ static inline bool lc__shm_lane_publish(const lc__shm_lane_t *ln, _Atomic uint64
 static inline void lc__shm_lane_park(_Atomic uint32_t *parked)
 {
 	atomic_store_explicit(parked, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* Set a flag the producer reads after publishing (P polling), fenced as
+ * a park is. */
+static inline void lc__shm_lane_set(_Atomic uint32_t *flag, uint32_t v)
+{
+	atomic_store_explicit(flag, v, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
 }
 

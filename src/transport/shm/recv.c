@@ -738,6 +738,9 @@ static uint64_t listener_service(lc__io_task_t *t, uint64_t now)
 		if (s == SERVE_CLOSED)
 			continue;
 		again |= s == SERVE_MORE;
+		uint64_t ring = lc__shm_lane_ring_due(sl, dc, now);
+		if (ring)
+			next = LC__MIN(next, ring);
 		if (dc->ready)
 			continue;
 		if (now >= dc->accepted_ns + sl->hello_ns) /* accepted_ns may be > now */

@@ -63,6 +63,9 @@ typedef struct dconn {
 	 * dc->in and the pending acks came from the lane. */
 	lc__shm_lane_t lane;
 	uint64_t w_tail, a_head, sock_msgs;
+	/* A ring P's parked loop is owed unless P takes the acks first: due
+	 * then, owed since. */
+	uint64_t ring_due_ns, ring_owed_ns;
 	bool in_lane;
 	struct dconn *next, *prev;
 } dconn_t;
@@ -100,6 +103,10 @@ int lc__shm_lane_take(shm_listener_t *sl, dconn_t *dc);
 int lc__shm_ack_lane(shm_listener_t *sl, dconn_t *dc);
 /* A lane for a P whose HELLO h offered one: its memfd to pass, or -1. */
 int lc__shm_lane_offer(shm_listener_t *sl, dconn_t *dc, const lc__shm_hello_t *h);
+/* A ring owed to P (lc__shm_ack_lane defers it): dropped when P took the
+ * acks, polls, or its loop woke; sent once due. Returns the deadline still
+ * pending, 0 for none. */
+uint64_t lc__shm_lane_ring_due(shm_listener_t *sl, dconn_t *dc, uint64_t now);
 /* The listener task's poll op (io.h). */
 bool lc__shm_listener_poll(lc__io_task_t *t, int how);
 

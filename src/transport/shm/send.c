@@ -133,6 +133,8 @@ static void p_disconnect(shm_conn_t *sc)
 	sc->state = P_DOWN;
 	lc__shm_lane_unmap(&sc->lane);
 	sc->w_head = sc->a_tail = sc->sock_sent = 0;
+	atomic_store_explicit(&sc->a_seen, 0, memory_order_relaxed);
+	sc->lane_bad = false;
 	pthread_mutex_lock(&sc->lock);
 	sc->ipc = IPC_UNKNOWN;
 	pthread_mutex_unlock(&sc->lock);
@@ -486,6 +488,8 @@ static bool p_on_welcome(shm_conn_t *sc, const uint8_t *m, size_t len, int fd)
 		return false;
 	if ((w.flags & LC__SHM_WELCOME_LANE) && fd >= 0 && sc->lane_offer && !w.status) {
 		int rc = lc__shm_lane_map(&sc->lane, fd);
+		if (!rc)
+			lc__shm_lane_set(sc->lane.p_polling, sc->cq_spinners != 0);
 		if (rc)
 			LC__WARN_PEER("%s: the receiver's lane is unusable (%s); using the socket "
 				      "alone",
@@ -543,34 +547,38 @@ static void p_receive(shm_conn_t *sc)
 	}
 }
 
-/* Take D's acknowledgements of lane writes, copied out of the ring into
- * sc->in as ACKS messages. Loop thread. */
-static void p_lane_acks(shm_conn_t *sc)
+/* Under send_mu: take D's acknowledgements of lane writes, copied out of
+ * the ring into sc->in as ACKS messages. Returns false on malformed ones
+ * (taken: the caller fails the connection or has the loop do it). */
+static bool lane_acks(shm_conn_t *sc)
 {
 	for (;;) {
 		uint64_t n = lc__shm_lane_avail(&sc->lane, sc->lane.a_head, sc->a_tail);
-		bool ok = n != UINT64_MAX;
 		if (!n)
-			return;
-		if (ok) {
-			uint32_t k = (uint32_t)LC__MIN(n, (uint64_t)LC__SHM_MAX_WRITES);
-			for (uint32_t i = 0; i < k; i++)
-				memcpy(sc->in + LC__SHM_HDR + (size_t)i * LC__SHM_ACK_REC,
-				       lc__shm_lane_aslot(&sc->lane, sc->a_tail + i),
-				       LC__SHM_ACK_REC);
-			sc->a_tail += k;
-			lc__shm_lane_release(&sc->lane, sc->lane.a_tail, sc->a_tail);
-			lc__shm_put_hdr(sc->in, LC__SHM_ACKS, k);
-			ok = p_on_acks(sc, sc->in, lc__shm_acks_len(k), true);
-		}
-		if (!ok) {
-			LC__COUNT(sc->ctx, frames_malformed);
-			LC__WARN_PEER("%s: malformed acknowledgements in the lane; closing",
-				      sc->c->url);
-			p_fail(sc, LC_ERR_PROTO, "malformed acknowledgements in the lane");
-			return;
-		}
+			return true;
+		if (n == UINT64_MAX)
+			return false;
+		uint32_t k = (uint32_t)LC__MIN(n, (uint64_t)LC__SHM_MAX_WRITES);
+		for (uint32_t i = 0; i < k; i++)
+			memcpy(sc->in + LC__SHM_HDR + (size_t)i * LC__SHM_ACK_REC,
+			       lc__shm_lane_aslot(&sc->lane, sc->a_tail + i), LC__SHM_ACK_REC);
+		sc->a_tail += k;
+		atomic_store_explicit(&sc->a_seen, sc->a_tail, memory_order_relaxed);
+		lc__shm_lane_release(&sc->lane, sc->lane.a_tail, sc->a_tail);
+		lc__shm_put_hdr(sc->in, LC__SHM_ACKS, k);
+		if (!p_on_acks(sc, sc->in, lc__shm_acks_len(k), true))
+			return false;
 	}
+}
+
+/* The loop thread's look at the acks ring (and at what a caller found). */
+static void p_lane_acks(shm_conn_t *sc)
+{
+	if (!sc->lane_bad && lane_acks(sc))
+		return;
+	LC__COUNT(sc->ctx, frames_malformed);
+	LC__WARN_PEER("%s: malformed acknowledgements in the lane; closing", sc->c->url);
+	p_fail(sc, LC_ERR_PROTO, "malformed acknowledgements in the lane");
 }
 
 /* ---- the connection as a task of the I/O core ---- */
@@ -705,6 +713,36 @@ static void wake(shm_conn_t *sc)
 	pthread_mutex_unlock(&sc->lock);
 }
 
+/* A caller spinning in lc_cq_wait (cq.h): while any spins, the lane says
+ * P polls (D then rings no parked loop); each look takes the acks on the
+ * caller's thread unless the loop thread or a poster holds the state.
+ * What the loop alone may do (fail the connection, send what waited for
+ * the acks) is left to it, kicked. */
+static void cq_poll(lc__cq_poller_t *p, int how)
+{
+	shm_conn_t *sc = LC__CONTAINER_OF(p, shm_conn_t, poller);
+	if (how == LC__CQ_SPIN_LOOK) {
+		if (pthread_mutex_trylock(&sc->send_mu))
+			return;
+	} else {
+		pthread_mutex_lock(&sc->send_mu);
+		sc->cq_spinners += how == LC__CQ_SPIN_BEGIN ? 1 : (size_t)-1;
+		if (sc->lane.base)
+			lc__shm_lane_set(sc->lane.p_polling, sc->cq_spinners != 0);
+	}
+	bool kick = false;
+	if (sc->lane.base && sc->state == P_READY && !sc->lane_bad &&
+	    lc__shm_lane_avail(&sc->lane, sc->lane.a_head, sc->a_tail)) {
+		sc->lane_bad = !lane_acks(sc);
+		pthread_mutex_lock(&sc->lock);
+		kick = sc->lane_bad || lc__shm_unsent(sc);
+		pthread_mutex_unlock(&sc->lock);
+	}
+	pthread_mutex_unlock(&sc->send_mu);
+	if (kick)
+		wake(sc);
+}
+
 static void conn_free(shm_conn_t *sc)
 {
 	for (size_t i = 0; i < sc->nexports; i++)
@@ -753,6 +791,8 @@ int lc__shm_conn_open(lc_conn_t *c, const char *url, const lc_conn_params_t *p)
 		goto fail;
 	}
 	lc__io_alarm_init(&sc->alarm, &sc->task);
+	sc->poller.fn = cq_poll;
+	lc__cq_poller_add(c->cq, &sc->poller);
 	c->io_task = &sc->task; /* batch deadlines on its loop */
 	return 0;
 fail:
@@ -778,6 +818,7 @@ void lc__shm_conn_close(lc_conn_t *c)
 	pthread_mutex_lock(&sc->lock);
 	sc->closing = true;
 	pthread_mutex_unlock(&sc->lock);
+	lc__cq_poller_del(c->cq, &sc->poller); /* no caller's spin looks any more */
 	lc__io_alarm_cancel(&sc->alarm);
 	lc__io_detach(&sc->task, conn_release, sc);
 	/* Batches the loop thread handed to staging (settle) before it

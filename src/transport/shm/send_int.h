@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transport/cq.h"
 #include "transport/shm/lane.h"
 #include "transport/shm/shm_int.h"
 
@@ -78,6 +79,15 @@ typedef struct shm_conn {
 	bool lane_offer;
 	lc__shm_lane_t lane;
 	uint64_t w_head, a_tail, sock_sent;
+	/* A caller spinning in lc_cq_wait on this connection's queue takes
+	 * lane acks itself (cq.h's poller, under send_mu): how many spin now
+	 * (the lane's P polling flag says whether any), a copy of a_tail for
+	 * the loop's lock-free look, and acks a caller found malformed (the
+	 * loop fails the connection). */
+	lc__cq_poller_t poller;
+	size_t cq_spinners;
+	_Atomic uint64_t a_seen;
+	bool lane_bad;
 } shm_conn_t;
 
 /* send_ipc.c. Under sc->lock: the export of region id, or NULL. */

@@ -94,7 +94,8 @@ uint32_t lc__shm_lane_put(shm_conn_t *sc, bool *ring)
 	}
 	if (put) {
 		sc->w_head += put;
-		*ring = lc__shm_lane_publish(&sc->lane, sc->lane.w_head, sc->w_head, sc->lane.d_parked);
+		*ring = lc__shm_lane_publish(&sc->lane, sc->lane.w_head, sc->w_head, sc->lane.d_parked,
+					      NULL);
 	}
 	return put;
 }
@@ -118,8 +119,9 @@ void lc__shm_lane_ring(shm_conn_t *sc)
 		LC__COUNT(sc->ctx, lane_rings);
 }
 
-/* The I/O core's look at the acks ring (io.h, ops->poll). The loop
- * thread alone maps, unmaps and reads it, so no lock. */
+/* The I/O core's look at the acks ring (io.h, ops->poll), without
+ * send_mu: the loop thread alone maps and unmaps the lane, and a_seen is
+ * a copy of the tail that a caller's spin (cq_poll) may move. */
 bool lc__shm_conn_poll(lc__io_task_t *t, int how)
 {
 	shm_conn_t *sc = LC__CONTAINER_OF(t, shm_conn_t, task);
@@ -131,5 +133,6 @@ bool lc__shm_conn_poll(lc__io_task_t *t, int how)
 	}
 	if (how == LC__IO_PARK)
 		lc__shm_lane_park(sc->lane.p_parked);
-	return lc__shm_lane_avail(&sc->lane, sc->lane.a_head, sc->a_tail) != 0;
+	uint64_t tail = atomic_load_explicit(&sc->a_seen, memory_order_relaxed);
+	return lc__shm_lane_avail(&sc->lane, sc->lane.a_head, tail) != 0;
 }
