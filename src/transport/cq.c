@@ -93,6 +93,10 @@ void lc__cq_push(lc_cq_t *cq, const lc_completion_t *c)
 		cq->count++;
 	} else {
 		signal = cq->count++ == 0;
+		if (signal && cq->spinners) {
+			cq->efd_owed = true; /* the spinner polls: no wake needed */
+			signal = false;
+		}
 	}
 	unarmed = !cq->arm_mode;
 	pthread_mutex_unlock(&cq->lock);
@@ -163,8 +167,19 @@ int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
 	 * so the eventfd is written again (a spurious wake, never a lost one). */
 	bool drain = !cq->arm_mode && cq->count == 0 &&
 		     atomic_exchange_explicit(&cq->efd_set, false, memory_order_acq_rel);
+	/* A write a push left to a spinner (cq.h) is owed only while
+	 * completions stay queued. */
+	bool owed = cq->efd_owed && cq->count > 0;
+	if (cq->count == 0 || owed)
+		cq->efd_owed = false;
 	uint64_t seen = atomic_load_explicit(&cq->pushes, memory_order_relaxed);
 	pthread_mutex_unlock(&cq->lock);
+	if (owed) {
+		uint64_t one = 1;
+		if (write(cq->efd, &one, sizeof one) < 0)
+			LC__ERROR("completion queue eventfd write: %s", strerror(errno));
+		atomic_store_explicit(&cq->efd_set, true, memory_order_release);
+	}
 	if (drain) {
 		if (read(cq->efd, &drain_v, sizeof drain_v) < 0 && errno != EAGAIN)
 			LC__ERROR("completion queue eventfd read: %s", strerror(errno));
@@ -218,6 +233,9 @@ static void spin(lc_cq_t *cq, uint64_t deadline)
 	if (deadline && deadline < until)
 		until = deadline;
 	bool polls = atomic_load_explicit(&cq->has_pollers, memory_order_relaxed);
+	pthread_mutex_lock(&cq->lock);
+	cq->spinners++; /* a push meanwhile leaves the eventfd to us */
+	pthread_mutex_unlock(&cq->lock);
 	if (polls) {
 		pthread_rwlock_rdlock(&cq->pollers_lock);
 		call_pollers(cq, LC__CQ_SPIN_BEGIN);
@@ -236,6 +254,10 @@ static void spin(lc_cq_t *cq, uint64_t deadline)
 		call_pollers(cq, LC__CQ_SPIN_END);
 		pthread_rwlock_unlock(&cq->pollers_lock);
 	}
+	/* The caller polls next (lc_cq_wait), before any sleep. */
+	pthread_mutex_lock(&cq->lock);
+	cq->spinners--;
+	pthread_mutex_unlock(&cq->lock);
 }
 
 int lc_cq_wait(lc_cq_t *cq, lc_completion_t *out, int max, int timeout_ms)

@@ -4,7 +4,9 @@
  *
  * Threading: `lock` protects the ring and the counters; any thread may push
  * (transport threads, I/O loops expiring deadlines, callers cancelling); any thread
- * may poll. The eventfd is readable exactly while count > 0.
+ * may poll. The eventfd is readable while count > 0, but for the moment
+ * between a push and the poll of a caller spinning in lc_cq_wait, which
+ * takes the completion without it.
  *
  * Armed mode (the engine's own queue, never handed to users): the eventfd
  * is written only when the consumer has armed the queue before sleeping,
@@ -44,6 +46,12 @@ struct lc_cq {
 	uint64_t spin_ns;        /* cq_spin_us */
 	_Atomic uint64_t pushes; /* completions pushed: what a spinning wait watches */
 	_Atomic bool efd_set;    /* unarmed mode: written since the last drain (cq.c) */
+	/* Under lock: callers spinning in lc_cq_wait, and an eventfd write
+	 * a push left to them (unarmed mode: a spinner polls at once, so the
+	 * write and its drain, two system calls per completion, are saved;
+	 * lc_cq_poll writes it after all if it leaves completions queued). */
+	size_t spinners;
+	bool efd_owed;
 	/* Pollers: held for reading through a spin, for writing to change. */
 	pthread_rwlock_t pollers_lock;
 	lc__cq_poller_t *pollers;

@@ -371,6 +371,58 @@ static void completion_queue_loses_no_wake_to_a_racing_push(void **state)
 	lc_ctx_destroy(ctx);
 }
 
+/* A caller spinning in lc_cq_wait takes a completion pushed meanwhile
+ * without the eventfd (cq.h); what it leaves queued (it asked for one of
+ * three) makes the fd readable after all, for a consumer that sleeps on
+ * it, and the fd is quiet once the queue is drained. */
+struct cq_spinner {
+	lc_cq_t *cq;
+	lc_completion_t got;
+	int n;
+};
+
+static void *cq_wait_one(void *arg)
+{
+	struct cq_spinner *w = arg;
+	w->n = lc_cq_wait(w->cq, &w->got, 1, 30000);
+	return NULL;
+}
+
+static void completion_queue_spinner_takes_pushes_and_signals_what_it_leaves(void **state)
+{
+	(void)state;
+	lc_ctx_t *ctx;
+	lc_cq_t *cq;
+	lc_completion_t out[4];
+	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
+	assert_int_equal(lc_cq_create(ctx, &cq), 0);
+	cq->spin_ns = 30ull * 1000000000; /* spins until the push */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(lc__cq_reserve(cq), 0);
+	struct cq_spinner w = {.cq = cq};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, cq_wait_one, &w), 0);
+	for (bool spinning = false; !spinning; sched_yield()) {
+		pthread_mutex_lock(&cq->lock);
+		spinning = cq->spinners == 1;
+		pthread_mutex_unlock(&cq->lock);
+	}
+	for (uint64_t i = 0; i < 3; i++)
+		lc__cq_push(cq, &(lc_completion_t){.batch_id = i});
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(w.n, 1);
+	assert_int_equal(w.got.batch_id, 0);
+	struct pollfd pf = {.fd = lc_cq_fd(cq), .events = POLLIN};
+	assert_int_equal(poll(&pf, 1, 5000), 1); /* two still queued: signalled */
+	assert_int_equal(lc_cq_poll(cq, out, 4), 2);
+	assert_int_equal(out[0].batch_id, 1);
+	assert_int_equal(out[1].batch_id, 2);
+	assert_int_equal(lc_cq_poll(cq, out, 4), 0);
+	assert_int_equal(poll(&pf, 1, 0), 0); /* drained: quiet */
+	lc_cq_destroy(cq);
+	lc_ctx_destroy(ctx);
+}
+
 /* The engine's queue: the eventfd is written only while the consumer has
  * armed it (about to sleep); pushes while it works leave it quiet. */
 static void armed_completion_queue_signals_only_a_sleeping_consumer(void **state)
@@ -483,6 +535,7 @@ int main(void)
 		cmocka_unit_test(regions_reject_overlap_and_never_reuse_ids),
 		cmocka_unit_test(completion_queue_fd_is_readable_exactly_while_nonempty),
 		cmocka_unit_test(completion_queue_loses_no_wake_to_a_racing_push),
+		cmocka_unit_test(completion_queue_spinner_takes_pushes_and_signals_what_it_leaves),
 		cmocka_unit_test(armed_completion_queue_signals_only_a_sleeping_consumer),
 		cmocka_unit_test(region_descriptors_round_trip_and_reject_damage),
 		cmocka_unit_test(urls_parse_hosts_ports_and_queries),
