@@ -66,6 +66,7 @@ typedef struct dconn {
 	/* A ring P's parked loop is owed unless P takes the acks first: due
 	 * then, owed since. */
 	uint64_t ring_due_ns, ring_owed_ns;
+	uint64_t polled_ns; /* when P's polling flag was last seen set */
 	bool in_lane;
 	struct dconn *next, *prev;
 } dconn_t;

@@ -72,21 +72,26 @@ int lc__shm_lane_offer(shm_listener_t *sl, dconn_t *dc, const lc__shm_hello_t *h
 	return fd;
 }
 
-/* How long D holds back a ring to a parked P: the caller that posted the
- * write is usually about to spin on its completion queue (cq.h) and take
- * the acks itself, and a ring would wake P's loop for nothing, a wake-up
- * that takes a core from the two threads doing the work (a quarter of the
- * 4 KiB round trips here rang when D rang at once). */
-#define RING_GRACE_NS 5000
+/* How long D holds back a ring to a parked P whose callers poll (cq.h):
+ * the caller that posted the write is usually about to spin on its
+ * completion queue and take the acks itself, and a ring would wake P's
+ * loop for nothing, a wake-up that takes a core from the two threads
+ * doing the work (a quarter of the 4 KiB round trips here rang when D rang
+ * at once, 8% with 5 us of grace, and each such wake made the next round
+ * trips later still). A P whose callers do not spin (the engine sleeps on
+ * its own queue) is rung at once, as before the lane had pollers. */
+#define RING_GRACE_NS 20000ull
+#define RING_HOLD_MAX_NS 50000ull
+#define POLLED_RECENTLY_NS 1000000ull
 
-/* Put pending acks of lane writes in the acks ring, owing P's loop a ring
- * if it parked and no caller polls. P keeps no more lane writes
- * unacknowledged than the ring has slots, so a ring without room for them
- * means a P that lied about its tail: -EPROTO. */
+/* Put pending acks of lane writes in the acks ring, and ring P's loop if
+ * it parked and no caller polls: at once, or after the grace where P's
+ * callers polled lately. P keeps no more lane writes unacknowledged than
+ * the ring has slots, so a ring without room for them means a P that lied
+ * about its tail: -EPROTO. */
 int lc__shm_ack_lane(shm_listener_t *sl, dconn_t *dc)
 {
 	lc__shm_lane_t *ln = &dc->lane;
-	(void)sl;
 	uint64_t used = lc__shm_lane_used(ln, ln->a_tail, dc->a_head);
 	if (used == UINT64_MAX || used + dc->nacks > LC__SHM_LANE_SLOTS)
 		return -EPROTO;
@@ -95,32 +100,48 @@ int lc__shm_ack_lane(shm_listener_t *sl, dconn_t *dc)
 		       dc->acks + LC__SHM_HDR + i * LC__SHM_ACK_REC, LC__SHM_ACK_REC);
 	dc->a_head += dc->nacks;
 	dc->nacks = 0;
-	if (lc__shm_lane_publish(ln, ln->a_head, dc->a_head, ln->p_parked, ln->p_polling)) {
-		/* The grace runs from the newest acks (P's caller may be about
-		 * to take them), but a ring owed is never held back longer
-		 * than a few graces in all. */
-		uint64_t now = lc__now_ns();
-		if (!dc->ring_due_ns)
-			dc->ring_owed_ns = now;
-		dc->ring_due_ns = LC__MIN(now + RING_GRACE_NS, dc->ring_owed_ns + 4 * RING_GRACE_NS);
+	bool ring = lc__shm_lane_publish(ln, ln->a_head, dc->a_head, ln->p_parked, ln->p_polling);
+	uint64_t now = lc__now_ns();
+	if (atomic_load_explicit(ln->p_polling, memory_order_relaxed))
+		dc->polled_ns = now;
+	if (!ring)
+		return 0;
+	if (now - dc->polled_ns >= POLLED_RECENTLY_NS) {
+		dc->ring_due_ns = now; /* sent by lc__shm_lane_ring_due, this pass */
+		return 0;
 	}
+	/* The grace runs from the newest acks, but a ring owed is never held
+	 * back longer than RING_HOLD_MAX_NS in all. */
+	if (!dc->ring_due_ns)
+		dc->ring_owed_ns = now;
+	dc->ring_due_ns = LC__MIN(now + RING_GRACE_NS, dc->ring_owed_ns + RING_HOLD_MAX_NS);
+	(void)sl;
 	return 0;
+}
+
+/* Whether a ring owed is still owed: not when P took the acks, a caller
+ * polls, or P's loop woke. Read after our publish (its fence): a caller
+ * that polls looks once more after it stops, and a loop awake looks
+ * before it parks. */
+static bool ring_owed(dconn_t *dc)
+{
+	lc__shm_lane_t *ln = &dc->lane;
+	if (!dc->ring_due_ns)
+		return false;
+	bool polling = atomic_load_explicit(ln->p_polling, memory_order_relaxed);
+	if (polling)
+		dc->polled_ns = lc__now_ns();
+	if (lc__shm_lane_used(ln, ln->a_tail, dc->a_head) == 0 || polling ||
+	    !atomic_load_explicit(ln->p_parked, memory_order_relaxed))
+		dc->ring_due_ns = 0;
+	return dc->ring_due_ns != 0;
 }
 
 uint64_t lc__shm_lane_ring_due(shm_listener_t *sl, dconn_t *dc, uint64_t now)
 {
-	lc__shm_lane_t *ln = &dc->lane;
-	if (!dc->ring_due_ns)
+	if (!ring_owed(dc))
 		return 0;
-	/* Read after our publish (its fence): a caller that polls looks once
-	 * more after it stops, and a loop awake looks before it parks. */
-	if (lc__shm_lane_used(ln, ln->a_tail, dc->a_head) == 0 ||
-	    atomic_load_explicit(ln->p_polling, memory_order_relaxed) ||
-	    !atomic_load_explicit(ln->p_parked, memory_order_relaxed)) {
-		dc->ring_due_ns = 0;
-		return 0;
-	}
-	if (now < dc->ring_due_ns)
+	if (now < dc->ring_due_ns && (now = lc__now_ns()) < dc->ring_due_ns)
 		return dc->ring_due_ns;
 	dc->ring_due_ns = 0;
 	uint8_t m[LC__SHM_HDR];
@@ -149,7 +170,7 @@ bool lc__shm_listener_poll(lc__io_task_t *t, int how)
 		/* A ring owed is sent once due; the loop does not sleep on one
 		 * (its sleeps are whole milliseconds). */
 		work |= lc__shm_lane_ready(dc) ||
-			(dc->ring_due_ns && (how == LC__IO_PARK || lc__now_ns() >= dc->ring_due_ns));
+			(ring_owed(dc) && (how == LC__IO_PARK || lc__now_ns() >= dc->ring_due_ns));
 	}
 	return work;
 }
