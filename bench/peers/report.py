@@ -18,8 +18,9 @@ ROWS = [("bw_4m", "value", "4 MiB writes, 16 in flight"),
         ("layers", "value", "32 layers, last record -> D knows all landed, p50"),
         ("idle_p", "value", "idle CPU, P (initiator), 10 s"),
         ("idle_d", "value", "idle CPU, D (target), 10 s")]
-# CPU figures up to this (one clock tick over 10 s is 0.1% of a core) are
-# read as this, so that 0 against 0 is a tie, not a division by zero.
+# CPU figures up to this (0.1% of a core, 10 ms of run time over the 10 s
+# window) are read as this: below it a process is idle, and 0 against 0 is
+# a tie, not a division by zero.
 CPU_FLOOR = 0.1
 HIGHER_IS_BETTER = {"GB/s"}
 
