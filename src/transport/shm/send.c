@@ -206,35 +206,6 @@ static void p_connect(shm_conn_t *sc, uint64_t now)
 
 /* ---- sending ---- */
 
-/* Under lock: the message that must go before a write from source region
- * ri that D does not hold: its REGION, or with D's table full, a DROP of
- * the oldest. D processes in order: writes already sent that name the
- * oldest are copied before the DROP. */
-static void build_region(shm_conn_t *sc, const lc__region_info_t *ri)
-{
-	if (sc->nsrcs == LC__SHM_MAX_SRC_REGIONS) {
-		sc->out_len = lc__shm_put_drop(sc->out, sc->srcs[0]);
-		memmove(sc->srcs, sc->srcs + 1, --sc->nsrcs * sizeof *sc->srcs);
-		return;
-	}
-	if (ri->kind == LC_MEM_KIND_CUDA) {
-		const pexport_t *e = lc__shm_export_find(sc, ri->id);
-		sc->out_len = lc__shm_put_ipc_region(sc->out, &e->rec);
-		sc->out_fd = e->vmm_fd >= 0 ? fcntl(e->vmm_fd, F_DUPFD_CLOEXEC, 0) : -1;
-		sc->srcs[sc->nsrcs++] = ri->id;
-		return;
-	}
-	int fd = ri->memfd >= 0 ? fcntl(ri->memfd, F_DUPFD_CLOEXEC, 0) : -1;
-	lc__shm_region_t r = {.id = ri->id,
-			      .flags = fd >= 0 ? LC__SHM_REGION_FD : 0,
-			      .addr = (uint64_t)(uintptr_t)ri->addr,
-			      .len = ri->len,
-			      .offset = ri->memfd_offset};
-	sc->out_len = lc__shm_put_region(sc->out, &r);
-	sc->out_fd = fd;
-	sc->srcs[sc->nsrcs++] = ri->id;
-}
-
 /* Under lock: the registered source region of the next write of pb into
  * *ri (kept from the previous write when it still covers this one). false
  * when it is gone: the batch is failed. */
@@ -297,7 +268,7 @@ static bool build_next(shm_conn_t *sc, bool inline_)
 		if (!lc__shm_src_known(sc, ri.id)) {
 			plain = false;
 			if (!n && !inline_)
-				build_region(sc, &ri);
+				lc__shm_build_region(sc, &ri);
 			break; /* else send the writes first */
 		}
 		lc__shm_write_t rec;

@@ -90,6 +90,10 @@ typedef struct shm_conn {
 	bool lane_bad;
 } shm_conn_t;
 
+/* send_ipc.c. Under sc->lock: put the message that must go before a write
+ * from source region ri that D does not hold into sc->out (its REGION or
+ * IPC_REGION, or with D's table full a DROP of the oldest). */
+void lc__shm_build_region(shm_conn_t *sc, const lc__region_info_t *ri);
 /* send_ipc.c. Under sc->lock: the export of region id, or NULL. */
 pexport_t *lc__shm_export_find(shm_conn_t *sc, uint32_t id);
 /* Under sc->lock: whether CUDA region ri can go by IPC, exporting it the

@@ -1,8 +1,11 @@
 /*
  * shm sender's CUDA IPC exports: a CUDA source region is exported to D once
  * per connection (a VMM fd, or else a legacy IPC handle of its
- * allocation), so that D copies device to device (docs/transport-shm.md).
+ * allocation), so that D copies device to device (docs/transport-shm.md);
+ * and the message that passes a source region to D before its first write
+ * (REGION or IPC_REGION, or a DROP of the oldest when D's table is full).
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,4 +75,33 @@ bool lc__shm_exportable(shm_conn_t *sc, const lc__region_info_t *ri)
 		return false;
 	e = &sc->exports[sc->nexports++];
 	return export_make(sc, ri, e);
+}
+
+/* Under lock: the message that must go before a write from source region
+ * ri that D does not hold: its REGION, or with D's table full, a DROP of
+ * the oldest. D processes in order: writes already sent that name the
+ * oldest are copied before the DROP. */
+void lc__shm_build_region(shm_conn_t *sc, const lc__region_info_t *ri)
+{
+	if (sc->nsrcs == LC__SHM_MAX_SRC_REGIONS) {
+		sc->out_len = lc__shm_put_drop(sc->out, sc->srcs[0]);
+		memmove(sc->srcs, sc->srcs + 1, --sc->nsrcs * sizeof *sc->srcs);
+		return;
+	}
+	if (ri->kind == LC_MEM_KIND_CUDA) {
+		const pexport_t *e = lc__shm_export_find(sc, ri->id);
+		sc->out_len = lc__shm_put_ipc_region(sc->out, &e->rec);
+		sc->out_fd = e->vmm_fd >= 0 ? fcntl(e->vmm_fd, F_DUPFD_CLOEXEC, 0) : -1;
+		sc->srcs[sc->nsrcs++] = ri->id;
+		return;
+	}
+	int fd = ri->memfd >= 0 ? fcntl(ri->memfd, F_DUPFD_CLOEXEC, 0) : -1;
+	lc__shm_region_t r = {.id = ri->id,
+			      .flags = fd >= 0 ? LC__SHM_REGION_FD : 0,
+			      .addr = (uint64_t)(uintptr_t)ri->addr,
+			      .len = ri->len,
+			      .offset = ri->memfd_offset};
+	sc->out_len = lc__shm_put_region(sc->out, &r);
+	sc->out_fd = fd;
+	sc->srcs[sc->nsrcs++] = ri->id;
 }
