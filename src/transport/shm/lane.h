@@ -100,20 +100,19 @@ static inline bool lc__shm_lane_publish(const lc__shm_lane_t *ln, _Atomic uint64
 	       (!peer_polling || atomic_load_explicit(peer_polling, memory_order_relaxed) == 0);
 }
 
-/* A consumer parks before it looks a last time and sleeps; the full
- * fence pairs with the producer's (lc__shm_lane_publish). */
-static inline void lc__shm_lane_park(_Atomic uint32_t *parked)
-{
-	atomic_store_explicit(parked, 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_seq_cst);
-}
-
-/* Set a flag the producer reads after publishing (P polling), fenced as
- * a park is. */
+/* Set a flag the producer reads after publishing (a consumer parked, P
+ * polling); the full fence pairs with the producer's
+ * (lc__shm_lane_publish). */
 static inline void lc__shm_lane_set(_Atomic uint32_t *flag, uint32_t v)
 {
 	atomic_store_explicit(flag, v, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* A consumer parks before it looks a last time and sleeps. */
+static inline void lc__shm_lane_park(_Atomic uint32_t *parked)
+{
+	lc__shm_lane_set(parked, 1);
 }
 
 /* Awake again: the producer need not ring (a late look at the old value

@@ -391,12 +391,12 @@ static void ack_add(dconn_t *dc, uint64_t batch, int32_t status)
 
 /* Send pending acks. Returns 0 (sent or nothing to send), -EAGAIN, or an
  * error (connection gone; -EPROTO: P broke the lane's rules). */
-static int ack_flush(shm_listener_t *sl, dconn_t *dc)
+static int ack_flush(dconn_t *dc)
 {
 	if (!dc->nacks)
 		return 0;
 	if (dc->in_lane)
-		return lc__shm_ack_lane(sl, dc);
+		return lc__shm_ack_lane(dc);
 	lc__shm_put_hdr(dc->acks, LC__SHM_ACKS, (uint32_t)dc->nacks);
 	int rc = lc__shm_send(dc->fd, dc->acks, lc__shm_acks_len((uint32_t)dc->nacks), -1);
 	if (rc == -EAGAIN) {
@@ -470,7 +470,7 @@ static int writes_apply(shm_listener_t *sl, dconn_t *dc, uint64_t *budget)
 		*budget -= LC__MIN(*budget, w.length * (w.count > 1 ? w.count : 1));
 		/* Acknowledge at each batch boundary, so P completes early. */
 		if (i + 1 == dc->in_n || lc__shm_write_batch(dc->in, i + 1) != w.batch) {
-			int rc = ack_flush(sl, dc);
+			int rc = ack_flush(dc);
 			if (rc == -EPROTO)
 				return -1;
 			if (rc && rc != -EAGAIN)
@@ -606,7 +606,7 @@ static enum serve dconn_serve(shm_listener_t *sl, dconn_t *dc)
 {
 	uint64_t budget = SERVE_BYTES;
 	for (int round = 0; round < SERVE_MSGS; round++) {
-		int rc = ack_flush(sl, dc);
+		int rc = ack_flush(dc);
 		if (rc == -EAGAIN)
 			return SERVE_IDLE; /* EPOLLOUT brings us back */
 		if (rc) {

@@ -101,7 +101,7 @@ bool lc__shm_lane_ready(const dconn_t *dc);
 int lc__shm_lane_take(shm_listener_t *sl, dconn_t *dc);
 /* Put dc's pending acks (of lane writes) in its acks ring, ringing P if
  * it parked: 0, -EPROTO (P broke the lane's rules) or a send error. */
-int lc__shm_ack_lane(shm_listener_t *sl, dconn_t *dc);
+int lc__shm_ack_lane(dconn_t *dc);
 /* A lane for a P whose HELLO h offered one: its memfd to pass, or -1. */
 int lc__shm_lane_offer(shm_listener_t *sl, dconn_t *dc, const lc__shm_hello_t *h);
 /* A ring owed to P (lc__shm_ack_lane defers it): dropped when P took the

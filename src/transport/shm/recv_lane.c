@@ -89,7 +89,7 @@ int lc__shm_lane_offer(shm_listener_t *sl, dconn_t *dc, const lc__shm_hello_t *h
  * callers polled lately. P keeps no more lane writes unacknowledged than
  * the ring has slots, so a ring without room for them means a P that lied
  * about its tail: -EPROTO. */
-int lc__shm_ack_lane(shm_listener_t *sl, dconn_t *dc)
+int lc__shm_ack_lane(dconn_t *dc)
 {
 	lc__shm_lane_t *ln = &dc->lane;
 	uint64_t used = lc__shm_lane_used(ln, ln->a_tail, dc->a_head);
@@ -115,7 +115,6 @@ int lc__shm_ack_lane(shm_listener_t *sl, dconn_t *dc)
 	if (!dc->ring_due_ns)
 		dc->ring_owed_ns = now;
 	dc->ring_due_ns = LC__MIN(now + RING_GRACE_NS, dc->ring_owed_ns + RING_HOLD_MAX_NS);
-	(void)sl;
 	return 0;
 }
 
