@@ -24,6 +24,8 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+
+#define REAPER_IDLE_NS 5000000000ull
 #endif
 
 int lc__bootstrap_secret(const char *secret, char *out, size_t cap)
@@ -278,6 +280,8 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
 		pthread_mutex_lock(&b->lock);
 		c->next = b->conns;
 		b->conns = c;
+		if (b->reaper_idle) /* any other deadline it sleeps toward comes first */
+			pthread_cond_signal(&b->reaper_cond);
 		pthread_mutex_unlock(&b->lock);
 		*socket_context = c;
 	} else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
@@ -304,10 +308,14 @@ static void *reaper_main(void *arg)
 	pthread_setname_np(pthread_self(), "lc-bs-reaper");
 	pthread_mutex_lock(&b->lock);
 	while (!b->reaper_stop) {
-		uint64_t now = lc__now_ns();
+		uint64_t now = lc__now_ns(), next = UINT64_MAX;
 		for (lc__bs_conn_t *c = b->conns; c; c = c->next) {
-			if (c->shut || c->fd < 0 || now - c->started_ns < b->request_ns)
+			if (c->shut || c->fd < 0)
 				continue;
+			if (now - c->started_ns < b->request_ns) {
+				next = LC__MIN(next, c->started_ns + b->request_ns);
+				continue;
+			}
 			c->shut = true;
 			shutdown(c->fd, SHUT_RDWR);
 			uint64_t total = ++b->conns_deadline;
@@ -320,10 +328,14 @@ static void *reaper_main(void *arg)
 				     (unsigned long long)((now - c->started_ns) / 1000000),
 				     (unsigned long long)total);
 		}
-		/* A tenth of the deadline (at most 250 ms) past it at worst. */
-		uint64_t step = LC__MIN(b->request_ns / 10, 250000000ull);
-		struct timespec ts = lc__abs_ts(lc__now_ns() + step);
+		/* Asleep until the earliest deadline; with none, until a
+		 * connection starts (on_connection signals), so that an idle
+		 * server costs no wake-ups. REAPER_IDLE_NS only bounds a wait. */
+		b->reaper_idle = next == UINT64_MAX;
+		next = LC__MIN(next, lc__now_ns() + REAPER_IDLE_NS);
+		struct timespec ts = lc__abs_ts(next);
 		pthread_cond_timedwait(&b->reaper_cond, &b->lock, &ts);
+		b->reaper_idle = false;
 	}
 	pthread_mutex_unlock(&b->lock);
 	return NULL;

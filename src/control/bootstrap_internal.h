@@ -120,6 +120,7 @@ struct lc_bootstrap {
 	uint64_t conns_refused_addr, conns_deadline;
 	pthread_t reaper;
 	bool reaper_running, reaper_stop;
+	bool reaper_idle; /* asleep with no connection to time: a new one wakes it */
 	pthread_cond_t reaper_cond; /* CLOCK_MONOTONIC */
 };
 

@@ -22,6 +22,8 @@
 #pragma GCC diagnostic ignored "-Wunused-function"
 #endif
 
+#define IDLE_POLL_MS 2000
+
 /* ---- intake (control thread) ---- */
 
 static void note_prefix(lc_prefill_t *p, uint64_t room, uint64_t prefix_len)
@@ -291,12 +293,19 @@ void *lc__prefill_control_main(void *arg)
 {
 	pthread_setname_np(pthread_self(), "lc-prefill-ctl");
 	lc_prefill_t *p = arg;
+	uint64_t next = UINT64_MAX; /* the earliest reply socket's expiry */
 	while (!atomic_load(&p->stop)) {
 		zmq_pollitem_t it[2] = {
 			{.socket = lc__pull_socket(p->pull), .events = ZMQ_POLLIN},
 			{.fd = p->evfd, .events = ZMQ_POLLIN},
 		};
-		int n = zmq_poll(it, 2, 200);
+		/* Work arrives on the socket or the eventfd (queued messages,
+		 * stop); the one deadline of its own is the reply sockets'. An
+		 * idle P sleeps: IDLE_POLL_MS bounds a wait only in case of a
+		 * wake-up lost to a bug. */
+		uint64_t now = lc__now_ns();
+		long ms = next <= now ? 0 : (long)LC__MIN((next - now) / 1000000 + 1, IDLE_POLL_MS);
+		int n = zmq_poll(it, 2, ms);
 		if (n < 0 && zmq_errno() != EINTR)
 			break;
 		if (it[1].revents & ZMQ_POLLIN) {
@@ -317,7 +326,7 @@ void *lc__prefill_control_main(void *arg)
 			free(buf);
 		}
 		lc__prefill_flush(p);
-		lc__prefill_replies_expire(p, false);
+		next = lc__prefill_replies_expire(p, false);
 	}
 	lc__prefill_flush(p);
 	lc__prefill_replies_expire(p, true);

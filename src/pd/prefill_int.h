@@ -208,8 +208,9 @@ bool lc__prefill_scheme_ok(const char *ep);
 void lc__prefill_reply(lc_prefill_t *p, const char *ep, const char *key, const lc__msg_t *m);
 void lc__prefill_reply_raw(lc_prefill_t *p, const char *ep, const char *key, const void *buf,
 			   size_t len);
-/* Close the reply sockets whose time is up (all: every one). */
-void lc__prefill_replies_expire(lc_prefill_t *p, bool all);
+/* Close the reply sockets whose time is up (all: every one). Returns the
+ * earliest expiry of those left, UINT64_MAX when none is. */
+uint64_t lc__prefill_replies_expire(lc_prefill_t *p, bool all);
 
 /* ---- prefill_control.c ---- */
 

@@ -363,17 +363,19 @@ void lc__prefill_reply(lc_prefill_t *p, const char *ep, const char *key, const l
 	free(buf);
 }
 
-void lc__prefill_replies_expire(lc_prefill_t *p, bool all)
+uint64_t lc__prefill_replies_expire(lc_prefill_t *p, bool all)
 {
-	uint64_t now = lc__now_ns();
+	uint64_t now = lc__now_ns(), next = UINT64_MAX;
 	for (size_t i = 0; i < p->nreplies;) {
 		if (!all && p->replies[i].until_ns > now) {
+			next = LC__MIN(next, p->replies[i].until_ns);
 			i++;
 			continue;
 		}
 		lc__push_close(p->replies[i].push); /* LINGER: a last chance to go out */
 		p->replies[i] = p->replies[--p->nreplies];
 	}
+	return next;
 }
 
 /* The session a queued message goes to, with a socket (send_lock held:
@@ -457,6 +459,11 @@ void lc__prefill_flush(lc_prefill_t *p)
 	p->outq = NULL;
 	p->nout = p->outcap = 0;
 	pthread_mutex_unlock(&p->lock);
+	if (!n) {
+		pthread_mutex_unlock(&p->send_lock);
+		free(q);
+		return;
+	}
 	lc__msg_t *m = calloc(1, sizeof *m);
 	for (size_t i = 0; m && i < n; i++) {
 		lc__dsess_t *s = out_session(p, &q[i]);
