@@ -300,6 +300,15 @@ lc_cq_destroy = _fn("lc_cq_destroy", None, c_void_p)
 lc_cq_fd = _fn("lc_cq_fd", c_int, c_void_p)
 lc_cq_poll = _fn("lc_cq_poll", c_int, c_void_p, P(Completion), c_int)
 lc_cq_wait = _fn("lc_cq_wait", c_int, c_void_p, P(Completion), c_int, c_int)
+# The same two with the completion array as a plain address: a
+# CompletionQueue keeps its own array's (core.py), and an integer converts
+# faster than a pointer type is checked.
+lc_cq_poll_addr = lib["lc_cq_poll"]
+lc_cq_poll_addr.restype = c_int
+lc_cq_poll_addr.argtypes = [c_void_p, c_void_p, c_int]
+lc_cq_wait_addr = lib["lc_cq_wait"]
+lc_cq_wait_addr.restype = c_int
+lc_cq_wait_addr.argtypes = [c_void_p, c_void_p, c_int, c_int]
 lc_listener_create = _fn("lc_listener_create", c_int, c_void_p, c_char_p, P(c_void_p))
 lc_listener_url = _fn("lc_listener_url", c_int, c_void_p, c_char_p, c_size)
 lc_listener_destroy = _fn("lc_listener_destroy", None, c_void_p)

@@ -611,6 +611,7 @@ class CompletionQueue(_Handle):
         check(_ffi.lc_cq_create(ctx._need(), ctypes.byref(h)), "lc_cq_create")
         self._h = h.value
         self._buf = (_ffi.Completion * 64)()
+        self._addr = ctypes.addressof(self._buf)
         self._mv = memoryview(self._buf).cast("B")
 
 
@@ -618,12 +619,15 @@ class CompletionQueue(_Handle):
     def fd(self):
         return _ffi.lc_cq_fd(self._need())
 
-    def _convert(self, n):
+    def _convert(self, n, where="lc_cq_poll"):
         # One struct unpack per completion: field by field through ctypes was
         # most of a small write's Python cost (docs/python.md).
+        if n <= 0:
+            if n < 0:
+                check(n, where)
+            return []
         mv, out = self._mv, []
-        for i in range(n):
-            o = i * _CQE_SIZE
+        for o in range(0, n * _CQE_SIZE, _CQE_SIZE):
             bid, ud, room, tag, status, nbytes, lat = _CQE.unpack_from(mv, o)
             reason = ""
             if mv[o + _CQE.size]:
@@ -634,12 +638,11 @@ class CompletionQueue(_Handle):
         return out
 
     def poll(self, max_items=64):
-        n = check(_ffi.lc_cq_poll(self._need(), self._buf, min(max_items, 64)), "lc_cq_poll")
-        return self._convert(n)
+        return self._convert(_ffi.lc_cq_poll_addr(self._need(), self._addr, min(max_items, 64)))
 
     def wait(self, timeout_ms=1000, max_items=64):
-        n = check(_ffi.lc_cq_wait(self._need(), self._buf, min(max_items, 64), int(timeout_ms)), "lc_cq_wait")
-        return self._convert(n)
+        return self._convert(_ffi.lc_cq_wait_addr(self._need(), self._addr, min(max_items, 64), int(timeout_ms)),
+                             "lc_cq_wait")
 
     async def wait_async(self, max_items=64):
         """Wait for completions without blocking the event loop."""
