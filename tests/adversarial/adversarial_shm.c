@@ -1056,7 +1056,8 @@ static void case_lane(void)
 	atomic_store(rl.ln.w_head, LC__SHM_LANE_SLOTS + 1);
 	lane_ring(&rl);
 	lane_expect_malformed(&d, &rl, before, "a lane head beyond the ring");
-	/* 6. A forged acks tail: D finds no room it can trust for the ack. */
+	/* 6. A forged acks tail: D finds it when its loop next parks (an ack
+	 *    reads the tail only when D's copy says the ring is full). */
 	TU_CHECK(lane_connect(&d, &rl), "D made no lane");
 	lane_region(&rl, 1, &src1);
 	before = counter(&d, "frames_malformed");

@@ -605,6 +605,11 @@ static enum serve dconn_read(shm_listener_t *sl, dconn_t *dc, uint64_t *budget)
 static enum serve dconn_serve(shm_listener_t *sl, dconn_t *dc)
 {
 	uint64_t budget = SERVE_BYTES;
+	if (dc->lane_tail_bad) {
+		malformed(sl, dc, "lane acks tail");
+		dconn_close(sl, dc, NULL);
+		return SERVE_CLOSED;
+	}
 	for (int round = 0; round < SERVE_MSGS; round++) {
 		int rc = ack_flush(dc);
 		if (rc == -EAGAIN)

@@ -63,6 +63,13 @@ typedef struct dconn {
 	 * dc->in and the pending acks came from the lane. */
 	lc__shm_lane_t lane;
 	uint64_t w_tail, a_head, sock_msgs;
+	/* P's acks tail as last read. An ack looks at P's page only when this
+	 * copy says the ring is full (P's tail only moves on), which keeps a
+	 * load of a line P's core wrote off every ack's path; the loop checks
+	 * the tail P publishes each time it parks (lane_tail_bad: a forged
+	 * one, the connection closes). */
+	uint64_t a_tail_seen;
+	bool lane_tail_bad;
 	/* A ring P's parked loop is owed unless P takes the acks first: due
 	 * then, owed since. */
 	uint64_t ring_due_ns, ring_owed_ns;

@@ -88,13 +88,17 @@ int lc__shm_lane_offer(shm_listener_t *sl, dconn_t *dc, const lc__shm_hello_t *h
  * it parked and no caller polls: at once, or after the grace where P's
  * callers polled lately. P keeps no more lane writes unacknowledged than
  * the ring has slots, so a ring without room for them means a P that lied
- * about its tail: -EPROTO. */
+ * about its tail: -EPROTO. P's tail is read only when the copy of it says
+ * the ring is full (dc->a_tail_seen). */
 int lc__shm_ack_lane(dconn_t *dc)
 {
 	lc__shm_lane_t *ln = &dc->lane;
-	uint64_t used = lc__shm_lane_used(ln, ln->a_tail, dc->a_head);
-	if (used == UINT64_MAX || used + dc->nacks > LC__SHM_LANE_SLOTS)
-		return -EPROTO;
+	if (dc->a_head - dc->a_tail_seen + dc->nacks > LC__SHM_LANE_SLOTS) {
+		uint64_t used = lc__shm_lane_used(ln, ln->a_tail, dc->a_head);
+		if (used == UINT64_MAX || used + dc->nacks > LC__SHM_LANE_SLOTS)
+			return -EPROTO;
+		dc->a_tail_seen = dc->a_head - used;
+	}
 	for (size_t i = 0; i < dc->nacks; i++)
 		memcpy(lc__shm_lane_aslot(ln, dc->a_head + i),
 		       dc->acks + LC__SHM_HDR + i * LC__SHM_ACK_REC, LC__SHM_ACK_REC);
@@ -164,11 +168,14 @@ bool lc__shm_listener_poll(lc__io_task_t *t, int how)
 			lc__shm_lane_unpark(dc->lane.d_parked);
 			continue;
 		}
-		if (how == LC__IO_PARK)
+		if (how == LC__IO_PARK) {
 			lc__shm_lane_park(dc->lane.d_parked);
+			if (lc__shm_lane_used(&dc->lane, dc->lane.a_tail, dc->a_head) == UINT64_MAX)
+				dc->lane_tail_bad = true; /* dconn_serve closes it */
+		}
 		/* A ring owed is sent once due; the loop does not sleep on one
 		 * (its sleeps are whole milliseconds). */
-		work |= lc__shm_lane_ready(dc) ||
+		work |= dc->lane_tail_bad || lc__shm_lane_ready(dc) ||
 			(ring_owed(dc) && (how == LC__IO_PARK || lc__now_ns() >= dc->ring_due_ns));
 	}
 	return work;
