@@ -3,7 +3,9 @@
 `pip install .` at the top of the tree (pyproject.toml, scikit-build-core from
 PyPI) builds the library into a wheel. This file is the other way, for a
 machine without PyPI: `pip install ./python` uses only what Debian ships
-(setuptools, no build isolation needed, no compiled extension). Where the package finds
+(setuptools, no build isolation needed, nothing compiled here: the
+library and the optional C module of post/poll/wait, python/speedups/, come
+from the CMake build). Where the package finds
 the shared library (layercake/_ffi.py, in this order): $LAYERCAKE_LIB; a copy
 next to the package, made here at install time from $LAYERCAKE_LIB or
 ../build/liblayercake.so when one exists; else an installed layercake found
@@ -48,6 +50,11 @@ class build_py_with_lib(build_py):
         if os.path.exists(lib):
             dst = os.path.join(self.build_lib, "layercake", "liblayercake.so")
             shutil.copyfile(os.path.realpath(lib), dst)
+            # The C module of post/poll/wait, where the build made one beside
+            # the library (python/speedups/): found beside the package.
+            fast = os.path.join(os.path.dirname(os.path.realpath(lib)), "_speedups.abi3.so")
+            if os.path.exists(fast):
+                shutil.copyfile(fast, os.path.join(self.build_lib, "layercake", "_speedups.abi3.so"))
             return
         installed = _installed_library()
         if installed:
@@ -61,7 +68,7 @@ setup(
     version=_version(),
     description="Layer-wise KV-cache streaming from prefill to decode (ctypes binding)",
     packages=["layercake"],
-    package_data={"layercake": ["liblayercake.so"]},
+    package_data={"layercake": ["liblayercake.so", "_speedups.abi3.so"]},
     python_requires=">=3.9",
     cmdclass={"build_py": build_py_with_lib},
 )

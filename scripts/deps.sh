@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(cmake make ninja-build gcc pkg-config clang libclang-rt-14-dev
       libzmq3-dev libmicrohttpd-dev libcurl4-openssl-dev libjson-c-dev libcmocka-dev
       libucx-dev ucx-utils
-      python3 python3-pytest python3-numpy python3-zmq python3-pip python3-torch
+      python3 python3-dev python3-pytest python3-numpy python3-zmq python3-pip python3-torch
       curl iproute2 valgrind librsvg2-bin gcovr)
 missing=()
 for p in "${pkgs[@]}"; do

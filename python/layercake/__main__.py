@@ -25,6 +25,8 @@ def info():
         "library": os.path.realpath(_ffi.LIBRARY_PATH) if os.path.exists(_ffi.LIBRARY_PATH)
         else _ffi.LIBRARY_PATH,
         "library_from": _ffi.LIBRARY_SOURCE,
+        # The C module of post/poll/wait: its file, or why the ctypes way is used.
+        "speedups": {"loaded": _ffi.speedups is not None, "from": _ffi.SPEEDUPS_FROM},
         "transports": transports(),
         "cuda": {"found": cuda.found, "devices": cuda.device_count, "library": cuda.library,
                  "why": cuda.why},
@@ -55,6 +57,8 @@ def main(argv):
     print(f"package: {i['package']}")
     print(f"library: {i['library']} ({i['library_from']})")
     print(f"transports: {','.join(i['transports'])}")
+    sp = i["speedups"]
+    print(f"speedups: {sp['from']}" if sp["loaded"] else f"speedups: none, the ctypes way ({sp['from']})")
     c = i["cuda"]
     print(f"cuda: found, {c['devices']} device(s) ({c['library']})" if c["found"]
           else f"cuda: not found ({c['why']}): host memory only")

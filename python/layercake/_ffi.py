@@ -414,3 +414,43 @@ lc_receiver_layers_ready = _fn("lc_receiver_layers_ready", c_int, c_void_p)
 lc_receiver_metadata = _fn("lc_receiver_metadata", c_int, c_void_p, c_void_p, c_size)
 lc_receiver_cancel = _fn("lc_receiver_cancel", c_int, c_void_p, c_char_p)
 lc_receiver_destroy = _fn("lc_receiver_destroy", None, c_void_p)
+
+
+# ---- speedups --------------------------------------------------------------
+
+SPEEDUPS_NAME = "_speedups.abi3.so"
+
+
+def _load_speedups():
+    """(module or None, where it came from or why there is none): the C
+    module of the data path's per-batch calls (python/speedups/speedups.c,
+    docs/python.md "Speedups"), found beside the library it will call or
+    beside this package, and bound to this library's functions.
+    LAYERCAKE_SPEEDUPS=0 leaves it out; without it everything takes the
+    ctypes way, with the same results."""
+    if os.environ.get("LAYERCAKE_SPEEDUPS", "1") == "0":
+        return None, "off (LAYERCAKE_SPEEDUPS=0)"
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [here]
+    if os.path.exists(LIBRARY_PATH):
+        dirs.insert(0, os.path.dirname(os.path.realpath(LIBRARY_PATH)))
+    path = next((p for p in (os.path.join(d, SPEEDUPS_NAME) for d in dirs) if os.path.exists(p)), None)
+    if path is None:
+        return None, "not built (no " + SPEEDUPS_NAME + " beside the library or the package)"
+    import importlib.util
+    try:
+        spec = importlib.util.spec_from_file_location("layercake._speedups", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        want = (lc_version_number(), ctypes.sizeof(Write), ctypes.sizeof(BatchParams),
+                ctypes.sizeof(Completion))
+        if tuple(mod.layout()) != want:
+            return None, f"{path}: built for {tuple(mod.layout())}, the library is {want}"
+        addr = [ctypes.cast(lib[n], c_void_p).value for n in ("lc_batch_post", "lc_cq_poll", "lc_cq_wait")]
+        mod.bind(*addr)
+    except (ImportError, OSError, AttributeError, ValueError) as e:
+        return None, f"{path}: {e}"
+    return mod, path
+
+
+speedups, SPEEDUPS_FROM = _load_speedups()

@@ -44,6 +44,9 @@ if (_WRITE.size, _PARAMS.size, _CQE.size + _ffi.REASON_MAX) != (
     raise ImportError("layercake: lc_write_t, lc_batch_params_t or lc_completion_t "
                       "changed; update core.py's struct formats")
 _SCRATCH_WRITES = 16  # a batch with more goes the ctypes way
+# The C module of post, poll and wait (docs/python.md, "Speedups"), or None:
+# then, and for any value it does not convert, the ctypes ways below.
+_fast = _ffi.speedups
 
 
 class _PostScratch(threading.local):
@@ -638,9 +641,21 @@ class CompletionQueue(_Handle):
         return out
 
     def poll(self, max_items=64):
+        if _fast is not None:
+            r = _fast.poll(self._need(), min(max_items, 64))
+            if type(r) is list:
+                return r
+            if r is not None:
+                check(r, "lc_cq_poll")
         return self._convert(_ffi.lc_cq_poll_addr(self._need(), self._addr, min(max_items, 64)))
 
     def wait(self, timeout_ms=1000, max_items=64):
+        if _fast is not None:
+            r = _fast.wait(self._need(), min(max_items, 64), int(timeout_ms))
+            if type(r) is list:
+                return r
+            if r is not None:
+                check(r, "lc_cq_wait")
         return self._convert(_ffi.lc_cq_wait_addr(self._need(), self._addr, min(max_items, 64), int(timeout_ms)),
                              "lc_cq_wait")
 
@@ -703,6 +718,10 @@ class Connection(_Handle):
         (count blocks of length bytes). defer=True queues it until flush() (one
         transport wake-up for many posts). Returns the batch id."""
         flags = _ffi.BATCH_DEFER if defer else 0
+        if _fast is not None and type(writes) in (list, tuple):
+            bid = _fast.post(self._need(), writes, room, tag, flags, timeout_ms, user_data)
+            if bid is not None:
+                return bid if bid >= 0 else check(bid, "lc_batch_post")
         if type(writes) in (list, tuple) and len(writes) <= _SCRATCH_WRITES:
             bid = self._post_packed(writes, room, tag, flags, timeout_ms, user_data)
             if bid is not None:

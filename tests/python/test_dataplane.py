@@ -110,13 +110,20 @@ def _reap(cq, n):
     return got
 
 
-def test_tuple_posts_packed_or_not_land_the_same():
-    """Short lists of tuples go a packed path (core.py: struct into this
-    thread's scratch), the rest the ctypes one: both land the same bytes and
-    give the same completion fields; what does not pack (numpy integers
-    do, a 5-tuple or a float does not) meets the ctypes path's own errors;
+@pytest.mark.parametrize("way", ["speedups", "ctypes"])
+def test_tuple_posts_packed_or_not_land_the_same(way, monkeypatch):
+    """Lists of tuples go the C module's way (speedups.c) where it is built,
+    else short ones a packed path (core.py: struct into this thread's
+    scratch) and the rest the ctypes one: all land the same bytes and give
+    the same completion fields; what does not convert (numpy integers do, a
+    5-tuple or a float does not) meets the ctypes path's own errors;
     threads posting at once each keep their writes."""
     import threading
+    from layercake import core
+    if way == "ctypes":
+        monkeypatch.setattr(core, "_fast", None)
+    elif core._fast is None:
+        pytest.skip("layercake._speedups not built: " + lc._ffi.SPEEDUPS_FROM)
     p = make_pair("loop://auto")
     p["rx"].grant(3, p["rreg"], 0, 4 << 20)
     src, rid, conn, cq = p["src"].address, p["rid"], p["conn"], p["cq"]

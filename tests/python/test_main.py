@@ -34,6 +34,9 @@ def test_info_lists_version_library_transports():
     assert info["library_from"] == "LAYERCAKE_LIB"
     assert os.path.samefile(info["library"], _ffi.LIBRARY_PATH)
     assert {"loop", "tcp", "shm"} <= set(info["transports"])
+    # The same answer about the C module as this process's binding (a child
+    # with the same environment), its file or its reason.
+    assert info["speedups"] == {"loaded": _ffi.speedups is not None, "from": _ffi.SPEEDUPS_FROM}
     sonames = [x["soname"] for x in info["runtime_libraries"]]
     assert "libzmq.so.5" in sonames or not any(s.startswith("libzmq") for s in sonames)
     for x in info["runtime_libraries"]:
@@ -41,6 +44,7 @@ def test_info_lists_version_library_transports():
     text = _info()
     assert text.returncode == 0 and f"layercake {version}\n" in text.stdout
     assert re.search(r"^transports: .*tcp", text.stdout, re.M)
+    assert re.search(r"^speedups: ", text.stdout, re.M)
 
 
 def test_info_usage():
