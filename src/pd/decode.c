@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "core/ctx.h"
 #include "core/params.h"
@@ -110,6 +112,7 @@ static lc_decode_t *decode_new(lc_ctx_t *ctx, const lc_decode_params_t *pp)
 	d->tp_size = pp->tp_size;
 	d->tp_rank = pp->tp_rank;
 	d->notify.efd = -1;
+	d->evfd = -1;
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -173,6 +176,10 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 	}
 	if ((rc = lc__notify_init(&d->notify)) || (rc = copy_layout(d, pp.layout)))
 		goto fail;
+	if ((d->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		rc = -errno;
+		goto fail;
+	}
 	/* The data-plane listener before the regions are packed: a ucx
 	 * listener must exist when a region is packed for its descriptor to
 	 * carry the ucx keys (docs/transport-ucx.md). */
@@ -211,6 +218,7 @@ void lc_decode_destroy(lc_decode_t *d)
 	atomic_store(&d->stop, true);
 	pthread_cond_broadcast(&d->cond);
 	pthread_mutex_unlock(&d->lock);
+	lc__decode_ctl_wake(d);
 	if (d->ctl_started)
 		pthread_join(d->ctl_thread, NULL);
 	if (d->disc_started)
@@ -235,6 +243,8 @@ void lc_decode_destroy(lc_decode_t *d)
 	free(d->item_lens);
 	lc_layout_destroy(d->layout);
 	lc__notify_fini(&d->notify);
+	if (d->evfd >= 0)
+		close(d->evfd);
 	pthread_cond_destroy(&d->cond);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
@@ -340,6 +350,7 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 	if (r->status == LC_ROOM_BOOTSTRAPPING || !d->disc_live)
 		pthread_cond_broadcast(&d->cond);
 	pthread_mutex_unlock(&d->lock);
+	lc__decode_ctl_wake(d); /* its deadlines now include this room's */
 	*out = r;
 	return 0;
 }

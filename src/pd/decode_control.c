@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/ctx.h"
 #include "pd/decode_int.h"
@@ -444,15 +445,22 @@ static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
 /* A room whose bytes are still landing is looked at this often. */
 #define LANDED_POLL_NS (2ull * 1000000)
 
+/* A live room's states are looked at at least this often (a broken grant
+ * is found by looking); a D with none sleeps until woken
+ * (lc__decode_ctl_wake), IDLE_POLL_MS bounding a wake-up lost to a bug. */
+#define LIVE_POLL_MS 100
+#define IDLE_POLL_MS 2000
+
 /* Deadlines of every state; returns ms until the next one (capped). */
 static int check_deadlines(lc_decode_t *d, uint64_t now)
 {
-	uint64_t next = now + 200ull * 1000000;
+	uint64_t next = now + IDLE_POLL_MS * 1000000ull;
 	pthread_mutex_lock(&d->lock);
 	replies_overdue(d, now, &next);
 	for (lc_receiver_t *r = d->receivers; r; r = r->next) {
 		if (lc__decode_final(r))
 			continue;
+		next = LC__MIN(next, now + LIVE_POLL_MS * 1000000ull);
 		lc__grant_count_t c;
 		if (r->granted && !lc__grant_room_count(d->ctx->grants, r->room, &c) && c.broken) {
 			fail_broken(d, r, &c);
@@ -504,6 +512,15 @@ static int check_deadlines(lc_decode_t *d, uint64_t now)
 	return (int)((next - now) / 1000000) + 1;
 }
 
+void lc__decode_ctl_wake(lc_decode_t *d)
+{
+	uint64_t one = 1;
+	if (d->evfd >= 0) {
+		ssize_t rc = write(d->evfd, &one, sizeof one); /* full: already due */
+		LC__UNUSED(rc);
+	}
+}
+
 #ifdef LC_HAVE_ZMQ
 void *lc__decode_ctl_main(void *arg)
 {
@@ -511,9 +528,17 @@ void *lc__decode_ctl_main(void *arg)
 	lc_decode_t *d = arg;
 	while (!atomic_load(&d->stop)) {
 		int wait_ms = check_deadlines(d, lc__now_ns());
-		zmq_pollitem_t it = {.socket = lc__pull_socket(d->pull), .events = ZMQ_POLLIN};
-		if (zmq_poll(&it, 1, LC__MIN(wait_ms, 100)) < 0 && zmq_errno() != EINTR)
+		zmq_pollitem_t it[2] = {
+			{.socket = lc__pull_socket(d->pull), .events = ZMQ_POLLIN},
+			{.fd = d->evfd, .events = ZMQ_POLLIN},
+		};
+		if (zmq_poll(it, 2, wait_ms) < 0 && zmq_errno() != EINTR)
 			break;
+		if (it[1].revents & ZMQ_POLLIN) {
+			uint64_t v;
+			ssize_t rc = read(d->evfd, &v, sizeof v);
+			LC__UNUSED(rc);
+		}
 		for (int k = 0; k < 256; k++) {
 			void *buf;
 			size_t len;

@@ -175,6 +175,9 @@ struct lc_decode {
 	pthread_t ctl_thread, disc_thread;
 	bool ctl_started, disc_started;
 	_Atomic bool stop;
+	/* Wakes the control thread (lc__decode_ctl_wake): stop, a new receiver,
+	 * a registration sent. An idle D's thread sleeps on it for seconds. */
+	int evfd;
 	_Atomic uint64_t ctl[LC__CTL_COUNT];
 	/* Lanes from P closed by P (the listener's word, any thread), and the
 	 * last room written on one; the discovery thread's view of them. */
@@ -212,6 +215,7 @@ void lc__decode_fail(lc_decode_t *d, lc_receiver_t *r, int reason, bool tell_p, 
 		     ...) __attribute__((format(printf, 5, 6)));
 /* The control thread. */
 void *lc__decode_ctl_main(void *arg);
+void lc__decode_ctl_wake(lc_decode_t *d);
 
 /* ---- decode_sum.c ---- */
 
