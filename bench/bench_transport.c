@@ -46,6 +46,7 @@ typedef struct opts {
 	const char *transport;
 	size_t region, block, batch, total;
 	int lanes, inflight;
+	int warmup; /* --warmup: blocks before the clock; 0: the default */
 	bool json, baseline;
 	bool sim;              /* --mem sim* / cuda*: some region in device memory */
 	bool sim_src, sim_dst; /* which: both, -src, -dst */
@@ -82,7 +83,7 @@ typedef struct receiver {
 static const char help[] =
 	"usage: layercake bench transport [--transport tcp|shm|loop|ucx] [--region-mib M]\n"
 	"           [--block-kib K] [--batch B] [--total-mib T] [--lanes N]\n"
-	"           [--inflight N] [--json] [--no-baseline]\n"
+	"           [--inflight N] [--warmup W] [--json] [--no-baseline]\n"
 	"           [--mem host|sim|sim-src|sim-dst|cuda|cuda-src|cuda-dst]\n\n"
 	"    Streams T MiB (default 2048) from a sender region to a receiver region\n"
 	"    of M MiB (default 1024) each, as batches of B (default 1) writes of K KiB\n"
@@ -102,6 +103,8 @@ static const char help[] =
 	"    reads from (memfd_gbps, memfd_ratio): what the source pages cost, not a\n"
 	"    ratio to meet.\n"
 	"    --lanes sets tcp lanes (default: config tcp_lanes).\n"
+	"    --warmup W streams W blocks untimed before the clock starts (default:\n"
+	"    one block, for shm one lap of the region); ucx_perftest's -w is the same.\n"
 	"    --mem sim puts both regions in simulated device memory (docs/gpu.md): the\n"
 	"    same transfer runs with host memory first, then with sim memory, and the\n"
 	"    ratio sim/host is printed (sim-src, sim-dst: only that side's region) with the copy-only time per GiB of the sim's\n"
@@ -142,11 +145,19 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
-	static const struct option longs[] = {
-		{"transport", 1, 0, 't'}, {"region-mib", 1, 0, 'r'}, {"block-kib", 1, 0, 'k'},
-		{"batch", 1, 0, 'b'},     {"total-mib", 1, 0, 'T'},  {"lanes", 1, 0, 'l'},
-		{"inflight", 1, 0, 'i'},  {"json", 0, 0, 'j'},       {"no-baseline", 0, 0, 'n'},
-		{"mem", 1, 0, 'm'},       {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+	static const struct option longs[] = {{"transport", 1, 0, 't'},
+					      {"region-mib", 1, 0, 'r'},
+					      {"block-kib", 1, 0, 'k'},
+					      {"batch", 1, 0, 'b'},
+					      {"total-mib", 1, 0, 'T'},
+					      {"lanes", 1, 0, 'l'},
+					      {"inflight", 1, 0, 'i'},
+					      {"json", 0, 0, 'j'},
+					      {"no-baseline", 0, 0, 'n'},
+					      {"mem", 1, 0, 'm'},
+					      {"warmup", 1, 0, 'w'},
+					      {"help", 0, 0, 'h'},
+					      {0, 0, 0, 0}};
 	*o = (opts_t){.transport = "tcp",
 		      .region = 1024u << 20,
 		      .block = 4096u << 10,
@@ -178,6 +189,9 @@ static int parse_opts(int argc, char **argv, opts_t *o)
 			break;
 		case 'i':
 			rc = parse_int(optarg, 1, 4096, &o->inflight);
+			break;
+		case 'w':
+			rc = parse_int(optarg, 1, 100000, &o->warmup);
 			break;
 		case 'j':
 			o->json = true;
@@ -225,6 +239,16 @@ static unsigned mem_flags(const char *tp)
 	return !strcmp(tp, "shm") ? LC_MEM_SHAREABLE : 0;
 }
 
+/* What the untimed warm-up streams: --warmup blocks, else one block (tcp
+ * and loop, like the baseline, start with a fresh connection) or, for shm,
+ * one lap of the region (the receiver's mapping of our memfd touched). */
+static size_t warmup_bytes(const opts_t *o)
+{
+	if (o->warmup)
+		return (size_t)o->warmup * o->block;
+	return !strcmp(o->transport, "shm") ? o->region : o->block;
+}
+
 /* Laps around the region that warm-up and the timed run can take: writes
  * are whole blocks but the last, and none crosses a wrap, so a lap holds
  * region / block of them. (Counting region - block + 1 bytes a lap made a
@@ -232,8 +256,7 @@ static unsigned mem_flags(const char *tp)
  * the bench hung without a word.) */
 static size_t laps_max(const opts_t *o)
 {
-	size_t warm = !strcmp(o->transport, "shm") ? o->region : o->block;
-	return (warm + o->total) / (o->region / o->block * o->block) + 2;
+	return (warmup_bytes(o) + o->total) / (o->region / o->block * o->block) + 2;
 }
 
 static int grant_laps(const opts_t *o, receiver_t *r)
@@ -595,12 +618,8 @@ static int sender_run(const opts_t *o, const rx_info_t *info, result_t *res)
 	int rc = sender_open(&s, o, info);
 	if (rc)
 		goto out;
-	/* Warm-up, untimed: connections up and handshaken; for shm also one
-	 * pass over the whole region, so that the receiver's mapping of our
-	 * memfd is touched before the clock starts (tcp and loop need no more:
-	 * like the baseline, they start with a fresh connection). */
-	size_t warm_bytes = !strcmp(o->transport, "shm") ? o->region : o->block;
-	if ((rc = stream(&s, warm_bytes, auto_inflight(o), &warm)))
+	/* Warm-up, untimed (warmup_bytes): connections up and handshaken. */
+	if ((rc = stream(&s, warmup_bytes(o), auto_inflight(o), &warm)))
 		goto out;
 	size_t max_batches = o->total / o->block / o->batch + 2;
 	s.lat_ns = calloc(max_batches, sizeof *s.lat_ns);

@@ -35,6 +35,11 @@ BUILD=${1:-build}
 RUNS=${2:-3}
 TOTAL_MIB=${TOTAL_MIB:-1024}
 SM_TLS=${SM_TLS:-sm,self,tcp}
+# Messages both sides of a perftest comparison stream untimed first
+# (perftest's -w, our bench transport's --warmup).
+WARMUP=${WARMUP:-20}
+PT_ITERS=${PT_ITERS:-500}
+PAIRS=${PAIRS:-5}
 CLI=$BUILD/layercake
 XFER=$BUILD/tests/ucx/ucx_xfer
 TMP=$(mktemp -d)
@@ -100,7 +105,7 @@ perftest() {
 	PIDS="$PIDS $spid"
 	sleep 0.5
 	out=$(UCX_TLS=tcp timeout 120 "$PERFTEST" 127.0.0.1 -p "$port" -t "$2" \
-		-s 4194304 -n 500 -w 20 2>&1)
+		-s 4194304 -n "$PT_ITERS" -w "$WARMUP" 2>&1)
 	wait "$spid" 2>/dev/null
 	ov=$(echo "$out" | awk '/Final:/ { printf "%.4f", $7 * 1048576 / 1e9 }')
 	md=$(echo "$out" | awk '/^\[thread 0\] *[0-9]/ { print $7 }' | sort -n |
@@ -108,15 +113,21 @@ perftest() {
 	echo "${ov:-0} ${md:-0}"
 }
 
-# Our transport T (tcp|ucx) through regions of R MiB, with the env that
+# Our transport T (tcp|ucx) through regions of R MiB, W writes untimed
+# first (0: bench transport's default), M MiB timed, with the env that
 # follows, 4 MiB writes; echoes "GB/s baseline-GB/s tool".
 ours() {
 	tp=$1
 	reg=$2
-	shift 2
+	warm=$3
+	mib=$4
+	shift 4
 	if [ -x "$CLI" ]; then
+		wopt=""
+		[ "$warm" -gt 0 ] && wopt="--warmup $warm"
+		# shellcheck disable=SC2086
 		j=$(env "$@" timeout 300 "$CLI" bench transport --transport "$tp" --region-mib "$reg" \
-			--block-kib 4096 --total-mib "$TOTAL_MIB" --json 2>"$TMP/cli.err")
+			--block-kib 4096 --total-mib "$mib" $wopt --json 2>"$TMP/cli.err")
 		if echo "$j" | grep -q "\"transport\":\"$tp\"" && [ -n "$(echo "$j" | gbps_of)" ]; then
 			b=$(echo "$j" | sed -n 's/.*"baseline_gbps":\([0-9.]*\).*/\1/p')
 			echo "$(echo "$j" | gbps_of) ${b:-0} layercake-bench-transport"
@@ -125,27 +136,50 @@ ours() {
 	fi
 	info=$TMP/xfer.info
 	rm -f "$info" "$info.done"
-	env "$@" timeout 300 "$XFER" serve "$tp://127.0.0.1:0" "$info" "$TOTAL_MIB" >/dev/null 2>&1 &
+	env "$@" timeout 300 "$XFER" serve "$tp://127.0.0.1:0" "$info" "$mib" >/dev/null 2>&1 &
 	spid=$!
 	PIDS="$PIDS $spid"
-	g=$(env "$@" timeout 300 "$XFER" send "$info" "$TOTAL_MIB" 4096 16 2>/dev/null | gbps_of)
+	g=$(env "$@" timeout 300 "$XFER" send "$info" "$mib" 4096 16 2>/dev/null | gbps_of)
 	wait "$spid" 2>/dev/null
 	echo "${g:-0} 0 ucx_xfer"
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : 0 }'; }
+# PAIRS alternations of perftest's test $1 (ports from $2) and ours with
+# the env words $3, the same messages (PT_ITERS of 4 MiB after WARMUP);
+# echoes "perftest-median ours-median tool". One pair each way was a coin
+# toss on a shared VM: single runs of either side move by 10-20%.
+vs_perftest() {
+	test_=$1
+	port_=$2
+	env_=$3
+	pts=""
+	ous=""
+	k=1
+	while [ "$k" -le "$PAIRS" ]; do
+		pts="$pts $(perftest "$((port_ + k))" "$test_" | cut -d' ' -f1)"
+		# shellcheck disable=SC2086
+		o=$(ours ucx 4 "$WARMUP" "$((PT_ITERS * 4))" $env_)
+		ous="$ous $(echo "$o" | cut -d' ' -f1)"
+		k=$((k + 1))
+	done
+	# shellcheck disable=SC2086
+	echo "$(median $pts) $(median $ous) $(echo "$o" | cut -d' ' -f3)"
+}
 
 hdr="run am_pt   ucx_am  r_am  put_pt  ucx_put r_put tcp     tcp_bl  r_tcp ucx_sm  memcpy  r_sm"
 echo "$hdr"
 tool=none
 i=1
 while [ "$i" -le "$RUNS" ]; do
-	set -- $(perftest "$i" ucp_am_bw); am_pt=$1
-	set -- $(ours ucx 4 UCX_TLS=tcp LAYERCAKE_UCX_DATA=am); ua=$1; tool=$3
-	set -- $(perftest "$((i + 100))" ucp_put_bw); put_pt=$1
-	set -- $(ours ucx 4 UCX_TLS=tcp LAYERCAKE_UCX_DATA=put LAYERCAKE_UCX_ALLOW_SW_RMA=1); up=$1
-	set -- $(ours tcp 1024); tt=$1; tb=$2
-	set -- $(ours ucx 1024 UCX_TLS="$SM_TLS" LAYERCAKE_UCX_ERR_MODE=none LAYERCAKE_UCX_DATA=am); us=$1; mc=$2
+	set -- $(vs_perftest ucp_am_bw "$((i * 10))" "UCX_TLS=tcp LAYERCAKE_UCX_DATA=am")
+	am_pt=$1; ua=$2; tool=$3
+	set -- $(vs_perftest ucp_put_bw "$((i * 10 + 100))" \
+		"UCX_TLS=tcp LAYERCAKE_UCX_DATA=put LAYERCAKE_UCX_ALLOW_SW_RMA=1")
+	put_pt=$1; up=$2
+	set -- $(ours tcp 1024 0 "$TOTAL_MIB"); tt=$1; tb=$2
+	set -- $(ours ucx 1024 0 "$TOTAL_MIB" UCX_TLS="$SM_TLS" LAYERCAKE_UCX_ERR_MODE=none LAYERCAKE_UCX_DATA=am); us=$1; mc=$2
 	if [ "$mc" = 0 ]; then
 		mc=$("$BASELINE" memcpy 1024 2>/dev/null | sed -n 's/.*gbps=\([0-9.]*\).*/\1/p')
 	fi
@@ -155,7 +189,9 @@ while [ "$i" -le "$RUNS" ]; do
 	i=$((i + 1))
 done
 echo "(GB/s = 10^9 B/s; *_pt: ucx_perftest over UCX_TLS=tcp, 4 MiB messages, its Final overall"
-echo " bandwidth; ours: $tool, 4 MiB writes, $TOTAL_MIB MiB: against perftest through one 4 MiB region,"
-echo " the buffer perftest rewrites (room laps re-grant it), else through 1024 MiB regions; r_*: ours / baseline;"
+echo " bandwidth; against perftest each figure is the median of $PAIRS alternating runs of each side,"
+echo " $PT_ITERS messages after $WARMUP untimed, both sides; ours: $tool, 4 MiB writes: against perftest"
+echo " through one 4 MiB region, the buffer perftest rewrites (room laps re-grant it), else $TOTAL_MIB MiB"
+echo " through 1024 MiB regions; r_*: ours / baseline;"
 echo " tcp_bl: loopback TCP measured by bench transport in the same invocation; shared memory:"
 echo " UCX_TLS=$SM_TLS LAYERCAKE_UCX_ERR_MODE=none, against one memcpy of the region)"
