@@ -349,8 +349,10 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 	lc__decode_discover_now(d, r);
 	if (r->status == LC_ROOM_BOOTSTRAPPING || !d->disc_live)
 		pthread_cond_broadcast(&d->cond);
+	bool idle = atomic_load(&d->ctl_idle); /* looked before the room was linked */
 	pthread_mutex_unlock(&d->lock);
-	lc__decode_ctl_wake(d); /* its deadlines now include this room's */
+	if (idle)
+		lc__decode_ctl_wake(d); /* its deadlines now include this room's */
 	*out = r;
 	return 0;
 }

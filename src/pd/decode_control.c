@@ -446,8 +446,9 @@ static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
 #define LANDED_POLL_NS (2ull * 1000000)
 
 /* A live room's states are looked at at least this often (a broken grant
- * is found by looking); a D with none sleeps until woken
- * (lc__decode_ctl_wake), IDLE_POLL_MS bounding a wake-up lost to a bug. */
+ * is found by looking), and so is a D that had one within it; a D with
+ * none for longer sleeps until woken (lc__decode_ctl_wake), IDLE_POLL_MS
+ * bounding a wake-up lost to a bug. */
 #define LIVE_POLL_MS 100
 #define IDLE_POLL_MS 2000
 
@@ -455,12 +456,13 @@ static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
 static int check_deadlines(lc_decode_t *d, uint64_t now)
 {
 	uint64_t next = now + IDLE_POLL_MS * 1000000ull;
+	bool live = false;
 	pthread_mutex_lock(&d->lock);
 	replies_overdue(d, now, &next);
 	for (lc_receiver_t *r = d->receivers; r; r = r->next) {
 		if (lc__decode_final(r))
 			continue;
-		next = LC__MIN(next, now + LIVE_POLL_MS * 1000000ull);
+		live = true;
 		lc__grant_count_t c;
 		if (r->granted && !lc__grant_room_count(d->ctx->grants, r->room, &c) && c.broken) {
 			fail_broken(d, r, &c);
@@ -508,6 +510,12 @@ static int check_deadlines(lc_decode_t *d, uint64_t now)
 				next = dl;
 		}
 	}
+	if (live)
+		d->ctl_live_ns = now;
+	bool idle = now - d->ctl_live_ns >= LIVE_POLL_MS * 1000000ull;
+	if (!idle)
+		next = LC__MIN(next, now + LIVE_POLL_MS * 1000000ull);
+	atomic_store(&d->ctl_idle, idle);
 	pthread_mutex_unlock(&d->lock);
 	return (int)((next - now) / 1000000) + 1;
 }

@@ -553,7 +553,8 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 	pr->reg_pending = true;
 	pr->reg_epoch++;
 	pr->reg_sent_ns = lc__now_ns();
-	lc__decode_ctl_wake(d); /* the reply's deadline */
+	if (atomic_load(&d->ctl_idle))
+		lc__decode_ctl_wake(d); /* the reply's deadline */
 	LC__INFO("decode %s: registered with P rank %d at %s (status %s, data %s)", d->session,
 		 rank, pr->endpoint, pr->adv_status, pr->adv_data);
 	return 0;

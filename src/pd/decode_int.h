@@ -175,9 +175,14 @@ struct lc_decode {
 	pthread_t ctl_thread, disc_thread;
 	bool ctl_started, disc_started;
 	_Atomic bool stop;
-	/* Wakes the control thread (lc__decode_ctl_wake): stop, a new receiver,
-	 * a registration sent. An idle D's thread sleeps on it for seconds. */
+	/* Wakes the control thread (lc__decode_ctl_wake): stop, and while it
+	 * sleeps long (ctl_idle: no live room for LIVE_POLL_MS; set under `lock`
+	 * as it looks) a new receiver or a registration sent. Otherwise it
+	 * looks every LIVE_POLL_MS anyway, so rooms one after another pay no
+	 * wake-up. ctl_live_ns: when it last saw a live room (its own). */
 	int evfd;
+	_Atomic bool ctl_idle;
+	uint64_t ctl_live_ns;
 	_Atomic uint64_t ctl[LC__CTL_COUNT];
 	/* Lanes from P closed by P (the listener's word, any thread), and the
 	 * last room written on one; the discovery thread's view of them. */
