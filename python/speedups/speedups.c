@@ -16,6 +16,7 @@
 #define Py_LIMITED_API 0x03090000
 #include <Python.h>
 
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -213,23 +214,32 @@ static PyObject *completions(const lc_completion_t *out, int n)
 	return l;
 }
 
-/* The queue's handle and at most how many (clamped to what the stack
- * holds; 0 and below reach the library as given). */
-static int cq_args(PyObject *cq_o, int max, uint64_t *cq)
+static int to_int(PyObject *o, int *out)
 {
-	return to_u64(cq_o, UINTPTR_MAX, cq) && max <= MAX_COMPLETIONS;
+	int64_t v;
+	if (!to_i64(o, &v) || v < INT_MIN || v > INT_MAX)
+		return 0;
+	*out = (int)v;
+	return 1;
+}
+
+/* The queue's handle and at most how many (at most what the stack holds;
+ * 0 and below reach the library as given). */
+static int cq_args(PyObject *cq_o, PyObject *max_o, uint64_t *cq, int *max)
+{
+	return to_u64(cq_o, UINTPTR_MAX, cq) && to_int(max_o, max) && *max <= MAX_COMPLETIONS;
 }
 
 /* poll(cq, max): a list of completion dicts, a negative code, or None. */
 static PyObject *sp_poll(PyObject *self, PyObject *args)
 {
 	(void)self;
-	PyObject *cq_o;
+	PyObject *cq_o, *max_o;
 	int max, n;
 	uint64_t cq;
-	if (!PyArg_ParseTuple(args, "Oi", &cq_o, &max))
+	if (!PyArg_ParseTuple(args, "OO", &cq_o, &max_o))
 		return NULL;
-	if (!cq_poll || !cq_args(cq_o, max, &cq))
+	if (!cq_poll || !cq_args(cq_o, max_o, &cq, &max))
 		Py_RETURN_NONE;
 	lc_completion_t out[MAX_COMPLETIONS];
 	PyThreadState *ts = PyEval_SaveThread();
@@ -242,12 +252,12 @@ static PyObject *sp_poll(PyObject *self, PyObject *args)
 static PyObject *sp_wait(PyObject *self, PyObject *args)
 {
 	(void)self;
-	PyObject *cq_o;
+	PyObject *cq_o, *max_o, *timeout_o;
 	int max, timeout_ms, n;
 	uint64_t cq;
-	if (!PyArg_ParseTuple(args, "Oii", &cq_o, &max, &timeout_ms))
+	if (!PyArg_ParseTuple(args, "OOO", &cq_o, &max_o, &timeout_o))
 		return NULL;
-	if (!cq_wait || !cq_args(cq_o, max, &cq))
+	if (!cq_wait || !cq_args(cq_o, max_o, &cq, &max) || !to_int(timeout_o, &timeout_ms))
 		Py_RETURN_NONE;
 	lc_completion_t out[MAX_COMPLETIONS];
 	PyThreadState *ts = PyEval_SaveThread();

@@ -57,6 +57,8 @@ def test_values_it_does_not_convert_are_left_to_ctypes():
         assert fast.post(*args) is None, args
     assert fast.poll(p["cq"]._need(), 65) is None  # more than its stack holds
     assert fast.wait(-5, 1, 0) is None
+    assert fast.poll(p["cq"]._need(), 2.5) is None and fast.wait(p["cq"]._need(), 1, 1 << 40) is None
+    assert fast.wait(p["cq"]._need(), 1, "soon") is None
     with pytest.raises(TypeError):
         fast.post(h, w)  # too few arguments: Python's own error
 
