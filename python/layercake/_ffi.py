@@ -422,21 +422,22 @@ SPEEDUPS_NAME = "_speedups.abi3.so"
 
 
 def _load_speedups():
-    """(module or None, where it came from or why there is none): the C
+    """(module or None, where it came from or why there is none, whether
+    one was found but cannot be used: a warning then): the C
     module of the data path's per-batch calls (python/speedups/speedups.c,
     docs/python.md "Speedups"), found beside the library it will call or
     beside this package, and bound to this library's functions.
     LAYERCAKE_SPEEDUPS=0 leaves it out; without it everything takes the
     ctypes way, with the same results."""
     if os.environ.get("LAYERCAKE_SPEEDUPS", "1") == "0":
-        return None, "off (LAYERCAKE_SPEEDUPS=0)"
+        return None, "off (LAYERCAKE_SPEEDUPS=0)", False
     here = os.path.dirname(os.path.abspath(__file__))
     dirs = [here]
     if os.path.exists(LIBRARY_PATH):
         dirs.insert(0, os.path.dirname(os.path.realpath(LIBRARY_PATH)))
     path = next((p for p in (os.path.join(d, SPEEDUPS_NAME) for d in dirs) if os.path.exists(p)), None)
     if path is None:
-        return None, "not built (no " + SPEEDUPS_NAME + " beside the library or the package)"
+        return None, "not built (no " + SPEEDUPS_NAME + " beside the library or the package)", False
     import importlib.util
     try:
         spec = importlib.util.spec_from_file_location("layercake._speedups", path)
@@ -445,12 +446,17 @@ def _load_speedups():
         want = (lc_version_number(), ctypes.sizeof(Write), ctypes.sizeof(BatchParams),
                 ctypes.sizeof(Completion))
         if tuple(mod.layout()) != want:
-            return None, f"{path}: built for {tuple(mod.layout())}, the library is {want}"
+            return None, f"{path}: built for {tuple(mod.layout())}, the library is {want}", True
         addr = [ctypes.cast(lib[n], c_void_p).value for n in ("lc_batch_post", "lc_cq_poll", "lc_cq_wait")]
         mod.bind(*addr)
     except (ImportError, OSError, AttributeError, ValueError) as e:
-        return None, f"{path}: {e}"
-    return mod, path
+        return None, f"{path}: {e}", True
+    return mod, path, False
 
 
-speedups, SPEEDUPS_FROM = _load_speedups()
+speedups, SPEEDUPS_FROM, _unusable = _load_speedups()
+if _unusable:  # found, but it cannot be loaded or was built for another library
+    import warnings
+    warnings.warn(f"layercake: C module not used, the slower ctypes way instead: {SPEEDUPS_FROM} "
+                  "(rebuild it with the library, or LAYERCAKE_SPEEDUPS=0 to silence this)",
+                  RuntimeWarning, stacklevel=2)

@@ -159,3 +159,19 @@ def test_large_batches_and_threads_waiting_on_one_queue():
     assert all(ids[b] == ud and st == 0 for b, ud, st in seen)
     p["rx"].close()
     p["tx"].close()
+
+
+def test_a_module_that_cannot_be_used_is_said_once(tmp_path):
+    """A module beside the library that does not load (here: not an ELF
+    file) leaves the ctypes way in use, with a warning that names the file."""
+    import shutil
+    import subprocess
+    import sys
+    shutil.copyfile(os.path.realpath(_ffi.LIBRARY_PATH), tmp_path / "liblayercake.so")
+    (tmp_path / _ffi.SPEEDUPS_NAME).write_bytes(b"not a module")
+    env = dict(os.environ, LAYERCAKE_LIB=str(tmp_path / "liblayercake.so"))
+    env.pop("LAYERCAKE_SPEEDUPS", None)
+    r = subprocess.run([sys.executable, "-c", "import layercake._ffi as f; print(f.speedups is None)"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr
+    assert "RuntimeWarning" in r.stderr and str(tmp_path / _ffi.SPEEDUPS_NAME) in r.stderr, r.stderr
