@@ -418,11 +418,11 @@ LC_API int lc_engine_batch_begin(lc_engine_t *engine, int is_idle);
  * page_tokens for such a chunk when D may hold a prefix. Bounded: at most
  * p_room_held_chunks_max chunks per Bootstrapping room, and at most
  * p_held_pages_max page and state-slot entries in the held chunks of all
- * rooms; beyond either the chunk is refused with -ENOBUFS (nothing held,
+ * rooms; beyond either the chunk is refused with -ENOSPC (nothing held,
  * counted in chunks_refused_held, logged once per 1,024).
  *
  * Errors: LC_ERR_STATE (the open batch is idle; the room is already
- * final, or Failed meanwhile), -ENOBUFS (the held caps above), -ENOENT
+ * final, or Failed meanwhile), -ENOSPC (the held caps above), -ENOENT
  * (unknown room), -EINVAL (bad pages or masks: a P page id, in pages or
  * src_local, outside [0, pages of the layout's smallest page buffer), a
  * state slot outside the smallest state buffer, fewer src_local entries
@@ -632,7 +632,7 @@ typedef struct lc_engine_metrics {
 	 * transfer info arrives, and their page and state-slot entries */
 	uint64_t chunks_held;
 	uint64_t pages_held;
-	uint64_t chunks_refused_held; /* -ENOBUFS: past a held cap */
+	uint64_t chunks_refused_held; /* -ENOSPC: past a held cap */
 } lc_engine_metrics_t;
 
 /* Copy a consistent snapshot of the metrics (fields up to out->size). New

@@ -130,7 +130,7 @@ static uint64_t chunk_entries(const lc_chunk_t *ch)
 }
 
 /* Whether room r, still Bootstrapping, may hold one more chunk: under
- * p_room_held_chunks_max and p_held_pages_max. -ENOBUFS otherwise, counted
+ * p_room_held_chunks_max and p_held_pages_max. -ENOSPC otherwise, counted
  * and logged once per 1,024 (a caller that keeps adding would flood it). */
 static int held_check(lc_engine_t *e, const lc__room_t *r, const lc_chunk_t *ch)
 {
@@ -139,7 +139,7 @@ static int held_check(lc_engine_t *e, const lc__room_t *r, const lc_chunk_t *ch)
 	if (!room && e->held_pages + n <= e->held_pages_max)
 		return 0;
 	uint64_t k = ++e->m.chunks_refused_held;
-	lc__error_set(-ENOBUFS,
+	lc__error_set(-ENOSPC,
 		      "engine %s: chunk for room %llu refused: the room is Bootstrapping (D's "
 		      "transfer info not in yet) and %s (%llu) is reached",
 		      e->name, (unsigned long long)ch->room,
@@ -147,7 +147,7 @@ static int held_check(lc_engine_t *e, const lc__room_t *r, const lc_chunk_t *ch)
 		      (unsigned long long)(room ? e->held_chunks_max : e->held_pages_max));
 	if (k % 1024 == 1)
 		LC__WARN("%s; %llu refused so far", lc_last_error(), (unsigned long long)k);
-	return -ENOBUFS;
+	return -ENOSPC;
 }
 
 /* Whether a chunk may be added now (*out: its room); an error code
