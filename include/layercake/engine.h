@@ -561,7 +561,8 @@ typedef struct lc_dst_params {
 
 /* Add a destination to a room (opening it if unknown, as the seed's
  * monotonic status allows). When required_dst_count distinct sessions have
- * been added the room is Bootstrapped. A destination whose session is
+ * been added the room is Bootstrapped, and the chunks it held meanwhile go
+ * out (their recorded layers at once; lc_engine_chunk_add). A destination whose session is
  * blocked fails the room at once (LC_FAIL_SESSION_BLOCKED). Errors:
  * -EINVAL, -ENOENT (unknown session), -EEXIST (session already added),
  * LC_ERR_STATE (room final, or more destinations than required). */
@@ -572,7 +573,8 @@ LC_API int lc_engine_room_dst_add(lc_engine_t *engine, uint64_t room, const lc_d
 #define LC_METADATA_MAX 4096
 LC_API int lc_engine_room_metadata_set(lc_engine_t *engine, uint64_t room, const void *data,
 				       size_t len);
-/* Cancel a room: stop submitting, cancel its posted batches, fail it with
+/* Cancel a room: stop submitting, cancel its posted batches, drop the
+ * chunks it holds (a room still Bootstrapping), fail it with
  * LC_FAIL_CANCELLED (every destination notified once). Returns 0, -ENOENT
  * if unknown, LC_ERR_STATE if it already ended. */
 LC_API int lc_engine_room_cancel(lc_engine_t *engine, uint64_t room, const char *reason);

@@ -66,6 +66,7 @@ typedef struct cfg {
 	 * Bootstrapping; only then may D send its transfer info (hold_pipe).
 	 * Chunks then count pages from token 0 (lc_chunk_t.page_tokens). */
 	int hold_chunks, hold_layers;
+	bool no_grant; /* D never sends it: P's rooms fail at their deadline first */
 } cfg_t;
 
 static cfg_t C;
@@ -192,13 +193,41 @@ static void wait_bootstrapped(lc_sender_t *snd[8][8])
 }
 
 /* hold_chunks: what P recorded so far is held; let D send its transfer
- * info, and wait until it has arrived. */
-static void release_d(lc_sender_t *snd[8][8])
+ * info, and wait until it has arrived. no_grant: wait instead for the
+ * rooms to fail at their bootstrap deadline, their chunks released. */
+static void release_d(lc_sender_t *snd[8][8], lc_engine_t **eng)
 {
+	if (C.no_grant) {
+		for (int r = 0; r < C.p_world; r++) { /* every chunk held ... */
+			lc_engine_metrics_t m = {.size = sizeof m};
+			TU_OK(lc_engine_metrics(eng[r], &m));
+			TU_CHECK(m.chunks_held == (uint64_t)(C.rooms * C.chunks),
+				 "P rank %d holds %llu chunks", r,
+				 (unsigned long long)m.chunks_held);
+		}
+		/* ... until the rooms fail at their deadline, D silent */
+		uint64_t deadline = now_ms() + 20000;
+		for (bool all = false; !all && now_ms() < deadline; usleep(2000)) {
+			all = true;
+			for (int r = 0; r < C.p_world; r++)
+				for (int i = 0; i < C.rooms; i++)
+					if (snd[r][i] &&
+					    lc_sender_poll(snd[r][i], NULL) != LC_ROOM_FAILED)
+						all = false;
+		}
+		for (int r = 0; r < C.p_world; r++) {
+			lc_engine_metrics_t m = {.size = sizeof m};
+			TU_OK(lc_engine_metrics(eng[r], &m));
+			TU_CHECK(m.chunks_held == 0 && m.pages_held == 0 && m.batches_posted == 0,
+				 "P rank %d holds %llu chunks after its rooms failed", r,
+				 (unsigned long long)m.chunks_held);
+		}
+	}
 	say("held");
 	for (int i = 0; i < C.d_procs; i++)
 		TU_CHECK(write(hold_pipe[1], "g", 1) == 1, "hold pipe");
-	wait_bootstrapped(snd);
+	if (!C.no_grant)
+		wait_bootstrapped(snd);
 }
 
 /* One wave of rooms (room_base .. room_base + rooms - 1) on every rank. */
@@ -249,13 +278,15 @@ static int p_wave(lc_prefill_t **pf, lc_engine_t **eng, lc_sender_t *snd[8][8], 
 				if (rc)
 					fprintf(stderr, "P rank %d room %d chunk %d: %s\n", r, i, k,
 						lc_strerror(rc));
+				TU_CHECK(!rc || !C.hold_chunks, "a chunk P did not wait for: %s",
+					 lc_strerror(rc));
 			}
 			TU_OK(lc_engine_batch_end(eng[r]));
 		}
 		say("chunk %d", k);
 		for (int l = 0; l < LAYERS; l++) {
 			if (k == C.hold_chunks - 1 && C.hold_layers && l == C.hold_layers)
-				release_d(snd);
+				release_d(snd, eng);
 			usleep((useconds_t)C.layer_sleep_us);
 			for (int r = 0; r < C.p_world; r++)
 				TU_OK(lc_engine_record_cache(eng[r]));
@@ -263,7 +294,7 @@ static int p_wave(lc_prefill_t **pf, lc_engine_t **eng, lc_sender_t *snd[8][8], 
 		for (int r = 0; r < C.p_world; r++)
 			TU_OK(lc_engine_record_aux(eng[r]));
 		if (k == C.hold_chunks - 1 && !C.hold_layers)
-			release_d(snd);
+			release_d(snd, eng);
 	}
 	uint64_t deadline;
 	for (int r = 0; r < C.p_world; r++)
@@ -522,10 +553,12 @@ static int d_wave(lc_decode_t *d, const side_t *s, const char *bs_addr, int tp_r
 		TU_CHECK(poll(&pfd, 1, 20000) == 1 && read(hold_pipe[0], &g, 1) == 1,
 			 "P never let D send");
 	}
-	/* Bootstrapped, then send the pages. */
+	/* Bootstrapped, then send the pages (no_grant: never; cancel). */
 	uint64_t deadline = now_ms() + 20000;
 	bool sent[8] = {0};
-	for (int left = C.rooms; left && now_ms() < deadline; usleep(1000)) {
+	for (int i = 0; C.no_grant && i < C.rooms; i++)
+		TU_OK(lc_receiver_cancel(rcv[i], "test: D never sent its pages"));
+	for (int left = C.no_grant ? 0 : C.rooms; left && now_ms() < deadline; usleep(1000)) {
 		for (int i = 0; i < C.rooms; i++) {
 			if (sent[i])
 				continue;
@@ -1187,6 +1220,12 @@ int main(int argc, char **argv)
 		} else if (strstr(c, "hold_mixed")) { /* chunk 0, half of 1 before; 2 after */
 			C.hold_chunks = 2;
 			C.hold_layers = LAYERS / 2;
+		} else if (strstr(c, "hold_no_grant")) { /* P's rooms fail at the deadline */
+			C.no_grant = true;
+			C.p_knobs = "bootstrap_timeout_ms=3000";
+			C.p_expect = C.d_expect = LC_ROOM_FAILED;
+			C.p_reason = LC_FAIL_BOOTSTRAP_TIMEOUT;
+			C.d_reason = LC_FAIL_CANCELLED;
 		}
 		return run_plain(D_NORMAL);
 	}
