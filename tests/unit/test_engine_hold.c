@@ -452,7 +452,8 @@ static void held_chunks_are_capped_per_room_and_per_engine(void **state)
 	assert_int_equal(fx_chunk(f, 11, SRC + 2, 2, 2, 0, 0), 0);
 	assert_int_equal(fx_chunk(f, 11, SRC + 4, 2, 4, 1, 0), -ENOSPC);
 	assert_non_null(strstr(lc_last_error(), "p_room_held_chunks_max"));
-	assert_int_equal(fx_chunk(f, 12, SRC, 7, 0, 1, 0), -ENOSPC); /* 4 + 7 > 10 */
+	const int64_t seven[] = {1, 2, 3, 4, 5, 6, 7};
+	assert_int_equal(fx_chunk(f, 12, seven, 7, 0, 1, 0), -ENOSPC); /* 4 + 7 > 10 */
 	assert_non_null(strstr(lc_last_error(), "p_held_pages_max"));
 	assert_int_equal(fx_chunk(f, 12, SRC, 6, 0, 0, 0), 0); /* 4 + 6 */
 	lc_engine_metrics_t m = metrics(f);
