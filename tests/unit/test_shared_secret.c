@@ -229,12 +229,42 @@ static void bootstrap_bearer(void **state)
 	lc_bootstrap_stop(b);
 }
 
+static int warnings_naming_it;
+
+static void count_warnings(lc_log_level_t level, const char *line, void *arg)
+{
+	(void)arg;
+	if (level == LC_LOG_WARN && strstr(line, "LAYERCAKE_SHARED_SECRET"))
+		warnings_naming_it++;
+}
+
+/* A listener beyond loopback without authentication is said once per
+ * process and role (what P, D and the bootstrap server call at start,
+ * when they have no CURVE or no secret); loopback never. */
+static void warned_once_at_start(void **state)
+{
+	(void)state;
+	lc_log_set_handler(count_warnings, NULL);
+	lc_log_set_level(LC_LOG_WARN);
+	lc__shared_warn_open("bootstrap", "127.0.0.1", "PUT /route");
+	lc__shared_warn_open("decode", "::1", "the control socket");
+	assert_int_equal(warnings_naming_it, 0);
+	lc__shared_warn_open("bootstrap", "0.0.0.0", "PUT /route");
+	lc__shared_warn_open("bootstrap", "10.0.0.7", "PUT /route");
+	assert_int_equal(warnings_naming_it, 1);
+	lc__shared_warn_open("prefill", NULL, "the control socket");
+	lc__shared_warn_open("prefill", "", "the control socket");
+	assert_int_equal(warnings_naming_it, 2);
+	lc_log_set_handler(NULL, NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(sha256_vectors),   cmocka_unit_test(hmac_vectors),
-		cmocka_unit_test(hkdf_vectors),     cmocka_unit_test(derivation),
-		cmocka_unit_test(where_it_is_read), cmocka_unit_test(bootstrap_bearer),
+		cmocka_unit_test(sha256_vectors),       cmocka_unit_test(hmac_vectors),
+		cmocka_unit_test(hkdf_vectors),         cmocka_unit_test(derivation),
+		cmocka_unit_test(where_it_is_read),     cmocka_unit_test(bootstrap_bearer),
+		cmocka_unit_test(warned_once_at_start),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
