@@ -28,6 +28,9 @@ static void usage(FILE *f)
 		"  --port N       port (default: knob bootstrap_port, 8998; 0 picks one)\n"
 		"  --secret TEXT  PUT /route needs \"Authorization: Bearer TEXT\"\n"
 		"                 (default: $LAYERCAKE_SECRET_DIR/bootstrap.secret if present)\n"
+		"With LAYERCAKE_SHARED_SECRET (or LAYERCAKE_SHARED_SECRET_FILE) set, PUT /route\n"
+		"also takes the bearer every P of the deployment derives from it, and such a PUT\n"
+		"replaces at once the route of a P that no longer answers (docs/security.md).\n"
 		"Prints \"listening HOST:PORT\" on stdout once it serves; stops on SIGINT/SIGTERM.\n");
 }
 

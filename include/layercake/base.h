@@ -193,8 +193,9 @@ typedef struct lc_config_info {
 	int64_t min;             /* inclusive bounds of the value */
 	int64_t max;
 	/* 1: a text knob (a folder, a log level): process-wide, read from its
-	 * variable when used; lc_ctx_config_get returns its text, min and max
-	 * are 0, and lc_ctx_config_set refuses it (-ENOTSUP). */
+	 * variable when used; lc_ctx_config_get returns its text ("(set)" for
+	 * shared_secret, never the secret), min and max are 0, and
+	 * lc_ctx_config_set refuses it (-ENOTSUP). */
 	int is_text;
 } lc_config_info_t;
 

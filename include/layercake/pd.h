@@ -35,6 +35,13 @@ typedef struct lc_bootstrap_params {
 	/* Optional: this context's counters appear in /metrics. Must outlive
 	 * the server. */
 	lc_ctx_t *ctx;
+	/* The deployment's shared secret (docs/security.md, "One switch"); NULL
+	 * or "" = LAYERCAKE_SHARED_SECRET, else the first line of
+	 * LAYERCAKE_SHARED_SECRET_FILE, else none. When set, PUT /route also
+	 * takes the bearer derived from it (beside `secret`, if any), and a PUT
+	 * that carries a valid bearer replaces at once a route whose owner no
+	 * longer accepts connections (a restarted P). Copied, then wiped. */
+	const char *shared_secret;
 } lc_bootstrap_params_t;
 
 /* Start the server (its own thread). Returns when it listens. Errors:
@@ -66,7 +73,10 @@ LC_API int lc_bootstrap_addr(const lc_bootstrap_t *bootstrap, char *buf, size_t 
  * Control-plane security: when LAYERCAKE_SECRET_DIR holds curve.public and
  * curve.secret (z85), every control socket uses ZeroMQ CURVE with that
  * keypair and accepts only peers presenting a public key listed in the
- * directory (curve.public and authorized_keys, one z85 key a line).
+ * directory (curve.public and authorized_keys, one z85 key a line). The
+ * shared secret (shared_secret below, LAYERCAKE_SHARED_SECRET) is the one
+ * switch for all of it: a keypair derived from it, used and accepted by
+ * every rank, and the bootstrap bearer (docs/security.md, "One switch").
  * ---------------------------------------------------------------------- */
 
 typedef struct lc_prefill lc_prefill_t;
@@ -96,6 +106,13 @@ typedef struct lc_prefill_params {
 	int reserved2;
 	uint64_t *cache_word;
 	uint64_t *aux_word;
+	/* The deployment's shared secret, as lc_bootstrap_params_t's. When set,
+	 * the rank registers with the bearer derived from it (unless
+	 * bootstrap_secret or bootstrap.secret gives one) and its control
+	 * socket is CURVE with the keypair derived from it (unless
+	 * LAYERCAKE_SECRET_DIR holds one; its public key is accepted either
+	 * way): only D ranks holding the secret can register. */
+	const char *shared_secret;
 } lc_prefill_params_t;
 
 /* Create the engine (lc_engine_create; knobs from ctx), bind the control
@@ -215,6 +232,13 @@ typedef struct lc_decode_params {
 	const char *session;
 	int tp_size; /* D ranks per dp group, >= 1 (0 = 1) */
 	int tp_rank; /* this rank within its group */
+	/* The deployment's shared secret, as lc_bootstrap_params_t's. When set,
+	 * the control socket is CURVE with the keypair derived from it (as
+	 * lc_prefill_params_t's), and D hands its REGISTER (token, session
+	 * secret) only to a P rank whose route names a key D trusts and that
+	 * completes the CURVE handshake with it: a route that cannot prove the
+	 * secret fails its rooms, and nothing reaches it. */
+	const char *shared_secret;
 } lc_decode_params_t;
 
 /* Create the listener, issue the session token, bind the control socket

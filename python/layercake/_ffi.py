@@ -214,7 +214,7 @@ DstParams = _struct("lc_dst_params_t", [
 
 BootstrapParams = _struct("lc_bootstrap_params_t", [
     ("size", c_size), ("host", c_char_p), ("port", c_int), ("reserved", c_int),
-    ("secret", c_char_p), ("ctx", c_void_p),
+    ("secret", c_char_p), ("ctx", c_void_p), ("shared_secret", c_char_p),
 ])
 
 PrefillParams = _struct("lc_prefill_params_t", [
@@ -222,13 +222,13 @@ PrefillParams = _struct("lc_prefill_params_t", [
     ("name", c_char_p), ("world_size", c_int), ("dp_size", c_int), ("engine_rank", c_int),
     ("reserved", c_int), ("metrics_server", c_void_p), ("bootstrap_secret", c_char_p),
     ("external_counter", c_int), ("reserved2", c_int), ("cache_word", c_void_p),
-    ("aux_word", c_void_p),
+    ("aux_word", c_void_p), ("shared_secret", c_char_p),
 ])
 
 DecodeParams = _struct("lc_decode_params_t", [
     ("size", c_size), ("layout", c_void_p), ("regions", P(c_void_p)), ("region_count", c_size),
     ("listen_url", c_char_p), ("host", c_char_p), ("session", c_char_p),
-    ("tp_size", c_int), ("tp_rank", c_int),
+    ("tp_size", c_int), ("tp_rank", c_int), ("shared_secret", c_char_p),
 ])
 
 ReceiverPages = _struct("lc_receiver_pages_t", [

@@ -82,22 +82,42 @@ async def _until_final_async(poll, timeout, until):
         pause = min(pause * 2, 0.01)
 
 
+def _shared_secret(value, who):
+    """The shared_secret argument as the C call takes it: None (the
+    environment's), or bytes of a str or bytes. The library checks its
+    length and characters (at least 32 printable characters)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.encode()
+    if not isinstance(value, (bytes, bytearray)):
+        raise TypeError(f"{who}: shared_secret must be a str or bytes, not {type(value).__name__}")
+    if not value or b"\0" in value:
+        raise ValueError(f"{who}: shared_secret must be non-empty and hold no NUL byte")
+    return bytes(value)
+
+
 class BootstrapServer(_Handle):
     """The bootstrap HTTP server run by P (lc_bootstrap_t).
 
     BootstrapServer(host=None, port=0): host None binds every address (as C
     and the CLI do; docs/deployment.md); port 0 picks a free one, -1 takes the
     bootstrap_port knob. `addr` is the "host:port" to give ranks: the
-    advertise_host knob, the bound host, else this host's primary address."""
+    advertise_host knob, the bound host, else this host's primary address.
+    shared_secret (str or bytes, at least 32 characters): the deployment's
+    one secret (docs/security.md, "One switch"); None takes
+    LAYERCAKE_SHARED_SECRET or LAYERCAKE_SHARED_SECRET_FILE, else none."""
 
     _free = _ffi.lc_bootstrap_stop
 
-    def __init__(self, host=None, port=0, secret=None, ctx=None):
+    def __init__(self, host=None, port=0, secret=None, ctx=None, shared_secret=None):
         super().__init__(None)
+        shared = _shared_secret(shared_secret, "BootstrapServer")
         self._keep = [host.encode() if host else None, secret.encode() if secret else None]
         p = _ffi.BootstrapParams()
         p.size = ctypes.sizeof(p)
         p.host, p.port, p.secret = self._keep[0], int(port), self._keep[1]
+        p.shared_secret = shared  # read by lc_bootstrap_start, not kept
         if ctx is not None:
             p.ctx = ctx._need()
             self._depend_on(ctx)
@@ -110,17 +130,21 @@ class BootstrapServer(_Handle):
 
 class Prefill(_Handle):
     """One P rank (lc_prefill_t): its engine, its control socket, its
-    registration with the bootstrap server. Blocks while registering."""
+    registration with the bootstrap server. Blocks while registering.
+    shared_secret: as BootstrapServer's; when set the rank registers with
+    the bearer derived from it and its control socket takes only peers that
+    hold it (CURVE)."""
 
     _free = _ffi.lc_prefill_destroy
 
     def __init__(self, ctx, layout, bootstrap, host=None, name=None, world_size=1, dp_size=1,
-                 engine_rank=0, metrics_server=None, bootstrap_secret=None):
+                 engine_rank=0, metrics_server=None, bootstrap_secret=None, shared_secret=None):
         _need_type(layout, Layout, "Prefill: layout", "a layercake.Layout")
         if isinstance(bootstrap, BootstrapServer):
             bootstrap = bootstrap.addr
         _need_type(bootstrap, str, "Prefill: bootstrap",
                    "the bootstrap server's address as 'host:port' (str) or a BootstrapServer")
+        shared = _shared_secret(shared_secret, "Prefill")
         super().__init__(ctx)
         self._keep = [bootstrap.encode(), host.encode() if host else None,
                       name.encode() if name else None,
@@ -130,6 +154,7 @@ class Prefill(_Handle):
         p.layout = layout._need()
         p.bootstrap, p.host, p.name, p.bootstrap_secret = self._keep
         p.world_size, p.dp_size, p.engine_rank = int(world_size), int(dp_size), int(engine_rank)
+        p.shared_secret = shared
         if metrics_server is not None:
             p.metrics_server = metrics_server._need()
         h = ctypes.c_void_p()
@@ -272,14 +297,17 @@ class Sender(_Room):
 class Decode(_Handle):
     """One D rank (lc_decode_t): data-plane listener, session token, control
     socket and the discovery/deadline threads. `regions` must hold every
-    buffer of `layout`; they stay registered while the Decode lives."""
+    buffer of `layout`; they stay registered while the Decode lives.
+    shared_secret: as BootstrapServer's; when set D registers (its token
+    included) only with P ranks that prove they hold it (CURVE)."""
 
     _free = _ffi.lc_decode_destroy
 
     def __init__(self, ctx, layout, regions, listen_url="tcp://0.0.0.0:0", host=None,
-                 session=None, tp_size=1, tp_rank=0):
+                 session=None, tp_size=1, tp_rank=0, shared_secret=None):
         _need_type(layout, Layout, "Decode: layout", "a layercake.Layout")
         _need_type(listen_url, str, "Decode: listen_url", "a data-plane URL (str), e.g. 'tcp://0.0.0.0:0'")
+        shared = _shared_secret(shared_secret, "Decode")
         super().__init__(ctx)
         regions = [regions] if isinstance(regions, Region) else list(regions)
         self._keep = [listen_url.encode(), host.encode() if host else None,
@@ -292,6 +320,7 @@ class Decode(_Handle):
         p.region_count = len(regions)
         p.listen_url, p.host, p.session = self._keep
         p.tp_size, p.tp_rank = int(tp_size), int(tp_rank)
+        p.shared_secret = shared
         h = ctypes.c_void_p()
         check(_ffi.lc_decode_create(ctx._need(), ctypes.byref(p), ctypes.byref(h)), "lc_decode_create")
         self._h = h.value

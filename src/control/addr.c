@@ -5,6 +5,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,4 +269,28 @@ bool lc__addr_loopback_wrong(const char *told, const char *peer)
 		return false;
 	/* An address of this host routes through lo with itself as source. */
 	return lc__addr_route_local(peer, mine, sizeof mine) || strcmp(mine, peer);
+}
+
+bool lc__addr_tcp_alive(const char *host, int port, int timeout_ms)
+{
+	char port_s[16];
+	int err = 0;
+	socklen_t n = sizeof err;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+	snprintf(port_s, sizeof port_s, "%d", port);
+	if (getaddrinfo(host, port_s, &hints, &ai) || !ai)
+		return false;
+	bool alive = false;
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		if (!connect(fd, ai->ai_addr, ai->ai_addrlen))
+			alive = true;
+		else if (errno == EINPROGRESS && poll(&p, 1, timeout_ms) == 1 &&
+			 !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &n) && !err)
+			alive = true;
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return alive;
 }

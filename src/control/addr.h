@@ -57,6 +57,12 @@ int lc__addr_advertise(const char *bound, const char *peer, char *out, size_t ca
 int lc__addr_url_for(const char *url, const char *peer, char *out, size_t cap, char *why,
 		     size_t why_cap);
 
+/* Whether something accepts TCP connections at host:port within
+ * timeout_ms (a connect, closed at once; nothing is sent). Blocks for the
+ * name lookup and at most timeout_ms. False for a name that does not
+ * resolve. Any thread. */
+bool lc__addr_tcp_alive(const char *host, int port, int timeout_ms);
+
 /* Whether a loopback address told to peer would not reach this host:
  * peer is neither loopback nor one of this host's own addresses. */
 bool lc__addr_loopback_wrong(const char *told, const char *peer);

@@ -15,6 +15,7 @@
 
 #include "control/addr.h"
 #include "control/bootstrap_internal.h"
+#include "control/shared_secret.h"
 #include "core/ctx.h"
 #include "core/config.h"
 #include "core/params.h"
@@ -383,11 +384,20 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	LC__DEBUG("bootstrap http: %s", line);
 }
 
-/* The PUT secret (params, else $LAYERCAKE_SECRET_DIR): 0, or the error,
- * reported. */
-static int secret_load(lc_bootstrap_t *b, const char *secret)
+/* The PUT secrets (params, else $LAYERCAKE_SECRET_DIR; the shared secret's
+ * bearer): 0, or the error, reported. */
+static int secret_load(lc_bootstrap_t *b, const char *secret, const char *shared_param)
 {
-	int rc = lc__bootstrap_secret(secret, b->secret, sizeof b->secret);
+	lc__shared_t shared;
+	int rc = lc__shared_load(shared_param, "bootstrap", &shared);
+	if (rc < 0)
+		return rc;
+	if (rc == 1) {
+		snprintf(b->bearer, sizeof b->bearer, "%s", shared.bearer);
+		b->has_bearer = true;
+	}
+	lc__shared_wipe(&shared);
+	rc = lc__bootstrap_secret(secret, b->secret, sizeof b->secret);
 	if (rc == -ENODATA)
 		return LC__FAIL_AT(
 			LC_LOG_ERROR, rc,
@@ -396,7 +406,8 @@ static int secret_load(lc_bootstrap_t *b, const char *secret)
 	if (rc < 0)
 		return LC__FAIL_AT(LC_LOG_ERROR, rc, "bootstrap: cannot read the secret: %s",
 				   strerror(-rc));
-	b->has_secret = rc == 1;
+	b->has_explicit = rc == 1;
+	b->has_secret = b->has_explicit || b->has_bearer;
 	return 0;
 }
 
@@ -420,7 +431,7 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	pthread_cond_init(&b->cond, NULL);
 	b->ctx = p.ctx;
 	snprintf(b->host, sizeof b->host, "%s", p.host && *p.host ? p.host : "0.0.0.0");
-	int rc = secret_load(b, p.secret);
+	int rc = secret_load(b, p.secret, p.shared_secret);
 	if (rc < 0)
 		goto fail;
 	int port = p.port < 0 ? (int)knob(b, LC__CFG_bootstrap_port) : p.port;
@@ -465,11 +476,15 @@ int lc_bootstrap_start(const lc_bootstrap_params_t *params, lc_bootstrap_t **out
 	b->port = di ? di->port : port;
 	LC__INFO("bootstrap: listening on %s:%d%s", b->host, b->port,
 		 b->has_secret ? " (PUT needs the secret)" : "");
+	if (!b->has_secret)
+		lc__shared_warn_open("bootstrap", b->host, "PUT /route (P ranks' routes)");
 	*out = b;
 	return 0;
 fail:
 	pthread_cond_destroy(&b->cond);
 	pthread_mutex_destroy(&b->lock);
+	memset(b->secret, 0, sizeof b->secret);
+	memset(b->bearer, 0, sizeof b->bearer);
 	free(b);
 	return rc;
 }
@@ -488,6 +503,8 @@ void lc_bootstrap_stop(lc_bootstrap_t *b)
 	free(b->ranks);
 	pthread_cond_destroy(&b->cond);
 	pthread_mutex_destroy(&b->lock);
+	memset(b->secret, 0, sizeof b->secret);
+	memset(b->bearer, 0, sizeof b->bearer);
 	free(b);
 }
 

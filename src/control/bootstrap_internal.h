@@ -68,6 +68,9 @@ typedef struct lc__bs_source {
 } lc__bs_source_t;
 
 #define LC__BS_MAX_SOURCES 64
+/* How long an authenticated PUT's probe of a route's owner waits for a
+ * connection (bootstrap_routes.c, owner_dead). */
+#define LC__BS_PROBE_MS 500
 
 /* HTTP statuses counted on /metrics. */
 enum {
@@ -88,8 +91,12 @@ struct lc_bootstrap {
 	struct MHD_Daemon *daemon;
 	int port;
 	char host[LC__BS_HOST_MAX];
+	/* PUT /route's bearers: the bootstrap secret given (or bootstrap.secret)
+	 * and the shared secret's (control/shared_secret.h); either passes.
+	 * has_secret: at least one is set. */
 	char secret[LC__BS_SECRET_MAX];
-	bool has_secret;
+	char bearer[LC__BS_SECRET_MAX];
+	bool has_explicit, has_bearer, has_secret;
 	lc_ctx_t *ctx;
 
 	/* lock protects everything below; sources_busy counts /metrics
@@ -111,6 +118,7 @@ struct lc_bootstrap {
 	uint64_t puts_invalid;    /* PUTs refused with 400: a field failed its check */
 	uint64_t headers_invalid; /* requests refused for their headers */
 	uint64_t puts_conflict;   /* PUTs refused (409): the rank is owned by another */
+	uint64_t puts_replaced;   /* authenticated PUTs that replaced a dead owner's route */
 	uint64_t route_ttl_ms;
 
 	/* Connections (bootstrap.c): the ones held, by source address. */

@@ -44,7 +44,7 @@ static void render_hist(lc__sbuf_t *s, const char *name, const char *labels,
 /* What the server itself counts, copied under its lock. */
 typedef struct server_counts {
 	uint64_t req[CODE_COUNT], puts_ok, puts_refused, puts_invalid, headers_invalid;
-	uint64_t puts_conflict, conns_refused_addr, conns_deadline;
+	uint64_t puts_conflict, puts_replaced, conns_refused_addr, conns_deadline;
 	int registered, world;
 } server_counts_t;
 
@@ -63,6 +63,7 @@ static lc__metrics_snapshot_t *snapshot(lc_bootstrap_t *b, server_counts_t *c, i
 	c->puts_invalid = b->puts_invalid;
 	c->headers_invalid = b->headers_invalid;
 	c->puts_conflict = b->puts_conflict;
+	c->puts_replaced = b->puts_replaced;
 	c->conns_refused_addr = b->conns_refused_addr;
 	c->conns_deadline = b->conns_deadline;
 	c->registered = b->registered;
@@ -96,9 +97,11 @@ static void render_server(lc__sbuf_t *s, const server_counts_t *c)
 		      "layercake_bootstrap_registrations_total{outcome=\"accepted\"} %llu\n"
 		      "layercake_bootstrap_registrations_total{outcome=\"refused\"} %llu\n"
 		      "layercake_bootstrap_registrations_total{outcome=\"invalid\"} %llu\n"
-		      "layercake_bootstrap_registrations_total{outcome=\"conflict\"} %llu\n",
+		      "layercake_bootstrap_registrations_total{outcome=\"conflict\"} %llu\n"
+		      "layercake_bootstrap_registrations_total{outcome=\"replaced_dead\"} %llu\n",
 		      (unsigned long long)c->puts_ok, (unsigned long long)c->puts_refused,
-		      (unsigned long long)c->puts_invalid, (unsigned long long)c->puts_conflict);
+		      (unsigned long long)c->puts_invalid, (unsigned long long)c->puts_conflict,
+		      (unsigned long long)c->puts_replaced);
 	lc__sb_printf(s,
 		      "# HELP layercake_bootstrap_conns_closed_total Connections the server "
 		      "refused or closed: over bootstrap_conns_per_addr, past "

@@ -8,22 +8,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control/addr.h"
 #include "control/bootstrap_internal.h"
 
 #ifdef LC__BS_BUILT
 
+/* given == secret, in time that depends on the secret's length only. */
+static bool same_secret(const char *secret, const char *given)
+{
+	size_t n = strlen(secret), m = strlen(given);
+	unsigned diff = (unsigned)(n ^ m);
+	for (size_t i = 0; i < n; i++)
+		diff |= (unsigned)(secret[i] ^ (i < m ? given[i] : 0));
+	return diff == 0;
+}
+
+/* The bootstrap secret given, or the shared secret's bearer: either one. */
 static bool auth_ok(const lc_bootstrap_t *b, const char *auth)
 {
 	if (!b->has_secret)
 		return true;
 	if (!auth || strncmp(auth, "Bearer ", 7))
 		return false;
-	const char *given = auth + 7;
-	size_t n = strlen(b->secret), m = strlen(given);
-	unsigned diff = (unsigned)(n ^ m);
-	for (size_t i = 0; i < n; i++)
-		diff |= (unsigned)(b->secret[i] ^ (i < m ? given[i] : 0));
-	return diff == 0;
+	bool a = b->has_explicit && same_secret(b->secret, auth + 7);
+	bool c = b->has_bearer && same_secret(b->bearer, auth + 7);
+	return a || c;
 }
 
 /* What one PUT /route carries, checked. */
@@ -226,6 +235,28 @@ static int check_owner(lc_bootstrap_t *b, const lc__bs_rank_t *e, const put_req_
 	return 409;
 }
 
+/* A PUT that proved a secret (the server has one) for a rank another P
+ * owns: a restarted P, whose old incarnation died without a word, or a
+ * second P of the rank by mistake. The route is replaced at once when
+ * nothing accepts connections at the owner's endpoint any more (the old
+ * P is gone; only an authenticated PUT wrote that endpoint, so this probes
+ * no address an outsider chose). Under b->lock, which it drops for the
+ * probe (at most LC__BS_PROBE_MS); true when the route may be replaced,
+ * with e unchanged meanwhile. */
+static bool owner_dead(lc_bootstrap_t *b, const lc__bs_rank_t *e)
+{
+	char ip[LC__BS_HOST_MAX], owner[LC__BS_OWNER_LEN + 1];
+	int port = e->port;
+	snprintf(ip, sizeof ip, "%s", e->ip);
+	memcpy(owner, e->owner, sizeof owner);
+	pthread_mutex_unlock(&b->lock);
+	bool alive = lc__addr_tcp_alive(ip, port, LC__BS_PROBE_MS);
+	pthread_mutex_lock(&b->lock);
+	/* Another PUT may have moved the route while the lock was dropped. */
+	return !alive && e->registered && e->port == port && !strcmp(e->ip, ip) &&
+	       lc__ct_equal(e->owner, owner, LC__BS_OWNER_LEN);
+}
+
 /* Record the rank. Returns 200, 409 or 500 (with why); on 200 q->issued
  * holds the route's owner token. */
 static int store_rank(lc_bootstrap_t *b, put_req_t *q, char *why, size_t cap)
@@ -240,7 +271,17 @@ static int store_rank(lc_bootstrap_t *b, put_req_t *q, char *why, size_t cap)
 	}
 	lc__bs_rank_t *e = &b->ranks[q->rank];
 	uint64_t now = lc__now_ns();
-	if ((code = check_owner(b, e, q, now, why, cap)) != 200) {
+	code = check_owner(b, e, q, now, why, cap);
+	if (code == 409 && b->has_secret && owner_dead(b, e)) {
+		b->puts_replaced++;
+		LC__WARN_PEER("bootstrap: engine_rank %lld: nothing accepts at its owner's "
+			      "endpoint %.64s:%d any more; the authenticated PUT from %.64s:%lld "
+			      "replaces the route (a restarted P)",
+			      (long long)q->rank, e->ip, e->port, q->ip, (long long)q->port);
+		code = 200;
+		now = lc__now_ns();
+	}
+	if (code != 200) {
 		b->puts_refused++;
 		b->puts_conflict++;
 		uint64_t n = b->puts_conflict;

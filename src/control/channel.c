@@ -10,6 +10,7 @@
 #include "control/channel.h"
 #include "control/codec.h"
 #include "control/inbox_guard.h"
+#include "control/shared_secret.h"
 #include "core/config.h"
 
 #ifdef LC_HAVE_ZMQ
@@ -22,6 +23,7 @@ struct lc__zctx {
 	bool curve;
 	char public_key[LC__CHAN_KEY_LEN + 1];
 	char secret_key[LC__CHAN_KEY_LEN + 1];
+	char shared_key[LC__CHAN_KEY_LEN + 1]; /* the shared secret's public key, or "" */
 	/* Authorized client keys (binary). Immutable once the ZAP thread runs. */
 	uint8_t keys[MAX_KEYS][32];
 	int nkeys;
@@ -73,17 +75,39 @@ static int add_key(lc__zctx_t *z, const char *z85)
 	return 0;
 }
 
-static int load_curve(lc__zctx_t *z)
+/* The keypair of the shared secret (shared_secret.h): this process's own
+ * when $LAYERCAKE_SECRET_DIR holds none, and accepted as a peer's always. */
+static int use_shared(lc__zctx_t *z, const lc__shared_t *shared)
+{
+	if (!zmq_has("curve")) {
+		LC__ERROR("channel: a shared secret is set but libzmq lacks CURVE");
+		return LC_ENOTSUP;
+	}
+	memcpy(z->shared_key, shared->curve_public, LC__CHAN_KEY_LEN + 1);
+	if (!z->curve) {
+		memcpy(z->public_key, shared->curve_public, LC__CHAN_KEY_LEN + 1);
+		memcpy(z->secret_key, shared->curve_secret, LC__CHAN_KEY_LEN + 1);
+	}
+	if (add_key(z, shared->curve_public))
+		return -EINVAL;
+	z->curve = true;
+	return 0;
+}
+
+static int load_curve(lc__zctx_t *z, const lc__shared_t *shared)
 {
 	const char *dir = lc__config_env_str(LC__CFGS_secret_dir);
+	bool with_shared = shared && shared->set && shared->curve_public[0];
 	if (!dir)
-		return 0;
+		return with_shared ? use_shared(z, shared) : 0;
 	char line[128], pub[128], sec[128];
 	int a = read_line(dir, "curve.public", pub, sizeof pub);
 	int b = read_line(dir, "curve.secret", sec, sizeof sec);
 	if (a < 0 || b < 0)
 		return a < 0 ? a : b;
 	if (!a || !b) {
+		if (with_shared)
+			return use_shared(z, shared);
 		LC__INFO("channel: no CURVE keypair in %s, control plane unauthenticated", dir);
 		return 0;
 	}
@@ -114,7 +138,7 @@ static int load_curve(lc__zctx_t *z)
 		fclose(f);
 	}
 	z->curve = true;
-	return 0;
+	return with_shared ? use_shared(z, shared) : 0;
 }
 
 /* ZAP (RFC 27): accept CURVE clients whose key is authorized. */
@@ -187,12 +211,12 @@ static void *zap_main(void *arg)
 	return NULL;
 }
 
-int lc__zctx_create(lc__zctx_t **out)
+int lc__zctx_create(const lc__shared_t *shared, lc__zctx_t **out)
 {
 	lc__zctx_t *z = calloc(1, sizeof *z);
 	if (!z)
 		return -ENOMEM;
-	int rc = load_curve(z);
+	int rc = load_curve(z, shared);
 	if (rc)
 		goto fail;
 	z->zmq = zmq_ctx_new();
@@ -214,6 +238,7 @@ int lc__zctx_create(lc__zctx_t **out)
 fail_ctx:
 	zmq_ctx_term(z->zmq);
 fail:
+	memset(z->secret_key, 0, sizeof z->secret_key);
 	free(z);
 	return rc;
 }
@@ -234,6 +259,11 @@ void lc__zctx_destroy(lc__zctx_t *z)
 const char *lc__zctx_public_key(const lc__zctx_t *z)
 {
 	return z->curve ? z->public_key : "";
+}
+
+bool lc__zctx_shared_key(const lc__zctx_t *z, const char *z85)
+{
+	return z->shared_key[0] && z85 && !strcmp(z85, z->shared_key);
 }
 
 uint64_t lc__zctx_auth_refused(const lc__zctx_t *z)
@@ -538,9 +568,13 @@ void lc__push_close(lc__push_t *p)
 
 #else /* no ZeroMQ */
 
-int lc__zctx_create(lc__zctx_t **out)
+int lc__zctx_create(const lc__shared_t *shared, lc__zctx_t **out)
 {
 	return LC_ENOTSUP;
+}
+bool lc__zctx_shared_key(const lc__zctx_t *z, const char *z85)
+{
+	return false;
 }
 void lc__zctx_destroy(lc__zctx_t *z)
 {

@@ -5,7 +5,9 @@
  * (docs/control-plane.md, "Security"): when $LAYERCAKE_SECRET_DIR holds
  * curve.public and curve.secret (z85), every inbox is a CURVE server with
  * that keypair, every PUSH a CURVE client with it, and a ZAP handler
- * accepts only client keys listed in curve.public or authorized_keys.
+ * accepts only client keys listed in curve.public or authorized_keys. The
+ * shared secret (control/shared_secret.h) gives a keypair of its own, used
+ * and accepted the same way.
  * A context may watch its PUSH sockets (D's, to its P ranks): ZMTP
  * heartbeats and a socket monitor say whether each peer is reachable.
  *
@@ -29,10 +31,17 @@ typedef struct lc__pull lc__pull_t;
 typedef struct lc__push lc__push_t;
 
 /* A zmq context, with CURVE set up from $LAYERCAKE_SECRET_DIR when both key
- * files are present (then a ZAP thread runs). Errors: -ENOMEM, -EINVAL
+ * files are present, and from the shared secret when one is set (shared:
+ * NULL or unset for none; control/shared_secret.h): its keypair is this
+ * context's own when the folder holds none, and its public key is accepted
+ * from peers either way (then a ZAP thread runs). Errors: -ENOMEM, -EINVAL
  * (malformed key files), LC_ENOTSUP (built without ZeroMQ, or CURVE keys
  * present but the libzmq lacks CURVE). */
-int lc__zctx_create(lc__zctx_t **out);
+struct lc__shared;
+int lc__zctx_create(const struct lc__shared *shared, lc__zctx_t **out);
+/* Whether z85 is the shared secret's public key (a peer that holds the
+ * secret). */
+bool lc__zctx_shared_key(const lc__zctx_t *z, const char *z85);
 void lc__zctx_destroy(lc__zctx_t *z);
 /* The z85 public key when CURVE is on, else "". */
 const char *lc__zctx_public_key(const lc__zctx_t *z);

@@ -192,6 +192,14 @@
 #define LC__CONFIG_STR_TABLE(X)                                                                    \
 	X(secret_dir, "LAYERCAKE_SECRET_DIR", "",                                                  \
 	  "folder holding bootstrap.secret and the CURVE keypair (curve.public, curve.secret)")    \
+	X(shared_secret, "LAYERCAKE_SHARED_SECRET", "",                                            \
+	  "one secret of the whole deployment (at least 32 characters, e.g. 32 random hex "        \
+	  "digits; docs/security.md, One switch): when set, PUT /route needs the bearer derived "  \
+	  "from it and every control socket is CURVE with the keypair derived from it; never "     \
+	  "printed (lc_ctx_config_get says whether it is set)")                                    \
+	X(shared_secret_file, "LAYERCAKE_SHARED_SECRET_FILE", "",                                  \
+	  "a file whose first line is the shared secret (read when shared_secret is unset; a "     \
+	  "file named and missing or empty is an error, never no secret)")                         \
 	X(advertise_host, "LAYERCAKE_ADVERTISE_HOST", "",                                          \
 	  "the address peers are told to reach this host at (docs/deployment.md); empty: the "     \
 	  "local address of the route towards each peer, listeners bound to the wildcard")         \

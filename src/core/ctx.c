@@ -85,6 +85,8 @@ int lc_ctx_config_get(lc_ctx_t *ctx, const char *name, char *buf, size_t cap)
 	int s = lc__config_find_str(name);
 	if (ctx && buf && s >= 0) {
 		const char *text = lc__config_env_str((enum lc__config_str_field)s);
+		if (text && s == LC__CFGS_shared_secret)
+			text = "(set)"; /* never the secret itself: info --config prints it */
 		int n = snprintf(buf, cap, "%s", text ? text : "");
 		return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
 	}

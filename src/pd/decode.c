@@ -14,6 +14,7 @@
 #include "core/ctx.h"
 #include "core/params.h"
 #include "control/addr.h"
+#include "control/shared_secret.h"
 #include "pd/decode_int.h"
 #include "transport/transport.h"
 
@@ -188,13 +189,22 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 		goto fail;
 	if ((rc = map_regions(d, &pp)) || (rc = lc_token_issue(ctx, &d->token)))
 		goto fail;
-	if ((rc = lc__zctx_create(&d->z)))
+	lc__shared_t shared;
+	if ((rc = lc__shared_load(pp.shared_secret, "lc_decode_create", &shared)) < 0)
+		goto fail;
+	rc = lc__zctx_create(&shared, &d->z);
+	lc__shared_wipe(&shared);
+	if (rc)
 		goto fail;
 	/* P's liveness is its control channel's (decode_discover.c, heartbeat). */
 	int hb_ms = (int)(d->hb_interval_ns / 1000000);
 	lc__zctx_watch_pushes(d->z, hb_ms, hb_ms * d->hb_misses);
 	if ((rc = lc__pull_bind(d->z, d->host, &d->pull, d->endpoint, sizeof d->endpoint)))
 		goto fail;
+	if (!lc__zctx_public_key(d->z)[0])
+		lc__shared_warn_open("decode", d->host,
+				     "the control socket (P's statuses; its token goes to any "
+				     "route)");
 	if ((rc = set_session(d, pp.session)) || (rc = start_threads(d)))
 		goto fail;
 	/* A P that dies closes its lanes at once (decode_discover.c). */

@@ -418,10 +418,17 @@ static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
 					"set D's host or LAYERCAKE_ADVERTISE_HOST on D: P rank %d "
 					"at %s cannot reach this D at %s (data %s)",
 					k, pr->endpoint, pr->adv_status, pr->adv_data);
+			/* A CURVE handshake that fails reads as unreachable too. */
 			LC__ERROR("decode %s: no registration reply within connect_timeout_ms "
-				  "(%llu ms): %s",
-				  d->session, (unsigned long long)(d->reply_wait_ns / 1000000),
-				  why);
+				  "(%llu ms): %s%s",
+				  d->session, (unsigned long long)(d->reply_wait_ns / 1000000), why,
+				  !unreachable ? ""
+				  : lc__zctx_public_key(d->z)[0]
+					  ? " (or the CURVE handshake failed: "
+					    "does P hold the same shared "
+					    "secret or keys?)"
+					  : " (or P requires the shared "
+					    "secret, which this D lacks)");
 			for (lc_receiver_t *r = d->receivers; r; r = r->next)
 				if (r->peer == pe && r->planned && target_of(r, (uint32_t)k) >= 0)
 					lc__decode_fail(

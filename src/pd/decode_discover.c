@@ -349,8 +349,10 @@ static lc__pin_t *pin_of(lc__ppeer_t *pe, int rank)
  * token and session secret go in the REGISTER; docs/security.md, "D
  * authenticates P"): a route is only the bootstrap server's word, which
  * anyone who reaches the server may have written. With CURVE on, the
- * rank's server key must be one D trusts (curve_keys.h; "" is D's own key):
- * the handshake then proves the rank holds its secret, wherever it moved.
+ * rank's server key must be one D trusts (curve_keys.h, or the shared
+ * secret's; a route without a key is refused, every P with CURVE on
+ * publishes its own): the handshake then proves the rank holds its
+ * secret, wherever it moved.
  * Without CURVE, the endpoint and key first learned for the rank are
  * pinned for this D's life: a changed route is refused while something
  * still accepts connections at the pinned endpoint (old_alive: the rank is
@@ -362,8 +364,18 @@ static bool route_trusted(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int ra
 {
 	char why[LC_REASON_MAX];
 	const char *own = lc__zctx_public_key(d->z);
-	if (own[0]) {
-		int ok = !key[0] || !strcmp(key, own) ? 1 : lc__curve_key_authorized(key);
+	if (own[0] && !key[0]) {
+		/* Every P with CURVE on publishes its key: a route without one
+		 * is no P this D could authenticate. Refused before any
+		 * connection (no descriptor spent on it). */
+		lc__reason(why, sizeof why,
+			   "P rank %d's route (%s) names no CURVE key, and this D talks only "
+			   "CURVE: nothing sent to it",
+			   rank, ep);
+	} else if (own[0]) {
+		int ok = !strcmp(key, own) || lc__zctx_shared_key(d->z, key)
+				 ? 1
+				 : lc__curve_key_authorized(key);
 		if (ok == 1)
 			return true;
 		lc__reason(why, sizeof why,
@@ -413,33 +425,15 @@ static bool route_trusted(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int ra
 	return false;
 }
 
-/* Whether something accepts TCP connections at endpoint within
- * LC__D_PROBE_MS: a pinned P rank's old address, asked before D follows a
- * changed route. With `lock` dropped (a host name may need DNS). */
+/* Whether something accepts TCP connections at a pinned P rank's old
+ * address, asked before D follows a changed route. With `lock` dropped (a
+ * host name may need DNS). */
 static bool endpoint_alive(const char *endpoint)
 {
-	char host[LC__BS_HOST_MAX], port_s[16];
-	int port, err = 0;
-	socklen_t n = sizeof err;
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-	if (lc__addr_split(endpoint, host, sizeof host, &port))
-		return false;
-	snprintf(port_s, sizeof port_s, "%d", port);
-	if (getaddrinfo(host, port_s, &hints, &ai) || !ai)
-		return false;
-	bool alive = false;
-	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd >= 0) {
-		struct pollfd p = {.fd = fd, .events = POLLOUT};
-		if (!connect(fd, ai->ai_addr, ai->ai_addrlen))
-			alive = true;
-		else if (errno == EINPROGRESS && poll(&p, 1, LC__D_PROBE_MS) == 1 &&
-			 !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &n) && !err)
-			alive = true;
-		close(fd);
-	}
-	freeaddrinfo(ai);
-	return alive;
+	char host[LC__BS_HOST_MAX];
+	int port;
+	return !lc__addr_split(endpoint, host, sizeof host, &port) &&
+	       lc__addr_tcp_alive(host, port, LC__D_PROBE_MS);
 }
 
 /* GET /route of one P rank, once per rank. Returns the receiver, still

@@ -14,6 +14,7 @@
 #include "core/ctx.h"
 #include "core/params.h"
 #include "control/addr.h"
+#include "control/shared_secret.h"
 #include "engine/engine.h"
 #include "pd/prefill_int.h"
 
@@ -116,8 +117,9 @@ static void route_stop(lc_prefill_t *p)
 }
 
 /* PUT /route: claim this rank (its endpoint and page geometry); a rank
- * another live P owns fails the create (-EEXIST), loudly. */
-static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
+ * another live P owns fails the create (-EEXIST), loudly. The bearer: the
+ * bootstrap secret given (or bootstrap.secret), else the shared secret's. */
+static int register_bootstrap(lc_prefill_t *p, const char *secret_param, const lc__shared_t *shared)
 {
 	char why[300] = "";
 	struct lc__route_keeper *k = calloc(1, sizeof *k);
@@ -142,6 +144,10 @@ static int register_bootstrap(lc_prefill_t *p, const char *secret_param)
 	snprintf(k->info.rank_ip, sizeof k->info.rank_ip, "%s", p->host);
 	snprintf(k->info.curve_key, sizeof k->info.curve_key, "%s", lc__zctx_public_key(p->z));
 	k->has_secret = lc__bootstrap_secret(secret_param, k->secret, sizeof k->secret) == 1;
+	if (!k->has_secret && shared->set) {
+		snprintf(k->secret, sizeof k->secret, "%s", shared->bearer);
+		k->has_secret = true;
+	}
 	int rc = claim(p, k, 5, why, sizeof why);
 	if (rc == -EEXIST) {
 		/* A P restarted after a crash finds its old route until it lapses:
@@ -253,7 +259,7 @@ static int advertise(lc_prefill_t *p)
 }
 
 /* The engine, the control socket and the control thread. */
-static int start(lc_prefill_t *p, const lc_prefill_params_t *pp)
+static int start(lc_prefill_t *p, const lc_prefill_params_t *pp, const lc__shared_t *shared)
 {
 	int rc;
 	p->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -269,10 +275,13 @@ static int start(lc_prefill_t *p, const lc_prefill_params_t *pp)
 				 .external_counter = pp->external_counter,
 				 .cache_word = pp->cache_word,
 				 .aux_word = pp->aux_word};
-	if ((rc = lc_engine_create(p->ctx, &ep, &p->engine)) || (rc = lc__zctx_create(&p->z)) ||
+	if ((rc = lc_engine_create(p->ctx, &ep, &p->engine)) ||
+	    (rc = lc__zctx_create(shared, &p->z)) ||
 	    (rc = lc__pull_bind(p->z, p->bind, &p->pull, p->endpoint, sizeof p->endpoint)) ||
 	    (rc = advertise(p)))
 		return rc;
+	if (!lc__zctx_public_key(p->z)[0])
+		lc__shared_warn_open("prefill", p->bind, "the control socket (D's REGISTERs)");
 	lc__engine_set_notes_hook(p->engine, lc__prefill_on_notes, p);
 	if (pthread_create(&p->thread, NULL, lc__prefill_control_main, p))
 		return -EAGAIN;
@@ -309,11 +318,21 @@ int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefi
 			pp.world_size, pp.dp_size, pp.engine_rank);
 	if (lc__addr_bootstrap(pp.bootstrap, bs, sizeof bs))
 		return LC__FAIL(-EINVAL, "lc_prefill_create: %s", lc_last_error());
+	lc__shared_t shared;
+	if ((rc = lc__shared_load(pp.shared_secret, "lc_prefill_create", &shared)) < 0)
+		return rc;
 	lc_prefill_t *p = prefill_new(ctx, &pp);
-	if (!p)
+	if (!p) {
+		lc__shared_wipe(&shared);
 		return -ENOMEM;
-	if ((rc = copy_layout(p, pp.layout)) || (rc = start(p, &pp)) ||
-	    (rc = register_bootstrap(p, pp.bootstrap_secret)))
+	}
+	rc = copy_layout(p, pp.layout);
+	if (!rc)
+		rc = start(p, &pp, &shared);
+	if (!rc)
+		rc = register_bootstrap(p, pp.bootstrap_secret, &shared);
+	lc__shared_wipe(&shared);
+	if (rc)
 		goto fail;
 	if (pp.metrics_server) {
 		p->metrics_server = pp.metrics_server;

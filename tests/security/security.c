@@ -783,7 +783,7 @@ static int case_curve(void)
 	write_line("authorized_keys", auth);
 	setenv("LAYERCAKE_SECRET_DIR", keydir, 1);
 	lc__zctx_t *z;
-	TU_OK(lc__zctx_create(&z));
+	TU_OK(lc__zctx_create(NULL, &z));
 	TU_CHECK(!strcmp(lc__zctx_public_key(z), spub), "CURVE not on");
 	lc__pull_t *in;
 	char ep[128];
@@ -808,7 +808,7 @@ static int case_curve(void)
 	lc__zctx_destroy(z);
 	/* A malformed key file is an error, never a silent plaintext fallback. */
 	write_line("curve.secret", "too-short");
-	TU_CHECK(lc__zctx_create(&z) == -EINVAL, "a malformed key file was accepted");
+	TU_CHECK(lc__zctx_create(NULL, &z) == -EINVAL, "a malformed key file was accepted");
 	fprintf(stderr, "ok: malformed key file -> -EINVAL\n");
 	return 0;
 }
@@ -884,7 +884,7 @@ static int case_curve_distinct_keypairs(void)
 	write_line("curve.secret", dsec);
 	write_line("authorized_keys", ppub);
 	setenv("LAYERCAKE_SECRET_DIR", keydir, 1);
-	TU_OK(lc__zctx_create(&zd));
+	TU_OK(lc__zctx_create(NULL, &zd));
 	lc__pull_t *d_inbox;
 	char ep[128];
 	TU_OK(lc__pull_bind(zd, "127.0.0.1", &d_inbox, ep, sizeof ep));
@@ -892,7 +892,7 @@ static int case_curve_distinct_keypairs(void)
 	write_line("curve.public", ppub);
 	write_line("curve.secret", psec);
 	write_line("authorized_keys", dpub);
-	TU_OK(lc__zctx_create(&zp));
+	TU_OK(lc__zctx_create(NULL, &zp));
 	/* With D's key as the server key (what D's REGISTER now carries and
 	 * prefill.c uses) the message arrives; with P's own key it cannot: that
 	 * is why the key has to travel (control.curve_distinct_keypairs runs
@@ -942,7 +942,7 @@ static int case_curve_declared_key(void)
 	write_line("curve.secret", asec);
 	write_line("authorized_keys", spub);
 	lc__zctx_t *zd;
-	TU_OK(lc__zctx_create(&zd));
+	TU_OK(lc__zctx_create(NULL, &zd));
 	lc__pull_t *inbox;
 	TU_OK(lc__pull_bind(zd, "127.0.0.1", &inbox, d_ep, sizeof d_ep));
 	lc__push_t *tx;

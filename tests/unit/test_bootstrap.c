@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -260,6 +263,20 @@ static void test_malformed_puts(void **state)
 	assert_int_equal(req(f, "GET", "/health", NULL, NULL, NULL), 200);
 }
 
+/* A TCP listener on 127.0.0.1 (its port to *port): a live P's endpoint. */
+static int listening(int *port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t n = sizeof a;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+	assert_int_equal(listen(fd, 8), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &n), 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
 static void test_secret(void **state)
 {
 	lc_bootstrap_t *b;
@@ -275,7 +292,10 @@ static void test_secret(void **state)
 	unsetenv("LAYERCAKE_SECRET_DIR");
 	lc_bootstrap_addr(b, addr, sizeof addr);
 	snprintf(url, sizeof url, "http://%s/route", addr);
-	const char *body = put_body(1, 1, 0, 7000);
+	/* The owner's endpoint accepts connections (a live P): the bootstrap
+	 * probes it before an authenticated PUT may replace the route. */
+	int owner_port = 0, lfd = listening(&owner_port);
+	const char *body = put_body(1, 1, 0, owner_port);
 	char *resp = NULL;
 	size_t len;
 	assert_int_equal(lc__http_request("PUT", url, body, strlen(body), NULL, 3000, &resp, &len),
@@ -299,6 +319,19 @@ static void test_secret(void **state)
 	snprintf(take + strlen(take) - 1, sizeof take - strlen(take) + 1, ",\"takeover\":true}");
 	assert_int_equal(
 		lc__http_request("PUT", url, take, strlen(take), "s3cret", 3000, &resp, &len), 200);
+	free(resp);
+	/* Nothing accepts at the owner's endpoint any more (7001: a P that
+	 * died): an authenticated PUT replaces its route at once, an
+	 * unauthenticated one is refused as before. */
+	close(lfd);
+	const char *restarted = put_body(1, 1, 0, 7002);
+	assert_int_equal(
+		lc__http_request("PUT", url, restarted, strlen(restarted), NULL, 3000, &resp, &len),
+		401);
+	free(resp);
+	assert_int_equal(lc__http_request("PUT", url, restarted, strlen(restarted), "s3cret", 3000,
+					  &resp, &len),
+			 200);
 	free(resp);
 	/* The client helper with and without the secret. */
 	uint64_t lens[1] = {64};

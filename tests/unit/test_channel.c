@@ -56,7 +56,7 @@ static void rm_dir(const char *d)
 static int create_in(const char *dir, lc__zctx_t **z)
 {
 	setenv("LAYERCAKE_SECRET_DIR", dir, 1);
-	int rc = lc__zctx_create(z);
+	int rc = lc__zctx_create(NULL, z);
 	unsetenv("LAYERCAKE_SECRET_DIR");
 	return rc;
 }
@@ -159,7 +159,7 @@ static void test_binds(void **state)
 	(void)state;
 	unsetenv("LAYERCAKE_SECRET_DIR");
 	lc__zctx_t *z;
-	assert_int_equal(lc__zctx_create(&z), 0);
+	assert_int_equal(lc__zctx_create(NULL, &z), 0);
 	lc__pull_t *in;
 	char ep[128], tiny[8];
 	/* An address of no interface here (TEST-NET-1): the bind fails. */

@@ -100,14 +100,15 @@ static void text_knobs_are_listed_read_from_the_environment_and_not_set(void **s
 		const lc_config_info_t *c = lc_config_info(i);
 		if (!strcmp(c->name, "secret_dir") || !strcmp(c->name, "log") ||
 		    !strcmp(c->name, "cuda_lib") || !strcmp(c->name, "advertise_host") ||
-		    !strcmp(c->name, "status_schemes")) {
+		    !strcmp(c->name, "status_schemes") || !strcmp(c->name, "shared_secret") ||
+		    !strcmp(c->name, "shared_secret_file")) {
 			assert_int_equal(c->is_text, 1);
 			found++;
 		} else {
 			assert_int_equal(c->is_text, 0);
 		}
 	}
-	assert_int_equal(found, 5);
+	assert_int_equal(found, 7);
 	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
 	setenv("LAYERCAKE_SECRET_DIR", "/tmp/lc-keys", 1);
 	assert_int_equal(lc_ctx_config_get(ctx, "secret_dir", buf, sizeof buf), 12);
@@ -123,6 +124,12 @@ static void text_knobs_are_listed_read_from_the_environment_and_not_set(void **s
 	unsetenv("LAYERCAKE_CUDA_LIB");
 	assert_int_equal(lc_ctx_config_get(ctx, "cuda_lib", buf, sizeof buf), 12);
 	assert_string_equal(buf, "libcuda.so.1");
+	/* The shared secret is never read back: only whether it is set. */
+	setenv("LAYERCAKE_SHARED_SECRET", "0123456789abcdef0123456789abcdef", 1);
+	assert_int_equal(lc_ctx_config_get(ctx, "shared_secret", buf, sizeof buf), 5);
+	assert_string_equal(buf, "(set)");
+	unsetenv("LAYERCAKE_SHARED_SECRET");
+	assert_int_equal(lc_ctx_config_get(ctx, "shared_secret", buf, sizeof buf), 0);
 	lc_ctx_destroy(ctx);
 }
 
