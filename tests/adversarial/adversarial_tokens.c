@@ -27,14 +27,10 @@
  *
  * Exit 0 pass, 1 fail, 77 skipped (the transport is not built in).
  */
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -124,64 +120,6 @@ static int p_child(void *arg, int go_fd)
 
 /* ==== the impostor ==== */
 
-static int bs_fd;
-static char parallel_json[512], rank_json[256];
-
-/* The fake bootstrap server: GET /route of the parallel info or of rank 0. */
-static void *bs_main(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		int c = accept(bs_fd, NULL, NULL);
-		if (c < 0)
-			return NULL;
-		char req[2048], out[2048];
-		size_t n = 0;
-		while (n + 1 < sizeof req && !memmem(req, n, "\r\n\r\n", 4)) {
-			struct pollfd p = {.fd = c, .events = POLLIN};
-			ssize_t k = poll(&p, 1, 5000) == 1 ? recv(c, req + n, sizeof req - 1 - n, 0)
-							   : -1;
-			if (k <= 0)
-				break;
-			n += (size_t)k;
-		}
-		req[n] = '\0';
-		const char *body = strstr(req, "engine_rank=-1") ? parallel_json : rank_json;
-		int len = snprintf(out, sizeof out,
-				   "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-				   "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-				   strlen(body), body);
-		if (send(c, out, (size_t)len, MSG_NOSIGNAL) < 0) {
-			/* D went */
-		}
-		close(c);
-	}
-}
-
-/* The next message of a type at the inbox within ms, or false. */
-static bool inbox_next(void *rx, int type, int ms, lc__msg_t *m)
-{
-	for (uint64_t dl = adv_now_ms() + (uint64_t)ms; adv_now_ms() < dl;) {
-		zmq_pollitem_t it = {.socket = rx, .events = ZMQ_POLLIN};
-		if (zmq_poll(&it, 1, 50) <= 0)
-			continue;
-		zmq_msg_t zm;
-		zmq_msg_init(&zm);
-		if (zmq_msg_recv(&zm, rx, 0) < 0) {
-			zmq_msg_close(&zm);
-			continue;
-		}
-		memset(m, 0, sizeof *m);
-		int rc = lc__msg_decode(zmq_msg_data(&zm), zmq_msg_size(&zm), m, NULL, 0);
-		zmq_msg_close(&zm);
-		if (!rc && m->type == type)
-			return true;
-		if (!rc)
-			lc__msg_free(m);
-	}
-	return false;
-}
-
 /* One batch of writes of the impostor's pages (its own pool, filled from
  * IMP_SEED) into D's pages `dst` of every buffer, for `room`; its status. */
 static int imp_write(tu_pool_t *s, lc_conn_t *conn, lc_cq_t *cq, const lc__msg_register_t *reg,
@@ -215,39 +153,33 @@ static int imp_child(void *arg, int go_fd)
 	void *zc = zmq_ctx_new();
 	void *rx = zmq_socket(zc, ZMQ_PULL);
 	int linger = 0;
-	char ep[128];
+	char ep[128], parallel[256], rank[256];
 	size_t epn = sizeof ep;
 	zmq_setsockopt(rx, ZMQ_LINGER, &linger, sizeof linger);
 	TU_CHECK(zmq_bind(rx, "tcp://127.0.0.1:*") == 0, "bind");
 	TU_CHECK(zmq_getsockopt(rx, ZMQ_LAST_ENDPOINT, ep, &epn) == 0, "endpoint");
-	snprintf(parallel_json, sizeof parallel_json,
+	snprintf(parallel, sizeof parallel,
 		 "{\"prefill_tp_size\":1,\"prefill_dp_size\":1,\"registered_ranks\":1,"
 		 "\"layers\":%d,\"layout_fingerprint\":\"%016llx\"}",
 		 LAYERS, (unsigned long long)lc_layout_fingerprint(s.layout));
-	snprintf(rank_json, sizeof rank_json,
+	snprintf(rank, sizeof rank,
 		 "{\"rank_ip\":\"127.0.0.1\",\"rank_port\":%d,\"curve_public_key\":\"\"}",
 		 atoi(strrchr(ep, ':') + 1));
-	bs_fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t alen = sizeof a;
-	TU_CHECK(bs_fd >= 0 && bind(bs_fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-			 getsockname(bs_fd, (struct sockaddr *)&a, &alen) == 0 &&
-			 listen(bs_fd, 16) == 0,
-		 "the fake bootstrap server's port");
-	pthread_t srv;
-	TU_CHECK(pthread_create(&srv, NULL, bs_main, NULL) == 0, "server thread");
-	say("imp-bs 127.0.0.1:%d", ntohs(a.sin_port));
+	adv_bs_t bs;
+	adv_bs_start(&bs);
+	adv_bs_set(&bs, parallel, rank);
+	say("imp-bs %s", bs.addr);
 
 	/* D's REGISTER: its token, data URL and regions, all the impostor's. */
 	lc__msg_t reg, ti;
-	TU_CHECK(inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &reg), "no REGISTER from D");
+	TU_CHECK(adv_inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &reg), "no REGISTER from D");
 	TU_CHECK(reg.reg.flags & LC__REG_HAS_TOKEN, "D's REGISTER carries no token");
 	void *tx = adv_push_to(zc, reg.reg.status_ep);
 	lc__msg_t rep = {.type = LC__MSG_REGISTER_REPLY};
 	memcpy(rep.secret, reg.secret, LC__MSG_SECRET_LEN);
 	snprintf(rep.reply.session, sizeof rep.reply.session, "%s", reg.reg.session);
 	adv_send_msg(tx, &rep, 0);
-	TU_CHECK(inbox_next(rx, LC__MSG_TRANSFER_INFO, WAIT_MS, &ti) && ti.info.room == BAIT,
+	TU_CHECK(adv_inbox_next(rx, LC__MSG_TRANSFER_INFO, WAIT_MS, &ti) && ti.info.room == BAIT,
 		 "no TRANSFER_INFO of room %d", BAIT);
 	say("imp-ready %s", reg.reg.data_url);
 
@@ -279,9 +211,7 @@ static int imp_child(void *arg, int go_fd)
 	zmq_close(tx);
 	zmq_close(rx);
 	zmq_ctx_term(zc);
-	shutdown(bs_fd, SHUT_RDWR);
-	close(bs_fd);
-	pthread_join(srv, NULL);
+	adv_bs_stop(&bs);
 	tu_pool_fini(&s);
 	return 0;
 }
