@@ -46,7 +46,7 @@ static lc__grant_table_t *room_with(uint64_t n)
 		lc__grant_room_t *g;
 		lc__grant_landing_t o;
 		uint64_t off = (2 * i + 1) * BLOCK;
-		if (lc__grant_lookup(t, 1, 1, off, BLOCK, &g))
+		if (lc__grant_lookup(t, 1, 0, 1, off, BLOCK, &g))
 			goto fail;
 		int rc = lc__grant_landed(g, 1, off, BLOCK, &o);
 		lc__grant_put(g);

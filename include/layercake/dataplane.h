@@ -148,10 +148,11 @@ LC_API int lc_region_unpack(const void *buf, size_t len, lc_region_desc_t *out);
  * one room may be added in several calls; adjacent ranges merge. */
 LC_API int lc_grant_issue(lc_ctx_t *ctx, uint64_t room, const lc_region_t *region, uint64_t offset,
 			  uint64_t length);
-/* Revoke every range of `room`. When this returns, no write for the room is
- * being applied and none will be applied later: the pages may be freed.
- * Blocks only for writes already being copied (microseconds). Returns the
- * number of ranges revoked (0 if the room had none). */
+/* Revoke every range of `room`, and its bound tokens. When this returns, no
+ * write for the room is being applied and none will be applied later: the
+ * pages may be freed. Blocks only for writes already being copied
+ * (microseconds). Returns the number of ranges revoked (0 if the room had
+ * none). */
 LC_API int lc_grant_revoke(lc_ctx_t *ctx, uint64_t room);
 
 /* ------------------------------------------------------------------------
@@ -173,6 +174,24 @@ typedef struct lc_token {
 LC_API int lc_token_issue(lc_ctx_t *ctx, lc_token_t *out);
 /* Stop accepting a token (connections already open stay open). */
 LC_API int lc_token_revoke(lc_ctx_t *ctx, const lc_token_t *token);
+
+/* Give `room` to the writers holding `token` (one this context issued with
+ * lc_token_issue and has not revoked) and to no one else: from the first
+ * bind of a room until its lc_grant_revoke, a write for the room lands only
+ * if its connection presented one of the tokens bound to the room at its
+ * handshake; a write from any other connection (another token, or none
+ * with require_token=0) is refused with LC_ERR_GRANT, lands nothing, is
+ * counted in writes_rejected_token and logged (rate-limited). A room never
+ * bound takes writes from every connection the context accepted. Bind once
+ * per writer's token (several P ranks writing one room: each one's), and
+ * before the room's first lc_grant_issue, so that no moment leaves its
+ * ranges open to every token; a bind creates the room's entry if needed
+ * (nothing lands in it until a range is issued). Any thread. Errors:
+ * -EINVAL (NULL ctx or token), -ENOENT (the token is not one this context
+ * issued, or was revoked), -ENOMEM. D (lc_decode_t) gives each P rank it
+ * registers with a token of its own and binds each room to its P ranks'
+ * tokens (docs/security.md, "A token opens only its own rooms"). */
+LC_API int lc_grant_bind(lc_ctx_t *ctx, uint64_t room, const lc_token_t *token);
 
 /* ------------------------------------------------------------------------
  * Completion queues: one completion per posted batch, exactly once.

@@ -295,6 +295,7 @@ lc_grant_issue = _fn("lc_grant_issue", c_int, c_void_p, c_u64, c_void_p, c_u64, 
 lc_grant_revoke = _fn("lc_grant_revoke", c_int, c_void_p, c_u64)
 lc_token_issue = _fn("lc_token_issue", c_int, c_void_p, P(Token))
 lc_token_revoke = _fn("lc_token_revoke", c_int, c_void_p, P(Token))
+lc_grant_bind = _fn("lc_grant_bind", c_int, c_void_p, c_u64, P(Token))
 
 # Completion queues, listeners, connections, batches
 lc_cq_create = _fn("lc_cq_create", c_int, c_void_p, P(c_void_p))

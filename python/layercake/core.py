@@ -520,6 +520,17 @@ class Context(_Handle):
         check(_ffi.lc_token_issue(self._need(), ctypes.byref(t)), "lc_token_issue")
         return bytes(t.bytes)
 
+    def bind(self, room, token):
+        """Give `room` to the writers of `token` (16 bytes from issue_token)
+        alone: from now until revoke(room) a write for the room lands only
+        from a connection that presented one of the room's bound tokens;
+        others fail with LC_ERR_GRANT (lc_grant_bind). Bind before grant()."""
+        if len(token) != _ffi.TOKEN_LEN:
+            raise ValueError("token must be 16 bytes")
+        t = _ffi.Token()
+        t.bytes[:] = list(token)
+        check(_ffi.lc_grant_bind(self._need(), int(room), ctypes.byref(t)), "lc_grant_bind")
+
     def listen(self, url):
         return Listener(self, url)
 

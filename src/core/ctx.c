@@ -183,7 +183,7 @@ int lc_token_issue(lc_ctx_t *ctx, lc_token_t *out)
 	pthread_mutex_lock(&ctx->token_lock);
 	if (ctx->ntokens == ctx->token_cap) {
 		size_t ncap = ctx->token_cap ? ctx->token_cap * 2 : 8;
-		lc_token_t *nt = realloc(ctx->tokens, ncap * sizeof *nt);
+		lc__token_slot_t *nt = realloc(ctx->tokens, ncap * sizeof *nt);
 		if (!nt) {
 			pthread_mutex_unlock(&ctx->token_lock);
 			return -ENOMEM;
@@ -191,27 +191,10 @@ int lc_token_issue(lc_ctx_t *ctx, lc_token_t *out)
 		ctx->tokens = nt;
 		ctx->token_cap = ncap;
 	}
-	ctx->tokens[ctx->ntokens++] = t;
+	ctx->tokens[ctx->ntokens++] = (lc__token_slot_t){.token = t, .id = ++ctx->token_ids};
 	pthread_mutex_unlock(&ctx->token_lock);
 	*out = t;
 	return 0;
-}
-
-int lc_token_revoke(lc_ctx_t *ctx, const lc_token_t *token)
-{
-	int rc = -ENOENT;
-	if (!ctx || !token)
-		return LC__FAIL(-EINVAL, "lc_token_revoke: %s is NULL", !ctx ? "ctx" : "token");
-	pthread_mutex_lock(&ctx->token_lock);
-	for (size_t i = 0; i < ctx->ntokens; i++) {
-		if (!memcmp(ctx->tokens[i].bytes, token->bytes, LC_TOKEN_LEN)) {
-			ctx->tokens[i] = ctx->tokens[--ctx->ntokens];
-			rc = 0;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&ctx->token_lock);
-	return rc;
 }
 
 /* Constant-time comparison: the token is a secret. */
@@ -223,16 +206,55 @@ static bool token_equal(const uint8_t *a, const uint8_t *b)
 	return diff == 0;
 }
 
-bool lc__ctx_token_accepted(lc_ctx_t *ctx, const uint8_t *token, bool has_token)
+/* Under token_lock: the slot of token, or NULL. Every slot is compared, so
+ * the time taken says nothing of which one matched. */
+static lc__token_slot_t *token_find(lc_ctx_t *ctx, const uint8_t *token)
 {
-	bool ok = lc__ctx_cfg(ctx, LC__CFG_require_token) == 0;
-	if (!has_token || ok)
-		return ok;
+	lc__token_slot_t *hit = NULL;
+	for (size_t i = 0; i < ctx->ntokens; i++)
+		if (token_equal(ctx->tokens[i].token.bytes, token))
+			hit = &ctx->tokens[i];
+	return hit;
+}
+
+int lc_token_revoke(lc_ctx_t *ctx, const lc_token_t *token)
+{
+	int rc = -ENOENT;
+	if (!ctx || !token)
+		return LC__FAIL(-EINVAL, "lc_token_revoke: %s is NULL", !ctx ? "ctx" : "token");
 	pthread_mutex_lock(&ctx->token_lock);
-	for (size_t i = 0; i < ctx->ntokens && !ok; i++)
-		ok = token_equal(ctx->tokens[i].bytes, token);
+	lc__token_slot_t *s = token_find(ctx, token->bytes);
+	if (s) {
+		*s = ctx->tokens[--ctx->ntokens];
+		rc = 0;
+	}
 	pthread_mutex_unlock(&ctx->token_lock);
-	return ok;
+	return rc;
+}
+
+bool lc__ctx_token_accepted(lc_ctx_t *ctx, const uint8_t *token, bool has_token, uint64_t *who)
+{
+	bool open = lc__ctx_cfg(ctx, LC__CFG_require_token) == 0;
+	uint64_t id = 0;
+	if (has_token && token) {
+		pthread_mutex_lock(&ctx->token_lock);
+		const lc__token_slot_t *s = token_find(ctx, token);
+		id = s ? s->id : 0;
+		pthread_mutex_unlock(&ctx->token_lock);
+	}
+	if (who)
+		*who = id;
+	return open || id != 0;
+}
+
+int lc__ctx_token_id(lc_ctx_t *ctx, const lc_token_t *token, uint64_t *id)
+{
+	pthread_mutex_lock(&ctx->token_lock);
+	const lc__token_slot_t *s = token_find(ctx, token->bytes);
+	if (s)
+		*id = s->id;
+	pthread_mutex_unlock(&ctx->token_lock);
+	return s ? 0 : -ENOENT;
 }
 
 /* ---- grants: what peers may write, per room ---- */
@@ -255,6 +277,19 @@ int lc_grant_issue(lc_ctx_t *ctx, uint64_t room, const lc_region_t *r, uint64_t 
 	if (!rc)
 		LC__COUNT(ctx, grants_added);
 	return rc;
+}
+
+int lc_grant_bind(lc_ctx_t *ctx, uint64_t room, const lc_token_t *token)
+{
+	uint64_t id;
+	if (!ctx || !token)
+		return LC__FAIL(-EINVAL, "lc_grant_bind: %s is NULL", !ctx ? "ctx" : "token");
+	if (lc__ctx_token_id(ctx, token, &id))
+		return LC__FAIL(-ENOENT,
+				"lc_grant_bind of room %llu: the token is not one this context "
+				"issued, or it was revoked",
+				(unsigned long long)room);
+	return lc__grant_bind(ctx->grants, room, id);
 }
 
 int lc_grant_revoke(lc_ctx_t *ctx, uint64_t room)

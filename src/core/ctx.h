@@ -24,6 +24,15 @@
 
 struct lc__io; /* src/transport/io/ */
 
+/* A token this context issued, and its id: a number never 0 and never
+ * given twice in the context's life, which is what a data-plane connection
+ * keeps of the token it presented and what a room's grant is bound to
+ * (core/grant.h, lc__grant_bind): the token's bytes stay here. */
+typedef struct lc__token_slot {
+	lc_token_t token;
+	uint64_t id;
+} lc__token_slot_t;
+
 /* Transports with per-context state (src/transport/registry.c). */
 #define LC__TRANSPORT_SLOTS 8
 
@@ -43,8 +52,9 @@ struct lc_ctx {
 	lc__grant_table_t *grants;
 
 	pthread_mutex_t token_lock;
-	lc_token_t *tokens;
+	lc__token_slot_t *tokens; /* issued and not revoked */
 	size_t ntokens, token_cap;
+	uint64_t token_ids; /* ids given so far: the next token's is one more */
 
 	pthread_mutex_t objs_lock;
 	struct lc_conn *conns;                /* doubly linked through conn->ctx_next/prev */
@@ -68,8 +78,17 @@ void lc__ctx_fini(lc_ctx_t *ctx);
 
 /* A config value, read under the lock. */
 int64_t lc__ctx_cfg(lc_ctx_t *ctx, enum lc__config_field field);
-/* Whether a listener of this context accepts `token` (always true when
- * require_token is 0 and no token is presented). */
-bool lc__ctx_token_accepted(lc_ctx_t *ctx, const uint8_t *token, bool has_token);
+/* Whether a listener of this context accepts a peer that presented `token`
+ * (has_token false: none), at its handshake: a token it issued and has not
+ * revoked, or anything when require_token is 0. *who (NULL: not wanted)
+ * gets the id of the token presented, or 0 when it is none of this
+ * context's (accepted only with require_token 0): what the connection
+ * keeps and hands the memory seam with each write, so that a room bound
+ * to other tokens refuses it (core/grant.h). A linear scan under
+ * token_lock: once per connection (loop://: per batch), never per write. */
+bool lc__ctx_token_accepted(lc_ctx_t *ctx, const uint8_t *token, bool has_token, uint64_t *who);
+/* The id of a token this context issued and has not revoked: 0, or
+ * -ENOENT. */
+int lc__ctx_token_id(lc_ctx_t *ctx, const lc_token_t *token, uint64_t *id);
 
 #endif

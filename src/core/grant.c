@@ -21,6 +21,10 @@ struct lc__grant_room {
 	uint64_t room;
 	range_t *ranges; /* sorted by (region, offset), merged; under table lock + mu */
 	size_t n, cap;
+	/* The token ids of the writers the room is bound to (none: every
+	 * writer), under the table lock. */
+	uint64_t *writers;
+	uint32_t nwriters, writers_cap;
 	_Atomic int refs;    /* table's ref (while mapped) + receivers' refs */
 	_Atomic int active;  /* copies in progress */
 	_Atomic int revoked; /* set once; entry leaves the map at the same time */
@@ -60,6 +64,7 @@ static void room_free(lc__grant_room_t *g)
 	pthread_mutex_destroy(&g->mu);
 	lc__landed_fini(&g->landed);
 	free(g->ranges);
+	free(g->writers);
 	free(g);
 }
 
@@ -90,6 +95,14 @@ void lc__grant_table_destroy(lc__grant_table_t *t)
 static lc__grant_room_t *find(lc__grant_table_t *t, uint64_t room)
 {
 	return lc__idmap_get(&t->rooms, room);
+}
+
+/* Under lock: the room's entry if it has a live grant (a range: a room
+ * only bound so far has none to count). */
+static lc__grant_room_t *find_granted(lc__grant_table_t *t, uint64_t room)
+{
+	lc__grant_room_t *g = find(t, room);
+	return g && g->n ? g : NULL;
 }
 
 static int range_cmp(const range_t *a, uint32_t region, uint64_t offset)
@@ -194,38 +207,81 @@ static void room_add_range(lc__grant_room_t *g, uint32_t region, uint64_t offset
 	atomic_fetch_add(&g->granted, r->length - before);
 }
 
-int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
-		    uint64_t length)
+/* Under lock: the room's entry, made (with no range) when it has none. */
+static int room_get(lc__grant_table_t *t, uint64_t room, lc__grant_room_t **out)
 {
-	int rc = 0;
-	if (length == 0 || offset + length < offset)
-		return -EINVAL;
-	pthread_mutex_lock(&t->lock);
 	lc__grant_room_t *g = find(t, room);
 	if (!g) {
 		g = calloc(1, sizeof *g);
-		if (!g) {
-			rc = -ENOMEM;
-			goto out;
-		}
+		if (!g)
+			return -ENOMEM;
 		g->room = room;
 		g->ivmax = (size_t)atomic_load(&t->ivmax);
 		atomic_init(&g->refs, 1);
 		pthread_mutex_init(&g->mu, NULL);
 		lc__landed_init(&g->landed);
-		rc = lc__idmap_put(&t->rooms, room, g);
+		int rc = lc__idmap_put(&t->rooms, room, g);
 		if (rc) {
 			room_free(g);
-			goto out;
+			return rc;
 		}
 	}
-	pthread_mutex_lock(&g->mu); /* the cap reads n; the watch */
-	if (!(rc = ranges_reserve(g))) {
-		tell_granted(g, region, offset, offset + length);
-		room_add_range(g, region, offset, length);
+	*out = g;
+	return 0;
+}
+
+int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
+		    uint64_t length)
+{
+	lc__grant_room_t *g;
+	if (length == 0 || offset + length < offset)
+		return -EINVAL;
+	pthread_mutex_lock(&t->lock);
+	int rc = room_get(t, room, &g);
+	if (!rc) {
+		pthread_mutex_lock(&g->mu); /* the cap reads n; the watch */
+		if (!(rc = ranges_reserve(g))) {
+			tell_granted(g, region, offset, offset + length);
+			room_add_range(g, region, offset, length);
+		}
+		pthread_mutex_unlock(&g->mu);
 	}
-	pthread_mutex_unlock(&g->mu);
-out:
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+/* Under lock: whether writer `who` may write g's room. */
+static bool writer_ok(const lc__grant_room_t *g, uint64_t who)
+{
+	if (!g->nwriters)
+		return true;
+	for (uint32_t i = 0; i < g->nwriters; i++)
+		if (g->writers[i] == who)
+			return true;
+	return false;
+}
+
+int lc__grant_bind(lc__grant_table_t *t, uint64_t room, uint64_t who)
+{
+	lc__grant_room_t *g;
+	if (!who)
+		return -EINVAL;
+	pthread_mutex_lock(&t->lock);
+	int rc = room_get(t, room, &g);
+	if (!rc && !(g->nwriters && writer_ok(g, who))) {
+		if (g->nwriters == g->writers_cap) {
+			uint32_t ncap = g->writers_cap ? g->writers_cap * 2 : 2;
+			uint64_t *nw = realloc(g->writers, ncap * sizeof *nw);
+			if (!nw)
+				rc = -ENOMEM;
+			else {
+				g->writers = nw;
+				g->writers_cap = ncap;
+			}
+		}
+		if (!rc)
+			g->writers[g->nwriters++] = who;
+	}
 	pthread_mutex_unlock(&t->lock);
 	return rc;
 }
@@ -295,15 +351,17 @@ size_t lc__grant_rooms(lc__grant_table_t *t)
 	return n;
 }
 
-int lc__grant_lookup(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
-		     uint64_t length, lc__grant_room_t **out)
+int lc__grant_lookup(lc__grant_table_t *t, uint64_t room, uint64_t who, uint32_t region,
+		     uint64_t offset, uint64_t length, lc__grant_room_t **out)
 {
 	int rc = LC_ERR_GRANT;
 	if (offset + length < offset)
 		return LC_ERR_GRANT;
 	pthread_mutex_lock(&t->lock);
 	lc__grant_room_t *g = find(t, room);
-	if (g) {
+	if (g && !writer_ok(g, who)) {
+		rc = LC_ERR_AUTH;
+	} else if (g) {
 		ptrdiff_t i = floor_range(g, region, offset);
 		if (i >= 0 && g->ranges[i].region == region &&
 		    offset + length <= g->ranges[i].offset + g->ranges[i].length) {
@@ -378,7 +436,7 @@ int lc__grant_watch(lc__grant_table_t *t, uint64_t room, const lc__landed_span_t
 		return -ENOMEM;
 	int rc = LC_ERR_GRANT;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t *g = find(t, room);
+	lc__grant_room_t *g = find_granted(t, room);
 	if (g) {
 		for (size_t i = 0; i < n; i++)
 			need[i] = granted_in(g, spans[i].region, spans[i].lo, spans[i].hi);
@@ -395,7 +453,7 @@ int lc__grant_layers_ready(lc__grant_table_t *t, uint64_t room, uint32_t *out)
 {
 	int rc = LC_ERR_GRANT;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t *g = find(t, room);
+	lc__grant_room_t *g = find_granted(t, room);
 	if (g) {
 		*out = lc__landed_ready(&g->landed);
 		rc = 0;
@@ -408,7 +466,7 @@ int lc__grant_room_count(lc__grant_table_t *t, uint64_t room, lc__grant_count_t 
 {
 	int rc = LC_ERR_GRANT;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t *g = find(t, room);
+	lc__grant_room_t *g = find_granted(t, room);
 	if (g) {
 		pthread_mutex_lock(&g->mu);
 		*out = (lc__grant_count_t){.granted = atomic_load(&g->granted),
@@ -430,7 +488,7 @@ int lc__grant_covered(lc__grant_table_t *t, uint64_t room, uint32_t region, uint
 	if (hi < lo)
 		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
-	lc__grant_room_t *g = find(t, room);
+	lc__grant_room_t *g = find_granted(t, room);
 	if (!g) {
 		pthread_mutex_unlock(&t->lock);
 		return LC_ERR_GRANT;

@@ -27,6 +27,14 @@
  * a revoke drops them with the grant, and a later grant of the same room
  * id starts from zero.
  *
+ * Binding (docs/security.md, "A token opens only its own rooms"): a room
+ * may be bound to the ids of the data-plane tokens (core/ctx.h) of the
+ * writers it was given to. A bound room takes writes only from a writer
+ * whose connection presented one of them; an unbound room from any writer
+ * the context accepted. The ids are kept with the ranges (under `lock`, so
+ * the lookup that checks the range checks the writer too: no lock and no
+ * allocation more per write) and go with them at revoke.
+ *
  * Lock order: the table's `lock`, then a room entry's own lock, which
  * guards the covered intervals and totals (taken once per finished write).
  */
@@ -52,14 +60,24 @@ int lc__grant_issue(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64
 int lc__grant_revoke(lc__grant_table_t *t, uint64_t room);
 /* Revoke every room with a range in `region` (the region goes away). */
 int lc__grant_revoke_region(lc__grant_table_t *t, uint32_t region);
-/* Number of rooms with live grants (for tests and metrics). */
+/* Number of rooms with live grants or bindings (for tests and metrics). */
 size_t lc__grant_rooms(lc__grant_table_t *t);
 
-/* Look up the room and check that [offset, offset+length) of region lies in
- * one granted range. On success returns 0 and a referenced entry (release
- * with lc__grant_put). LC_ERR_GRANT otherwise. */
-int lc__grant_lookup(lc__grant_table_t *t, uint64_t room, uint32_t region, uint64_t offset,
-		     uint64_t length, lc__grant_room_t **out);
+/* Bind room to the writers of token id `who` (never 0): from now until the
+ * room is revoked it takes writes only from writers of its bound ids.
+ * Makes the room's entry when it has none (no range: nothing lands until
+ * one is issued), so that a bind before the first issue leaves no moment
+ * in which the ranges are open to every writer. 0, -EINVAL, -ENOMEM. */
+int lc__grant_bind(lc__grant_table_t *t, uint64_t room, uint64_t who);
+
+/* Look up the room and check that writer `who` (the id of the token its
+ * connection presented, 0 for none: core/ctx.h) may write it and that
+ * [offset, offset+length) of region lies in one granted range. On success
+ * returns 0 and a referenced entry (release with lc__grant_put).
+ * LC_ERR_AUTH when the room is bound and `who` is not one of its writers
+ * (whatever the range), LC_ERR_GRANT otherwise. */
+int lc__grant_lookup(lc__grant_table_t *t, uint64_t room, uint64_t who, uint32_t region,
+		     uint64_t offset, uint64_t length, lc__grant_room_t **out);
 /* Bracket one copy into granted memory. enter returns false (and needs no
  * exit) once the room is revoked. */
 bool lc__grant_enter(lc__grant_room_t *g);

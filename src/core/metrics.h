@@ -18,6 +18,7 @@
 	X(writes_rejected_region)                                                                  \
 	X(writes_rejected_range)                                                                   \
 	X(writes_rejected_grant)                                                                   \
+	X(writes_rejected_token)                                                                   \
 	X(bytes_landed_twice)                                                                      \
 	X(rooms_short_landed)                                                                      \
 	X(rooms_checksum_failed)                                                                   \

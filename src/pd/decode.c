@@ -187,7 +187,7 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 	if ((rc = lc_listener_create(ctx, pp.listen_url, &d->listener)) ||
 	    (rc = lc_listener_url(d->listener, d->data_url, sizeof d->data_url)) < 0)
 		goto fail;
-	if ((rc = map_regions(d, &pp)) || (rc = lc_token_issue(ctx, &d->token)))
+	if ((rc = map_regions(d, &pp)))
 		goto fail;
 	lc__shared_t shared;
 	if ((rc = lc__shared_load(pp.shared_secret, "lc_decode_create", &shared)) < 0)
@@ -234,7 +234,7 @@ void lc_decode_destroy(lc_decode_t *d)
 	if (d->disc_started)
 		pthread_join(d->disc_thread, NULL);
 	for (int i = 0; i < d->npeers; i++) {
-		lc__decode_peer_reset(d->peers[i]);
+		lc__decode_peer_reset(d, d->peers[i]);
 		free(d->peers[i]->pins);
 		free(d->peers[i]);
 	}
@@ -365,6 +365,34 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 		lc__decode_ctl_wake(d); /* its deadlines now include this room's */
 	*out = r;
 	return 0;
+}
+
+/* The room goes to its real target ranks' writers alone: bound to each
+ * one's token before any page is granted, so that no moment leaves the
+ * pages open to another token this D gave out (an impostor's that D
+ * registered with: docs/security.md, "A token opens only its own rooms").
+ * Dummy targets write nothing and get no binding. */
+static int bind_room(lc_decode_t *d, lc_receiver_t *r)
+{
+	int bound = 0;
+	for (int i = 0; i < r->plan.ntargets; i++) {
+		const lc__tp_target_t *tg = &r->plan.targets[i];
+		const lc__prank_t *pr = r->peer->ranks ? &r->peer->ranks[tg->rank] : NULL;
+		if (tg->dummy)
+			continue;
+		if (!pr || !pr->has_token)
+			return LC__FAIL(LC_ERR_STATE,
+					"decode %s: room %" PRIu64 ": P rank %d holds no token "
+					"of this D (its registration was forgotten)",
+					d->session, r->room, tg->rank);
+		int rc = lc_grant_bind(d->ctx, r->room, &pr->token);
+		if (rc)
+			return rc;
+		bound++;
+	}
+	return bound ? 0
+		     : LC__FAIL(LC_ERR_STATE, "decode %s: room %" PRIu64 ": no P rank writes it",
+				d->session, r->room);
 }
 
 /* Grant [pages] of every page buffer (slots of every state buffer). */
@@ -505,7 +533,7 @@ int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 				      : "the room is final");
 		goto out;
 	}
-	if ((rc = grant_pages(d, r, &pg))) {
+	if ((rc = bind_room(d, r)) || (rc = grant_pages(d, r, &pg))) {
 		lc_grant_revoke(d->ctx, r->room);
 		goto out;
 	}

@@ -60,7 +60,7 @@ static int evict_one(lc_decode_t *d, const char *newcomer)
 				    : "nothing pinned",
 		     (unsigned long long)((lc__now_ns() - pe->last_used_ns) / 1000000), newcomer,
 		     (unsigned long long)n);
-	lc__decode_peer_reset(pe);
+	lc__decode_peer_reset(d, pe);
 	free(pe->pins);
 	free(pe);
 	d->peers[best] = d->peers[--d->npeers];
@@ -92,11 +92,23 @@ void lc__decode_peer_put(lc__ppeer_t *pe)
 	pe->refs--;
 }
 
-void lc__decode_peer_reset(lc__ppeer_t *pe)
+/* The rank's token goes: no new connection may present it. Rooms bound to
+ * it keep its id until they are revoked, which lc__decode_fail does to
+ * every room of the rank before D forgets or moves it. */
+static void token_drop(lc_decode_t *d, lc__prank_t *pr)
+{
+	if (pr->has_token)
+		lc_token_revoke(d->ctx, &pr->token);
+	pr->has_token = false;
+}
+
+void lc__decode_peer_reset(lc_decode_t *d, lc__ppeer_t *pe)
 {
 	if (pe->info)
-		for (int i = 0; i < pe->info->world_size; i++)
+		for (int i = 0; i < pe->info->world_size; i++) {
 			lc__push_close(pe->ranks[i].push);
+			token_drop(d, &pe->ranks[i]);
+		}
 	free(pe->ranks);
 	free(pe->info);
 	pe->ranks = NULL;
@@ -195,7 +207,7 @@ static void fill_register(lc_decode_t *d, bool split, const lc__prank_t *pr, lc_
 	snprintf(m->reg.data_url, sizeof m->reg.data_url, "%s", pr->adv_data);
 	m->reg.d_rank = (uint32_t)d->tp_rank;
 	m->reg.flags = LC__REG_HAS_TOKEN;
-	memcpy(m->reg.token, d->token.bytes, LC_TOKEN_LEN);
+	memcpy(m->reg.token, pr->token.bytes, LC_TOKEN_LEN);
 	const char *key = lc__zctx_public_key(d->z);
 	if (strlen(key) == LC__MSG_CURVE_KEY_LEN) { /* P answers with it */
 		m->reg.flags |= LC__REG_HAS_CURVE_KEY;
@@ -477,6 +489,10 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	if (!pr->resolved && !route_trusted(d, room, pe, rank, ep, ri.curve_key, old_alive))
 		return NULL;
 	if (!pr->resolved) {
+		/* Whatever answers at a new endpoint gets a token of its own,
+		 * never the one given to the rank's last endpoint. */
+		if (strcmp(pr->endpoint, ep))
+			token_drop(d, pr);
 		snprintf(pr->endpoint, sizeof pr->endpoint, "%s", ep);
 		pr->adv_rc = adv_rc;
 		if (adv_rc)
@@ -514,6 +530,13 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, true, "P rank %d: %s", rank, pr->adv_why);
 		return -1;
 	}
+	int trc = pr->has_token ? 0 : lc_token_issue(d->ctx, &pr->token);
+	if (trc) {
+		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
+				"no data-plane token for P rank %d: %s", rank, lc_strerror(trc));
+		return -1;
+	}
+	pr->has_token = true;
 	if (encode_register(d, lc__tp_split(&t), pr, &buf, &len)) {
 		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "cannot encode the registration");
 		return -1;
@@ -711,7 +734,7 @@ static void peer_dead(lc_decode_t *d, lc__ppeer_t *pe, int rank, bool gone)
 			lc__decode_fail(d, r, LC_FAIL_SESSION_GONE, false,
 					"P at %s rank %d (%s) %s", pe->addr, rank, ep, why);
 	pe->misses = 0;
-	lc__decode_peer_reset(pe); /* a restarted P is discovered and registered afresh */
+	lc__decode_peer_reset(d, pe); /* a restarted P is discovered and registered afresh */
 }
 
 /* P's liveness is its control channel's, never its bootstrap server's: each

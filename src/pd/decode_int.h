@@ -67,6 +67,14 @@ typedef struct lc__prank {
 	 * carry it, the rank's messages to D must (docs/security.md). */
 	bool has_secret;
 	uint8_t secret[LC__MSG_SECRET_LEN];
+	/* The data-plane token this rank, and only this rank, was given (made
+	 * with the first REGISTER to its endpoint; revoked when D forgets the
+	 * rank or follows it elsewhere): every room sent to the rank is bound
+	 * to it (lc_grant_bind), so that whoever holds it writes only the
+	 * rooms D gave this rank (docs/security.md, "A token opens only its
+	 * own rooms"). */
+	bool has_token;
+	lc_token_t token;
 	char endpoint[300];
 	char key[LC__BS_KEY_MAX];
 	lc__push_t *push;
@@ -159,7 +167,6 @@ struct lc_decode {
 	size_t *desc_lens;
 	lc_listener_t *listener;
 	char data_url[LC__MSG_STR_MAX];
-	lc_token_t token;
 	char host[LC__BS_HOST_MAX];     /* bound; "": the wildcard */
 	char endpoint[LC__MSG_STR_MAX]; /* as bound: tcp://[::]:port for the wildcard */
 	char session[LC__MSG_STR_MAX];
@@ -240,8 +247,9 @@ int lc__decode_check_sum(lc_decode_t *d, lc_receiver_t *r, char *why, size_t cap
 int lc__decode_peer_get(lc_decode_t *d, const char *addr, lc__ppeer_t **out);
 /* A receiver of the peer was destroyed. With `lock` held. */
 void lc__decode_peer_put(lc__ppeer_t *pe);
-/* Forget what is known of a peer (closes its sockets). */
-void lc__decode_peer_reset(lc__ppeer_t *pe);
+/* Forget what is known of a peer (closes its sockets, revokes its ranks'
+ * tokens). */
+void lc__decode_peer_reset(lc_decode_t *d, lc__ppeer_t *pe);
 /* A new receiver whose P is known and whose every target rank answered
  * this D's registration needs no I/O to be Bootstrapped: done here, on the
  * caller's thread, without a hop to the discovery thread and back (true).

@@ -148,8 +148,10 @@ static void delay_us(loop_conn_t *lc, lc__batch_t *b, uint64_t us)
 
 enum write_outcome { WRITE_APPLIED, WRITE_FAILED, WRITE_DROPPED };
 
-static enum write_outcome apply_write(loop_conn_t *lc, loop_listener_t *ll, lc__batch_t *b,
-				      const lc_write_t *w, const lc_loop_faults_t *f)
+/* who: the id of the token the connection presented (seam.h). */
+static enum write_outcome apply_write(loop_conn_t *lc, loop_listener_t *ll, uint64_t who,
+				      lc__batch_t *b, const lc_write_t *w,
+				      const lc_loop_faults_t *f)
 {
 	uint64_t k = ++lc->writes_seen;
 	if (f->mask & LC_FAULT_DELAY)
@@ -176,7 +178,7 @@ static enum write_outcome apply_write(loop_conn_t *lc, loop_listener_t *ll, lc__
 		return WRITE_FAILED;
 	}
 	if (w->count > 1) { /* strided: one descriptor, its blocks land in turn */
-		int rc = lc__land_strided(ll->owner->ctx, b->room, w->remote_region,
+		int rc = lc__land_strided(ll->owner->ctx, who, b->room, w->remote_region,
 					  w->remote_offset, w->local, w->length, w->count,
 					  w->local_stride, w->remote_stride);
 		if (rc) {
@@ -204,8 +206,8 @@ static enum write_outcome apply_write(loop_conn_t *lc, loop_listener_t *ll, lc__
 		}
 	}
 	lc_ctx_t *rctx = ll->owner->ctx;
-	int rc = len ? lc__land_write(rctx, b->room, w->remote_region, w->remote_offset, w->local,
-				      len)
+	int rc = len ? lc__land_write(rctx, who, b->room, w->remote_region, w->remote_offset,
+				      w->local, len)
 		     : 0;
 	if (rc) {
 		lc__batch_fail(b, rc,
@@ -233,7 +235,9 @@ static void run_batch(loop_conn_t *lc, lc__batch_t *b)
 		lc__batch_fail(b, LC_ERR_UNREACHABLE, "no loop listener named '%s'", lc->name);
 		return;
 	}
-	if (!lc__ctx_token_accepted(ll->owner->ctx, lc->conn->token.bytes, lc->conn->has_token)) {
+	uint64_t who;
+	if (!lc__ctx_token_accepted(ll->owner->ctx, lc->conn->token.bytes, lc->conn->has_token,
+				    &who)) {
 		LC__COUNT(ll->owner->ctx, conns_rejected_auth);
 		lc__batch_fail(b, LC_ERR_AUTH, "loop://%s rejected the session token", lc->name);
 		listener_put(ll);
@@ -243,7 +247,7 @@ static void run_batch(loop_conn_t *lc, lc__batch_t *b)
 	f = lc->faults;
 	pthread_mutex_unlock(&lc->lock);
 	for (size_t i = 0; i < b->nwrites && !lc__batch_is_completed(b); i++) {
-		enum write_outcome o = apply_write(lc, ll, b, &b->writes[i], &f);
+		enum write_outcome o = apply_write(lc, ll, who, b, &b->writes[i], &f);
 		if (o != WRITE_APPLIED)
 			break;
 		lc__batch_applied(b, 1);

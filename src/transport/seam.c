@@ -7,8 +7,8 @@
 #include "core/stream.h"
 #include "transport/seam.h"
 
-int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, uint64_t length,
-		  lc__land_t *l)
+int lc__land_open(lc_ctx_t *ctx, uint64_t who, uint64_t room, uint32_t region, uint64_t offset,
+		  uint64_t length, lc__land_t *l)
 {
 	lc__region_info_t r;
 	if (lc__regions_get(&ctx->regions, region, &r)) {
@@ -26,8 +26,19 @@ int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset
 		return LC_ERR_OUT_OF_REGION;
 	}
 	lc__grant_room_t *g;
-	int rc;
-	if (lc__grant_lookup(ctx->grants, room, region, offset, length, &g)) {
+	int rc = lc__grant_lookup(ctx->grants, room, who, region, offset, length, &g);
+	if (rc == LC_ERR_AUTH) {
+		/* A token holder writing a room given to other writers: an
+		 * impostor D registered with, aiming at a room of a real P. */
+		LC__COUNT(ctx, writes_rejected_token);
+		LC__WARN_PEER("rejected write for room %llu: region %u [%llu, +%llu) from a "
+			      "connection whose token the room was not given to (%s)",
+			      (unsigned long long)room, region, (unsigned long long)offset,
+			      (unsigned long long)length,
+			      who ? "another session's token" : "no token of this context");
+		return LC_ERR_GRANT;
+	}
+	if (rc) {
 		LC__COUNT(ctx, writes_rejected_grant);
 		LC__WARN_PEER("rejected write for room %llu: region %u [%llu, +%llu) not granted",
 			      (unsigned long long)room, region, (unsigned long long)offset,
@@ -280,11 +291,11 @@ void lc__land_revoked(lc__land_t *l)
 	LC__COUNT(l->ctx, writes_rejected_grant);
 }
 
-int lc__land_write(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, const void *src,
-		   uint64_t length)
+int lc__land_write(lc_ctx_t *ctx, uint64_t who, uint64_t room, uint32_t region, uint64_t offset,
+		   const void *src, uint64_t length)
 {
 	lc__land_t l;
-	int rc = lc__land_open(ctx, room, region, offset, length, &l);
+	int rc = lc__land_open(ctx, who, room, region, offset, length, &l);
 	if (rc)
 		return rc;
 	rc = lc__land_copy(&l, 0, src, length);
@@ -313,18 +324,18 @@ int lc__land_strided_span(lc_ctx_t *ctx, uint64_t room, uint64_t offset, uint64_
 	return 0;
 }
 
-int lc__land_strided(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
+int lc__land_strided(lc_ctx_t *ctx, uint64_t who, uint64_t room, uint32_t region, uint64_t offset,
 		     const void *src, uint64_t length, uint32_t count, uint64_t src_stride,
 		     uint64_t dst_stride)
 {
 	uint64_t span;
 	if (count <= 1)
-		return lc__land_write(ctx, room, region, offset, src, length);
+		return lc__land_write(ctx, who, room, region, offset, src, length);
 	int rc = lc__land_strided_span(ctx, room, offset, length, count, dst_stride, &span);
 	if (rc)
 		return rc;
 	lc__land_t l;
-	if ((rc = lc__land_open(ctx, room, region, offset, span, &l)))
+	if ((rc = lc__land_open(ctx, who, room, region, offset, span, &l)))
 		return rc;
 	for (uint32_t i = 0; i < count && !rc; i++) {
 		rc = lc__land_copy(&l, (uint64_t)i * dst_stride,

@@ -43,11 +43,15 @@ typedef struct lc__land {
 } lc__land_t;
 
 /* Check [offset, offset+length) of region against the context's regions and
- * room's grant; count and log a rejection (LC_ERR_REGION, LC_ERR_OUT_OF_REGION,
- * LC_ERR_GRANT). On success *l holds a grant reference until
- * lc__land_done(). */
-int lc__land_open(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, uint64_t length,
-		  lc__land_t *l);
+ * room's grant, and the writer against the room's binding: `who` is the id
+ * of the token the write's connection presented at its handshake (0: none
+ * of this context's; lc__ctx_token_accepted gave it), which a room bound
+ * to other tokens refuses (core/grant.h). Count and log a rejection
+ * (LC_ERR_REGION, LC_ERR_OUT_OF_REGION, LC_ERR_GRANT; a writer the room
+ * was not given to is LC_ERR_GRANT counted in writes_rejected_token). On
+ * success *l holds a grant reference until lc__land_done(). */
+int lc__land_open(lc_ctx_t *ctx, uint64_t who, uint64_t room, uint32_t region, uint64_t offset,
+		  uint64_t length, lc__land_t *l);
 /* Bracket a direct landing into l->dst (or into any landing sharing l->g).
  * false once the room was revoked: nothing may land, and no exit is due. */
 bool lc__land_enter(const lc__land_t *l);
@@ -94,9 +98,9 @@ int lc__land_fill(const lc__land_t *l, uint64_t at, uint64_t n, lc__land_fill_fn
 int lc__land_copy_async(const lc__land_t *l, uint64_t at, const void *src, uint64_t n,
 			lc__copy_done_fn done, void *arg);
 /* open + copy + done for a payload that is addressable as a whole (loop,
- * shm, UCX eager messages). */
-int lc__land_write(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset, const void *src,
-		   uint64_t length);
+ * shm, UCX eager messages), from writer `who` (lc__land_open). */
+int lc__land_write(lc_ctx_t *ctx, uint64_t who, uint64_t room, uint32_t region, uint64_t offset,
+		   const void *src, uint64_t length);
 /* A strided write's receiver-side shape: count blocks of length bytes,
  * dst_stride apart from offset. Whether it is sane (count 1..
  * LC_WRITE_MAX_COUNT, stride >= length for count > 1, no overflow); sets
@@ -108,7 +112,7 @@ int lc__land_strided_span(lc_ctx_t *ctx, uint64_t room, uint64_t offset, uint64_
  * the whole span is checked against the region and the grant at once
  * (lc__land_open), then each block lands and is accounted by itself.
  * count <= 1 is lc__land_write. */
-int lc__land_strided(lc_ctx_t *ctx, uint64_t room, uint32_t region, uint64_t offset,
+int lc__land_strided(lc_ctx_t *ctx, uint64_t who, uint64_t room, uint32_t region, uint64_t offset,
 		     const void *src, uint64_t length, uint32_t count, uint64_t src_stride,
 		     uint64_t dst_stride);
 /* Accounting of one block [at, at + n) of a landing opened over a span:

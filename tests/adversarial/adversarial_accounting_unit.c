@@ -80,7 +80,7 @@ static void test_intervals_merge(void **state)
 	assert_int_equal(lc__grant_table_create(&t), 0);
 	assert_int_equal(lc__grant_issue(t, 1, 1, 0, 100), 0);
 	assert_int_equal(lc__grant_issue(t, 1, 2, 0, 100), 0);
-	assert_int_equal(lc__grant_lookup(t, 1, 1, 0, 100, &g), 0);
+	assert_int_equal(lc__grant_lookup(t, 1, 0, 1, 0, 100, &g), 0);
 	assert_int_equal(land(g, 1, 20, 10), 0);
 	assert_int_equal(land(g, 1, 0, 10), 0); /* before: a second interval */
 	assert_int_equal(land(g, 1, 40, 10), 0);
@@ -125,7 +125,7 @@ static void test_duplicate_stands_in(void **state)
 	lc__grant_room_t *g;
 	assert_int_equal(lc__grant_table_create(&t), 0);
 	assert_int_equal(lc__grant_issue(t, 3, 1, 4096, 8192), 0);
-	assert_int_equal(lc__grant_lookup(t, 3, 1, 4096, 4096, &g), 0);
+	assert_int_equal(lc__grant_lookup(t, 3, 0, 1, 4096, 4096, &g), 0);
 	assert_int_equal(land(g, 1, 4096, 4096), 0);
 	assert_int_equal(land(g, 1, 4096, 4096), 4096);
 	bytes_of(t, 3, 8192, 4096);
@@ -147,7 +147,7 @@ static void test_covered_window(void **state)
 	assert_int_equal(lc__grant_issue(t, 4, 1, 50, 100), 0);
 	assert_int_equal(lc__grant_issue(t, 4, 1, 180, 10), 0);
 	assert_int_equal(lc__grant_issue(t, 4, 0, 0, 500), 0); /* a region before */
-	assert_int_equal(lc__grant_lookup(t, 4, 1, 50, 100, &g), 0);
+	assert_int_equal(lc__grant_lookup(t, 4, 0, 1, 50, 100, &g), 0);
 	assert_int_equal(lc__grant_covered(t, 4, 1, 0, 100, &gr, &cv), 0);
 	assert_int_equal(gr, 50);
 	assert_int_equal(cv, 0);
@@ -183,7 +183,7 @@ static void test_intervals_cap(void **state)
 	assert_int_equal(lc__grant_table_create(&t), 0);
 	lc__grant_set_intervals_max(t, 2);
 	assert_int_equal(lc__grant_issue(t, 1, 1, 0, 100), 0);
-	assert_int_equal(lc__grant_lookup(t, 1, 1, 0, 100, &g), 0);
+	assert_int_equal(lc__grant_lookup(t, 1, 0, 1, 0, 100, &g), 0);
 	for (uint64_t i = 0; i < 3; i++)
 		assert_int_equal(land(g, 1, i * 10, 1), 0);
 	assert_int_equal(land(g, 1, 1, 1), 0); /* merging needs no room */
@@ -214,7 +214,7 @@ static void test_revoke_counts(void **state)
 	lc__grant_room_t *g;
 	assert_int_equal(lc__grant_table_create(&t), 0);
 	assert_int_equal(lc__grant_issue(t, 1, 1, 0, 100), 0);
-	assert_int_equal(lc__grant_lookup(t, 1, 1, 0, 60, &g), 0);
+	assert_int_equal(lc__grant_lookup(t, 1, 0, 1, 0, 60, &g), 0);
 	assert_int_equal(land(g, 1, 0, 60), 0);
 	bytes_of(t, 1, 100, 60);
 	assert_int_equal(lc__grant_revoke(t, 1), 1);
@@ -239,15 +239,15 @@ static void test_seam_counts(void **state)
 	assert_int_equal(lc_region_register(ctx, mem, 8192, &r), 0);
 	uint32_t id = lc_region_id(r);
 	assert_int_equal(lc_grant_issue(ctx, 5, r, 0, 4096), 0);
-	assert_int_equal(lc__land_write(ctx, 5, id, 0, src, 2048), 0);
-	assert_int_equal(lc__land_write(ctx, 5, id, 2048, src, 0), 0);
-	assert_int_equal(lc__land_write(ctx, 5, id, 4096, src, 16), LC_ERR_GRANT);
+	assert_int_equal(lc__land_write(ctx, 0, 5, id, 0, src, 2048), 0);
+	assert_int_equal(lc__land_write(ctx, 0, 5, id, 2048, src, 0), 0);
+	assert_int_equal(lc__land_write(ctx, 0, 5, id, 4096, src, 16), LC_ERR_GRANT);
 	bytes_of(ctx->grants, 5, 4096, 2048);
-	assert_int_equal(lc__land_write(ctx, 5, id, 2048, src, 2048), 0);
+	assert_int_equal(lc__land_write(ctx, 0, 5, id, 2048, src, 2048), 0);
 	bytes_of(ctx->grants, 5, 4096, 4096);
 	assert_int_equal(lc_ctx_counter_by_name(ctx, "bytes_landed_twice", &over), 0);
 	assert_int_equal(over, 0);
-	assert_int_equal(lc__land_write(ctx, 5, id, 0, src, 1024), 0); /* a replay */
+	assert_int_equal(lc__land_write(ctx, 0, 5, id, 0, src, 1024), 0); /* a replay */
 	bytes_of(ctx->grants, 5, 4096, 4096);
 	assert_int_equal(lc_ctx_counter_by_name(ctx, "bytes_landed_twice", &over), 0);
 	assert_int_equal(over, 1024);

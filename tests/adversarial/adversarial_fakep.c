@@ -101,98 +101,19 @@ static bool log_has(const char *a)
 	return yes;
 }
 
-/* ---- the fake bootstrap server ---- */
+/* ---- the fake bootstrap server (harness.h) ---- */
 
-static int bs_fd;
-static pthread_mutex_t bs_lock = PTHREAD_MUTEX_INITIALIZER;
-static char parallel_json[1024], rank_json[512]; /* under bs_lock */
+static adv_bs_t the_bs;
 
 static void set_rank(const char *ip, int port)
 {
-	pthread_mutex_lock(&bs_lock);
-	snprintf(rank_json, sizeof rank_json,
+	char json[512];
+	snprintf(json, sizeof json,
 		 "{\"rank_ip\":\"%s\",\"rank_port\":%d,\"curve_public_key\":\"\"}", ip, port);
-	pthread_mutex_unlock(&bs_lock);
-}
-
-static void *bs_main(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		int c = accept(bs_fd, NULL, NULL);
-		if (c < 0)
-			return NULL;
-		char req[2048];
-		size_t n = 0;
-		while (n + 1 < sizeof req && !memmem(req, n, "\r\n\r\n", 4)) {
-			struct pollfd p = {.fd = c, .events = POLLIN};
-			ssize_t k = poll(&p, 1, 5000) == 1 ? recv(c, req + n, sizeof req - 1 - n, 0)
-							   : -1;
-			if (k <= 0)
-				break;
-			n += (size_t)k;
-		}
-		req[n] = '\0';
-		char out[2048];
-		pthread_mutex_lock(&bs_lock);
-		const char *body = strstr(req, "engine_rank=-1") ? parallel_json
-				   : strstr(req, " /health")     ? "ok"
-								 : rank_json;
-		int len = snprintf(out, sizeof out,
-				   "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-				   "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-				   strlen(body), body);
-		pthread_mutex_unlock(&bs_lock);
-		if (send(c, out, (size_t)len, MSG_NOSIGNAL) < 0) {
-			/* D went */
-		}
-		close(c);
-	}
-}
-
-/* A loopback port: listening, its socket in *fd_out; or (fd_out NULL)
- * bound and never listening, so that a connection there is refused and no
- * other process can take the port meanwhile (kept until exit). */
-static int loopback_listener(int *fd_out)
-{
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t n = sizeof a;
-	TU_CHECK(s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
-			 getsockname(s, (struct sockaddr *)&a, &n) == 0 &&
-			 (!fd_out || listen(s, 16) == 0),
-		 "a loopback port");
-	if (fd_out)
-		*fd_out = s;
-	return ntohs(a.sin_port);
+	adv_bs_set(&the_bs, NULL, json);
 }
 
 /* ---- the fake P rank ---- */
-
-/* The next message of a type at the inbox within ms (decoded into *m, the
- * caller frees with lc__msg_free), or false. */
-static bool inbox_next(void *rx, int type, int ms, lc__msg_t *m)
-{
-	for (uint64_t dl = adv_now_ms() + (uint64_t)ms; adv_now_ms() < dl;) {
-		zmq_pollitem_t it = {.socket = rx, .events = ZMQ_POLLIN};
-		if (zmq_poll(&it, 1, 50) <= 0)
-			continue;
-		zmq_msg_t zm;
-		zmq_msg_init(&zm);
-		if (zmq_msg_recv(&zm, rx, 0) < 0) {
-			zmq_msg_close(&zm);
-			continue;
-		}
-		memset(m, 0, sizeof *m);
-		int rc = lc__msg_decode(zmq_msg_data(&zm), zmq_msg_size(&zm), m, NULL, 0);
-		zmq_msg_close(&zm);
-		if (!rc && m->type == type)
-			return true;
-		if (!rc)
-			lc__msg_free(m);
-	}
-	return false;
-}
 
 static uint64_t counter(lc_decode_t *d, const char *name)
 {
@@ -273,7 +194,7 @@ static void run_claims(lc_decode_t *d, lc_receiver_t *r, const char *bs, void *r
 		 lc_room_status_name(st), info.reason);
 	TU_OK(lc_receiver_send(r, &pg));
 	lc__msg_t m;
-	if (inbox_next(rx, LC__MSG_TRANSFER_INFO, WAIT_MS, &m))
+	if (adv_inbox_next(rx, LC__MSG_TRANSFER_INFO, WAIT_MS, &m))
 		lc__msg_free(&m);
 	send_success(tx, reg->secret, ROOM, "meta-1");
 	send_success(tx, reg->secret, ROOM, "meta-2");
@@ -286,7 +207,7 @@ static void run_claims(lc_decode_t *d, lc_receiver_t *r, const char *bs, void *r
 	EXPECT(lc_receiver_metadata(r, meta, sizeof meta) == LC_ERR_STATE,
 	       "metadata of a failed room");
 	EXPECT(lc_receiver_layers_ready(r) == 0, "layers of a failed room");
-	bool cancel = inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &m);
+	bool cancel = adv_inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &m);
 	EXPECT(cancel && m.cancel.room == ROOM, "no CANCEL at P after the lie");
 	if (cancel)
 		lc__msg_free(&m);
@@ -408,7 +329,7 @@ static void run_api(lc_decode_t *d, lc_receiver_t *r, tu_pool_t *s, const char *
 	old.aux_index = 12345; /* past the caller's struct: not read */
 	EXPECT(lc_receiver_send(r, &old) == 0, "send: \"%s\"", lc_last_error());
 	lc__msg_t ti;
-	bool got = inbox_next(rx, LC__MSG_TRANSFER_INFO, WAIT_MS, &ti);
+	bool got = adv_inbox_next(rx, LC__MSG_TRANSFER_INFO, WAIT_MS, &ti);
 	EXPECT(got && ti.info.room == ROOM && ti.info.page_count == 2 && ti.info.pages[1] == 1 &&
 		       !memcmp(ti.secret, reg->secret, LC__MSG_SECRET_LEN),
 	       "no TRANSFER_INFO with the pages at P");
@@ -433,7 +354,7 @@ static void run_api(lc_decode_t *d, lc_receiver_t *r, tu_pool_t *s, const char *
 	       "cancelled: %s (%s) \"%s\"", lc_room_status_name(st),
 	       lc_fail_reason_name(info.fail_reason), info.reason);
 	lc__msg_t cm;
-	got = inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &cm);
+	got = adv_inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &cm);
 	EXPECT(got && cm.cancel.room == ROOM, "no CANCEL at P");
 	if (got)
 		lc__msg_free(&cm);
@@ -592,7 +513,9 @@ int main(int argc, char **argv)
 	void *rx = inbox_bind(zc, inbox_ep, sizeof inbox_ep);
 	int p_port = atoi(strrchr(inbox_ep, ':') + 1);
 	if (unreachable)
-		p_port = loopback_listener(NULL);
+		p_port = adv_loopback_port(NULL);
+	adv_bs_start(&the_bs);
+	char parallel_json[1024];
 	unsigned long long fp = (unsigned long long)lc_layout_fingerprint(s.layout);
 	if (geometry)
 		snprintf(
@@ -614,22 +537,19 @@ int main(int argc, char **argv)
 			 "{\"prefill_tp_size\":1,\"prefill_dp_size\":1,\"registered_ranks\":1,"
 			 "\"layers\":2,\"layout_fingerprint\":\"%016llx\"}",
 			 fpdiff ? fp ^ 0x1234 : fp);
+	adv_bs_set(&the_bs, parallel_json, NULL);
 	/* moved: the first route names a port where nothing listens; hijack:
 	 * one where something listens that is no P (it never speaks ZMTP). */
 	int alive_fd = -1;
 	if (moved)
-		set_rank("127.0.0.1", loopback_listener(NULL));
+		set_rank("127.0.0.1", adv_loopback_port(NULL));
 	else if (hijack)
-		set_rank("127.0.0.1", loopback_listener(&alive_fd));
+		set_rank("127.0.0.1", adv_loopback_port(&alive_fd));
 	else
 		set_rank("127.0.0.1", p_port);
 	if (malformed)
-		snprintf(rank_json, sizeof rank_json,
-			 "{\"rank_ip\":\"127.0.0.1\",\"rank_port\":0}");
-	char bs[64];
-	snprintf(bs, sizeof bs, "127.0.0.1:%d", loopback_listener(&bs_fd));
-	pthread_t srv;
-	TU_CHECK(pthread_create(&srv, NULL, bs_main, NULL) == 0, "server thread");
+		adv_bs_set(&the_bs, NULL, "{\"rank_ip\":\"127.0.0.1\",\"rank_port\":0}");
+	const char *bs = the_bs.addr;
 
 	lc_receiver_t *r;
 	TU_OK(lc_receiver_create(d, bs, ROOM, &r));
@@ -660,12 +580,12 @@ int main(int argc, char **argv)
 			       info.reason);
 			EXPECT(counter(d, "routes_refused") >= 1, "routes_refused not counted");
 			EXPECT(log_has("refused since the last line"), "no error line");
-			EXPECT(!inbox_next(rx, LC__MSG_REGISTER, 300, &reg),
+			EXPECT(!adv_inbox_next(rx, LC__MSG_REGISTER, 300, &reg),
 			       "D sent its REGISTER to the changed route");
 			close(alive_fd);
 			goto out;
 		}
-		got_reg = inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &reg);
+		got_reg = adv_inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &reg);
 		TU_CHECK(got_reg, "no REGISTER from D at the moved P");
 		EXPECT(counter(d, "routes_moved") == 1, "routes_moved not counted");
 		EXPECT(log_has("moved from"), "no warning of the move");
@@ -711,7 +631,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
-	got_reg = inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &reg);
+	got_reg = adv_inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &reg);
 	TU_CHECK(got_reg, "no REGISTER from D at the fake P");
 	EXPECT(reg.reg.nbuffers == 4, "REGISTER with %u buffers", reg.reg.nbuffers);
 	EXPECT(reg.reg.fingerprint == lc_layout_fingerprint(s.layout), "REGISTER fingerprint");
@@ -744,7 +664,7 @@ int main(int argc, char **argv)
 		/* One rank at a time: rank 1's REGISTER follows rank 0's reply. */
 		lc__msg_t reg1;
 		send_reply(tx, &reg, 0, 0, NULL, NULL);
-		bool got1 = inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &reg1);
+		bool got1 = adv_inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &reg1);
 		EXPECT(got1, "no REGISTER for P rank 1");
 		if (got1) {
 			send_reply(tx, &reg1, 1, 0, NULL, NULL);
@@ -755,7 +675,7 @@ int main(int argc, char **argv)
 		       "want Failed (bad_input), got %s (%s) \"%s\"", lc_room_status_name(st),
 		       lc_fail_reason_name(info.fail_reason), info.reason);
 		lc__msg_t cm;
-		bool cancel = inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &cm);
+		bool cancel = adv_inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &cm);
 		EXPECT(cancel && cm.cancel.room == ROOM, "no CANCEL of the room at P");
 		if (cancel)
 			lc__msg_free(&cm);
@@ -814,7 +734,7 @@ int main(int argc, char **argv)
 		EXPECT(counter_reaches(d, "registrations_refused", ref0 + 1),
 		       "refusal not counted");
 		lc__msg_t cm;
-		bool cancel = inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &cm);
+		bool cancel = adv_inbox_next(rx, LC__MSG_CANCEL, WAIT_MS, &cm);
 		EXPECT(cancel && cm.cancel.room == ROOM &&
 			       !memcmp(cm.secret, reg.secret, LC__MSG_SECRET_LEN),
 		       "no CANCEL of the room with D's secret at P");
@@ -825,7 +745,7 @@ int main(int argc, char **argv)
 		lc_receiver_destroy(r);
 		TU_OK(lc_receiver_create(d, bs, ROOM + 1, &r));
 		lc__msg_t again;
-		bool got = inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &again);
+		bool got = adv_inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &again);
 		EXPECT(got, "no second REGISTER after the refusal");
 		if (got) {
 			send_reply(tx, &again, 0, 0, NULL, NULL);
@@ -871,7 +791,7 @@ int main(int argc, char **argv)
 	lc_receiver_t *r8;
 	TU_OK(lc_receiver_create(d, bs, ROOM + 1, &r8));
 	lc__msg_t again;
-	bool got = inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &again);
+	bool got = adv_inbox_next(rx, LC__MSG_REGISTER, WAIT_MS, &again);
 	EXPECT(got, "no second REGISTER after session_gone");
 	if (got) {
 		send_reply(tx, &again, 0, 0, NULL, NULL);
@@ -909,9 +829,7 @@ out:
 		zmq_close(tx);
 	zmq_close(rx);
 	zmq_ctx_term(zc);
-	shutdown(bs_fd, SHUT_RDWR);
-	close(bs_fd);
-	pthread_join(srv, NULL);
+	adv_bs_stop(&the_bs);
 	tu_pool_fini(&s);
 	lc_log_set_handler(NULL, NULL);
 	fprintf(stderr, "%s\n", failures ? "FAIL" : "ok");

@@ -222,12 +222,17 @@ static void d_open_wave(lc_decode_t *d, const char *bs_addr, lc_receiver_t **rcv
 	say("d-sent %d", w);
 }
 
-/* A lane into D's own listener with D's token: HELLO, its reply, then
- * closed by this side (the listener sees its peer go). */
+/* A lane into D's own listener with the token D gave P's rank 0: HELLO,
+ * its reply, then closed by this side (the listener sees its peer go). */
 static void d_lane_closed(lc_decode_t *d)
 {
 	char host[64];
 	int port = 0;
+	pthread_mutex_lock(&d->lock);
+	TU_CHECK(d->npeers == 1 && d->peers[0]->ranks && d->peers[0]->ranks[0].has_token,
+		 "P rank 0 holds no token of D's");
+	lc_token_t token = d->peers[0]->ranks[0].token;
+	pthread_mutex_unlock(&d->lock);
 	TU_CHECK(sscanf(d->data_url, "tcp://%63[^:]:%d", host, &port) == 2, "%s", d->data_url);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	inet_pton(AF_INET, host, &sa.sin_addr);
@@ -237,8 +242,8 @@ static void d_lane_closed(lc_decode_t *d)
 	uint8_t f[LC__TCP_CTRL_LEN];
 	lc__tcp_ctrl_t hello = {.type = LC__TCP_HELLO,
 				.status = LC__TCP_HELLO_TOKEN,
-				.a = lc__get_u64(d->token.bytes),
-				.b = lc__get_u64(d->token.bytes + 8)};
+				.a = lc__get_u64(token.bytes),
+				.b = lc__get_u64(token.bytes + 8)};
 	lc__tcp_encode_ctrl(f, &hello);
 	TU_CHECK(send(fd, f, sizeof f, MSG_NOSIGNAL) == (ssize_t)sizeof f, "HELLO");
 	size_t got = 0;

@@ -997,6 +997,71 @@ static void case_bad_token(harness_t *h)
 	expect_status(&c, 0);
 }
 
+/* A room bound to a token (lc_grant_bind) takes writes only from
+ * connections that presented it: another token the receiver accepts is
+ * refused with LC_ERR_GRANT, counted in writes_rejected_token, and lands
+ * nothing, while it may still write a room bound to no one; the binding
+ * goes with the room's revoke. */
+static void case_bound_token(harness_t *h)
+{
+	setup(h);
+	lc_token_t other;
+	TU_OK(lc_token_issue(h->rx, &other));
+	TU_OK(lc_grant_bind(h->rx, ROOM, &h->token)); /* before the range: no moment open */
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, 65536));
+	TU_OK(lc_grant_issue(h->rx, ROOM + 1, h->dst_region, 65536, 65536));
+	lc_conn_t *good = h->conn, *stranger;
+	uint8_t desc[LC_REGION_DESC_MAX];
+	int dlen = lc_region_pack(h->dst_region, desc, sizeof desc);
+	lc_conn_params_t p = {.size = sizeof p, .cq = h->cq, .token = other, .has_token = 1};
+	char url[sizeof h->url + 8];
+	snprintf(url, sizeof url, "%s%s", h->url, h->no_ipc ? "?ipc=0" : "");
+	TU_OK(lc_conn_create(h->tx, url, &p, &stranger));
+	TU_OK(lc_conn_import_region(stranger, desc, (size_t)dlen, &h->remote));
+	h->conn = stranger;
+	lc_write_t w = wr(h, 0, 0, 4096);
+	lc_completion_t c = post_wait(h, &w, 1, ROOM, 0);
+	expect_status(&c, LC_ERR_GRANT);
+	lc_write_t blocks = {.local = src_base(h),
+			     .remote_offset = 8192,
+			     .length = 512,
+			     .remote_region = h->remote,
+			     .count = 4,
+			     .local_stride = 1024,
+			     .remote_stride = 1024};
+	c = post_wait(h, &blocks, 1, ROOM, 0);
+	expect_status(&c, LC_ERR_GRANT);
+	expect_canary_outside(h, 0, 0);
+	TU_CHECK(counter(h->rx, "writes_rejected_token") >= 2,
+		 "receiver counted %llu token rejections",
+		 (unsigned long long)counter(h->rx, "writes_rejected_token"));
+	lc_write_t open_room = wr(h, 65536, 65536, 4096); /* bound to no one */
+	c = post_wait(h, &open_room, 1, ROOM + 1, 0);
+	expect_status(&c, 0);
+	h->conn = good;
+	c = post_wait(h, &w, 1, ROOM, 0);
+	expect_status(&c, 0);
+	expect_same(h, 0, 0, 4096);
+	expect_same(h, 65536, 65536, 4096);
+	/* The binding goes with the revoke: the room granted again is open. */
+	TU_CHECK(lc_grant_revoke(h->rx, ROOM) == 1, "revoke should report one range");
+	TU_OK(lc_grant_issue(h->rx, ROOM, h->dst_region, 0, 65536));
+	h->conn = stranger;
+	lc_write_t again = wr(h, 4096, 4096, 4096);
+	c = post_wait(h, &again, 1, ROOM, 0);
+	expect_status(&c, 0);
+	expect_same(h, 4096, 4096, 4096);
+	h->conn = good;
+	lc_conn_destroy(stranger);
+	/* Misuse: refused, each with its code. */
+	TU_CHECK(lc_grant_bind(h->rx, ROOM, NULL) == -EINVAL, "bind to NULL");
+	TU_CHECK(lc_grant_bind(NULL, ROOM, &other) == -EINVAL, "bind on NULL");
+	TU_OK(lc_token_revoke(h->rx, &other));
+	TU_CHECK(lc_grant_bind(h->rx, ROOM, &other) == -ENOENT, "bind to a revoked token");
+	TU_CHECK(lc_grant_bind(h->tx, ROOM, &h->token) == -ENOENT,
+		 "bind to another context's token");
+}
+
 static void case_unreachable_peer(harness_t *h)
 {
 	setup(h);
@@ -1051,6 +1116,7 @@ static const struct {
 	{"inline_stall", case_inline_stall},
 	{"checksum_all", case_checksum_all},
 	{"bad_token", case_bad_token},
+	{"bound_token", case_bound_token},
 	{"unreachable_peer", case_unreachable_peer},
 	{"deferred_flush", case_deferred_flush},
 	{"fd_wait", case_fd_wait},

@@ -20,7 +20,7 @@ def make_pair(url):
     conn = tx.connect(listener.url, cq, token)
     rid = conn.import_region(rreg.pack())
     return dict(rx=rx, tx=tx, dst=dst, src=src, rreg=rreg, sreg=sreg, listener=listener,
-                cq=cq, conn=conn, rid=rid)
+                cq=cq, conn=conn, rid=rid, token=token)
 
 
 @pytest.mark.parametrize("url", ["loop://auto", "tcp://127.0.0.1:0", "shm://auto"])
@@ -44,6 +44,35 @@ def test_numpy_writes_land_exactly_where_granted(url):
         assert np.array_equal(src[i * 4096:(i + 1) * 4096], dst[j * 4096:(j + 1) * 4096])
     assert (dst[1 << 20:] == 0xA5).all()
     p["rx"].close()
+    p["tx"].close()
+
+
+@pytest.mark.parametrize("url", ["loop://auto", "tcp://127.0.0.1:0", "shm://auto"])
+def test_bound_room_takes_only_its_tokens_writes(url):
+    """ctx.bind(room, token): a connection that presented another token of
+    the receiver's is refused on the room (LC_ERR_GRANT, nothing lands,
+    writes_rejected_token), while the bound token's writes land."""
+    if url.split(":")[0] not in lc.transports():
+        pytest.skip(f"{url} not built in")
+    p = make_pair(url)
+    rx = p["rx"]
+    other = rx.issue_token()
+    with pytest.raises(ValueError):
+        rx.bind(9, b"short")
+    stranger = p["tx"].connect(p["listener"].url, p["cq"], other)
+    sid = stranger.import_region(p["rreg"].pack())
+    rx.bind(9, p["token"])
+    rx.grant(9, p["rreg"], 0, 1 << 20)
+    stranger.post([(p["src"].address, sid, 0, 4096)], room=9)
+    done = p["cq"].wait(10000)
+    assert done and lc.err_name(done[0]["status"]) == "LC_ERR_GRANT", done
+    assert (p["dst"].numpy()[:1 << 20] == 0xA5).all()
+    assert rx.counters()["writes_rejected_token"] >= 1
+    p["conn"].post([(p["src"].address, p["rid"], 0, 4096)], room=9)
+    done = p["cq"].wait(10000)
+    assert done and done[0]["status"] == 0, done
+    assert (p["dst"].numpy()[:4096] == p["src"].numpy()[:4096]).all()
+    rx.close()
     p["tx"].close()
 
 

@@ -142,23 +142,23 @@ static void grant_ranges_merge_and_lookup_needs_full_containment(void **state)
 	assert_int_equal(lc__grant_issue(t, 5, 1, 0, 100), 0);
 	assert_int_equal(lc__grant_issue(t, 5, 1, 200, 100), 0);
 	/* inside one range */
-	assert_int_equal(lc__grant_lookup(t, 5, 1, 10, 90, &g), 0);
+	assert_int_equal(lc__grant_lookup(t, 5, 0, 1, 10, 90, &g), 0);
 	lc__grant_put(g);
 	/* spans the hole [100, 200) */
-	assert_int_equal(lc__grant_lookup(t, 5, 1, 50, 200, &g), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_lookup(t, 5, 0, 1, 50, 200, &g), LC_ERR_GRANT);
 	/* filling the hole merges the three ranges into one */
 	assert_int_equal(lc__grant_issue(t, 5, 1, 100, 100), 0);
-	assert_int_equal(lc__grant_lookup(t, 5, 1, 0, 300, &g), 0);
+	assert_int_equal(lc__grant_lookup(t, 5, 0, 1, 0, 300, &g), 0);
 	lc__grant_put(g);
-	assert_int_equal(lc__grant_lookup(t, 5, 1, 0, 301, &g), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_lookup(t, 5, 0, 1, 0, 301, &g), LC_ERR_GRANT);
 	/* another region, another room, wrapping offsets */
-	assert_int_equal(lc__grant_lookup(t, 5, 2, 0, 10, &g), LC_ERR_GRANT);
-	assert_int_equal(lc__grant_lookup(t, 6, 1, 0, 10, &g), LC_ERR_GRANT);
-	assert_int_equal(lc__grant_lookup(t, 5, 1, UINT64_MAX - 5, 10, &g), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_lookup(t, 5, 0, 2, 0, 10, &g), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_lookup(t, 6, 0, 1, 0, 10, &g), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_lookup(t, 5, 0, 1, UINT64_MAX - 5, 10, &g), LC_ERR_GRANT);
 	assert_int_equal(lc__grant_issue(t, 5, 1, UINT64_MAX - 5, 10), -EINVAL);
 	assert_int_equal(lc__grant_issue(t, 5, 1, 0, 0), -EINVAL);
 	assert_int_equal(lc__grant_revoke(t, 5), 1); /* one merged range */
-	assert_int_equal(lc__grant_lookup(t, 5, 1, 0, 10, &g), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_lookup(t, 5, 0, 1, 0, 10, &g), LC_ERR_GRANT);
 	assert_int_equal(lc__grant_revoke(t, 5), 0);
 	lc__grant_table_destroy(t);
 }
@@ -180,7 +180,7 @@ static void grant_table_grows_and_revokes_by_region(void **state)
 	int n = lc__grant_revoke_region(t, 1);
 	assert_true(n > 0);
 	for (uint64_t room = 2; room <= 5000; room += 2) {
-		int rc = lc__grant_lookup(t, room, (uint32_t)(room % 3 + 1), room * 10, 10, &g);
+		int rc = lc__grant_lookup(t, room, 0, (uint32_t)(room % 3 + 1), room * 10, 10, &g);
 		if (room % 3 == 0) {
 			assert_int_equal(rc, LC_ERR_GRANT);
 		} else {
@@ -188,6 +188,57 @@ static void grant_table_grows_and_revokes_by_region(void **state)
 			lc__grant_put(g);
 		}
 	}
+	lc__grant_table_destroy(t);
+}
+
+/* A room bound to writers' token ids takes writes only from them, whatever
+ * the range; a bind alone is no live grant; the binding goes with revoke. */
+static void grant_bound_room_takes_only_its_writers(void **state)
+{
+	(void)state;
+	lc__grant_table_t *t;
+	lc__grant_room_t *g;
+	lc__grant_count_t c;
+	uint32_t ready;
+	assert_int_equal(lc__grant_table_create(&t), 0);
+	assert_int_equal(lc__grant_bind(t, 7, 0), -EINVAL); /* 0 is no token */
+	assert_int_equal(lc__grant_bind(t, 7, 11), 0);
+	assert_int_equal(lc__grant_bind(t, 7, 11), 0); /* again: nothing new */
+	/* Bound, nothing granted yet: nothing lands, nothing to count. */
+	assert_int_equal(lc__grant_lookup(t, 7, 11, 1, 0, 10, &g), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_room_count(t, 7, &c), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_layers_ready(t, 7, &ready), LC_ERR_GRANT);
+	assert_int_equal(lc__grant_issue(t, 7, 1, 0, 100), 0);
+	assert_int_equal(lc__grant_room_count(t, 7, &c), 0);
+	assert_int_equal(c.granted, 100);
+	assert_int_equal(lc__grant_lookup(t, 7, 11, 1, 0, 100, &g), 0);
+	lc__grant_put(g);
+	/* Another writer, or none: refused inside the range and out of it. */
+	assert_int_equal(lc__grant_lookup(t, 7, 12, 1, 0, 10, &g), LC_ERR_AUTH);
+	assert_int_equal(lc__grant_lookup(t, 7, 0, 1, 0, 10, &g), LC_ERR_AUTH);
+	assert_int_equal(lc__grant_lookup(t, 7, 12, 1, 500, 10, &g), LC_ERR_AUTH);
+	/* Fan-in: a second writer bound to the room. */
+	assert_int_equal(lc__grant_bind(t, 7, 12), 0);
+	assert_int_equal(lc__grant_bind(t, 7, 13), 0);
+	assert_int_equal(lc__grant_lookup(t, 7, 12, 1, 0, 10, &g), 0);
+	lc__grant_put(g);
+	assert_int_equal(lc__grant_lookup(t, 7, 14, 1, 0, 10, &g), LC_ERR_AUTH);
+	/* An unbound room takes every writer. */
+	assert_int_equal(lc__grant_issue(t, 8, 1, 0, 100), 0);
+	assert_int_equal(lc__grant_lookup(t, 8, 12, 1, 0, 10, &g), 0);
+	lc__grant_put(g);
+	assert_int_equal(lc__grant_lookup(t, 8, 0, 1, 0, 10, &g), 0);
+	lc__grant_put(g);
+	/* Revoked and granted again: bound to no one. */
+	assert_int_equal(lc__grant_revoke(t, 7), 1);
+	assert_int_equal(lc__grant_issue(t, 7, 1, 0, 100), 0);
+	assert_int_equal(lc__grant_lookup(t, 7, 14, 1, 0, 10, &g), 0);
+	lc__grant_put(g);
+	/* A room only bound is revoked like any other (no range). */
+	assert_int_equal(lc__grant_bind(t, 9, 11), 0);
+	assert_int_equal(lc__grant_rooms(t), 3);
+	assert_int_equal(lc__grant_revoke(t, 9), 0);
+	assert_int_equal(lc__grant_rooms(t), 2);
 	lc__grant_table_destroy(t);
 }
 
@@ -223,7 +274,7 @@ static void revoke_waits_for_a_copy_in_progress_and_blocks_new_ones(void **state
 	pthread_t copier, revoker;
 	assert_int_equal(lc__grant_table_create(&t), 0);
 	assert_int_equal(lc__grant_issue(t, 9, 1, 0, 4096), 0);
-	assert_int_equal(lc__grant_lookup(t, 9, 1, 0, 4096, &c.g), 0);
+	assert_int_equal(lc__grant_lookup(t, 9, 0, 1, 0, 4096, &c.g), 0);
 	assert_false(lc__grant_revoked(c.g));
 	pthread_create(&copier, NULL, hold_copy, &c);
 	while (!atomic_load(&c.inside))
@@ -537,6 +588,7 @@ int main(void)
 		cmocka_unit_test(text_knobs_are_listed_read_from_the_environment_and_not_set),
 		cmocka_unit_test(grant_ranges_merge_and_lookup_needs_full_containment),
 		cmocka_unit_test(grant_table_grows_and_revokes_by_region),
+		cmocka_unit_test(grant_bound_room_takes_only_its_writers),
 		cmocka_unit_test(revoke_waits_for_a_copy_in_progress_and_blocks_new_ones),
 		cmocka_unit_test(landing_queue_releases_writes_in_order),
 		cmocka_unit_test(regions_reject_overlap_and_never_reuse_ids),

@@ -83,7 +83,7 @@ static void land(lc__grant_table_t *t, model_t *m, int r, uint64_t a, uint64_t b
 {
 	lc__grant_room_t *g;
 	lc__grant_landing_t o;
-	assert_int_equal(lc__grant_lookup(t, 1, (uint32_t)r + 1, a, b - a, &g), 0);
+	assert_int_equal(lc__grant_lookup(t, 1, 0, (uint32_t)r + 1, a, b - a, &g), 0);
 	assert_int_equal(lc__grant_landed(g, (uint32_t)r + 1, a, b - a, &o), 0);
 	lc__grant_put(g);
 	uint64_t twice = 0;

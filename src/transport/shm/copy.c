@@ -82,11 +82,11 @@ void lc__shm_helper_stop(lc__shm_helper_t *h)
 	free(h);
 }
 
-int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t room, uint32_t region,
-		       uint64_t offset, const uint8_t *src, uint64_t length)
+int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t who, uint64_t room,
+		       uint32_t region, uint64_t offset, const uint8_t *src, uint64_t length)
 {
 	lc__land_t l;
-	int rc = lc__land_open(ctx, room, region, offset, length, &l);
+	int rc = lc__land_open(ctx, who, room, region, offset, length, &l);
 	if (rc)
 		return rc;
 	uint64_t half = (length / 2 + 63) & ~(uint64_t)63; /* cache-line split */
@@ -145,8 +145,8 @@ static int ipc_dev_to_dev(const lc__land_t *l, uint64_t at, uint64_t src, uint64
 	return rc;
 }
 
-int lc__shm_copy_ipc(lc_ctx_t *ctx, int device, uint64_t room, uint32_t region, uint64_t offset,
-		     uint64_t src, const lc__shm_write_t *w)
+int lc__shm_copy_ipc(lc_ctx_t *ctx, uint64_t who, int device, uint64_t room, uint32_t region,
+		     uint64_t offset, uint64_t src, const lc__shm_write_t *w)
 {
 	lc__land_t l;
 	ipc_src_t f = {0};
@@ -155,7 +155,7 @@ int lc__shm_copy_ipc(lc_ctx_t *ctx, int device, uint64_t room, uint32_t region, 
 	int rc = blocks > 1 ? lc__land_strided_span(ctx, room, offset, length, w->count,
 						    w->dst_stride, &span)
 			    : 0;
-	if (rc || (rc = lc__land_open(ctx, room, region, offset, span, &l)))
+	if (rc || (rc = lc__land_open(ctx, who, room, region, offset, span, &l)))
 		return rc;
 	/* The engine of the device the source was imported into, for copies
 	 * that leave device memory for the host. */
@@ -202,11 +202,11 @@ static int64_t cma_fill(void *arg, uint8_t *buf, uint64_t off, uint64_t k)
 
 /* The kernel copies from P's memory straight into place inside the seam's
  * bracket, slice by slice (into device memory: through the seam's bounce). */
-int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region, uint64_t offset,
-		     uint64_t p_addr, uint64_t length)
+int lc__shm_copy_cma(lc_ctx_t *ctx, uint64_t who, pid_t pid, uint64_t room, uint32_t region,
+		     uint64_t offset, uint64_t p_addr, uint64_t length)
 {
 	lc__land_t l;
-	int rc = lc__land_open(ctx, room, region, offset, length, &l);
+	int rc = lc__land_open(ctx, who, room, region, offset, length, &l);
 	if (rc)
 		return rc;
 	rc = lc__land_fill(&l, 0, length, cma_fill, &(cma_src_t){.pid = pid, .addr = p_addr});

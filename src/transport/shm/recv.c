@@ -413,8 +413,8 @@ static int write_one(shm_listener_t *sl, dconn_t *dc, const src_region_t *s,
 	if (s->err)
 		return s->err;
 	if (s->mode == SRC_IPC) {
-		int rc = lc__shm_copy_ipc(sl->ctx, s->imp->device, w->room, w->dst, w->dst_off,
-					  s->imp->ptr + s->ipc_off + w->src_off, w);
+		int rc = lc__shm_copy_ipc(sl->ctx, dc->who, s->imp->device, w->room, w->dst,
+					  w->dst_off, s->imp->ptr + s->ipc_off + w->src_off, w);
 		if (!rc) {
 			LC__COUNT(sl->ctx, ipc_writes);
 			LC__COUNT_ADD(sl->ctx, ipc_bytes,
@@ -423,26 +423,27 @@ static int write_one(shm_listener_t *sl, dconn_t *dc, const src_region_t *s,
 		return rc;
 	}
 	if (w->count > 1 && s->mode == SRC_MAP) /* strided: one span check, block by block */
-		return lc__land_strided(sl->ctx, w->room, w->dst, w->dst_off, s->base + w->src_off,
-					w->length, w->count, w->src_stride, w->dst_stride);
+		return lc__land_strided(sl->ctx, dc->who, w->room, w->dst, w->dst_off,
+					s->base + w->src_off, w->length, w->count, w->src_stride,
+					w->dst_stride);
 	if (w->count > 1) {
 		uint64_t span;
 		int rc = lc__land_strided_span(sl->ctx, w->room, w->dst_off, w->length, w->count,
 					       w->dst_stride, &span);
 		for (uint32_t k = 0; k < w->count && !rc; k++)
-			rc = lc__shm_copy_cma(sl->ctx, dc->pid, w->room, w->dst,
+			rc = lc__shm_copy_cma(sl->ctx, dc->who, dc->pid, w->room, w->dst,
 					      w->dst_off + (uint64_t)k * w->dst_stride,
 					      s->p_addr + w->src_off + (uint64_t)k * w->src_stride,
 					      w->length);
 		return rc;
 	}
 	if (s->mode == SRC_MAP && sl->helper && w->length >= LC__SHM_SPLIT_MIN)
-		return lc__shm_copy_split(sl->helper, sl->ctx, w->room, w->dst, w->dst_off,
+		return lc__shm_copy_split(sl->helper, sl->ctx, dc->who, w->room, w->dst, w->dst_off,
 					  s->base + w->src_off, w->length);
 	if (s->mode == SRC_MAP)
-		return lc__land_write(sl->ctx, w->room, w->dst, w->dst_off, s->base + w->src_off,
-				      w->length);
-	return lc__shm_copy_cma(sl->ctx, dc->pid, w->room, w->dst, w->dst_off,
+		return lc__land_write(sl->ctx, dc->who, w->room, w->dst, w->dst_off,
+				      s->base + w->src_off, w->length);
+	return lc__shm_copy_cma(sl->ctx, dc->who, dc->pid, w->room, w->dst, w->dst_off,
 				s->p_addr + w->src_off, w->length);
 }
 
@@ -502,7 +503,8 @@ static int on_hello(shm_listener_t *sl, dconn_t *dc, const uint8_t *m, size_t le
 		w.status = LC_ERR_PROTO;
 		LC__WARN_PEER("shm://%s: pid %ld speaks version %u, we speak %u", sl->name,
 			      (long)dc->pid, h.version, LC__SHM_VERSION);
-	} else if (!lc__ctx_token_accepted(sl->ctx, h.token, h.flags & LC__SHM_HELLO_TOKEN)) {
+	} else if (!lc__ctx_token_accepted(sl->ctx, h.token, h.flags & LC__SHM_HELLO_TOKEN,
+					   &dc->who)) {
 		w.status = LC_ERR_AUTH;
 		LC__COUNT(sl->ctx, conns_rejected_auth);
 		LC__WARN_PEER("shm://%s: rejected a connection from pid %ld: %s", sl->name,

@@ -48,6 +48,7 @@ typedef struct dconn {
 	pid_t pid;
 	uid_t uid;
 	bool ready;              /* handshake done */
+	uint64_t who;            /* the id of the token its HELLO presented (seam.h) */
 	bool ipc;                /* CUDA IPC accepted */
 	bool readable, writable; /* as the last edges said */
 	uint64_t accepted_ns;

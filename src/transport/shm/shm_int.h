@@ -61,20 +61,23 @@ void lc__shm_helper_stop(lc__shm_helper_t *h);
 /* Writes of at least this many bytes are split with the helper. */
 #define LC__SHM_SPLIT_MIN (1u << 20)
 
+/* Each lands a write of writer `who` (the id of the token its connection
+ * presented: lc__land_open) through the seam. */
+
 /* Land `length` bytes of a mapped source through the seam, the copy split
  * between this thread and h. Returns 0 or the seam's code. */
-int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t room, uint32_t region,
-		       uint64_t offset, const uint8_t *src, uint64_t length);
+int lc__shm_copy_split(lc__shm_helper_t *h, lc_ctx_t *ctx, uint64_t who, uint64_t room,
+		       uint32_t region, uint64_t offset, const uint8_t *src, uint64_t length);
 /* Land `length` bytes from src, device memory imported by CUDA IPC into
  * device `device`'s context, through the CUDA copy engine: device to
  * device into a CUDA destination, device to host into a host one (a
  * bounce for other kinds), in bracketed slices each waited for. A strided
  * write (w->count > 1) is checked as one span against the region and the
  * grant before any block moves; offset and src are its first block's. */
-int lc__shm_copy_ipc(lc_ctx_t *ctx, int device, uint64_t room, uint32_t region, uint64_t offset,
-		     uint64_t src, const lc__shm_write_t *w);
+int lc__shm_copy_ipc(lc_ctx_t *ctx, uint64_t who, int device, uint64_t room, uint32_t region,
+		     uint64_t offset, uint64_t src, const lc__shm_write_t *w);
 /* Land `length` bytes at p_addr in process pid with process_vm_readv. */
-int lc__shm_copy_cma(lc_ctx_t *ctx, pid_t pid, uint64_t room, uint32_t region, uint64_t offset,
-		     uint64_t p_addr, uint64_t length);
+int lc__shm_copy_cma(lc_ctx_t *ctx, uint64_t who, pid_t pid, uint64_t room, uint32_t region,
+		     uint64_t offset, uint64_t p_addr, uint64_t length);
 
 #endif

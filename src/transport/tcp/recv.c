@@ -343,8 +343,8 @@ static int on_run(rlane_t *r, const uint8_t *p)
 			continue;
 		}
 		/* A strided write's whole span is checked at once. */
-		w->code =
-			lc__land_open(r->tl->ctx, h.room, w->region, w->offset, span[i], &w->land);
+		w->code = lc__land_open(r->tl->ctx, r->who, h.room, w->region, w->offset, span[i],
+					&w->land);
 		w->detail = LC__TCP_REJECT_CHECK;
 		w->sdev = !w->code && w->land.dev && w->count > 1;
 		w->dev = !w->code && w->land.dev && !w->sdev;
@@ -427,7 +427,7 @@ static int on_hello(rlane_t *r, const uint8_t *p)
 	uint8_t token[LC_TOKEN_LEN];
 	lc__put_u64(token, f.a);
 	lc__put_u64(token + 8, f.b);
-	bool ok = lc__ctx_token_accepted(r->tl->ctx, has ? token : NULL, has);
+	bool ok = lc__ctx_token_accepted(r->tl->ctx, has ? token : NULL, has, &r->who);
 	bool admitted = ok && lc__tcp_lane_admit(r);
 	int status = !ok ? LC_ERR_AUTH : admitted ? 0 : -EBUSY;
 	out_push(r, &(lc__tcp_ctrl_t){.type = LC__TCP_HELLO_REPLY, .status = status});

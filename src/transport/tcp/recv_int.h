@@ -101,6 +101,7 @@ typedef struct rlane {
 	uint8_t peer_len;
 	uint64_t active_ns; /* accepted, authenticated or last read bytes: the idle
 			     * deadline and the order of eviction */
+	uint64_t who; /* the id of the token its HELLO presented (seam.h) */
 	/* the WRITES frame being received: write run_i has `done` bytes */
 	uint64_t room;
 	uint32_t run_n, run_i;

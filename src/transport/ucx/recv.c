@@ -167,7 +167,7 @@ void lc__ucx_on_hello(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 		sc->close_at = lc__now_ns() + REJECTED_LINGER_NS;
 		return;
 	}
-	if (!lc__ctx_token_accepted(st->ctx, h.token, h.has_token)) {
+	if (!lc__ctx_token_accepted(st->ctx, h.token, h.has_token, &sc->who)) {
 		LC__COUNT(st->ctx, conns_rejected_auth);
 		LC__WARN_PEER("ucx: rejected a connection with a bad session token");
 		reply_hello(st, sc->ep, LC_ERR_AUTH);
@@ -202,14 +202,15 @@ void lc__ucx_on_unauthed(ustate_t *st, sconn_t *sc, unsigned id)
  * and counted by the seam exactly as for the copying transports); all must
  * share one grant entry, whose bracket the lease then holds until DONE.
  * *bad: the index of the rejected write. */
-static int lease_open(ustate_t *st, lease_t *ls, const uint8_t *d, uint32_t *bad)
+static int lease_open(ustate_t *st, sconn_t *sc, lease_t *ls, const uint8_t *d, uint32_t *bad)
 {
 	for (uint32_t i = 0; i < ls->n; i++) {
 		uw_lease_entry_t e;
 		lwrite_t *w = &ls->w[i];
 		*bad = i;
 		uw_lease_entry(d, i, &e);
-		int rc = lc__land_open(st->ctx, ls->room, e.region, e.offset, e.length, &w->land);
+		int rc = lc__land_open(st->ctx, sc->who, ls->room, e.region, e.offset, e.length,
+				       &w->land);
 		if (rc)
 			return rc;
 		w->ls = ls;
@@ -265,7 +266,7 @@ void lc__ucx_on_lease(ustate_t *st, sconn_t *sc, const uint8_t *d, size_t len)
 			.n = h.n,
 			.w = w,
 			.am = (h.flags & UW_LEASE_F_AM) != 0};
-	int rc = lease_open(st, ls, d, &bad);
+	int rc = lease_open(st, sc, ls, d, &bad);
 	if (rc) {
 		lease_release(ls); /* finishes the opened landings, uncounted */
 		reply_lease(st, sc->ep, h.seq, rc, bad);

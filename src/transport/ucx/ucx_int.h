@@ -204,6 +204,7 @@ typedef struct sconn {
 	ulistener_t *ul;
 	ucp_ep_h ep;
 	bool authed, rejected, failed, closed;
+	uint64_t who; /* the id of the token its HELLO presented (seam.h) */
 	uint64_t close_at;
 	uint64_t hello_deadline; /* closed unless authed by then (connect_timeout_ms) */
 	lease_t *leases;

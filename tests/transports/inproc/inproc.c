@@ -121,7 +121,8 @@ static void run_batch(iconn_t *ic, lc__batch_t *b)
 		return;
 	}
 	lc_ctx_t *rx = il->owner->ctx;
-	if (!lc__ctx_token_accepted(rx, b->conn->token.bytes, b->conn->has_token)) {
+	uint64_t who;
+	if (!lc__ctx_token_accepted(rx, b->conn->token.bytes, b->conn->has_token, &who)) {
 		LC__COUNT(rx, conns_rejected_auth);
 		lc__batch_fail(b, LC_ERR_AUTH, "inproc://%s rejected the session token", ic->name);
 		listener_put(il);
@@ -129,8 +130,9 @@ static void run_batch(iconn_t *ic, lc__batch_t *b)
 	}
 	for (size_t i = 0; i < b->nwrites && !lc__batch_is_completed(b); i++) {
 		const lc_write_t *w = &b->writes[i];
-		int rc = lc__land_strided(rx, b->room, w->remote_region, w->remote_offset, w->local,
-					  w->length, w->count, w->local_stride, w->remote_stride);
+		int rc = lc__land_strided(rx, who, b->room, w->remote_region, w->remote_offset,
+					  w->local, w->length, w->count, w->local_stride,
+					  w->remote_stride);
 		if (rc) {
 			lc__batch_fail(b, rc, "inproc://%s rejected write %zu (region %u): %s",
 				       ic->name, i, w->remote_region, lc_strerror(rc));
