@@ -213,8 +213,19 @@ typedef struct lc_completion {
 } lc_completion_t;
 
 LC_API int lc_cq_create(lc_ctx_t *ctx, lc_cq_t **out);
-/* The queue must not be in use by a live connection. */
+/* The queue must not be in use by a live connection. Threads waiting in
+ * lc_cq_wait on it are woken (as by lc_cq_shutdown) and have returned
+ * before the queue is freed: destroy blocks until then. A call on the
+ * queue that begins once destroy has begun is a use after free. */
 LC_API void lc_cq_destroy(lc_cq_t *cq);
+/* Wake every thread waiting in lc_cq_wait on this queue, and make every
+ * later lc_cq_wait return at once: with completions queued it returns
+ * them, else LC_ERR_CLOSED. lc_cq_poll works as before; the fd stays
+ * readable from now on. For a binding that must get its waiters out of
+ * the library before it destroys the queue (a thread between its own
+ * check and the call would miss a wake that is not sticky). Idempotent;
+ * any thread; does not block. -EINVAL for NULL. */
+LC_API int lc_cq_shutdown(lc_cq_t *cq);
 /* A file descriptor that is readable while completions are queued (level
  * triggered; for poll/epoll/asyncio). Owned by the queue. It may stay
  * readable with nothing queued until the next lc_cq_poll, which clears it:
@@ -224,7 +235,9 @@ LC_API int lc_cq_fd(lc_cq_t *cq);
 /* Move up to max completions into out without blocking; returns how many. */
 LC_API int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max);
 /* Like lc_cq_poll, but waits up to timeout_ms (-1 waits forever, which only
- * the caller may choose) for at least one. Returns 0 on timeout. */
+ * the caller may choose) for at least one. Returns 0 on timeout,
+ * LC_ERR_CLOSED once the queue is shut down (lc_cq_shutdown, lc_cq_destroy)
+ * with nothing queued, -EINVAL for max < 1 (it could return none). */
 LC_API int lc_cq_wait(lc_cq_t *cq, lc_completion_t *out, int max, int timeout_ms);
 
 /* ------------------------------------------------------------------------
@@ -303,7 +316,8 @@ typedef struct lc_batch_params {
 	uint64_t room;      /* the room the writes belong to (grant key) */
 	uint32_t tag;       /* free for the caller, e.g. a layer group */
 	uint32_t flags;     /* LC_BATCH_* */
-	int64_t timeout_ms; /* 0 = config batch_timeout_ms; < 0 = no deadline */
+	int64_t timeout_ms; /* 0 = config batch_timeout_ms; < 0 = no deadline (so is one
+			     * too far for the clock, centuries) */
 	uint64_t user_data; /* echoed in the completion */
 } lc_batch_params_t;
 

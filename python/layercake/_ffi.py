@@ -300,6 +300,7 @@ lc_grant_bind = _fn("lc_grant_bind", c_int, c_void_p, c_u64, P(Token))
 # Completion queues, listeners, connections, batches
 lc_cq_create = _fn("lc_cq_create", c_int, c_void_p, P(c_void_p))
 lc_cq_destroy = _fn("lc_cq_destroy", None, c_void_p)
+lc_cq_shutdown = _fn("lc_cq_shutdown", c_int, c_void_p)
 lc_cq_fd = _fn("lc_cq_fd", c_int, c_void_p)
 lc_cq_poll = _fn("lc_cq_poll", c_int, c_void_p, P(Completion), c_int)
 lc_cq_wait = _fn("lc_cq_wait", c_int, c_void_p, P(Completion), c_int, c_int)

@@ -15,9 +15,11 @@ asyncio loop. (CompletionQueue.fd is the library's pollable descriptor.)
 import asyncio
 import ctypes
 import math
+import numbers
 import time
 import weakref
 
+from . import _convert as _cv
 from . import _ffi
 from .core import Region, _Handle
 from .engine import BufferKind, Engine, Layout, RoomStatus, _with_detail, int64_pointer, room_info
@@ -44,11 +46,22 @@ def _str(buf_fn, h, cap=512):
     return buf.value.decode()
 
 
-def _ms(timeout):
-    """Seconds (None: no deadline) as the C waits' milliseconds."""
+def _ms(timeout, what="wait: timeout"):
+    """Seconds (None: no deadline) as the C waits' milliseconds (a C int:
+    OverflowError past about 24 days, never a wrapped one)."""
     if timeout is None:
         return -1
-    return max(0, int(math.ceil(float(timeout) * 1000)))
+    if not isinstance(timeout, numbers.Real):
+        raise TypeError(f"{what}: need seconds (a number) or None, got {type(timeout).__name__}")
+    s = float(timeout)
+    if math.isnan(s):
+        raise ValueError(f"{what}: NaN seconds")
+    if s <= 0:
+        return 0
+    if s * 1000 > (1 << 31) - 1:
+        raise OverflowError(f"{what}: {timeout} s is more than a C int of milliseconds holds "
+                            f"({((1 << 31) - 1) / 1000:.0f} s); None waits without a deadline")
+    return _cv.c_int(math.ceil(s * 1000), what)
 
 
 def _until_final(poll, timeout, until, sleep):
@@ -116,7 +129,7 @@ class BootstrapServer(_Handle):
         self._keep = [host.encode() if host else None, secret.encode() if secret else None]
         p = _ffi.BootstrapParams()
         p.size = ctypes.sizeof(p)
-        p.host, p.port, p.secret = self._keep[0], int(port), self._keep[1]
+        p.host, p.port, p.secret = self._keep[0], _cv.c_int(port, "BootstrapServer: port"), self._keep[1]
         p.shared_secret = shared  # read by lc_bootstrap_start, not kept
         if ctx is not None:
             p.ctx = ctx._need()
@@ -153,7 +166,9 @@ class Prefill(_Handle):
         p.size = ctypes.sizeof(p)
         p.layout = layout._need()
         p.bootstrap, p.host, p.name, p.bootstrap_secret = self._keep
-        p.world_size, p.dp_size, p.engine_rank = int(world_size), int(dp_size), int(engine_rank)
+        p.world_size = _cv.c_int(world_size, "Prefill: world_size")
+        p.dp_size = _cv.c_int(dp_size, "Prefill: dp_size")
+        p.engine_rank = _cv.c_int(engine_rank, "Prefill: engine_rank")
         p.shared_secret = shared
         if metrics_server is not None:
             p.metrics_server = metrics_server._need()
@@ -170,7 +185,7 @@ class Prefill(_Handle):
         self._senders = weakref.WeakValueDictionary()  # room -> Sender (error messages)
         self._batch_idle = False
         self.endpoint = _str(_ffi.lc_prefill_endpoint, self._h)
-        self.engine_rank = int(engine_rank)
+        self.engine_rank = p.engine_rank
 
     @property
     def engine(self):
@@ -194,7 +209,8 @@ class Prefill(_Handle):
         Then poll the senders: a change after that wakes the next call.
         Coalesced, sometimes spurious, never lost; one waiting thread at a
         time (lc_prefill_wait)."""
-        return bool(check(_ffi.lc_prefill_wait(self._need(), _ms(timeout)), "lc_prefill_wait"))
+        return bool(check(_ffi.lc_prefill_wait(self._need(), _ms(timeout, "Prefill.wait: timeout")),
+                          "lc_prefill_wait"))
 
     def fileno(self):
         """An fd that polls readable while wait(0) would return True, for
@@ -239,8 +255,9 @@ class Sender(_Room):
     _poll = _ffi.lc_sender_poll
 
     def __init__(self, prefill, room):
+        room = _cv.u64(room, "sender: room")
         super().__init__(prefill)
-        self.room = int(room)
+        self.room = room
         h = ctypes.c_void_p()
         check(_ffi.lc_sender_create(prefill._need(), self.room, ctypes.byref(h)), f"sender {room}")
         self._h = h.value
@@ -285,10 +302,11 @@ class Sender(_Room):
         if ps is None:
             raise ValueError("prefix_pages: tokens per page unknown: pass page_size= here or to "
                              "the Layout")
-        if n % int(ps):
+        ps = _cv.at_least_one(ps, "prefix_pages: page_size")
+        if n % ps:
             raise ValueError(f"room {self.room}: D's prefix_len {n} tokens is not a whole number "
-                             f"of {ps}-token pages ({n // int(ps)} pages + {n % int(ps)} tokens)")
-        return n // int(ps)
+                             f"of {ps}-token pages ({n // ps} pages + {n % ps} tokens)")
+        return n // ps
 
     def abort(self, reason="aborted by P"):
         check(_ffi.lc_sender_cancel(self._need(), reason.encode()), f"abort room {self.room}")
@@ -319,7 +337,7 @@ class Decode(_Handle):
         p.regions = ctypes.cast(arr, ctypes.POINTER(ctypes.c_void_p))
         p.region_count = len(regions)
         p.listen_url, p.host, p.session = self._keep
-        p.tp_size, p.tp_rank = int(tp_size), int(tp_rank)
+        p.tp_size, p.tp_rank = _cv.c_int(tp_size, "Decode: tp_size"), _cv.c_int(tp_rank, "Decode: tp_rank")
         p.shared_secret = shared
         h = ctypes.c_void_p()
         check(_ffi.lc_decode_create(ctx._need(), ctypes.byref(p), ctypes.byref(h)), "lc_decode_create")
@@ -345,7 +363,8 @@ class Decode(_Handle):
     def wait(self, timeout=None):
         """Prefill.wait for D: a receiver's status changed (lc_decode_wait).
         Layers landing do not wake it; poll Receiver.layers_ready."""
-        return bool(check(_ffi.lc_decode_wait(self._need(), _ms(timeout)), "lc_decode_wait"))
+        return bool(check(_ffi.lc_decode_wait(self._need(), _ms(timeout, "Decode.wait: timeout")),
+                          "lc_decode_wait"))
 
     def fileno(self):
         """Prefill.fileno for D (lc_decode_fd)."""
@@ -363,10 +382,11 @@ class Receiver(_Room):
     _poll = _ffi.lc_receiver_poll
 
     def __init__(self, decode, bootstrap, room):
+        room = _cv.u64(room, "receiver: room")
         super().__init__(decode)
         if isinstance(bootstrap, BootstrapServer):
             bootstrap = bootstrap.addr
-        self.room = int(room)
+        self.room = room
         h = ctypes.c_void_p()
         check(_ffi.lc_receiver_create(decode._need(), bootstrap.encode() if bootstrap else None,
                                       self.room, ctypes.byref(h)), f"receiver {room}")
@@ -389,14 +409,16 @@ class Receiver(_Room):
 
         Raises LC_ERR_STATE before Bootstrapped: wait(until=RoomStatus.
         BOOTSTRAPPED) first. Once per room."""
-        if prefix_len and self._decode.page_size and int(prefix_len) % self._decode.page_size:
+        prefix_len = _cv.u64(prefix_len, f"send room {self.room}: prefix_len")
+        aux_index = _cv.i64(aux_index, f"send room {self.room}: aux_index")
+        if prefix_len and self._decode.page_size and prefix_len % self._decode.page_size:
             ps = self._decode.page_size
             raise ValueError(f"room {self.room}: prefix_len {prefix_len} tokens is not a whole "
                              f"number of {ps}-token pages; layercake moves whole pages")
         pg = _ffi.ReceiverPages()
         pg.size = ctypes.sizeof(pg)
         pg.pages, pg.page_count, k1 = int64_pointer(pages, "pages")
-        pg.prefix_len, pg.aux_index = int(prefix_len), int(aux_index)
+        pg.prefix_len, pg.aux_index = prefix_len, aux_index
         pg.state_slots, pg.state_slot_count, k2 = int64_pointer(state_slots, "state_slots")
         self._check_ids(pg.pages, pg.page_count, "page")
         self._check_ids(pg.state_slots, pg.state_slot_count, "slot")

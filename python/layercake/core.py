@@ -12,6 +12,7 @@ import sys
 import threading
 import weakref
 
+from . import _convert as _cv
 from . import _ffi
 from .errors import LC_EBUSY, LC_ERR_CLOSED, LayercakeError, check
 
@@ -110,7 +111,7 @@ def set_log_level(level):
         v = ctypes.c_int()
         check(_ffi.lc_log_level_parse(level.encode(), ctypes.byref(v)), f"log level {level!r}")
         level = v.value
-    _ffi.lc_log_set_level(int(level))
+    _ffi.lc_log_set_level(_cv.c_int(level, "log level"))
 
 
 def log_to(logger=None):
@@ -137,28 +138,69 @@ def log_to(logger=None):
     _log_cb = new  # kept alive while installed
 
 
+# Taking a node's pointer to free it, so that two threads closing one
+# handle free it once.
+_take_lock = threading.Lock()
+# Notified when a counted call (_Node.calls) leaves a closing node.
+_calls_left = threading.Condition()
+_get_ident = threading.get_ident
+
+
 class _Node:
     """The native side of a handle: the C pointer, its destroy function and
     the nodes that must close before it. Nodes never refer to the Python
     objects, so the order of closing does not depend on the order in which
     the garbage collector finalizes objects (it clears weak references
-    before running finalizers: a WeakSet of children is empty by then)."""
+    before running finalizers: a WeakSet of children is empty by then).
 
-    __slots__ = ("h", "free", "children", "parents")
+    A handle whose calls release the GIL and may be in the library while
+    another thread closes it (a CompletionQueue's wait) counts them: `calls`
+    holds the thread id of each call in flight (see CompletionQueue.wait
+    for the pattern), `wake(h)` makes them return (lc_cq_shutdown), and
+    close sets `closing`, wakes them and waits until they have left before
+    it frees the pointer: a use after free otherwise."""
+
+    __slots__ = ("h", "free", "children", "parents", "calls", "wake", "closing")
 
     def __init__(self, free):
         self.h, self.free, self.children, self.parents = None, free, set(), []
+        self.calls, self.wake, self.closing = None, None, False
+
+    def counted(self, wake=None):
+        """Count this node's calls from now on (before the handle is shared)."""
+        self.calls, self.wake = [], wake
 
     def close(self):
         for c in list(self.children):
             c.close()
-        if self.h is not None:
+        if self.calls is not None and self.h is not None:
+            self._drain()
+        with _take_lock:
             h, self.h = self.h, None
-            if self.free is not None:
-                self.free(h)
+        if h is not None and self.free is not None:
+            self.free(h)
         for p in self.parents:
             p.children.discard(self)
         self.parents = []
+
+    def _drain(self):
+        """Wake the calls in flight on other threads and wait until they
+        have left. A call of this thread (a signal handler that closes
+        amid it) has left the library already."""
+        self.closing = True  # before looking at calls: a call that enters after sees it
+        me = _get_ident()
+        if not any(t != me for t in self.calls):
+            return
+        if self.wake is not None:
+            self.wake(self.h)
+        with _calls_left:
+            while any(t != me for t in self.calls):
+                _calls_left.wait()
+
+    def left(self):
+        """A counted call left (it popped itself from calls) while closing."""
+        with _calls_left:
+            _calls_left.notify_all()
 
 
 class _Handle:
@@ -232,10 +274,11 @@ class Memory:
     def __init__(self, length, shareable=True, hugepages=True):
         ptr = ctypes.c_void_p()
         flags = (MEM_SHAREABLE if shareable else 0) | (0 if hugepages else MEM_NO_HUGEPAGE)
-        check(_ffi.lc_mem_alloc(int(length), flags, ctypes.byref(ptr)), "lc_mem_alloc")
+        length = _cv.size(length, "Memory length")
+        check(_ffi.lc_mem_alloc(length, flags, ctypes.byref(ptr)), "lc_mem_alloc")
         self._node = _Node(_ffi.lc_mem_free)
         self._node.h = ptr.value
-        self.length = int(length)
+        self.length = length
         self._array = (ctypes.c_uint8 * self.length).from_address(ptr.value)
         # numpy arrays and memoryviews of it hold _array: it holds the memory.
         self._array._memory = self
@@ -281,7 +324,8 @@ class RawMemory:
     Nothing keeps it alive; the caller must."""
 
     def __init__(self, address, length):
-        self.address, self.length = int(address), int(length)
+        self.address = _cv.address(address, "RawMemory address")
+        self.length = _cv.size(length, "RawMemory length")
 
 
 def _contiguous_bytes(shape, strides, itemsize, what):
@@ -474,7 +518,11 @@ class Context(_Handle):
 
 
     def config_set(self, name, value):
-        check(_ffi.lc_ctx_config_set(self._need(), name.encode(), str(int(value)).encode()),
+        """Set a knob from an int, or from its text as the environment gives
+        it ("4"); the library parses it and checks the knob's range."""
+        if not isinstance(value, str):
+            value = _cv.integer(value, f"config {name}")  # a float is not cut down to an int
+        check(_ffi.lc_ctx_config_set(self._need(), name.encode(), str(value).encode()),
               f"config {name}")
 
     def config_get(self, name):
@@ -509,11 +557,12 @@ class Context(_Handle):
         return Region(self, buf, kind, device)
 
     def grant(self, room, region, offset, length):
-        check(_ffi.lc_grant_issue(self._need(), int(room), region._need(), int(offset), int(length)),
+        check(_ffi.lc_grant_issue(self._need(), _cv.u64(room, "grant: room"), region._need(),
+                                  _cv.u64(offset, "grant: offset"), _cv.u64(length, "grant: length")),
               "lc_grant_issue")
 
     def revoke(self, room):
-        return check(_ffi.lc_grant_revoke(self._need(), int(room)), "lc_grant_revoke")
+        return check(_ffi.lc_grant_revoke(self._need(), _cv.u64(room, "revoke: room")), "lc_grant_revoke")
 
     def issue_token(self):
         t = _ffi.Token()
@@ -553,17 +602,18 @@ class Region(_Handle):
         export = _hold_export(buf, keep)
         self._keep = (buf, keep)
         self._node.free = _region_free(export)
-        if kind is None:
-            kind = {None: MEM_HOST, "cuda": MEM_CUDA, "pinned": MEM_PINNED}[seen_kind]
-        if device is None:
-            device = seen_dev if seen_dev is not None else 0
         h = ctypes.c_void_p()
         try:
+            if kind is None:
+                kind = {None: MEM_HOST, "cuda": MEM_CUDA, "pinned": MEM_PINNED}[seen_kind]
+            if device is None:
+                device = seen_dev if seen_dev is not None else 0
+            kind, device = _cv.i32(kind, "register: kind"), _cv.i32(device, "register: device")
+            addr, n = _cv.address(addr, "register: address"), _cv.size(n, "register: length")
             if kind == MEM_HOST:
                 check(_ffi.lc_region_register(ctx._need(), addr, n, ctypes.byref(h)), "lc_region_register")
             else:
-                p = _ffi.RegionParams(size=ctypes.sizeof(_ffi.RegionParams), kind=int(kind),
-                                      device=int(device))
+                p = _ffi.RegionParams(size=ctypes.sizeof(_ffi.RegionParams), kind=kind, device=device)
                 check(_ffi.lc_region_register_ex(ctx._need(), addr, n, ctypes.byref(p), ctypes.byref(h)),
                       "lc_region_register_ex")
         except BaseException:
@@ -612,10 +662,17 @@ class Listener(_Handle):
 
 
 
+_CQ_ARRAY = 64  # completions a poll or wait takes at most (the C module's stack too)
+
+
 class CompletionQueue(_Handle):
     """One completion per posted batch; `fd` is readable while any is queued
     (use it with asyncio: see wait_async). Connections using it close
-    first."""
+    first.
+
+    Closing it (or its Context) while other threads wait in wait() wakes
+    them: each returns what is queued, or raises LayercakeError
+    LC_ERR_CLOSED; close returns once they have left the library."""
 
     _free = _ffi.lc_cq_destroy
 
@@ -624,7 +681,8 @@ class CompletionQueue(_Handle):
         h = ctypes.c_void_p()
         check(_ffi.lc_cq_create(ctx._need(), ctypes.byref(h)), "lc_cq_create")
         self._h = h.value
-        self._buf = (_ffi.Completion * 64)()
+        self._node.counted(_ffi.lc_cq_shutdown)
+        self._buf = (_ffi.Completion * _CQ_ARRAY)()
         self._addr = ctypes.addressof(self._buf)
         self._mv = memoryview(self._buf).cast("B")
 
@@ -651,24 +709,60 @@ class CompletionQueue(_Handle):
                         "status": status, "bytes": nbytes, "latency_ns": lat, "reason": reason})
         return out
 
+    def _closed(self):
+        return LayercakeError(LC_ERR_CLOSED, type(self).__name__)
+
     def poll(self, max_items=64):
-        if _fast is not None:
-            r = _fast.poll(self._need(), min(max_items, 64))
-            if type(r) is list:
-                return r
-            if r is not None:
-                check(r, "lc_cq_poll")
-        return self._convert(_ffi.lc_cq_poll_addr(self._need(), self._addr, min(max_items, 64)))
+        """Up to max_items (at least 1; above 64, 64) completions, without
+        blocking: a list of dicts."""
+        node, me = self._node, _get_ident()
+        node.calls.append(me)  # counted: close waits for it to leave (_Node)
+        try:
+            h = node.h
+            if h is None or node.closing:
+                raise self._closed()
+            if _fast is not None:
+                r = _fast.poll(h, max_items)
+                if type(r) is list:
+                    return r
+                if r is not None:
+                    check(r, "lc_cq_poll")
+            n = _cv.at_least_one(max_items, "poll: max_items", _CQ_ARRAY)
+            return self._convert(_ffi.lc_cq_poll_addr(h, self._addr, n))
+        finally:
+            node.calls.remove(me)
+            if node.closing:
+                node.left()
 
     def wait(self, timeout_ms=1000, max_items=64):
-        if _fast is not None:
-            r = _fast.wait(self._need(), min(max_items, 64), int(timeout_ms))
-            if type(r) is list:
-                return r
-            if r is not None:
-                check(r, "lc_cq_wait")
-        return self._convert(_ffi.lc_cq_wait_addr(self._need(), self._addr, min(max_items, 64), int(timeout_ms)),
-                             "lc_cq_wait")
+        """As poll, waiting up to timeout_ms (a C int; -1: no deadline) for
+        at least one; [] on timeout. LayercakeError LC_ERR_CLOSED when the
+        queue is closed meanwhile with nothing queued."""
+        node, me = self._node, _get_ident()
+        node.calls.append(me)
+        try:
+            h = node.h
+            if h is None or node.closing:
+                raise self._closed()
+            if _fast is not None:
+                r = _fast.wait(h, max_items, timeout_ms)
+                if type(r) is list:
+                    return r
+                if r is not None:
+                    check(r, "lc_cq_wait")
+            n = _cv.at_least_one(max_items, "wait: max_items", _CQ_ARRAY)
+            t = _cv.c_int(timeout_ms, "wait: timeout_ms")
+            return self._convert(_ffi.lc_cq_wait_addr(h, self._addr, n, t), "lc_cq_wait")
+        finally:
+            node.calls.remove(me)
+            if node.closing:
+                node.left()
+
+    def shutdown(self):
+        """lc_cq_shutdown: wake the threads in wait() for good; from now on
+        wait() returns what is queued or raises LC_ERR_CLOSED at once, and
+        poll() works as before. close() does this itself."""
+        check(_ffi.lc_cq_shutdown(self._need()), "lc_cq_shutdown")
 
     async def wait_async(self, max_items=64):
         """Wait for completions without blocking the event loop."""
@@ -706,11 +800,9 @@ class Connection(_Handle):
         self._cq = cq
         p = _ffi.ConnParams(ctypes.sizeof(_ffi.ConnParams), cq._need())
         if token is not None:
-            if len(token) != _ffi.TOKEN_LEN:
-                raise ValueError("token must be 16 bytes")
-            p.token.bytes[:] = list(token)
+            p.token.bytes[:] = list(_cv.token(token, "connect: token", _ffi.TOKEN_LEN))
             p.has_token = 1
-        p.lanes = int(lanes)
+        p.lanes = _cv.c_int(lanes, "connect: lanes")
         h = ctypes.c_void_p()
         check(_ffi.lc_conn_create(ctx._need(), url.encode(), ctypes.byref(p), ctypes.byref(h)), f"connect {url}")
         self._h = h.value
@@ -727,7 +819,13 @@ class Connection(_Handle):
         remote_offset, length) or (local_address, remote_region, remote_offset,
         length, count, local_stride, remote_stride) for a strided write
         (count blocks of length bytes). defer=True queues it until flush() (one
-        transport wake-up for many posts). Returns the batch id."""
+        transport wake-up for many posts). Returns the batch id.
+
+        Every value is an int (or __index__) in its C type's range: local
+        an address, region, count and tag uint32, offset, length, strides,
+        room and user_data uint64, timeout_ms int64. Anything else raises
+        TypeError or OverflowError (never reaches the library cut down to
+        its low bits), the same with or without the C module."""
         flags = _ffi.BATCH_DEFER if defer else 0
         if _fast is not None and type(writes) in (list, tuple):
             bid = _fast.post(self._need(), writes, room, tag, flags, timeout_ms, user_data)
@@ -746,11 +844,11 @@ class Connection(_Handle):
             n = len(writes)
             keep = (_ffi.Write * max(n, 1))()
             for i, w in enumerate(writes):
-                local, region, off, length = w[:4]
-                count, ls, rs = tuple(w[4:7]) if len(w) > 4 else (0, 0, 0)
-                keep[i] = _ffi.Write(local, off, length, region, count, ls, rs)
+                keep[i] = _ffi.Write(*_cv.write(w, f"post: writes[{i}]"))
             ptr = ctypes.addressof(keep)
-        p = _ffi.BatchParams(ctypes.sizeof(_ffi.BatchParams), int(room), int(tag), flags, int(timeout_ms), int(user_data))
+        p = _ffi.BatchParams(ctypes.sizeof(_ffi.BatchParams), _cv.u64(room, "post: room"),
+                             _cv.u32(tag, "post: tag"), flags, _cv.i64(timeout_ms, "post: timeout_ms"),
+                             _cv.u64(user_data, "post: user_data"))
         bid = ctypes.c_uint64()
         check(_ffi.lc_batch_post(self._need(), ptr, n, ctypes.byref(p), ctypes.byref(bid)), "lc_batch_post")
         del keep
@@ -760,7 +858,7 @@ class Connection(_Handle):
         """post's path for a short list of plain tuples: packed into this
         thread's scratch. None where a value does not pack (not an int, out
         of range, a tuple of another length): the ctypes way then takes it,
-        with its own errors."""
+        and its converters (_convert) say what is wrong."""
         s = _scratch
         if s.busy:
             return None
@@ -791,4 +889,5 @@ class Connection(_Handle):
         check(_ffi.lc_conn_flush(self._need()), "lc_conn_flush")
 
     def room_cancel(self, room):
-        return check(_ffi.lc_conn_room_cancel(self._need(), int(room)), "room_cancel")
+        return check(_ffi.lc_conn_room_cancel(self._need(), _cv.u64(room, "room_cancel: room")),
+                     "room_cancel")

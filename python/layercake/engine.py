@@ -14,6 +14,7 @@ import enum
 from collections import namedtuple
 from contextlib import contextmanager
 
+from . import _convert as _cv
 from . import _ffi
 from . import gpu as _gpu
 from .core import Memory, Region, RawMemory, _Handle, _address_of
@@ -102,13 +103,14 @@ def room_info(ri):
 
 
 def status_name(status):
-    return _ffi.lc_room_status_name(int(status)).decode()
+    return _ffi.lc_room_status_name(_cv.c_int(status, "status")).decode()
 
 
 def step_ready(current, target):
     """True if step `target` is ready given the counter value `current`
     (wraparound-safe modulo STEP_MOD)."""
-    return bool(_ffi.lc_step_ready(int(current) % STEP_MOD, int(target) % STEP_MOD))
+    return bool(_ffi.lc_step_ready(_cv.integer(current, "step_ready: current") % STEP_MOD,
+                                   _cv.integer(target, "step_ready: target") % STEP_MOD))
 
 
 def tp_fragment(p_tp, p_rank, p_item_len, d_tp, d_rank, d_item_len, unit_len, rows=1):
@@ -121,8 +123,11 @@ def tp_fragment(p_tp, p_rank, p_item_len, d_tp, d_rank, d_item_len, unit_len, ro
     token-major fragment is `count` blocks of `bytes`, block i at
     src_offset + i * src_stride of P's page and dst_offset + i * dst_stride
     of D's. LayercakeError if the two geometries cannot be paired."""
-    ps = _ffi.TpSide(int(p_tp), int(p_rank), int(p_item_len), int(unit_len), int(rows), 0)
-    ds = _ffi.TpSide(int(d_tp), int(d_rank), int(d_item_len), int(unit_len), int(rows), 0)
+    unit_len, rows = _cv.u64(unit_len, "tp_fragment: unit_len"), _cv.u32(rows, "tp_fragment: rows")
+    ps = _ffi.TpSide(_cv.c_int(p_tp, "tp_fragment: p_tp"), _cv.c_int(p_rank, "tp_fragment: p_rank"),
+                     _cv.u64(p_item_len, "tp_fragment: p_item_len"), unit_len, rows, 0)
+    ds = _ffi.TpSide(_cv.c_int(d_tp, "tp_fragment: d_tp"), _cv.c_int(d_rank, "tp_fragment: d_rank"),
+                     _cv.u64(d_item_len, "tp_fragment: d_item_len"), unit_len, rows, 0)
     f = _ffi.Fragment()
     if not check(_ffi.lc_tp_fragment(ctypes.byref(ps), ctypes.byref(ds), ctypes.byref(f)),
                  "tp_fragment"):
@@ -185,7 +190,7 @@ def int64_pointer(obj, what="pages"):
     seq = list(obj)
     if not seq:
         return None, 0, None
-    arr = (ctypes.c_int64 * len(seq))(*[int(x) for x in seq])
+    arr = _cv.i64_array(seq, what)
     return ctypes.addressof(arr), len(seq), arr
 
 
@@ -200,21 +205,21 @@ def _u8_pointer(obj, what):
         return (obj.ctypes.data if obj.size else None), obj.size, obj
     if _np is not None:
         a = _np.frombuffer(memoryview(obj), dtype=_np.uint8) if not isinstance(obj, (list, tuple)) \
-            else _np.asarray(obj, dtype=_np.uint8)
+            else _np.asarray([_cv.u8(v, f"{what}[{i}]") for i, v in enumerate(obj)], dtype=_np.uint8)
         return (a.ctypes.data if a.size else None), a.size, a
     raise TypeError(f"{what}: need numpy")  # pragma: no cover
 
 
 # ---- layouts -----------------------------------------------------------------
 
-def _base_of(b):
+def _base_of(b, what="base"):
     if b is None:
         return 0
     if isinstance(b, int):
-        return b
+        return _cv.address(b, what)
     if isinstance(b, (Memory, RawMemory, Region)):
         return b.address
-    return _address_of(b)[0]
+    return _cv.address(_address_of(b)[0], what)
 
 
 class Layout:
@@ -237,17 +242,20 @@ class Layout:
 
     def __init__(self, buffers=None, _handle=None, page_size=None):
         self._h = _handle  # freed by __del__ even if the check below raises
-        if page_size is not None and int(page_size) < 1:
-            raise ValueError(f"page_size must be >= 1 token, got {page_size}")
-        self.page_size = None if page_size is None else int(page_size)
+        if page_size is not None:  # tokens per page
+            page_size = _cv.at_least_one(page_size, "Layout: page_size")
+        self.page_size = page_size
         if _handle is None:
             bufs = list(buffers or [])
             arr = (_ffi.Buffer * max(len(bufs), 1))()
             for i, b in enumerate(bufs):
                 if not isinstance(b, Buffer):
                     b = Buffer(*b) if not isinstance(b, dict) else Buffer(**b)
-                arr[i] = _ffi.Buffer(_base_of(b.base), int(b.length), int(b.item_len),
-                                     int(b.layer), int(b.kind), int(b.flags), int(b.rows or 0))
+                w = f"Layout: buffers[{i}]"
+                arr[i] = _ffi.Buffer(_base_of(b.base, w + " base"), _cv.u64(b.length, w + " length"),
+                                     _cv.u64(b.item_len, w + " item_len"), _cv.i32(b.layer, w + " layer"),
+                                     _cv.u32(b.kind, w + " kind"), _cv.u32(b.flags, w + " flags"),
+                                     _cv.u32(b.rows or 0, w + " rows"))
             h = ctypes.c_void_p()
             check(_ffi.lc_layout_create(arr, len(bufs), ctypes.byref(h)), "lc_layout_create")
             _handle = h.value
@@ -271,36 +279,43 @@ class Layout:
         0 for head-major pages; heterogeneous TP then moves each page's
         share of heads as one strided write per page. Given `rows` > 1 and
         no `page_size`, page_size is rows."""
-        if page_size is not None and int(page_size) < 1:
-            raise ValueError(f"page_size must be >= 1 token, got {page_size}")
-        if page_size is None and int(rows) > 1:
-            page_size = int(rows)
+        if page_size is not None:
+            page_size = _cv.at_least_one(page_size, "Layout.build: page_size")
         p = _ffi.LayoutParams()
         p.size = ctypes.sizeof(p)
-        p.rows = int(rows)
-        p.model, p.layers, p.draft_layers, p.pages = int(model), int(layers), int(draft_layers), int(pages)
-        lens = [int(item_len)] if isinstance(item_len, int) else [int(x) for x in item_len]
+        p.rows = _cv.u32(rows, "Layout.build: rows")
+        if page_size is None and p.rows > 1:
+            page_size = p.rows
+        p.model = _cv.u32(model, "Layout.build: model")
+        p.layers = _cv.u32(layers, "Layout.build: layers")
+        p.draft_layers = _cv.u32(draft_layers, "Layout.build: draft_layers")
+        p.pages = _cv.u64(pages, "Layout.build: pages")
+        lens = [item_len] if hasattr(item_len, "__index__") else list(item_len)
         if not 1 <= len(lens) <= 3:
             raise ValueError("item_len: one to three sizes")
         for i, v in enumerate(lens):
-            p.item_len[i] = v
+            p.item_len[i] = _cv.u64(v, f"Layout.build: item_len[{i}]")
         keep = []
         if bases is not None:
-            b = (ctypes.c_void_p * len(bases))(*[_base_of(x) for x in bases])
+            b = (ctypes.c_void_p * len(bases))(*[_base_of(x, f"Layout.build: bases[{i}]")
+                                                 for i, x in enumerate(bases)])
             keep.append(b)
             p.bases = ctypes.cast(b, ctypes.POINTER(ctypes.c_void_p))
         if kv_layer_ids is not None:
-            ids = (ctypes.c_int32 * len(kv_layer_ids))(*kv_layer_ids)
+            ids = _cv.i32_array(kv_layer_ids, "Layout.build: kv_layer_ids")
             keep.append(ids)
             p.kv_layer_ids = ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32))
         if state_components:
-            sids = (ctypes.c_int32 * len(state_layer_ids))(*state_layer_ids)
+            sids = _cv.i32_array(state_layer_ids, "Layout.build: state_layer_ids")
             keep.append(sids)
-            p.state_components, p.state_layers = int(state_components), len(state_layer_ids)
+            p.state_components = _cv.u32(state_components, "Layout.build: state_components")
+            p.state_layers = len(state_layer_ids)
             p.state_layer_ids = ctypes.cast(sids, ctypes.POINTER(ctypes.c_int32))
-            p.state_slots, p.state_item_len = int(state_slots), int(state_item_len)
+            p.state_slots = _cv.u64(state_slots, "Layout.build: state_slots")
+            p.state_item_len = _cv.u64(state_item_len, "Layout.build: state_item_len")
             if state_bases is not None:
-                sb = (ctypes.c_void_p * len(state_bases))(*[_base_of(x) for x in state_bases])
+                sb = (ctypes.c_void_p * len(state_bases))(*[_base_of(x, f"Layout.build: state_bases[{i}]")
+                                                            for i, x in enumerate(state_bases)])
                 keep.append(sb)
                 p.state_bases = ctypes.cast(sb, ctypes.POINTER(ctypes.c_void_p))
         h = ctypes.c_void_p()
@@ -360,7 +375,8 @@ class Layout:
 
     def buffer(self, i):
         b = _ffi.Buffer()
-        check(_ffi.lc_layout_buffer(self._need(), int(i), ctypes.byref(b)), "lc_layout_buffer")
+        check(_ffi.lc_layout_buffer(self._need(), _cv.c_int(i, "Layout.buffer: i"), ctypes.byref(b)),
+              "lc_layout_buffer")
         return Buffer(b.base or 0, b.length, b.item_len, b.layer, BufferKind(b.kind), b.flags,
                       b.rows)
 
@@ -374,12 +390,13 @@ class Layout:
         return check(_ffi.lc_layout_layer_count(self._need()))
 
     def layer_buffers(self, layer):
+        layer = _cv.c_int(layer, "Layout.layer_buffers: layer")
         cap = 64
         out = (ctypes.c_uint32 * cap)()
-        n = check(_ffi.lc_layout_layer_buffers(self._need(), int(layer), out, cap), "layer_buffers")
+        n = check(_ffi.lc_layout_layer_buffers(self._need(), layer, out, cap), "layer_buffers")
         if n > cap:
             out = (ctypes.c_uint32 * n)()
-            n = check(_ffi.lc_layout_layer_buffers(self._need(), int(layer), out, n))
+            n = check(_ffi.lc_layout_layer_buffers(self._need(), layer, out, n))
         return list(out[:n])
 
     @property
@@ -432,7 +449,8 @@ class Steps:
 
     def _address(self, which):
         p = ctypes.POINTER(ctypes.c_uint64)()
-        check(_ffi.lc_engine_counter(self._engine._need(), which, ctypes.byref(p)), "counter")
+        check(_ffi.lc_engine_counter(self._engine._need(), _cv.c_int(which, "Steps: which"), ctypes.byref(p)),
+              "counter")
         return ctypes.addressof(p.contents)
 
     @property
@@ -586,9 +604,9 @@ class Engine(_Handle):
         are sent at once. Returns 0."""
         c = _ffi.Chunk()
         c.size = ctypes.sizeof(c)
-        c.room = int(room)
+        c.room = _cv.u64(room, "add_chunk: room")
         c.pages, c.page_count, k1 = int64_pointer(pages, "pages")
-        c.dst_index = int(dst_index)
+        c.dst_index = _cv.u64(dst_index, "add_chunk: dst_index")
         c.is_last = 1 if is_last else 0
         c.page_tokens = int(page_tokens)
         c.state_slots, c.state_slot_count, k2 = int64_pointer(state_slots, "state_slots")
@@ -620,7 +638,7 @@ class Engine(_Handle):
         p.size = ctypes.sizeof(p)
         p.name, p.url = name.encode(), url.encode()
         if token is not None:
-            p.token.bytes[:] = list(token)
+            p.token.bytes[:] = list(_cv.token(token, f"session {name}: token", _ffi.TOKEN_LEN))
             p.has_token = 1
         bufs = [ctypes.create_string_buffer(d, len(d)) for d in descs]
         ptrs = (ctypes.c_void_p * n)(*[ctypes.addressof(b) for b in bufs])
@@ -629,17 +647,22 @@ class Engine(_Handle):
         p.region_desc_lens = ctypes.cast(lens, ctypes.POINTER(ctypes.c_size_t))
         p.region_count = n
         if buffer_region is not None:
-            br = (ctypes.c_uint32 * len(buffer_region))(*buffer_region)
+            br = _cv.u32_array(buffer_region, f"session {name}: buffer_region")
             p.buffer_region = ctypes.cast(br, ctypes.POINTER(ctypes.c_uint32))
         if buffer_offset is not None:
-            bo = (ctypes.c_uint64 * len(buffer_offset))(*buffer_offset)
+            bo = _cv.u64_array(buffer_offset, f"session {name}: buffer_offset")
             p.buffer_offset = ctypes.cast(bo, ctypes.POINTER(ctypes.c_uint64))
         if fragments:
             fr = (_ffi.Fragment * len(fragments))()
             for i, (b, f) in enumerate(sorted(fragments.items())):
-                fr[i] = _ffi.Fragment(int(b), 0, f["src_offset"], f["dst_offset"], f["bytes"],
-                                      f["dst_item_len"], int(f.get("count", 1)), 0,
-                                      int(f.get("src_stride", 0)), int(f.get("dst_stride", 0)))
+                w = f"session {name}: fragments[{b}] "
+
+                def u64(key, default=None):
+                    return _cv.u64(f[key] if default is None else f.get(key, default), w + key)
+
+                fr[i] = _ffi.Fragment(_cv.u32(b, w + "buffer"), 0, u64("src_offset"), u64("dst_offset"),
+                                      u64("bytes"), u64("dst_item_len"), _cv.u32(f.get("count", 1), w + "count"),
+                                      0, u64("src_stride", 0), u64("dst_stride", 0))
             p.fragments = ctypes.cast(fr, ctypes.POINTER(_ffi.Fragment))
             p.fragment_count = len(fragments)
         check(_ffi.lc_engine_session_add(self._need(), ctypes.byref(p)), f"session {name}")
@@ -657,7 +680,7 @@ class Engine(_Handle):
     # --- rooms ---
 
     def room_open(self, room):
-        check(_ffi.lc_engine_room_open(self._need(), int(room)), f"room {room}")
+        check(_ffi.lc_engine_room_open(self._need(), _cv.u64(room, "room_open: room")), f"room {room}")
 
     def room_dst_add(self, room, session=None, pages=None, prefix_len=0, aux_index=-1,
                      required_dst_count=1, dummy=False, state_slots=None, dst_mask=None,
@@ -666,32 +689,37 @@ class Engine(_Handle):
         d.size = ctypes.sizeof(d)
         d.session = session.encode() if session else None
         d.pages, d.page_count, k1 = int64_pointer(pages, "pages")
-        d.prefix_len, d.aux_index = int(prefix_len), int(aux_index)
-        d.required_dst_count, d.is_dummy = int(required_dst_count), 1 if dummy else 0
+        d.prefix_len = _cv.u64(prefix_len, f"room {room} destination: prefix_len")
+        d.aux_index = _cv.i64(aux_index, f"room {room} destination: aux_index")
+        d.required_dst_count = _cv.u32(required_dst_count, f"room {room} destination: required_dst_count")
+        d.is_dummy = 1 if dummy else 0
         d.state_slots, d.state_slot_count, k2 = int64_pointer(state_slots, "state_slots")
         d.dst_mask, _, k3 = _u8_pointer(dst_mask, "dst_mask")
         d.dst_local, d.dst_local_count, k4 = int64_pointer(dst_local, "dst_local")
-        rc = _ffi.lc_engine_room_dst_add(self._need(), int(room), ctypes.byref(d))
+        rc = _ffi.lc_engine_room_dst_add(self._need(), _cv.u64(room, "room_dst_add: room"), ctypes.byref(d))
         del k1, k2, k3, k4
         check(rc, f"room {room} destination")
 
     def room_metadata_set(self, room, data):
         data = bytes(data)
-        check(_ffi.lc_engine_room_metadata_set(self._need(), int(room), data, len(data)),
+        check(_ffi.lc_engine_room_metadata_set(self._need(), _cv.u64(room, "room_metadata_set: room"), data,
+                                               len(data)),
               f"room {room} metadata")
 
     def room_cancel(self, room, reason="cancelled"):
-        check(_ffi.lc_engine_room_cancel(self._need(), int(room), reason.encode()), f"room {room}")
+        check(_ffi.lc_engine_room_cancel(self._need(), _cv.u64(room, "room_cancel: room"), reason.encode()),
+              f"room {room}")
 
     def room_status(self, room):
         """RoomInfo; reading a final status removes the room (lc_engine_room_status)."""
         ri = _ffi.RoomInfo()
         ri.size = ctypes.sizeof(ri)
-        check(_ffi.lc_engine_room_status(self._need(), int(room), ctypes.byref(ri)), f"room {room}")
+        check(_ffi.lc_engine_room_status(self._need(), _cv.u64(room, "room_status: room"), ctypes.byref(ri)),
+              f"room {room}")
         return room_info(ri)
 
     def room_close(self, room):
-        check(_ffi.lc_engine_room_close(self._need(), int(room)), f"room {room}")
+        check(_ffi.lc_engine_room_close(self._need(), _cv.u64(room, "room_close: room")), f"room {room}")
 
     def metrics(self):
         """Counters and gauges (dict); histograms as (count, p50_us, p99_us)."""

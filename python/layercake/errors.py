@@ -4,6 +4,7 @@ LC_ERROR_CODES table through lc_err_count/lc_err_code/lc_err_name), so that
 no number is copied here."""
 import ctypes
 
+from . import _convert as _cv
 from . import _ffi
 
 
@@ -35,7 +36,7 @@ class LayercakeError(Exception):
     `text` when it recorded none. The message is "where: NAME: reason"."""
 
     def __init__(self, code, where="", reason=None):
-        self.code = int(code)
+        self.code = _cv.c_int(code, "LayercakeError: code")
         self.name = _ffi.lc_err_name(self.code).decode()
         self.text = _ffi.lc_strerror(self.code).decode()
         self.reason = reason or self.text
@@ -67,8 +68,8 @@ def check(rc, where=""):
 
 
 def strerror(code):
-    return _ffi.lc_strerror(int(code)).decode()
+    return _ffi.lc_strerror(_cv.c_int(code, "strerror: code")).decode()
 
 
 def err_name(code):
-    return _ffi.lc_err_name(int(code)).decode()
+    return _ffi.lc_err_name(_cv.c_int(code, "err_name: code")).decode()

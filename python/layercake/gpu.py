@@ -6,6 +6,7 @@ that need the driver raise LayercakeError(LC_ENOTSUP)."""
 import ctypes
 from collections import namedtuple
 
+from . import _convert as _cv
 from . import _ffi
 from .errors import check
 
@@ -43,6 +44,7 @@ def pointer_kind(address):
     LayercakeError(LC_ENOTSUP) without CUDA."""
     if isinstance(address, bool) or not isinstance(address, int):
         raise TypeError(f"address: need an int, got {type(address).__name__}")
+    address = _cv.address(address, "pointer_kind: address")
     kind, dev = ctypes.c_int(), ctypes.c_int()
     check(_ffi.lc_cuda_pointer_kind(ctypes.c_void_p(address), ctypes.byref(kind), ctypes.byref(dev)),
           "lc_cuda_pointer_kind")

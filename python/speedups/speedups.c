@@ -5,7 +5,10 @@
  * completion (docs/python.md, "Speedups"). Everything else stays in the
  * ctypes binding, and so does each of these calls whenever a value here
  * does not convert: the module answers None and the caller takes the
- * ctypes way, with its own errors.
+ * ctypes way, whose converters (python/layercake/_convert.py) raise the
+ * error. Each conversion here takes exactly what the converter of its
+ * kind takes (an int or __index__, the C type's range), so that a value
+ * is refused in one place and with one message whichever way a call goes.
  *
  * The module links nothing of liblayercake: the binding passes it the
  * addresses of the loaded library's functions (bind), so that it can never
@@ -223,11 +226,32 @@ static int to_int(PyObject *o, int *out)
 	return 1;
 }
 
-/* The queue's handle and at most how many (at most what the stack holds;
- * 0 and below reach the library as given). */
+/* At most how many completions (_convert.at_least_one with the stack's
+ * size as its cap): at least 1, and above MAX_COMPLETIONS that many. */
+static int to_max(PyObject *o, int *out)
+{
+	PyObject *i = PyNumber_Index(o);
+	if (!i) {
+		PyErr_Clear();
+		return 0;
+	}
+	int overflow = 0;
+	long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+	Py_DECREF(i);
+	if (v == -1 && PyErr_Occurred()) {
+		PyErr_Clear();
+		return 0;
+	}
+	if (overflow < 0 || (!overflow && v < 1))
+		return 0;
+	*out = overflow || v > MAX_COMPLETIONS ? MAX_COMPLETIONS : (int)v;
+	return 1;
+}
+
+/* The queue's handle and at most how many. */
 static int cq_args(PyObject *cq_o, PyObject *max_o, uint64_t *cq, int *max)
 {
-	return to_u64(cq_o, UINTPTR_MAX, cq) && to_int(max_o, max) && *max <= MAX_COMPLETIONS;
+	return to_u64(cq_o, UINTPTR_MAX, cq) && to_max(max_o, max);
 }
 
 /* poll(cq, max): a list of completion dicts, a negative code, or None. */

@@ -342,7 +342,12 @@ static int post_batch(lc_conn_t *c, lc__batch_t *b, const lc_batch_params_t *par
 	b->user_data = p.user_data;
 	b->defer = (p.flags & LC_BATCH_DEFER) && c->ops->conn.flush;
 	b->post_ns = lc__now_ns();
-	b->deadline_ns = timeout_ms > 0 ? b->post_ns + (uint64_t)timeout_ms * 1000000ull : 0;
+	/* A timeout past what the clock holds (centuries) is no deadline: the
+	 * product would wrap into the past and expire the batch at once. */
+	uint64_t ms_left = (UINT64_MAX - b->post_ns) / 1000000ull;
+	b->deadline_ns = timeout_ms > 0 && (uint64_t)timeout_ms <= ms_left
+				 ? b->post_ns + (uint64_t)timeout_ms * 1000000ull
+				 : 0;
 	atomic_init(&b->refs, 2); /* generic (until completion) + this call */
 
 	pthread_mutex_lock(&c->lock);

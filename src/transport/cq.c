@@ -28,7 +28,26 @@ int lc_cq_create(lc_ctx_t *ctx, lc_cq_t **out)
 	cq->spin_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_cq_spin_us) * 1000;
 	pthread_mutex_init(&cq->lock, NULL);
 	pthread_rwlock_init(&cq->pollers_lock, NULL);
+	pthread_cond_init(&cq->idle, NULL);
 	*out = cq;
+	return 0;
+}
+
+static void efd_signal(lc_cq_t *cq)
+{
+	uint64_t one = 1;
+	if (write(cq->efd, &one, sizeof one) < 0)
+		LC__ERROR("completion queue eventfd write: %s", strerror(errno));
+}
+
+int lc_cq_shutdown(lc_cq_t *cq)
+{
+	if (!cq)
+		return LC__FAIL(-EINVAL, "lc_cq_shutdown: cq is NULL");
+	/* Set before the write: a waiter woken by it, or a poll that drains it
+	 * (lc_cq_poll writes it again), sees the flag. */
+	atomic_store(&cq->closing, true);
+	efd_signal(cq);
 	return 0;
 }
 
@@ -36,7 +55,13 @@ void lc_cq_destroy(lc_cq_t *cq)
 {
 	if (!cq)
 		return;
+	lc_cq_shutdown(cq);
+	pthread_mutex_lock(&cq->lock);
+	while (cq->waiters)
+		pthread_cond_wait(&cq->idle, &cq->lock);
+	pthread_mutex_unlock(&cq->lock);
 	close(cq->efd);
+	pthread_cond_destroy(&cq->idle);
 	pthread_mutex_destroy(&cq->lock);
 	pthread_rwlock_destroy(&cq->pollers_lock);
 	free(cq->ring);
@@ -184,10 +209,10 @@ int lc_cq_poll(lc_cq_t *cq, lc_completion_t *out, int max)
 		if (read(cq->efd, &drain_v, sizeof drain_v) < 0 && errno != EAGAIN)
 			LC__ERROR("completion queue eventfd read: %s", strerror(errno));
 		if (atomic_load_explicit(&cq->pushes, memory_order_acquire) != seen) {
-			uint64_t one = 1;
-			if (write(cq->efd, &one, sizeof one) < 0)
-				LC__ERROR("completion queue eventfd write: %s", strerror(errno));
+			efd_signal(cq);
 			atomic_store_explicit(&cq->efd_set, true, memory_order_release);
+		} else if (atomic_load(&cq->closing)) {
+			efd_signal(cq); /* the read may have eaten lc_cq_shutdown's write */
 		}
 	}
 	return n;
@@ -242,7 +267,7 @@ static void spin(lc_cq_t *cq, uint64_t deadline)
 	}
 	while (atomic_load_explicit(&cq->reserved, memory_order_relaxed) &&
 	       atomic_load_explicit(&cq->pushes, memory_order_acquire) == seen &&
-	       lc__now_ns() < until) {
+	       !atomic_load_explicit(&cq->closing, memory_order_relaxed) && lc__now_ns() < until) {
 		if (polls) {
 			call_pollers(cq, LC__CQ_SPIN_LOOK);
 			if (atomic_load_explicit(&cq->pushes, memory_order_acquire) != seen)
@@ -260,7 +285,7 @@ static void spin(lc_cq_t *cq, uint64_t deadline)
 	pthread_mutex_unlock(&cq->lock);
 }
 
-int lc_cq_wait(lc_cq_t *cq, lc_completion_t *out, int max, int timeout_ms)
+static int wait_loop(lc_cq_t *cq, lc_completion_t *out, int max, int timeout_ms)
 {
 	uint64_t deadline = timeout_ms >= 0 ? lc__now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
 	bool spun = false;
@@ -268,7 +293,10 @@ int lc_cq_wait(lc_cq_t *cq, lc_completion_t *out, int max, int timeout_ms)
 		int n = lc_cq_poll(cq, out, max);
 		if (n != 0)
 			return n;
-		if (cq && cq->spin_ns && !spun && timeout_ms != 0) {
+		if (atomic_load(&cq->closing))
+			return LC__FAIL_AT(LC_LOG_DEBUG, LC_ERR_CLOSED,
+					   "lc_cq_wait: the queue is shutting down");
+		if (cq->spin_ns && !spun && timeout_ms != 0) {
 			spin(cq, deadline);
 			spun = true;
 			continue;
@@ -284,4 +312,26 @@ int lc_cq_wait(lc_cq_t *cq, lc_completion_t *out, int max, int timeout_ms)
 		if (poll(&p, 1, wait_ms) < 0 && errno != EINTR)
 			return -errno;
 	}
+}
+
+int lc_cq_wait(lc_cq_t *cq, lc_completion_t *out, int max, int timeout_ms)
+{
+	/* max 0 could never return a completion: it would spin on a readable
+	 * eventfd until the deadline, and for ever without one. */
+	if (!cq || !out || max < 1)
+		return LC__FAIL(-EINVAL, "lc_cq_wait: %s",
+				!cq    ? "cq is NULL"
+				: !out ? "out is NULL"
+				       : "max < 1 (a wait returns at least one completion)");
+	pthread_mutex_lock(&cq->lock);
+	cq->waiters++;
+	pthread_mutex_unlock(&cq->lock);
+	int n = wait_loop(cq, out, max, timeout_ms);
+	/* The last of a destroy's waiters to leave lets it free the queue:
+	 * nothing of cq is touched after this unlock. */
+	pthread_mutex_lock(&cq->lock);
+	if (--cq->waiters == 0 && atomic_load(&cq->closing))
+		pthread_cond_broadcast(&cq->idle);
+	pthread_mutex_unlock(&cq->lock);
+	return n;
 }

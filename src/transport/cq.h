@@ -8,6 +8,14 @@
  * between a push and the poll of a caller spinning in lc_cq_wait, which
  * takes the completion without it.
  *
+ * Closing (lc_cq_shutdown, lc_cq_destroy): `closing` is set once and
+ * never cleared; from then on a waiter that finds the queue empty returns
+ * LC_ERR_CLOSED, and the eventfd stays readable so that a waiter asleep in
+ * poll() wakes. `waiters` counts the callers inside lc_cq_wait (under
+ * lock); lc_cq_destroy waits on `idle` until none is left, so a thread
+ * still waiting when another destroys the queue returns before the queue
+ * is freed.
+ *
  * Armed mode (the engine's own queue, never handed to users): the eventfd
  * is written only when the consumer has armed the queue before sleeping,
  * and outside the lock; the consumer clears it after waking. Pushes while
@@ -56,6 +64,10 @@ struct lc_cq {
 	pthread_rwlock_t pollers_lock;
 	lc__cq_poller_t *pollers;
 	_Atomic bool has_pollers;
+	/* Closing (above): `waiters` and `idle` under lock. */
+	_Atomic bool closing;
+	unsigned waiters;
+	pthread_cond_t idle;
 };
 
 /* Add or remove a poller (p lives until removed). Removing waits for a

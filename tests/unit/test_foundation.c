@@ -481,6 +481,92 @@ static void completion_queue_spinner_takes_pushes_and_signals_what_it_leaves(voi
 	lc_ctx_destroy(ctx);
 }
 
+/* Closing a queue that threads wait on (issue 43, finding 9): they wake,
+ * return LC_ERR_CLOSED, and lc_cq_destroy frees the queue only once they
+ * have left (under ASan a waiter still inside would read freed memory).
+ * A later wait returns at once; what is queued is still returned first. */
+struct cq_closer {
+	lc_cq_t *cq;
+	int timeout_ms, n;
+	lc_completion_t got;
+};
+
+static void *cq_wait_closing(void *arg)
+{
+	struct cq_closer *w = arg;
+	w->n = lc_cq_wait(w->cq, &w->got, 1, w->timeout_ms);
+	return NULL;
+}
+
+static void wait_for_waiters(lc_cq_t *cq, unsigned n)
+{
+	for (bool in = false; !in; sched_yield()) {
+		pthread_mutex_lock(&cq->lock);
+		in = cq->waiters == n;
+		pthread_mutex_unlock(&cq->lock);
+	}
+}
+
+static void completion_queue_destroy_wakes_and_waits_for_its_waiters(void **state)
+{
+	(void)state;
+	lc_ctx_t *ctx;
+	lc_cq_t *cq;
+	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
+	assert_int_equal(lc_cq_create(ctx, &cq), 0);
+	struct cq_closer w[3] = {{.cq = cq, .timeout_ms = -1, .n = 1},
+				 {.cq = cq, .timeout_ms = -1, .n = 1},
+				 {.cq = cq, .timeout_ms = 60000, .n = 1}};
+	pthread_t t[3];
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, cq_wait_closing, &w[i]), 0);
+	wait_for_waiters(cq, 3);
+	usleep(20000); /* asleep in poll(), most likely */
+	uint64_t t0 = lc__now_ns();
+	lc_cq_destroy(cq); /* returns once all three have left */
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+		assert_int_equal(w[i].n, LC_ERR_CLOSED);
+	}
+	assert_true(lc__now_ns() - t0 < 10ull * 1000000000);
+	lc_ctx_destroy(ctx);
+}
+
+static void completion_queue_shutdown_is_sticky_and_returns_what_is_queued(void **state)
+{
+	(void)state;
+	lc_ctx_t *ctx;
+	lc_cq_t *cq;
+	lc_completion_t out[2];
+	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
+	assert_int_equal(lc_cq_create(ctx, &cq), 0);
+	cq->spin_ns = 30ull * 1000000000; /* a spinning waiter must wake too */
+	assert_int_equal(lc__cq_reserve(cq), 0);
+	assert_int_equal(lc__cq_reserve(cq), 0);
+	struct cq_closer w = {.cq = cq, .timeout_ms = -1, .n = 1};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, cq_wait_closing, &w), 0);
+	wait_for_waiters(cq, 1);
+	assert_int_equal(lc_cq_shutdown(cq), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(w.n, LC_ERR_CLOSED);
+	assert_int_equal(lc_cq_shutdown(cq), 0); /* idempotent */
+	/* Sticky: a wait that begins later returns at once, whatever its timeout. */
+	assert_int_equal(lc_cq_wait(cq, out, 2, -1), LC_ERR_CLOSED);
+	/* A poll that drains the eventfd leaves it readable: a sleeper would wake. */
+	lc__cq_push(cq, &(lc_completion_t){.batch_id = 7});
+	assert_int_equal(lc_cq_poll(cq, out, 2), 1);
+	struct pollfd pf = {.fd = lc_cq_fd(cq), .events = POLLIN};
+	assert_int_equal(poll(&pf, 1, 0), 1);
+	/* What is queued is returned before the closed answer. */
+	lc__cq_push(cq, &(lc_completion_t){.batch_id = 8});
+	assert_int_equal(lc_cq_wait(cq, out, 2, -1), 1);
+	assert_int_equal(out[0].batch_id, 8);
+	assert_int_equal(lc_cq_wait(cq, out, 2, 1000), LC_ERR_CLOSED);
+	lc_cq_destroy(cq);
+	lc_ctx_destroy(ctx);
+}
+
 /* The engine's queue: the eventfd is written only while the consumer has
  * armed it (about to sleep); pushes while it works leave it quiet. */
 static void armed_completion_queue_signals_only_a_sleeping_consumer(void **state)
@@ -595,6 +681,8 @@ int main(void)
 		cmocka_unit_test(completion_queue_fd_is_readable_exactly_while_nonempty),
 		cmocka_unit_test(completion_queue_loses_no_wake_to_a_racing_push),
 		cmocka_unit_test(completion_queue_spinner_takes_pushes_and_signals_what_it_leaves),
+		cmocka_unit_test(completion_queue_destroy_wakes_and_waits_for_its_waiters),
+		cmocka_unit_test(completion_queue_shutdown_is_sticky_and_returns_what_is_queued),
 		cmocka_unit_test(armed_completion_queue_signals_only_a_sleeping_consumer),
 		cmocka_unit_test(region_descriptors_round_trip_and_reject_damage),
 		cmocka_unit_test(urls_parse_hosts_ports_and_queries),

@@ -175,6 +175,10 @@ static void queues_listeners_connections(void **state)
 	assert_true(lc_cq_wait(cq, NULL, 1, 0) < 0);
 	assert_int_equal(lc_cq_wait(cq, &comp, 1, 0), 0); /* nothing, at once */
 	assert_int_equal(lc_cq_poll(cq, &comp, 1), 0);
+	/* A wait for none could never return one: refused, not a spin. */
+	assert_int_equal(lc_cq_wait(cq, &comp, 0, -1), -EINVAL);
+	assert_int_equal(lc_cq_wait(cq, &comp, -1, 1000), -EINVAL);
+	assert_int_equal(lc_cq_shutdown(NULL), -EINVAL);
 	/* Listeners. */
 	lc_listener_t *l = NULL, *l2 = NULL;
 	char url[128], name[64];
