@@ -266,6 +266,7 @@ int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpo
 	lc__pull_t *p = calloc(1, sizeof *p);
 	if (!p)
 		return -ENOMEM;
+	p->src_fd = -1;
 	p->sock = zmq_socket(z->zmq, ZMQ_PULL);
 	if (!p->sock) {
 		free(p);
