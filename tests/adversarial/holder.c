@@ -75,7 +75,7 @@ static size_t zmtp_hello(unsigned char *b)
 	return n + 2 + body;
 }
 
-enum { H_CONNECTING, H_SENT, H_READY, H_CLOSED };
+enum { H_CONNECTING, H_SENT, H_READY }; /* of an open connection (fd >= 0) */
 
 /* The inbox closed connection i: gone on this side too (a reset: nothing
  * lingers in either kernel's tables). */
@@ -85,7 +85,6 @@ static void hold_closed(hold_t *h, int i)
 		atomic_fetch_sub(&h->ready, 1);
 	else
 		h->on_way--;
-	h->st[i] = H_CLOSED;
 	adv_close_reset(h->fd[i]);
 	h->fd[i] = -1;
 	atomic_fetch_add(&h->closed, 1);
