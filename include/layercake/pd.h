@@ -151,7 +151,9 @@ LC_API int lc_prefill_endpoint(const lc_prefill_t *prefill, char *buf, size_t ca
  * secret; "msgs_old_version": messages of another protocol version;
  * "route_conflicts": refreshes of the rank's route refused because another
  * P took it; "route_refresh_failures": refreshes that failed otherwise;
- * "inbox_conns_refused": TCP connections the inbox refused for its caps).
+ * "inbox_conns_evicted": TCP connections the inbox closed, having proven
+ * nothing, to take newer ones past its caps; "inbox_conns_refused": those it
+ * refused, every connection in the way proven or out of descriptors).
  * -ENOENT for an unknown name. */
 LC_API int lc_prefill_counter(lc_prefill_t *prefill, const char *name, uint64_t *out);
 /* Block until a room of this rank's engine has changed status since the

@@ -81,6 +81,7 @@ typedef struct lc__rank_info {
 	X(route_conflicts)                                                                         \
 	X(route_refresh_failures)                                                                  \
 	X(inbox_conns_refused)                                                                     \
+	X(inbox_conns_evicted)                                                                     \
 	X(inbox_door_shut)
 
 enum lc__ctl_counter {

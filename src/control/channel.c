@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "control/addr.h"
+#include "control/bootstrap.h"
 #include "control/channel.h"
 #include "control/codec.h"
 #include "control/inbox_guard.h"
@@ -38,6 +39,10 @@ struct lc__zctx {
 struct lc__pull {
 	void *sock;
 	lc__inbox_guard_t *guard; /* connection caps (control/inbox_guard.h) */
+	/* Where the last message received came from, for lc__pull_vouch:
+	 * libzmq's fd of its connection (-1: unknown) and Peer-Address. */
+	int src_fd;
+	char src_addr[64];
 };
 
 struct lc__push {
@@ -291,6 +296,7 @@ int lc__pull_bind(lc__zctx_t *z, const char *host, lc__pull_t **out, char *endpo
 	lc__pull_t *p = calloc(1, sizeof *p);
 	if (!p)
 		return -ENOMEM;
+	p->src_fd = -1;
 	p->sock = zmq_socket(z->zmq, ZMQ_PULL);
 	if (!p->sock) {
 		free(p);
@@ -377,6 +383,12 @@ int lc__pull_recv_from(lc__pull_t *p, void **buf, size_t *len, char *peer_key, s
 		const char *user = zmq_msg_gets(&m, "User-Id");
 		snprintf(peer_key, cap, "%s", user ? user : "");
 	}
+	/* "__fd" is libzmq's own (ZMQ_SRCFD's, deprecated as an option, kept
+	 * as a property): read here, with the address, for a vouch. */
+	const char *fd = zmq_msg_gets(&m, "__fd");
+	const char *addr = zmq_msg_gets(&m, "Peer-Address");
+	p->src_fd = fd && addr ? atoi(fd) : -1;
+	snprintf(p->src_addr, sizeof p->src_addr, "%s", addr ? addr : "");
 	/* Multi-part messages are not ours: drain and report an empty one. */
 	bool multi = zmq_msg_more(&m);
 	while (zmq_msg_more(&m)) {
@@ -399,6 +411,12 @@ int lc__pull_recv_from(lc__pull_t *p, void **buf, size_t *len, char *peer_key, s
 	return 1;
 }
 
+void lc__pull_vouch(lc__pull_t *p)
+{
+	if (p && p->src_fd >= 0)
+		lc__inbox_guard_vouch(p->guard, p->src_fd, p->src_addr);
+}
+
 void lc__pull_close(lc__pull_t *p)
 {
 	if (!p)
@@ -408,19 +426,27 @@ void lc__pull_close(lc__pull_t *p)
 	free(p);
 }
 
-uint64_t lc__pull_conns_refused(const lc__pull_t *p)
+bool lc__pull_counter(const lc__pull_t *p, int ctl, uint64_t *out)
 {
-	return p ? lc__inbox_guard_refused(p->guard) : 0;
+	const lc__inbox_guard_t *g = p ? p->guard : NULL;
+	switch (ctl) {
+	case LC__CTL_inbox_conns_refused:
+		*out = lc__inbox_guard_refused(g);
+		return true;
+	case LC__CTL_inbox_conns_evicted:
+		*out = lc__inbox_guard_evicted(g);
+		return true;
+	case LC__CTL_inbox_door_shut:
+		*out = lc__inbox_guard_door_shut(g);
+		return true;
+	default:
+		return false;
+	}
 }
 
 uint64_t lc__pull_conns_held(const lc__pull_t *p)
 {
 	return p ? lc__inbox_guard_held(p->guard) : 0;
-}
-
-uint64_t lc__pull_door_shut(const lc__pull_t *p)
-{
-	return p ? lc__inbox_guard_door_shut(p->guard) : 0;
 }
 
 /* Heartbeats on sock and a monitor of it on a new PAIR (before connect, so
@@ -606,18 +632,17 @@ int lc__pull_recv_from(lc__pull_t *p, void **buf, size_t *len, char *peer_key, s
 {
 	return LC_ENOTSUP;
 }
+void lc__pull_vouch(lc__pull_t *p)
+{
+}
 void lc__pull_close(lc__pull_t *p)
 {
 }
-uint64_t lc__pull_conns_refused(const lc__pull_t *p)
+bool lc__pull_counter(const lc__pull_t *p, int ctl, uint64_t *out)
 {
-	return 0;
+	return false;
 }
 uint64_t lc__pull_conns_held(const lc__pull_t *p)
-{
-	return 0;
-}
-uint64_t lc__pull_door_shut(const lc__pull_t *p)
 {
 	return 0;
 }

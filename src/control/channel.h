@@ -67,14 +67,20 @@ int lc__pull_recv(lc__pull_t *p, void **buf, size_t *len);
 /* The same, and the sender's CURVE public key (z85, as the ZAP handler
  * authenticated it) in peer_key[cap >= 41]; "" without CURVE. */
 int lc__pull_recv_from(lc__pull_t *p, void **buf, size_t *len, char *peer_key, size_t cap);
+/* The connection that brought the last message received proved itself
+ * (its sender is a peer the owner knows: control/inbox_guard.h): it keeps
+ * its place when the inbox is full. The owner thread, after deciding so. */
+void lc__pull_vouch(lc__pull_t *p);
 void lc__pull_close(lc__pull_t *p);
-/* Connections the inbox refused so far (inbox_conns_max, inbox_conns_per_addr,
- * closed while out of descriptors: control/inbox_guard.h) and holds now.
- * Any thread. */
-uint64_t lc__pull_conns_refused(const lc__pull_t *p);
+/* The inbox's own counters among the control counters (control/bootstrap.h):
+ * inbox_conns_refused (refused: inbox_conns_max or inbox_conns_per_addr
+ * with nothing to evict, or closed while out of descriptors),
+ * inbox_conns_evicted (closed, having proven nothing, to take a newcomer),
+ * inbox_door_shut (control/inbox_guard.h). True and *out for one of them
+ * (0 for a NULL p), false for any other ctl. Any thread. */
+bool lc__pull_counter(const lc__pull_t *p, int ctl, uint64_t *out);
+/* Connections the inbox holds now. Any thread. */
 uint64_t lc__pull_conns_held(const lc__pull_t *p);
-/* Times the inbox shut its door (inbox_guard.h). Any thread. */
-uint64_t lc__pull_door_shut(const lc__pull_t *p);
 
 /* Connect to a peer inbox. server_key: the peer's z85 key ("" or NULL: our
  * own, for a deployment sharing one keypair). Never blocks on the network. */

@@ -19,21 +19,49 @@
 #ifdef LC_HAVE_ZMQ
 #include <zmq.h>
 
-/* One connection held: its fd (libzmq's) and source address. */
+/* A connection's peer: its address (IPv4-mapped as IPv4; len 0: not IP)
+ * and port. */
+typedef struct peer {
+	uint8_t len;
+	uint16_t port;
+	unsigned char addr[16];
+} peer_t;
+
+/* One connection held: its fd (libzmq's), peer, when it came (seq: the
+ * order of accepts) and whether it proved itself (vouched). */
 typedef struct held {
 	int fd;
-	uint8_t alen;
-	unsigned char addr[16];
+	bool proven;
+	peer_t peer;
+	uint64_t seq;
 } held_t;
+
+/* A vouch for a connection whose ACCEPTED the guard has not read yet: the
+ * owner can read a connection's first message before the guard reads its
+ * accept (an fd number the guard still knows as an older connection, one
+ * it evicted or refused: their DISCONNECTED comes first). Keyed by what
+ * holds the fd at the vouch (its peer, port included), taken by that
+ * connection's accept within VOUCH_EARLY_MS. */
+typedef struct early {
+	int fd;
+	peer_t peer;
+	uint64_t ms; /* 0: unused */
+} early_t;
+
+#define VOUCH_EARLY 16
+#define VOUCH_EARLY_MS 2000
 
 struct lc__inbox_guard {
 	void *mon; /* PAIR end of the monitor; the thread's */
 	pthread_t thread;
 	_Atomic bool stop;
-	_Atomic uint64_t refused, nheld, door_shut;
+	_Atomic uint64_t refused, nheld, door_shut, evicted;
 	unsigned max, per_addr;
-	held_t *held; /* max of them; n in use */
-	unsigned n;
+	pthread_mutex_t lock; /* the table, the early vouches and the door */
+	held_t *held;         /* max of them; n in use, nproven of them proven */
+	unsigned n, nproven;
+	uint64_t seq;
+	early_t early[VOUCH_EARLY];
 	int listen_fd, port; /* from ZMQ_EVENT_LISTENING */
 	int spare;           /* a descriptor kept to free on EMFILE */
 	enum door_why { DOOR_OPEN, DOOR_FULL, DOOR_EMFILE } door; /* see door() */
@@ -44,27 +72,48 @@ static _Atomic uint64_t guard_seq;
 
 #define DOOR_EMFILE_MS 250 /* out of descriptors: the door's shortest shut */
 
-/* The peer address of fd (IPv4-mapped as IPv4); 0 when not IP. */
-static uint8_t peer_of(int fd, unsigned char out[16])
+/* An IPv6 address into p (IPv4-mapped as IPv4). */
+static void peer_v6(peer_t *p, const struct in6_addr *a)
+{
+	if (IN6_IS_ADDR_V4MAPPED(a)) {
+		memcpy(p->addr, a->s6_addr + 12, 4);
+		p->len = 4;
+	} else {
+		memcpy(p->addr, a, 16);
+		p->len = 16;
+	}
+}
+
+/* The peer of fd into *out (zeroed first); false when it has none or is
+ * not IP. */
+static bool peer_of(int fd, peer_t *out)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof ss;
+	*out = (peer_t){0};
 	if (getpeername(fd, (struct sockaddr *)&ss, &sl))
-		return 0;
+		return false;
 	if (ss.ss_family == AF_INET) {
-		memcpy(out, &((struct sockaddr_in *)&ss)->sin_addr, 4);
-		return 4;
+		const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+		memcpy(out->addr, &a->sin_addr, 4);
+		out->len = 4;
+		out->port = ntohs(a->sin_port);
+	} else if (ss.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+		peer_v6(out, &a->sin6_addr);
+		out->port = ntohs(a->sin6_port);
 	}
-	if (ss.ss_family == AF_INET6) {
-		const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
-		if (IN6_IS_ADDR_V4MAPPED(a)) {
-			memcpy(out, a->s6_addr + 12, 4);
-			return 4;
-		}
-		memcpy(out, a, 16);
-		return 16;
-	}
-	return 0;
+	return out->len > 0;
+}
+
+static bool same_host(const peer_t *a, const peer_t *b)
+{
+	return a->len == b->len && !memcmp(a->addr, b->addr, a->len);
+}
+
+static bool same_peer(const peer_t *a, const peer_t *b)
+{
+	return same_host(a, b) && a->port == b->port;
 }
 
 static int local_port(int fd)
@@ -86,20 +135,28 @@ static void addr_text(const unsigned char *a, uint8_t n, char *buf, size_t cap)
 		snprintf(buf, cap, "?");
 }
 
-static void refuse(lc__inbox_guard_t *g, int fd, const unsigned char *a, uint8_t alen,
-		   const char *why)
+/* End connection fd (libzmq's: shutdown(2), never close; libzmq sees the end
+ * and closes it). The event is read after the fact: fd may since have been
+ * closed and its number reused. Only a connection accepted on this inbox's
+ * port from the same peer is shut down; never anything else of the
+ * process. */
+static void end_conn(const lc__inbox_guard_t *g, int fd, const peer_t *p)
 {
-	/* The event is read after the fact: fd may since have been closed
-	 * and its number reused. Only a connection accepted on this inbox's
-	 * port is shut down; never anything else of the process. */
 	int one = 0;
 	socklen_t ol = sizeof one;
+	peer_t now;
+	peer_of(fd, &now);
 	if (g->port > 0 && local_port(fd) == g->port &&
-	    !getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &one, &ol) && !one)
+	    !getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &one, &ol) && !one && same_peer(&now, p))
 		shutdown(fd, SHUT_RDWR);
+}
+
+static void refuse(lc__inbox_guard_t *g, int fd, const peer_t *p, const char *why)
+{
+	end_conn(g, fd, p);
 	uint64_t total = atomic_fetch_add(&g->refused, 1) + 1;
 	char t[64];
-	addr_text(a, alen, t, sizeof t);
+	addr_text(p->addr, p->len, t, sizeof t);
 	LC__LOG_PEER(LC_LOG_WARN,
 		     "channel: inbox on port %d refused a connection from %s: %s (%llu refused "
 		     "so far)",
@@ -111,7 +168,8 @@ static bool is_listener(const lc__inbox_guard_t *g, int fd);
 /* The door: while it is shut, the kernel drops whatever comes to the
  * listener (a socket filter that keeps no byte), so a flood costs P no
  * descriptor and no accept while it lasts, and the peers' kernels retry
- * their SYNs. Shut while the table is full (open again below the cap), and
+ * their SYNs. Shut while the table is full of proven connections (nothing
+ * to evict for a newcomer; open again below the cap), and
  * while the process is out of descriptors (open again once the spare is
  * back and DOOR_EMFILE_MS has passed): with nothing new queued, the accept
  * queue empties and libzmq's listener stops retrying. A connection whose
@@ -146,52 +204,123 @@ static void door(lc__inbox_guard_t *g, enum door_why why)
 		LC__LOG_PEER(LC_LOG_WARN,
 			     "channel: inbox on port %d %s (%u connections held): new connections "
 			     "are dropped %s",
-			     g->port, why == DOOR_FULL ? "full" : "out of descriptors", g->n,
+			     g->port,
+			     why == DOOR_FULL ? "full of proven peers" : "out of descriptors", g->n,
 			     why == DOOR_FULL ? "until one ends (inbox_conns_max)"
 					      : "until descriptors are free again");
 }
 
+/* Full, and every connection held proven: a newcomer could only be
+ * refused. */
+static bool full_of_proven(const lc__inbox_guard_t *g)
+{
+	return g->n >= g->max && g->nproven >= g->n;
+}
+
+static void door_if_full(lc__inbox_guard_t *g)
+{
+	if (full_of_proven(g))
+		door(g, DOOR_FULL);
+}
+
+static void drop(lc__inbox_guard_t *g, held_t *h)
+{
+	g->nproven -= h->proven;
+	*h = g->held[--g->n];
+	atomic_store(&g->nheld, g->n);
+}
+
+/* Close held connection h to make room for a newcomer (cap: which cap). */
+static void evict(lc__inbox_guard_t *g, held_t *h, const char *cap)
+{
+	char t[64];
+	addr_text(h->peer.addr, h->peer.len, t, sizeof t);
+	end_conn(g, h->fd, &h->peer);
+	uint64_t total = atomic_fetch_add(&g->evicted, 1) + 1;
+	LC__LOG_PEER(LC_LOG_WARN,
+		     "channel: inbox on port %d closed a connection from %s that had proven "
+		     "nothing, the oldest such %s, to take a new one (%llu evicted so far)",
+		     g->port, t, cap, (unsigned long long)total);
+	drop(g, h); /* its DISCONNECTED then finds nothing */
+}
+
+/* Whether a vouch came for this connection before its accept was read. */
+static bool vouched_early(lc__inbox_guard_t *g, int fd, const peer_t *p)
+{
+	uint64_t now = lc__now_ns() / 1000000;
+	for (unsigned i = 0; i < VOUCH_EARLY; i++) {
+		early_t *e = &g->early[i];
+		if (!e->ms || e->fd != fd)
+			continue;
+		bool mine = now - e->ms < VOUCH_EARLY_MS && same_peer(&e->peer, p);
+		e->ms = 0;
+		if (mine)
+			return true;
+	}
+	return false;
+}
+
+/* A connection past a cap makes room by evicting the oldest held one that
+ * has proven nothing: its own address's when that address holds its
+ * share (inbox_conns_per_addr), else the inbox's. Proven connections are
+ * never evicted; with none to evict the newcomer is refused. */
 static void on_accepted(lc__inbox_guard_t *g, int fd)
 {
-	unsigned char a[16] = {0};
-	uint8_t alen = peer_of(fd, a);
-	unsigned same = 0;
-	for (unsigned i = 0; i < g->n; i++)
-		same += g->held[i].alen == alen && !memcmp(g->held[i].addr, a, alen);
-	if (g->n >= g->max) {
-		refuse(g, fd, a, alen, "inbox_conns_max reached");
-		return;
-	}
+	peer_t a;
+	peer_of(fd, &a);
 	if (g->door == DOOR_EMFILE) {
 		/* What waited in the queue: let libzmq empty it (it closes what
 		 * is refused), so that its listener stops retrying. */
-		refuse(g, fd, a, alen, "out of descriptors");
+		refuse(g, fd, &a, "out of descriptors");
 		return;
 	}
-	if (alen && same >= g->per_addr) {
-		refuse(g, fd, a, alen, "inbox_conns_per_addr reached for its address");
-		return;
+	unsigned same = 0;
+	held_t *old_all = NULL, *old_same = NULL;
+	for (unsigned i = 0; i < g->n; i++) {
+		held_t *h = &g->held[i];
+		bool mine = a.len && same_host(&h->peer, &a);
+		same += mine;
+		if (h->proven)
+			continue;
+		if (!old_all || h->seq < old_all->seq)
+			old_all = h;
+		if (mine && (!old_same || h->seq < old_same->seq))
+			old_same = h;
 	}
-	g->held[g->n].fd = fd;
-	g->held[g->n].alen = alen;
-	memcpy(g->held[g->n].addr, a, sizeof a);
-	g->n++;
+	if (a.len && same >= g->per_addr) {
+		if (!old_same) {
+			refuse(g, fd, &a,
+			       "inbox_conns_per_addr reached for its address, every one proven");
+			return;
+		}
+		evict(g, old_same, "of its address (inbox_conns_per_addr)");
+	} else if (g->n >= g->max) {
+		if (!old_all) {
+			refuse(g, fd, &a, "inbox_conns_max reached, every one proven");
+			door_if_full(g);
+			return;
+		}
+		evict(g, old_all, "of the inbox (inbox_conns_max)");
+	}
+	held_t *h = &g->held[g->n++];
+	*h = (held_t){.fd = fd, .peer = a, .seq = g->seq++, .proven = vouched_early(g, fd, &a)};
+	g->nproven += h->proven;
 	atomic_store(&g->nheld, g->n);
-	if (g->n >= g->max)
-		door(g, DOOR_FULL);
+	door_if_full(g);
 }
 
 static void on_disconnected(lc__inbox_guard_t *g, int fd)
 {
 	/* The most recent first: a reused number belongs to the newest. */
-	for (unsigned i = g->n; i-- > 0;)
-		if (g->held[i].fd == fd) {
-			g->held[i] = g->held[--g->n];
-			atomic_store(&g->nheld, g->n);
-			if (g->n < g->max && g->door == DOOR_FULL)
-				door(g, DOOR_OPEN);
-			return;
-		}
+	held_t *h = NULL;
+	for (unsigned i = 0; i < g->n; i++)
+		if (g->held[i].fd == fd && (!h || g->held[i].seq > h->seq))
+			h = &g->held[i];
+	if (!h)
+		return; /* refused or evicted: no longer held */
+	drop(g, h);
+	if (g->n < g->max && g->door == DOOR_FULL)
+		door(g, DOOR_OPEN);
 }
 
 /* Whether fd is a listening socket on the inbox's port. */
@@ -254,9 +383,11 @@ static void *guard_main(void *arg)
 		/* Lost to libzmq after a drain: take it back once one is free. */
 		if (g->spare < 0)
 			g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		pthread_mutex_lock(&g->lock);
 		if (g->door == DOOR_EMFILE && g->spare >= 0 &&
 		    (lc__now_ns() / 1000000) - g->door_ms >= DOOR_EMFILE_MS)
-			door(g, g->n >= g->max ? DOOR_FULL : DOOR_OPEN);
+			door(g, full_of_proven(g) ? DOOR_FULL : DOOR_OPEN);
+		pthread_mutex_unlock(&g->lock);
 		if (rc <= 0)
 			continue;
 		/* Out of descriptors, libzmq reports every retry of its accept:
@@ -282,6 +413,7 @@ static void *guard_main(void *arg)
 					break;
 			}
 			zmq_msg_close(&m);
+			pthread_mutex_lock(&g->lock);
 			if (ev == ZMQ_EVENT_LISTENING)
 				on_listening(g, (int)val);
 			else if (ev == ZMQ_EVENT_ACCEPTED)
@@ -292,9 +424,13 @@ static void *guard_main(void *arg)
 				accept_err = (int)val;
 			else if (ev == ZMQ_EVENT_MONITOR_STOPPED)
 				atomic_store(&g->stop, true);
+			pthread_mutex_unlock(&g->lock);
 		}
-		if (accept_err)
+		if (accept_err) {
+			pthread_mutex_lock(&g->lock);
 			on_accept_failed(g, accept_err);
+			pthread_mutex_unlock(&g->lock);
+		}
 	}
 	zmq_close(g->mon);
 	return NULL;
@@ -325,6 +461,7 @@ int lc__inbox_guard_start(void *zmq, void *sock, lc__inbox_guard_t **out)
 	int rc = -ENOMEM;
 	if (!g->held)
 		goto fail;
+	pthread_mutex_init(&g->lock, NULL);
 	char name[64];
 	snprintf(name, sizeof name, "inproc://lc-inbox-guard-%llu",
 		 (unsigned long long)atomic_fetch_add(&guard_seq, 1));
@@ -359,6 +496,7 @@ fail_monitor:
 	zmq_socket_monitor(sock, NULL, 0); /* while g->mon still reads */
 fail_pair:
 	zmq_close(g->mon);
+	pthread_mutex_destroy(&g->lock);
 fail:
 	if (g->spare >= 0)
 		close(g->spare);
@@ -376,8 +514,50 @@ void lc__inbox_guard_stop(lc__inbox_guard_t *g, void *sock)
 	pthread_join(g->thread, NULL);
 	if (g->spare >= 0)
 		close(g->spare);
+	pthread_mutex_destroy(&g->lock);
 	free(g->held);
 	free(g);
+}
+
+/* Peer-Address as libzmq writes it (no port), as peer_of keys it; false
+ * when it is not an IP address. */
+static bool addr_parse(const char *text, peer_t *out)
+{
+	struct in6_addr a6;
+	*out = (peer_t){0};
+	if (inet_pton(AF_INET, text, out->addr) == 1)
+		out->len = 4;
+	else if (inet_pton(AF_INET6, text, &a6) == 1)
+		peer_v6(out, &a6);
+	return out->len > 0;
+}
+
+void lc__inbox_guard_vouch(lc__inbox_guard_t *g, int fd, const char *peer_address)
+{
+	peer_t said, now;
+	/* What holds fd now: a connection from the message's address (the
+	 * message's own, or a newer one of the same host), else the message
+	 * came on a connection since gone and there is no one to vouch for. */
+	if (!g || fd < 0 || !peer_address || !addr_parse(peer_address, &said) ||
+	    !peer_of(fd, &now) || !same_host(&now, &said))
+		return;
+	pthread_mutex_lock(&g->lock);
+	held_t *h = NULL;
+	for (unsigned i = 0; i < g->n && !h; i++)
+		if (g->held[i].fd == fd && same_peer(&g->held[i].peer, &now))
+			h = &g->held[i];
+	if (h && !h->proven) {
+		h->proven = true;
+		g->nproven++;
+		door_if_full(g);
+	} else if (!h) { /* its accept not read yet: the oldest slot takes it */
+		early_t *e = &g->early[0];
+		for (unsigned i = 1; i < VOUCH_EARLY && e->ms; i++)
+			if (!g->early[i].ms || g->early[i].ms < e->ms)
+				e = &g->early[i];
+		*e = (early_t){.fd = fd, .peer = now, .ms = LC__MAX(lc__now_ns() / 1000000, 1)};
+	}
+	pthread_mutex_unlock(&g->lock);
 }
 
 uint64_t lc__inbox_guard_refused(const lc__inbox_guard_t *g)
@@ -388,6 +568,11 @@ uint64_t lc__inbox_guard_refused(const lc__inbox_guard_t *g)
 uint64_t lc__inbox_guard_door_shut(const lc__inbox_guard_t *g)
 {
 	return g ? atomic_load(&((lc__inbox_guard_t *)g)->door_shut) : 0;
+}
+
+uint64_t lc__inbox_guard_evicted(const lc__inbox_guard_t *g)
+{
+	return g ? atomic_load(&((lc__inbox_guard_t *)g)->evicted) : 0;
 }
 
 uint64_t lc__inbox_guard_held(const lc__inbox_guard_t *g)

@@ -115,10 +115,13 @@
 	  "the server closes it (conns_deadline)")                                                 \
 	X(inbox_conns_max, "LAYERCAKE_INBOX_CONNS_MAX", 128, 1, 65536,                             \
 	  "TCP connections one ZeroMQ inbox (P's or D's) holds, at most a quarter of "             \
-	  "RLIMIT_NOFILE; past it a new one is closed at once (inbox_conns_refused)")              \
+	  "RLIMIT_NOFILE; past it a new one takes the place of the oldest that has proven "        \
+	  "nothing (inbox_conns_evicted), or is closed at once when all have "                     \
+	  "(inbox_conns_refused)")                                                                 \
 	X(inbox_conns_per_addr, "LAYERCAKE_INBOX_CONNS_PER_ADDR", 64, 1, 65536,                    \
-	  "TCP connections one source address may hold at a ZeroMQ inbox; past it a new one is "   \
-	  "closed at once (inbox_conns_refused)")                                                  \
+	  "TCP connections one source address may hold at a ZeroMQ inbox; past it a new one "      \
+	  "takes the place of that address's oldest that has proven nothing "                      \
+	  "(inbox_conns_evicted), or is closed at once when all have (inbox_conns_refused)")       \
 	X(inbox_handshake_ms, "LAYERCAKE_INBOX_HANDSHAKE_MS", 3000, 100, 600000,                   \
 	  "a connection to a ZeroMQ inbox that has not finished its ZMTP handshake by then is "    \
 	  "dropped (ZMQ_HANDSHAKE_IVL)")                                                           \

@@ -296,11 +296,8 @@ int lc_decode_counter(lc_decode_t *d, const char *name, uint64_t *out)
 					: "out");
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		if (!strcmp(lc__ctl_counter_name(i), name)) {
-			*out = i == LC__CTL_inbox_conns_refused && d->pull
-				       ? lc__pull_conns_refused(d->pull)
-			       : i == LC__CTL_inbox_door_shut && d->pull
-				       ? lc__pull_door_shut(d->pull)
-				       : atomic_load(&d->ctl[i]);
+			if (!lc__pull_counter(d->pull, i, out))
+				*out = atomic_load(&d->ctl[i]);
 			return 0;
 		}
 	lc__error_set(-ENOENT, "decode: no counter named '%.100s'", name);

@@ -199,14 +199,17 @@ static void forget_registration(lc_receiver_t *r, int t, const lc__msg_status_t 
 /* A STATUS, LAYERS or REGISTER_REPLY of P rank p_rank of peer pe must carry
  * the secret this D registered with at that rank (constant-time compare).
  * False (counted in session_mismatches, logged rate-limited) when it does
- * not: the message is dropped. */
+ * not: the message is dropped. True vouches for the connection that
+ * brought it (the message being handled). */
 static bool proven(lc_decode_t *d, const lc__ppeer_t *pe, uint32_t p_rank, const uint8_t *secret,
 		   const char *what)
 {
 	if (pe && pe->info && pe->ranks && p_rank < (uint32_t)pe->info->world_size &&
 	    pe->ranks[p_rank].has_secret &&
-	    lc__ct_equal(pe->ranks[p_rank].secret, secret, LC__MSG_SECRET_LEN))
+	    lc__ct_equal(pe->ranks[p_rank].secret, secret, LC__MSG_SECRET_LEN)) {
+		lc__pull_vouch(d->pull); /* its connection keeps its place (inbox_guard.h) */
 		return true;
+	}
 	uint64_t n = LC__D_CTL_ADD(d, session_mismatches) + 1;
 	LC__WARN_PEER("decode %s: a %s from P rank %u without this session's secret at that "
 		      "rank: dropped (%llu so far)",

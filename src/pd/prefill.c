@@ -29,9 +29,8 @@ static int metrics_source(void *arg, lc__metrics_snapshot_t *out)
 	for (int r = 0; out->has_engine && r < LC_FAIL_REASON_COUNT; r++)
 		lc_engine_failed_by_reason(p->engine, r, &out->failed_by_reason[r]);
 	for (int i = 0; i < LC__CTL_COUNT; i++)
-		out->ctl[i] = atomic_load(&p->ctl[i]);
-	out->ctl[LC__CTL_inbox_conns_refused] = lc__pull_conns_refused(p->pull);
-	out->ctl[LC__CTL_inbox_door_shut] = lc__pull_door_shut(p->pull);
+		if (!lc__pull_counter(p->pull, i, &out->ctl[i]))
+			out->ctl[i] = atomic_load(&p->ctl[i]);
 	return 0;
 }
 
@@ -430,9 +429,8 @@ int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
 					: "out");
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		if (!strcmp(lc__ctl_counter_name(i), name)) {
-			*out = i == LC__CTL_inbox_conns_refused ? lc__pull_conns_refused(p->pull)
-			       : i == LC__CTL_inbox_door_shut   ? lc__pull_door_shut(p->pull)
-								: atomic_load(&p->ctl[i]);
+			if (!lc__pull_counter(p->pull, i, out))
+				*out = atomic_load(&p->ctl[i]);
 			return 0;
 		}
 	if (!strcmp(name, "cancels_refused")) {

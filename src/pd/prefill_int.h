@@ -193,7 +193,9 @@ lc__dsess_t *lc__prefill_session_any(lc_prefill_t *p, const char *name);
 /* The incarnation a D message about session `name` proves (its secret and,
  * when the incarnation was registered over CURVE, the sender's key `peer`),
  * or NULL. A known id that nothing matches is counted (session_mismatches)
- * and logged (rate-limited, LC__LOG_PEER). Control thread. */
+ * and logged (rate-limited, LC__LOG_PEER). A match vouches for the
+ * connection that brought the message being handled (lc__pull_vouch).
+ * Control thread. */
 lc__dsess_t *lc__prefill_session_owned(lc_prefill_t *p, const char *name, const uint8_t *secret,
 				       const char *peer, const char *what);
 /* Encode and send (bounded wait); counts and logs a failure. */

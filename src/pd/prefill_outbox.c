@@ -58,8 +58,10 @@ lc__dsess_t *lc__prefill_session_owned(lc_prefill_t *p, const char *name, const 
 	lc__dsess_t *s = lc__prefill_session_find(p, name, secret);
 	bool known = s || lc__prefill_session_any(p, name);
 	pthread_mutex_unlock(&p->lock);
-	if (s && (!s->peer[0] || !strcmp(s->peer, peer)))
+	if (s && (!s->peer[0] || !strcmp(s->peer, peer))) {
+		lc__pull_vouch(p->pull); /* its connection keeps its place (inbox_guard.h) */
 		return s;
+	}
 	if (!known)
 		return NULL;
 	uint64_t n = LC__P_CTL_ADD(p, session_mismatches) + 1;

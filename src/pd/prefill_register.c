@@ -409,6 +409,8 @@ void lc__prefill_handle_register(lc_prefill_t *p, const lc__msg_t *m, const char
 		return;
 	}
 	lc__dsess_t *s = remember_session(p, m, ename, peer);
+	if (s) /* a registered D's connection keeps its place (inbox_guard.h) */
+		lc__pull_vouch(p->pull);
 	LC__LOG_PEER(LC_LOG_INFO,
 		     "prefill %s: D session %.200s registered (data %.200s, status %.200s)",
 		     p->name, g->session, g->data_url, g->status_ep);

@@ -149,6 +149,10 @@ static void p_against(enum script s, int want, const char *words, const char *co
 	TU_OK(lc_ctx_create(NULL, &other));
 	if (s == S_NOREAD)
 		TU_OK(lc_ctx_config_set(p, "progress_timeout_ms", "500"));
+	/* The baseline before the connection: its handshake runs as soon as
+	 * lc_conn_create starts it, and a malformed WELCOME can be counted
+	 * before lc_conn_import_region returns. */
+	uint64_t c0 = count ? counter(p, count) : 0;
 	uint8_t *dmem = calloc(1, LEN), *src;
 	lc_region_t *dr, *sr;
 	TU_OK(lc_region_register(other, dmem, LEN, &dr));
@@ -166,7 +170,6 @@ static void p_against(enum script s, int want, const char *words, const char *co
 	TU_OK(lc_conn_create(p, url, &cp, &conn));
 	uint32_t remote;
 	TU_OK(lc_conn_import_region(conn, desc, (size_t)n, &remote));
-	uint64_t c0 = count ? counter(p, count) : 0;
 	/* S_NOREAD: 20,000 one-byte writes, records enough to fill the socket. */
 	size_t nw = s == S_NOREAD ? 20000 : 1;
 	lc_write_t *w = calloc(nw, sizeof *w);

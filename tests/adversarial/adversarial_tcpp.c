@@ -195,6 +195,9 @@ static void p_against(enum script s, int want, const char *words, const char *co
 	TU_OK(lc_ctx_config_set(p, "progress_timeout_ms",
 				s == S_SILENT || s == S_NOREAD ? "500" : "20000"));
 	TU_OK(lc_ctx_create(NULL, &other));
+	/* The baseline before the connection: its handshake may run (and a
+	 * bad HELLO_REPLY be counted) before lc_conn_import_region returns. */
+	uint64_t c0 = count ? counter(p, count) : 0;
 	uint8_t *dmem = calloc(1, len), *src = calloc(1, len);
 	lc_region_t *dr, *sr;
 	TU_OK(lc_region_register(other, dmem, len, &dr));
@@ -211,7 +214,6 @@ static void p_against(enum script s, int want, const char *words, const char *co
 	TU_OK(lc_conn_create(p, url, &cp, &conn));
 	uint32_t remote;
 	TU_OK(lc_conn_import_region(conn, desc, (size_t)n, &remote));
-	uint64_t c0 = count ? counter(p, count) : 0;
 	lc_write_t w[2] = {{.local = src, .remote_region = remote, .length = len}};
 	size_t nw = 1;
 	if (s == S_ACK_CLOSE) { /* two halves */

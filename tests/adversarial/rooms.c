@@ -104,7 +104,10 @@ int adv_d_main(const char *bs_addr, const char *listen_url, int go_fd)
 		return TU_SKIP;
 	}
 	TU_OK(rc);
+	char ep[300];
+	TU_CHECK(lc_decode_endpoint(d, ep, sizeof ep) > 0, "lc_decode_endpoint");
 	say("d-url %s", d->data_url);
+	say("d-ep %s", ep);
 	adv_wait_byte(go_fd);
 	for (int i = 0; i < ROOMS; i++)
 		TU_OK(lc_receiver_create(d, bs_addr, ROOM0 + (uint64_t)i, &rcv[i]));
@@ -131,9 +134,12 @@ int adv_d_main(const char *bs_addr, const char *listen_url, int go_fd)
 	int failures = 0;
 	for (int i = 0; i < ROOMS; i++)
 		failures += d_check_room(rcv[i], &s, i);
-	uint64_t evicted = 0;
+	uint64_t evicted = 0, inbox_evicted = 0;
 	lc_ctx_counter_by_name(s.ctx, "conns_evicted_pending", &evicted);
-	say("d-done %d %llu", failures, (unsigned long long)evicted);
+	lc_decode_counter(d, "inbox_conns_evicted", &inbox_evicted);
+	say("d-done %d %llu %llu", failures, (unsigned long long)evicted,
+	    (unsigned long long)inbox_evicted);
+	adv_wait_byte(go_fd); /* its connections held until the parent reaps it */
 	for (int i = 0; i < ROOMS; i++)
 		lc_receiver_destroy(rcv[i]);
 	lc_decode_destroy(d);

@@ -32,7 +32,11 @@ typedef struct adv_d_arg {
 	const char *bs_addr, *url;
 } adv_d_arg_t;
 /* A real D process: its rooms against the P at bs_addr, every page checked;
- * 0 when all succeed byte-exact. adv_d_child is its adv_child_fn. */
+ * 0 when all succeed byte-exact. Says "d-url URL" and "d-ep EP" (its data
+ * listener and its inbox) once up, waits for a byte, says "d-done
+ * FAILURES CONNS_EVICTED_PENDING INBOX_CONNS_EVICTED", and holds its
+ * connections until the next byte (adv_reap's EOF). adv_d_child is its
+ * adv_child_fn. */
 int adv_d_main(const char *bs_addr, const char *listen_url, int go_fd);
 int adv_d_child(void *arg, int go_fd);
 

@@ -2,7 +2,8 @@
  * that are missing, short or unreadable; authorized_keys with comments and
  * junk; the ZAP handler refusing an unknown client key and naming a known
  * one; inboxes bound on IPv4, IPv6 and an address not of this host; a
- * multi-part message no peer of ours sends; a PUSH's link going up and down. */
+ * multi-part message no peer of ours sends; a PUSH's link going up and down;
+ * an inbox past its caps evicting what proved nothing, never what did. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "control/bootstrap.h"
 #include "control/channel.h"
 #include "testutil.h"
 
@@ -193,8 +195,13 @@ static void test_binds(void **state)
 	assert_int_equal(got, 1);
 	assert_int_equal(len, 0);
 	free(buf);
-	assert_int_equal(lc__pull_conns_refused(in), 0);
-	assert_int_equal(lc__pull_conns_refused(NULL), 0);
+	uint64_t v = 1;
+	assert_true(lc__pull_counter(in, LC__CTL_inbox_conns_refused, &v));
+	assert_int_equal(v, 0);
+	v = 1;
+	assert_true(lc__pull_counter(NULL, LC__CTL_inbox_conns_evicted, &v));
+	assert_int_equal(v, 0);
+	assert_false(lc__pull_counter(in, LC__CTL_msgs_received, &v));
 	got = 0;
 	for (int i = 0; i < 2000 && !got; i++)
 		if (!(got = lc__pull_recv(in, &buf, &len)))
@@ -224,6 +231,126 @@ static void test_binds(void **state)
 	lc__push_close_now(NULL);
 	lc__zctx_destroy(z);
 }
+
+/* A raw PUSH from source address src to ep that never reconnects: a
+ * connection the inbox ends stays ended, so what it sends then never
+ * arrives. */
+static void *push_from(void *zc, const char *src, const char *ep)
+{
+	char url[160];
+	void *s = zmq_socket(zc, ZMQ_PUSH);
+	int linger = 0, never = -1;
+	zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+	zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &never, sizeof never);
+	snprintf(url, sizeof url, "tcp://%s:0;%s", src, ep + strlen("tcp://"));
+	assert_int_equal(zmq_connect(s, url), 0);
+	return s;
+}
+
+static uint64_t inbox_count(lc__pull_t *in, int ctl)
+{
+	uint64_t v = 0;
+	assert_true(lc__pull_counter(in, ctl, &v));
+	return v;
+}
+
+/* Until the inbox holds `held` connections and has evicted `evicted`. */
+static void wait_table(lc__pull_t *in, uint64_t held, uint64_t evicted)
+{
+	for (int i = 0; i < 2000; i++) {
+		if (lc__pull_conns_held(in) == held &&
+		    inbox_count(in, LC__CTL_inbox_conns_evicted) == evicted)
+			return;
+		usleep(2000);
+	}
+	fail_msg("inbox holds %llu (want %llu), evicted %llu (want %llu)",
+		 (unsigned long long)lc__pull_conns_held(in), (unsigned long long)held,
+		 (unsigned long long)inbox_count(in, LC__CTL_inbox_conns_evicted),
+		 (unsigned long long)evicted);
+}
+
+/* What arrives within ms (until want messages have), one letter per
+ * message (names[] gets them in order, NUL-terminated), each message's
+ * connection vouched for. */
+static void take(lc__pull_t *in, int ms, size_t want, char *names, size_t cap)
+{
+	size_t n = 0;
+	for (int i = 0; i < ms / 2 && n < want; i++) {
+		void *buf;
+		size_t len;
+		if (lc__pull_recv(in, &buf, &len) <= 0) {
+			usleep(2000);
+			continue;
+		}
+		if (len == 1 && n + 1 < cap)
+			names[n++] = *(char *)buf;
+		free(buf);
+		lc__pull_vouch(in);
+	}
+	names[n] = '\0';
+}
+
+/* inbox_guard.h: past a cap, a newcomer takes the place of the oldest
+ * connection that proved nothing (its address's own past
+ * inbox_conns_per_addr, else the inbox's); a vouched connection keeps its
+ * place; full of vouched ones, the door shuts until one ends. */
+static void test_inbox_evicts(void **state)
+{
+	(void)state;
+	setenv("LAYERCAKE_INBOX_CONNS_MAX", "4", 1);
+	setenv("LAYERCAKE_INBOX_CONNS_PER_ADDR", "3", 1);
+	lc__zctx_t *z;
+	lc__pull_t *in;
+	char ep[128], got[32];
+	assert_int_equal(lc__zctx_create(&z), 0);
+	assert_int_equal(lc__pull_bind(z, "127.0.0.1", &in, ep, sizeof ep), 0);
+	unsetenv("LAYERCAKE_INBOX_CONNS_MAX");
+	unsetenv("LAYERCAKE_INBOX_CONNS_PER_ADDR");
+	void *zc = zmq_ctx_new();
+	/* k proves itself; a, b, c from another address say nothing. */
+	void *k = push_from(zc, "127.0.0.1", ep);
+	assert_int_equal(zmq_send(k, "k", 1, 0), 1);
+	take(in, 2000, 1, got, sizeof got);
+	assert_string_equal(got, "k");
+	void *a = push_from(zc, "127.0.0.2", ep);
+	wait_table(in, 2, 0);
+	void *b = push_from(zc, "127.0.0.2", ep);
+	wait_table(in, 3, 0);
+	void *c = push_from(zc, "127.0.0.2", ep);
+	wait_table(in, 4, 0);
+	/* Its address holds its share: its own oldest (a) goes. */
+	void *d = push_from(zc, "127.0.0.2", ep);
+	wait_table(in, 4, 1);
+	/* The inbox is full: its oldest unproven (b, not k) goes. */
+	void *e = push_from(zc, "127.0.0.3", ep);
+	wait_table(in, 4, 2);
+	assert_int_equal(inbox_count(in, LC__CTL_inbox_conns_refused), 0);
+	assert_int_equal(inbox_count(in, LC__CTL_inbox_door_shut), 0);
+	void *all[] = {a, b, c, d, e, k};
+	for (size_t i = 0; i < 6; i++)
+		assert_int_equal(zmq_send(all[i], (char[]){"abcdek"[i]}, 1, ZMQ_DONTWAIT), 1);
+	take(in, 600, 6, got, sizeof got);
+	assert_null(strchr(got, 'a'));
+	assert_null(strchr(got, 'b'));
+	assert_int_equal(strlen(got), 4); /* c, d, e and k, each vouched for */
+	/* Full of proven connections: nothing to evict, the door shuts; a
+	 * newcomer gets in once one of them has gone. */
+	assert_int_equal(inbox_count(in, LC__CTL_inbox_door_shut), 1);
+	void *f = push_from(zc, "127.0.0.4", ep);
+	assert_int_equal(zmq_send(f, "f", 1, ZMQ_DONTWAIT), 1);
+	take(in, 300, 1, got, sizeof got);
+	assert_string_equal(got, "");
+	zmq_close(c);
+	take(in, 8000, 1, got, sizeof got);
+	assert_string_equal(got, "f");
+	assert_int_equal(inbox_count(in, LC__CTL_inbox_conns_evicted), 2);
+	void *rest[] = {a, b, d, e, f, k};
+	for (size_t i = 0; i < 6; i++)
+		zmq_close(rest[i]);
+	zmq_ctx_term(zc);
+	lc__pull_close(in);
+	lc__zctx_destroy(z);
+}
 #endif
 
 int main(void)
@@ -242,6 +369,7 @@ int main(void)
 		cmocka_unit_test(test_key_files),
 		cmocka_unit_test(test_auth),
 		cmocka_unit_test(test_binds),
+		cmocka_unit_test(test_inbox_evicts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 #endif
