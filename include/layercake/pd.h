@@ -65,7 +65,9 @@ LC_API int lc_bootstrap_addr(const lc_bootstrap_t *bootstrap, char *buf, size_t 
  * registers the rank with the bootstrap server, and serves D's messages on
  * its control socket (ZeroMQ PULL, tcp): session registrations (a D whose
  * layout fingerprint differs is refused with a reply naming the
- * difference), transfer infos (added to the engine's rooms) and cancels.
+ * difference), transfer infos (checked against the room's sender, then
+ * added to the engine's room; held until the sender comes, p_park_ms at
+ * most, when it has none yet) and cancels.
  * The engine's status and "layers landed" events go back to D.
  *
  * Threading: one control thread per lc_prefill_t; every call may come from
@@ -171,11 +173,48 @@ LC_API int lc_prefill_fd(const lc_prefill_t *prefill);
 /* A sender: P's handle on one room (the request's bootstrap_room). */
 typedef struct lc_sender lc_sender_t;
 
+/* A pairing value: opaque bytes that the router gives both halves of one
+ * request (P's sender and D's receiver), so that P can tell the D of its
+ * own request from anyone else naming the same room id. Use at least 122
+ * random bits (a uuid4, vLLM's transfer_id: its 16 raw bytes or its 36
+ * characters). Compared in constant time; never logged. */
+#define LC_PAIR_MIN 16
+#define LC_PAIR_MAX 64
+
+typedef struct lc_sender_params {
+	size_t size;   /* sizeof(lc_sender_params_t) */
+	uint64_t room; /* the request's bootstrap_room */
+	/* The pairing value (copied), pair_len LC_PAIR_MIN..LC_PAIR_MAX bytes;
+	 * NULL and 0: an unpaired sender, which takes any D's transfer info
+	 * for the room (lc_sender_create). */
+	const void *pair;
+	size_t pair_len;
+} lc_sender_params_t;
+
 /* Open the room on the engine (status Bootstrapping; Bootstrapped once the
  * room's D ranks have sent their transfer infos; the engine takes the
- * room's chunks from the start and holds them until then). A room D already
- * announced is adopted. Errors: -EINVAL, -ENOMEM, -EEXIST (another sender
- * has the room). */
+ * room's chunks from the start and holds them until then; D is told then, and D
+ * counts its room as known to P only from then: lc_receiver_create).
+ * Transfer infos that reached this rank before the sender (parked, at most
+ * p_park_ms) are taken now, by the control thread, as if they had just
+ * arrived.
+ * A paired sender takes a transfer info (dummies too) only with the same
+ * pairing value: one without, or with another, is refused before anything
+ * of the room or the sender changes, counted (infos_refused_pair), logged
+ * rate-limited, and its D's room fails ("pairing value mismatch"). Once
+ * the room has all its destinations, a further D's transfer info is
+ * refused (infos_refused_claimed) and the room goes on for the first; its
+ * D is told unless it is a destination of the room already (a repeat:
+ * telling it would fail its room at D). After the sender is cancelled or
+ * its room ended, a transfer info is refused at once with the reason
+ * (infos_refused_ended); after a sender is destroyed, so is one with its
+ * pairing value, for as long as this rank remembers it (the last 1,024
+ * destroyed), or for an unpaired sender any one within 10 s. Errors:
+ * -EINVAL (params, a pair_len out of range), -ENOMEM, -EEXIST (another
+ * sender has the room). Any thread. */
+LC_API int lc_sender_create_ex(lc_prefill_t *prefill, const lc_sender_params_t *params,
+			       lc_sender_t **out);
+/* lc_sender_create_ex for an unpaired sender of `room`. */
 LC_API int lc_sender_create(lc_prefill_t *prefill, uint64_t room, lc_sender_t **out);
 /* The room's metadata (first token, draft candidates: opaque, at most
  * LC_METADATA_MAX bytes; copied), delivered to D with Success. */
@@ -186,16 +225,21 @@ LC_API int lc_sender_poll(lc_sender_t *sender, lc_room_info_t *out);
 /* D's decode prefix length (tokens) from its transfer info: P skips that
  * many tokens' pages (prefix / page size) when it builds the room's chunks
  * (lc_chunk_t.dst_index counts from there). -EAGAIN until a non-dummy
- * transfer info has arrived; known by the time lc_sender_poll() first
- * returns a status past Bootstrapping because of that info. P need not
- * wait for it: chunks added while the room is Bootstrapping are held by
- * the engine, and with lc_chunk_t.page_tokens set the engine skips D's
- * prefix pages itself (lc_engine_chunk_add). */
+ * transfer info was taken by the room (one P refused never sets it);
+ * known by the time lc_sender_poll() first returns a status past
+ * Bootstrapping because of that info. P need not wait for it: chunks added
+ * while the room is Bootstrapping are held by the engine, and with
+ * lc_chunk_t.page_tokens set the engine skips D's prefix pages itself
+ * (lc_engine_chunk_add). */
 LC_API int lc_sender_prefix_len(lc_sender_t *sender, uint64_t *tokens);
 /* Abort the room: stop sending, fail it (LC_FAIL_CANCELLED) and tell every
- * D rank once. LC_ERR_STATE if it already ended. */
+ * D rank once: those whose transfer infos the room holds at once, and any
+ * later one (parked or new) when it arrives. LC_ERR_STATE if it already
+ * ended. */
 LC_API int lc_sender_cancel(lc_sender_t *sender, const char *reason);
-/* Forget the room (an unfinished room is aborted first). NULL no-op. */
+/* Forget the room (an unfinished room is aborted first, its D ranks told
+ * as by lc_sender_cancel; transfer infos parked before the destroy are
+ * refused at once). NULL no-op. */
 LC_API void lc_sender_destroy(lc_sender_t *sender);
 
 /* ------------------------------------------------------------------------
@@ -270,6 +314,18 @@ LC_API int lc_decode_fd(const lc_decode_t *decode);
 /* A receiver: D's handle on one room. */
 typedef struct lc_receiver lc_receiver_t;
 
+typedef struct lc_receiver_params {
+	size_t size; /* sizeof(lc_receiver_params_t) */
+	/* The P instance's bootstrap server, as lc_receiver_create's. */
+	const char *bootstrap;
+	uint64_t room;
+	/* The pairing value P's sender of the room was given (copied; see
+	 * lc_sender_params_t), carried in every transfer info of the room;
+	 * NULL and 0: none (only an unpaired sender takes the room). */
+	const void *pair;
+	size_t pair_len;
+} lc_receiver_params_t;
+
 /* Start receiving `room` from the P instance whose bootstrap server is at
  * `bootstrap` ("host:port"; NULL = 127.0.0.1:<knob bootstrap_port>, and a
  * room fails after connect_timeout_ms when nothing answers there, saying to
@@ -277,7 +333,14 @@ typedef struct lc_receiver lc_receiver_t;
  * Non-blocking: discovery (cached per P address) and the session
  * registration (once per P rank) run on the discovery thread; the status
  * moves Bootstrapping -> Bootstrapped. Deadlines: Bootstrapped within
- * bootstrap_timeout_ms; then Success or Failed within waiting_timeout_ms.
+ * bootstrap_timeout_ms; every P rank that gets the room's pages confirms
+ * it has a sender for the room (it took the transfer info) within
+ * bootstrap_timeout_ms of the create, and never less than
+ * connect_timeout_ms after lc_receiver_send, else the room fails
+ * (LC_FAIL_BOOTSTRAP_TIMEOUT, "P has no such room"), as it does at once
+ * when P refuses the transfer info (a pairing value that differs, a room
+ * claimed or ended) or parked it p_park_ms without a sender coming; then
+ * Success or Failed within waiting_timeout_ms.
  * D keeps what it learned of at most d_peers_max P addresses: a new one
  * takes the place of one no receiver names (peers_evicted). Errors:
  * -EINVAL, -ENOMEM, -EEXIST (the room has a receiver), -ENOSPC (a new
@@ -285,6 +348,11 @@ typedef struct lc_receiver lc_receiver_t;
  * not yet destroyed). */
 LC_API int lc_receiver_create(lc_decode_t *decode, const char *bootstrap, uint64_t room,
 			      lc_receiver_t **out);
+/* lc_receiver_create with a pairing value. Errors as there, and -EINVAL
+ * for params NULL or too short, or a pair_len outside
+ * LC_PAIR_MIN..LC_PAIR_MAX (or a pair NULL with pair_len set). */
+LC_API int lc_receiver_create_ex(lc_decode_t *decode, const lc_receiver_params_t *params,
+				 lc_receiver_t **out);
 
 /* Where the room's KV goes: D page ids (after D's prefix hit), the prefix
  * length in tokens, D's request slot and state slots. Arrays are copied. */

@@ -212,6 +212,8 @@ DstParams = _struct("lc_dst_params_t", [
 
 # ---- control plane -----------------------------------------------------------
 
+PAIR_MIN, PAIR_MAX = 16, 64  # LC_PAIR_MIN, LC_PAIR_MAX: a pairing value's length
+
 BootstrapParams = _struct("lc_bootstrap_params_t", [
     ("size", c_size), ("host", c_char_p), ("port", c_int), ("reserved", c_int),
     ("secret", c_char_p), ("ctx", c_void_p), ("shared_secret", c_char_p),
@@ -231,6 +233,15 @@ DecodeParams = _struct("lc_decode_params_t", [
     ("tp_size", c_int), ("tp_rank", c_int), ("shared_secret", c_char_p),
 ])
 
+SenderParams = _struct("lc_sender_params_t", [
+    ("size", c_size), ("room", c_u64), ("pair", c_void_p), ("pair_len", c_size),
+])
+
+ReceiverParams = _struct("lc_receiver_params_t", [
+    ("size", c_size), ("bootstrap", c_char_p), ("room", c_u64), ("pair", c_void_p),
+    ("pair_len", c_size),
+])
+
 ReceiverPages = _struct("lc_receiver_pages_t", [
     ("size", c_size), ("pages", c_void_p), ("page_count", c_size), ("prefix_len", c_u64),
     ("aux_index", c_i64), ("state_slots", c_void_p), ("state_slot_count", c_size),
@@ -239,7 +250,8 @@ ReceiverPages = _struct("lc_receiver_pages_t", [
 STRUCTS = [
     CtxParams, ConfigInfo, RegionDesc, Token, Completion, ConnParams, Write, BatchParams,
     LoopFaults, Buffer, LayoutParams, RoomInfo, Histogram, EngineMetrics, RoomFinal, EngineParams, Chunk,
-    Fragment, TpSide, SessionParams, DstParams, BootstrapParams, PrefillParams, DecodeParams, ReceiverPages,
+    Fragment, TpSide, SessionParams, DstParams, BootstrapParams, PrefillParams, DecodeParams,
+    SenderParams, ReceiverParams, ReceiverPages,
 ]
 
 
@@ -400,6 +412,7 @@ lc_prefill_counter = _fn("lc_prefill_counter", c_int, c_void_p, c_char_p, P(c_u6
 lc_prefill_wait = _fn("lc_prefill_wait", c_int, c_void_p, c_int)
 lc_prefill_fd = _fn("lc_prefill_fd", c_int, c_void_p)
 lc_sender_create = _fn("lc_sender_create", c_int, c_void_p, c_u64, P(c_void_p))
+lc_sender_create_ex = _fn("lc_sender_create_ex", c_int, c_void_p, P(SenderParams), P(c_void_p))
 lc_sender_metadata_set = _fn("lc_sender_metadata_set", c_int, c_void_p, c_void_p, c_size)
 lc_sender_poll = _fn("lc_sender_poll", c_int, c_void_p, P(RoomInfo))
 lc_sender_prefix_len = _fn("lc_sender_prefix_len", c_int, c_void_p, P(c_u64))
@@ -412,6 +425,7 @@ lc_decode_counter = _fn("lc_decode_counter", c_int, c_void_p, c_char_p, P(c_u64)
 lc_decode_wait = _fn("lc_decode_wait", c_int, c_void_p, c_int)
 lc_decode_fd = _fn("lc_decode_fd", c_int, c_void_p)
 lc_receiver_create = _fn("lc_receiver_create", c_int, c_void_p, c_char_p, c_u64, P(c_void_p))
+lc_receiver_create_ex = _fn("lc_receiver_create_ex", c_int, c_void_p, P(ReceiverParams), P(c_void_p))
 lc_receiver_send = _fn("lc_receiver_send", c_int, c_void_p, P(ReceiverPages))
 lc_receiver_poll = _fn("lc_receiver_poll", c_int, c_void_p, P(RoomInfo))
 lc_receiver_layers_ready = _fn("lc_receiver_layers_ready", c_int, c_void_p)

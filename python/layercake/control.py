@@ -40,6 +40,23 @@ def _need_type(value, types, what, expected):
     return value
 
 
+def _pair(pair, what):
+    """A pairing value as the C calls take it: None (unpaired), or bytes
+    of LC_PAIR_MIN..LC_PAIR_MAX (16..64) bytes. bytes-like objects are
+    copied; anything else is a TypeError (a str too: encode it), a length
+    out of range a ValueError."""
+    if pair is None:
+        return None
+    if isinstance(pair, str) or not isinstance(pair, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{what}: pair must be bytes or None, not {type(pair).__name__} "
+                        "(a uuid4's .bytes, or a transfer id's .encode())")
+    pair = bytes(pair)
+    if not _ffi.PAIR_MIN <= len(pair) <= _ffi.PAIR_MAX:
+        raise ValueError(f"{what}: pair of {len(pair)} bytes: give {_ffi.PAIR_MIN}..{_ffi.PAIR_MAX} "
+                         "bytes (at least 122 random bits, as a uuid4)")
+    return pair
+
+
 def _str(buf_fn, h, cap=512):
     buf = ctypes.create_string_buffer(cap)
     check(buf_fn(h, buf, cap))
@@ -217,8 +234,12 @@ class Prefill(_Handle):
         select() or asyncio's add_reader; do not read or close it."""
         return check(_ffi.lc_prefill_fd(self._need()), "lc_prefill_fd")
 
-    def sender(self, room):
-        return Sender(self, room)
+    def sender(self, room, pair=None):
+        """A Sender for `room`. pair: the request's pairing value (bytes,
+        16..64, the same the router gives D's receiver), or None: unpaired.
+        A paired sender takes only a D transfer info that carries the same
+        value (lc_sender_create_ex)."""
+        return Sender(self, room, pair=pair)
 
 
 class _Room(_Handle):
@@ -254,12 +275,20 @@ class Sender(_Room):
     _free = _ffi.lc_sender_destroy
     _poll = _ffi.lc_sender_poll
 
-    def __init__(self, prefill, room):
+    def __init__(self, prefill, room, pair=None):
         room = _cv.u64(room, "sender: room")
+        pair = _pair(pair, f"sender {room}")
         super().__init__(prefill)
         self.room = room
         h = ctypes.c_void_p()
-        check(_ffi.lc_sender_create(prefill._need(), self.room, ctypes.byref(h)), f"sender {room}")
+        p = _ffi.SenderParams()
+        p.size = ctypes.sizeof(p)
+        p.room = self.room
+        buf = ctypes.create_string_buffer(pair, len(pair)) if pair else None
+        p.pair = ctypes.cast(buf, ctypes.c_void_p) if buf else None
+        p.pair_len = len(pair) if pair else 0
+        check(_ffi.lc_sender_create_ex(prefill._need(), ctypes.byref(p), ctypes.byref(h)),
+              f"sender {room}")  # the pairing value is copied
         self._h = h.value
         self._info = _ffi.RoomInfo()
         self._page_size = prefill.page_size
@@ -370,8 +399,11 @@ class Decode(_Handle):
         """Prefill.fileno for D (lc_decode_fd)."""
         return check(_ffi.lc_decode_fd(self._need()), "lc_decode_fd")
 
-    def receiver(self, bootstrap, room):
-        return Receiver(self, bootstrap, room)
+    def receiver(self, bootstrap, room, pair=None):
+        """A Receiver for `room` from the P whose bootstrap server is
+        `bootstrap`. pair: the request's pairing value (bytes, 16..64, as
+        P's sender got it), or None (lc_receiver_create_ex)."""
+        return Receiver(self, bootstrap, room, pair=pair)
 
 
 class Receiver(_Room):
@@ -381,15 +413,23 @@ class Receiver(_Room):
     _free = _ffi.lc_receiver_destroy
     _poll = _ffi.lc_receiver_poll
 
-    def __init__(self, decode, bootstrap, room):
+    def __init__(self, decode, bootstrap, room, pair=None):
         room = _cv.u64(room, "receiver: room")
+        pair = _pair(pair, f"receiver {room}")
         super().__init__(decode)
         if isinstance(bootstrap, BootstrapServer):
             bootstrap = bootstrap.addr
         self.room = room
         h = ctypes.c_void_p()
-        check(_ffi.lc_receiver_create(decode._need(), bootstrap.encode() if bootstrap else None,
-                                      self.room, ctypes.byref(h)), f"receiver {room}")
+        p = _ffi.ReceiverParams()
+        p.size = ctypes.sizeof(p)
+        keep = bootstrap.encode() if bootstrap else None
+        p.bootstrap, p.room = keep, self.room
+        buf = ctypes.create_string_buffer(pair, len(pair)) if pair else None
+        p.pair = ctypes.cast(buf, ctypes.c_void_p) if buf else None
+        p.pair_len = len(pair) if pair else 0
+        check(_ffi.lc_receiver_create_ex(decode._need(), ctypes.byref(p), ctypes.byref(h)),
+              f"receiver {room}")  # the address and the pairing value are copied
         self._h = h.value
         self._decode = decode
         self._info = _ffi.RoomInfo()

@@ -233,8 +233,11 @@ static const char *check_buffer(const lc__msg_buffer_t *b, uint32_t nregions)
 
 static const char *check_status(const lc__msg_status_t *s)
 {
-	if (s->status != LC_ROOM_SUCCESS && s->status != LC_ROOM_FAILED)
-		return "status neither Success nor Failed";
+	if (s->status != LC_ROOM_SUCCESS && s->status != LC_ROOM_FAILED &&
+	    s->status != LC_ROOM_BOOTSTRAPPED)
+		return "status neither Success, Failed nor Bootstrapped";
+	if (s->status == LC_ROOM_BOOTSTRAPPED && (s->fail_reason || s->metadata_len || s->flags))
+		return "Bootstrapped with a fail reason, metadata or flags";
 	if (s->fail_reason >= LC_FAIL_REASON_COUNT)
 		return "fail reason out of range";
 	if (s->status == LC_ROOM_SUCCESS && s->fail_reason)
@@ -256,10 +259,15 @@ static const char *check_info(const lc__msg_transfer_info_t *t)
 {
 	if (!t->required_dst || t->required_dst > LC__MSG_MAX_FANIN)
 		return "required_dst_info_num out of range";
-	if (t->flags & ~(uint32_t)LC__INFO_DUMMY)
+	if (t->flags & ~(uint32_t)LC__INFO_FLAGS)
 		return "unknown transfer-info flags";
 	if ((t->flags & LC__INFO_DUMMY) && (t->page_count || t->slot_count))
 		return "dummy transfer info with pages";
+	if ((t->flags & LC__INFO_DUMMY) && (t->flags & LC__INFO_WANTS_ACK))
+		return "dummy transfer info asking for a confirmation";
+	if ((t->flags & LC__INFO_HAS_PAIR) ? t->pair_len < LC_PAIR_MIN || t->pair_len > LC_PAIR_MAX
+					   : t->pair_len != 0)
+		return "pairing value length out of range";
 	if (t->page_count > LC__MSG_MAX_PAGES)
 		return "too many pages";
 	if (t->slot_count > LC__MSG_MAX_SLOTS)
@@ -369,6 +377,10 @@ static const char *encode_info(writer_t *w, const lc__msg_transfer_info_t *t)
 	w_u64(w, (uint64_t)t->aux_index);
 	w_i64s(w, t->pages, t->page_count);
 	w_i64s(w, t->slots, t->slot_count);
+	if (t->flags & LC__INFO_HAS_PAIR) {
+		w_u8(w, t->pair_len);
+		w_bytes(w, t->pair, t->pair_len);
+	}
 	return NULL;
 }
 
@@ -588,6 +600,14 @@ static void decode_info(reader_t *r, lc__msg_transfer_info_t *t)
 	t->aux_index = (int64_t)r_u64(r, "aux index");
 	t->pages = r_i64s(r, &t->page_count, LC__MSG_MAX_PAGES, "pages");
 	t->slots = r_i64s(r, &t->slot_count, LC__MSG_MAX_SLOTS, "state slots");
+	if (!r->err && (t->flags & LC__INFO_HAS_PAIR)) {
+		t->pair_len = r_u8(r, "pairing value length");
+		const uint8_t *p = r->err || t->pair_len > LC_PAIR_MAX
+					   ? NULL
+					   : r_take(r, t->pair_len, "pairing value");
+		if (p)
+			memcpy(t->pair, p, t->pair_len);
+	}
 	if (!r->err) {
 		const char *bad = check_info(t);
 		if (bad)

@@ -34,11 +34,12 @@
 #define LC__MSG_MAX_LAYERS (1u << 20) /* layers landed */
 /* Pages of one transfer info: as many as fit in a message after every
  * other field of a TRANSFER_INFO at its largest (header, room, two full
- * strings, the fixed fields, both counts and LC__MSG_MAX_SLOTS slots), so
+ * strings, the fixed fields, both counts, LC__MSG_MAX_SLOTS slots and the
+ * longest pairing value), so
  * that a transfer info the API accepts can always be encoded. */
 #define LC__MSG_INFO_FIXED_MAX                                                                     \
 	(LC__MSG_HEADER + 8 + 2 * (2 + LC__MSG_STR_MAX - 1) + 4 + 4 + 8 + 8 + 4 + 4 +              \
-	 8 * LC__MSG_MAX_SLOTS + LC__MSG_SECRET_LEN)
+	 8 * LC__MSG_MAX_SLOTS + 1 + LC_PAIR_MAX + LC__MSG_SECRET_LEN)
 #define LC__MSG_MAX_PAGES ((LC__MSG_MAX - LC__MSG_INFO_FIXED_MAX) / 8)
 _Static_assert(LC__MSG_INFO_FIXED_MAX + 8ull * LC__MSG_MAX_PAGES <= LC__MSG_MAX,
 	       "a maximal transfer info must fit in one message");
@@ -48,7 +49,7 @@ enum lc__msg_type {
 	LC__MSG_REGISTER_REPLY = 2, /* P -> D: accepted or refused (geometry) */
 	LC__MSG_TRANSFER_INFO = 3,  /* D -> P: one room's destination pages */
 	LC__MSG_CANCEL = 4,         /* D -> P: cancel a room */
-	LC__MSG_STATUS = 5,         /* P -> D: Success (+ metadata) or Failed */
+	LC__MSG_STATUS = 5,         /* P -> D: Success (+ metadata), Failed; or info taken */
 	LC__MSG_LAYERS = 6,         /* P -> D: leading layers landed (coalesced) */
 	LC__MSG_TYPE_MAX = 6,
 };
@@ -111,7 +112,18 @@ typedef struct lc__msg_register_reply {
 	char reason[LC__MSG_STR_MAX];
 } lc__msg_register_reply_t;
 
-enum lc__msg_info_flags { LC__INFO_DUMMY = 1u << 0 };
+enum lc__msg_info_flags {
+	LC__INFO_DUMMY = 1u << 0,
+	/* The request's pairing value follows the slots (u8 length,
+	 * LC_PAIR_MIN..LC_PAIR_MAX, and the bytes): P's sender of a paired
+	 * room takes only a transfer info that carries its own. */
+	LC__INFO_HAS_PAIR = 1u << 1,
+	/* D wants P to confirm that the room has a sender and took this info
+	 * (a STATUS Bootstrapped): until then D does not count the room as
+	 * known to P (its bootstrap deadline runs). Not with a dummy. */
+	LC__INFO_WANTS_ACK = 1u << 2,
+};
+#define LC__INFO_FLAGS (LC__INFO_DUMMY | LC__INFO_HAS_PAIR | LC__INFO_WANTS_ACK)
 
 typedef struct lc__msg_transfer_info {
 	uint64_t room;
@@ -125,6 +137,8 @@ typedef struct lc__msg_transfer_info {
 	int64_t *pages; /* >= 0; empty for a dummy */
 	uint32_t slot_count;
 	int64_t *slots;
+	uint8_t pair_len; /* with LC__INFO_HAS_PAIR, else 0 */
+	uint8_t pair[LC_PAIR_MAX];
 } lc__msg_transfer_info_t;
 
 typedef struct lc__msg_cancel {
@@ -136,7 +150,10 @@ typedef struct lc__msg_cancel {
 typedef struct lc__msg_status {
 	uint64_t room;
 	uint32_t p_rank;
-	uint8_t status;       /* LC_ROOM_SUCCESS or LC_ROOM_FAILED */
+	/* LC_ROOM_SUCCESS or LC_ROOM_FAILED: the room ended; LC_ROOM_BOOTSTRAPPED
+	 * (no reason, metadata or flags): the room has a sender at this P rank
+	 * and it took D's transfer info (asked with LC__INFO_WANTS_ACK). */
+	uint8_t status;
 	uint32_t fail_reason; /* lc_fail_reason_t; 0 with Success */
 	char reason[LC_REASON_MAX];
 	uint32_t metadata_len; /* <= LC_METADATA_MAX; 0 with Failed */

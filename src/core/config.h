@@ -179,6 +179,16 @@
 	X(p_held_pages_max, "LAYERCAKE_P_HELD_PAGES_MAX", 4194304, 1, 4294967296ll,                \
 	  "page and state-slot entries the chunks held for Bootstrapping rooms may name at a P "   \
 	  "rank's engine; past it lc_engine_chunk_add is refused with -ENOSPC")                   \
+	X(p_park_ms, "LAYERCAKE_P_PARK_MS", 30000, 0, 86400000,                                    \
+	  "a D's transfer info for a room this P rank has no sender for is held this long for a "  \
+	  "sender to come (lc_sender_create takes it), then refused: D's room fails ('P has no "   \
+	  "such room', infos_refused_no_room)")                                                    \
+	X(p_parked_max, "LAYERCAKE_P_PARKED_MAX", 4096, 0, 65536,                                  \
+	  "transfer infos a P rank holds for rooms it has no sender for, from all D sessions; "    \
+	  "past it (or past p_session_parked_max of one session, or their page and slot ids past " \
+	  "p_session_descs_max or p_descs_max) one is refused at once (infos_refused_park_full)")  \
+	X(p_session_parked_max, "LAYERCAKE_P_SESSION_PARKED_MAX", 1024, 0, 65536,                  \
+	  "transfer infos of one D session a P rank holds for rooms it has no sender for")         \
 	X(p_replies_max, "LAYERCAKE_P_REPLIES_MAX", 64, 1, 512,                                    \
 	  "sockets a P rank holds for answers to D endpoints without a session (refused "          \
 	  "REGISTERs); past it the oldest is dropped with its answer (replies_dropped)")           \

@@ -44,6 +44,12 @@
 	X(infos_refused_unknown)                                                                   \
 	X(infos_refused_descs)                                                                     \
 	X(infos_refused_unregistered)                                                              \
+	X(infos_parked)                                                                            \
+	X(infos_refused_park_full)                                                                 \
+	X(infos_refused_no_room)                                                                   \
+	X(infos_refused_pair)                                                                      \
+	X(infos_refused_claimed)                                                                   \
+	X(infos_refused_ended)                                                                     \
 	X(replies_refused_scheme)                                                                  \
 	X(replies_dropped)                                                                         \
 	X(conns_refused_threads)                                                                   \

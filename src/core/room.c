@@ -163,14 +163,16 @@ int lc__room_add_dst(lc__room_t *r, const lc_dst_params_t *p, void *session)
 	int err = 0;
 	if (lc__room_final(r))
 		return LC_ERR_STATE;
-	if (!p->required_dst_count || (r->required && p->required_dst_count != r->required))
-		return -EINVAL;
-	if (r->required && r->ndst >= r->required)
-		return LC_ERR_STATE;
+	/* A repeat first: its session is a destination already, whatever else
+	 * the repeat says (P must not tell that session its room failed). */
 	for (uint32_t i = 0; i < r->ndst; i++)
 		if (r->dst[i].session_name && p->session &&
 		    !strcmp(r->dst[i].session_name, p->session))
 			return -EEXIST;
+	if (!p->required_dst_count || (r->required && p->required_dst_count != r->required))
+		return -EINVAL;
+	if (r->required && r->ndst >= r->required)
+		return LC_ERR_STATE;
 	if (!r->dst) {
 		r->dst = calloc(p->required_dst_count, sizeof(*r->dst));
 		if (!r->dst)

@@ -37,6 +37,21 @@ void lc__engine_set_notes_hook(lc_engine_t *e, lc__notes_hook_fn fn, void *arg);
 int lc__engine_room_cancel_from(lc_engine_t *e, uint64_t room, const char *session,
 				const char *reason);
 
+/* lc_engine_room_dst_add into a room that is open: -ENOENT (nothing
+ * changed) when the engine has no room of that id, where the public call
+ * would open one. P's control thread adds D's destinations so once its
+ * sender opened the room: a room whose final status was read is gone, and
+ * a late transfer info must not open a fresh one under the sender. A room
+ * that has every destination it needs refuses one more with -EBUSY (the
+ * public call's LC_ERR_STATE), one that ended with LC_ERR_STATE. */
+int lc__engine_room_dst_join(lc_engine_t *e, uint64_t room, const lc_dst_params_t *p);
+
+/* The decode prefix (tokens) of the room's first real destination: 0,
+ * -EAGAIN when it has none yet, -ENOENT when the engine has no such room.
+ * P's sender reads D's prefix here, so that only a transfer info the room
+ * took sets it. */
+int lc__engine_room_prefix(lc_engine_t *e, uint64_t room, uint64_t *tokens);
+
 /* For each of n session names, whether an unfinished room has a
  * destination on it (live[i]; false for a name the engine does not know).
  * A P rank evicts only sessions that are not live. 0, -EINVAL, -ENOMEM. */

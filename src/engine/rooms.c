@@ -92,7 +92,7 @@ static int descs_check(lc_engine_t *e, const lc__session_t *core, uint64_t room,
 	return -ENOBUFS;
 }
 
-int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t *p)
+static int dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t *p, bool may_open)
 {
 	lc__room_t *r;
 	lc__session_t *core = NULL;
@@ -112,12 +112,18 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 	    (rc = descs_check(e, core, room, descs, sess_descs, max_descs)))
 		goto out;
 	r = lc__room_find(&e->rooms, room);
+	if (!r && !may_open) {
+		rc = -ENOENT;
+		goto out;
+	}
 	if (!r &&
 	    ((rc = room_cap_check(e, room, max)) || (rc = lc__room_open(&e->rooms, room, now, &r))))
 		goto out;
 	if ((rc = lc__room_add_dst(r, &d, core && !d.is_dummy ? core->owner : NULL))) {
 		if (rc != LC_ERR_STATE || !lc__room_final(r))
 			lc__engine_bad_peer_input(e, rc, "room destination");
+		if (rc == LC_ERR_STATE && !may_open && !lc__room_final(r))
+			rc = -EBUSY; /* every destination there: claimed */
 		goto out;
 	}
 	if (core) { /* lc__room_add_dst appended it */
@@ -139,6 +145,33 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 		lc__engine_held_release(e, r, true);
 	}
 out:
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t *p)
+{
+	return dst_add(e, room, p, true);
+}
+
+int lc__engine_room_dst_join(lc_engine_t *e, uint64_t room, const lc_dst_params_t *p)
+{
+	return dst_add(e, room, p, false);
+}
+
+int lc__engine_room_prefix(lc_engine_t *e, uint64_t room, uint64_t *tokens)
+{
+	int rc = -ENOENT;
+	pthread_mutex_lock(&e->lock);
+	lc__room_t *r = lc__room_find(&e->rooms, room);
+	for (uint32_t i = 0; r && i < r->ndst; i++)
+		if (!r->dst[i].dummy) {
+			*tokens = r->dst[i].prefix_len;
+			rc = 0;
+			break;
+		}
+	if (r && rc)
+		rc = -EAGAIN;
 	pthread_mutex_unlock(&e->lock);
 	return rc;
 }

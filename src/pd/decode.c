@@ -308,9 +308,32 @@ int lc_decode_counter(lc_decode_t *d, const char *name, uint64_t *out)
 
 int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_receiver_t **out)
 {
-	char addr[LC__BS_HOST_MAX];
 	if (!d || !out)
 		return LC__FAIL(-EINVAL, "lc_receiver_create: %s is NULL", d ? "out" : "decode");
+	lc_receiver_params_t rp = {.size = sizeof rp, .bootstrap = bootstrap, .room = room};
+	return lc_receiver_create_ex(d, &rp, out);
+}
+
+int lc_receiver_create_ex(lc_decode_t *d, const lc_receiver_params_t *params, lc_receiver_t **out)
+{
+	char addr[LC__BS_HOST_MAX];
+	lc_receiver_params_t rp;
+	LC__PARAMS_TAKE("lc_receiver_create_ex", d, "decode", &rp, params, "params",
+			lc_receiver_params_t, room);
+	if (!out)
+		return LC__FAIL(-EINVAL, "lc_receiver_create_ex: out is NULL");
+	if (LC__PARAMS_SHORT(params, lc_receiver_params_t, pair_len))
+		rp.pair = NULL, rp.pair_len = 0;
+	const char *bootstrap = rp.bootstrap;
+	uint64_t room = rp.room;
+	if ((rp.pair_len && !rp.pair) || (!rp.pair_len && rp.pair) ||
+	    (rp.pair_len && (rp.pair_len < LC_PAIR_MIN || rp.pair_len > LC_PAIR_MAX)))
+		return LC__FAIL(-EINVAL,
+				"receiver of room %llu: pairing value of %zu bytes%s: give %d..%d "
+				"bytes, or none (pair NULL, pair_len 0)",
+				(unsigned long long)room, rp.pair_len,
+				rp.pair_len && !rp.pair ? " at NULL" : "", LC_PAIR_MIN,
+				LC_PAIR_MAX);
 	if (bootstrap && *bootstrap) {
 		if (lc__addr_bootstrap(bootstrap, addr, sizeof addr))
 			return LC__FAIL(-EINVAL, "receiver of room %llu: %s",
@@ -323,6 +346,9 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 		return -ENOMEM;
 	r->d = d;
 	r->room = room;
+	r->pair_len = (uint8_t)rp.pair_len;
+	if (rp.pair_len)
+		memcpy(r->pair, rp.pair, rp.pair_len);
 	r->status = LC_ROOM_BOOTSTRAPPING;
 	r->created_ns = lc__now_ns();
 	r->default_bootstrap = !(bootstrap && *bootstrap);
@@ -450,9 +476,15 @@ static int send_info(lc_decode_t *d, lc_receiver_t *r, const lc_receiver_pages_t
 	t->required_dst = tg->required_dst;
 	t->prefix_len = pg->prefix_len;
 	t->aux_index = -1;
+	if (r->pair_len) {
+		t->flags |= LC__INFO_HAS_PAIR;
+		t->pair_len = r->pair_len;
+		memcpy(t->pair, r->pair, sizeof t->pair);
+	}
 	if (tg->dummy) {
-		t->flags = LC__INFO_DUMMY;
+		t->flags |= LC__INFO_DUMMY;
 	} else {
+		t->flags |= LC__INFO_WANTS_ACK; /* P knows the room once it says so */
 		t->aux_index = pg->aux_index;
 		t->page_count = (uint32_t)pg->page_count;
 		t->pages = (int64_t *)pg->pages;
@@ -550,6 +582,7 @@ int lc_receiver_send(lc_receiver_t *r, const lc_receiver_pages_t *pages)
 		rc = send_info(d, r, &pg, i, m);
 	free(m);
 	r->sent = true;
+	r->sent_ns = lc__now_ns();
 	if (rc) {
 		lc__decode_fail(d, r, LC_FAIL_TRANSFER, true, "sending the transfer info: %s",
 				lc_strerror(rc));

@@ -239,6 +239,14 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s, const uint8
 			  (unsigned long long)s->room, s->p_rank);
 		return;
 	}
+	if (s->status == LC_ROOM_BOOTSTRAPPED) {
+		/* P has a sender for the room and took D's transfer info. */
+		if (r->sent)
+			r->got[t].acked = true;
+		else
+			LC__D_CTL_ADD(d, msgs_unexpected);
+		return;
+	}
 	if (s->status == LC_ROOM_FAILED) {
 		forget_registration(r, t, s);
 		lc__decode_fail(d, r, s->fail_reason ? (int)s->fail_reason : LC_FAIL_TRANSFER,
@@ -255,6 +263,7 @@ static void handle_status(lc_decode_t *d, const lc__msg_status_t *s, const uint8
 	}
 	if (!r->got[t].responded) {
 		r->got[t].responded = true;
+		r->got[t].acked = true;
 		r->got[t].has_sum = s->flags & LC__STATUS_HAS_CHECKSUM;
 		r->got[t].sum = s->checksum;
 		r->responses++;
@@ -462,6 +471,40 @@ static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
 #define LIVE_POLL_MS 100
 #define IDLE_POLL_MS 2000
 
+/* The first real target of a room sent out that has not confirmed it has
+ * the room (a sender there took D's transfer info), or -1. */
+static int unconfirmed(const lc_receiver_t *r)
+{
+	for (int i = 0; r->sent && i < r->plan.ntargets; i++)
+		if (!r->plan.targets[i].dummy && !r->got[i].acked)
+			return i;
+	return -1;
+}
+
+/* D counts its room as bootstrapped once every P rank it sent pages to has
+ * a sender for it: within bootstrap_timeout_ms of the receiver's creation,
+ * and never sooner than connect_timeout_ms after the send (an answer's
+ * round trip). Else the room fails: P has no such room (a request P never
+ * got, or got and dropped), and waiting for the transfer deadline would
+ * hold D's pages for nothing. True when it failed. */
+static bool check_confirmed(lc_decode_t *d, lc_receiver_t *r, uint64_t now, uint64_t *next)
+{
+	int t = unconfirmed(r);
+	if (t < 0 || r->claimed_ns)
+		return false;
+	uint64_t dl = LC__MAX(r->created_ns + d->bootstrap_ns, r->sent_ns + d->reply_wait_ns);
+	if (now < dl) {
+		*next = LC__MIN(*next, dl);
+		return false;
+	}
+	lc__decode_fail(d, r, LC_FAIL_BOOTSTRAP_TIMEOUT, true,
+			"P has no such room: P rank %d did not confirm a sender for room %llu "
+			"within bootstrap_timeout_ms (%llu ms)",
+			r->plan.targets[t].rank, (unsigned long long)r->room,
+			(unsigned long long)(d->bootstrap_ns / 1000000));
+	return true;
+}
+
 /* Deadlines of every state; returns ms until the next one (capped). */
 static int check_deadlines(lc_decode_t *d, uint64_t now)
 {
@@ -510,7 +553,7 @@ static int check_deadlines(lc_decode_t *d, uint64_t now)
 						r->reason[0] ? ": " : "", r->reason);
 			else if (dl < next)
 				next = dl;
-		} else {
+		} else if (!check_confirmed(d, r, now, &next)) {
 			uint64_t dl = r->bootstrapped_ns + d->waiting_ns;
 			if (now >= dl)
 				lc__decode_fail(d, r, LC_FAIL_WAITING_TIMEOUT, true,

@@ -128,6 +128,9 @@ typedef struct lc__dtarget {
 	uint64_t sum;
 	uint32_t layers;    /* its LAYERS messages: advisory, D counts its own */
 	uint32_t reg_epoch; /* the rank's registration the room went out under */
+	/* It confirmed that the room has a sender there and took D's transfer
+	 * info (STATUS Bootstrapped, or its Success): P knows the room. */
+	bool acked;
 } lc__dtarget_t;
 
 struct lc_receiver {
@@ -137,6 +140,11 @@ struct lc_receiver {
 	int status, fail_reason; /* changed only by lc__decode_set_state / lc__decode_fail */
 	char reason[LC_REASON_MAX];
 	uint64_t created_ns, bootstrapped_ns, final_ns, next_try_ns;
+	uint64_t sent_ns; /* the transfer info went out */
+	/* The request's pairing value, sent in every transfer info (0 bytes:
+	 * none). */
+	uint8_t pair_len;
+	uint8_t pair[LC_PAIR_MAX];
 	bool planned;               /* plan holds the targets */
 	bool default_bootstrap;     /* created with bootstrap NULL: 127.0.0.1:<bootstrap_port> */
 	char doomed[LC_REASON_MAX]; /* the pages cannot pair with P's: why ("": they do) */

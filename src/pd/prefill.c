@@ -369,6 +369,10 @@ void lc_prefill_destroy(lc_prefill_t *p)
 		pthread_join(p->thread, NULL);
 		p->started = false;
 	}
+	/* Parked transfer infos: their D ranks are told (no sender will come). */
+	pthread_mutex_lock(&p->send_lock);
+	lc__prefill_park_clear(p);
+	pthread_mutex_unlock(&p->send_lock);
 	lc_engine_destroy(p->engine);
 	p->engine = NULL;
 	lc__prefill_flush(p);
@@ -443,15 +447,32 @@ int lc_prefill_counter(lc_prefill_t *p, const char *name, uint64_t *out)
 
 /* ---- senders ---- */
 
-int lc_sender_create(lc_prefill_t *p, uint64_t room, lc_sender_t **out)
+int lc_sender_create_ex(lc_prefill_t *p, const lc_sender_params_t *params, lc_sender_t **out)
 {
-	if (!p || !out)
-		return LC__FAIL(-EINVAL, "lc_sender_create: %s is NULL", !p ? "prefill" : "out");
+	lc_sender_params_t sp;
+	LC__PARAMS_TAKE("lc_sender_create_ex", p, "prefill", &sp, params, "params",
+			lc_sender_params_t, room);
+	if (!out)
+		return LC__FAIL(-EINVAL, "lc_sender_create_ex: out is NULL");
+	if (LC__PARAMS_SHORT(params, lc_sender_params_t, pair_len))
+		sp.pair = NULL, sp.pair_len = 0;
+	if ((sp.pair_len && !sp.pair) || (!sp.pair_len && sp.pair) ||
+	    (sp.pair_len && (sp.pair_len < LC_PAIR_MIN || sp.pair_len > LC_PAIR_MAX)))
+		return LC__FAIL(-EINVAL,
+				"lc_sender_create_ex of room %llu: pairing value of %zu bytes%s: "
+				"give %d..%d bytes, or none (pair NULL, pair_len 0)",
+				(unsigned long long)sp.room, sp.pair_len,
+				sp.pair_len && !sp.pair ? " at NULL" : "", LC_PAIR_MIN,
+				LC_PAIR_MAX);
+	uint64_t room = sp.room;
 	lc_sender_t *s = calloc(1, sizeof *s);
 	if (!s)
 		return -ENOMEM;
 	s->p = p;
 	s->room = room;
+	s->pair_len = (uint8_t)sp.pair_len;
+	if (sp.pair_len)
+		memcpy(s->pair, sp.pair, sp.pair_len);
 	pthread_mutex_lock(&p->lock);
 	for (lc_sender_t *x = p->senders; x; x = x->next)
 		if (x->room == room) {
@@ -460,22 +481,37 @@ int lc_sender_create(lc_prefill_t *p, uint64_t room, lc_sender_t **out)
 			return LC__FAIL(-EEXIST, "lc_sender_create: room %llu already has a sender",
 					(unsigned long long)room);
 		}
-	s->next = p->senders;
-	p->senders = s;
-	for (size_t i = 0; i < LC__ARRAY_SIZE(p->early); i++)
-		if (p->early[i].used && p->early[i].room == room) {
-			s->prefix_len = p->early[i].prefix_len;
-			s->has_prefix = true;
-			p->early[i].used = false;
-		}
 	pthread_mutex_unlock(&p->lock);
+	/* The room before the sender is seen: the control thread adds D's
+	 * transfer infos only to a room the engine has open. */
 	int rc = lc_engine_room_open(p->engine, room);
-	if (rc && rc != -EEXIST) { /* -EEXIST: D announced the room first */
-		lc_sender_destroy(s);
+	if (rc && rc != -EEXIST) { /* -EEXIST: a final room not read yet, or a raced create */
+		free(s);
 		return rc;
 	}
+	pthread_mutex_lock(&p->lock);
+	for (lc_sender_t *x = p->senders; x; x = x->next)
+		if (x->room == room) { /* created meanwhile by another thread */
+			pthread_mutex_unlock(&p->lock);
+			free(s);
+			return LC__FAIL(-EEXIST, "lc_sender_create: room %llu already has a sender",
+					(unsigned long long)room);
+		}
+	s->next = p->senders;
+	p->senders = s;
+	lc__prefill_touch(p, room); /* its parked transfer infos are taken now */
+	pthread_mutex_unlock(&p->lock);
+	lc__prefill_wake(p);
 	*out = s;
 	return 0;
+}
+
+int lc_sender_create(lc_prefill_t *p, uint64_t room, lc_sender_t **out)
+{
+	if (!p || !out)
+		return LC__FAIL(-EINVAL, "lc_sender_create: %s is NULL", !p ? "prefill" : "out");
+	lc_sender_params_t sp = {.size = sizeof sp, .room = room};
+	return lc_sender_create_ex(p, &sp, out);
 }
 
 int lc_sender_metadata_set(lc_sender_t *s, const void *data, size_t len)
@@ -485,12 +521,40 @@ int lc_sender_metadata_set(lc_sender_t *s, const void *data, size_t len)
 	return lc_engine_room_metadata_set(s->p->engine, s->room, data, len);
 }
 
+/* The sender's room ended (lock held): later transfer infos are refused
+ * at once with the reason. */
+static void mark_ended(lc_sender_t *s, int fail, const char *why)
+{
+	if (s->ended)
+		return;
+	s->ended = true;
+	s->end_fail = fail;
+	snprintf(s->end_reason, sizeof s->end_reason, "%s", why);
+}
+
+/* D's prefix, read from the room's first real destination while the
+ * engine still has the room (a final room leaves it once reported). */
+static void read_prefix(lc_sender_t *s)
+{
+	uint64_t tokens;
+	pthread_mutex_lock(&s->p->lock);
+	bool known = s->has_prefix;
+	pthread_mutex_unlock(&s->p->lock);
+	if (known || lc__engine_room_prefix(s->p->engine, s->room, &tokens))
+		return;
+	pthread_mutex_lock(&s->p->lock);
+	s->prefix_len = tokens;
+	s->has_prefix = true;
+	pthread_mutex_unlock(&s->p->lock);
+}
+
 int lc_sender_poll(lc_sender_t *s, lc_room_info_t *out)
 {
 	if (!s)
 		return LC__FAIL(-EINVAL, "lc_sender_poll: sender is NULL");
 	if (!s->final) {
 		lc_room_info_t info = {.size = sizeof info};
+		read_prefix(s);
 		int rc = lc_engine_room_status(s->p->engine, s->room, &info);
 		if (rc == -ENOENT) {
 			memset(&info, 0, sizeof info);
@@ -503,6 +567,20 @@ int lc_sender_poll(lc_sender_t *s, lc_room_info_t *out)
 		}
 		s->last = info;
 		s->final = info.status == LC_ROOM_SUCCESS || info.status == LC_ROOM_FAILED;
+		if (s->final) {
+			char why[LC_REASON_MAX];
+			lc__reason(why, sizeof why, "ended: %s%s%s",
+				   lc_room_status_name(info.status), info.reason[0] ? ": " : "",
+				   info.reason);
+			pthread_mutex_lock(&s->p->lock);
+			mark_ended(s,
+				   info.status == LC_ROOM_SUCCESS ? LC_FAIL_CANCELLED
+								  : (int)info.fail_reason,
+				   why);
+			pthread_mutex_unlock(&s->p->lock);
+		} else if (info.status != LC_ROOM_BOOTSTRAPPING) {
+			read_prefix(s); /* the info that moved it on may have come meanwhile */
+		}
 	}
 	if (out) {
 		size_t n = out->size ? LC__MIN(out->size, sizeof *out) : sizeof *out;
@@ -517,6 +595,7 @@ int lc_sender_prefix_len(lc_sender_t *s, uint64_t *tokens)
 	if (!s || !tokens)
 		return LC__FAIL(-EINVAL, "lc_sender_prefix_len: %s is NULL",
 				!s ? "sender" : "tokens");
+	read_prefix(s);
 	pthread_mutex_lock(&s->p->lock);
 	int rc = s->has_prefix ? 0 : -EAGAIN;
 	if (!rc)
@@ -534,7 +613,20 @@ int lc_sender_cancel(lc_sender_t *s, const char *reason)
 			      (unsigned long long)s->room);
 		return LC_ERR_STATE;
 	}
-	return lc_engine_room_cancel(s->p->engine, s->room, reason ? reason : "aborted by P");
+	const char *why = reason ? reason : "aborted by P";
+	int rc = lc_engine_room_cancel(s->p->engine, s->room, why);
+	if (!rc || rc == LC_ERR_STATE) {
+		/* D ranks the room holds are told by the engine's final status;
+		 * one that comes later (parked, or new) is refused at once. */
+		char text[LC_REASON_MAX];
+		lc__reason(text, sizeof text, "was cancelled: %s", why);
+		pthread_mutex_lock(&s->p->lock);
+		mark_ended(s, LC_FAIL_CANCELLED, text);
+		lc__prefill_touch(s->p, s->room);
+		pthread_mutex_unlock(&s->p->lock);
+		lc__prefill_wake(s->p);
+	}
+	return rc;
 }
 
 void lc_sender_destroy(lc_sender_t *s)
@@ -550,6 +642,10 @@ void lc_sender_destroy(lc_sender_t *s)
 			*pp = s->next;
 			break;
 		}
+	lc__prefill_stomb_add(p, s, s->ended ? s->end_fail : LC_FAIL_CANCELLED,
+			      s->ended ? s->end_reason : "was destroyed before the room finished");
+	lc__prefill_touch(p, s->room); /* infos parked before now are refused */
 	pthread_mutex_unlock(&p->lock);
+	lc__prefill_wake(p);
 	free(s);
 }

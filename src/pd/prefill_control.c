@@ -1,8 +1,9 @@
 /*
  * The prefill side's control thread (pd/prefill_int.h has the structures and
  * the locking): D's messages come in (registrations are decided in
- * prefill_register.c; transfer infos and cancels go to the engine here),
- * and each round flushes what the engine queued (prefill_outbox.c).
+ * prefill_register.c, whether a transfer info is taken in prefill_admit.c;
+ * cancels go to the engine here), and each round flushes what the engine
+ * queued (prefill_outbox.c) and settles the parked transfer infos.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,22 +26,6 @@
 #define IDLE_POLL_MS 2000
 
 /* ---- intake (control thread) ---- */
-
-static void note_prefix(lc_prefill_t *p, uint64_t room, uint64_t prefix_len)
-{
-	pthread_mutex_lock(&p->lock);
-	lc_sender_t *s = p->senders;
-	while (s && s->room != room)
-		s = s->next;
-	if (s) {
-		s->prefix_len = prefix_len;
-		s->has_prefix = true;
-	} else {
-		p->early[p->early_next] = (struct early){room, prefix_len, true};
-		p->early_next = (p->early_next + 1) % LC__ARRAY_SIZE(p->early);
-	}
-	pthread_mutex_unlock(&p->lock);
-}
 
 /* Whether this P rank has a sender for the room (lock held). */
 static bool room_known(lc_prefill_t *p, uint64_t room)
@@ -70,12 +55,12 @@ static bool dummy_refused(lc_prefill_t *p, const lc__msg_transfer_info_t *t)
 
 /* The evicted session a transfer info proves (its id and secret), or NULL:
  * it is told "register again" at the endpoint it registered. */
-static const lc__ptomb_t *tomb_of(const lc_prefill_t *p, const lc__msg_t *msg)
+static const lc__ptomb_t *tomb_of(const lc_prefill_t *p, const char *session, const uint8_t *secret)
 {
 	for (size_t i = 0; i < LC__P_TOMBS; i++) {
 		const lc__ptomb_t *t = &p->tombs[i];
-		if (t->name[0] && !strcmp(t->name, msg->info.session) &&
-		    lc__ct_equal(t->secret, msg->secret, LC__MSG_SECRET_LEN))
+		if (t->name[0] && !strcmp(t->name, session) &&
+		    lc__ct_equal(t->secret, secret, LC__MSG_SECRET_LEN))
 			return t;
 	}
 	return NULL;
@@ -87,7 +72,7 @@ static const lc__ptomb_t *tomb_of(const lc_prefill_t *p, const lc__msg_t *msg)
  * which is answered. */
 static bool unregistered_dropped(lc_prefill_t *p, const lc__msg_t *msg)
 {
-	if (tomb_of(p, msg))
+	if (tomb_of(p, msg->info.session, msg->secret))
 		return false;
 	uint64_t n = LC__COUNT(p->ctx, infos_refused_unregistered) + 1;
 	LC__LOG_PEER(LC_LOG_WARN,
@@ -101,81 +86,45 @@ static bool unregistered_dropped(lc_prefill_t *p, const lc__msg_t *msg)
 /* A transfer info binds the room to the incarnation whose secret it carries
  * (lc__prefill_session_owned); one that proves none is treated as from no
  * registered session. */
-static void handle_info(lc_prefill_t *p, const lc__msg_t *msg, const char *peer)
+static void handle_info(lc_prefill_t *p, lc__msg_t *msg, const char *peer)
 {
-	const lc__msg_transfer_info_t *t = &msg->info;
+	lc__msg_transfer_info_t *t = &msg->info;
 	LC__P_CTL_ADD(p, transfer_infos);
 	bool dummy = t->flags & LC__INFO_DUMMY;
 	lc__dsess_t *s =
 		lc__prefill_session_owned(p, t->session, msg->secret, peer, "transfer info");
-	const char *fail = NULL;
-	char why[LC_REASON_MAX];
-	int rc = 0;
-	if (s)
+	if (s) {
 		s->active_ns = lc__now_ns();
-	else if (dummy && dummy_refused(p, t))
-		return;
-	else if (!dummy && unregistered_dropped(p, msg))
-		return;
-	if (!s && !dummy) {
-		/* An evicted session: tell D instead of letting it wait. */
-		fail = "session not registered with this P rank (evicted while idle); register again";
-		rc = -ENOENT;
-	} else {
-		lc_dst_params_t d = {.size = sizeof d,
-				     /* A dummy keeps the name of a registered
-				      * session, so that it may cancel. */
-				     .session = s ? s->ename : NULL,
-				     .pages = t->pages,
-				     .page_count = t->page_count,
-				     .prefix_len = t->prefix_len,
-				     .aux_index = t->aux_index,
-				     .required_dst_count = t->required_dst,
-				     .is_dummy = dummy,
-				     .state_slots = t->slots,
-				     .state_slot_count = t->slot_count};
-		/* The prefix first: a sender that sees the room leave
-		 * Bootstrapping can read it at once. */
-		if (!dummy)
-			note_prefix(p, t->room, t->prefix_len);
-		rc = lc_engine_room_dst_add(p->engine, t->room, &d);
-		if (rc == -ENOBUFS)
-			snprintf(why, sizeof why,
-				 "transfer info refused by P rank %d: %u pages, %u state slots: "
-				 "over p_session_descs_max or p_descs_max",
-				 p->rank, t->page_count, t->slot_count);
-		else if (rc)
-			snprintf(why, sizeof why, "transfer info refused by P rank %d: %s", p->rank,
-				 lc_strerror(rc));
-		if (rc)
-			fail = why;
-	}
-	if (!fail)
-		return;
-	if (dummy) { /* D is told nothing; the engine counted it (and logs, rate-limited) */
-		LC__DEBUG("prefill %s: dummy for room %llu from %s: %s", p->name,
-			  (unsigned long long)t->room, t->session, fail);
+		lc__prefill_take_info(p, s, t, msg->secret, peer);
 		return;
 	}
+	if (dummy) {
+		if (!dummy_refused(p, t))
+			lc__prefill_take_info(p, NULL, t, msg->secret, peer);
+		return;
+	}
+	if (unregistered_dropped(p, msg))
+		return;
+	/* An evicted session: tell D instead of letting it wait, at the
+	 * endpoint it registered. */
+	const char *fail = "session not registered with this P rank (evicted while idle); "
+			   "register again";
 	LC__WARN_PEER("prefill %s: room %llu from %.200s: %s", p->name, (unsigned long long)t->room,
 		      t->session, fail);
 	lc__msg_t *m = calloc(1, sizeof *m);
-	if (!m)
+	const lc__ptomb_t *tomb = tomb_of(p, t->session, msg->secret);
+	if (!m || !tomb) {
+		free(m);
 		return;
+	}
 	m->type = LC__MSG_STATUS;
 	m->status.room = t->room;
 	m->status.p_rank = (uint32_t)p->rank;
 	m->status.status = LC_ROOM_FAILED;
-	m->status.fail_reason = rc == -ENOENT   ? LC_FAIL_SESSION_GONE
-				: rc == -ENOMEM ? LC_FAIL_NO_MEMORY
-						: LC_FAIL_BAD_INPUT;
+	m->status.fail_reason = LC_FAIL_SESSION_GONE;
 	lc__reason(m->status.reason, sizeof m->status.reason, "%s", fail);
-	memcpy(m->secret, s ? s->secret : msg->secret, LC__MSG_SECRET_LEN);
-	const lc__ptomb_t *tomb = s ? NULL : tomb_of(p, msg);
-	if (s && s->push)
-		lc__prefill_send(p, s->push, m);
-	else if (tomb)
-		lc__prefill_reply(p, tomb->status_ep, tomb->key[0] ? tomb->key : NULL, m);
+	memcpy(m->secret, msg->secret, LC__MSG_SECRET_LEN);
+	lc__prefill_reply(p, tomb->status_ep, tomb->key[0] ? tomb->key : NULL, m);
 	free(m);
 }
 
@@ -211,6 +160,11 @@ static void handle_cancel(lc_prefill_t *p, const lc__msg_t *msg, const char *pee
 	bool known = s != NULL;
 	int rc = known ? lc__engine_room_cancel_from(p->engine, c->room, s->ename, c->reason)
 		       : -ENOENT;
+	if (rc == -ENOENT && known && lc__prefill_park_cancel(p, s, c->room)) {
+		LC__INFO("prefill %s: D %s cancelled room %llu before its sender came (%s)",
+			 p->name, c->session, (unsigned long long)c->room, c->reason);
+		return;
+	}
 	if ((rc == -ENOENT || rc == -EPERM) && cancel_unclaimed(p, c))
 		return;
 	if (!known || rc == -EPERM) {
@@ -325,8 +279,11 @@ void *lc__prefill_control_main(void *arg)
 			pthread_mutex_unlock(&p->send_lock);
 			free(buf);
 		}
+		pthread_mutex_lock(&p->send_lock);
+		uint64_t park_next = lc__prefill_park_run(p);
+		pthread_mutex_unlock(&p->send_lock);
 		lc__prefill_flush(p);
-		next = lc__prefill_replies_expire(p, false);
+		next = LC__MIN(lc__prefill_replies_expire(p, false), park_next);
 	}
 	lc__prefill_flush(p);
 	lc__prefill_replies_expire(p, true);

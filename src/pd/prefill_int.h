@@ -7,6 +7,11 @@
  *   prefill_control.c   the control thread: D's messages in (transfer
  *                       infos, cancels go to the engine),
  *   prefill_register.c  whether a D's registration is taken (policy),
+ *   prefill_admit.c     whether a D's transfer info is taken (the
+ *                       sender's pairing value, whether it ended), infos
+ *                       for rooms without a sender yet (parked until one
+ *                       comes, or refused) and what is remembered of
+ *                       destroyed senders,
  *   prefill_outbox.c    statuses and layer updates out: queued by the
  *                       engine's callbacks, sent by the control thread
  *                       (a final status with nothing queued before it
@@ -61,6 +66,10 @@ typedef struct lc__dsess {
 	lc__push_t *push;                    /* with send_lock held */
 	uint64_t active_ns;                  /* last REGISTER or TRANSFER_INFO (control thread) */
 	bool proven; /* a room of it succeeded (lock held): evicted last (prefill_register.c) */
+	/* Its transfer infos parked (prefill_admit.c), and their page and slot
+	 * ids: control thread. A session with any is not evicted. */
+	uint32_t parked;
+	uint64_t parked_descs;
 } lc__dsess_t;
 
 /* Answers to an endpoint without a session (a refused REGISTER, an evicted
@@ -105,13 +114,57 @@ typedef struct lc__outmsg {
 	uint64_t checksum;
 } lc__outmsg_t;
 
+/* A transfer info for a room this rank had no sender for when it came,
+ * held until one comes (lc_sender_create_ex), p_park_ms at most. The
+ * session is kept by name and secret, looked up again when the info is
+ * taken (it may have gone meanwhile). Control thread. */
+typedef struct lc__parked {
+	uint64_t at_ns;
+	uint64_t descs;                       /* page and slot ids it holds */
+	char ename[LC__P_ENAME_MAX];          /* the session's engine name */
+	uint8_t secret[LC__MSG_SECRET_LEN];   /* the incarnation it proved */
+	char peer[LC__MSG_CURVE_KEY_LEN + 1]; /* the CURVE key it came with ("": none) */
+	lc__msg_transfer_info_t info;         /* owns its pages and slots */
+} lc__parked_t;
+
+/* A destroyed sender, remembered so that a transfer info for its room is
+ * refused at once with the reason (one parked before the destroy, one with
+ * its pairing value, or for an unpaired sender one shortly after) instead
+ * of waiting p_park_ms. A ring of the last
+ * LC__P_STOMBS; under `lock`. */
+#define LC__P_STOMBS 1024
+/* How long after its destroy an unpaired sender refuses a new transfer
+ * info for its room (a paired one: while remembered). */
+#define LC__P_STOMB_UNPAIRED_NS (10000ull * 1000000)
+typedef struct lc__stomb {
+	uint64_t room;
+	uint64_t at_ns; /* 0: an empty slot */
+	uint8_t pair_len;
+	uint8_t pair[LC_PAIR_MAX];
+	int fail_reason;
+	char reason[LC_REASON_MAX];
+} lc__stomb_t;
+
+/* Rooms whose sender was created, cancelled or destroyed since the control
+ * thread last looked at the parked infos (under `lock`); past the ring's
+ * size every parked info is looked at. */
+#define LC__P_TOUCHED 256
+
 struct lc_sender {
 	lc_prefill_t *p;
 	uint64_t room;
 	bool final;
-	bool has_prefix;
+	bool has_prefix; /* prefix_len read from the room's first real destination */
 	uint64_t prefix_len;
 	lc_room_info_t last;
+	/* The pairing value (0 bytes: unpaired). Set at create. */
+	uint8_t pair_len;
+	uint8_t pair[LC_PAIR_MAX];
+	/* Cancelled, or its final status read: a transfer info for the room
+	 * is refused at once with the reason. Under `lock`. */
+	bool ended;
+	int end_fail;
+	char end_reason[LC_REASON_MAX];
 	struct lc_sender *next;
 };
 
@@ -155,13 +208,15 @@ struct lc_prefill {
 	 * once, dropped every such update meanwhile. Under `lock`. */
 	bool wake_owed;
 	lc_sender_t *senders;
-	/* Prefix lengths of transfer infos that arrived before their sender
-	 * (a bounded ring: the oldest is forgotten). */
-	struct early {
-		uint64_t room, prefix_len;
-		bool used;
-	} early[1024];
-	size_t early_next;
+	lc__stomb_t stombs[LC__P_STOMBS];
+	size_t stomb_next;
+	uint64_t touched[LC__P_TOUCHED];
+	size_t ntouched;
+	bool touched_all;
+	/* Parked transfer infos (prefill_admit.c): control thread. */
+	lc__parked_t **parked;
+	size_t nparked, parked_cap;
+	uint64_t parked_descs;
 	lc__preply_t replies[LC__P_REPLIES_CAP]; /* control thread */
 	size_t nreplies;
 	lc__ptomb_t tombs[LC__P_TOMBS]; /* control thread */
@@ -218,6 +273,56 @@ uint64_t lc__prefill_replies_expire(lc_prefill_t *p, bool all);
 
 /* The control thread. */
 void *lc__prefill_control_main(void *arg);
+
+/* ---- prefill_admit.c ---- */
+
+/* A transfer info of session s (NULL: a dummy of no registered session)
+ * that proved it (secret; peer its CURVE key), for a room that may have a
+ * sender: checked against the sender (its pairing value, whether it ended)
+ * before anything changes, then handed to the engine, and D answered (its
+ * refusal, or with LC__INFO_WANTS_ACK the confirmation); for a room without
+ * a sender, parked. May take the info's arrays (t->pages, t->slots left
+ * NULL). Control thread, send_lock held. */
+void lc__prefill_take_info(lc_prefill_t *p, lc__dsess_t *s, lc__msg_transfer_info_t *t,
+			   const uint8_t *secret, const char *peer);
+/* Refuse a (non-dummy) transfer info: counted by the caller, logged
+ * rate-limited, and D's room failed with the reason, on session s's
+ * channel. Control thread, send_lock held. */
+void lc__prefill_refuse_info(lc_prefill_t *p, lc__dsess_t *s, const lc__msg_transfer_info_t *t,
+			     int fail_reason, const char *why);
+
+/* Whether a and b (lengths la, lb, each zero-padded to LC_PAIR_MAX) are
+ * the same pairing value, in constant time. */
+bool lc__pair_equal(const uint8_t *a, size_t la, const uint8_t *b, size_t lb);
+/* Hold t (taking its arrays) for room t->room until a sender comes, or
+ * refuse it when the park is full (p_parked_max, p_session_parked_max, the
+ * descriptor caps) or parking is off (p_park_ms 0). s: its session, never
+ * NULL. Control thread. */
+void lc__prefill_park(lc_prefill_t *p, lc__dsess_t *s, lc__msg_transfer_info_t *t,
+		      const uint8_t *secret, const char *peer);
+/* Whether a destroyed sender of the room refuses t at once: its reason to
+ * why[cap] and the fail reason to *fail. at_ns: when t arrived (a parked
+ * info that came before the destroy is refused unless the sender had
+ * another pairing value; a later one with the sender's pairing value, or
+ * within LC__P_STOMB_UNPAIRED_NS of an unpaired sender's destroy). Takes
+ * `lock`. */
+bool lc__prefill_stomb_refuses(lc_prefill_t *p, const lc__msg_transfer_info_t *t, uint64_t at_ns,
+			       int *fail, char *why, size_t cap);
+/* Remember a destroyed sender (lock held). */
+void lc__prefill_stomb_add(lc_prefill_t *p, const lc_sender_t *s, int fail, const char *reason);
+/* Note that room's sender changed (lock held); the caller wakes the
+ * control thread. */
+void lc__prefill_touch(lc_prefill_t *p, uint64_t room);
+/* Control thread, each round (send_lock held): parked infos of rooms whose
+ * sender changed are taken or refused; those held p_park_ms are refused
+ * ("P has no such room"). Returns the next expiry (UINT64_MAX: none). */
+uint64_t lc__prefill_park_run(lc_prefill_t *p);
+/* D's CANCEL of a room it parked an info for: the info goes. True when
+ * one did. Control thread. */
+bool lc__prefill_park_cancel(lc_prefill_t *p, const lc__dsess_t *s, uint64_t room);
+/* Refuse and free every parked info (teardown: the control thread is
+ * gone; send_lock held). */
+void lc__prefill_park_clear(lc_prefill_t *p);
 
 /* ---- prefill_register.c ---- */
 

@@ -231,9 +231,9 @@ static size_t evict_idle(lc_prefill_t *p, size_t want)
 		names[i] = list[i]->ename;
 	if (lc__engine_sessions_live(p->engine, names, n, live))
 		goto out;
-	pthread_mutex_lock(&p->lock); /* proven is set by the engine's callbacks */
-	for (size_t i = 0; i < n; i++)
-		if (evictable(list[i], live[i], now, grace, keep))
+	pthread_mutex_lock(&p->lock);  /* proven is set by the engine's callbacks */
+	for (size_t i = 0; i < n; i++) /* parked infos count as live rooms */
+		if (evictable(list[i], live[i] || list[i]->parked, now, grace, keep))
 			list[idle++] = list[i];
 	qsort(list, idle, sizeof *list, by_activity);
 	pthread_mutex_unlock(&p->lock);

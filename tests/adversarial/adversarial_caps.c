@@ -26,13 +26,17 @@
  *                  (infos_refused_unknown), its RSS stays bounded, and a
  *                  real D's rooms succeed.
  *   room_flood_registered  one registered session sends the 50,000 dummies
- *                  (P's p_rooms_max set to 8,192, below the flood): P opens
- *                  at most p_session_rooms_max (4,096) for it and refuses
- *                  the rest (rooms_refused_session_quota), so the engine
- *                  keeps room and a real D's rooms succeed.
+ *                  (P's p_rooms_max set to 8,192, below the flood), for
+ *                  rooms without a sender: P holds (parks) at most
+ *                  p_session_parked_max (1,024) of them and refuses the
+ *                  rest (infos_refused_park_full; before issue 44 they
+ *                  opened engine rooms up to p_session_rooms_max, 4,096,
+ *                  rooms_refused_session_quota), so a real D's rooms
+ *                  succeed.
  *   info_flood     (issue 21, point 5) a registered session sends 100
- *                  maximal TRANSFER_INFOs (16 MB of page ids each): P holds
- *                  at most p_session_descs_max of them and refuses the rest
+ *                  maximal TRANSFER_INFOs (16 MB of page ids each) for rooms
+ *                  without a sender: P holds (parks) at most
+ *                  p_session_descs_max of them and refuses the rest
  *                  (infos_refused_descs), so its RSS stays under 512 MB, and
  *                  a real D's rooms succeed.
  *
@@ -77,7 +81,8 @@
  * SESSION_FLOOD: the creep was 1.5 kB per REGISTER (+4.5 MB here). */
 #define MAX_FLAT_RSS_KB (1536)
 #define MAX_MORE_RSS_KB_ROOMS (12 * 1024)
-/* A registered flooder's dummies open p_session_rooms_max (4,096) rooms. */
+/* A registered flooder's dummies are held, at most p_session_parked_max
+ * (1,024) of them; they opened p_session_rooms_max (4,096) rooms before. */
 #define MAX_MORE_RSS_KB_QUOTA (24 * 1024)
 /* A sanitizer's shadow memory and quarantine grow RSS with every allocation,
  * freed or not: under one, threads and fds are bounded, RSS is reported. */
@@ -131,6 +136,9 @@ static int p_main(const char *flood_counter, uint64_t flood_n, uint64_t more_n, 
 	int failures = adv_p_forward(eng, snd);
 	uint64_t ev = 0, full = 0, unk = 0, cap = 0, thr = 0, quota = 0, descs = 0;
 	lc_ctx_counter_by_name(P.s.ctx, "rooms_refused_session_quota", &quota);
+	uint64_t park_full = 0; /* what is refused for a session before the engine */
+	lc_ctx_counter_by_name(P.s.ctx, "infos_refused_park_full", &park_full);
+	quota += park_full;
 	lc_ctx_counter_by_name(P.s.ctx, "infos_refused_descs", &descs);
 	lc_ctx_counter_by_name(P.s.ctx, "sessions_evicted", &ev);
 	lc_ctx_counter_by_name(P.s.ctx, "sessions_refused_full", &full);
@@ -488,8 +496,12 @@ int main(int argc, char **argv)
 		setenv("LAYERCAKE_P_ROOMS_MAX", "8192", 1); /* below the flood: P (a child) */
 		return run_case(false, true, false);
 	}
-	if (!strcmp(argv[1], "info_flood"))
+	if (!strcmp(argv[1], "info_flood")) {
+		/* Its infos are for rooms without a sender: held (parked) for
+		 * longer than the flood lasts, however slowly it runs. */
+		setenv("LAYERCAKE_P_PARK_MS", "600000", 1);
 		return run_case(false, false, true);
+	}
 	fprintf(stderr, "unknown case %s\n", argv[1]);
 	return 2;
 }

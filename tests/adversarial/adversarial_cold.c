@@ -19,8 +19,11 @@
  *   infos             a transfer info of an unregistered session is answered
  *                     with a Failed STATUS (session_gone); a dummy for an
  *                     unknown room is refused and counted, for a known room
- *                     taken; a repeated info is refused by the engine and D
- *                     told (bad_input) on the session's own channel
+ *                     taken; a repeated info is refused by the engine and
+ *                     not answered (the room goes on for the first), another
+ *                     session's for the claimed room refused and that D told
+ *                     (bad_input) on its own channel; a registered dummy for
+ *                     a room without a sender is parked until one comes
  *   cancels           a registered D cancels a room no destination claimed
  *                     (the room fails at once with D's reason), a room of
  *                     another session (refused, counted) and its own room
@@ -451,20 +454,48 @@ static void case_infos(void)
 	send_info(&w, "cold-ghost", ghost, 33, true, 2);
 	await_dsts(&w, 33, 1);
 	/* 4. A registered session's info twice: the second is refused by the
-	 * engine and D hears it on its session's channel. */
+	 * engine, counted, and not answered (a Failed STATUS would fail at D
+	 * the room P goes on serving for the first). Another session's info
+	 * for the room, which has every destination: refused, and that D told
+	 * on its own channel. */
 	register_ok(&w, "cold-a", 5, w.inbox, w.rx);
 	guess(sa, 5);
 	send_info(&w, "cold-a", sa, 33, false, 2);
 	await_dsts(&w, 33, 2);
+	uint64_t claimed = p_ctx(&w, "infos_refused_claimed");
 	send_info(&w, "cold-a", sa, 33, false, 2);
+	for (uint64_t dl = adv_now_ms() + 5000;
+	     p_ctx(&w, "infos_refused_claimed") == claimed && adv_now_ms() < dl;)
+		usleep(5000);
+	TU_CHECK(p_ctx(&w, "infos_refused_claimed") == claimed + 1, "the repeat not refused");
+	TU_CHECK(no_msg(w.rx, LC__MSG_STATUS, 300), "a STATUS for a repeat");
+	uint8_t sb[LC__MSG_SECRET_LEN];
+	register_ok(&w, "cold-b", 6, w.inbox, w.rx);
+	guess(sb, 6);
+	send_info(&w, "cold-b", sb, 33, false, 2);
 	TU_CHECK(next_msg(w.rx, LC__MSG_STATUS, &m), "no STATUS for a refused info");
 	TU_CHECK(m.status.room == 33 && m.status.fail_reason == LC_FAIL_BAD_INPUT &&
-			 strstr(m.status.reason, "transfer info refused by P rank 0"),
+			 strstr(m.status.reason, "transfer info refused by P rank 0") &&
+			 strstr(m.status.reason, "claimed"),
 		 "status %u (%s)", m.status.fail_reason, m.status.reason);
 	lc__msg_free(&m);
-	/* 5. A dummy from a registered session for a fresh room: taken. */
+	TU_CHECK(p_ctx(&w, "infos_refused_claimed") == claimed + 2, "claimed %llu",
+		 (unsigned long long)p_ctx(&w, "infos_refused_claimed"));
+	/* 5. A dummy from a registered session for a room without a sender:
+	 * parked (no engine room), taken once the sender comes. */
+	uint64_t parked = p_ctx(&w, "infos_parked");
 	send_info(&w, "cold-a", sa, 34, true, 1);
+	for (uint64_t dl = adv_now_ms() + 5000;
+	     p_ctx(&w, "infos_parked") == parked && adv_now_ms() < dl;)
+		usleep(5000);
+	TU_CHECK(p_ctx(&w, "infos_parked") == parked + 1, "the dummy not parked");
+	TU_CHECK(lc_engine_room_status(
+			 w.P.eng, 34, &(lc_room_info_t){.size = sizeof(lc_room_info_t)}) == -ENOENT,
+		 "a parked dummy opened room 34");
+	lc_sender_t *s34;
+	TU_OK(lc_sender_create(w.P.pf, 34, &s34));
 	await_dsts(&w, 34, 1);
+	lc_sender_destroy(s34);
 	lc_sender_destroy(s);
 	world_down(&w);
 }

@@ -23,6 +23,7 @@ _PLAIN = [("LC_MEM_KIND_HOST", lc.core.MEM_HOST), ("LC_MEM_KIND_PINNED", lc.core
           ("LC_MEM_KIND_CUDA", lc.core.MEM_CUDA), ("LC_MEM_KIND_SIM", lc.core.MEM_SIM),
           ("LC_MEM_SHAREABLE", lc.core.MEM_SHAREABLE), ("LC_MEM_NO_HUGEPAGE", lc.core.MEM_NO_HUGEPAGE),
           ("LC_TOKEN_LEN", _ffi.TOKEN_LEN), ("LC_REGION_DESC_MAX", _ffi.REGION_DESC_MAX),
+          ("LC_PAIR_MIN", _ffi.PAIR_MIN), ("LC_PAIR_MAX", _ffi.PAIR_MAX),
           ("LC_STEP_MOD", _ffi.STEP_MOD), ("LC_STEP_CACHE", lc.Steps.CACHE),
           ("LC_STEP_AUX", lc.Steps.AUX), ("LC_CUDA_PTR_HOST", lc.gpu.PTR_HOST),
           ("LC_CUDA_PTR_PINNED", lc.gpu.PTR_PINNED), ("LC_CUDA_PTR_DEVICE", lc.gpu.PTR_DEVICE),

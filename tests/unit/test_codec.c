@@ -286,6 +286,9 @@ static void test_maximal_info_fits(void **state)
 					   .slots = slots};
 	memset(m.info.session, 's', LC__MSG_STR_MAX - 1);
 	memset(m.info.status_ep, 'e', LC__MSG_STR_MAX - 1);
+	m.info.flags = LC__INFO_HAS_PAIR | LC__INFO_WANTS_ACK;
+	m.info.pair_len = LC_PAIR_MAX;
+	memset(m.info.pair, 'p', LC_PAIR_MAX);
 	uint8_t *buf = NULL;
 	assert_int_equal(lc__msg_encode(&m, &buf, &len), 0);
 	assert_true(len <= LC__MSG_MAX);
@@ -584,8 +587,10 @@ static void test_fields_out_of_range(void **state)
 	patch_fails(buf, len, body, v4, 4); /* required 0 */
 	lc__put_u32(v4, LC__MSG_MAX_FANIN + 1);
 	patch_fails(buf, len, body, v4, 4);
-	lc__put_u32(v4, 4);
+	lc__put_u32(v4, 8);
 	patch_fails(buf, len, body + 4, v4, 4); /* unknown flag */
+	lc__put_u32(v4, LC__INFO_HAS_PAIR);
+	patch_fails(buf, len, body + 4, v4, 4); /* a pairing value announced, absent */
 	lc__put_u32(v4, LC__INFO_DUMMY);
 	patch_fails(buf, len, body + 4, v4, 4); /* dummy with pages */
 	lc__put_u64(v8, (uint64_t)-5);
@@ -630,6 +635,70 @@ static void test_fields_out_of_range(void **state)
 	lc__put_u16(v2, LC_REGION_DESC_MAX + 1);
 	patch_fails(buf, len, r0 + 4, v2, 2);
 	free(buf);
+}
+
+/* The pairing value (flag bit 1, u8 length + bytes after the slots) and
+ * the wish for a confirmation (bit 2), and the STATUS Bootstrapped that
+ * confirms. */
+static void test_info_pair_and_ack(void **state)
+{
+	int64_t pages[2] = {3, 4};
+	lc__msg_t m, out;
+	size_t len;
+	memset(&m, 0, sizeof m);
+	m.type = LC__MSG_TRANSFER_INFO;
+	m.info = (lc__msg_transfer_info_t){.room = 5,
+					   .required_dst = 1,
+					   .aux_index = -1,
+					   .page_count = 2,
+					   .pages = pages,
+					   .flags = LC__INFO_HAS_PAIR | LC__INFO_WANTS_ACK,
+					   .pair_len = 36};
+	strcpy(m.info.session, "s");
+	strcpy(m.info.status_ep, "tcp://h:1");
+	memcpy(m.info.pair, "0f8d6c2e-6a1b-4c3d-9e8f-1a2b3c4d5e6f", 36);
+	uint8_t *buf = enc(&m, &len);
+	assert_int_equal(lc__msg_decode(buf, len, &out, NULL, 0), 0);
+	assert_int_equal(out.info.flags, LC__INFO_HAS_PAIR | LC__INFO_WANTS_ACK);
+	assert_int_equal(out.info.pair_len, 36);
+	assert_memory_equal(out.info.pair, m.info.pair, LC_PAIR_MAX); /* zero past 36 too */
+	lc__msg_free(&out);
+	truncations_fail(buf, len);
+	/* The length byte out of range either way. */
+	size_t at = len - LC__MSG_SECRET_LEN - 36 - 1;
+	uint8_t n = LC_PAIR_MIN - 1;
+	patch_fails(buf, len, at, &n, 1);
+	n = LC_PAIR_MAX + 1;
+	patch_fails(buf, len, at, &n, 1);
+	free(buf);
+	/* The encoder refuses what the decoder would. */
+	uint8_t *none = NULL;
+	m.info.pair_len = LC_PAIR_MIN - 1;
+	assert_int_equal(lc__msg_encode(&m, &none, &len), -EINVAL);
+	m.info.pair_len = 16;
+	m.info.flags = LC__INFO_WANTS_ACK; /* a value without its flag */
+	assert_int_equal(lc__msg_encode(&m, &none, &len), -EINVAL);
+	m.info.pair_len = 0;
+	m.info.flags = LC__INFO_DUMMY | LC__INFO_WANTS_ACK; /* a dummy is never confirmed */
+	m.info.page_count = 0;
+	assert_int_equal(lc__msg_encode(&m, &none, &len), -EINVAL);
+	assert_null(none);
+
+	/* STATUS Bootstrapped: nothing but the room and the rank. */
+	memset(&m, 0, sizeof m);
+	m.type = LC__MSG_STATUS;
+	m.status = (lc__msg_status_t){.room = 5, .p_rank = 1, .status = LC_ROOM_BOOTSTRAPPED};
+	buf = enc(&m, &len);
+	assert_int_equal(lc__msg_decode(buf, len, &out, NULL, 0), 0);
+	assert_int_equal(out.status.status, LC_ROOM_BOOTSTRAPPED);
+	lc__msg_free(&out);
+	uint8_t v4[4];
+	lc__put_u32(v4, LC_FAIL_CANCELLED);
+	patch_fails(buf, len, 12 + 13, v4, 4); /* with a fail reason */
+	free(buf);
+	m.status.metadata_len = 1;
+	m.status.metadata = (uint8_t *)"x";
+	assert_int_equal(lc__msg_encode(&m, &none, &len), -EINVAL);
 }
 
 static void test_oversize_and_garbage(void **state)
@@ -760,6 +829,7 @@ int main(void)
 		cmocka_unit_test(test_encode_refuses),
 		cmocka_unit_test(test_encode_refuses_each_field),
 		cmocka_unit_test(test_fields_out_of_range),
+		cmocka_unit_test(test_info_pair_and_ack),
 		cmocka_unit_test(test_oversize_and_garbage),
 		cmocka_unit_test(test_secret_closes_every_message),
 		cmocka_unit_test(test_v1_register_refused_in_v1),
