@@ -245,8 +245,9 @@ LC_API void lc_sender_destroy(lc_sender_t *sender);
 /* ------------------------------------------------------------------------
  * Decode side: one lc_decode_t per D rank. It owns D's data-plane listener
  * and session token, its control socket (ZeroMQ PULL) for P's status and
- * "layers landed" messages, and two threads: the control thread (messages,
- * deadlines) and the discovery thread (bootstrap lookups, heartbeat).
+ * "layers landed" messages, and its threads: the control thread (messages,
+ * deadlines) and d_discover_threads discovery workers (bootstrap lookups,
+ * registration, heartbeat).
  *
  * P ranks are chosen as in the spec: the dp group is room % P dp_size; with
  * P_tp = world_size / dp_size ranks per group and D's tp_size:
@@ -302,7 +303,11 @@ LC_API int lc_decode_endpoint(const lc_decode_t *decode, char *buf, size_t cap);
 /* Counters by name, as lc_prefill_counter ("heartbeat_failures",
  * "peers_dead" too; "session_mismatches": P messages without the secret
  * this D registered with at that P rank, dropped; "peers_evicted": P
- * addresses forgotten for new ones, d_peers_max). */
+ * addresses forgotten for new ones, d_peers_max; "peers_refused": receivers
+ * or lookups refused for want of a place; "routes_refused_fanout": P layouts
+ * past d_peer_ranks_max; "channels_closed", "channels_refused": channels to
+ * P ranks closed idle or for the cap, rooms that waited for one,
+ * d_channels_max). "channels_open" is a gauge: the channels open now. */
 LC_API int lc_decode_counter(lc_decode_t *decode, const char *name, uint64_t *out);
 /* lc_prefill_wait for D: a receiver's status changed (Bootstrapped,
  * Transferring, Success, Failed). Layers landing do not wake it: poll
@@ -331,21 +336,23 @@ typedef struct lc_receiver_params {
  * room fails after connect_timeout_ms when nothing answers there, saying to
  * give the bootstrap server's address: docs/deployment.md).
  * Non-blocking: discovery (cached per P address) and the session
- * registration (once per P rank) run on the discovery thread; the status
- * moves Bootstrapping -> Bootstrapped. Deadlines: Bootstrapped within
- * bootstrap_timeout_ms; every P rank that gets the room's pages confirms
- * it has a sender for the room (it took the transfer info) within
- * bootstrap_timeout_ms of the create, and never less than
- * connect_timeout_ms after lc_receiver_send, else the room fails
- * (LC_FAIL_BOOTSTRAP_TIMEOUT, "P has no such room"), as it does at once
- * when P refuses the transfer info (a pairing value that differs, a room
- * claimed or ended) or parked it p_park_ms without a sender coming; then
- * Success or Failed within waiting_timeout_ms.
- * D keeps what it learned of at most d_peers_max P addresses: a new one
- * takes the place of one no receiver names (peers_evicted). Errors:
- * -EINVAL, -ENOMEM, -EEXIST (the room has a receiver), -ENOSPC (a new
- * address, and every one of the d_peers_max known is named by a receiver
- * not yet destroyed). */
+ * registration (once per P rank) run on D's discovery threads
+ * (d_discover_threads; an address that is slow or silent holds one of them
+ * and delays only its own rooms); the status moves Bootstrapping ->
+ * Bootstrapped. Deadlines: Bootstrapped within bootstrap_timeout_ms; every
+ * P rank that gets the room's pages confirms it has a sender for the room
+ * (it took the transfer info) within bootstrap_timeout_ms of the create,
+ * and never less than connect_timeout_ms after lc_receiver_send, else the
+ * room fails (LC_FAIL_BOOTSTRAP_TIMEOUT, "P has no such room"), as it does
+ * at once when P refuses the transfer info (a pairing value that differs, a
+ * room claimed or ended) or parked it p_park_ms without a sender coming;
+ * then Success or Failed within waiting_timeout_ms. D keeps what it learned of
+ * at most d_peers_max P addresses whose bootstrap server answered it, and
+ * as many not answered yet: a new one takes the place of one with no live
+ * room in its half (peers_evicted); an address nobody answers at never
+ * takes the place of a P that answered. Errors: -EINVAL, -ENOMEM, -EEXIST
+ * (the room has a receiver), -ENOSPC (a new address, and every place of its
+ * half is named by a live room; peers_refused). */
 LC_API int lc_receiver_create(lc_decode_t *decode, const char *bootstrap, uint64_t room,
 			      lc_receiver_t **out);
 /* lc_receiver_create with a pairing value. Errors as there, and -EINVAL

@@ -78,6 +78,10 @@ typedef struct lc__rank_info {
 	X(lanes_closed)                                                                            \
 	X(peers_gone)                                                                              \
 	X(peers_evicted)                                                                           \
+	X(peers_refused)                                                                           \
+	X(routes_refused_fanout)                                                                   \
+	X(channels_closed)                                                                         \
+	X(channels_refused)                                                                        \
 	X(route_conflicts)                                                                         \
 	X(route_refresh_failures)                                                                  \
 	X(inbox_conns_refused)                                                                     \

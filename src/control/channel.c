@@ -449,6 +449,24 @@ uint64_t lc__pull_conns_held(const lc__pull_t *p)
 	return p ? lc__inbox_guard_held(p->guard) : 0;
 }
 
+uint64_t lc__pull_door_shut(const lc__pull_t *p)
+{
+	return p ? lc__inbox_guard_door_shut(p->guard) : 0;
+}
+
+/* Close a PUSH and its monitor. The monitor is stopped first (a no-op on
+ * a socket without one): libzmq (4.3) closing a socket whose monitor still
+ * runs, with events unread, reaps neither of them, nor gives back their
+ * descriptors (a D opening and closing channels to P ranks ran out of
+ * both). */
+static void close_watched(lc__push_t *p)
+{
+	zmq_socket_monitor(p->sock, NULL, 0);
+	zmq_close(p->sock);
+	if (p->mon)
+		zmq_close(p->mon);
+}
+
 /* Heartbeats on sock and a monitor of it on a new PAIR (before connect, so
  * that no event is missed). */
 static int watch(lc__zctx_t *z, lc__push_t *p)
@@ -517,9 +535,7 @@ int lc__push_connect(lc__zctx_t *z, const char *endpoint, const char *server_key
 	*out = p;
 	return 0;
 fail:
-	zmq_close(p->sock);
-	if (p->mon)
-		zmq_close(p->mon);
+	close_watched(p);
 	free(p);
 	return rc;
 }
@@ -585,9 +601,7 @@ void lc__push_close(lc__push_t *p)
 {
 	if (!p)
 		return;
-	zmq_close(p->sock);
-	if (p->mon)
-		zmq_close(p->mon);
+	close_watched(p);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }

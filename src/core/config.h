@@ -146,10 +146,27 @@
 	  "connections an shm listener holds before their handshake; past it the oldest such "     \
 	  "connection is closed (conns_evicted_pending)")                                          \
 	X(d_peers_max, "LAYERCAKE_D_PEERS_MAX", 256, 1, 4096,                                      \
-	  "bootstrap addresses (P instances) a D remembers with what it learned there (routes, "   \
-	  "pins); when full, one no receiver names is forgotten for a new address, never-"         \
-	  "resolved ones first, then the least recently used (peers_evicted), else the receiver "  \
-	  "is refused (-ENOSPC)")                                                                  \
+	  "bootstrap addresses (P instances) a D keeps with what it learned there, in two halves " \
+	  "of this many: those whose bootstrap server answered D, and those not answered yet; "    \
+	  "an address nobody answers at never takes a place of the first half. In a full half "    \
+	  "the least recently named address with no live room is forgotten for a new one "         \
+	  "(peers_evicted; the pins of one that answered are kept, for as many addresses), else "  \
+	  "the receiver is refused (-ENOSPC, peers_refused)")                                      \
+	X(d_peer_ranks_max, "LAYERCAKE_D_PEER_RANKS_MAX", 1024, 1, 4096,                           \
+	  "P ranks (TP ranks x DP groups) one bootstrap address may advertise to a D; a larger "   \
+	  "layout is refused and its rooms fail (routes_refused_fanout)")                          \
+	X(d_channels_max, "LAYERCAKE_D_CHANNELS_MAX", 256, 1, 320,                                 \
+	  "ZeroMQ channels a D holds open to P ranks (three sockets of its context, which holds "  \
+	  "1,023, and up to four descriptors each: at most a quarter of RLIMIT_NOFILE); past it "  \
+	  "the least recently used channel with no live room is closed for the newcomer "          \
+	  "(channels_closed), else the room waits for one (channels_refused)")                     \
+	X(d_channel_idle_ms, "LAYERCAKE_D_CHANNEL_IDLE_MS", 60000, 0, 86400000,                    \
+	  "a D's channel to a P rank that no live room used for this long is closed "              \
+	  "(channels_closed; the next room there registers again); 0: only past the cap")          \
+	X(d_discover_threads, "LAYERCAKE_D_DISCOVER_THREADS", 4, 1, 64,                            \
+	  "threads of a D that look P up at bootstrap servers and register with P ranks; each "    \
+	  "bootstrap address has at most one, and addresses whose last lookup failed at most "     \
+	  "half of them, so that a slow or silent address delays only its own rooms")              \
 	X(p_sessions_max, "LAYERCAKE_P_SESSIONS_MAX", 256, 1, 4096,                                \
 	  "D sessions a P rank holds; when full, sessions that are neither live nor recent "       \
 	  "(p_session_grace_ms, p_session_keep_ms) are evicted, unproven ones first "              \

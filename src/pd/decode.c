@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/ctx.h"
@@ -31,6 +32,21 @@ static void load_knobs(lc_decode_t *d, lc_ctx_t *ctx)
 	d->reply_wait_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_connect_timeout_ms) * ms;
 	d->default_port = lc__ctx_cfg(ctx, LC__CFG_bootstrap_port);
 	d->peers_max = (int)lc__ctx_cfg(ctx, LC__CFG_d_peers_max);
+	d->peer_ranks_max = (int)lc__ctx_cfg(ctx, LC__CFG_d_peer_ranks_max);
+	d->channels_max = (int)lc__ctx_cfg(ctx, LC__CFG_d_channels_max);
+	/* Up to four descriptors a channel: they may take a quarter of
+	 * RLIMIT_NOFILE, the rest of the process keeps the others. */
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 16 < (rlim_t)d->channels_max) {
+		d->channels_max = (int)LC__MAX(rl.rlim_cur / 16, 1);
+		LC__INFO("decode: at most %d channels to P ranks (a quarter of RLIMIT_NOFILE %llu "
+			 "at four descriptors each, under d_channels_max)",
+			 d->channels_max, (unsigned long long)rl.rlim_cur);
+	}
+	d->chan_idle_ns = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_d_channel_idle_ms) * ms;
+	d->ndisc = (int)lc__ctx_cfg(ctx, LC__CFG_d_discover_threads);
+	d->disc_slow_max = d->ndisc / 2 > 0 ? d->ndisc / 2 : 1;
 }
 
 /* Pack every region for P, and find the region holding each buffer. */
@@ -132,9 +148,12 @@ static int start_threads(lc_decode_t *d)
 	if (pthread_create(&d->ctl_thread, NULL, lc__decode_ctl_main, d))
 		return -EAGAIN;
 	d->ctl_started = true;
-	if (pthread_create(&d->disc_thread, NULL, lc__decode_disc_main, d))
-		return -EAGAIN;
-	d->disc_started = true;
+	if (!(d->disc_threads = calloc((size_t)d->ndisc, sizeof *d->disc_threads)))
+		return -ENOMEM;
+	for (; d->disc_started < d->ndisc; d->disc_started++)
+		if (pthread_create(&d->disc_threads[d->disc_started], NULL, lc__decode_disc_main,
+				   d))
+			return -EAGAIN;
 	return 0;
 }
 #endif
@@ -171,7 +190,8 @@ int lc_decode_create(lc_ctx_t *ctx, const lc_decode_params_t *params, lc_decode_
 	lc_decode_t *d = decode_new(ctx, &pp);
 	if (!d)
 		return -ENOMEM;
-	if (!(d->peers = calloc((size_t)d->peers_max, sizeof *d->peers))) {
+	if (!(d->peers = calloc(2 * (size_t)d->peers_max, sizeof *d->peers)) ||
+	    !(d->met = calloc((size_t)d->peers_max, sizeof *d->met))) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -231,14 +251,13 @@ void lc_decode_destroy(lc_decode_t *d)
 	lc__decode_ctl_wake(d);
 	if (d->ctl_started)
 		pthread_join(d->ctl_thread, NULL);
-	if (d->disc_started)
-		pthread_join(d->disc_thread, NULL);
-	for (int i = 0; i < d->npeers; i++) {
-		lc__decode_peer_reset(d, d->peers[i]);
-		free(d->peers[i]->pins);
-		free(d->peers[i]);
-	}
+	for (int i = 0; i < d->disc_started; i++)
+		pthread_join(d->disc_threads[i], NULL);
+	free(d->disc_threads);
+	if (d->peers)
+		lc__decode_peers_free(d);
 	free(d->peers);
+	free(d->met);
 	lc__pull_close(d->pull);
 	lc__zctx_destroy(d->z);
 	lc_listener_destroy(d->listener);
@@ -294,6 +313,12 @@ int lc_decode_counter(lc_decode_t *d, const char *name, uint64_t *out)
 				!d      ? "decode"
 				: !name ? "name"
 					: "out");
+	if (!strcmp(name, "channels_open")) { /* a gauge */
+		pthread_mutex_lock(&d->lock);
+		*out = (uint64_t)d->nchannels;
+		pthread_mutex_unlock(&d->lock);
+		return 0;
+	}
 	for (int i = 0; i < LC__CTL_COUNT; i++)
 		if (!strcmp(lc__ctl_counter_name(i), name)) {
 			if (!lc__pull_counter(d->pull, i, out))
@@ -316,7 +341,7 @@ int lc_receiver_create(lc_decode_t *d, const char *bootstrap, uint64_t room, lc_
 
 int lc_receiver_create_ex(lc_decode_t *d, const lc_receiver_params_t *params, lc_receiver_t **out)
 {
-	char addr[LC__BS_HOST_MAX];
+	char addr[LC__BS_HOST_MAX], why[LC_REASON_MAX] = "";
 	lc_receiver_params_t rp;
 	LC__PARAMS_TAKE("lc_receiver_create_ex", d, "decode", &rp, params, "params",
 			lc_receiver_params_t, room);
@@ -353,21 +378,19 @@ int lc_receiver_create_ex(lc_decode_t *d, const lc_receiver_params_t *params, lc
 	r->created_ns = lc__now_ns();
 	r->default_bootstrap = !(bootstrap && *bootstrap);
 	pthread_mutex_lock(&d->lock);
-	int rc = 0, npeers = d->npeers;
+	int rc = 0;
 	if (lc__decode_find(d, room))
 		rc = -EEXIST;
 	else
-		rc = lc__decode_peer_get(d, addr, &r->peer);
+		rc = lc__decode_peer_get(d, addr, &r->peer, why, sizeof why);
 	if (rc) {
 		pthread_mutex_unlock(&d->lock);
 		free(r);
-		if (rc == -ENOSPC)
-			return LC__FAIL(rc,
-					"receiver of room %llu: too many P addresses known to "
-					"this D: all %d (d_peers_max) are named by receivers not "
-					"yet destroyed (or in a lookup), %s is not; destroy "
-					"finished receivers or raise d_peers_max",
-					(unsigned long long)room, npeers, addr);
+		if (rc == -ENOSPC) { /* a flood's: logged at a rate (decode_peers.c) */
+			lc__error_set(rc, "receiver of room %llu: %s", (unsigned long long)room,
+				      why);
+			return rc;
+		}
 		return LC__FAIL(rc, "receiver of room %llu: %s", (unsigned long long)room,
 				rc == -EEXIST ? "the room already has a receiver"
 					      : lc_strerror(rc));
@@ -376,8 +399,8 @@ int lc_receiver_create_ex(lc_decode_t *d, const lc_receiver_params_t *params, lc
 	d->receivers = r;
 	d->rooms.opened++;
 	/* A P this D already registered with: Bootstrapped before the call
-	 * returns, and the discovery thread, whose watch counts live rooms,
-	 * is woken only if it slept with none live (a wake-up per room
+	 * returns, and the discovery workers, whose watch counts live rooms,
+	 * are woken only if one slept with none live (a wake-up per room
 	 * otherwise, on the path of every room). */
 	lc__decode_discover_now(d, r);
 	if (r->status == LC_ROOM_BOOTSTRAPPING || !d->disc_live)

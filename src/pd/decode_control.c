@@ -52,7 +52,8 @@ void lc__decode_set_state(lc_decode_t *d, lc_receiver_t *r, int status)
 static void send_cancel(lc_decode_t *d, lc_receiver_t *r, const char *reason)
 {
 	lc__ppeer_t *pe = r->peer;
-	if (!pe->info)
+	char why[LC_REASON_MAX];
+	if (!pe || !pe->info)
 		return;
 	lc__msg_t *m = calloc(1, sizeof *m);
 	if (!m)
@@ -66,9 +67,10 @@ static void send_cancel(lc_decode_t *d, lc_receiver_t *r, const char *reason)
 		uint8_t *buf;
 		size_t len;
 		/* A rank never registered with may still hold the room open,
-		 * claimed by no one: it fails it at once (prefill_control.c). */
+		 * claimed by no one: it fails it at once (prefill_control.c).
+		 * With every channel in use, P's own deadline does it. */
 		if (!pr->resolved ||
-		    (!pr->push && lc__push_connect(d->z, pr->endpoint, pr->key, &pr->push)))
+		    lc__decode_chan_open(d, pe, r->plan.targets[i].rank, why, sizeof why))
 			continue;
 		if (!pr->has_secret && lc__random_bytes(pr->secret, LC__MSG_SECRET_LEN))
 			continue;
@@ -222,7 +224,8 @@ static bool room_proven(lc_decode_t *d, uint64_t room, uint32_t p_rank, const ui
 			const char *what)
 {
 	lc_receiver_t *r = lc__decode_find(d, room);
-	return !r || proven(d, r->peer, p_rank, secret, what);
+	/* A final room's peer may be forgotten: whatever comes is dropped. */
+	return !r || !r->peer || proven(d, r->peer, p_rank, secret, what);
 }
 
 static void handle_status(lc_decode_t *d, const lc__msg_status_t *s, const uint8_t *secret)
@@ -453,8 +456,7 @@ static void replies_overdue(lc_decode_t *d, uint64_t now, uint64_t *next)
 				/* Nothing there: the next room looks the route up
 				 * again (a P restarted elsewhere, looked up once
 				 * before it registered again, is found then). */
-				lc__push_close(pr->push);
-				pr->push = NULL;
+				lc__decode_chan_close(d, pr);
 				pr->resolved = false;
 			}
 		}

@@ -1,9 +1,10 @@
 /*
- * The decode side's discovery thread: finds P through its bootstrap server
- * (once per P address, cached), checks P's geometry against D's, plans each
- * room's target P ranks (core/topology.c), fetches each rank's endpoint
- * once and registers the session once per P rank; and probes each P with
- * live rooms (the heartbeat). All HTTP runs here with `lock` dropped.
+ * The decode side's discovery workers: find P through its bootstrap server
+ * (once per P address, cached), check P's geometry against D's, plan each
+ * room's target P ranks (core/topology.c), fetch each rank's endpoint once
+ * and register the session once per P rank; and watch each P with live
+ * rooms (the heartbeat). All HTTP runs here with `lock` dropped, one worker
+ * per bootstrap address at a time (pd/decode_int.h, "Threads").
  */
 #include <errno.h>
 #include <netdb.h>
@@ -17,104 +18,6 @@
 #include "control/addr.h"
 #include "control/curve_keys.h"
 #include "pd/decode_int.h"
-
-static bool has_pins(const lc__ppeer_t *pe)
-{
-	for (int i = 0; i < pe->npins; i++)
-		if (pe->pins[i].set)
-			return true;
-	return false;
-}
-
-/* The table is full: forget a peer nothing refers to (no receiver, no
- * lookup in flight), one never resolved first (a mistyped or unreachable
- * address: nothing learned, nothing pinned), else the least recently used.
- * Its pins go with it: that P is trusted afresh on its next receiver
- * (docs/security.md, "D authenticates P"). -ENOSPC when every peer is
- * referred to. */
-static int evict_one(lc_decode_t *d, const char *newcomer)
-{
-	int best = -1;
-	bool best_raw = false;
-	for (int i = 0; i < d->npeers; i++) {
-		const lc__ppeer_t *pe = d->peers[i];
-		if (pe->refs)
-			continue;
-		bool raw = !pe->info && !has_pins(pe);
-		if (best < 0 || (raw && !best_raw) ||
-		    (raw == best_raw && pe->last_used_ns < d->peers[best]->last_used_ns)) {
-			best = i;
-			best_raw = raw;
-		}
-	}
-	if (best < 0)
-		return -ENOSPC;
-	lc__ppeer_t *pe = d->peers[best];
-	uint64_t n = LC__D_CTL_ADD(d, peers_evicted) + 1;
-	LC__LOG_PEER(LC_LOG_INFO,
-		     "decode %s: %d P addresses known (d_peers_max): forgot %s (%s, last named "
-		     "%llu ms ago) for %s (%llu forgotten so far)",
-		     d->session, d->npeers, pe->addr,
-		     best_raw       ? "never resolved"
-		     : has_pins(pe) ? "its pinned routes with it"
-				    : "nothing pinned",
-		     (unsigned long long)((lc__now_ns() - pe->last_used_ns) / 1000000), newcomer,
-		     (unsigned long long)n);
-	lc__decode_peer_reset(d, pe);
-	free(pe->pins);
-	free(pe);
-	d->peers[best] = d->peers[--d->npeers];
-	return 0;
-}
-
-int lc__decode_peer_get(lc_decode_t *d, const char *addr, lc__ppeer_t **out)
-{
-	lc__ppeer_t *pe = NULL;
-	for (int i = 0; i < d->npeers && !pe; i++)
-		if (!strcmp(d->peers[i]->addr, addr))
-			pe = d->peers[i];
-	if (!pe) {
-		if (d->npeers >= d->peers_max && evict_one(d, addr))
-			return -ENOSPC;
-		if (!(pe = calloc(1, sizeof *pe)))
-			return -ENOMEM;
-		snprintf(pe->addr, sizeof pe->addr, "%s", addr);
-		d->peers[d->npeers++] = pe;
-	}
-	pe->refs++;
-	pe->last_used_ns = lc__now_ns();
-	*out = pe;
-	return 0;
-}
-
-void lc__decode_peer_put(lc__ppeer_t *pe)
-{
-	pe->refs--;
-}
-
-/* The rank's token goes: no new connection may present it. Rooms bound to
- * it keep its id until they are revoked, which lc__decode_fail does to
- * every room of the rank before D forgets or moves it. */
-static void token_drop(lc_decode_t *d, lc__prank_t *pr)
-{
-	if (pr->has_token)
-		lc_token_revoke(d->ctx, &pr->token);
-	pr->has_token = false;
-}
-
-void lc__decode_peer_reset(lc_decode_t *d, lc__ppeer_t *pe)
-{
-	if (pe->info)
-		for (int i = 0; i < pe->info->world_size; i++) {
-			lc__push_close(pe->ranks[i].push);
-			token_drop(d, &pe->ranks[i]);
-		}
-	free(pe->ranks);
-	free(pe->info);
-	pe->ranks = NULL;
-	pe->info = NULL;
-	pe->generation++;
-}
 
 /* This D rank against P's published layout. */
 static lc__topology_t topology(const lc_decode_t *d, const lc__parallel_info_t *pi)
@@ -263,14 +166,29 @@ static void retry_later(lc_decode_t *d, uint64_t room, const char *why)
 	}
 }
 
+/* A lookup at the bootstrap server took this long or longer: its peer is
+ * slow (it may hold only disc_slow_max workers) until one is quick. */
+#define SLOW_LOOKUP_NS (500ull * 1000000)
+
+/* How a lookup at pe's bootstrap server went (fail: enum lc__bs_fail,
+ * NONE when it answered; took: its time): a silent or unreachable address,
+ * or one that answers slowly, is slow. */
+static void lookup_done(lc__ppeer_t *pe, int fail, uint64_t took)
+{
+	pe->slow = fail == LC__BS_FAIL_TIMEOUT || fail == LC__BS_FAIL_UNREACHABLE ||
+		   took >= SLOW_LOOKUP_NS;
+}
+
 /* A lookup at the peer's bootstrap server failed (fail: enum lc__bs_fail).
  * Said at once, and again only when its kind changes: a refused connection
- * is a P not up yet (D may start first: the room waits for its bootstrap
+ * is a P not up yet (D may start first: the rooms wait for their bootstrap
  * deadline), an answer that is not a bootstrap server's will not change
- * (the room fails now). */
+ * (the rooms fail now). The peer's next lookup, for any of its rooms, is
+ * no sooner than LC__D_RETRY_NS from now. */
 static void lookup_failed(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int fail, const char *why)
 {
 	LC__D_CTL_ADD(d, bootstrap_failures);
+	pe->next_lookup_ns = lc__now_ns() + LC__D_RETRY_NS;
 	if (fail != pe->last_fail) {
 		pe->last_fail = fail;
 		if (fail == LC__BS_FAIL_NOT_SERVER)
@@ -285,16 +203,40 @@ static void lookup_failed(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int fa
 				 d->session, pe->addr, why,
 				 (unsigned long long)(d->bootstrap_ns / 1000000));
 	}
-	lc_receiver_t *r = lc__decode_find(d, room);
-	if (r && fail == LC__BS_FAIL_NOT_SERVER)
-		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
-				"%s; give D its P's bootstrap server host:port", why);
-	else
-		retry_later(d, room, why);
+	retry_later(d, room, why);
+	for (lc_receiver_t *r = d->receivers; r; r = r->next) {
+		if (r->peer != pe || r->status != LC_ROOM_BOOTSTRAPPING)
+			continue;
+		if (fail == LC__BS_FAIL_NOT_SERVER)
+			lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false,
+					"%s; give D its P's bootstrap server host:port", why);
+		else if (!pe->info) /* their reason at the deadline */
+			lc__reason(r->reason, sizeof r->reason, "%s", why);
+	}
 }
 
-/* GET /route -1/-1 of the room's P, once per peer. Returns the receiver,
- * still Bootstrapping, once pe->info is known; NULL to stop this pass. */
+/* P's layout names more P ranks than d_peer_ranks_max (ranks x DP
+ * groups): D would keep a channel and a registration per rank its rooms
+ * name. Refused; the peer's rooms fail, saying so. */
+static void fanout_refused(lc_decode_t *d, lc__ppeer_t *pe, const lc__parallel_info_t *pi)
+{
+	char why[LC_REASON_MAX];
+	uint64_t n = LC__D_CTL_ADD(d, routes_refused_fanout) + 1;
+	lc__reason(why, sizeof why,
+		   "bootstrap %s advertises %d P ranks (%d DP groups), more than "
+		   "d_peer_ranks_max (%d): refused",
+		   pe->addr, pi->world_size, pi->dp_size, d->peer_ranks_max);
+	LC__ERROR_PEER("decode %s: %s (%llu refused so far)", d->session, why,
+		       (unsigned long long)n);
+	pe->next_lookup_ns = lc__now_ns() + LC__D_RETRY_NS;
+	for (lc_receiver_t *r = d->receivers; r; r = r->next)
+		if (r->peer == pe && r->status == LC_ROOM_BOOTSTRAPPING)
+			lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "%s", why);
+}
+
+/* GET /route -1/-1 of the room's P, once per peer (the worker holds it:
+ * pe->busy). Returns the receiver, still Bootstrapping, once pe->info is
+ * known; NULL to stop this pass. */
 static lc_receiver_t *fetch_parallel(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe)
 {
 	char why[300] = "", addr[LC__BS_HOST_MAX];
@@ -305,11 +247,12 @@ static lc_receiver_t *fetch_parallel(lc_decode_t *d, uint64_t room, lc__ppeer_t 
 	if (!pi)
 		return NULL;
 	snprintf(addr, sizeof addr, "%s", pe->addr);
-	pe->refs++; /* the room's receiver may go meanwhile: pe may not */
+	uint64_t t0 = lc__now_ns();
 	pthread_mutex_unlock(&d->lock);
 	int rc = lc__bootstrap_get_parallel(addr, &o, pi, why, sizeof why);
+	uint64_t took = lc__now_ns() - t0;
 	pthread_mutex_lock(&d->lock);
-	pe->refs--;
+	lookup_done(pe, fail, took);
 	if (rc || pe->info || pe->generation != gen) {
 		free(pi);
 		if (rc)
@@ -317,6 +260,19 @@ static lc_receiver_t *fetch_parallel(lc_decode_t *d, uint64_t room, lc__ppeer_t 
 		return NULL;
 	}
 	pe->last_fail = LC__BS_FAIL_NONE;
+	if (pi->world_size > d->peer_ranks_max) {
+		fanout_refused(d, pe, pi);
+		free(pi);
+		return NULL;
+	}
+	if (!lc__decode_peer_prove(d, pe, why, sizeof why)) {
+		pe->next_lookup_ns = lc__now_ns() + LC__D_RETRY_NS;
+		for (lc_receiver_t *r = d->receivers; r; r = r->next)
+			if (r->peer == pe && r->status == LC_ROOM_BOOTSTRAPPING)
+				lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "%s", why);
+		free(pi);
+		return NULL;
+	}
 	pe->ranks = calloc((size_t)pi->world_size, sizeof *pe->ranks);
 	if (!pe->ranks) {
 		free(pi);
@@ -450,11 +406,21 @@ static bool endpoint_alive(const char *endpoint)
 
 /* GET /route of one P rank, once per rank. Returns the receiver, still
  * Bootstrapping, once the rank's endpoint is known; NULL to stop. */
+/* The rank's token goes: no new connection may present it (rooms bound to
+ * it keep its id until they are revoked). */
+static void token_drop(lc_decode_t *d, lc__prank_t *pr)
+{
+	if (pr->has_token)
+		lc_token_revoke(d->ctx, &pr->token);
+	pr->has_token = false;
+}
+
 static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *pe, int rank)
 {
 	char why[300] = "", addr[LC__BS_HOST_MAX];
-	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 1};
-	uint64_t gen = pe->generation;
+	int fail = LC__BS_FAIL_NONE;
+	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 1, .fail = &fail};
+	uint64_t gen = pe->generation, t0 = lc__now_ns();
 	int ptp = pe->info->world_size / pe->info->dp_size;
 	lc__rank_info_t ri;
 	char pinned[sizeof pe->pins->endpoint] = "";
@@ -462,9 +428,9 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 	if (rank < pe->npins && pe->pins[rank].set)
 		snprintf(pinned, sizeof pinned, "%s", pe->pins[rank].endpoint);
 	snprintf(addr, sizeof addr, "%s", pe->addr);
-	pe->refs++; /* as in fetch_parallel */
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->lock); /* pe->busy: as in fetch_parallel */
 	int rc = lc__bootstrap_get_rank(addr, rank % ptp, rank / ptp, &o, &ri, why, sizeof why);
+	uint64_t took = lc__now_ns() - t0;
 	char ep[300], adv_status[LC__MSG_STR_MAX], adv_data[LC__MSG_STR_MAX],
 		adv_why[LC_REASON_MAX];
 	int adv_rc = 0;
@@ -478,7 +444,7 @@ static lc_receiver_t *resolve_rank(lc_decode_t *d, uint64_t room, lc__ppeer_t *p
 		old_alive = pinned[0] && strcmp(pinned, ep) && endpoint_alive(pinned);
 	}
 	pthread_mutex_lock(&d->lock);
-	pe->refs--;
+	lookup_done(pe, fail, took);
 	if (pe->generation != gen || !pe->info)
 		return NULL;
 	if (rc) {
@@ -515,8 +481,15 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 	lc__topology_t t = topology(d, r->peer->info);
 	uint8_t *buf;
 	size_t len;
-	if (!pr->push && lc__push_connect(d->z, pr->endpoint, pr->key, &pr->push)) {
-		lc__decode_fail(d, r, LC_FAIL_TRANSFER, false, "cannot connect to P rank %d", rank);
+	char why[LC_REASON_MAX];
+	int rc = lc__decode_chan_open(d, r->peer, rank, why, sizeof why);
+	if (rc == -ENOSPC) { /* every channel in use by a live room: one frees */
+		lc__reason(r->reason, sizeof r->reason, "%s", why);
+		r->next_try_ns = lc__now_ns() + LC__D_RETRY_NS;
+		return 1;
+	}
+	if (rc) {
+		lc__decode_fail(d, r, LC_FAIL_TRANSFER, false, "%s", why);
 		return -1;
 	}
 	if (!pr->has_secret && lc__random_bytes(pr->secret, LC__MSG_SECRET_LEN)) {
@@ -541,7 +514,7 @@ static int register_rank(lc_decode_t *d, lc_receiver_t *r, lc__prank_t *pr, int 
 		lc__decode_fail(d, r, LC_FAIL_BAD_INPUT, false, "cannot encode the registration");
 		return -1;
 	}
-	int rc = lc__push_send(pr->push, buf, len, 0);
+	rc = lc__push_send(pr->push, buf, len, 0);
 	free(buf);
 	uint64_t now = lc__now_ns();
 	if (rc) {
@@ -816,6 +789,54 @@ static void lanes_gone(lc_decode_t *d, uint64_t now)
 	}
 }
 
+/* The room a worker takes next: the first Bootstrapping one that is due,
+ * whose peer no worker is on and, for a slow peer, while fewer than
+ * disc_slow_max workers are on slow ones (the rest stay free for addresses
+ * that answer). Rooms passed over for those two reasons are looked at again
+ * when a worker finishes (it broadcasts); *next: when the first room not
+ * yet due is; *live: whether any room is live. */
+static lc_receiver_t *pick(lc_decode_t *d, uint64_t now, uint64_t *next, bool *live)
+{
+	lc_receiver_t *found = NULL;
+	for (lc_receiver_t *r = d->receivers; r; r = r->next) {
+		if (lc__decode_final(r))
+			continue;
+		*live = true;
+		if (found || r->status != LC_ROOM_BOOTSTRAPPING)
+			continue;
+		const lc__ppeer_t *pe = r->peer;
+		uint64_t due = r->next_try_ns;
+		if (!pe->info && pe->next_lookup_ns > due)
+			due = pe->next_lookup_ns; /* its last lookup failed a moment ago */
+		if (due > now)
+			*next = LC__MIN(*next, due);
+		else if (!pe->busy && (!pe->slow || d->disc_slow_busy < d->disc_slow_max))
+			found = r;
+	}
+	return found;
+}
+
+/* Bring room r forward, holding its peer for the time (pe->busy). */
+static void work(lc_decode_t *d, lc_receiver_t *r, uint64_t now)
+{
+	lc__ppeer_t *pe = r->peer;
+	uint64_t room = r->room;
+	bool slow = pe->slow;
+	pe->busy = true;
+	d->disc_slow_busy += slow;
+	discover_one(d, room);
+	pe->busy = false;
+	d->disc_slow_busy -= slow;
+	/* A pass that neither moved the room on nor set its next try (out of
+	 * memory; a race lost) tries again after LC__D_RETRY_NS: at once, the
+	 * workers would spin with the lock held and starve the control thread,
+	 * which fails rooms at their deadlines, and every lc_receiver_poll. */
+	r = lc__decode_find(d, room);
+	if (r && r->status == LC_ROOM_BOOTSTRAPPING && r->next_try_ns <= now)
+		r->next_try_ns = lc__now_ns() + LC__D_RETRY_NS;
+	pthread_cond_broadcast(&d->cond); /* rooms passed over for pe, or for slowness */
+}
+
 void *lc__decode_disc_main(void *arg)
 {
 	pthread_setname_np(pthread_self(), "lc-decode-disc");
@@ -824,35 +845,17 @@ void *lc__decode_disc_main(void *arg)
 	while (!atomic_load(&d->stop)) {
 		uint64_t now = lc__now_ns();
 		uint64_t next = now + LC__MIN(d->hb_interval_ns, 1000000000ull);
-		/* Receivers waiting for discovery, by room (the list may change
-		 * while the lock is dropped). */
-		uint64_t rooms[64];
-		int n = 0;
 		bool live = false;
-		for (lc_receiver_t *r = d->receivers; r && n < 64; r = r->next) {
-			live |= !lc__decode_final(r);
-			if (r->status == LC_ROOM_BOOTSTRAPPING) {
-				if (r->next_try_ns <= now)
-					rooms[n++] = r->room;
-				else if (r->next_try_ns < next)
-					next = r->next_try_ns;
-			}
-		}
-		for (int i = 0; i < n && !atomic_load(&d->stop); i++) {
-			discover_one(d, rooms[i]);
-			/* A pass that neither moved the room on nor set its next
-			 * try (out of memory; another pass won a race) tries again
-			 * after LC__D_RETRY_NS: at once, this loop would spin with
-			 * the lock held and starve the control thread, which fails
-			 * rooms at their deadlines, and every lc_receiver_poll. */
-			lc_receiver_t *r = lc__decode_find(d, rooms[i]);
-			if (r && r->status == LC_ROOM_BOOTSTRAPPING && r->next_try_ns <= now)
-				r->next_try_ns = lc__now_ns() + LC__D_RETRY_NS;
-		}
-		now = lc__now_ns();
+		/* No I/O, whichever worker comes by: each is due by its own clock. */
 		lanes_gone(d, now);
 		heartbeat(d, now);
-		if (n || atomic_load(&d->lanes_gone) != d->lanes_seen)
+		next = LC__MIN(next, lc__decode_chan_sweep(d, now));
+		lc_receiver_t *r = pick(d, now, &next, &live);
+		if (r) {
+			work(d, r, now);
+			continue;
+		}
+		if (atomic_load(&d->lanes_gone) != d->lanes_seen)
 			continue;
 		if (now < d->gone_until_ns)
 			next = LC__MIN(next, now + LC__D_GONE_POLL_NS);

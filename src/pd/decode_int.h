@@ -1,24 +1,30 @@
 /*
  * The decode side inside (docs/control-plane.md): one lc_decode_t per D
- * rank, one lc_receiver_t per room. Three files share these structures:
+ * rank, one lc_receiver_t per room. Four files share these structures:
  *   decode.c           the public calls (create, receivers, poll, cancel),
- *   decode_discover.c  the discovery thread: bootstrap lookups, session
+ *   decode_discover.c  the discovery workers: bootstrap lookups, session
  *                      registration, the heartbeat (blocking HTTP),
+ *   decode_peers.c     the table of P peers (two halves, pins outliving
+ *                      their peer) and the channels to P ranks (capped,
+ *                      idle ones closed),
  *   decode_control.c   the control thread: P's messages, deadlines, and the
  *                      room status (every change through core/room.c).
  * Which P ranks a room talks to is decided in core/topology.c.
  *
  * Threads: the control thread owns the inbox (P's statuses, layer updates,
- * registration replies) and enforces every deadline; the discovery thread
- * runs the blocking HTTP so that neither the caller nor the inbox waits on
- * it.
+ * registration replies) and enforces every deadline; d_discover_threads
+ * discovery workers run the blocking HTTP so that neither the caller nor
+ * the inbox waits on it. A worker takes one room at a time, and one
+ * bootstrap address has at most one worker (ppeer.busy): a slow or silent
+ * address holds one worker, and addresses whose last lookup failed hold at
+ * most half of them (disc_slow_max), so it delays only its own rooms.
  *
  * Locking: `lock` protects the receiver list, every receiver's fields, the
- * peer table and the room counters. HTTP is never done with it held (the
- * discovery thread copies what it needs, drops the lock, and looks things
- * up again by room afterwards). lc_grant_revoke and non-blocking PUSH sends
- * may run under it (both are bounded: microseconds, and a zero send
- * timeout).
+ * peer table, the pins table, the channel count and the room counters.
+ * HTTP is never done with it held (a worker marks the peer busy, copies
+ * what it needs, drops the lock, and looks things up again by room
+ * afterwards). lc_grant_revoke and non-blocking PUSH sends may run under it
+ * (both are bounded: microseconds, and a zero send timeout).
  */
 #ifndef LC_PD_DECODE_INT_H
 #define LC_PD_DECODE_INT_H
@@ -47,7 +53,7 @@
 /* How long D waits for a pinned P rank's old address to accept a
  * connection before it follows a changed route (no CURVE). */
 #define LC__D_PROBE_MS 500
-/* The discovery thread's longest sleep while rooms are live: bounds a
+/* A discovery worker's longest sleep while rooms are live: bounds a
  * wake-up lost by lc__decode_lane_gone's trylock. */
 #define LC__D_LIVE_WAIT_NS (100ull * 1000000)
 
@@ -84,26 +90,49 @@ typedef struct lc__prank {
 	char adv_data[LC__MSG_STR_MAX];
 	int adv_rc; /* nothing sound to tell the rank: why (set when resolved) */
 	char adv_why[LC_REASON_MAX];
+	/* A live room last used the rank (decode_peers.c, channels_sweep): its
+	 * channel (push) closes once this is d_channel_idle_ms old. */
+	uint64_t used_ns;
 } lc__prank_t;
 
 /* What D first learned of a P rank's route, kept for the D's life
- * without CURVE (decode_discover.c, route_trusted). */
+ * without CURVE (decode_discover.c, route_trusted), also after its peer
+ * gave its place to another (lc__pmet_t). */
 typedef struct lc__pin {
 	bool set;
 	char endpoint[300];
 	char key[LC__BS_KEY_MAX];
 } lc__pin_t;
 
-/* One P instance, by bootstrap address. At d_peers_max peers, one that
- * nothing refers to gives its place to a new address (decode_discover.c,
- * evict_one), its pins with it. */
+/* A P address this D met (its bootstrap server answered) and forgot for
+ * another: what it pinned there, kept in a compact table of at most
+ * d_peers_max (decode_peers.c), so that a forgotten P is neither trusted
+ * afresh nor treated as a stranger when it is named again. */
+typedef struct lc__pmet {
+	char addr[LC__BS_HOST_MAX];
+	uint64_t last_used_ns;
+	lc__pin_t *pins;
+	int npins;
+} lc__pmet_t;
+
+/* One P instance, by bootstrap address. The table has two halves of
+ * d_peers_max places (decode_peers.c): peers whose bootstrap server
+ * answered this D (proven) and peers not answered yet, so that addresses
+ * where nothing answers never take the place of a P this D met. In a full
+ * half, a peer with no live room gives its place to a newcomer. */
 typedef struct lc__ppeer {
 	char addr[LC__BS_HOST_MAX];
-	/* Receivers naming the peer (created, not yet destroyed), plus one
-	 * while the discovery thread works on it with `lock` dropped: a peer
-	 * is freed only at 0. */
+	bool proven; /* its bootstrap server answered a lookup (or it was met) */
+	/* A discovery worker is on it with `lock` dropped (one at a time): it
+	 * is not freed meanwhile, and no other worker takes its rooms. */
+	bool busy;
+	bool slow; /* its last lookup failed: it may hold only disc_slow_max workers */
+	/* Receivers naming the peer (created, not yet destroyed); a final
+	 * receiver's peer may be forgotten under it (r->peer set NULL). */
 	int refs;
+	int live;                  /* scratch of count_live: live rooms naming it */
 	uint64_t last_used_ns;     /* a receiver was last created for it */
+	uint64_t next_lookup_ns;   /* after a failed lookup: the next, no sooner */
 	lc__parallel_info_t *info; /* NULL until fetched */
 	lc__prank_t *ranks;        /* info->world_size */
 	lc__pin_t *pins;           /* npins, by rank; survive lc__decode_peer_reset */
@@ -187,8 +216,12 @@ struct lc_decode {
 	int64_t default_port;
 	lc__zctx_t *z;
 	lc__pull_t *pull;
-	pthread_t ctl_thread, disc_thread;
-	bool ctl_started, disc_started;
+	pthread_t ctl_thread, *disc_threads; /* ndisc (d_discover_threads) */
+	bool ctl_started;
+	int ndisc, disc_started;
+	/* Workers on a slow peer now, and at most (half of them, at least 1):
+	 * the others stay free for addresses that answer. Under `lock`. */
+	int disc_slow_busy, disc_slow_max;
 	_Atomic bool stop;
 	/* Wakes the control thread (lc__decode_ctl_wake): stop, and while it
 	 * sleeps long (ctl_idle: no live room for LIVE_POLL_MS; set under `lock`
@@ -200,19 +233,27 @@ struct lc_decode {
 	uint64_t ctl_live_ns;
 	_Atomic uint64_t ctl[LC__CTL_COUNT];
 	/* Lanes from P closed by P (the listener's word, any thread), and the
-	 * last room written on one; the discovery thread's view of them. */
+	 * last room written on one; the discovery workers' view of them. */
 	_Atomic uint64_t lanes_gone, gone_room;
 	uint64_t lanes_seen, gone_until_ns;
-	/* The discovery thread saw a live room before it last slept, so it
+	/* A discovery worker saw a live room before it last slept, so it
 	 * looks again within LC__D_LIVE_WAIT_NS anyway: a receiver
-	 * Bootstrapped at creation need not wake it. Under `lock`. */
+	 * Bootstrapped at creation need not wake the workers. Under `lock`. */
 	bool disc_live;
+	/* Channels (PUSH sockets, three ZeroMQ sockets each) open to P ranks,
+	 * at most channels_max (d_channels_max); one no live room used for
+	 * chan_idle_ns closes (decode_peers.c). Under `lock`. */
+	int nchannels, channels_max;
+	uint64_t chan_idle_ns, next_sweep_ns;
+	int peer_ranks_max; /* d_peer_ranks_max: P ranks one bootstrap may advertise */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond; /* discovery work or stop */
 	lc_receiver_t *receivers;
-	lc__ppeer_t **peers; /* peers_max (d_peers_max) entries */
-	int npeers, peers_max;
+	lc__ppeer_t **peers; /* 2 * peers_max (d_peers_max): nproven + nraw */
+	int npeers, peers_max, nproven, nraw;
+	lc__pmet_t *met; /* peers_max entries: pins of forgotten P peers */
+	int nmet;
 	lc__room_metrics_t rooms; /* receivers' outcomes, counted by core/room.c */
 	lc__notify_t notify;      /* receivers' status changes, for lc_decode_wait */
 };
@@ -246,25 +287,44 @@ int lc__decode_keep_range(lc_receiver_t *r, const lc__sum_range_t *g);
  * ranges; else LC_ERR_PROTO with the reason in why. */
 int lc__decode_check_sum(lc_decode_t *d, lc_receiver_t *r, char *why, size_t cap);
 
-/* ---- decode_discover.c ---- */
+/* ---- decode_peers.c (all with `lock` held) ---- */
 
 /* The peer of a bootstrap address for a new receiver (its reference
- * taken), created on first use; in a full table a peer nothing refers to
- * is forgotten for it. -ENOSPC when every peer is referred to, -ENOMEM.
- * With `lock` held. */
-int lc__decode_peer_get(lc_decode_t *d, const char *addr, lc__ppeer_t **out);
-/* A receiver of the peer was destroyed. With `lock` held. */
+ * taken), created on first use in its half of the table (a P met before
+ * among the proven, else among the others); in a full half a peer with no
+ * live room and no worker on it is forgotten for it. -ENOSPC (why says
+ * which half and names d_peers_max) when every place of the half is held,
+ * -ENOMEM. */
+int lc__decode_peer_get(lc_decode_t *d, const char *addr, lc__ppeer_t **out, char *why, size_t cap);
+/* A receiver of the peer was destroyed (pe may be NULL: forgotten). */
 void lc__decode_peer_put(lc__ppeer_t *pe);
-/* Forget what is known of a peer (closes its sockets, revokes its ranks'
+/* Forget what is known of a peer (closes its channels, revokes its ranks'
  * tokens). */
 void lc__decode_peer_reset(lc_decode_t *d, lc__ppeer_t *pe);
+/* Free the whole table (lc_decode_destroy, threads stopped). */
+void lc__decode_peers_free(lc_decode_t *d);
+/* The peer's bootstrap server answered: it moves to the proven half. False
+ * when that half is full of peers with live rooms (why says so). */
+bool lc__decode_peer_prove(lc_decode_t *d, lc__ppeer_t *pe, char *why, size_t cap);
+/* The channel to P rank `rank` of pe, opened on first use: 0; -ENOSPC
+ * when d_channels_max are open and each has a live room (why says so:
+ * the caller retries later), another error when it cannot be opened. */
+int lc__decode_chan_open(lc_decode_t *d, lc__ppeer_t *pe, int rank, char *why, size_t cap);
+/* Close the rank's channel (its registration goes with it). */
+void lc__decode_chan_close(lc_decode_t *d, lc__prank_t *pr);
+/* Channels no live room used for d_channel_idle_ms close; ns until the
+ * next sweep is due. */
+uint64_t lc__decode_chan_sweep(lc_decode_t *d, uint64_t now);
+
+/* ---- decode_discover.c ---- */
+
 /* A new receiver whose P is known and whose every target rank answered
  * this D's registration needs no I/O to be Bootstrapped: done here, on the
- * caller's thread, without a hop to the discovery thread and back (true).
- * False: the discovery thread brings it forward (a lookup, a registration
- * or its answer is due). With `lock` held; never blocks. */
+ * caller's thread, without a hop to the discovery workers and back (true).
+ * False: a worker brings it forward (a lookup, a registration or its
+ * answer is due). With `lock` held; never blocks. */
 bool lc__decode_discover_now(lc_decode_t *d, lc_receiver_t *r);
-/* The discovery thread. */
+/* A discovery worker (arg: the decode side). */
 void *lc__decode_disc_main(void *arg);
 /* The data listener's lc__peer_gone_fn: a lane from P closed or reset by
  * P. Takes no lock it could wait for (the listener's I/O thread). */

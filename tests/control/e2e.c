@@ -695,18 +695,55 @@ static void d_quiesce(lc_decode_t *d)
 		}                                                                                  \
 	} while (0)
 
-/* peers_evict (d_peers_max=2, three waves at the real P): the table of P
- * addresses never fills for good. Addresses where nothing listens (a
- * bound, unlistened port on 127.0.0.1: connection refused) come and go
- * around the waves; with both places named by live receivers a third
- * address is refused naming the knob; a destroyed receiver's address gives
- * its place, a never-resolved one before P's pinned one (wave 2 finds P's
- * peer still known: no new REGISTER), and P's own peer, forgotten while
- * nothing names it, is found and registered with afresh (wave 3). A peer
- * whose lookup is in flight is never forgotten (H). */
+/* A bootstrap server in this process whose one route (a P of one rank)
+ * names a port where nothing listens: D's lookup there succeeds (a P
+ * address that answered), its REGISTER is never answered. */
+static lc_bootstrap_t *fake_bootstrap(char *addr, size_t cap, int closed_port)
+{
+	lc_bootstrap_t *b;
+	lc_bootstrap_params_t bp = {.size = sizeof bp, .host = "127.0.0.1", .port = 0};
+	TU_OK(lc_bootstrap_start(&bp, &b));
+	TU_OK(lc_bootstrap_addr(b, addr, cap));
+	lc__prefill_info_t info = {.world_size = 1, .dp_size = 1, .rank_port = closed_port};
+	snprintf(info.rank_ip, sizeof info.rank_ip, "127.0.0.1");
+	lc__http_opts_t o = {.timeout_ms = 2000, .retries = 1};
+	char why[256];
+	TU_CHECK(!lc__bootstrap_register(addr, &info, &o, why, sizeof why), "route: %s", why);
+	return b;
+}
+
+/* A receiver at a fake bootstrap until D has looked it up (its REGISTER
+ * queued), then destroyed. */
+static int d_touch(lc_decode_t *d, const char *addr, uint64_t room)
+{
+	lc_receiver_t *r;
+	uint64_t f = d_counter(d, "registrations");
+	int rc = d_recv(d, addr, room, &r);
+	if (rc)
+		return rc;
+	for (uint64_t dl = now_ms() + 5000; d_counter(d, "registrations") == f && now_ms() < dl;)
+		usleep(5000);
+	lc_receiver_destroy(r);
+	return d_counter(d, "registrations") == f ? -ETIMEDOUT : 0;
+}
+
+/* peers_evict (d_peers_max=2, four waves at the real P): the table of P
+ * addresses never fills for good, and addresses where nothing answers
+ * never take the place of a P that did (issue 43, finding 5). Addresses
+ * where nothing listens (a bound, unlistened port on 127.0.0.1: connection
+ * refused) come and go around the waves in their own half of the table:
+ * with both its places named by live receivers a third address is refused
+ * naming the knob; one with no live room gives its place; P's peer, once
+ * its server answered, is in the other half, which they never touch
+ * (waves 2 and 3 find it known: no new REGISTER). Two fake bootstrap
+ * servers that answer (Q1, Q2) fill that half: P, the least recently
+ * named, goes for Q2 with its pins kept, and wave 4 names it again: it
+ * takes Q1's place (met before, so among the proven) and is registered
+ * with afresh, its rooms byte-exact. A peer whose lookup is in flight is
+ * never forgotten (H). */
 static int d_peers_main(lc_decode_t *d, side_t *s, const char *bs_addr, int tp_rank)
 {
-	enum { A, B, C_, E, F, G, H, I, NADDR };
+	enum { A, B, C_, E, F, G, H, I, Q, NADDR };
 	int fds[NADDR], failures = 0;
 	char addr[NADDR][64];
 	for (int i = 0; i < NADDR; i++) {
@@ -726,6 +763,8 @@ static int d_peers_main(lc_decode_t *d, side_t *s, const char *bs_addr, int tp_r
 	PEER_CHECK(rc == -ENOSPC && strstr(lc_last_error(), "d_peers_max") &&
 			   strstr(lc_last_error(), addr[C_]) && !rc_,
 		   "a third address with two live: %d \"%s\"", rc, lc_last_error());
+	PEER_CHECK(d_counter(d, "peers_refused") == 1, "%llu refused, want 1",
+		   (unsigned long long)d_counter(d, "peers_refused"));
 	/* Tried and failed at least once each: still never resolved. */
 	for (uint64_t dl = now_ms() + 5000;
 	     d_counter(d, "bootstrap_failures") < 2 && now_ms() < dl;)
@@ -740,44 +779,74 @@ static int d_peers_main(lc_decode_t *d, side_t *s, const char *bs_addr, int tp_r
 		   (unsigned long long)d_counter(d, "peers_evicted"));
 	lc_receiver_destroy(rc_);
 	d_quiesce(d);
-	/* Wave 1: P's address takes C's place. */
+	/* Wave 1: P's address takes C's place, then moves to the other half
+	 * once its server answered. */
 	failures += d_wave(d, s, bs_addr, tp_rank, D_PEERS);
 	PEER_CHECK(d_counter(d, "peers_evicted") == 3, "wave 1: %llu evicted, want 3",
 		   (unsigned long long)d_counter(d, "peers_evicted"));
 	uint64_t regs = d_counter(d, "registrations");
-	/* E named again (known: nothing forgotten), so that P's peer is the
-	 * least recently used; yet E (never resolved) goes for F, not P's
-	 * peer (resolved, pinned). */
 	lc_receiver_destroy(re);
 	PEER_CHECK(!d_recv(d, addr[E], room++, &re), "E again");
 	lc_receiver_destroy(re);
 	d_quiesce(d);
+	/* F has the place P left: nothing forgotten. */
 	PEER_CHECK(!d_recv(d, addr[F], room++, &rf), "F");
+	PEER_CHECK(d_counter(d, "peers_evicted") == 3, "F: %llu evicted, want 3",
+		   (unsigned long long)d_counter(d, "peers_evicted"));
 	memset(s->mem, CANARY, s->len);
 	C.room_base += C.rooms;
 	failures += d_wave(d, s, bs_addr, tp_rank, D_PEERS);
-	PEER_CHECK(d_counter(d, "peers_evicted") == 4 && d_counter(d, "registrations") == regs,
-		   "wave 2: %llu evicted (want 4), %llu registrations (want %llu: P's peer kept)",
+	PEER_CHECK(d_counter(d, "peers_evicted") == 3 && d_counter(d, "registrations") == regs,
+		   "wave 2: %llu evicted (want 3), %llu registrations (want %llu: P's peer kept)",
 		   (unsigned long long)d_counter(d, "peers_evicted"),
 		   (unsigned long long)d_counter(d, "registrations"), (unsigned long long)regs);
-	/* With F live, G takes P's place: P's pins go with it. */
+	/* With F live, G takes E's place, never P's. */
 	PEER_CHECK(!d_recv(d, addr[G], room++, &rg), "G");
-	PEER_CHECK(d_counter(d, "peers_evicted") == 5, "G: %llu evicted, want 5",
+	PEER_CHECK(d_counter(d, "peers_evicted") == 4, "G: %llu evicted, want 4",
 		   (unsigned long long)d_counter(d, "peers_evicted"));
 	lc_receiver_destroy(rf);
 	lc_receiver_destroy(rg);
 	d_quiesce(d);
-	/* Wave 3: P found and registered with again. */
+	/* Wave 3: P still known. */
 	memset(s->mem, CANARY, s->len);
 	C.room_base += C.rooms;
 	failures += d_wave(d, s, bs_addr, tp_rank, D_PEERS);
-	PEER_CHECK(d_counter(d, "peers_evicted") == 6 && d_counter(d, "registrations") > regs,
-		   "wave 3: %llu evicted (want 6), %llu registrations (want > %llu)",
+	PEER_CHECK(d_counter(d, "peers_evicted") == 4 && d_counter(d, "registrations") == regs,
+		   "wave 3: %llu evicted (want 4), %llu registrations (want %llu)",
 		   (unsigned long long)d_counter(d, "peers_evicted"),
 		   (unsigned long long)d_counter(d, "registrations"), (unsigned long long)regs);
-	/* H listens and never answers: the discovery thread is inside its
+	/* Q1 answers (F goes for it, then it joins P), Q2 answers: P, named
+	 * longest ago, goes for it, its pins kept. */
+	char q1[64], q2[64];
+	int qport = atoi(strrchr(addr[Q], ':') + 1);
+	lc_bootstrap_t *b1 = fake_bootstrap(q1, sizeof q1, qport);
+	lc_bootstrap_t *b2 = fake_bootstrap(q2, sizeof q2, qport);
+	PEER_CHECK(!d_touch(d, q1, room++), "Q1");
+	PEER_CHECK(d_counter(d, "peers_evicted") == 5, "Q1: %llu evicted, want 5",
+		   (unsigned long long)d_counter(d, "peers_evicted"));
+	PEER_CHECK(!d_touch(d, q2, room++), "Q2");
+	PEER_CHECK(d_counter(d, "peers_evicted") == 6, "Q2: %llu evicted, want 6",
+		   (unsigned long long)d_counter(d, "peers_evicted"));
+	d_quiesce(d);
+	/* Wave 4: P, met before, takes Q1's place and is registered with
+	 * afresh; its pinned route is its own (nothing moved or refused). */
+	regs = d_counter(d, "registrations");
+	memset(s->mem, CANARY, s->len);
+	C.room_base += C.rooms;
+	failures += d_wave(d, s, bs_addr, tp_rank, D_PEERS);
+	PEER_CHECK(d_counter(d, "peers_evicted") == 7 && d_counter(d, "registrations") > regs &&
+			   !d_counter(d, "routes_moved") && !d_counter(d, "routes_refused"),
+		   "wave 4: %llu evicted (want 7), %llu registrations (want > %llu), %llu "
+		   "moved, %llu refused",
+		   (unsigned long long)d_counter(d, "peers_evicted"),
+		   (unsigned long long)d_counter(d, "registrations"), (unsigned long long)regs,
+		   (unsigned long long)d_counter(d, "routes_moved"),
+		   (unsigned long long)d_counter(d, "routes_refused"));
+	lc_bootstrap_stop(b1);
+	lc_bootstrap_stop(b2);
+	/* H listens and never answers: a discovery worker is inside its
 	 * lookup (2 s timeouts) with the lock dropped when H's receiver goes.
-	 * H is not forgotten meanwhile, though never resolved: I takes P's
+	 * H is not forgotten meanwhile, though never resolved: I takes G's
 	 * place, and H, asked for again once its lookup ended, is still known. */
 	TU_CHECK(!listen(fds[H], 8), "listen");
 	uint64_t f0 = d_counter(d, "bootstrap_failures");
@@ -1279,7 +1348,7 @@ int main(int argc, char **argv)
 	if (!strcmp(c, "peers_evict")) { /* issue: a D's P addresses never forgotten */
 		C.d_knobs = "d_peers_max=2";
 		C.rooms = 2;
-		C.waves = 3;
+		C.waves = 4;
 		return run_plain(D_PEERS);
 	}
 	if (!strcmp(c, "curve_distinct_keypairs"))

@@ -302,7 +302,7 @@ static void test_inbox_evicts(void **state)
 	lc__zctx_t *z;
 	lc__pull_t *in;
 	char ep[128], got[32];
-	assert_int_equal(lc__zctx_create(&z), 0);
+	assert_int_equal(lc__zctx_create(NULL, &z), 0);
 	assert_int_equal(lc__pull_bind(z, "127.0.0.1", &in, ep, sizeof ep), 0);
 	unsetenv("LAYERCAKE_INBOX_CONNS_MAX");
 	unsetenv("LAYERCAKE_INBOX_CONNS_PER_ADDR");
