@@ -123,14 +123,14 @@ mkdir -p "$tmp/broken"
 "$py" - "$so" "$tmp/broken/liblayercake.so" <<'EOF' || die "making the broken copy"
 import sys
 data = open(sys.argv[1], "rb").read()
-assert data.count(b"libucp.so.0\0") == 1, "libucp.so.0 not linked once"
-open(sys.argv[2], "wb").write(data.replace(b"libucp.so.0\0", b"libucm.so.9\0"))
+assert data.count(b"libzmq.so.5\0") == 1, "libzmq.so.5 not linked once"
+open(sys.argv[2], "wb").write(data.replace(b"libzmq.so.5\0", b"libzmq.so.9\0"))
 EOF
 LAYERCAKE_LIB=$tmp/broken/liblayercake.so "$py" -m layercake info >"$tmp/broken.txt" 2>&1 &&
 	die "info ran with a library that cannot load"
 tail -3 "$tmp/broken.txt"
-grep -q "libucm.so.9 (Debian package libucx0)" "$tmp/broken.txt" &&
-	grep -q "apt-get install libucx0" "$tmp/broken.txt" || die "the missing library and its package not named"
+grep -q "libzmq.so.9 (Debian package libzmq5)" "$tmp/broken.txt" &&
+	grep -q "apt-get install libzmq5" "$tmp/broken.txt" || die "the missing library and its package not named"
 
 step "pip install . (into the same venv, after uninstalling the wheel)"
 "$py" -m pip uninstall -q -y layercake >/dev/null 2>&1 || die "pip uninstall"
