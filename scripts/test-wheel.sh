@@ -35,7 +35,7 @@ skb=$(grep -E '^scikit-build-core==' "$src/python/requirements-build.txt") || di
 "$base" -m pip download -q --no-deps -d "$tmp/probe" "$skb" >"$tmp/probe.log" 2>&1 ||
 	{ cat "$tmp/probe.log"; echo "PyPI not reachable: skipped"; exit 77; }
 
-step "pyproject.toml's build-system requires == python/requirements-build.txt's pins"
+step "pyproject.toml's build-system requires == python/requirements-build.txt's pins (and -wheel.txt's)"
 "$base" - "$src" <<'EOF' || die "build pins disagree"
 import re, sys, tomllib
 src = sys.argv[1]
@@ -45,6 +45,9 @@ pins = {l.strip() for l in open(f"{src}/python/requirements-build.txt")
         if re.match(r"^[A-Za-z0-9_.-]+==", l) and not l.startswith("pip==")}
 assert all("==" in r for r in requires), f"unpinned: {requires}"
 assert requires == pins, f"pyproject {sorted(requires)} != requirements {sorted(pins)}"
+# make wheel's toolchain (python/requirements-wheel.txt) holds the same backend.
+wheel = {l.strip() for l in open(f"{src}/python/requirements-wheel.txt") if re.match(r"^[A-Za-z0-9_.-]+==", l)}
+assert pins <= wheel, f"requirements-wheel.txt lacks {sorted(pins - wheel)}"
 print("pinned:", " ".join(sorted(requires)))
 EOF
 
