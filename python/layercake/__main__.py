@@ -70,9 +70,10 @@ def main(argv):
     if "ucx" in i["transports"]:
         print(f"ucx: {u['file']}" if u["file"] else f"ucx: not found, ucx:// cannot be used ({u['why']})")
     print("runtime libraries (from the wheel or their Debian packages):")
+    w = max([22] + [len(r["soname"]) for r in i["runtime_libraries"]])
     for r in i["runtime_libraries"]:
         where = r["file"] or f"MISSING: {r['error']}"
-        print(f"  {r['soname']:<22} {'wheel' if r['bundled'] else r['debian'] or '-':<16} {where}")
+        print(f"  {r['soname']:<{w}} {'wheel' if r['bundled'] else r['debian'] or '-':<16} {where}")
     return 0
 
 
