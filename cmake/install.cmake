@@ -121,5 +121,6 @@ if(LC_DPKG_SHLIBDEPS)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 endif()
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "python3 (>= 3.9)")
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-numpy, python3-torch")
+# UCX is opened at run time (LC_UCX_DLOPEN): ucx:// wants libucx0.
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-numpy, python3-torch, libucx0")
 include(CPack)
