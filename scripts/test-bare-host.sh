@@ -8,7 +8,9 @@
 # the wheel installs into a fresh venv (offline), `python -m layercake info`
 # runs and says the C module is used, and two Python processes stream a
 # request layer by layer over tcp and over shm with every byte checked
-# (tests/wheel/bare_pd.py). Exit 0 passed, 1 failed, 77 skipped (not root).
+# (tests/wheel/bare_pd.py). Then, on this host when it has a UCX, the same
+# wheel streams over ucx:// with that UCX, by soname and by path.
+# Exit 0 passed, 1 failed, 77 skipped (not root).
 # Needs root (debootstrap, chroot, unshare). About 30 s once the root is
 # cached; its first run takes a few minutes more (debootstrap).
 set -euo pipefail
@@ -71,3 +73,21 @@ unshare --mount --net --fork -- sh -c "
 	exec chroot '$root' /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 sh /work/run.sh
 " || die "see above"
 echo "bare-host: OK: $(basename "$whl") installs and runs P/D over tcp and shm on a bare bookworm"
+
+# And with a UCX: the same wheel on this host, whose UCX (Debian's libucx0, when
+# there) ucx:// opens at run time, by soname and by path (LAYERCAKE_UCX_LIB).
+ucp=$(/sbin/ldconfig -p | sed -n 's/.*libucp\.so\.0 .*=> //p' | head -1)
+if [ -z "$ucp" ]; then
+	echo "bare-host: ucx:// with this host's UCX: SKIPPED (no libucp.so.0 here)"
+	exit 0
+fi
+mkdir -p "$root/host"
+here=$PWD
+/usr/bin/python3 -m venv "$root/host/venv"
+"$root/host/venv/bin/python" -m pip install -q --no-index --no-deps "$whl" || die "pip install on this host"
+for lib in "" "$ucp"; do
+	(cd /tmp && env -u LAYERCAKE_LIB -u PYTHONPATH LAYERCAKE_UCX_LIB="$lib" UCX_TLS=tcp,self \
+		timeout 120 "$root/host/venv/bin/python" "$here/tests/wheel/bare_pd.py" --url ucx://127.0.0.1:0) |
+		tail -2 | grep -qx OK || die "P and D over ucx:// with this host's UCX (${lib:-libucp.so.0})"
+done
+echo "bare-host: OK: the wheel's ucx:// with this host's UCX ($ucp), by soname and by path"
