@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The wheel on a bare host (issue 46; ctest wheel.bare_host, .ci/run):
+# The wheel on a bare host (issue 46; make test-bare-host, in .ci/run):
 #   scripts/test-bare-host.sh WHEEL
 # A minimal Debian bookworm root (scripts/bare-root.sh: debootstrap, cached)
 # holding python3 and its venv module and none of the libraries liblayercake
@@ -11,7 +11,7 @@
 # (tests/wheel/bare_pd.py). Then, on this host when it has a UCX, the same
 # wheel streams over ucx:// with that UCX, by soname and by path.
 # Exit 0 passed, 1 failed, 77 skipped (not root).
-# Needs root (debootstrap, chroot, unshare). About 30 s once the root is
+# Needs root (debootstrap, chroot, unshare). 15 s to 2 min once the root is
 # cached; its first run takes a few minutes more (debootstrap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
