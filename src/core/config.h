@@ -212,8 +212,8 @@
 	  "(replies_refused_scheme)")                                                              \
 	X(cuda_lib, "LAYERCAKE_CUDA_LIB", "libcuda.so.1",                                          \
 	  "the CUDA driver library, opened with dlopen at first use (docs/gpu.md); a missing "     \
-	  "one means no CUDA: host memory only")                                             \
-	X(ucx_lib, "LAYERCAKE_UCX_LIB", "libucp.so.0",                                            \
+	  "one means no CUDA: host memory only")                                                   \
+	X(ucx_lib, "LAYERCAKE_UCX_LIB", "libucp.so.0",                                             \
 	  "UCX's libucp, opened with dlopen at the first ucx:// listener or connection when the "  \
 	  "library links no UCX (LC_UCX_DLOPEN, the wheel); a path or a soname")
 

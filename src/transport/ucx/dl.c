@@ -45,7 +45,7 @@
 	X(ucs_status_t, ucp_listener_reject, (ucp_listener_h l, ucp_conn_request_h r), (l, r))     \
 	X(ucs_status_t, ucp_ep_create, (ucp_worker_h w, const ucp_ep_params_t *p, ucp_ep_h *ep),   \
 	  (w, p, ep))                                                                              \
-	X(ucs_status_ptr_t, ucp_ep_close_nbx, (ucp_ep_h ep, const ucp_request_param_t *p),          \
+	X(ucs_status_ptr_t, ucp_ep_close_nbx, (ucp_ep_h ep, const ucp_request_param_t *p),         \
 	  (ep, p))                                                                                 \
 	X(ucs_status_ptr_t, ucp_ep_flush_nbx, (ucp_ep_h ep, const ucp_request_param_t *p),         \
 	  (ep, p))                                                                                 \
@@ -108,7 +108,8 @@ static void load(void)
 	memcpy(&status_string, &f, sizeof f);
 #define UCX_SYM(ret, name, params, args)                                                           \
 	if (!(f = dlsym(h, #name))) {                                                              \
-		snprintf(why, sizeof why, "%s has no %s (UCX too old?): " UCX_INSTALL, lib, #name); \
+		snprintf(why, sizeof why, "%s has no %s (UCX too old?): " UCX_INSTALL, lib,        \
+			 #name);                                                                   \
 		goto fail;                                                                         \
 	}                                                                                          \
 	memcpy(&fns.name, &f, sizeof f);
