@@ -6,7 +6,7 @@ CMAKE_OPTS ?=
 
 
 .PHONY: bench-peers bench-ucx
-.PHONY: all build deps test test-wheel wheel test-asan test-tsan coverage valgrind demo demo-llm bench example-python bench-python fuzz soak clean install deb check-install test-vllm
+.PHONY: all build deps test test-wheel wheel test-bare-host bench-wheel test-asan test-tsan coverage valgrind demo demo-llm bench example-python bench-python fuzz soak clean install deb check-install test-vllm
 
 all: build
 
@@ -32,12 +32,33 @@ test: deps
 test-wheel:
 	scripts/test-wheel.sh . $(BUILD)/wheel-test
 
-# dist/layercake-<version>-py3-none-linux_<arch>.whl, built with the pinned
-# backend of python/requirements-build.txt from its cached venv
-# (scripts/py-venv.sh) without build isolation: offline once the venv exists.
+# dist/layercake-<version>-cp39-abi3-manylinux_2_28_x86_64.whl: the library,
+# the C module and the libraries they link inside, nothing needed from the
+# host but glibc 2.28 (scripts/build-wheel.sh; docs/python.md, "The
+# manylinux wheel"). The first run installs the pinned toolchain (zig,
+# auditwheel) and builds ZeroMQ, libmicrohttpd, libcurl and json-c from
+# Debian's sources, cached outside the checkout (~/.cache/layercake); later
+# runs are offline and take about a minute.
 wheel:
-	venv=$$(scripts/py-venv.sh pkg python/requirements-build.txt) && \
-	  $$venv/bin/python -m pip wheel --no-build-isolation --no-deps -w dist -C build-dir=build-wheel .
+	scripts/build-wheel.sh dist
+
+# The wheel on a bare Debian root (debootstrap, cached): pip install, info,
+# P and D over tcp and shm with every byte checked (scripts/test-bare-host.sh).
+# Root only. WHEEL= another wheel (default: make wheel's).
+WHEEL ?=
+test-bare-host:
+	@w="$(WHEEL)"; [ -n "$$w" ] || { $(MAKE) wheel && w=$$(ls dist/layercake-*manylinux*.whl | head -1); }; \
+	  scripts/test-bare-host.sh "$$w"
+
+# make wheel's wheel against the build tree, side by side: P/D throughput and
+# round trip over tcp and shm (bench/wheel_compare.py), the wheel installed
+# in a venv over Debian's python3 (numpy from Debian). BENCH_PAIRS pairs.
+BENCH_PAIRS ?= 5
+bench-wheel: build wheel
+	@set -e; v=$(BUILD)/bench-wheel-venv; rm -rf $$v; /usr/bin/python3 -m venv --system-site-packages $$v; \
+	  $$v/bin/python -m pip install -q --no-index --no-deps $$(ls dist/layercake-*manylinux*.whl | head -1); \
+	  /usr/bin/python3 bench/wheel_compare.py --build-py /usr/bin/python3 --build-lib $(BUILD)/liblayercake.so \
+	    --wheel-py $$v/bin/python --pairs $(BENCH_PAIRS)
 
 # vLLM's connector (layercake.vllm) against vLLM's CPU build, in a pinned venv
 # cached outside the checkout (scripts/vllm-venv.sh; docs/vllm.md). Not part

@@ -17,9 +17,11 @@
 # layercake/_ffi.py looks after $LAYERCAKE_LIB. scikit-build-core makes the
 # install prefix the wheel's platlib folder and copies python/layercake/ there
 # itself. One file, no soname links (a wheel holds no symlinks); it is loaded
-# by path. Its runtime dependencies are the Debian libraries it links
-# (layercake/_deps.py names their packages); CUDA is loaded at run time
-# (dlopen), never linked.
+# by path. The C module goes beside it (python/speedups/). Its runtime
+# dependencies are the libraries it links: in `pip wheel .` the host's
+# (layercake/_deps.py names their Debian packages), in `make wheel`'s
+# manylinux wheel copies inside it (scripts/build-wheel.sh). CUDA and UCX are
+# loaded at run time (dlopen), never linked.
 if(LC_WHEEL)
   install(FILES $<TARGET_FILE:layercake> DESTINATION layercake RENAME liblayercake.so
     COMPONENT wheel)
@@ -119,5 +121,6 @@ if(LC_DPKG_SHLIBDEPS)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 endif()
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "python3 (>= 3.9)")
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-numpy, python3-torch")
+# UCX is opened at run time (LC_UCX_DLOPEN): ucx:// wants libucx0.
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-numpy, python3-torch, libucx0")
 include(CPack)

@@ -35,7 +35,7 @@ skb=$(grep -E '^scikit-build-core==' "$src/python/requirements-build.txt") || di
 "$base" -m pip download -q --no-deps -d "$tmp/probe" "$skb" >"$tmp/probe.log" 2>&1 ||
 	{ cat "$tmp/probe.log"; echo "PyPI not reachable: skipped"; exit 77; }
 
-step "pyproject.toml's build-system requires == python/requirements-build.txt's pins"
+step "pyproject.toml's build-system requires == python/requirements-build.txt's pins (and -wheel.txt's)"
 "$base" - "$src" <<'EOF' || die "build pins disagree"
 import re, sys, tomllib
 src = sys.argv[1]
@@ -45,6 +45,9 @@ pins = {l.strip() for l in open(f"{src}/python/requirements-build.txt")
         if re.match(r"^[A-Za-z0-9_.-]+==", l) and not l.startswith("pip==")}
 assert all("==" in r for r in requires), f"unpinned: {requires}"
 assert requires == pins, f"pyproject {sorted(requires)} != requirements {sorted(pins)}"
+# make wheel's toolchain (python/requirements-wheel.txt) holds the same backend.
+wheel = {l.strip() for l in open(f"{src}/python/requirements-wheel.txt") if re.match(r"^[A-Za-z0-9_.-]+==", l)}
+assert pins <= wheel, f"requirements-wheel.txt lacks {sorted(pins - wheel)}"
 print("pinned:", " ".join(sorted(requires)))
 EOF
 
@@ -123,14 +126,14 @@ mkdir -p "$tmp/broken"
 "$py" - "$so" "$tmp/broken/liblayercake.so" <<'EOF' || die "making the broken copy"
 import sys
 data = open(sys.argv[1], "rb").read()
-assert data.count(b"libucp.so.0\0") == 1, "libucp.so.0 not linked once"
-open(sys.argv[2], "wb").write(data.replace(b"libucp.so.0\0", b"libucm.so.9\0"))
+assert data.count(b"libzmq.so.5\0") == 1, "libzmq.so.5 not linked once"
+open(sys.argv[2], "wb").write(data.replace(b"libzmq.so.5\0", b"libzmq.so.9\0"))
 EOF
 LAYERCAKE_LIB=$tmp/broken/liblayercake.so "$py" -m layercake info >"$tmp/broken.txt" 2>&1 &&
 	die "info ran with a library that cannot load"
 tail -3 "$tmp/broken.txt"
-grep -q "libucm.so.9 (Debian package libucx0)" "$tmp/broken.txt" &&
-	grep -q "apt-get install libucx0" "$tmp/broken.txt" || die "the missing library and its package not named"
+grep -q "libzmq.so.9 (Debian package libzmq5)" "$tmp/broken.txt" &&
+	grep -q "apt-get install libzmq5" "$tmp/broken.txt" || die "the missing library and its package not named"
 
 step "pip install . (into the same venv, after uninstalling the wheel)"
 "$py" -m pip uninstall -q -y layercake >/dev/null 2>&1 || die "pip uninstall"

@@ -2,10 +2,12 @@
 
 The version, the package and the library it loaded (and from where: the
 package's own copy from the wheel, $LAYERCAKE_LIB, an installed prefix), the
-transports built into that library, whether CUDA was found at run time, and
-each runtime library it links with the file the loader found and its Debian
-package. If a runtime library is missing, `import layercake` already fails
-with a message naming it and its Debian package (_ffi.py, _deps.py).
+transports built into that library, the C module or why the ctypes way is
+taken, whether CUDA and UCX were found at run time, and each runtime library
+it links with the file the loader found and where it comes from: the wheel
+(layercake.libs/) or its Debian package. If a runtime library is missing,
+`import layercake` already fails with a message naming it and its Debian
+package (_ffi.py, _deps.py).
 """
 import json
 import os
@@ -30,7 +32,9 @@ def info():
         "transports": transports(),
         "cuda": {"found": cuda.found, "devices": cuda.device_count, "library": cuda.library,
                  "why": cuda.why},
-        "runtime_libraries": [{"soname": s, "debian": p, "file": f, "error": e}
+        "ucx": dict(zip(("file", "wanted", "why"), _deps.ucx())),
+        "runtime_libraries": [{"soname": s, "debian": p, "file": f, "error": e,
+                               "bundled": _deps.bundled(f)}
                               for s, p, f, e in _runtime_libraries()],
     }
 
@@ -62,10 +66,14 @@ def main(argv):
     c = i["cuda"]
     print(f"cuda: found, {c['devices']} device(s) ({c['library']})" if c["found"]
           else f"cuda: not found ({c['why']}): host memory only")
-    print("runtime libraries (Debian packages):")
+    u = i["ucx"]
+    if "ucx" in i["transports"]:
+        print(f"ucx: {u['file']}" if u["file"] else f"ucx: not found, ucx:// cannot be used ({u['why']})")
+    print("runtime libraries (from the wheel or their Debian packages):")
+    w = max([22] + [len(r["soname"]) for r in i["runtime_libraries"]])
     for r in i["runtime_libraries"]:
         where = r["file"] or f"MISSING: {r['error']}"
-        print(f"  {r['soname']:<22} {r['debian'] or '-':<16} {where}")
+        print(f"  {r['soname']:<{w}} {'wheel' if r['bundled'] else r['debian'] or '-':<16} {where}")
     return 0
 
 

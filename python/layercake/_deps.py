@@ -1,10 +1,13 @@
-"""The libraries liblayercake.so links, and the Debian packages that hold them.
+"""The libraries liblayercake.so links, and where they come from.
 
-The wheel carries liblayercake.so but not what it links (ZeroMQ, libmicrohttpd,
-libcurl, json-c, UCX): those come from the system, as Debian's runtime
+`make wheel`'s manylinux wheel carries what the library links (ZeroMQ,
+libmicrohttpd, libcurl, json-c) in layercake.libs/ beside the package, with
+their own sonames (auditwheel): they come from the wheel. A library built
+here (`pip install .`, `make install`) links the system's, Debian's runtime
 packages (no -dev package is needed to run). When the library cannot be
 loaded, _ffi.py asks here which of them are missing and names the packages;
 `python -m layercake info` lists each one with the file the loader found.
+UCX is never linked: ucx:// loads it at run time (ucx() says which one).
 Needs nothing but the standard library and never loads liblayercake itself.
 """
 import ctypes
@@ -54,6 +57,31 @@ def needed(path):
 def package_of(soname):
     """The Debian package holding `soname`, or None when it is not one we know."""
     return DEBIAN_PACKAGES.get(soname.split(".so", 1)[0])
+
+
+# Where auditwheel puts a wheel's libraries: <site>/layercake.libs/.
+WHEEL_LIBS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "layercake.libs")
+
+
+def bundled(path):
+    """Whether the file `path` is one of the wheel's own libraries."""
+    return bool(path) and os.path.dirname(os.path.realpath(path)) == os.path.realpath(WHEEL_LIBS)
+
+
+UCX_INSTALL = ("install UCX (Debian/Ubuntu: apt-get install libucx0; RHEL: dnf install ucx; "
+               "or pip install libucx-cu12) or set LAYERCAKE_UCX_LIB to a libucp.so")
+
+
+def ucx():
+    """(file or None, what was asked for, error or None): the UCX that ucx://
+    would load (LAYERCAKE_UCX_LIB, else libucp.so.0 on the loader's path;
+    src/transport/ucx/dl.c). Loads it into this process to find out."""
+    want = os.environ.get("LAYERCAKE_UCX_LIB") or "libucp.so.0"
+    try:
+        ctypes.CDLL(want)
+    except OSError as e:
+        return None, want, f"{e}: {UCX_INSTALL}"
+    return _loaded_path(os.path.basename(want)) or want, want, None
 
 
 def _loaded_path(soname):

@@ -242,7 +242,10 @@
 	  "(replies_refused_scheme)")                                                              \
 	X(cuda_lib, "LAYERCAKE_CUDA_LIB", "libcuda.so.1",                                          \
 	  "the CUDA driver library, opened with dlopen at first use (docs/gpu.md); a missing "     \
-	  "one means no CUDA: host memory only")
+	  "one means no CUDA: host memory only")                                                   \
+	X(ucx_lib, "LAYERCAKE_UCX_LIB", "libucp.so.0",                                             \
+	  "UCX's libucp, opened with dlopen at the first ucx:// listener or connection when the "  \
+	  "library links no UCX (LC_UCX_DLOPEN, the wheel); a path or a soname")
 
 enum lc__config_field {
 #define LC__CFG_ENUM(field, env, def, min, max, help) LC__CFG_##field,

@@ -13,6 +13,7 @@
 #include "core/stream.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 static void copy_sse2(uint8_t *dst, const uint8_t *src, size_t n)
@@ -45,14 +46,28 @@ __attribute__((target("avx2"))) static void copy_avx2(uint8_t *dst, const uint8_
 	memcpy(dst, src, n);
 }
 
+/* CPUID and XGETBV asked directly, as __builtin_cpu_supports would: that
+ * one needs libgcc's __cpu_model, which other toolchains (zig's, for the
+ * manylinux wheel) do not link. AVX2 needs the CPU's bit and the OS saving
+ * the YMM registers. */
+static bool cpu_has_avx2(void)
+{
+	unsigned a, b, c, d, lo, hi;
+	if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX))
+		return false;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	if ((lo & 6) != 6)
+		return false;
+	return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX2);
+}
+
 static bool have_avx2(void)
 {
 	/* 0 not asked yet, 1 no, 2 yes; two first callers both ask. */
 	static _Atomic int known;
 	int k = atomic_load_explicit(&known, memory_order_relaxed);
 	if (!k) {
-		__builtin_cpu_init();
-		k = __builtin_cpu_supports("avx2") ? 2 : 1;
+		k = cpu_has_avx2() ? 2 : 1;
 		atomic_store_explicit(&known, k, memory_order_relaxed);
 	}
 	return k == 2;

@@ -87,3 +87,66 @@ def test_missing_runtime_library_is_named(tmp_path):
     assert f"{new} (Debian package {_deps.package_of(new)})" in r.stderr
     assert f"apt-get install {_deps.package_of(new)}" in r.stderr
     assert _deps.missing_message(_ffi.LIBRARY_PATH) == ""
+
+
+# ucx:// loads UCX at run time (src/transport/ucx/dl.c, LAYERCAKE_UCX_LIB):
+# without one it fails with the error that names what to install, and the
+# other transports work as before in the same process.
+_UCX_MISSING = """
+import layercake as lc
+ctx = lc.Context("d")
+mem = lc.Memory(2 * 4096)
+lay = lc.Layout.mha(1, 1, 4096, bases=[mem.address, mem.address + 4096])
+reg = ctx.register(mem)
+try:
+    lc.Decode(ctx, lay, [reg], listen_url="ucx://127.0.0.1:0")
+except lc.LayercakeError as e:
+    print("REFUSED", e)
+else:
+    print("LISTENED")
+d = lc.Decode(ctx, lay, [reg], listen_url="tcp://127.0.0.1:0")
+print("TCP")
+d.close()
+ctx.close()
+"""
+
+
+def _python(code, **env):
+    e = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(_ffi.__file__))), **env)
+    return subprocess.run([sys.executable, "-c", code], cwd="/tmp", env=e, capture_output=True,
+                          text=True, timeout=60)
+
+
+def _has_ucx():
+    return "ucx" in json.loads(_info("--json").stdout)["transports"]
+
+
+def test_ucx_missing_names_what_to_install():
+    if not _has_ucx():
+        pytest.skip("built without the ucx transport")
+    r = _python(_UCX_MISSING, LAYERCAKE_UCX_LIB="/nonexistent/libucp.so.0", LAYERCAKE_LOG="warn")
+    assert r.returncode == 0, r.stderr
+    assert "REFUSED" in r.stdout and "TCP" in r.stdout, r.stdout
+    assert "/nonexistent/libucp.so.0" in r.stderr and "install UCX" in r.stderr, r.stderr
+    i = subprocess.run([sys.executable, "-m", "layercake", "info"], cwd="/tmp", capture_output=True,
+                       text=True, timeout=60,
+                       env=dict(os.environ, LAYERCAKE_UCX_LIB="/nonexistent/libucp.so.0",
+                                PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(_ffi.__file__)))))
+    assert i.returncode == 0, i.stderr
+    assert re.search(r"^ucx: not found, ucx:// cannot be used .*install UCX", i.stdout, re.M), i.stdout
+
+
+def test_ucx_found_by_path():
+    if not _has_ucx():
+        pytest.skip("built without the ucx transport")
+    try:
+        import ctypes
+        ctypes.CDLL("libucp.so.0")
+    except OSError:
+        pytest.skip("no UCX on this host")
+    path = _deps._loaded_path("libucp.so.0")
+    r = _python(_UCX_MISSING, LAYERCAKE_UCX_LIB=path, UCX_TLS="tcp", LAYERCAKE_LOG="warn")
+    assert r.returncode == 0, r.stderr
+    assert "LISTENED" in r.stdout and "TCP" in r.stdout, (r.stdout, r.stderr)
+    info = json.loads(_info("--json").stdout)["ucx"]
+    assert info["file"] and info["why"] is None, info

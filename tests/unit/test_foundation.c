@@ -101,14 +101,14 @@ static void text_knobs_are_listed_read_from_the_environment_and_not_set(void **s
 		if (!strcmp(c->name, "secret_dir") || !strcmp(c->name, "log") ||
 		    !strcmp(c->name, "cuda_lib") || !strcmp(c->name, "advertise_host") ||
 		    !strcmp(c->name, "status_schemes") || !strcmp(c->name, "shared_secret") ||
-		    !strcmp(c->name, "shared_secret_file")) {
+		    !strcmp(c->name, "shared_secret_file") || !strcmp(c->name, "ucx_lib")) {
 			assert_int_equal(c->is_text, 1);
 			found++;
 		} else {
 			assert_int_equal(c->is_text, 0);
 		}
 	}
-	assert_int_equal(found, 7);
+	assert_int_equal(found, 8);
 	assert_int_equal(lc_ctx_create(NULL, &ctx), 0);
 	setenv("LAYERCAKE_SECRET_DIR", "/tmp/lc-keys", 1);
 	assert_int_equal(lc_ctx_config_get(ctx, "secret_dir", buf, sizeof buf), 12);

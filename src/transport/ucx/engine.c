@@ -126,7 +126,9 @@ static int engine_start(ustate_t *st)
 {
 	ucp_config_t *cfg;
 	ucs_status_t s;
-	int rc;
+	int rc = lc__ucx_dl_load();
+	if (rc)
+		return rc;
 	s = ucp_config_read(NULL, NULL, &cfg); /* UCX_TLS and friends */
 	if (s != UCS_OK)
 		goto fail_ucs;

@@ -302,6 +302,17 @@ int lc__ucx_register_handlers(ustate_t *st, ucs_status_t *sp);
 /* A UCX status as a layercake code; `connected` tells a refused connection
  * (unreachable) from one that broke (peer closed). */
 int lc__ucx_map_status(ucs_status_t s, bool connected);
+/* UCX itself: loaded at the first call when the library links none
+ * (LC_UCX_DLOPEN, dl.c), once per process; 0, or LC_ERR_NO_TRANSPORT with a
+ * warning naming what to install. Called before any other UCX call. */
+#ifdef LC_UCX_DLOPEN
+int lc__ucx_dl_load(void);
+#else
+static inline int lc__ucx_dl_load(void)
+{
+	return 0;
+}
+#endif
 int lc__ucx_resolve(const char *host, int port, bool passive, struct sockaddr_storage *out,
 		    socklen_t *len);
 /* Config knobs ucx_err_mode and ucx_data of ctx. */
