@@ -388,6 +388,16 @@ typedef struct lc_chunk {
 	const uint8_t *src_mask;
 	const int64_t *src_local;
 	size_t src_local_count;
+	/* 0: dst_index counts D's pages after D's prefix, as above. > 0: tokens
+	 * per page, and dst_index counts the request's pages from its first
+	 * token (token position / page_tokens), D's prefix not yet subtracted:
+	 * what a chunk added before D's transfer info arrived must say (the
+	 * room Bootstrapping, D's prefix unknown). Once a destination's info
+	 * is in, the engine leaves out the chunk's pages below that
+	 * destination's prefix (prefix_len / page_tokens pages: they are D's
+	 * already) and places the rest at dst_index - prefix pages. A D prefix
+	 * that is not a whole number of pages fails the room (bad input). */
+	uint64_t page_tokens;
 } lc_chunk_t;
 
 /* Open a batch (one forward of P). Chunks added until lc_engine_batch_end
@@ -396,8 +406,23 @@ typedef struct lc_chunk {
 LC_API int lc_engine_batch_begin(lc_engine_t *engine, int is_idle);
 /* Add a chunk. Inside a non-idle batch it waits for its layers' steps;
  * outside any batch (non-layer-wise use, after the forward) its layers are
- * ready at once. Errors: LC_ERR_STATE (the open batch is idle; the room
- * is not Bootstrapped yet, already final, or Failed meanwhile), -ENOENT
+ * ready at once. A room may take several chunks (is_last on the final one).
+ *
+ * A room still Bootstrapping (D's transfer info not in yet) takes chunks
+ * too: P need not wait for D. The engine holds them, with the steps their
+ * batch reserved; the forward records its layers as usual. When the room
+ * becomes Bootstrapped, every layer already recorded goes out at once and
+ * the later ones as they are recorded; if it fails first (its
+ * bootstrap_timeout_ms, a cancel, a close) the held chunks are dropped. P's
+ * pages must stay valid until the room ends, as for any chunk. Use
+ * page_tokens for such a chunk when D may hold a prefix. Bounded: at most
+ * p_room_held_chunks_max chunks per Bootstrapping room, and at most
+ * p_held_pages_max page and state-slot entries in the held chunks of all
+ * rooms; beyond either the chunk is refused with -ENOSPC (nothing held,
+ * counted in chunks_refused_held, logged once per 1,024).
+ *
+ * Errors: LC_ERR_STATE (the open batch is idle; the room is already
+ * final, or Failed meanwhile), -ENOSPC (the held caps above), -ENOENT
  * (unknown room), -EINVAL (bad pages or masks: a P page id, in pages or
  * src_local, outside [0, pages of the layout's smallest page buffer), a
  * state slot outside the smallest state buffer, fewer src_local entries
@@ -536,7 +561,8 @@ typedef struct lc_dst_params {
 
 /* Add a destination to a room (opening it if unknown, as the seed's
  * monotonic status allows). When required_dst_count distinct sessions have
- * been added the room is Bootstrapped. A destination whose session is
+ * been added the room is Bootstrapped, and the chunks it held meanwhile go
+ * out (their recorded layers at once; lc_engine_chunk_add). A destination whose session is
  * blocked fails the room at once (LC_FAIL_SESSION_BLOCKED). Errors:
  * -EINVAL, -ENOENT (unknown session), -EEXIST (session already added),
  * LC_ERR_STATE (room final, or more destinations than required). */
@@ -547,7 +573,8 @@ LC_API int lc_engine_room_dst_add(lc_engine_t *engine, uint64_t room, const lc_d
 #define LC_METADATA_MAX 4096
 LC_API int lc_engine_room_metadata_set(lc_engine_t *engine, uint64_t room, const void *data,
 				       size_t len);
-/* Cancel a room: stop submitting, cancel its posted batches, fail it with
+/* Cancel a room: stop submitting, cancel its posted batches, drop the
+ * chunks it holds (a room still Bootstrapping), fail it with
  * LC_FAIL_CANCELLED (every destination notified once). Returns 0, -ENOENT
  * if unknown, LC_ERR_STATE if it already ended. */
 LC_API int lc_engine_room_cancel(lc_engine_t *engine, uint64_t room, const char *reason);
@@ -603,6 +630,11 @@ typedef struct lc_engine_metrics {
 	/* times an outside producer's word was seen beyond its reservation
 	 * (the rooms awaiting steps failed) */
 	uint64_t counter_overruns;
+	/* gauges: chunks added to rooms still Bootstrapping, held until D's
+	 * transfer info arrives, and their page and state-slot entries */
+	uint64_t chunks_held;
+	uint64_t pages_held;
+	uint64_t chunks_refused_held; /* -ENOSPC: past a held cap */
 } lc_engine_metrics_t;
 
 /* Copy a consistent snapshot of the metrics (fields up to out->size). New

@@ -153,7 +153,8 @@ LC_API int lc_prefill_fd(const lc_prefill_t *prefill);
 typedef struct lc_sender lc_sender_t;
 
 /* Open the room on the engine (status Bootstrapping; Bootstrapped once the
- * room's D ranks have sent their transfer infos). A room D already
+ * room's D ranks have sent their transfer infos; the engine takes the
+ * room's chunks from the start and holds them until then). A room D already
  * announced is adopted. Errors: -EINVAL, -ENOMEM, -EEXIST (another sender
  * has the room). */
 LC_API int lc_sender_create(lc_prefill_t *prefill, uint64_t room, lc_sender_t **out);
@@ -167,7 +168,10 @@ LC_API int lc_sender_poll(lc_sender_t *sender, lc_room_info_t *out);
  * many tokens' pages (prefix / page size) when it builds the room's chunks
  * (lc_chunk_t.dst_index counts from there). -EAGAIN until a non-dummy
  * transfer info has arrived; known by the time lc_sender_poll() first
- * returns a status past Bootstrapping because of that info. */
+ * returns a status past Bootstrapping because of that info. P need not
+ * wait for it: chunks added while the room is Bootstrapping are held by
+ * the engine, and with lc_chunk_t.page_tokens set the engine skips D's
+ * prefix pages itself (lc_engine_chunk_add). */
 LC_API int lc_sender_prefix_len(lc_sender_t *sender, uint64_t *tokens);
 /* Abort the room: stop sending, fail it (LC_FAIL_CANCELLED) and tell every
  * D rank once. LC_ERR_STATE if it already ended. */

@@ -155,6 +155,7 @@ EngineMetrics = _struct("lc_engine_metrics_t", [
     ("tasks_pending_max", c_u64), ("loop_iterations", c_u64),
     ("room_latency", Histogram), ("group_ack_latency", Histogram), ("step_to_post", Histogram),
     ("inline_submits", c_u64), ("records_refused", c_u64), ("counter_overruns", c_u64),
+    ("chunks_held", c_u64), ("pages_held", c_u64), ("chunks_refused_held", c_u64),
 ])
 
 RoomFinal = _struct("lc_room_final_t", [
@@ -180,6 +181,7 @@ Chunk = _struct("lc_chunk_t", [
     ("dst_index", c_u64), ("is_last", c_int), ("reserved", c_int),
     ("state_slots", c_void_p), ("state_slot_count", c_size),
     ("src_mask", c_void_p), ("src_local", c_void_p), ("src_local_count", c_size),
+    ("page_tokens", c_u64),
 ])
 
 Fragment = _struct("lc_fragment_t", [

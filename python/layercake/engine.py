@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from . import _ffi
 from . import gpu as _gpu
 from .core import Memory, Region, RawMemory, _Handle, _address_of
-from .errors import LC_EINVAL, LC_ERR_CLOSED, LC_ERR_STATE, LayercakeError, _reason, check
+from .errors import LC_EINVAL, LC_ERR_CLOSED, LC_ERR_STATE, LayercakeError, check
 
 try:
     import numpy as _np
@@ -551,7 +551,7 @@ class Engine(_Handle):
             self.batch_end()
 
     def add_chunk(self, room, pages, dst_index=0, is_last=False, state_slots=None, src_mask=None,
-                  src_local=None):
+                  src_local=None, page_tokens=0):
         """Queue one chunk of a room's KV (lc_engine_chunk_add).
 
         pages: P's page ids holding this chunk's tokens (passed without a
@@ -568,9 +568,19 @@ class Engine(_Handle):
             metadata is set (Sender.set_metadata), else it fails at
             metadata_timeout_ms. Exactly one chunk per room has is_last.
 
-        The room must be Bootstrapped (D's transfer info arrived:
-        sender.wait(until=RoomStatus.BOOTSTRAPPED)); before that, after it
-        ended, or inside an idle batch this raises LayercakeError
+        page_tokens: 0, or tokens per page: then dst_index counts the
+            request's pages from its first token (D's prefix included), and
+            the engine leaves out, per destination, the pages below D's
+            prefix once D's transfer info is in. What a chunk added before
+            that must use when D may hold a prefix.
+
+        P need not wait for D: a chunk for a room still BOOTSTRAPPING is
+        held by the engine (with its batch's steps) and goes out when D's
+        transfer info arrives, the layers recorded meanwhile at once; if the
+        room fails first (bootstrap_timeout_ms, abort) it is dropped. Held
+        chunks are capped (knobs p_room_held_chunks_max, p_held_pages_max):
+        past them this raises LayercakeError LC_ENOSPC. After the room
+        ended, or inside an idle batch, this raises LayercakeError
         LC_ERR_STATE with a message saying which. Inside a non-idle batch
         the chunk waits for its layers' steps; outside any batch its layers
         are sent at once. Returns 0."""
@@ -580,6 +590,7 @@ class Engine(_Handle):
         c.pages, c.page_count, k1 = int64_pointer(pages, "pages")
         c.dst_index = int(dst_index)
         c.is_last = 1 if is_last else 0
+        c.page_tokens = int(page_tokens)
         c.state_slots, c.state_slot_count, k2 = int64_pointer(state_slots, "state_slots")
         c.src_mask, nmask, k3 = _u8_pointer(src_mask, "src_mask")
         c.src_local, c.src_local_count, k4 = int64_pointer(src_local, "src_local")
@@ -587,15 +598,9 @@ class Engine(_Handle):
             raise ValueError("src_mask must have one entry per page")
         rc = _ffi.lc_engine_chunk_add(self._need(), ctypes.byref(c))
         del k1, k2, k3, k4
-        # LC_ERR_STATE's cause (an idle batch, a room not yet Bootstrapped,
-        # ended or failed) is the library's, in LayercakeError.reason; for a
-        # room not yet Bootstrapped, Python adds how to wait for it here.
-        if rc == LC_ERR_STATE:
-            err = LayercakeError(rc, f"chunk for room {room}", _reason(rc))
-            if "not yet Bootstrapped" in err.reason:
-                err = _with_detail(err, "the room is BOOTSTRAPPING: wait with sender.wait("
-                                        "timeout=..., until=RoomStatus.BOOTSTRAPPED)")
-            raise err
+        # LC_ERR_STATE's and LC_ENOSPC's causes (an idle batch, a room
+        # ended or failed; the held cap reached) are the library's, in
+        # LayercakeError.reason.
         return check(rc, f"chunk for room {room}")
 
     def _owner(self):

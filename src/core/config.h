@@ -170,6 +170,12 @@
 	X(p_descs_max, "LAYERCAKE_P_DESCS_MAX", 16777216, 1, 4294967296ll,                         \
 	  "transfer-info descriptors all unfinished rooms of a P rank may hold; past it transfer " \
 	  "infos are refused (infos_refused_descs)")                                               \
+	X(p_room_held_chunks_max, "LAYERCAKE_P_ROOM_HELD_CHUNKS_MAX", 4096, 1, 1048576,            \
+	  "chunks a room still Bootstrapping may hold at a P rank's engine (P does not wait for "  \
+	  "D); past it lc_engine_chunk_add is refused with -ENOSPC (chunks_refused_held)")        \
+	X(p_held_pages_max, "LAYERCAKE_P_HELD_PAGES_MAX", 4194304, 1, 4294967296ll,                \
+	  "page and state-slot entries the chunks held for Bootstrapping rooms may name at a P "   \
+	  "rank's engine; past it lc_engine_chunk_add is refused with -ENOSPC")                   \
 	X(p_replies_max, "LAYERCAKE_P_REPLIES_MAX", 64, 1, 512,                                    \
 	  "sockets a P rank holds for answers to D endpoints without a session (refused "          \
 	  "REGISTERs); past it the oldest is dropped with its answer (replies_dropped)")           \

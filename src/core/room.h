@@ -54,6 +54,12 @@ typedef struct lc__room {
 	uint32_t tasks;         /* live tasks of the room */
 	uint64_t last_ready_ns; /* every layer of the last chunk ready (metadata clock) */
 	void *last_task;        /* the engine's live task of the last chunk, or NULL */
+	/* Chunks added while the room is Bootstrapping (the engine's, opaque
+	 * here): counted when added, handed to the engine's intake when the room
+	 * becomes Bootstrapped, freed when it fails first. */
+	void *held;           /* the engine's parked tasks, newest first, or NULL */
+	uint32_t held_chunks; /* added while Bootstrapping, not yet handed on */
+	uint64_t held_pages;  /* their page and state-slot entries */
 } lc__room_t;
 
 typedef struct lc__room_metrics {

@@ -36,6 +36,8 @@ static void read_config(lc_engine_t *e, lc_ctx_t *ctx)
 	e->inline_submit = lc__ctx_cfg(ctx, LC__CFG_inline_submit) != 0;
 	e->checksum = lc__ctx_cfg(ctx, LC__CFG_room_checksum) != 0;
 	e->coalesce_ns = cfg_ns(ctx, LC__CFG_ack_coalesce_us, us);
+	e->held_chunks_max = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_p_room_held_chunks_max);
+	e->held_pages_max = (uint64_t)lc__ctx_cfg(ctx, LC__CFG_p_held_pages_max);
 }
 
 /* The pool sizes chunk_add checks P's ids against. */
@@ -228,6 +230,8 @@ int lc_engine_metrics(lc_engine_t *e, lc_engine_metrics_t *out)
 	m.rooms_active = rm->opened - rm->succeeded - rm->failed;
 	m.room_latency = rm->latency;
 	m.records_refused = atomic_load(&e->refused[0]) + atomic_load(&e->refused[1]);
+	m.chunks_held = e->held_chunks;
+	m.pages_held = e->held_pages;
 	pthread_mutex_unlock(&e->lock);
 	size_t n = LC__MIN(out->size, sizeof(m));
 	m.size = n;

@@ -87,6 +87,7 @@ struct lc__task {
 	bool gated;       /* stamped by a batch: waits for steps */
 	bool is_last;
 	bool dead;
+	bool parked; /* was held on its Bootstrapping room (counted once) */
 	bool aux_ready;
 	uint64_t cache_begin, aux_step;
 	uint64_t created_ns;
@@ -97,6 +98,7 @@ struct lc__task {
 	int64_t *pages;
 	size_t positions;
 	uint64_t dst_index;
+	uint64_t page_tokens; /* > 0: dst_index counts from token 0 (lc_chunk_t) */
 	int64_t *state_slots;
 	size_t nslots;
 	uint8_t *src_mask;
@@ -179,6 +181,10 @@ struct lc_engine {
 	lc__notify_t notify; /* rooms' status changes, for lc_prefill_wait */
 	lc__session_table_t sessions;
 	uint64_t descs_live; /* transfer-info descriptors of unfinished rooms (p_descs_max) */
+	/* Chunks of rooms still Bootstrapping (intake.c, "Held chunks" in
+	 * docs/engine.md): the caps, read once, and what is held now. */
+	uint64_t held_chunks_max, held_pages_max; /* p_room_held_chunks_max, p_held_pages_max */
+	uint64_t held_chunks, held_pages;
 	bool batch_open, batch_idle;
 	lc__task_t *batch_head, **batch_tail; /* chunks of the open batch */
 	lc__task_t *inbox, **inbox_tail;      /* stamped, not yet taken */
@@ -261,6 +267,11 @@ int lc__engine_idmap_put(lc_engine_t *e, lc__wreq_t *w);
 lc__wreq_t *lc__engine_wreq_find(lc_engine_t *e, uint64_t id);
 void lc__task_free(lc_engine_t *e, lc__task_t *t);
 void lc__task_list_free(lc_engine_t *e, lc__task_t *t);
+/* The chunks room r held while Bootstrapping stop counting (room and
+ * engine); its parked tasks go to the front of the inbox, oldest first
+ * (to_inbox: the room is Bootstrapped, the engine is woken) or are freed
+ * (it failed). */
+void lc__engine_held_release(lc_engine_t *e, lc__room_t *r, bool to_inbox);
 
 /* intake.c: chunks become tasks. */
 /* Take the inbox: each chunk becomes a task planned once per destination. */

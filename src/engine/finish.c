@@ -153,9 +153,11 @@ void lc__engine_deliver_notes(lc_engine_t *e)
 /* ---- success and failure ------------------------------------------------- */
 
 /* Stop everything a room has in flight: its tasks die, its posted batches
- * are cancelled at the data plane. */
+ * are cancelled at the data plane, the chunks it held while Bootstrapping
+ * are dropped. */
 static void kill_tasks(lc_engine_t *e, lc__room_t *r)
 {
+	lc__engine_held_release(e, r, false);
 	for (lc__task_t *t = e->tasks; t; t = t->next) {
 		if (t->dead || t->room != r)
 			continue;

@@ -54,6 +54,7 @@ static int task_from_chunk(lc_engine_t *e, const lc_chunk_t *ch, lc__task_t **ou
 	t->is_last = ch->is_last != 0;
 	t->positions = ch->page_count;
 	t->dst_index = ch->dst_index;
+	t->page_tokens = ch->page_tokens;
 	t->pages = dup_or_null(ch->pages, ch->page_count, sizeof(int64_t), &oom);
 	t->src_mask = dup_or_null(ch->src_mask, ch->page_count, 1, &oom);
 	t->src_local = dup_or_null(ch->src_local, ch->src_local_count, sizeof(int64_t), &oom);
@@ -122,8 +123,36 @@ static int check_chunk_ids(lc_engine_t *e, const lc_chunk_t *ch)
 	return rc;
 }
 
-/* Whether a chunk may be added now; an error code otherwise. */
-static int check_chunk(lc_engine_t *e, const lc_chunk_t *ch)
+/* Page and state-slot entries a held chunk names (p_held_pages_max). */
+static uint64_t chunk_entries(const lc_chunk_t *ch)
+{
+	return (uint64_t)ch->page_count + (ch->is_last ? ch->state_slot_count : 0);
+}
+
+/* Whether room r, still Bootstrapping, may hold one more chunk: under
+ * p_room_held_chunks_max and p_held_pages_max. -ENOSPC otherwise, counted
+ * and logged once per 1,024 (a caller that keeps adding would flood it). */
+static int held_check(lc_engine_t *e, const lc__room_t *r, const lc_chunk_t *ch)
+{
+	uint64_t n = chunk_entries(ch);
+	bool room = r->held_chunks + 1 > e->held_chunks_max;
+	if (!room && e->held_pages + n <= e->held_pages_max)
+		return 0;
+	uint64_t k = ++e->m.chunks_refused_held;
+	lc__error_set(-ENOSPC,
+		      "engine %s: chunk for room %llu refused: the room is Bootstrapping (D's "
+		      "transfer info not in yet) and %s (%llu) is reached",
+		      e->name, (unsigned long long)ch->room,
+		      room ? "p_room_held_chunks_max" : "p_held_pages_max",
+		      (unsigned long long)(room ? e->held_chunks_max : e->held_pages_max));
+	if (k % 1024 == 1)
+		LC__WARN("%s; %llu refused so far", lc_last_error(), (unsigned long long)k);
+	return -ENOSPC;
+}
+
+/* Whether a chunk may be added now (*out: its room); an error code
+ * otherwise. A room still Bootstrapping takes it, held (docs/engine.md). */
+static int check_chunk(lc_engine_t *e, const lc_chunk_t *ch, lc__room_t **out)
 {
 	if (e->batch_open && e->batch_idle)
 		return lc__engine_bad_input(e, LC_ERR_STATE, "chunk added to an idle batch");
@@ -143,28 +172,33 @@ static int check_chunk(lc_engine_t *e, const lc_chunk_t *ch)
 			      e->name, id, r->reason);
 		return LC_ERR_STATE;
 	}
-	if (lc__room_final(r) || !lc__room_fanin_done(r)) {
+	if (lc__room_final(r)) {
 		char what[160];
-		snprintf(what, sizeof what, "chunk for room %llu, which is %s%s", id,
-			 lc_room_status_name(r->status),
-			 lc__room_final(r)
-				 ? " (it has ended)"
-				 : ", not yet Bootstrapped (D's transfer info has not "
-				   "arrived: wait for Bootstrapped before adding chunks)");
+		snprintf(what, sizeof what, "chunk for room %llu, which is %s (it has ended)", id,
+			 lc_room_status_name(r->status));
 		return lc__engine_bad_input(e, LC_ERR_STATE, what);
 	}
-	return 0;
+	*out = r;
+	return lc__room_fanin_done(r) ? 0 : held_check(e, r, ch);
 }
 
 int lc_engine_chunk_add(lc_engine_t *e, const lc_chunk_t *c)
 {
 	lc__task_t *t;
+	lc__room_t *r = NULL;
 	int rc;
 	lc_chunk_t ch;
 	LC__PARAMS_TAKE("lc_engine_chunk_add", e, "engine", &ch, c, "chunk", lc_chunk_t, is_last);
 	pthread_mutex_lock(&e->lock);
-	if ((rc = check_chunk(e, &ch)) || (rc = task_from_chunk(e, &ch, &t)))
+	if ((rc = check_chunk(e, &ch, &r)) || (rc = task_from_chunk(e, &ch, &t)))
 		goto out;
+	if (!lc__room_fanin_done(r)) { /* held until Bootstrapped: counted now */
+		uint64_t n = chunk_entries(&ch);
+		r->held_chunks++;
+		r->held_pages += n;
+		e->held_chunks++;
+		e->held_pages += n;
+	}
 	if (e->batch_open) {
 		*e->batch_tail = t;
 		e->batch_tail = &t->next;
@@ -236,28 +270,47 @@ static int plan_pages(lc_engine_t *e, lc__task_t *t, lc__room_t *r, lc__room_dst
 			goto out;
 		}
 	}
+	size_t skip = 0, ranked = 0;
+	uint64_t begin = t->dst_index;
+	if (t->page_tokens) {
+		/* Positions from token 0: D's prefix pages are D's already. */
+		if (d->prefix_len % t->page_tokens) {
+			rc = -EINVAL;
+			lc__engine_fail_room(e, r, LC_FAIL_BAD_INPUT,
+					     "%s's prefix of %llu tokens is not a whole number of "
+					     "%llu-token pages",
+					     d->session_name, (unsigned long long)d->prefix_len,
+					     (unsigned long long)t->page_tokens);
+			goto out;
+		}
+		uint64_t pp = d->prefix_len / t->page_tokens;
+		skip = (size_t)LC__MIN(pp > begin ? pp - begin : 0, (uint64_t)t->positions);
+		begin = begin > pp ? begin - pp : 0;
+		for (size_t j = 0; t->src_mask && j < skip; j++)
+			ranked += t->src_mask[j] != 0;
+	}
 	lc__resolve_in_t in = {
-		.src = t->pages,
-		.src_mask = t->src_mask,
-		.src_local = t->src_local,
-		.src_local_count = t->nsrc_local,
-		.positions = t->positions,
+		.src = t->pages ? t->pages + skip : NULL,
+		.src_mask = t->src_mask ? t->src_mask + skip : NULL,
+		.src_local = t->src_local ? t->src_local + ranked : NULL,
+		.src_local_count = t->nsrc_local - LC__MIN(ranked, t->nsrc_local),
+		.positions = t->positions - skip,
 		.dst = d->pages,
 		.dst_count = d->page_count,
-		.dst_begin = t->dst_index,
+		.dst_begin = begin,
 		.dst_mask = d->dst_mask,
 		.dst_local = d->dst_local,
 		.dst_local_count = d->dst_local_count,
 	};
-	n = t->positions ? lc__resolve(&in, src, dst) : 0;
+	n = in.positions ? lc__resolve(&in, src, dst) : 0;
 	if (n < 0) {
 		rc = (int)n;
 		if (n == -ERANGE)
 			lc__engine_fail_room(e, r, LC_FAIL_BAD_INPUT,
 					     "%s holds %zu pages; the chunk needs [%llu, %llu)",
 					     d->session_name, d->page_count,
-					     (unsigned long long)t->dst_index,
-					     (unsigned long long)(t->dst_index + t->positions));
+					     (unsigned long long)begin,
+					     (unsigned long long)(begin + in.positions));
 		else
 			lc__engine_fail_room(e, r, LC_FAIL_BAD_INPUT,
 					     "partial-cache index out of range for %s",
@@ -361,6 +414,14 @@ static void intake_one(lc_engine_t *e, lc__task_t *t, uint64_t now)
 		lc__task_free(e, t);
 		return;
 	}
+	if (!lc__room_fanin_done(r)) {
+		/* Bootstrapping: parked on the room with the steps its batch
+		 * reserved, until lc__engine_held_release hands it back. */
+		t->parked = true;
+		t->next = r->held;
+		r->held = t;
+		return;
+	}
 	task_link(e, t, r, now);
 	for (uint32_t i = 0; i < r->ndst; i++)
 		nreal += !r->dst[i].dummy;
@@ -405,7 +466,7 @@ void lc__engine_intake(lc_engine_t *e, uint64_t now)
 	e->inbox_tail = &e->inbox;
 	while (t) {
 		lc__task_t *next = t->next;
-		e->m.chunks_added++;
+		e->m.chunks_added += !t->parked; /* a held one came by once already */
 		intake_one(e, t, now);
 		t = next;
 	}

@@ -43,9 +43,22 @@ static uint64_t report_refused(lc_engine_t *e, uint64_t now)
 	return next;
 }
 
-/* Fail the room of every task that awaits steps, taken or not. */
+/* Whether room r holds a chunk that awaits steps (Bootstrapping). */
+static bool holds_gated(const lc__room_t *r)
+{
+	for (const lc__task_t *t = r->held; t; t = t->next)
+		if (t->gated)
+			return true;
+	return false;
+}
+
+/* Fail the room of every task that awaits steps, taken, held or not. */
 static void fail_waiting_rooms(lc_engine_t *e, const char *text)
 {
+	size_t it = 0;
+	for (lc__room_t *r; (r = lc__room_next(&e->rooms, &it));)
+		if (holds_gated(r))
+			lc__engine_fail_room(e, r, LC_FAIL_BAD_INPUT, "%s", text);
 	for (lc__task_t *t = e->tasks; t; t = t->next)
 		if (!t->dead && t->gated)
 			lc__engine_fail_room(e, t->room, LC_FAIL_BAD_INPUT, "%s", text);

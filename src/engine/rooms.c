@@ -1,6 +1,7 @@
 /*
  * Rooms (API): open, destinations (fan-in), metadata, cancel, status and
- * release. A room is Bootstrapped once all its destinations are present; a
+ * release. A room is Bootstrapped once all its destinations are present
+ * (the chunks it held meanwhile then go to the intake); a
  * finished room stays in the table until its final status is read or it is
  * released, then its id starts fresh.
  */
@@ -132,8 +133,11 @@ int lc_engine_room_dst_add(lc_engine_t *e, uint64_t room, const lc_dst_params_t 
 				     core->name, core->reason);
 		goto out;
 	}
-	if (lc__room_fanin_done(r))
+	if (lc__room_fanin_done(r)) {
 		lc__room_set_state(&e->rooms, r, LC_ROOM_BOOTSTRAPPED, 0, NULL, now);
+		/* What P added meanwhile goes out now: recorded layers at once. */
+		lc__engine_held_release(e, r, true);
+	}
 out:
 	pthread_mutex_unlock(&e->lock);
 	return rc;

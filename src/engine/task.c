@@ -53,4 +53,34 @@ void lc__task_list_free(lc_engine_t *e, lc__task_t *t)
 	}
 }
 
+/* ---- chunks held for a room still Bootstrapping ------------------------ */
+
+void lc__engine_held_release(lc_engine_t *e, lc__room_t *r, bool to_inbox)
+{
+	lc__task_t *t = r->held, *oldest = NULL, *newest = t;
+	e->held_chunks -= LC__MIN(e->held_chunks, r->held_chunks);
+	e->held_pages -= LC__MIN(e->held_pages, r->held_pages);
+	r->held = NULL;
+	r->held_chunks = 0;
+	r->held_pages = 0;
+	if (!to_inbox) {
+		lc__task_list_free(e, t);
+		return;
+	}
+	while (t) { /* parked newest first: reverse */
+		lc__task_t *next = t->next;
+		t->next = oldest;
+		oldest = t;
+		t = next;
+	}
+	if (!oldest)
+		return;
+	newest->next = e->inbox;
+	if (!e->inbox)
+		e->inbox_tail = &newest->next;
+	e->inbox = oldest;
+	if (!lc__engine_on_thread(e))
+		lc__engine_wake(e);
+}
+
 /* ---- batches and chunks (API) ------------------------------------------- */

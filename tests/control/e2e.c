@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -60,10 +61,17 @@ typedef struct cfg {
 	int room_base;
 	uint32_t rows; /* > 1: token-major pages of `rows` tokens (strided writes) */
 	int waves;     /* waves of rooms (room_base advancing by rooms each); 0 = 1 */
+	/* P does not wait for D (issue 44): its first hold_chunks forwards (the
+	 * last of them after hold_layers layers, if > 0) run while its rooms are
+	 * Bootstrapping; only then may D send its transfer info (hold_pipe).
+	 * Chunks then count pages from token 0 (lc_chunk_t.page_tokens). */
+	int hold_chunks, hold_layers;
+	bool no_grant; /* D never sends it: P's rooms fail at their deadline first */
 } cfg_t;
 
 static cfg_t C;
-static int status_fd = -1; /* child -> parent progress lines */
+static int status_fd = -1;          /* child -> parent progress lines */
+static int hold_pipe[2] = {-1, -1}; /* P -> D: "send your transfer info now" */
 
 static uint64_t now_ms(void)
 {
@@ -170,6 +178,58 @@ static bool rank_serves(int rank, uint64_t room)
 	return rank / ptp == group;
 }
 
+/* Wait (20 s at most) for every room to be Bootstrapped (or final). */
+static void wait_bootstrapped(lc_sender_t *snd[8][8])
+{
+	uint64_t deadline = now_ms() + 20000;
+	for (bool all = false; !all && now_ms() < deadline; usleep(2000)) {
+		all = true;
+		for (int r = 0; r < C.p_world; r++)
+			for (int i = 0; i < C.rooms; i++)
+				if (snd[r][i] &&
+				    lc_sender_poll(snd[r][i], NULL) == LC_ROOM_BOOTSTRAPPING)
+					all = false;
+	}
+}
+
+/* hold_chunks: what P recorded so far is held; let D send its transfer
+ * info, and wait until it has arrived. no_grant: wait instead for the
+ * rooms to fail at their bootstrap deadline, their chunks released. */
+static void release_d(lc_sender_t *snd[8][8], lc_engine_t **eng)
+{
+	if (C.no_grant) {
+		for (int r = 0; r < C.p_world; r++) { /* every chunk held ... */
+			lc_engine_metrics_t m = {.size = sizeof m};
+			TU_OK(lc_engine_metrics(eng[r], &m));
+			TU_CHECK(m.chunks_held == (uint64_t)(C.rooms * C.chunks),
+				 "P rank %d holds %llu chunks", r,
+				 (unsigned long long)m.chunks_held);
+		}
+		/* ... until the rooms fail at their deadline, D silent */
+		uint64_t deadline = now_ms() + 20000;
+		for (bool all = false; !all && now_ms() < deadline; usleep(2000)) {
+			all = true;
+			for (int r = 0; r < C.p_world; r++)
+				for (int i = 0; i < C.rooms; i++)
+					if (snd[r][i] &&
+					    lc_sender_poll(snd[r][i], NULL) != LC_ROOM_FAILED)
+						all = false;
+		}
+		for (int r = 0; r < C.p_world; r++) {
+			lc_engine_metrics_t m = {.size = sizeof m};
+			TU_OK(lc_engine_metrics(eng[r], &m));
+			TU_CHECK(m.chunks_held == 0 && m.pages_held == 0 && m.batches_posted == 0,
+				 "P rank %d holds %llu chunks after its rooms failed", r,
+				 (unsigned long long)m.chunks_held);
+		}
+	}
+	say("held");
+	for (int i = 0; i < C.d_procs; i++)
+		TU_CHECK(write(hold_pipe[1], "g", 1) == 1, "hold pipe");
+	if (!C.no_grant)
+		wait_bootstrapped(snd);
+}
+
 /* One wave of rooms (room_base .. room_base + rooms - 1) on every rank. */
 static int p_wave(lc_prefill_t **pf, lc_engine_t **eng, lc_sender_t *snd[8][8], int expect,
 		  int expect_reason)
@@ -181,18 +241,14 @@ static int p_wave(lc_prefill_t **pf, lc_engine_t **eng, lc_sender_t *snd[8][8], 
 			if (rank_serves(r, room))
 				TU_OK(lc_sender_create(pf[r], room, &snd[r][i]));
 	}
-	/* Wait for every room to be Bootstrapped (or final). */
-	uint64_t deadline = now_ms() + 20000;
-	for (bool all = false; !all && now_ms() < deadline; usleep(2000)) {
-		all = true;
-		for (int r = 0; r < C.p_world; r++)
-			for (int i = 0; i < C.rooms; i++)
-				if (snd[r][i] &&
-				    lc_sender_poll(snd[r][i], NULL) == LC_ROOM_BOOTSTRAPPING)
-					all = false;
-	}
-	/* Chunked prefill: every rank runs the same forwards. */
-	int per = room_pages() / C.chunks;
+	/* Wait for every room to be Bootstrapped (or final), unless P goes on
+	 * without D for the first hold_chunks forwards (release_d). */
+	if (!C.hold_chunks)
+		wait_bootstrapped(snd);
+	/* Chunked prefill: every rank runs the same forwards. With hold_chunks
+	 * the chunks cover the request from token 0, D's prefix included. */
+	int first = C.hold_chunks ? 0 : C.prefix_pages;
+	int total = C.total_pages - first, per = total / C.chunks;
 	for (int k = 0; k < C.chunks; k++) {
 		for (int r = 0; r < C.p_world; r++) {
 			TU_OK(lc_engine_batch_begin(eng[r], 0));
@@ -203,32 +259,44 @@ static int p_wave(lc_prefill_t **pf, lc_engine_t **eng, lc_sender_t *snd[8][8], 
 				if (lc_sender_prefix_len(snd[r][i], &prefix) == 0)
 					TU_CHECK(prefix == (uint64_t)C.prefix_pages * 16,
 						 "prefix %llu", (unsigned long long)prefix);
-				int n = k == C.chunks - 1 ? room_pages() - k * per : per;
+				/* The held chunks must be added while Bootstrapping. */
+				TU_CHECK(k >= C.hold_chunks || lc_sender_poll(snd[r][i], NULL) ==
+								       LC_ROOM_BOOTSTRAPPING,
+					 "room %d Bootstrapped before D was let go", i);
+				int n = k == C.chunks - 1 ? total - k * per : per;
 				int64_t pages[PAGES];
 				for (int j = 0; j < n; j++)
-					pages[j] = C.prefix_pages + k * per + j + 1;
+					pages[j] = first + k * per + j + 1;
 				lc_chunk_t ch = {.size = sizeof ch,
 						 .room = (uint64_t)(C.room_base + i),
 						 .pages = pages,
 						 .page_count = (size_t)n,
 						 .dst_index = (uint64_t)(k * per),
-						 .is_last = k == C.chunks - 1};
+						 .is_last = k == C.chunks - 1,
+						 .page_tokens = C.hold_chunks ? 16 : 0};
 				int rc = lc_engine_chunk_add(eng[r], &ch);
 				if (rc)
 					fprintf(stderr, "P rank %d room %d chunk %d: %s\n", r, i, k,
 						lc_strerror(rc));
+				TU_CHECK(!rc || !C.hold_chunks, "a chunk P did not wait for: %s",
+					 lc_strerror(rc));
 			}
 			TU_OK(lc_engine_batch_end(eng[r]));
 		}
 		say("chunk %d", k);
 		for (int l = 0; l < LAYERS; l++) {
+			if (k == C.hold_chunks - 1 && C.hold_layers && l == C.hold_layers)
+				release_d(snd, eng);
 			usleep((useconds_t)C.layer_sleep_us);
 			for (int r = 0; r < C.p_world; r++)
 				TU_OK(lc_engine_record_cache(eng[r]));
 		}
 		for (int r = 0; r < C.p_world; r++)
 			TU_OK(lc_engine_record_aux(eng[r]));
+		if (k == C.hold_chunks - 1 && !C.hold_layers)
+			release_d(snd, eng);
 	}
+	uint64_t deadline;
 	for (int r = 0; r < C.p_world; r++)
 		for (int i = 0; i < C.rooms; i++)
 			if (snd[r][i]) {
@@ -479,10 +547,18 @@ static int d_wave(lc_decode_t *d, const side_t *s, const char *bs_addr, int tp_r
 	lc_receiver_t *rcv[8];
 	for (int i = 0; i < C.rooms; i++)
 		TU_OK(lc_receiver_create(d, bs_addr, (uint64_t)(C.room_base + i), &rcv[i]));
-	/* Bootstrapped, then send the pages. */
+	if (C.hold_chunks) { /* P's first forwards run before D's transfer info */
+		struct pollfd pfd = {.fd = hold_pipe[0], .events = POLLIN};
+		char g;
+		TU_CHECK(poll(&pfd, 1, 20000) == 1 && read(hold_pipe[0], &g, 1) == 1,
+			 "P never let D send");
+	}
+	/* Bootstrapped, then send the pages (no_grant: never; cancel). */
 	uint64_t deadline = now_ms() + 20000;
 	bool sent[8] = {0};
-	for (int left = C.rooms; left && now_ms() < deadline; usleep(1000)) {
+	for (int i = 0; C.no_grant && i < C.rooms; i++)
+		TU_OK(lc_receiver_cancel(rcv[i], "test: D never sent its pages"));
+	for (int left = C.no_grant ? 0 : C.rooms; left && now_ms() < deadline; usleep(1000)) {
 		for (int i = 0; i < C.rooms; i++) {
 			if (sent[i])
 				continue;
@@ -1121,6 +1197,36 @@ int main(int argc, char **argv)
 		C.prefix_pages = 3;
 		C.chunks = 3;
 		C.rooms = 2;
+		return run_plain(D_NORMAL);
+	}
+	/* P never waits for D (issue 44): chunks held while Bootstrapping, D's
+	 * prefix pages left out by page_tokens once its info is in. */
+	if (!strncmp(c, "hold_", 5)) {
+		if (strstr(c, "_shm")) {
+			if (!tu_transport_built("shm"))
+				return TU_SKIP;
+			C.url = "shm://auto";
+		}
+		TU_CHECK(pipe(hold_pipe) == 0, "pipe");
+		C.total_pages = 12;
+		C.prefix_pages = 3;
+		C.chunks = 3;
+		C.rooms = 2;
+		C.hold_chunks = 3;            /* hold_all: every chunk and layer before */
+		if (strstr(c, "hold_half")) { /* half the layers before, half after */
+			C.chunks = 1;
+			C.hold_chunks = 1;
+			C.hold_layers = LAYERS / 2;
+		} else if (strstr(c, "hold_mixed")) { /* chunk 0, half of 1 before; 2 after */
+			C.hold_chunks = 2;
+			C.hold_layers = LAYERS / 2;
+		} else if (strstr(c, "hold_no_grant")) { /* P's rooms fail at the deadline */
+			C.no_grant = true;
+			C.p_knobs = "bootstrap_timeout_ms=3000";
+			C.p_expect = C.d_expect = LC_ROOM_FAILED;
+			C.p_reason = LC_FAIL_BOOTSTRAP_TIMEOUT;
+			C.d_reason = LC_FAIL_CANCELLED;
+		}
 		return run_plain(D_NORMAL);
 	}
 	if (!strcmp(c, "tp_two_p_one_d")) { /* heads split: P TP 2 halves -> D TP 1 */

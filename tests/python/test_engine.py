@@ -91,7 +91,10 @@ def test_engine_batch_and_room_rules():
     with pytest.raises(lc.LayercakeError) as x:
         e.add_chunk(99, pages)
     assert x.value.name == "LC_ENOENT"
-    e.room_open(2)  # no destination yet: Bootstrapping
+    e.room_open(2)  # no destination yet: Bootstrapping, the chunk is held (issue 44)
+    e.add_chunk(2, pages)
+    assert e.metrics()["chunks_held"] == 1
+    e.room_cancel(2)
     with pytest.raises(lc.LayercakeError) as x:
         e.add_chunk(2, pages)
     assert x.value.name == "LC_ERR_STATE"
@@ -111,6 +114,33 @@ def test_engine_batch_and_room_rules():
         e.room_metadata_set(1, b"x" * 5000)
     assert x.value.name == "LC_EMSGSIZE"
     assert e.metrics()["bad_input"] >= 3
+    ctx.close()
+
+
+def test_chunks_held_while_bootstrapping_are_capped_and_released():
+    ctx = lc.Context("held")
+    ctx.config_set("p_room_held_chunks_max", 1)  # read when the engine is created
+    ctx.config_set("p_held_pages_max", 5)
+    mem = lc.Memory(1 << 21)
+    ctx.register(mem)
+    e = lc.Engine(ctx, lc.Layout.mla(2, 8, 4096, bases=[mem.address + i * 8 * 4096 for i in range(2)]))
+    pages = np.arange(3, dtype=np.int64)
+    e.room_open(1)
+    e.room_open(2)
+    e.add_chunk(1, pages, page_tokens=16)
+    with pytest.raises(lc.LayercakeError) as x:
+        e.add_chunk(1, pages, dst_index=3, is_last=True)
+    assert x.value.name == "LC_ENOSPC" and "p_room_held_chunks_max" in str(x.value), x.value
+    with pytest.raises(lc.LayercakeError) as x:
+        e.add_chunk(2, pages)  # 3 + 3 page entries > 5
+    assert x.value.name == "LC_ENOSPC" and "p_held_pages_max" in str(x.value), x.value
+    m = e.metrics()
+    assert (m["chunks_held"], m["pages_held"], m["chunks_refused_held"]) == (1, 3, 2), m
+    e.room_dst_add(1, dummy=True)  # Bootstrapped: handed on, room 2 may hold now
+    e.add_chunk(2, pages, is_last=True)
+    e.room_close(2)  # closed while held: released
+    m = e.metrics()
+    assert (m["chunks_held"], m["pages_held"]) == (0, 0), m
     ctx.close()
 
 

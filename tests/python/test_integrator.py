@@ -140,20 +140,36 @@ def pd():
         o[k].close()
 
 
-# ---- 4. a chunk before Bootstrapped names the state and the wait -----------------
+# ---- 4. P never waits for D: a chunk before Bootstrapped is held (issue 44) ------
 
-def test_chunk_before_bootstrapped_says_to_wait(pd):
-    eng = pd["prefill"].engine
-    assert pd["sender"].status == lc.RoomStatus.BOOTSTRAPPING  # D has not sent its pages
-    with pytest.raises(lc.LayercakeError) as e:
-        eng.add_chunk(1, peer.p_pages(0), dst_index=0, is_last=True)
-    assert e.value.name == "LC_ERR_STATE"
-    msg = str(e.value)
-    assert "BOOTSTRAPPING" in msg and "until=RoomStatus.BOOTSTRAPPED" in msg, msg
-    assert "not allowed in the current state" in msg  # the C text stays
-    with eng.batch(is_idle=True):
-        with pytest.raises(lc.LayercakeError, match="idle"):
-            eng.add_chunk(1, peer.p_pages(0), is_last=True)
+def test_chunk_before_bootstrapped_is_held_and_lands_after_ds_info(pd):
+    """P adds the request's chunks and records every layer before D's
+    transfer info; counted from token 0 (page_tokens), D's prefix pages are
+    left out once the info is in, and every byte lands."""
+    eng, s, steps = pd["prefill"].engine, pd["sender"], pd["prefill"].engine.steps
+    assert s.status == lc.RoomStatus.BOOTSTRAPPING  # D has not sent its pages
+    src, prefix_pages = peer.p_pages(0), 3
+    with eng.batch():  # the first half of the prompt, every layer recorded
+        eng.add_chunk(1, src[:4], dst_index=0, page_tokens=peer.TOKENS_PER_PAGE)
+    steps.record_batch()
+    with eng.batch():  # the rest, half its layers recorded before D's info
+        eng.add_chunk(1, src[4:], dst_index=4, is_last=True, page_tokens=peer.TOKENS_PER_PAGE)
+    steps.record_cache()
+    steps.record_cache()
+    m = eng.metrics()
+    assert m["chunks_held"] == 2 and m["pages_held"] == len(src), m
+    assert s.status == lc.RoomStatus.BOOTSTRAPPING
+    dst = peer.d_pages(0, prefix_pages)
+    pd["receiver"].send(dst, prefix_len=prefix_pages * peer.TOKENS_PER_PAGE)
+    s.wait(timeout=20, until=lc.RoomStatus.TRANSFERRING)
+    for _ in range(peer.LAYERS - 2):
+        steps.record_cache()
+    steps.record_aux()
+    s.set_metadata(b"tok")
+    assert s.wait(timeout=20).status == lc.RoomStatus.SUCCESS
+    assert pd["receiver"].wait(timeout=20).status == lc.RoomStatus.SUCCESS
+    assert (pd["dkv"][:, dst] == pd["pkv"][:, src[prefix_pages:]]).all()
+    assert eng.metrics()["chunks_held"] == 0
 
 
 # ---- 1. prefix reuse: whole pages, and what P skips -----------------------------
