@@ -13,7 +13,7 @@ GOOD = 6
 
 
 def hostile_values(rng):
-    return rng.choice([None, True, -1, 0, 2 ** 64, -2 ** 70, 1.5, float("nan"), "7", "x" * 5000,
+    return rng.choice([None, True, -1, 0, 2 ** 64 - 1, -2 ** 63, 1.5, float("nan"), "7", "x" * 5000,
                        "\x00\xff", [], [1, 2], {"a": 1}, "127.0.0.1:1", "10.9.8.7:8998",
                        "http://169.254.169.254:80", "[::1]:0", "0" * 32])
 
@@ -25,8 +25,10 @@ def hostile_params(rng, i, good_rooms):
     kind = i % 6
     if kind == 0:  # a random dict of hostile values
         return {k: hostile_values(rng) for k in rng.sample(keys, rng.randint(1, len(keys)))}
-    if kind == 1:  # not a dict at all
-        return rng.choice(["room", 5, [1, 2, 3], True])
+    if kind == 1:  # nested junk (a body that is not an object at all is refused by
+        # vLLM's own request model before the connector sees it)
+        return {"layercake_room": {"nested": [1, 2]}, "layercake_pair": ["ab"] * 16,
+                "layercake_bootstrap": {"host": "127.0.0.1"}}
     if kind == 2:  # an honest request's room and pair: a duplicate on both sides
         room = rng.choice(good_rooms)
         return {"layercake_room": room, "layercake_pair": f"{room:032x}",
@@ -35,7 +37,7 @@ def hostile_params(rng, i, good_rooms):
         room = rng.choice(good_rooms)
         return {"layercake_room": room, "layercake_pair": "ab" * 16}
     if kind == 4:  # huge and negative numbers, long strings
-        return {"layercake_room": rng.choice([2 ** 63, -5, 10 ** 40]),
+        return {"layercake_room": rng.choice([2 ** 63, -5, 2 ** 64 - 1]),
                 "layercake_pair": "f" * rng.choice([2, 31, 129, 100000])}
     return {"do_remote_prefill": True, "do_remote_decode": True,  # both flags, bad address
             "transfer_id": "t" * 40, "remote_bootstrap_addr": "http://10.1.1.1:8998"}

@@ -242,7 +242,7 @@ def test_proxy_two_servers(pd):
 
 HOSTILE_P = [
     {"layercake_room": "12345", "layercake_pair": "ab" * 16},
-    {"layercake_room": 2 ** 64, "layercake_pair": "ab" * 16},
+    {"layercake_room": 2 ** 64 - 1, "layercake_pair": "ab" * 16},
     {"layercake_room": 77, "layercake_pair": 5},
     {"layercake_room": 78},  # no pairing value
     {"do_remote_decode": "yes", "transfer_id": "x" * 40},

@@ -23,7 +23,9 @@ CONFIG = (
     ("require_pairing", True, "bool",
      "refuse requests without a pairing value (layercake_pair or transfer_id)"),
     ("shared_secret", None, "str",
-     "one secret that authenticates P, D and the bootstrap routes (docs/security.md)"),
+     "one secret (32+ printable characters) that authenticates P, D and the bootstrap "
+     "routes; unset: $LAYERCAKE_SHARED_SECRET or the file $LAYERCAKE_SHARED_SECRET_FILE "
+     "(docs/security.md)"),
     ("listen_url", "tcp://127.0.0.1:0", "str", "D: its data plane's listen URL"),
     ("host", "127.0.0.1", "str", "D: the address of its control socket"),
     ("tp_size", None, "int", "override the TP size (tests driving several workers)"),

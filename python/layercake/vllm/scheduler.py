@@ -101,9 +101,9 @@ class SchedulerSide:
         if rid not in self._reqs:
             return 0, False
         if self.producer:
-            # Hold P's request until D's grant arrived (its room is bootstrapped),
-            # or until the worker gave up on it (bootstrap_timeout_s).
-            return (None, False) if rid not in self._ready else (0, False)
+            # P never waits for D: the prefill runs now; the engine holds the
+            # chunks of a room D has not reached yet and sends them when it does.
+            return 0, False
         n = len(request.prompt_token_ids or ()) - num_computed_tokens
         if self.per_layer:
             # Synchronous load: vLLM schedules the request in this step and
@@ -143,8 +143,8 @@ class SchedulerSide:
         if self.producer:
             for rid, n in scheduler_output.num_scheduled_tokens.items():
                 ent = self._reqs.get(rid)
-                if ent is None or rid in self._sent_chunk or not self._ready.get(rid):
-                    continue
+                if ent is None or rid in self._sent_chunk or self._ready.get(rid) is False:
+                    continue  # a room that failed before D came: nothing to send
                 c = self._chunk_of(rid, ent, n)
                 if c is not None:
                     m.chunks[rid] = c
@@ -189,8 +189,7 @@ class SchedulerSide:
         self._sending -= set(connector_output.finished_sending or ())
 
     def has_pending_push_work(self):
-        return self.producer and (bool(self._sending) or
-                                  any(r not in self._ready for r in self._reqs))
+        return self.producer and bool(self._sending)
 
     def request_finished(self, request, block_ids):
         rid = request.request_id

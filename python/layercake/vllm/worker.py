@@ -35,6 +35,8 @@ class WorkerSide:
         self._transfer_timeout = cfg.transfer_timeout_s
         self._layer_timeout = cfg.layer_timeout_s
         self._idle_wait_s = max(0, cfg.idle_wait_ms) / 1000.0
+        # None: the library reads LAYERCAKE_SHARED_SECRET(_FILE) itself.
+        self._secret = {"shared_secret": cfg.shared_secret} if cfg.shared_secret else {}
         self.counters = Counters()
         self._addr_told = False
         self._worker_init()
@@ -91,13 +93,14 @@ class WorkerSide:
                                  "register there)")
             self._bs = None
             if self._tp_rank == 0:
-                self._bs = lc.BootstrapServer(host=host, port=port)
+                self._bs = lc.BootstrapServer(host=host, port=port, **self._secret)
                 addr = self._bs.addr
             else:
                 addr = f"{host}:{port}"
             self._prefill = lc.Prefill(self._ctx, self._layout, addr, host=host,
                                        world_size=self._tp_size, dp_size=1,
-                                       engine_rank=self._tp_rank, metrics_server=self._bs)
+                                       engine_rank=self._tp_rank, metrics_server=self._bs,
+                                       **self._secret)
             self.bootstrap_addr = addr
             self._steps = self._prefill.steps  # one view for every record (save_kv_layer)
             f = self._x["bootstrap_file"]
@@ -109,7 +112,8 @@ class WorkerSide:
             self._decode = lc.Decode(self._ctx, self._layout, self._regions,
                                      listen_url=self._x["listen_url"],
                                      host=self._x["host"],
-                                     tp_size=self._tp_size, tp_rank=self._tp_rank)
+                                     tp_size=self._tp_size, tp_rank=self._tp_rank,
+                                     **self._secret)
 
     def bind_connector_metadata(self, meta):
         self._meta_scheduled = meta.scheduled
@@ -213,15 +217,12 @@ class WorkerSide:
                 ent = self._senders.get(rid)
                 if ent is None or ent[0].status.final:
                     continue
-                # D holds the request's first `skip` blocks itself (prefix
-                # caching): its page list starts after them.
-                skip = ent[0].prefix_pages(self._block_size) or 0
-                cut = max(0, skip - first)
-                if cut >= len(blocks) and not last:
-                    continue  # D holds every block of this chunk
+                # dst_index counts the request's blocks from its first token:
+                # the engine leaves out those D holds itself (prefix caching)
+                # once D's transfer info is in, which may be after this chunk.
                 try:
-                    eng.add_chunk(room, np.asarray(blocks[cut:], dtype=np.int64),
-                                  dst_index=first + cut - skip, is_last=last)
+                    eng.add_chunk(room, np.asarray(blocks, dtype=np.int64), dst_index=first,
+                                  is_last=last, page_tokens=self._block_size)
                 except lc.LayercakeError as e:
                     ratelog.warning("chunk", "layercake: request %s room %s: chunk: %s",
                                     rid, room, e)
