@@ -67,7 +67,7 @@ setup(
     name="layercake",
     version=_version(),
     description="Layer-wise KV-cache streaming from prefill to decode (ctypes binding)",
-    packages=["layercake"],
+    packages=["layercake", "layercake.vllm"],
     package_data={"layercake": ["liblayercake.so", "_speedups.abi3.so"]},
     python_requires=">=3.9",
     cmdclass={"build_py": build_py_with_lib},

@@ -59,6 +59,7 @@ def main():
         extra = {}
         if a.role != "ref":
             extra = {"kv_transfer_params": {"layercake_room": 5000 + i,
+                                            "layercake_pair": f"{5000 + i:032x}",
                                             "layercake_bootstrap": kw["kv_transfer_config"][
                                                 "kv_connector_extra_config"].get("bootstrap")}}
         sps.append(SamplingParams(temperature=0.0, max_tokens=1 if a.role == "P" else MAX_TOKENS,

@@ -196,9 +196,13 @@ def main():
     reqs = {}
     mine = plan["requests"] + (plan.get("d_only", []) if a.role == "D" else [])
     for r in mine:
-        params = {"layercake_room": r["room"]}
+        # The pairing value both sides agree on (a router draws it at random).
+        params = {"layercake_room": r["room"],
+                  "layercake_pair": r.get("pair", f"{r['room']:032x}")}
         if a.role == "D":
             params["layercake_bootstrap"] = extra["bootstrap"]
+        # A hostile plan gives each side's kv_transfer_params as they are.
+        params = r.get("p_params" if a.role == "P" else "d_params", params)
         sp = SamplingParams(max_tokens=1 if a.role == "P" else r["max_tokens"], temperature=0.0,
                             extra_args={"kv_transfer_params": params})
         req = Request(request_id=r["id"], prompt_token_ids=list(r["prompt"]), sampling_params=sp,
@@ -209,7 +213,7 @@ def main():
     from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator
     aggregator = KVOutputAggregator(expected_finished_count=tp)
     result = {"role": a.role, "checked": {}, "bad_bytes": {}, "aborted": [], "steps": 0,
-              "finished_recving": [], "finished_sending": [], "load_errors": []}
+              "finished_recving": [], "finished_sending": [], "load_errors": [], "finish": {}}
     deadline = time.monotonic() + float(plan.get("deadline_s", 60))
     done_ids = set()
     while sched.has_requests() and time.monotonic() < deadline:
@@ -308,6 +312,7 @@ def main():
             for o in outs.outputs:
                 if o.finish_reason is not None:
                     done_ids.add(o.request_id)
+                    result["finish"][o.request_id] = str(o.finish_reason)
         # Aborts, between steps as vLLM's engine does them.
         for ev in events:
             if "abort" not in ev or ev.get("done") or ev.get("role") != a.role:
@@ -315,7 +320,7 @@ def main():
             rid = ev["abort"]
             hit = False
             if ev.get("when") == "layers_landed" and a.role == "D":
-                ent = worker._recvs.get(rid)
+                ent = worker._worker._recvs.get(rid)
                 hit = ent is not None and ent[4] and ent[0].layers_ready >= ev.get("layers", 1)
             elif ev.get("when") == "scheduled" and rid in so.num_scheduled_tokens:
                 hit = True
@@ -326,31 +331,62 @@ def main():
         for ev in events:
             # P: the aborted room is final and its blocks released: D may resume.
             if ev.get("stop_d") and ev.get("done") and a.role == "P" and not ev.get("told") \
-                    and ev["abort"] not in worker._senders and ev["abort"] not in sched.requests:
+                    and ev["abort"] not in worker._worker._senders and ev["abort"] not in sched.requests:
                 ev["told"] = True
                 result["free_when_final"] = sched.kv_cache_manager.block_pool.get_num_free_blocks()
                 open(a.bootstrap_file + ".p-final", "w").close()
+        # Streaming chunks: P stops after the step that sent `gate`'s first
+        # chunk (not its last) until D has that chunk's tokens byte-exact in
+        # its own memory; D watches. With the KV sent only with the last
+        # chunk, P waits in vain (gate_timeout) and computes the rest after.
+        for ev in events:
+            if ev.get("gate") is None or ev.get("done"):
+                continue
+            rid = ev["gate"]
+            if a.role == "P" and rid in getattr(meta, "chunks", {}) and not meta.chunks[rid][3]:
+                ev["done"] = True
+                t0 = time.monotonic()
+                while not os.path.exists(a.bootstrap_file + ".d-early"):
+                    if time.monotonic() - t0 > ev.get("wait_s", 20):
+                        result["gate_timeout"] = True
+                        break
+                    time.sleep(0.01)
+                else:
+                    result["gated"] = True
+                    result["gate_tokens_left"] = (sched.requests[rid].num_prompt_tokens
+                                                  - sched.requests[rid].num_computed_tokens)
+            elif a.role == "D" and rid in sched.requests:
+                ent = worker._worker._recvs.get(rid)
+                if ent is None or not ent[4]:
+                    continue
+                bt = list(sched.kv_cache_manager.get_block_ids(rid)[0])
+                n = ev["tokens"]
+                if check_request(caches, names, bt, reqs[rid]["prompt"][:n]) == 0:
+                    ev["done"] = True
+                    result["early_landed"] = True
+                    open(a.bootstrap_file + ".d-early", "w").close()
         time.sleep(0.002)
     kvm = sched.kv_cache_manager
     result.update(
         timed_out=sched.has_requests(),
         requests_left=len(sched.requests), waiting=len(sched.waiting), running=len(sched.running),
         free_blocks=kvm.block_pool.get_num_free_blocks(), total_blocks=BLOCKS,
-        senders_left=sum(len(getattr(w, "_senders", {})) for w in workers),
-        receivers_left=sum(len(getattr(w, "_recvs", {})) for w in workers),
-        done=sorted(done_ids), counters=worker.counters(), stats=worker.stats, tp=tp)
+        senders_left=sum(len(getattr(w._worker, "_senders", {})) for w in workers),
+        receivers_left=sum(len(getattr(w._worker, "_recvs", {})) for w in workers),
+        done=sorted(done_ids), counters=worker.counters(), stats=worker.stats, tp=tp,
+        sched_counters=sched.connector.counters())
     # Leaks: P's engine has no room left; D's context holds no grant for any room.
     if a.role == "P":
         # A room that only D opened (P never had the request) stays in P's
         # engine until waiting_timeout_ms: wait for that deadline, bounded.
         t0 = time.monotonic()
         def active():
-            return sum(w._prefill.engine.metrics()["rooms_active"] for w in workers)
+            return sum(w._worker._prefill.engine.metrics()["rooms_active"] for w in workers)
         while active() and time.monotonic() - t0 < float(plan.get("drain_s", 0)):
             time.sleep(0.1)
         result["rooms_active"] = active()
     else:
-        result["grants_left"] = sum(w._ctx.revoke(r["room"]) for w in workers for r in mine)
+        result["grants_left"] = sum(w._worker._ctx.revoke(r["room"]) for w in workers for r in mine)
     for w in reversed(workers):
         w.shutdown()
     json.dump(result, open(a.out, "w"), indent=1)

@@ -4,15 +4,27 @@ see docs/vllm.md for why not the `vllm` script) with layercake.vllm, and
 examples/vllm/proxy.py in front of them, all on loopback. Completions sent to
 the proxy must carry D's greedy tokens equal to one engine's alone (the
 offline reference of tests/vllm/engine_peer.py), with every prompt token but
-the last taken from the connector (D's cached_tokens)."""
+the last taken from the connector (D's cached_tokens).
+
+The same servers then take hostile requests straight at P and D (issue 43,
+findings 1-3: a request body is untrusted input): each fails alone with an
+error the client sees, no engine stops, D contacts no address outside its
+allow-list, and the honest requests after them still get their tokens. And
+the routers' protocol: the Mooncake connector's fields through the proxy,
+streamed (server-sent events), 12 at once."""
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import threading
+
+import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -60,22 +72,103 @@ def wait_http(url, procs, tmp, deadline_s=300):
         time.sleep(1)
 
 
-def complete(addr, model, prompt):
-    body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
-            "ignore_eos": True, "return_token_ids": True}
+def post(addr, body, timeout=300):
+    """(status, parsed JSON or raw text) of a POST /v1/completions."""
     req = urllib.request.Request(f"http://{addr}/v1/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, data = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        status, data = e.code, e.read()
+    try:
+        return status, json.loads(data)
+    except ValueError:
+        return status, data.decode(errors="replace")
+
+
+def body_of(model, prompt, **kw):
+    return dict({"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
+                 "ignore_eos": True, "return_token_ids": True}, **kw)
+
+
+def complete(addr, model, prompt):
+    status, out = post(addr, body_of(model, prompt))
+    assert status == 200, out
+    return out
+
+
+def complete_stream(addr, model, prompt):
+    """Token ids of a streamed completion (server-sent events)."""
+    body = body_of(model, prompt, stream=True)
+    req = urllib.request.Request(f"http://{addr}/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    toks, events = [], 0
     with urllib.request.urlopen(req, timeout=300) as r:
-        return json.loads(r.read())
+        assert r.headers.get("Content-Type", "").startswith("text/event-stream"), r.headers
+        for line in r:
+            line = line.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            events += 1
+            ch = json.loads(line[6:])["choices"][0]
+            toks += ch.get("token_ids") or []
+    assert events >= 2, events  # streamed, not one answer
+    return toks
 
 
-def test_proxy_two_servers(tmp_path):
+def start_proxy(tmp, procs, logs, name, pp, dp, bs, *args):
+    addr_file = tmp / f"{name}.addr"
+    log = open(tmp / f"{name}.log", "w")
+    logs.append(log)
+    procs[name] = subprocess.Popen(
+        [sys.executable, PROXY, "--prefill", f"http://127.0.0.1:{pp}",
+         "--decode", f"http://127.0.0.1:{dp}", "--bootstrap", bs, "--port", "0",
+         "--addr-file", str(addr_file), *args], stdout=log, stderr=subprocess.STDOUT)
+    t0 = time.monotonic()
+    while not addr_file.exists():
+        assert procs[name].poll() is None, (tmp / f"{name}.log").read_text()
+        assert time.monotonic() - t0 < 60, "proxy did not listen"
+        time.sleep(0.2)
+    return addr_file.read_text().strip()
+
+
+class FakeBootstrap:
+    """An HTTP server on loopback that counts every request (a bootstrap
+    address an attacker names)."""
+
+    def __init__(self):
+        hits = self.hits = []
+
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self):
+                hits.append(self.path)
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.addr = f"127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+@pytest.fixture(scope="module")
+def pd(tmp_path_factory):
+    """P and D servers, the reference tokens, and proxies in each mode."""
+    tmp_path = tmp_path_factory.mktemp("serve")
     model = tiny_llama.write(str(tmp_path / "model"), seed=0)
     ps = [[(i * 37 + k * 11) % 500 + 3 for k in range(n)] for i, n in enumerate(LENGTHS)]
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps(ps))
-    bs = tmp_path / "bootstrap"
-    pp, dp = free_port(), free_port()
+    pp, dp, bport = free_port(), free_port(), free_port()
+    bs = f"127.0.0.1:{bport}"
     procs, logs = {}, []
     try:
         # The reference (one engine alone) runs while the servers start.
@@ -85,44 +178,23 @@ def test_proxy_two_servers(tmp_path):
                                 "--prompts", str(prompts), "--out", str(tmp_path / "ref.json")],
                                stdout=rlog, stderr=subprocess.STDOUT,
                                env=dict(os.environ, LC_VLLM_MAX_TOKENS=str(MAX_TOKENS)))
+        # D names P's bootstrap in its config: its allow-list is that address alone.
         for name, port, role, extra in (
-                ("P", pp, "kv_producer", {"bootstrap_file": str(bs), "bootstrap_timeout_s": 60}),
-                ("D", dp, "kv_consumer", {"bootstrap_timeout_s": 60})):
+                ("P", pp, "kv_producer", {"bootstrap_port": bport, "bootstrap_timeout_s": 20}),
+                ("D", dp, "kv_consumer", {"bootstrap": bs, "bootstrap_timeout_s": 20})):
             procs[name], log = server(tmp_path, name, model, port, role, extra)
             logs.append(log)
-        addr_file = tmp_path / "proxy.addr"
-        plog = open(tmp_path / "proxy.log", "w")
-        logs.append(plog)
-        procs["proxy"] = subprocess.Popen(
-            [sys.executable, PROXY, "--prefill", f"http://127.0.0.1:{pp}",
-             "--decode", f"http://127.0.0.1:{dp}", "--bootstrap-file", str(bs), "--port", "0",
-             "--addr-file", str(addr_file)], stdout=plog, stderr=subprocess.STDOUT)
         for port in (pp, dp):
             wait_http(f"http://127.0.0.1:{port}/health", procs, tmp_path)
-        t0 = time.monotonic()
-        while not addr_file.exists():
-            assert procs["proxy"].poll() is None, (tmp_path / "proxy.log").read_text()
-            assert time.monotonic() - t0 < 60, "proxy did not listen"
-            time.sleep(0.2)
-        addr = addr_file.read_text().strip()
+        proxies = {
+            "layercake": start_proxy(tmp_path, procs, logs, "proxy", pp, dp, bs),
+            "mooncake": start_proxy(tmp_path, procs, logs, "proxy-mc", pp, dp, bs,
+                                    "--protocol", "mooncake"),
+        }
         assert ref.wait(timeout=600) == 0, (tmp_path / "ref.log").read_text()[-4000:]
         want = json.loads((tmp_path / "ref.json").read_text())["tokens"]
-
-        def one(p):
-            return complete(addr, str(model), p)
-
-        got = [one(ps[0])]  # one alone, then two at once
-        with ThreadPoolExecutor(2) as ex:
-            got += list(ex.map(one, ps[1:]))
-        toks = [g["choices"][0]["token_ids"] for g in got]
-        same = sum(a == b for a, b in zip(toks, want))
-        print(f"tokens identical (proxy, two vllm servers): {same} of {len(want)}")
-        assert same == len(want), (toks, want)
-        cached = [(g["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") for g in got]
-        assert cached == LENGTHS, cached  # D computed none of the prompt itself
-        with urllib.request.urlopen(f"http://{addr}/proxy/stats", timeout=10) as r:
-            st = json.loads(r.read())
-        assert st == {"requests": 3, "p_errors": 0, "d_errors": 0}, st
+        yield dict(tmp=tmp_path, model=str(model), prompts=ps, want=want, pp=pp, dp=dp, bs=bs,
+                   proxies=proxies, procs=procs)
     finally:
         for p in procs.values():
             if p.poll() is None:
@@ -135,3 +207,159 @@ def test_proxy_two_servers(tmp_path):
         for f in logs:
             f.close()
 
+
+def proxy_stats(addr):
+    with urllib.request.urlopen(f"http://{addr}/proxy/stats", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def alive(pd):
+    for name in ("P", "D"):
+        assert pd["procs"][name].poll() is None, (pd["tmp"] / f"{name}.log").read_text()[-4000:]
+        with urllib.request.urlopen(f"http://127.0.0.1:{pd[name.lower() + 'p']}/health",
+                                    timeout=10) as r:
+            assert r.status == 200
+
+
+def test_proxy_two_servers(pd):
+    addr, model, ps, want = pd["proxies"]["layercake"], pd["model"], pd["prompts"], pd["want"]
+
+    def one(p):
+        return complete(addr, model, p)
+
+    got = [one(ps[0])]  # one alone, then two at once
+    with ThreadPoolExecutor(2) as ex:
+        got += list(ex.map(one, ps[1:]))
+    toks = [g["choices"][0]["token_ids"] for g in got]
+    same = sum(a == b for a, b in zip(toks, want))
+    print(f"tokens identical (proxy, two vllm servers): {same} of {len(want)}")
+    assert same == len(want), (toks, want)
+    cached = [(g["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") for g in got]
+    assert cached == LENGTHS, cached  # D computed none of the prompt itself
+    st = proxy_stats(addr)
+    assert st == {"requests": 3, "p_errors": 0, "d_errors": 0, "client_gone": 0}, st
+
+
+HOSTILE_P = [
+    {"layercake_room": "12345", "layercake_pair": "ab" * 16},
+    {"layercake_room": 2 ** 64 - 1, "layercake_pair": "ab" * 16},
+    {"layercake_room": 77, "layercake_pair": 5},
+    {"layercake_room": 78},  # no pairing value
+    {"do_remote_decode": "yes", "transfer_id": "x" * 40},
+    "not an object",
+]
+
+
+def test_hostile_requests_fail_alone(pd):
+    """Findings 1 and 2 of issue 43, through vLLM's OpenAI servers."""
+    model, ps, want = pd["model"], pd["prompts"], pd["want"]
+    p_addr, d_addr = f"127.0.0.1:{pd['pp']}", f"127.0.0.1:{pd['dp']}"
+    fake = FakeBootstrap()
+    try:
+        for kvp in HOSTILE_P:
+            status, out = post(p_addr, body_of(model, ps[0], max_tokens=1, kv_transfer_params=kvp))
+            assert status != 200 or out["choices"][0]["finish_reason"] == "error", (kvp, out)
+            alive(pd)
+        # Two requests with the same room at P at once: the second is refused,
+        # the first is served (P holds it for D's grant, then gives up).
+        same = {"layercake_room": 4242, "layercake_pair": "cd" * 16}
+        with ThreadPoolExecutor(2) as ex:
+            outs = list(ex.map(lambda _: post(p_addr, body_of(model, ps[0], max_tokens=1,
+                                                              kv_transfer_params=same)), range(2)))
+        errors = sum(s != 200 or o["choices"][0]["finish_reason"] == "error" for s, o in outs)
+        assert errors >= 1, outs
+        alive(pd)
+        hostile_d = [
+            {"layercake_room": 9, "layercake_pair": "ab" * 16, "layercake_bootstrap": 8998},
+            {"layercake_room": 9, "layercake_pair": "ab" * 16, "layercake_bootstrap": fake.addr},
+            {"do_remote_prefill": True, "transfer_id": "y" * 40,
+             "remote_bootstrap_addr": f"http://{fake.addr}"},
+            {"layercake_room": 10, "layercake_pair": "ab" * 16,
+             "layercake_bootstrap": "169.254.169.254:80"},
+            {"layercake_room": [1], "layercake_bootstrap": pd["bs"]},
+        ]
+        for kvp in hostile_d:
+            status, out = post(d_addr, body_of(model, ps[0], kv_transfer_params=kvp))
+            assert status != 200 or out["choices"][0]["finish_reason"] == "error", (kvp, out)
+            alive(pd)
+        assert fake.hits == [], fake.hits  # D never contacted the address a request named
+    finally:
+        fake.close()
+    # The honest path still serves, tokens unchanged.
+    got = complete(pd["proxies"]["layercake"], model, ps[1])
+    assert got["choices"][0]["token_ids"] == want[1]
+
+
+def test_router_fields_streamed(pd):
+    """The Mooncake connector's request fields, as llm-d's sidecar and
+    vLLM's proxies send them, streamed; 12 requests at once."""
+    addr, model, ps, want = pd["proxies"]["mooncake"], pd["model"], pd["prompts"], pd["want"]
+    jobs = [i % len(ps) for i in range(12)]
+    with ThreadPoolExecutor(12) as ex:
+        toks = list(ex.map(lambda i: complete_stream(addr, model, ps[i]), jobs))
+    bad = [(i, t) for i, t in zip(jobs, toks) if t != want[i]]
+    print(f"tokens identical (mooncake fields, streamed, 12 at once): {12 - len(bad)} of 12")
+    assert not bad, bad
+    st = proxy_stats(addr)
+    assert st["requests"] == 12 and st["p_errors"] == 0 and st["d_errors"] == 0, st
+
+
+def test_metrics_on_vllm(pd):
+    """vLLM's /metrics on P and D carry the connector's series after a run
+    (the tests above ran requests through both)."""
+    complete(pd["proxies"]["layercake"], pd["model"], pd["prompts"][0])
+    for name in ("P", "D"):
+        deadline = time.monotonic() + 30  # vLLM's stats reach its logger a step later
+        while True:
+            with urllib.request.urlopen(f"http://127.0.0.1:{pd[name.lower() + 'p']}/metrics",
+                                        timeout=10) as r:
+                text = r.read().decode()
+            ok = [ln for ln in text.splitlines()
+                  if ln.startswith("vllm:layercake_events_total") and 'event="rooms_ok"' in ln]
+            if ok and float(ok[0].rsplit(" ", 1)[1]) >= 1:
+                break
+            assert time.monotonic() < deadline, (name, [ln for ln in text.splitlines()
+                                                        if "layercake" in ln][:20])
+            time.sleep(1)
+        assert "vllm:layercake_transfer_seconds_bucket" in text, name
+    # D refused the hostile requests of the test above: counted by kind.
+    with urllib.request.urlopen(f"http://127.0.0.1:{pd['dp']}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert 'event="refused_not_allowed"' in text, [ln for ln in text.splitlines()
+                                                   if "layercake_events" in ln]
+
+
+def gauge(port, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    vals = [float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+            if ln.startswith(name + "{") or ln.startswith(name + " ")]
+    return sum(vals)
+
+
+def test_client_disconnect_reaches_both(pd):
+    """A client that goes away mid-stream: the proxy closes its requests to P
+    and D, both engines abort, and both return to no request running and no
+    KV in use."""
+    addr, model = pd["proxies"]["layercake"], pd["model"]
+    host, port = addr.split(":")
+    body = json.dumps(body_of(model, pd["prompts"][2], max_tokens=300, stream=True)).encode()
+    s = socket.create_connection((host, int(port)), timeout=60)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    got = b""
+    while b"data: " not in got:  # the first event: D is decoding
+        chunk = s.recv(4096)
+        assert chunk, got
+        got += chunk
+    s.close()
+    t0 = time.monotonic()
+    while True:
+        busy = {n: (gauge(pd[n.lower() + "p"], "vllm:num_requests_running"),
+                    gauge(pd[n.lower() + "p"], "vllm:kv_cache_usage_perc")) for n in ("P", "D")}
+        if all(v == (0, 0) for v in busy.values()):
+            break
+        assert time.monotonic() - t0 < 20, busy
+        time.sleep(0.2)
+    print(f"client gone: both engines idle {time.monotonic() - t0:.2f} s later")
+    assert proxy_stats(addr)["client_gone"] >= 1
