@@ -24,6 +24,9 @@ class LayercakeMeta(KVConnectorMetadata):
     # D: req_id -> room, for requests whose first forward (after their KV
     # load) is this step (the timing of D's first token).
     first_compute: dict = field(default_factory=dict)
+    # P: requests whose free vLLM delays for the connector (request_finished
+    # said so): each must come back in finished_sending, sender or not.
+    delayed: set = field(default_factory=set)
     # Tokens this step computes: 0 is a step vLLM runs only to hear of
     # transfers, in which the worker may sleep until one changes.
     scheduled: int = 0

@@ -49,6 +49,7 @@ class SchedulerSide:
         self._sent_chunk = set()  # P: req_ids whose last chunk went out
         self._sent_blocks = {}   # P: req_id -> blocks sent in earlier chunks
         self._sending = set()    # P: finished, blocks held until the worker reports
+        self._delayed_new = set()  # P: put in _sending since the last metadata
         self._await_first = {}   # D: req_id -> room, KV granted, first forward not yet run
 
     # ---- the edge ----
@@ -136,6 +137,7 @@ class SchedulerSide:
         m = LayercakeMeta(open_rooms=self._new_rooms, receives=self._pending_recv,
                           aborts=self._aborts, rejects=self._rejects)
         self._new_rooms, self._pending_recv, self._aborts, self._rejects = {}, {}, {}, {}
+        m.delayed, self._delayed_new = self._delayed_new, set()
         m.scheduled = scheduler_output.total_num_scheduled_tokens
         for rid in list(self._await_first):
             if rid in scheduler_output.num_scheduled_tokens:
@@ -186,7 +188,11 @@ class SchedulerSide:
                 if got >= self.tp_size:  # every P rank's room: send
                     self._ready[rid] = True
                     self._boot_count.pop(rid, None)
-        self._sending -= set(connector_output.finished_sending or ())
+        done = set(connector_output.finished_sending or ())
+        if done:
+            self._sending -= done
+            for room in [r for r, rid in self._rooms.items() if rid in done]:
+                del self._rooms[room]
 
     def has_pending_push_work(self):
         return self.producer and bool(self._sending)
@@ -213,6 +219,10 @@ class SchedulerSide:
                 # Free only once D has every byte, or the room ended otherwise.
                 self._sent_chunk.discard(rid)
                 self._sending.add(rid)
+                self._delayed_new.add(rid)
+                # The room stays live (a second request for it is refused)
+                # until its blocks come back.
+                self._rooms[ent.t.room] = rid
                 if aborted:
                     self._aborts[rid] = True
                 return True, self._reply(ent)

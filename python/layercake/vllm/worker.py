@@ -62,6 +62,7 @@ class WorkerSide:
         self._page_bytes = 0
         self._t_last = 0
         self._t_final = {}
+        self._orphans = set()
 
     def register_kv_caches(self, kv_caches):
         kcc = self._kv_cache_config
@@ -131,6 +132,9 @@ class WorkerSide:
                     self._boot[rid] = False
             for rid in meta.rejects:
                 self._failed_recv.add(rid)
+            # A delayed free whose room never opened here (its sender was
+            # refused): nothing to wait for, the blocks go back at once.
+            self._orphans |= {rid for rid in meta.delayed if rid not in self._senders}
             for rid, keep in meta.aborts.items():
                 if keep:  # blocks held: cancel, report once final
                     self._cancel_sender(rid, "aborted on P")
@@ -396,6 +400,8 @@ class WorkerSide:
                     self._finished_seen.discard(rid)
                     res.finished_sending.add(rid)
             self._finished_seen &= set(self._senders)
+            res.finished_sending |= self._orphans
+            self._orphans = set()
             if self._failed_recv:
                 res.finished_recving = set(self._failed_recv)
                 res.failed_recving = set(self._failed_recv)
