@@ -412,13 +412,13 @@ static void up(world_t *w)
 	char line[512], addr[64], ep[300];
 	static char bs[64];
 	adv_spawn(&w->p, p_child, NULL);
-	TU_CHECK(adv_wait_line(&w->p, "addr ", 15000, line, sizeof line) &&
+	TU_CHECK(adv_wait_line(&w->p, "addr ", 60000, line, sizeof line) &&
 			 sscanf(line, "addr %63s %299s", addr, ep) == 2,
 		 "P did not start");
 	snprintf(bs, sizeof bs, "%s", addr);
 	w->a.bs = bs;
 	adv_spawn(&w->d, d_child, &w->a);
-	TU_CHECK(adv_wait_line(&w->d, "d-up ", 15000, line, sizeof line) &&
+	TU_CHECK(adv_wait_line(&w->d, "d-up ", 60000, line, sizeof line) &&
 			 sscanf(line, "d-up %d", &w->d_base) == 1,
 		 "D did not start");
 }

@@ -466,7 +466,7 @@ static int case_p_restart(void)
 	adv_spawn(&p, p_child, &pa);
 	TU_CHECK(p_up(&p, ep, sizeof ep), "P did not start");
 	adv_spawn(&d, d_child, &da);
-	TU_CHECK(adv_wait_line(&d, "d-up", 15000, NULL, 0), "D did not start");
+	TU_CHECK(adv_wait_line(&d, "d-up", 60000, NULL, 0), "D did not start");
 	adv_spawn(&imp, p_child, &ia); /* the attacker's P: other bytes */
 	TU_CHECK(p_up(&imp, imp_ep, sizeof imp_ep), "the impostor's P did not start");
 	failures += round_ok(&d, &p, NULL, 0);
@@ -657,7 +657,7 @@ static int case_wrong_secret_d(void)
 		d_arg_t da = {.bs = bs_addr, .secret = secrets[k]};
 		fprintf(stderr, "a D with %s\n", k ? "no secret" : "another secret");
 		adv_spawn(&d, d_child, &da);
-		TU_CHECK(adv_wait_line(&d, "d-up", 15000, NULL, 0), "D did not start");
+		TU_CHECK(adv_wait_line(&d, "d-up", 60000, NULL, 0), "D did not start");
 		failures += round_refused(&d, NULL, k);
 		adv_reap(&d, 20000);
 	}
@@ -671,7 +671,7 @@ static int case_wrong_secret_d(void)
 	/* The deployment's own D still gets in. */
 	d_arg_t da = {.bs = bs_addr, .secret = SECRET};
 	adv_spawn(&d, d_child, &da);
-	TU_CHECK(adv_wait_line(&d, "d-up", 15000, NULL, 0), "D did not start");
+	TU_CHECK(adv_wait_line(&d, "d-up", 60000, NULL, 0), "D did not start");
 	failures += round_ok(&d, &p, NULL, 2);
 	adv_reap(&d, 20000);
 	adv_reap(&p, 20000);
@@ -727,14 +727,14 @@ static int case_open_server(void)
 	adv_spawn(&p, p_child, &pa);
 	TU_CHECK(p_up(&p, ep, sizeof ep), "P did not start");
 	adv_spawn(&d, d_child, &da);
-	TU_CHECK(adv_wait_line(&d, "d-up", 15000, NULL, 0), "D did not start");
+	TU_CHECK(adv_wait_line(&d, "d-up", 60000, NULL, 0), "D did not start");
 	failures += round_ok(&d, &p, NULL, 0);
 	kill(p.pid, SIGKILL);
 	adv_reap(&p, 5000);
 	/* The attacker takes the lapsed rank (nothing stops it here). */
 	poller_t q;
 	poller_start(&q, port_of(inbox_ep));
-	uint64_t dl = adv_now_ms() + 10000;
+	uint64_t dl = adv_now_ms() + 30000; /* the route's life, then a loaded machine */
 	while (!atomic_load(&q.owned) && adv_now_ms() < dl)
 		usleep(50 * 1000);
 	poller_stop(&q);
