@@ -614,18 +614,19 @@ int lc_sender_cancel(lc_sender_t *s, const char *reason)
 		return LC_ERR_STATE;
 	}
 	const char *why = reason ? reason : "aborted by P";
+	/* Ended before the engine's room is: a transfer info the control
+	 * thread takes between the two is refused with this reason, not with
+	 * the engine's bare "already ended". D ranks the room holds are told
+	 * by the engine's final status; one that comes later (parked, or new)
+	 * is refused at once. */
+	char text[LC_REASON_MAX];
+	lc__reason(text, sizeof text, "was cancelled: %s", why);
+	pthread_mutex_lock(&s->p->lock);
+	mark_ended(s, LC_FAIL_CANCELLED, text);
+	lc__prefill_touch(s->p, s->room);
+	pthread_mutex_unlock(&s->p->lock);
 	int rc = lc_engine_room_cancel(s->p->engine, s->room, why);
-	if (!rc || rc == LC_ERR_STATE) {
-		/* D ranks the room holds are told by the engine's final status;
-		 * one that comes later (parked, or new) is refused at once. */
-		char text[LC_REASON_MAX];
-		lc__reason(text, sizeof text, "was cancelled: %s", why);
-		pthread_mutex_lock(&s->p->lock);
-		mark_ended(s, LC_FAIL_CANCELLED, text);
-		lc__prefill_touch(s->p, s->room);
-		pthread_mutex_unlock(&s->p->lock);
-		lc__prefill_wake(s->p);
-	}
+	lc__prefill_wake(s->p);
 	return rc;
 }
 

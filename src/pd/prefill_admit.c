@@ -137,11 +137,20 @@ static void engine_take(lc_prefill_t *p, lc__dsess_t *s, const lc__msg_transfer_
 			 "destination it needs is there already)",
 			 p->rank, (unsigned long long)t->room);
 	} else if (rc == -ENOENT || rc == LC_ERR_STATE) {
+		/* The room ended after the caller's view of its sender: the
+		 * sender's reason, when it has one by now. */
+		sender_view_t v;
+		view_sender(p, t->room, &v);
 		LC__COUNT(p->ctx, infos_refused_ended);
-		fail = LC_FAIL_CANCELLED;
-		snprintf(why, sizeof why,
-			 "transfer info refused by P rank %d: room %llu already ended", p->rank,
-			 (unsigned long long)t->room);
+		fail = v.ended ? v.end_fail : LC_FAIL_CANCELLED;
+		if (v.ended)
+			lc__reason(why, sizeof why,
+				   "transfer info refused by P rank %d: P's sender %s", p->rank,
+				   v.end_reason);
+		else
+			snprintf(why, sizeof why,
+				 "transfer info refused by P rank %d: room %llu already ended",
+				 p->rank, (unsigned long long)t->room);
 	} else if (rc == -ENOBUFS) {
 		snprintf(why, sizeof why,
 			 "transfer info refused by P rank %d: %u pages, %u state slots: "
