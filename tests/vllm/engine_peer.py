@@ -47,6 +47,9 @@ def main():
             "kv_connector": "LayercakeConnector", "kv_connector_module_path": "layercake.vllm",
             "kv_role": "kv_producer" if a.role == "P" else "kv_consumer",
             "kv_connector_extra_config": extra}
+    bt = os.environ.get("LC_VLLM_BATCH_TOKENS")  # bench: chunked prefill, a step per chunk
+    if bt:
+        kw.update(max_num_batched_tokens=int(bt), enable_chunked_prefill=True)
     llm = LLM(model=a.model, skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
               block_size=32, max_model_len=int(os.environ.get("LC_VLLM_MAX_LEN", 512)), max_num_seqs=8, enable_prefix_caching=False,
               seed=0, **kw)
@@ -64,6 +67,17 @@ def main():
                                                 "kv_connector_extra_config"].get("bootstrap")}}
         sps.append(SamplingParams(temperature=0.0, max_tokens=1 if a.role == "P" else MAX_TOKENS,
                                   ignore_eos=True, detokenize=False, extra_args=extra or None))
+    # bench: P starts its prompts once D is up and about to send its own,
+    # so that the timings measure the streaming, not D's start-up.
+    ready = a.bootstrap_file and a.bootstrap_file + ".d-ready"
+    if a.role == "D" and ready:
+        open(ready, "w").close()
+    if a.role == "P" and os.environ.get("LC_VLLM_P_WAITS_D") == "1":
+        t0 = time.monotonic()
+        while not os.path.exists(ready):
+            if time.monotonic() - t0 > 300:
+                raise SystemExit("P: D never got ready")
+            time.sleep(0.05)
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sps, use_tqdm=False)
     res = {"tokens": [list(o.outputs[0].token_ids) for o in outs],
            "cached": [o.num_cached_tokens for o in outs]}

@@ -57,6 +57,9 @@ class WorkerSide:
         self._records = 0
         self._step_rooms = []
         self.stats = {"save_kv_layer_calls": 0, "save_kv_layer_ns": 0, "save_kv_layer_cpu_ns": 0}
+        # With a timing_file only (a bench): each save_kv_layer's CPU time,
+        # written with the step's p_stats event (bench/vllm_layerwise.py).
+        self._save_cpu = [] if self._x["timing_file"] else None
         self.kvstats = LayercakeStats()
         self._t_last_layer = {}  # P: req_id -> monotonic s its last chunk's layers were recorded
         self._page_bytes = 0
@@ -245,9 +248,12 @@ class WorkerSide:
             self._steps.record_cache()
             self._records += 1
             self._t_last = time.monotonic_ns()
-        self.stats["save_kv_layer_cpu_ns"] += time.thread_time_ns() - c0
+        c1 = time.thread_time_ns() - c0
+        self.stats["save_kv_layer_cpu_ns"] += c1
         self.stats["save_kv_layer_ns"] += time.perf_counter_ns() - t0
         self.stats["save_kv_layer_calls"] += 1
+        if self._save_cpu is not None:
+            self._save_cpu.append(c1)
 
     def wait_for_save(self):
         if not self._producer or not self._batch_open:
@@ -269,8 +275,9 @@ class WorkerSide:
             if rid in self._senders:
                 self._timing("p_last_layer", self._senders[rid][0].room, self._t_last)
                 self._t_last_layer[rid] = self._t_last / 1e9
-        if self._step_rooms:
-            self._timing("p_stats", -1, 0, **self.stats)
+        if self._save_cpu:
+            self._timing("p_stats", -1, 0, save_cpu_ns=self._save_cpu, **self.stats)
+            self._save_cpu = []
         self._batch_open, self._step_rooms = False, []
 
     def _timing(self, event, room, t_ns, **kw):
