@@ -20,6 +20,18 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 MAX_TOKENS = int(os.environ.get("LC_VLLM_MAX_TOKENS", 8))
 
 
+def kv_cache_groups(llm):
+    """The engine's KV cache groups, [[spec, sliding window, layers]...]
+    (vLLM's hybrid KV cache manager makes one per attention kind), where
+    the engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0);
+    None otherwise."""
+    core = getattr(getattr(llm.llm_engine, "engine_core", None), "engine_core", None)
+    if core is None:
+        return None
+    return [[type(g.kv_cache_spec).__name__, getattr(g.kv_cache_spec, "sliding_window", None),
+             list(g.layer_names)] for g in core.scheduler.kv_cache_config.kv_cache_groups]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--role", choices=("ref", "P", "D"), required=True)
@@ -47,7 +59,7 @@ def main():
             "kv_connector": "LayercakeConnector", "kv_connector_module_path": "layercake.vllm",
             "kv_role": "kv_producer" if a.role == "P" else "kv_consumer",
             "kv_connector_extra_config": extra}
-    bt = os.environ.get("LC_VLLM_BATCH_TOKENS")  # bench: chunked prefill, a step per chunk
+    bt = os.environ.get("LC_VLLM_BATCH_TOKENS")  # chunked prefill (a bench, test_hybrid_model)
     if bt:
         kw.update(max_num_batched_tokens=int(bt), enable_chunked_prefill=True)
     llm = LLM(model=a.model, skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
@@ -80,7 +92,7 @@ def main():
             time.sleep(0.05)
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sps, use_tqdm=False)
     res = {"tokens": [list(o.outputs[0].token_ids) for o in outs],
-           "cached": [o.num_cached_tokens for o in outs]}
+           "cached": [o.num_cached_tokens for o in outs], "kv_cache_groups": kv_cache_groups(llm)}
     with open(a.out, "w") as f:
         json.dump(res, f)
     if a.role == "P":  # the engine keeps stepping (has_pending_push_work) until D has every byte

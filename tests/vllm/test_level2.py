@@ -38,20 +38,20 @@ def tail(tmp, role):
     return (tmp / f"{role}.log").read_text()[-4000:]
 
 
-@pytest.mark.parametrize("load_mode", ["async", "per_layer"])
-def test_two_engines_tokens_identical(tmp_path, load_mode):
-    model = tiny_llama.write(str(tmp_path / "model"), seed=0)
+def run_pair(tmp_path, model, lengths, load_mode, env=None):
+    """One engine alone (the reference), then P and D through layercake, on
+    the same prompts; returns (reference's result, D's, P's)."""
     prompts = tmp_path / "prompts.json"
-    ps = [[(i * 37 + k * 11) % 500 + 3 for k in range(n)] for i, n in enumerate(LENGTHS)]
+    ps = [[(i * 37 + k * 11) % 500 + 3 for k in range(n)] for i, n in enumerate(lengths)]
     prompts.write_text(json.dumps(ps))
+    env = dict(os.environ, **(env or {}))
 
-    ref, ref_out, log = engine(tmp_path, "ref", model, prompts)
+    ref, ref_out, log = engine(tmp_path, "ref", model, prompts, env=env)
     assert ref.wait(timeout=600) == 0, tail(tmp_path, "ref")
     log.close()
-    want = json.loads(ref_out.read_text())["tokens"]
 
     bs = tmp_path / "bootstrap"
-    env = dict(os.environ, LC_VLLM_EXTRA=json.dumps({"load_mode": load_mode}))
+    env["LC_VLLM_EXTRA"] = json.dumps({"load_mode": load_mode})
     p, p_out, plog = engine(tmp_path, "P", model, prompts, bs, env)
     d, d_out, dlog = engine(tmp_path, "D", model, prompts, bs, env)
     try:
@@ -64,12 +64,46 @@ def test_two_engines_tokens_identical(tmp_path, load_mode):
                 x.kill()
         plog.close()
         dlog.close()
-    got = json.loads(d_out.read_text())
+    return (json.loads(ref_out.read_text()), json.loads(d_out.read_text()),
+            json.loads(p_out.read_text()))
+
+
+def check_tokens(ref, got, p, lengths, load_mode):
+    want = ref["tokens"]
     same = sum(a == b for a, b in zip(got["tokens"], want))
     print(f"tokens identical ({load_mode}): {same} of {len(want)}")
     assert same == len(want), (got["tokens"], want)
-    want_cached = [n - (load_mode == "per_layer") for n in LENGTHS]
+    want_cached = [n - (load_mode == "per_layer") for n in lengths]
     assert got["cached"] == want_cached, got["cached"]
-    first = json.loads(p_out.read_text())["tokens"]
-    assert [t[0] for t in first] == [t[0] for t in want]  # P's own first token agrees too
+    assert [t[0] for t in p["tokens"]] == [t[0] for t in want]  # P's own first token agrees too
 
+
+@pytest.mark.parametrize("load_mode", ["async", "per_layer"])
+def test_two_engines_tokens_identical(tmp_path, load_mode):
+    model = tiny_llama.write(str(tmp_path / "model"), seed=0)
+    ref, got, p = run_pair(tmp_path, model, LENGTHS, load_mode)
+    check_tokens(ref, got, p, LENGTHS, load_mode)
+
+
+HYBRID_LENGTHS = [7, 33, 100, 230, 300]
+WINDOW = 48  # tokens: the sliding layers keep cdiv(48, 32) + 1 = 3 blocks
+
+
+def test_hybrid_model(tmp_path):
+    """A hybrid model (layers 0, 2 sliding window attention over 48 tokens,
+    1, 3 full attention): vLLM keeps its hybrid KV cache manager on with
+    layercake (SupportsHMA) and makes two KV cache groups; prompts up to
+    ~6x the window, chunked prefill over up to 5 steps of 64 tokens, so
+    both P's prefill and D drop the sliding group's early blocks. D's
+    tokens equal one engine's alone, every prompt token from the
+    connector (async loads: per_layer reports failures by block, which vLLM
+    refuses with several groups)."""
+    load_mode = "async"
+    model = tiny_llama.write(str(tmp_path / "model"), seed=1, sliding_window=WINDOW)
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "LC_VLLM_BATCH_TOKENS": "64"}
+    ref, got, p = run_pair(tmp_path, model, HYBRID_LENGTHS, load_mode, env)
+    for r in (ref, got, p):
+        groups = r["kv_cache_groups"]
+        assert [g[:2] for g in groups] == [["SlidingWindowSpec", WINDOW],
+                                           ["FullAttentionSpec", None]], groups
+    check_tokens(ref, got, p, HYBRID_LENGTHS, load_mode)

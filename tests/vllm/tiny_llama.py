@@ -19,9 +19,16 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_
           "tie_word_embeddings": False}
 
 
-def write(d, seed=0, layers=None):
+def write(d, seed=0, layers=None, sliding_window=None):
+    """sliding_window: a hybrid model, every other layer (0, 2, ...) sliding
+    window attention over that many tokens, the others full attention:
+    vLLM's hybrid KV cache manager makes one KV cache group of each."""
     os.makedirs(d, exist_ok=True)
     c = dict(CONFIG, num_hidden_layers=layers or CONFIG["num_hidden_layers"])
+    if sliding_window:
+        c["sliding_window"] = int(sliding_window)
+        c["layer_types"] = ["sliding_attention" if L % 2 == 0 else "full_attention"
+                            for L in range(c["num_hidden_layers"])]
     h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     q = c["num_attention_heads"] * c["head_dim"]
     kv = c["num_key_value_heads"] * c["head_dim"]
@@ -56,5 +63,6 @@ if __name__ == "__main__":
     ap.add_argument("dir")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--sliding-window", type=int, default=None)
     a = ap.parse_args()
-    print(write(a.dir, a.seed, a.layers))
+    print(write(a.dir, a.seed, a.layers, a.sliding_window))

@@ -11,9 +11,11 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorRole,
     KVConnectorTransferResults,
+    SupportsHMA,
 )
 
 from .config import parse_config
+from .groups import Groups
 from .layout import _tp_of
 from .metadata import LayercakeMeta
 from .scheduler import SchedulerSide
@@ -48,7 +50,9 @@ def _guard(default=None, per_request=False):
     return wrap
 
 
-class LayercakeConnector(KVConnectorBase_V1):
+class LayercakeConnector(KVConnectorBase_V1, SupportsHMA):
+    """SupportsHMA: vLLM keeps its hybrid KV cache manager on; every KV
+    cache group's blocks travel (groups.py)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)
@@ -60,13 +64,20 @@ class LayercakeConnector(KVConnectorBase_V1):
         per_layer = cfg.load_mode == "per_layer" and not producer
         block_size = vllm_config.cache_config.block_size
         tp_size, tp_rank = _tp_of(vllm_config, cfg.values, role)
+        groups = Groups(kv_cache_config, block_size)
+        if per_layer and groups.hybrid:
+            # A synchronous load reports failures by block, which vLLM
+            # refuses with several KV cache groups.
+            log.warning("layercake: load_mode per_layer is not supported with several KV cache "
+                        "groups (a hybrid model): loading asynchronously")
+            per_layer = False
         self._sched = self._worker = None
         if role == KVConnectorRole.SCHEDULER:
             self._sched = SchedulerSide(cfg, producer, tp_size, block_size, per_layer,
-                                        getattr(tc, "engine_id", None))
+                                        getattr(tc, "engine_id", None), groups)
         else:
             self._worker = WorkerSide(cfg, producer, tp_size, tp_rank, block_size, per_layer,
-                                      kv_cache_config)
+                                      kv_cache_config, groups)
 
     # ---- scheduler role ----
 
@@ -101,6 +112,10 @@ class LayercakeConnector(KVConnectorBase_V1):
 
     @_guard(default=(False, None), per_request=True)
     def request_finished(self, request, block_ids):
+        return self._sched.request_finished(request, block_ids)
+
+    @_guard(default=(False, None), per_request=True)
+    def request_finished_all_groups(self, request, block_ids):
         return self._sched.request_finished(request, block_ids)
 
     # ---- worker role ----

@@ -105,3 +105,46 @@ def _tp_of(vllm_config, x, role):
     return size, rank
 
 
+
+
+def slices(layers, layer_group=None):
+    """vLLM layers that share memory as one layercake layer. A hybrid
+    model's KV cache groups alias (layer i of each group in the same
+    tensor, each block owned by one group: groups.py): such a slice moves
+    every group's blocks once, so it is recorded when the last of its
+    layers (in vLLM's order) is computed. Returns (layers, index, record_on):
+    describe_kv_caches' list with one entry per slice in recording order,
+    {vLLM layer name: its slice's index}, and the names whose save records
+    a slice (None where every layer is its own slice). NotImplementedError
+    for memory shared otherwise (two layers of one group, buffers that
+    overlap without being the same)."""
+    by_key, order = {}, []
+    for i, (name, parts) in enumerate(layers):
+        key = tuple((p[0], p[1], p[2]) for p in parts)
+        if key not in by_key:
+            by_key[key] = []
+            order.append(key)
+        by_key[key].append((i, name, parts))
+    spans = sorted((b, b + item * n, k) for k in order for b, item, n in k)
+    for (b0, e0, k0), (b1, e1, k1) in zip(spans, spans[1:]):
+        if b1 < e0 and k0 != k1:
+            raise NotImplementedError(
+                f"KV tensors of layers {by_key[k0][0][1]} and {by_key[k1][0][1]} overlap "
+                "without being the same memory")
+    groups = layer_group or {}
+    for k in order:
+        names = [n for _, n, _ in by_key[k]]
+        gs = [groups.get(n) for n in names]
+        if len(names) > 1 and len(set(gs)) != len(gs) and len(set(groups.values())) > 1:
+            raise NotImplementedError(f"layers {names} share memory within one KV cache group")
+    if all(len(v) == 1 for v in by_key.values()):
+        return layers, {n: i for i, (n, _) in enumerate(layers)}, None
+    ordered = sorted(order, key=lambda k: by_key[k][-1][0])
+    out, index, record_on = [], {}, set()
+    for si, k in enumerate(ordered):
+        members = by_key[k]
+        out.append(("+".join(n for _, n, _ in members), members[0][2]))
+        for _, n, _ in members:
+            index[n] = si
+        record_on.add(members[-1][1])
+    return out, index, record_on

@@ -25,8 +25,9 @@ class _Req:
 
 class SchedulerSide:
 
-    def __init__(self, cfg, producer, tp_size, block_size, per_layer, engine_id):
+    def __init__(self, cfg, producer, tp_size, block_size, per_layer, engine_id, groups):
         self.cfg, self.producer = cfg, producer
+        self.groups = groups  # groups.Groups: vLLM's KV cache groups, one page list
         self.tp_size, self.block_size, self.per_layer = tp_size, block_size, per_layer
         self.engine_id = engine_id
         own = cfg.bootstrap
@@ -126,10 +127,16 @@ class SchedulerSide:
         prompt = len(request.prompt_token_ids or ())
         # D's own tokens, block aligned (per_layer: vLLM computes the last one)
         prefix = prompt - num_external_tokens - (1 if self.per_layer else 0)
-        ids = list(blocks.get_block_ids()[0])
+        ids = blocks.get_block_ids()
         first, last = prefix // self.block_size, -(-prompt // self.block_size)
         t = ent.t
-        self._pending_recv[rid] = (t.bootstrap, t.room, t.pair, ids[first:last], prefix,
+        index, pages = self.groups.pages(ids, first, last, prompt)
+        if self.groups.hybrid and prefix % self.block_size == 0:
+            # D's prefix in the engine's terms: the list's pages before D's
+            # first (groups.py); a prefix that is not whole blocks stays as
+            # it is, for Receiver.send to refuse.
+            prefix = index * self.block_size
+        self._pending_recv[rid] = (t.bootstrap, t.room, t.pair, pages, prefix,
                                    self.per_layer)
         self._await_first[rid] = t.room
 
@@ -153,10 +160,11 @@ class SchedulerSide:
         return m
 
     def _chunk_of(self, rid, ent, n):
-        """(room, block ids, index of the first, is_last) of the blocks this
-        step completes, so that each prefill chunk's KV leaves layer by layer
-        in the step that computes it. A block the chunk only starts goes
-        with the next chunk: each block is sent once, whole."""
+        """(room, block ids, list index of the first, is_last) of the
+        blocks this step completes, so that each prefill chunk's KV leaves
+        layer by layer in the step that computes it. A block the chunk only
+        starts goes with the next chunk: each block is sent once, whole,
+        every KV cache group's (groups.py)."""
         req = ent.request
         prompt = req.num_prompt_tokens
         end = req.num_computed_tokens + n
@@ -165,12 +173,13 @@ class SchedulerSide:
         sent = self._sent_blocks.get(rid, 0)
         if upto <= sent and not last:
             return None
-        ids = self.kv_cache_manager.get_block_ids(rid)[0]
+        ids = self.kv_cache_manager.get_block_ids(rid)
         self._sent_blocks[rid] = upto
         if last:
             self._sent_chunk.add(rid)
             self._sent_blocks.pop(rid, None)
-        return ent.t.room, list(ids[sent:upto]), sent, last
+        index, pages = self.groups.pages(ids, sent, upto, prompt)
+        return ent.t.room, pages, index, last
 
     def update_connector_output(self, connector_output):
         wm = connector_output.kv_connector_worker_meta
@@ -197,7 +206,10 @@ class SchedulerSide:
     def has_pending_push_work(self):
         return self.producer and bool(self._sending)
 
-    def request_finished(self, request, block_ids):
+    def request_finished(self, request, block_ids=None):
+        """vLLM's request_finished and, with its hybrid KV cache manager,
+        request_finished_all_groups (block_ids one list per group): the
+        blocks are the scheduler's own record either way."""
         rid = request.request_id
         if self._rejected.pop(rid, None) is not None:
             self._rejects.pop(rid, None)

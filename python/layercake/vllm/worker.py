@@ -14,7 +14,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransfe
 
 import layercake as lc
 
-from .layout import build_layout, describe_kv_caches
+from .layout import build_layout, describe_kv_caches, slices
 from .metadata import LayercakeWorkerMeta
 from .stats import Counters, LayercakeStats, log, ratelog
 
@@ -23,7 +23,8 @@ METADATA = b"vllm"  # D recomputes the last prompt token: no first token to carr
 
 class WorkerSide:
 
-    def __init__(self, cfg, producer, tp_size, tp_rank, block_size, per_layer, kv_cache_config):
+    def __init__(self, cfg, producer, tp_size, tp_rank, block_size, per_layer, kv_cache_config,
+                 groups):
         self._x = cfg.values
         self.cfg = cfg
         self._producer = producer
@@ -31,6 +32,7 @@ class WorkerSide:
         self._block_size = block_size
         self._per_layer = per_layer
         self._kv_cache_config = kv_cache_config
+        self._groups = groups  # groups.Groups: vLLM's KV cache groups
         self._bootstrap_timeout = cfg.bootstrap_timeout_s
         self._transfer_timeout = cfg.transfer_timeout_s
         self._layer_timeout = cfg.layer_timeout_s
@@ -79,8 +81,10 @@ class WorkerSide:
                         f"{kv_caches[name].stride()}: at TP {self._tp_size} a rank's heads must be "
                         "one slice of each block or of each token row (FlashInfer's HND layout, K "
                         "and V apart, is not split between ranks)")
-        self._layer_names = [n for n, _ in layers]
-        self._layer_index = {n: i for i, n in enumerate(self._layer_names)}
+        # A hybrid model's groups share memory: one layercake layer per
+        # slice, recorded when its last vLLM layer is saved (layout.slices).
+        layers, self._layer_index, self._record_on = slices(layers, self._groups.layer_group)
+        self._nlayers = len(layers)
         knobs = dict(self._x["knobs"] or {})
         knobs.setdefault("layerwise_interval", int(self._x["layerwise_interval"]))
         self._ctx = lc.Context("vllm-" + ("p" if self._producer else "d"), **knobs)
@@ -158,7 +162,7 @@ class WorkerSide:
                 ratelog.warning("receiver", "layercake: request %s room %s: receiver: %s",
                                 rid, room, e)
                 self.counters.add("rooms_failed_open")
-                self._load_errors.update(blocks)
+                self._load_error(blocks)
                 if not sync:
                     self._failed_recv.add(rid)
                 continue
@@ -244,7 +248,8 @@ class WorkerSide:
         if not self._producer or not self._batch_open:
             return
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-        if self._records < len(self._layer_names):
+        if self._records < self._nlayers and (self._record_on is None
+                                              or layer_name in self._record_on):
             self._steps.record_cache()
             self._records += 1
             self._t_last = time.monotonic_ns()
@@ -259,7 +264,7 @@ class WorkerSide:
         if not self._producer or not self._batch_open:
             return
         steps = self._steps
-        while self._records < len(self._layer_names):  # layers vLLM did not hook
+        while self._records < self._nlayers:  # layers vLLM did not hook
             steps.record_cache()
             self._records += 1
             self._t_last = time.monotonic_ns()
@@ -353,11 +358,11 @@ class WorkerSide:
                     ratelog.warning("room", "layercake: room %s: %s", r.room, why)
                     if not st.final:
                         r.cancel(why)
-                    self._load_errors.update(ent[1])
+                    self._load_error(ent[1])
                     self._sync_wait.remove(rid)
                     break
                 time.sleep(0.0001)
-            if idx == len(self._layer_names) - 1 and rid in self._sync_wait:
+            if idx == self._nlayers - 1 and rid in self._sync_wait:
                 self._timing("d_all_landed", r.room, time.monotonic_ns())
         waited = time.monotonic() - t0
         if waited > 0.0002:
@@ -439,7 +444,7 @@ class WorkerSide:
                              len(blocks) * self._page_bytes)
             if info.status != lc.RoomStatus.SUCCESS:
                 ratelog.warning("room", "layercake: room %s %s: %s", r.room, info.status.name, info.reason)
-                self._load_errors.update(blocks)
+                self._load_error(blocks)
                 self._failed_recv.add(rid)
             else:
                 self._timing("d_all_landed", r.room, time.monotonic_ns())
@@ -454,6 +459,13 @@ class WorkerSide:
     def get_finished(self, finished_req_ids):
         r = self.get_transfer_results(finished_req_ids)
         return r.finished_sending or None, r.finished_recving or None
+
+    def _load_error(self, blocks):
+        """A failed load's blocks for get_block_ids_with_load_errors. vLLM
+        refuses block-level errors with several KV cache groups: there the
+        request fails through failed_recving alone (async loads only)."""
+        if not self._groups.hybrid:
+            self._load_errors.update(blocks)
 
     def get_block_ids_with_load_errors(self):
         out, self._load_errors = self._load_errors, set()
