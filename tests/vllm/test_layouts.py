@@ -4,7 +4,8 @@ layercake buffers without a copy: the CPU backend's per-layer
 FlashAttention's [2, blocks, block_size, kv_heads, head_dim], MLA's
 [blocks, block_size, dim], FlashInfer's permuted HND view; a layout whose
 blocks are not back to back, or skip bytes inside, is refused with its shape
-and strides."""
+and strides. A hybrid model's KV cache groups: aliasing layers as one slice
+(layout.slices) and the page list of every group's kept blocks (groups.py)."""
 import pytest
 import torch
 
@@ -65,3 +66,58 @@ def test_permuted_hnd_view_taken_as_it_is():
     # K and V inside each block: no TP split (None)
     assert layers[0][1] == [(phys.data_ptr(), 2 * H * BS * D * 2, NB, None)]
     assert storages[0][0] == phys.data_ptr()
+
+
+def test_hybrid_groups_alias_as_slices():
+    # vLLM's hybrid layout (KVCacheLayout.LBHNC, two groups): each group's
+    # tensor holds its layers one after the other, and the groups' tensors
+    # alias, so layer i of group 0 and layer i of group 1 share memory.
+    from layercake.vllm.layout import slices
+    pool = torch.zeros(2, NB, H, BS, 2 * D)
+    caches = {"l0": pool[0], "l1": pool[0], "l2": pool[1], "l3": pool[1]}
+    group = {"l0": 0, "l2": 0, "l1": 1, "l3": 1}
+    layers, _ = describe_kv_caches(caches, block_size=BS)
+    out, index, record_on = slices(layers, group)
+    assert [n for n, _ in out] == ["l0+l1", "l2+l3"]
+    assert index == {"l0": 0, "l1": 0, "l2": 1, "l3": 1} and record_on == {"l1", "l3"}
+    assert build_layout(out, BS).layer_count == 2
+    # One group: every layer its own slice, recorded as before.
+    plain, _ = describe_kv_caches({f"l{i}": pool[i] for i in range(2)}, block_size=BS)
+    assert slices(plain, {"l0": 0, "l1": 0}) == (plain, {"l0": 0, "l1": 1}, None)
+    # Two layers of one group in one memory, or buffers that half overlap.
+    with pytest.raises(NotImplementedError, match="within one KV cache group"):
+        slices(layers, {"l0": 0, "l1": 0, "l2": 1, "l3": 1})
+    flat = pool.view(-1)
+    half = flat[H * BS * D:H * BS * D + NB * H * BS * 2 * D].view(NB, H, BS, 2 * D)
+    bad, _ = describe_kv_caches({"l0": pool[0], "l1": half}, block_size=BS)
+    with pytest.raises(NotImplementedError, match="overlap"):
+        slices(bad, {"l0": 0, "l1": 1})
+
+
+def test_hybrid_page_list():
+    # Block ids of a 300-token prompt (10 blocks of 32) in a sliding group
+    # (48 tokens: keeps cdiv(48, 32) + 1 = 3 blocks) and a full group.
+    from types import SimpleNamespace
+
+    from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheGroupSpec,
+                                            SlidingWindowSpec)
+    from layercake.vllm.groups import Groups
+    kw = dict(block_size=BS, num_kv_heads=H, head_size=D, dtype=torch.float32)
+    cfg = SimpleNamespace(kv_cache_groups=[
+        KVCacheGroupSpec(["l0", "l2"], SlidingWindowSpec(sliding_window=48, **kw)),
+        KVCacheGroupSpec(["l1", "l3"], FullAttentionSpec(**kw))])
+    g = Groups(cfg, BS)
+    assert g.hybrid and g.window_blocks == [3, 0] and g.layer_group["l2"] == 0
+    sw = [0] * 7 + [107, 108, 109]  # vLLM's null block (0) out of the window
+    full = list(range(200, 210))
+    assert g.pages((sw, full), 0, 10, 300) == (0, full[:7] + [107, 207, 108, 208, 109, 209])
+    # Chunks: blocks [0, 4), [4, 8), [8, 10) on P make the same list.
+    parts = [g.pages((sw, full), a, b, 300) for a, b in ((0, 4), (4, 8), (8, 10))]
+    assert [i for i, _ in parts] == [0, 4, 9]
+    assert sum((p for _, p in parts), []) == g.pages((sw, full), 0, 10, 300)[1]
+    # D holding 8 blocks itself: its list starts at index 9.
+    assert g.pages((sw, full), 8, 10, 300) == (9, [108, 208, 109, 209])
+    with pytest.raises(ValueError, match="null block"):
+        g.pages(([0] * 10, full), 0, 10, 300)
+    one = Groups(SimpleNamespace(kv_cache_groups=cfg.kv_cache_groups[1:]), BS)
+    assert not one.hybrid and one.pages((full,), 2, 5, 300) == (2, full[2:5])
