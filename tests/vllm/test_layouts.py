@@ -120,4 +120,8 @@ def test_hybrid_page_list():
     with pytest.raises(ValueError, match="null block"):
         g.pages(([0] * 10, full), 0, 10, 300)
     one = Groups(SimpleNamespace(kv_cache_groups=cfg.kv_cache_groups[1:]), BS)
-    assert not one.hybrid and one.pages((full,), 2, 5, 300) == (2, full[2:5])
+    assert one.plain and one.pages((full,), 2, 5, 300) == (2, full[2:5])
+    # Every layer sliding: one group, vLLM's hybrid manager on, still clipped.
+    only_sw = Groups(SimpleNamespace(kv_cache_groups=cfg.kv_cache_groups[:1]), BS)
+    assert not only_sw.hybrid and not only_sw.plain
+    assert only_sw.pages((sw,), 0, 10, 300) == (0, [107, 108, 109])

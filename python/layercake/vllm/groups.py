@@ -22,7 +22,8 @@ in the list is the count of kept blocks before it, and D's prefix of k
 blocks goes to the engine as that index in pages (P's engine skips the
 list's pages below it). Like vLLM's own connectors (NIXL, Mooncake), a
 window keeps cdiv(window, block) + 1 blocks. One group (any model without
-the hybrid manager) is the plain list: entry j is block j."""
+the hybrid manager) is the plain list: entry j is block j; a model whose
+layers all slide is one group, clipped to its window all the same."""
 from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
 
@@ -42,10 +43,11 @@ class Groups:
             spec = grp.kv_cache_spec
             for name in grp.layer_names:
                 self.layer_group[name] = g
-            if self.n == 1:
-                continue
             if isinstance(spec, SlidingWindowSpec):
+                # A model whose every layer slides is one group, clipped too.
                 self.window_blocks[g] = _cdiv(spec.sliding_window, spec.block_size) + 1
+            elif self.n == 1:
+                continue
             elif not isinstance(spec, FullAttentionSpec):
                 raise NotImplementedError(
                     f"layercake: KV cache group {g} is {type(spec).__name__}: hybrid models "
@@ -58,6 +60,11 @@ class Groups:
     @property
     def hybrid(self):
         return self.n > 1
+
+    @property
+    def plain(self):
+        """The list is vLLM's block table itself: entry j is block j."""
+        return self.n == 1 and not self.window_blocks[0]
 
     def _cut(self, g, nblocks):
         """The first block position of group g that D needs."""
@@ -74,7 +81,7 @@ class Groups:
         of prompt_tokens tokens: the list index of the first and the kept
         blocks in list order. ValueError if a kept block is vLLM's null
         block (0): a window narrower than P and D think."""
-        if self.n == 1:
+        if self.plain:
             return first, [int(b) for b in ids_by_group[0][first:upto]]
         nblocks = _cdiv(prompt_tokens, self.block_size)
         cuts = [self._cut(g, nblocks) for g in range(self.n)]

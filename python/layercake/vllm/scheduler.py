@@ -131,7 +131,7 @@ class SchedulerSide:
         first, last = prefix // self.block_size, -(-prompt // self.block_size)
         t = ent.t
         index, pages = self.groups.pages(ids, first, last, prompt)
-        if self.groups.hybrid and prefix % self.block_size == 0:
+        if not self.groups.plain and prefix % self.block_size == 0:
             # D's prefix in the engine's terms: the list's pages before D's
             # first (groups.py); a prefix that is not whole blocks stays as
             # it is, for Receiver.send to refuse.
