@@ -179,6 +179,7 @@ struct lc_prefill {
 	char host[LC__BS_HOST_MAX]; /* advertised to the bootstrap server */
 	char endpoint[300];         /* tcp://host:port, as advertised */
 	char bootstrap[LC__BS_HOST_MAX];
+	char engine_id[LC__BS_ENGINE_ID_MAX]; /* "" : none (GET /query) */
 	lc__zctx_t *z;
 	lc__pull_t *pull;
 	int evfd;

@@ -66,7 +66,7 @@ class LayercakeConnector(KVConnectorBase_V1):
                                         getattr(tc, "engine_id", None))
         else:
             self._worker = WorkerSide(cfg, producer, tp_size, tp_rank, block_size, per_layer,
-                                      kv_cache_config)
+                                      kv_cache_config, getattr(tc, "engine_id", None))
 
     # ---- scheduler role ----
 
