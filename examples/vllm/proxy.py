@@ -235,7 +235,7 @@ def make_handler(proxy):
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            ok = True
+            counted = False
             try:
                 while True:
                     chunk = r.read1(65536)
@@ -243,17 +243,19 @@ def make_handler(proxy):
                         break
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
+                # Counted before the last chunk: a client that has its whole
+                # answer finds it in /proxy/stats.
+                proxy.count(requests=1, p_errors=fp.result()[0] != 200)
+                counted = True
                 self.wfile.write(b"0\r\n\r\n")
             except OSError:
-                ok = False  # the client went away: D's and P's requests are closed
-                proxy.count(client_gone=1)
+                # The client went away: D's and P's requests are closed.
+                proxy.count(requests=0 if counted else 1, client_gone=1)
                 up_p.close()
                 self.close_connection = True
             finally:
                 up_d.close()
                 up_d.conn.close()
-            ps = fp.result()[0] if ok else 200
-            proxy.count(requests=1, p_errors=ps != 200)
 
         def do_POST(self):
             try:
