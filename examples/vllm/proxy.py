@@ -16,7 +16,9 @@ kv_transfer_params of one transfer:
 * --protocol mooncake: the fields vLLM's Mooncake connector, llm-d's sidecar
   and Dynamo send: P {"do_remote_decode": true, "transfer_id": uuid4}, D
   {"do_remote_prefill": true, "transfer_id", "remote_bootstrap_addr":
-  "http://<bootstrap>", "remote_engine_id"}.
+  "http://<bootstrap>", "remote_engine_id"}. The engine id is --engine-id,
+  else P's as its bootstrap's GET /query tells it (llm-d's sidecar reads it
+  there too), asked until P answers.
 
 --order together (default) sends both at once (D grants its blocks while P
 prefills); --order p-first sends P first and copies the kv_transfer_params
@@ -27,7 +29,8 @@ The client gets D's answer; with "stream": true it is streamed as D sends
 it (server-sent events, vLLM's OpenAI format). A client that disconnects
 has its upstream requests closed, so both engines abort the request. Any
 other path (GET /v1/models, /health) goes to D. GET /proxy/stats counts
-requests and each side's errors.
+requests and each side's errors (and, with --protocol mooncake, names the
+engine id D's requests carry).
 
 --bootstrap is P's bootstrap address (kv_connector_extra_config
 "bootstrap_port" on P fixes it); --bootstrap-file reads it from the file P's
@@ -45,6 +48,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor, wait
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -100,14 +104,30 @@ class Proxy:
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lc-proxy")
         self.stats = {"requests": 0, "p_errors": 0, "d_errors": 0, "client_gone": 0}
 
+    def p_engine_id(self):
+        """remote_engine_id: --engine-id, else P's from GET <bootstrap>/query
+        (the Mooncake connector's registry: {dp_rank: {"engine_id": ...}}),
+        kept once P has answered; None while it has not."""
+        if self.engine_id is None:
+            try:
+                with urllib.request.urlopen(f"http://{self.bootstrap}/query", timeout=5) as r:
+                    q = json.loads(r.read(1 << 20))
+                e = q.get("0", {}).get("engine_id") if isinstance(q, dict) else None
+                if isinstance(e, str) and e:
+                    self.engine_id = e
+            except (OSError, ValueError, AttributeError) as e:
+                print(f"proxy: GET http://{self.bootstrap}/query: {e}", file=sys.stderr)
+        return self.engine_id
+
     def transfer(self):
         """(P's kv_transfer_params, D's) of one new transfer."""
         if self.protocol == "mooncake":
             tid = str(uuid.uuid4())
-            return ({"do_remote_decode": True, "transfer_id": tid},
-                    {"do_remote_prefill": True, "transfer_id": tid,
-                     "remote_bootstrap_addr": f"http://{self.bootstrap}",
-                     "remote_engine_id": self.engine_id or "prefill"})
+            d = {"do_remote_prefill": True, "transfer_id": tid,
+                 "remote_bootstrap_addr": f"http://{self.bootstrap}"}
+            if self.p_engine_id() is not None:
+                d["remote_engine_id"] = self.engine_id
+            return {"do_remote_decode": True, "transfer_id": tid}, d
         room, pair = secrets.randbits(63) or 1, secrets.token_hex(16)
         return ({"layercake_room": room, "layercake_pair": pair},
                 {"layercake_room": room, "layercake_pair": pair,
@@ -215,7 +235,7 @@ def make_handler(proxy):
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            ok = True
+            counted = False
             try:
                 while True:
                     chunk = r.read1(65536)
@@ -223,17 +243,19 @@ def make_handler(proxy):
                         break
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
+                # Counted before the last chunk: a client that has its whole
+                # answer finds it in /proxy/stats.
+                proxy.count(requests=1, p_errors=fp.result()[0] != 200)
+                counted = True
                 self.wfile.write(b"0\r\n\r\n")
             except OSError:
-                ok = False  # the client went away: D's and P's requests are closed
-                proxy.count(client_gone=1)
+                # The client went away: D's and P's requests are closed.
+                proxy.count(requests=0 if counted else 1, client_gone=1)
                 up_p.close()
                 self.close_connection = True
             finally:
                 up_d.close()
                 up_d.conn.close()
-            ps = fp.result()[0] if ok else 200
-            proxy.count(requests=1, p_errors=ps != 200)
 
         def do_POST(self):
             try:
@@ -255,7 +277,10 @@ def make_handler(proxy):
         def do_GET(self):
             if self.path == "/proxy/stats":
                 with proxy._lock:
-                    return self._reply(200, json.dumps(proxy.stats).encode())
+                    st = dict(proxy.stats)
+                if proxy.protocol == "mooncake":
+                    st["engine_id"] = proxy.engine_id  # what D's requests name
+                return self._reply(200, json.dumps(st).encode())
             self._reply(*Upstream(proxy.decode, proxy.timeout).fetch("GET", self.path))
 
         def log_message(self, fmt, *args):
@@ -284,7 +309,8 @@ def main(argv=None):
                     help="the request fields: layercake's or the routers' (Mooncake's)")
     ap.add_argument("--order", choices=("together", "p-first"), default="together",
                     help="send P and D at once, or P first and D with P's answer")
-    ap.add_argument("--engine-id", help="remote_engine_id for --protocol mooncake")
+    ap.add_argument("--engine-id", help="remote_engine_id for --protocol mooncake "
+                    "(default: P's, from GET <bootstrap>/query)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--addr-file", help="write host:port here once listening")

@@ -115,6 +115,13 @@ typedef struct lc_prefill_params {
 	 * LAYERCAKE_SECRET_DIR holds one; its public key is accepted either
 	 * way): only D ranks holding the secret can register. */
 	const char *shared_secret;
+	/* Optional: the engine this rank belongs to (vLLM's
+	 * kv_transfer_config.engine_id), sent with the rank's PUT /route and
+	 * shown on the bootstrap server's GET /query, the Mooncake connector's
+	 * registry that routers read (docs/protocol.md, "HTTP routes"). NULL or
+	 * "": none. At most 128 bytes of UTF-8 without control characters (else
+	 * -EINVAL). Copied. */
+	const char *engine_id;
 } lc_prefill_params_t;
 
 /* Create the engine (lc_engine_create; knobs from ctx), bind the control

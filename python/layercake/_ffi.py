@@ -224,7 +224,7 @@ PrefillParams = _struct("lc_prefill_params_t", [
     ("name", c_char_p), ("world_size", c_int), ("dp_size", c_int), ("engine_rank", c_int),
     ("reserved", c_int), ("metrics_server", c_void_p), ("bootstrap_secret", c_char_p),
     ("external_counter", c_int), ("reserved2", c_int), ("cache_word", c_void_p),
-    ("aux_word", c_void_p), ("shared_secret", c_char_p),
+    ("aux_word", c_void_p), ("shared_secret", c_char_p), ("engine_id", c_char_p),
 ])
 
 DecodeParams = _struct("lc_decode_params_t", [

@@ -163,26 +163,30 @@ class Prefill(_Handle):
     registration with the bootstrap server. Blocks while registering.
     shared_secret: as BootstrapServer's; when set the rank registers with
     the bearer derived from it and its control socket takes only peers that
-    hold it (CURVE)."""
+    hold it (CURVE). engine_id: the engine the rank belongs to (vLLM's),
+    shown on the bootstrap server's GET /query for routers."""
 
     _free = _ffi.lc_prefill_destroy
 
     def __init__(self, ctx, layout, bootstrap, host=None, name=None, world_size=1, dp_size=1,
-                 engine_rank=0, metrics_server=None, bootstrap_secret=None, shared_secret=None):
+                 engine_rank=0, metrics_server=None, bootstrap_secret=None, shared_secret=None,
+                 engine_id=None):
         _need_type(layout, Layout, "Prefill: layout", "a layercake.Layout")
         if isinstance(bootstrap, BootstrapServer):
             bootstrap = bootstrap.addr
         _need_type(bootstrap, str, "Prefill: bootstrap",
                    "the bootstrap server's address as 'host:port' (str) or a BootstrapServer")
+        _need_type(engine_id, (str, type(None)), "Prefill: engine_id", "a str or None")
         shared = _shared_secret(shared_secret, "Prefill")
         super().__init__(ctx)
         self._keep = [bootstrap.encode(), host.encode() if host else None,
                       name.encode() if name else None,
-                      bootstrap_secret.encode() if bootstrap_secret else None]
+                      bootstrap_secret.encode() if bootstrap_secret else None,
+                      engine_id.encode() if engine_id else None]
         p = _ffi.PrefillParams()
         p.size = ctypes.sizeof(p)
         p.layout = layout._need()
-        p.bootstrap, p.host, p.name, p.bootstrap_secret = self._keep
+        p.bootstrap, p.host, p.name, p.bootstrap_secret, p.engine_id = self._keep
         p.world_size = _cv.c_int(world_size, "Prefill: world_size")
         p.dp_size = _cv.c_int(dp_size, "Prefill: dp_size")
         p.engine_rank = _cv.c_int(engine_rank, "Prefill: engine_rank")

@@ -20,6 +20,7 @@
 #define LC__BS_KEY_MAX 64 /* z85 CURVE public key (40) + NUL */
 #define LC__BS_SECRET_MAX 256
 #define LC__BS_OWNER_LEN 32 /* owner token: 128 random bits in hex */
+#define LC__BS_ENGINE_ID_MAX 129 /* engine_id (GET /query) + NUL */
 
 /* What a P rank registers (PUT /route) and what GET /route returns. */
 typedef struct lc__prefill_info {
@@ -31,6 +32,7 @@ typedef struct lc__prefill_info {
 	uint32_t layers;
 	uint32_t nlens;
 	uint64_t *kv_item_lens; /* nlens; owned by whoever filled it */
+	char engine_id[LC__BS_ENGINE_ID_MAX]; /* "" when none (GET /query) */
 } lc__prefill_info_t;
 
 /* The parallel layout (GET /route?engine_rank=-1&target_dp_group=-1). */

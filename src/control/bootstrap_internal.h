@@ -2,8 +2,8 @@
  * The bootstrap service inside. Five files share this header:
  *   bootstrap.c          the server's life (libmicrohttpd glue, start, stop,
  *                        metrics sources) and the bootstrap secret,
- *   bootstrap_routes.c   the routes: PUT/GET /route, /health (validation of
- *                        every field a rank sends),
+ *   bootstrap_routes.c   the routes: PUT/GET /route, GET /query, /health
+ *                        (validation of every field a rank sends),
  *   bootstrap_metrics.c  GET /metrics (Prometheus text),
  *   bootstrap_client.c   the client side (libcurl, timeouts, retries),
  *   bootstrap_json.c     JSON field checks, replies, a growing string.
@@ -46,7 +46,8 @@ typedef struct lc__bs_rank {
 	int port;
 	char key[LC__BS_KEY_MAX];
 	char owner[LC__BS_OWNER_LEN + 1];
-	uint64_t expires_ns; /* CLOCK_MONOTONIC */
+	char engine_id[LC__BS_ENGINE_ID_MAX]; /* "" when the rank named none */
+	uint64_t expires_ns;                  /* CLOCK_MONOTONIC */
 } lc__bs_rank_t;
 
 /* A connection the server holds, for the per-address limit and the

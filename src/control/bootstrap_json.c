@@ -80,7 +80,8 @@ int lc__bs_reply_text(char **resp, size_t *len, int code, const char *fmt, ...)
 
 int lc__bs_reply_json(char **resp, size_t *len, json_object *o)
 {
-	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+	const char *s =
+		json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
 	*resp = strdup(s ? s : "{}");
 	*len = *resp ? strlen(*resp) : 0;
 	json_object_put(o);
@@ -348,6 +349,8 @@ char *lc__bs_route_body(const lc__prefill_info_t *info, const char *owner, bool 
 	if (info->curve_key[0])
 		json_object_object_add(j, "curve_public_key",
 				       json_object_new_string(info->curve_key));
+	if (info->engine_id[0])
+		json_object_object_add(j, "engine_id", json_object_new_string(info->engine_id));
 	if (owner && *owner)
 		json_object_object_add(j, "owner_token", json_object_new_string(owner));
 	if (takeover)

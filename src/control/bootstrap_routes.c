@@ -1,6 +1,6 @@
 /*
  * The bootstrap routes (docs/protocol.md, "HTTP routes"): PUT /route from
- * P ranks, GET /route for D, /health, /metrics. Every field a peer sends is
+ * P ranks, GET /route for D, GET /query for routers, /health, /metrics. Every field a peer sends is
  * checked here; a bad one is a 4xx with the reason, never a crash.
  */
 #include <errno.h>
@@ -38,7 +38,7 @@ static bool auth_ok(const lc_bootstrap_t *b, const char *auth)
 /* What one PUT /route carries, checked. */
 typedef struct put_req {
 	int64_t world, dp, rank, port, layers;
-	const char *ip, *key; /* inside the request's JSON object */
+	const char *ip, *key, *engine_id; /* inside the request's JSON object */
 	uint64_t fingerprint;
 	size_t nlens;
 	uint64_t item_lens[LC__BS_MAX_LENS];
@@ -124,7 +124,8 @@ static int parse_rank(json_object *o, put_req_t *q, char *why, size_t cap)
 		return -1;
 	}
 	if (!(q->ip = lc__bs_json_str(o, "rank_ip", true, LC__BS_HOST_MAX, why, cap)) ||
-	    !(q->key = lc__bs_json_str(o, "curve_public_key", false, LC__BS_KEY_MAX, why, cap)))
+	    !(q->key = lc__bs_json_str(o, "curve_public_key", false, LC__BS_KEY_MAX, why, cap)) ||
+	    !(q->engine_id = lc__bs_json_str(o, "engine_id", false, LC__BS_ENGINE_ID_MAX, why, cap)))
 		return -1;
 	/* D connects to what is stored here: only a host, never a wildcard,
 	 * a port or a path. */
@@ -315,6 +316,7 @@ static int store_rank(lc_bootstrap_t *b, put_req_t *q, char *why, size_t cap)
 	snprintf(e->ip, sizeof e->ip, "%s", q->ip);
 	e->port = (int)q->port;
 	snprintf(e->key, sizeof e->key, "%s", q->key);
+	snprintf(e->engine_id, sizeof e->engine_id, "%s", q->engine_id);
 	memcpy(q->issued, e->owner, sizeof q->issued);
 	q->fresh = !same;
 	b->puts_ok++;
@@ -462,6 +464,90 @@ static int handle_get_route(lc_bootstrap_t *b, const char *query, char **resp, s
 	return lc__bs_reply_json(resp, len, o);
 }
 
+/* "tcp://ip:port" of a rank, as the Mooncake connector's worker_addr. */
+static json_object *worker_addr(const lc__bs_rank_t *e)
+{
+	char a[LC__BS_HOST_MAX + 32];
+	bool v6 = strchr(e->ip, ':') != NULL;
+	snprintf(a, sizeof a, "tcp://%s%s%s:%d", v6 ? "[" : "", e->ip, v6 ? "]" : "", e->port);
+	return json_object_new_string(a);
+}
+
+/* One dp group's entry into out, unless none of its registered ranks named
+ * an engine id (the lowest rank that did names the group's). -ENOMEM.
+ * Under b->lock. */
+static int query_group(const lc_bootstrap_t *b, int g, json_object *out)
+{
+	int tp = b->world_size / b->dp_size;
+	const char *engine_id = NULL;
+	json_object *workers = json_object_new_object(), *o = NULL;
+	char key[16];
+	if (!workers)
+		return -ENOMEM;
+	for (int r = 0; r < tp; r++) {
+		const lc__bs_rank_t *e = &b->ranks[g * tp + r];
+		if (!e->registered)
+			continue;
+		if (!engine_id && e->engine_id[0])
+			engine_id = e->engine_id;
+		json_object *stages = json_object_new_object(), *a = worker_addr(e);
+		snprintf(key, sizeof key, "%d", r);
+		if (!stages || !a || json_object_object_add(stages, "0", a)) { /* no pipeline stages */
+			json_object_put(stages);
+			json_object_put(a);
+			goto nomem;
+		}
+		if (json_object_object_add(workers, key, stages)) {
+			json_object_put(stages);
+			goto nomem;
+		}
+	}
+	if (!engine_id) {
+		json_object_put(workers);
+		return 0;
+	}
+	json_object *id = json_object_new_string(engine_id);
+	snprintf(key, sizeof key, "%d", g);
+	if (!id || !(o = json_object_new_object()) || json_object_object_add(o, "engine_id", id)) {
+		json_object_put(id);
+		goto nomem;
+	}
+	if (json_object_object_add(o, "worker_addr", workers))
+		goto nomem; /* a failed add leaves the value with the caller */
+	if (json_object_object_add(out, key, o)) {
+		json_object_put(o);
+		return -ENOMEM;
+	}
+	return 0;
+nomem:
+	json_object_put(o);
+	json_object_put(workers);
+	return -ENOMEM;
+}
+
+/* GET /query: the Mooncake connector's bootstrap registry, which routers
+ * (llm-d's sidecar, vLLM's proxies) read for P's engine id: {"<dp group>":
+ * {"engine_id": E, "worker_addr": {"<tp rank>": {"0": "tcp://ip:port"}}}};
+ * {} until a rank that names an engine id registers. No parameters. */
+static int handle_get_query(lc_bootstrap_t *b, const char *query, char **resp, size_t *len)
+{
+	if (query && *query) {
+		LC__WARN_PEER("bootstrap: GET /query refused (400): it takes no parameters");
+		return lc__bs_reply_text(resp, len, 400, "/query takes no parameters");
+	}
+	json_object *o = json_object_new_object();
+	int rc = o ? 0 : -ENOMEM;
+	pthread_mutex_lock(&b->lock);
+	for (int g = 0; !rc && b->configured && g < b->dp_size; g++)
+		rc = query_group(b, g, o);
+	pthread_mutex_unlock(&b->lock);
+	if (rc) {
+		json_object_put(o);
+		return lc__bs_reply_text(resp, len, 500, "out of memory");
+	}
+	return lc__bs_reply_json(resp, len, o);
+}
+
 int lc__bootstrap_handle(lc_bootstrap_t *b, const char *method, const char *path, const char *query,
 			 const char *auth, const char *body, size_t body_len, char **resp,
 			 size_t *resp_len)
@@ -479,6 +565,11 @@ int lc__bootstrap_handle(lc_bootstrap_t *b, const char *method, const char *path
 		else
 			code = lc__bs_reply_text(resp, resp_len, 405,
 						 "method %.16s not allowed on /route", method);
+	} else if (!strcmp(path, "/query")) {
+		code = !strcmp(method, "GET") ? handle_get_query(b, query, resp, resp_len)
+					      : lc__bs_reply_text(resp, resp_len, 405,
+								  "method %.16s not allowed on /query",
+								  method);
 	} else if (!strcmp(path, "/health")) {
 		code = !strcmp(method, "GET") || !strcmp(method, "HEAD")
 			       ? lc__bs_reply_text(resp, resp_len, 200, "OK")

@@ -50,6 +50,7 @@
 	X(infos_refused_pair)                                                                      \
 	X(infos_refused_claimed)                                                                   \
 	X(infos_refused_ended)                                                                     \
+	X(infos_cancelled_parked)                                                                  \
 	X(replies_refused_scheme)                                                                  \
 	X(replies_dropped)                                                                         \
 	X(conns_refused_threads)                                                                   \

@@ -142,6 +142,7 @@ static int register_bootstrap(lc_prefill_t *p, const char *secret_param, const l
 				       .kv_item_lens = p->item_lens};
 	snprintf(k->info.rank_ip, sizeof k->info.rank_ip, "%s", p->host);
 	snprintf(k->info.curve_key, sizeof k->info.curve_key, "%s", lc__zctx_public_key(p->z));
+	snprintf(k->info.engine_id, sizeof k->info.engine_id, "%s", p->engine_id);
 	k->has_secret = lc__bootstrap_secret(secret_param, k->secret, sizeof k->secret) == 1;
 	if (!k->has_secret && shared->set) {
 		snprintf(k->secret, sizeof k->secret, "%s", shared->bearer);
@@ -212,6 +213,16 @@ static int copy_layout(lc_prefill_t *p, const lc_layout_t *layout)
 	return 0;
 }
 
+/* engine_id: what the bootstrap server takes (GET /query shows it). */
+static bool engine_id_ok(const char *s)
+{
+	size_t n = strnlen(s, LC__BS_ENGINE_ID_MAX);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return false;
+	return n < LC__BS_ENGINE_ID_MAX;
+}
+
 static lc_prefill_t *prefill_new(lc_ctx_t *ctx, const lc_prefill_params_t *pp)
 {
 	lc_prefill_t *p = calloc(1, sizeof *p);
@@ -226,6 +237,7 @@ static lc_prefill_t *prefill_new(lc_ctx_t *ctx, const lc_prefill_params_t *pp)
 	/* Bound here; advertised once the bootstrap's route is known (start). */
 	snprintf(p->bind, sizeof p->bind, "%s", pp->host ? pp->host : "");
 	snprintf(p->bootstrap, sizeof p->bootstrap, "%s", pp->bootstrap);
+	snprintf(p->engine_id, sizeof p->engine_id, "%s", pp->engine_id ? pp->engine_id : "");
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_mutex_init(&p->send_lock, NULL);
 	return p;
@@ -317,6 +329,11 @@ int lc_prefill_create(lc_ctx_t *ctx, const lc_prefill_params_t *params, lc_prefi
 			pp.world_size, pp.dp_size, pp.engine_rank);
 	if (lc__addr_bootstrap(pp.bootstrap, bs, sizeof bs))
 		return LC__FAIL(-EINVAL, "lc_prefill_create: %s", lc_last_error());
+	if (pp.engine_id && !engine_id_ok(pp.engine_id))
+		return LC__FAIL(-EINVAL,
+				"lc_prefill_create: params->engine_id is longer than %d bytes or holds "
+				"a control character",
+				LC__BS_ENGINE_ID_MAX - 1);
 	lc__shared_t shared;
 	if ((rc = lc__shared_load(pp.shared_secret, "lc_prefill_create", &shared)) < 0)
 		return rc;

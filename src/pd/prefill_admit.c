@@ -394,6 +394,30 @@ static bool touched(const uint64_t *rooms, size_t n, bool all, uint64_t room)
 	return false;
 }
 
+/* A cancelled info's sender has come: its room fails with D's reason when
+ * the info could have claimed it (the sender's pairing value, or none),
+ * else the cancel is nobody's. Control thread. */
+static void cancel_parked(lc_prefill_t *p, const lc__parked_t *k)
+{
+	bool ours = false;
+	pthread_mutex_lock(&p->lock);
+	for (lc_sender_t *s = p->senders; s; s = s->next)
+		if (s->room == k->info.room)
+			ours = !s->pair_len || lc__pair_equal(s->pair, s->pair_len, k->info.pair,
+							      k->info.pair_len);
+	pthread_mutex_unlock(&p->lock);
+	if (!ours) {
+		LC__DEBUG("prefill %s: room %llu: a cancelled transfer info without the sender's "
+			  "pairing value: dropped",
+			  p->name, (unsigned long long)k->info.room);
+		return;
+	}
+	LC__COUNT(p->ctx, infos_cancelled_parked);
+	if (lc_engine_room_cancel(p->engine, k->info.room, k->reason) == 0)
+		LC__INFO("prefill %s: room %llu failed: %s", p->name,
+			 (unsigned long long)k->info.room, k->reason);
+}
+
 /* Parked infos of a touched room: taken where the room has a sender now,
  * refused where a destroyed one refuses them, else left parked. */
 static void settle_touched(lc_prefill_t *p)
@@ -427,7 +451,10 @@ static void settle_touched(lc_prefill_t *p)
 		}
 		k = unpark(p, i); /* the entry at i is another one now */
 		lc__dsess_t *s = owner_of(p, k);
-		if (!s) {
+		if (k->cancelled) {
+			if (!gone)
+				cancel_parked(p, k);
+		} else if (!s) {
 			LC__DEBUG("prefill %s: room %llu: the session of a parked transfer info "
 				  "is gone: dropped",
 				  p->name, (unsigned long long)room);
@@ -455,6 +482,10 @@ uint64_t lc__prefill_park_run(lc_prefill_t *p)
 			continue;
 		}
 		k = unpark(p, i);
+		if (k->cancelled) { /* D knows: it cancelled */
+			parked_free(k);
+			continue;
+		}
 		lc__dsess_t *s = owner_of(p, k);
 		uint64_t c = LC__COUNT(p->ctx, infos_refused_no_room) + 1;
 		char why[LC_REASON_MAX];
@@ -473,19 +504,24 @@ uint64_t lc__prefill_park_run(lc_prefill_t *p)
 	return next;
 }
 
-bool lc__prefill_park_cancel(lc_prefill_t *p, const lc__dsess_t *s, uint64_t room)
+bool lc__prefill_park_cancel(lc_prefill_t *p, const lc__dsess_t *s, uint64_t room,
+			    const char *reason)
 {
 	bool hit = false;
-	for (size_t i = 0; i < p->nparked;) {
-		if (p->parked[i]->info.room != room || strcmp(p->parked[i]->ename, s->ename)) {
-			i++;
+	for (size_t i = 0; i < p->nparked; i++) {
+		lc__parked_t *k = p->parked[i];
+		if (k->info.room != room || strcmp(k->ename, s->ename))
 			continue;
-		}
-		parked_free(unpark(p, i));
+		if (!k->cancelled)
+			lc__reason(k->reason, sizeof k->reason,
+				   "D %.100s cancelled the room before its sender came: %.300s",
+				   k->info.session, reason);
+		k->cancelled = true;
 		hit = true;
 	}
 	return hit;
 }
+
 
 void lc__prefill_park_clear(lc_prefill_t *p)
 {

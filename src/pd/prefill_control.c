@@ -160,7 +160,7 @@ static void handle_cancel(lc_prefill_t *p, const lc__msg_t *msg, const char *pee
 	bool known = s != NULL;
 	int rc = known ? lc__engine_room_cancel_from(p->engine, c->room, s->ename, c->reason)
 		       : -ENOENT;
-	if (rc == -ENOENT && known && lc__prefill_park_cancel(p, s, c->room)) {
+	if (rc == -ENOENT && known && lc__prefill_park_cancel(p, s, c->room, c->reason)) {
 		LC__INFO("prefill %s: D %s cancelled room %llu before its sender came (%s)",
 			 p->name, c->session, (unsigned long long)c->room, c->reason);
 		return;

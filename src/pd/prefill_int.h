@@ -125,6 +125,12 @@ typedef struct lc__parked {
 	uint8_t secret[LC__MSG_SECRET_LEN];   /* the incarnation it proved */
 	char peer[LC__MSG_CURVE_KEY_LEN + 1]; /* the CURVE key it came with ("": none) */
 	lc__msg_transfer_info_t info;         /* owns its pages and slots */
+	/* D cancelled the room while the info waited (its request aborted): a
+	 * sender that comes within p_park_ms with the info's pairing value
+	 * fails at once with this reason, instead of holding its KV for a D
+	 * that is gone until bootstrap_timeout. */
+	bool cancelled;
+	char reason[LC_REASON_MAX];
 } lc__parked_t;
 
 /* A destroyed sender, remembered so that a transfer info for its room is
@@ -179,6 +185,7 @@ struct lc_prefill {
 	char host[LC__BS_HOST_MAX]; /* advertised to the bootstrap server */
 	char endpoint[300];         /* tcp://host:port, as advertised */
 	char bootstrap[LC__BS_HOST_MAX];
+	char engine_id[LC__BS_ENGINE_ID_MAX]; /* "" : none (GET /query) */
 	lc__zctx_t *z;
 	lc__pull_t *pull;
 	int evfd;
@@ -317,9 +324,11 @@ void lc__prefill_touch(lc_prefill_t *p, uint64_t room);
  * sender changed are taken or refused; those held p_park_ms are refused
  * ("P has no such room"). Returns the next expiry (UINT64_MAX: none). */
 uint64_t lc__prefill_park_run(lc_prefill_t *p);
-/* D's CANCEL of a room it parked an info for: the info goes. True when
+/* D's CANCEL of a room it parked an info for: the info stays, marked
+ * cancelled (its sender, if one comes in time, fails at once). True when
  * one did. Control thread. */
-bool lc__prefill_park_cancel(lc_prefill_t *p, const lc__dsess_t *s, uint64_t room);
+bool lc__prefill_park_cancel(lc_prefill_t *p, const lc__dsess_t *s, uint64_t room,
+			    const char *reason);
 /* Refuse and free every parked info (teardown: the control thread is
  * gone; send_lock held). */
 void lc__prefill_park_clear(lc_prefill_t *p);

@@ -29,6 +29,11 @@
  *                    creates the sender and cancels it at once: D fails
  *                    within 1 s of the cancel.
  *   destroy_parked   the same with the sender destroyed at once.
+ *   d_gone_parked    D's info parked at P, then D's room ends (D's request
+ *                    aborted; here its bootstrap_timeout_ms) and D tells P;
+ *                    P's sender created after that fails within 1 s with
+ *                    D's reason (before: it held its KV for a D that was
+ *                    gone until its bootstrap deadline).
  *   cancel_bootstrapped  the room took D's info; P cancels: D within 1 s.
  *   cancel_sending   half the room's layers sent; P cancels: D within 1 s.
  *   destroy_after    the room succeeded at both; P destroys its sender: D's
@@ -211,6 +216,32 @@ static void case_parked(char end)
 	down(&w, &d, 1);
 }
 
+/* D cancels its parked info before P's sender comes: the sender fails at
+ * once. */
+static void case_d_gone_parked(void)
+{
+	world_t w;
+	adv_proc_t d;
+	adm_d_arg_t a;
+	adm_done_t r;
+	int st;
+	up(&w, "60000");
+	d_up(&w, &d, &a, "bootstrap_timeout_ms=1000,connect_timeout_ms=1000", 0);
+	adm_d_send(&d);
+	TU_CHECK(adm_d_done(&d, 20000, &r), "D's room never ended (20 s)");
+	EXPECT(r.status == LC_ROOM_FAILED, "D: %s", lc_room_status_name(r.status));
+	usleep(300000); /* D's cancel is at P */
+	uint64_t t = adv_now_ms();
+	adm_p_do(&w.p, 's', "p-sender 0", w.line, sizeof w.line);
+	adm_p_do(&w.p, 'b', "p-boot ", w.line, sizeof w.line);
+	uint64_t took = adv_now_ms() - t;
+	TU_CHECK(sscanf(w.line, "p-boot %d", &st) == 1, "'%s'", w.line);
+	EXPECT(st == LC_ROOM_FAILED && took < TOLD_MS,
+	       "P's sender after D cancelled: %s after %llu ms (want Failed within %d ms)",
+	       lc_room_status_name(st), (unsigned long long)took, TOLD_MS);
+	down(&w, &d, 1);
+}
+
 /* The room took D's info; P cancels before ('b') or while ('h') sending. */
 static void case_cancel_live(char stage)
 {
@@ -280,6 +311,8 @@ int main(int argc, char **argv)
 		case_parked('x');
 	else if (!strcmp(c, "destroy_parked"))
 		case_parked('d');
+	else if (!strcmp(c, "d_gone_parked"))
+		case_d_gone_parked();
 	else if (!strcmp(c, "cancel_bootstrapped"))
 		case_cancel_live('b');
 	else if (!strcmp(c, "cancel_sending"))

@@ -1,6 +1,7 @@
 /*
  * Adversarial tests of the bootstrap server and the secret generator
- * (issue 13, findings 10 and 16). The server is a real process (the
+ * (issue 13, findings 10 and 16), and of GET /query, the Mooncake
+ * connector's registry that routers read for P's engine id (issue 44). The server is a real process (the
  * `layercake bootstrap` command on 127.0.0.1, port 0) spoken to over real
  * sockets: libcurl for well-formed HTTP carrying bad fields, a raw TCP
  * socket for bad framing. Each refusal must be a 400 with a reason, a log
@@ -435,6 +436,79 @@ static int case_random(const char *cli)
 	return WEXITSTATUS(st);
 }
 
+/* ==== issue 44: GET /query, the Mooncake connector's shape ==== */
+
+#define BAD_REQ "layercake_bootstrap_requests_total{code=\"400\"}"
+#define NOT_ALLOWED "layercake_bootstrap_requests_total{code=\"405\"}"
+
+/* GET path: the status, and the body in want_body when not NULL (exact). */
+static void get_query(const char *path, int want_code, const char *want_body)
+{
+	char *resp = NULL;
+	int code = http("GET", path, NULL, 0, &resp);
+	TU_CHECK(code == want_code, "GET %s: HTTP %d (%s), want %d", path, code, resp ? resp : "",
+		 want_code);
+	TU_CHECK(!want_body || (resp && !strcmp(resp, want_body)), "GET %s served %s, want %s",
+		 path, resp ? resp : "(nothing)", want_body);
+	free(resp);
+}
+
+static int case_query(const char *cli)
+{
+	server_start(cli);
+	/* Nothing registered: Mooncake's server answers {} (a router polls). */
+	get_query("/query", 200, "{}");
+	/* A bad engine_id is refused with the rank's PUT, nothing stored. */
+	unsigned long long before = metric_before(INVALID);
+	REFUSED("\"rank_ip\":\"127.0.0.1\",\"engine_id\":7", "engine_id");
+	REFUSED("\"rank_ip\":\"127.0.0.1\",\"engine_id\":\"e\\n1\"", "control character");
+	REFUSED("\"rank_ip\":\"127.0.0.1\",\"engine_id\":\"e\\u0000x\"", "NUL");
+	REFUSED("\"rank_ip\":\"127.0.0.1\",\"engine_id\":\"\xff\"", "UTF-8");
+	REFUSED("\"rank_ip\":\"127.0.0.1\",\"engine_id\":\""
+		"0123456789012345678901234567890123456789012345678901234567890123"
+		"01234567890123456789012345678901234567890123456789012345678901234\"",
+		"engine_id"); /* 129 bytes */
+	TU_CHECK(metric(INVALID) - before == 5, "invalid PUTs counted %llu, want 5",
+		 metric(INVALID) - before);
+	get_query("/query", 200, "{}");
+	/* Bad methods and parameters: 405 and 400, with the reason, counted. */
+	unsigned long long bad0 = metric_before(BAD_REQ), na0 = metric_before(NOT_ALLOWED);
+	const char *methods[] = {"POST", "PUT", "DELETE", "PATCH"};
+	for (size_t i = 0; i < LC__ARRAY_SIZE(methods); i++) {
+		char *resp = NULL;
+		int code = http(methods[i], "/query", "{}", 2, &resp);
+		TU_CHECK(code == 405 && resp && strstr(resp, "not allowed on /query"),
+			 "%s /query: HTTP %d (%s), want 405", methods[i], code, resp ? resp : "");
+		free(resp);
+	}
+	const char *queries[] = {"/query?x=1", "/query?engine_rank=0&target_dp_group=0",
+				 "/query?%00", "/query?a"};
+	for (size_t i = 0; i < LC__ARRAY_SIZE(queries); i++)
+		get_query(queries[i], 400, "/query takes no parameters");
+	TU_CHECK(metric(BAD_REQ) - bad0 == LC__ARRAY_SIZE(queries), "400s counted %llu, want %zu",
+		 metric(BAD_REQ) - bad0, LC__ARRAY_SIZE(queries));
+	TU_CHECK(metric(NOT_ALLOWED) - na0 == LC__ARRAY_SIZE(methods),
+		 "405s counted %llu, want %zu", metric(NOT_ALLOWED) - na0,
+		 LC__ARRAY_SIZE(methods));
+	TU_CHECK(log_lines("GET /query refused (400)") >= 1, "refusals not logged");
+	/* A rank that names no engine id (a P outside vLLM) is not listed. */
+	accepted("\"rank_ip\":\"127.0.0.1\"");
+	get_query("/query", 200, "{}");
+	/* The rank names its engine (refreshing its route): listed as Mooncake's
+	 * server lists a dp rank, its worker at the rank's control endpoint. */
+	accepted("\"rank_ip\":\"127.0.0.1\",\"engine_id\":\"9b2c-e\u00e9\"");
+	get_query("/query", 200,
+		  "{\"0\":{\"engine_id\":\"9b2c-e\u00e9\",\"worker_addr\":{\"0\":{\"0\":"
+		  "\"tcp://127.0.0.1:5555\"}}}}");
+	accepted("\"rank_ip\":\"fe80::1\",\"engine_id\":\"other-engine\"");
+	get_query("/query", 200,
+		  "{\"0\":{\"engine_id\":\"other-engine\",\"worker_addr\":{\"0\":{\"0\":"
+		  "\"tcp://[fe80::1]:5555\"}}}}");
+	fprintf(stderr, "ok: GET /query in Mooncake's shape; bad methods, parameters and "
+			"engine ids refused (reason, log, counter)\n");
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(const char *cli);
@@ -445,6 +519,7 @@ static const struct {
 	{"strings", case_strings, "strings: UTF-8, no NUL, no control characters"},
 	{"content_length", case_content_length, "duplicate Content-Length refused"},
 	{"random", case_random, "no token or context when getrandom fails"},
+	{"query", case_query, "GET /query: Mooncake's registry shape, bad requests refused"},
 };
 
 int main(int argc, char **argv)

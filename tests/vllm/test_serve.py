@@ -10,8 +10,12 @@ The same servers then take hostile requests straight at P and D (issue 43,
 findings 1-3: a request body is untrusted input): each fails alone with an
 error the client sees, no engine stops, D contacts no address outside its
 allow-list, and the honest requests after them still get their tokens. And
-the routers' protocol: the Mooncake connector's fields through the proxy,
-streamed (server-sent events), 12 at once."""
+the routers' protocol: P's bootstrap answers GET /query as the Mooncake
+connector's does, and the Mooncake connector's fields go through the proxy,
+streamed (server-sent events), 12 at once, in both dispatch orders. Last,
+aborts (a client that hangs up) at P and at D in the states that real
+servers reach deterministically: the other side ends within 2 s and both
+engines' KV usage returns to 0."""
 import json
 import os
 import socket
@@ -20,6 +24,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import threading
@@ -190,6 +195,8 @@ def pd(tmp_path_factory):
             "layercake": start_proxy(tmp_path, procs, logs, "proxy", pp, dp, bs),
             "mooncake": start_proxy(tmp_path, procs, logs, "proxy-mc", pp, dp, bs,
                                     "--protocol", "mooncake"),
+            "mooncake-p-first": start_proxy(tmp_path, procs, logs, "proxy-mc-pf", pp, dp, bs,
+                                            "--protocol", "mooncake", "--order", "p-first"),
         }
         assert ref.wait(timeout=600) == 0, (tmp_path / "ref.log").read_text()[-4000:]
         want = json.loads((tmp_path / "ref.json").read_text())["tokens"]
@@ -290,18 +297,59 @@ def test_hostile_requests_fail_alone(pd):
     assert got["choices"][0]["token_ids"] == want[1]
 
 
-def test_router_fields_streamed(pd):
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_bootstrap_query(pd):
+    """GET /query on P's bootstrap answers as the Mooncake connector's
+    bootstrap server does ({dp_rank: {"engine_id", "worker_addr"}}), and the
+    engine id is the one P names in its answers: a router that sends P
+    first and copies P's kv_transfer_params to D, as NIXL's proxy does,
+    gets D's tokens equal to the engine alone."""
+    q = get_json(f"http://{pd['bs']}/query")
+    assert list(q) == ["0"], q
+    eid = q["0"]["engine_id"]
+    assert isinstance(eid, str) and eid, q
+    assert q["0"]["worker_addr"]["0"]["0"].startswith("tcp://127.0.0.1:"), q
+    model, ps, want = pd["model"], pd["prompts"], pd["want"]
+    status, out = post(f"127.0.0.1:{pd['pp']}", body_of(
+        model, ps[1], max_tokens=1, kv_transfer_params={"do_remote_decode": True}))
+    assert status == 200, out
+    kvp = out["kv_transfer_params"]
+    assert kvp["remote_engine_id"] == eid and kvp["remote_bootstrap_addr"] == f"http://{pd['bs']}"
+    status, out = post(f"127.0.0.1:{pd['dp']}", body_of(model, ps[1], kv_transfer_params=kvp))
+    assert status == 200 and out["choices"][0]["token_ids"] == want[1], out
+    # Bad methods and parameters: refused with the reason.
+    for method, path, code in (("POST", "/query", 405), ("GET", "/query?engine_rank=0", 400)):
+        req = urllib.request.Request(f"http://{pd['bs']}{path}", method=method,
+                                     data=b"{}" if method == "POST" else None)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=10)
+        assert e.value.code == code, (method, path, e.value.code)
+    alive(pd)
+
+
+@pytest.mark.parametrize("order", ["together", "p-first"])
+def test_router_fields_streamed(pd, order):
     """The Mooncake connector's request fields, as llm-d's sidecar and
-    vLLM's proxies send them, streamed; 12 requests at once."""
-    addr, model, ps, want = pd["proxies"]["mooncake"], pd["model"], pd["prompts"], pd["want"]
+    vLLM's proxies send them, streamed; 12 requests at once, in both
+    dispatch orders: P and D at once (llm-d's sidecar), P first and D with
+    what P returned (NIXL's proxy)."""
+    name = "mooncake" if order == "together" else "mooncake-p-first"
+    addr, model, ps, want = pd["proxies"][name], pd["model"], pd["prompts"], pd["want"]
     jobs = [i % len(ps) for i in range(12)]
     with ThreadPoolExecutor(12) as ex:
         toks = list(ex.map(lambda i: complete_stream(addr, model, ps[i]), jobs))
     bad = [(i, t) for i, t in zip(jobs, toks) if t != want[i]]
-    print(f"tokens identical (mooncake fields, streamed, 12 at once): {12 - len(bad)} of 12")
+    print(f"tokens identical (mooncake fields, {order}, streamed, 12 at once): "
+          f"{12 - len(bad)} of 12")
     assert not bad, bad
     st = proxy_stats(addr)
     assert st["requests"] == 12 and st["p_errors"] == 0 and st["d_errors"] == 0, st
+    # D's requests named P's engine, as the bootstrap's GET /query tells it.
+    assert st["engine_id"] == get_json(f"http://{pd['bs']}/query")["0"]["engine_id"], st
 
 
 def test_metrics_on_vllm(pd):
@@ -347,29 +395,163 @@ def gauge(port, name):
     return sum(vals)
 
 
+class Stream:
+    """A streaming completion on a raw socket, so that the test can hang
+    up: vLLM's server aborts the request of a client that disconnects."""
+
+    def __init__(self, addr, body):
+        host, port = addr.split(":")
+        data = json.dumps(dict(body, stream=True)).encode()
+        self.s = socket.create_connection((host, int(port)), timeout=60)
+        self.s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                       % (len(data), data))
+        self.got = b""
+
+    def first_event(self):
+        """Wait for the first server-sent event (the engine is decoding)."""
+        while b"data: " not in self.got:
+            chunk = self.s.recv(4096)
+            assert chunk, self.got
+            self.got += chunk
+
+    def ended(self, deadline_s):
+        """Read to the end of the answer (the server closes: Connection:
+        close); the seconds it took, None if it had not ended by then."""
+        t0 = time.monotonic()
+        self.s.settimeout(0.1)
+        while time.monotonic() - t0 < deadline_s:
+            try:
+                chunk = self.s.recv(65536)
+            except socket.timeout:
+                continue
+            if not chunk:
+                return time.monotonic() - t0
+            self.got += chunk
+        return None
+
+    def failed(self):
+        """The answer was an error: a status other than 200, or an error
+        event / finish_reason in the stream."""
+        head = self.got.split(b"\r\n", 1)[0]
+        return b" 200 " not in head or b'"error"' in self.got or b'"abort"' in self.got
+
+    def close(self):
+        self.s.close()
+
+
+def busy(pd):
+    """{engine: (requests running + waiting, KV cache usage)}."""
+    out = {}
+    for n in ("P", "D"):
+        port = pd[n.lower() + "p"]
+        out[n] = (gauge(port, "vllm:num_requests_running") + gauge(port, "vllm:num_requests_waiting"),
+                  gauge(port, "vllm:kv_cache_usage_perc"))
+    return out
+
+
+def wait_idle(pd, deadline_s):
+    """Seconds until both engines run no request and hold no KV; fails
+    after deadline_s with what each still holds."""
+    t0 = time.monotonic()
+    while True:
+        b = busy(pd)
+        if all(v == (0, 0) for v in b.values()):
+            return time.monotonic() - t0
+        assert time.monotonic() - t0 < deadline_s, b
+        time.sleep(0.1)
+
+
 def test_client_disconnect_reaches_both(pd):
     """A client that goes away mid-stream: the proxy closes its requests to P
     and D, both engines abort, and both return to no request running and no
     KV in use."""
     addr, model = pd["proxies"]["layercake"], pd["model"]
-    host, port = addr.split(":")
-    body = json.dumps(body_of(model, pd["prompts"][2], max_tokens=300, stream=True)).encode()
-    s = socket.create_connection((host, int(port)), timeout=60)
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    got = b""
-    while b"data: " not in got:  # the first event: D is decoding
-        chunk = s.recv(4096)
-        assert chunk, got
-        got += chunk
-    s.close()
-    t0 = time.monotonic()
-    while True:
-        busy = {n: (gauge(pd[n.lower() + "p"], "vllm:num_requests_running"),
-                    gauge(pd[n.lower() + "p"], "vllm:kv_cache_usage_perc")) for n in ("P", "D")}
-        if all(v == (0, 0) for v in busy.values()):
-            break
-        assert time.monotonic() - t0 < 45, busy  # a room of an earlier test may still hold P
-        time.sleep(0.2)
-    print(f"client gone: both engines idle {time.monotonic() - t0:.2f} s later")
+    st = Stream(addr, body_of(model, pd["prompts"][2], max_tokens=300))
+    st.first_event()  # D is decoding
+    st.close()
+    took = wait_idle(pd, 45)  # a room of an earlier test may still hold P
+    print(f"client gone: both engines idle {took:.2f} s later")
     assert proxy_stats(addr)["client_gone"] >= 1
+
+
+def router_fields(pd, tid):
+    """(P's kv_transfer_params, D's) of transfer tid, the routers' shape."""
+    return ({"do_remote_decode": True, "transfer_id": tid},
+            {"do_remote_prefill": True, "transfer_id": tid,
+             "remote_bootstrap_addr": f"http://{pd['bs']}"})
+
+
+def test_abort_at_p_while_held(pd):
+    """An abort at P while P holds a room's chunks for a D that has not come
+    (the room still bootstrapping): D's request for that room, sent once
+    vLLM has aborted P's, fails within 2 s (not after bootstrap_timeout_s),
+    and both engines return to no request and no KV."""
+    model, ps = pd["model"], pd["prompts"]
+    p_addr, d_addr = f"127.0.0.1:{pd['pp']}", f"127.0.0.1:{pd['dp']}"
+    wait_idle(pd, 45)
+    p_kvp, d_kvp = router_fields(pd, str(uuid.uuid4()))
+    p = Stream(p_addr, body_of(model, ps[2], max_tokens=300, kv_transfer_params=p_kvp))
+    p.first_event()  # prefilled: the chunks wait for D in P's engine
+    p.close()
+    deadline = time.monotonic() + 30
+    while busy(pd)["P"][0]:  # vLLM has aborted P's request
+        assert time.monotonic() < deadline, busy(pd)
+        time.sleep(0.05)
+    d = Stream(d_addr, body_of(model, ps[2], kv_transfer_params=d_kvp))
+    took = d.ended(30)
+    d.close()
+    assert took is not None, "D's request still waits 30 s after P's abort"
+    print(f"abort at P (held, room bootstrapping): D's request ended {took:.2f} s after "
+          f"it was sent")
+    assert d.failed(), d.got[-2000:]
+    assert took < 2, f"D's request ended {took:.2f} s after it was sent"
+    print(f"both idle {wait_idle(pd, 5):.2f} s later")
+    alive(pd)
+
+
+def test_abort_at_p_after_it_sent(pd):
+    """An abort at P after P's KV went to D (D came first and waited; P's
+    request goes on decoding): D's request is not disturbed, its tokens
+    equal the engine alone's, and both engines return to no request and no
+    KV."""
+    model, ps, want = pd["model"], pd["prompts"], pd["want"]
+    p_addr, d_addr = f"127.0.0.1:{pd['pp']}", f"127.0.0.1:{pd['dp']}"
+    wait_idle(pd, 45)
+    p_kvp, d_kvp = router_fields(pd, str(uuid.uuid4()))
+    with ThreadPoolExecutor(1) as ex:
+        fd = ex.submit(post, d_addr, body_of(model, ps[2], kv_transfer_params=d_kvp))
+        deadline = time.monotonic() + 60
+        while busy(pd)["D"][0] < 1:  # D's request waits for P
+            assert time.monotonic() < deadline, busy(pd)
+            time.sleep(0.05)
+        p = Stream(p_addr, body_of(model, ps[2], max_tokens=300, kv_transfer_params=p_kvp))
+        p.first_event()
+        p.close()
+        status, out = fd.result(timeout=60)
+    assert status == 200 and out["choices"][0]["token_ids"] == want[2], out
+    print(f"abort at P after it sent: D's tokens identical; both idle "
+          f"{wait_idle(pd, 5):.2f} s later")
+
+
+def test_abort_at_d_while_waiting(pd):
+    """An abort at D while D's request waits for a P that has not come: P's
+    request for that room, sent after, ends and P's blocks come back
+    within 2 s (not after bootstrap_timeout_s)."""
+    model, ps = pd["model"], pd["prompts"]
+    p_addr, d_addr = f"127.0.0.1:{pd['pp']}", f"127.0.0.1:{pd['dp']}"
+    wait_idle(pd, 45)
+    p_kvp, d_kvp = router_fields(pd, str(uuid.uuid4()))
+    d = Stream(d_addr, body_of(model, ps[2], kv_transfer_params=d_kvp))
+    deadline = time.monotonic() + 60
+    while busy(pd)["D"][0] < 1:  # D's request waits for P
+        assert time.monotonic() < deadline, busy(pd)
+        time.sleep(0.05)
+    d.close()
+    t0 = time.monotonic()
+    status, out = post(p_addr, body_of(model, ps[2], max_tokens=1, kv_transfer_params=p_kvp))
+    wait_idle(pd, 30)
+    print(f"abort at D (waiting for P): P's answer HTTP {status}; both idle "
+          f"{time.monotonic() - t0:.2f} s after D's abort")
+    assert time.monotonic() - t0 < 2, f"P held the room's blocks {time.monotonic() - t0:.2f} s"
+    alive(pd)

@@ -77,7 +77,7 @@ class LayercakeConnector(KVConnectorBase_V1, SupportsHMA):
                                         getattr(tc, "engine_id", None), groups)
         else:
             self._worker = WorkerSide(cfg, producer, tp_size, tp_rank, block_size, per_layer,
-                                      kv_cache_config, groups)
+                                      kv_cache_config, groups, getattr(tc, "engine_id", None))
 
     # ---- scheduler role ----
 

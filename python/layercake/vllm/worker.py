@@ -24,7 +24,7 @@ METADATA = b"vllm"  # D recomputes the last prompt token: no first token to carr
 class WorkerSide:
 
     def __init__(self, cfg, producer, tp_size, tp_rank, block_size, per_layer, kv_cache_config,
-                 groups):
+                 groups, engine_id=None):
         self._x = cfg.values
         self.cfg = cfg
         self._producer = producer
@@ -33,6 +33,7 @@ class WorkerSide:
         self._per_layer = per_layer
         self._kv_cache_config = kv_cache_config
         self._groups = groups  # groups.Groups: vLLM's KV cache groups
+        self._engine_id = engine_id  # P: shown on the bootstrap's GET /query for routers
         self._bootstrap_timeout = cfg.bootstrap_timeout_s
         self._transfer_timeout = cfg.transfer_timeout_s
         self._layer_timeout = cfg.layer_timeout_s
@@ -108,7 +109,7 @@ class WorkerSide:
             self._prefill = lc.Prefill(self._ctx, self._layout, addr, host=host,
                                        world_size=self._tp_size, dp_size=1,
                                        engine_rank=self._tp_rank, metrics_server=self._bs,
-                                       **self._secret)
+                                       engine_id=self._engine_id, **self._secret)
             self.bootstrap_addr = addr
             self._steps = self._prefill.steps  # one view for every record (save_kv_layer)
             f = self._x["bootstrap_file"]
