@@ -1,68 +1,8 @@
-"""Write a tiny Llama-style model with seeded random weights (config.json and
-model.safetensors, no tokenizer, no model hub) for the level-2 test:
-
-    tiny_llama.py DIR [--seed 0]
-
-4 layers, hidden 128, 4 attention heads of 32, 2 KV heads, vocab 512."""
-import argparse
-import json
+"""The tests' tiny Llama: examples/vllm/tiny_model.py (user-facing, the
+README's quick start makes its model with it), imported from there."""
 import os
+import sys
 
-import torch
-from safetensors.torch import save_file
-
-CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
-          "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
-          "head_dim": 32, "num_hidden_layers": 4, "vocab_size": 512,
-          "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-          "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2,
-          "tie_word_embeddings": False}
-
-
-def write(d, seed=0, layers=None, sliding_window=None):
-    """sliding_window: a hybrid model, every other layer (0, 2, ...) sliding
-    window attention over that many tokens, the others full attention:
-    vLLM's hybrid KV cache manager makes one KV cache group of each."""
-    os.makedirs(d, exist_ok=True)
-    c = dict(CONFIG, num_hidden_layers=layers or CONFIG["num_hidden_layers"])
-    if sliding_window:
-        c["sliding_window"] = int(sliding_window)
-        c["layer_types"] = ["sliding_attention" if L % 2 == 0 else "full_attention"
-                            for L in range(c["num_hidden_layers"])]
-    h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    q = c["num_attention_heads"] * c["head_dim"]
-    kv = c["num_key_value_heads"] * c["head_dim"]
-    g = torch.Generator().manual_seed(seed)
-
-    def w(*shape, scale=0.08):
-        return (torch.randn(*shape, generator=g) * scale).contiguous()
-
-    t = {"model.embed_tokens.weight": w(v, h, scale=1.0), "model.norm.weight": torch.ones(h),
-         "lm_head.weight": w(v, h)}
-    for L in range(c["num_hidden_layers"]):
-        p = f"model.layers.{L}."
-        t[p + "self_attn.q_proj.weight"] = w(q, h)
-        t[p + "self_attn.k_proj.weight"] = w(kv, h)
-        t[p + "self_attn.v_proj.weight"] = w(kv, h)
-        t[p + "self_attn.o_proj.weight"] = w(h, q)
-        t[p + "mlp.gate_proj.weight"] = w(i, h)
-        t[p + "mlp.up_proj.weight"] = w(i, h)
-        t[p + "mlp.down_proj.weight"] = w(h, i)
-        t[p + "input_layernorm.weight"] = torch.ones(h)
-        t[p + "post_attention_layernorm.weight"] = torch.ones(h)
-    save_file(t, os.path.join(d, "model.safetensors"))
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(c, f, indent=1)
-    with open(os.path.join(d, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": 1, "eos_token_id": 2}, f)
-    return d
-
-
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("dir")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--layers", type=int, default=None)
-    ap.add_argument("--sliding-window", type=int, default=None)
-    a = ap.parse_args()
-    print(write(a.dir, a.seed, a.layers, a.sliding_window))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "examples", "vllm"))
+from tiny_model import CONFIG, write  # noqa: E402,F401
