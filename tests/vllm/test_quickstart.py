@@ -140,7 +140,7 @@ def test_readme_quickstart(tmp_path):
         assert sh.returncode == 0, f"rc {sh.returncode}\n{text}\n{tails()}"
     finally:
         end_group(sh.pid)
-    print(f"README quick start: {took:.0f} s from make build to D's metrics")
+    print(f"README quick start: {took:.0f} s from the build to D's metrics")
 
     lines = text.splitlines()
     i = next((k for k, line in enumerate(lines) if line.startswith('{"id":"cmpl-')), None)
