@@ -6,7 +6,8 @@ too. Needs torch and safetensors (the vLLM venv has both):
 
     python examples/vllm/tiny_model.py DIR [--seed 0] [--layers N] [--sliding-window W]
 
-4 layers, hidden 128, 4 attention heads of 32, 2 KV heads, vocab 512: its
+4 layers, hidden 128, 4 attention heads of 32, 2 KV heads, vocab 512 (with
+--sliding-window W, every other layer slides over W tokens: a hybrid model); its
 tokens are noise, the same on one engine and on P + D."""
 import argparse
 import json
