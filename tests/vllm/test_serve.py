@@ -555,3 +555,22 @@ def test_abort_at_d_while_waiting(pd):
           f"{time.monotonic() - t0:.2f} s after D's abort")
     assert time.monotonic() - t0 < 2, f"P held the room's blocks {time.monotonic() - t0:.2f} s"
     alive(pd)
+
+
+def test_p_never_gets_the_request(pd):
+    """D's request for a room P never receives (P alive, the router lost
+    P's half): D fails it after bootstrap_timeout_s (20 s here: the
+    library's own deadlines follow it), not after the library's defaults,
+    and D's blocks come back."""
+    model, ps = pd["model"], pd["prompts"]
+    d_addr = f"127.0.0.1:{pd['dp']}"
+    wait_idle(pd, 45)
+    _, d_kvp = router_fields(pd, str(uuid.uuid4()))
+    t0 = time.monotonic()
+    status, out = post(d_addr, body_of(model, ps[2], kv_transfer_params=d_kvp))
+    took = time.monotonic() - t0
+    print(f"P never got the request: D answered HTTP {status} after {took:.1f} s")
+    assert status != 200, out
+    assert took < 20 + 8, f"D's request failed only after {took:.1f} s"
+    wait_idle(pd, 5)
+    alive(pd)

@@ -88,6 +88,15 @@ class WorkerSide:
         self._nlayers = len(layers)
         knobs = dict(self._x["knobs"] or {})
         knobs.setdefault("layerwise_interval", int(self._x["layerwise_interval"]))
+        # The library's own deadlines follow bootstrap_timeout_s: D's room
+        # fails once it passes without P's sender taking its pages (a request
+        # P never got), and P keeps a D's transfer info that came before its
+        # request that long (p_park_ms); their defaults (120 s, 30 s) would
+        # outlast the connector's promise.
+        boot_ms = max(1, int(self.cfg.bootstrap_timeout_s * 1000))
+        knobs.setdefault("bootstrap_timeout_ms", boot_ms)
+        if self._producer:
+            knobs.setdefault("p_park_ms", boot_ms)
         self._ctx = lc.Context("vllm-" + ("p" if self._producer else "d"), **knobs)
         self._keep = [t for _, _, t in storages]  # the tensors stay alive with us
         self._regions = [self._ctx.register(lc.RawMemory(ptr, n)) for ptr, n, _ in storages]
