@@ -19,9 +19,11 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_
           "tie_word_embeddings": False}
 
 
-def write(d, seed=0, layers=None):
+def write(d, seed=0, layers=None, **config):
+    """The model in folder d; config overrides CONFIG's keys (the bench's
+    larger model, bench/vllm/model.py)."""
     os.makedirs(d, exist_ok=True)
-    c = dict(CONFIG, num_hidden_layers=layers or CONFIG["num_hidden_layers"])
+    c = dict(CONFIG, num_hidden_layers=layers or CONFIG["num_hidden_layers"], **config)
     h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     q = c["num_attention_heads"] * c["head_dim"]
     kv = c["num_key_value_heads"] * c["head_dim"]
