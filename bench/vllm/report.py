@@ -8,9 +8,11 @@ figures being METRICS' keys (run.py's bench_case). One engine alone has
 "cpu_alone_s" in place of P's and D's."""
 import statistics
 
-CONNECTORS = ("alone", "layercake", "layercake-whole", "nixl", "mooncake")
+CONNECTORS = ("alone", "layercake", "layercake-whole", "nixl", "nixl-unpinned", "mooncake")
 OURS = ("layercake", "layercake-whole")
-PEERS = ("nixl", "mooncake")
+# nixl-unpinned: NIXL without its core reservation (bench/vllm/cpu_peers.py);
+# the best peer is taken per figure over all of these, so NIXL's better counts
+PEERS = ("nixl", "nixl-unpinned", "mooncake")
 # key, label, unit; tok/s is the one where higher is better
 METRICS = [("ttft_p50", "TTFT p50", "ms"), ("ttft_p99", "TTFT p99", "ms"),
            ("itl_p50", "ITL p50", "ms"), ("itl_p99", "ITL p99", "ms"),
@@ -59,6 +61,11 @@ def fold(runs, cases, connectors=CONNECTORS):
             for k, _, _ in METRICS:
                 xs = [f[k] for f in ok if f[k] is not None]
                 row[k] = statistics.median(xs) if xs else None
+            failed = sum(r.get("failed", 0) for r in mine if "error" not in r)
+            if failed:  # figures of the completed requests only
+                done = sum(r.get("completed", 0) for r in mine if "error" not in r)
+                why = next(r.get("failed_error", "") for r in mine if r.get("failed"))
+                row["failed"] = f"{failed} of {failed + done} requests failed: {why}"[:300]
             errs = [r["error"] for r in mine if "error" in r]
             if not ok:
                 row["error"] = errs[0] if errs else "did not run"
@@ -107,7 +114,8 @@ def table(rows, cases):
                          f"{r['error'][:160].replace('|', '/').replace(chr(10), ' ')} |"
                          + " |" * (len(METRICS) - 1))
             continue
-        lines.append(f"| {r['label']} | {r['connector']} | "
+        note = f" ({r['failed'].split(':')[0]})" if "failed" in r else ""
+        lines.append(f"| {r['label']} | {r['connector']}{note} | "
                      + " | ".join(_fmt(r[k]) for k, _, _ in METRICS) + " |")
         for key, what in (("vs_peer", "vs best peer"), ("vs_alone", "vs alone")):
             if key in r:
@@ -128,7 +136,7 @@ def behind(rows):
 
 
 COLORS = {"alone": "#888888", "layercake": "#1f77b4", "layercake-whole": "#6baed6",
-          "nixl": "#d62728", "mooncake": "#2ca02c"}
+          "nixl": "#d62728", "nixl-unpinned": "#ff9896", "mooncake": "#2ca02c"}
 
 
 def svg(rows, cases, connectors=CONNECTORS):
@@ -174,7 +182,7 @@ def svg(rows, cases, connectors=CONNECTORS):
                                f'stroke="black" stroke-width="2"/>')
     ly = top + 2 * (PH + 20) + 10
     for ni, n in enumerate(connectors):
-        out.append(f'<rect x="{left + ni * 150}" y="{ly}" width="12" height="12" fill="{COLORS.get(n)}"/>'
-                   f'<text x="{left + ni * 150 + 16}" y="{ly + 10}">{n}</text>')
+        out.append(f'<rect x="{left + ni * 130}" y="{ly}" width="12" height="12" fill="{COLORS.get(n)}"/>'
+                   f'<text x="{left + ni * 130 + 16}" y="{ly + 10}">{n}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"

@@ -14,6 +14,8 @@ expects (examples/vllm/proxy.py):
   layercake-whole  the same with layerwise_interval 0 (one submission)
   nixl             NixlConnector, kv_buffer_device "cpu": P first, then D
                    with P's returned kv_transfer_params (--order p-first)
+  nixl-unpinned    the same without its worker's core reservation
+                   (bench/vllm/cpu_peers.py; the report keeps NIXL's better)
   mooncake         MooncakeConnector over tcp: P and D at once with the
                    Mooncake fields (--protocol mooncake)
 then per case (input length x serial / rate) vLLM's benchmark against the
@@ -169,13 +171,15 @@ class Setup:
                                       kv_connector_extra_config=dict(extra, bootstrap=bs)),
                         {"LAYERCAKE_LIB": a.lib})
             proxy_args = ()
-        elif name == "nixl":
+        elif name in ("nixl", "nixl-unpinned"):
             base = {"kv_connector": "NixlConnector", "kv_connector_module_path": "cpu_peers",
                     "kv_role": "kv_both", "kv_buffer_device": "cpu"}
             for who, port in (("P", pp), ("D", dp)):
                 self.server(who, port, base, {"VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
                                               "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port()),
                                               "UCX_PROTO_EMULATION_ENABLE": "y",
+                                              "LC_BENCH_NIXL_AFFINITY":
+                                                  "skip" if name == "nixl-unpinned" else "keep",
                                               "VLLM_HOST_IP": "127.0.0.1"})
             proxy_args = ("--protocol", "mooncake", "--order", "p-first")
         elif name == "mooncake":
@@ -221,7 +225,7 @@ def bench_case(s, case, tmp):
            "--num-prompts", str(case["prompts"]), "--request-rate", str(case["rate"]),
            "--max-concurrency", str(case["concurrency"]), "--ignore-eos", "--temperature", "0",
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-           "--num-warmups", "1", "--seed", "0", "--disable-tqdm", "--save-result",
+           "--num-warmups", "1", "--seed", "0", "--disable-tqdm", "--save-result", "--save-detailed",
            "--result-dir", tmp, "--result-filename", os.path.basename(out)]
     cpu0 = s.cpu()
     log = os.path.join(tmp, f"{s.name}-{case['id']}.client.log")
@@ -237,15 +241,21 @@ def bench_case(s, case, tmp):
     with open(out) as f:
         r = json.load(f)
     errs = [e for e in r.get("errors", []) if e]
-    if r.get("completed", 0) < case["prompts"]:
-        return {"error": f"{r.get('completed', 0)} of {case['prompts']} requests completed: "
+    if r.get("completed", 0) == 0:
+        return {"error": f"no request of {case['prompts']} completed: "
                          + (errs[0][-400:] if errs else "no error text")}
     fig = {k: r.get(f"p{q}_{m}_ms", r.get(f"median_{m}_ms") if q == 50 else None)
            for m in ("ttft", "itl", "tpot", "e2el") for q in (50, 99) for k in [f"{m}_p{q}"]}
     fig.update(output_tok_s=r["output_throughput"], request_s=r["request_throughput"],
-               duration_s=r["duration"], completed=r["completed"])
+               duration_s=r["duration"], completed=r["completed"], failed=r.get("failed", 0))
+    if r.get("failed"):  # the figures are the completed requests'; the row says so
+        fig["failed_error"] = (errs[0] if errs else "no error text")[-300:]
     fig.update({f"cpu_{who}_s": round(cpu1[who] - cpu0[who], 2) for who in cpu1})
     return fig
+
+
+def _stop_on_term(*_):
+    raise KeyboardInterrupt
 
 
 def main(argv=None):
@@ -271,6 +281,7 @@ def main(argv=None):
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=256)
     a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop_on_term)  # the engines are stopped on the way out
     if a.quick:
         a.inputs, a.prompts, a.rate = "256,1024", 4, 0.0
     inputs = [int(x) for x in a.inputs.split(",")]

@@ -113,6 +113,14 @@ class Fold(unittest.TestCase):
         self.assertNotIn("error", r)
         self.assertIn("1 of 2 rounds: timeout", r["partial"])
 
+    def test_failed_requests_noted(self):
+        rs = [run("alone", "in256-serial", completed=3, failed=1, failed_error="Bad Request")]
+        rows = report.fold(rs, CASES[:1])
+        r = row(rows, "in256-serial", "alone")
+        self.assertEqual(r["failed"], "1 of 4 requests failed: Bad Request")
+        self.assertEqual(r["ttft_p50"], 100.0)  # the completed requests' figures
+        self.assertIn("| 256 in | alone (1 of 4 requests failed) | 100 |", report.table(rows, CASES[:1]))
+
     def test_behind(self):
         b = report.behind(report.fold(runs(), CASES))
         self.assertIn(("in256-serial", "layercake", "itl_p50", "vs_peer", 0.8), b)
