@@ -17,8 +17,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "vllm"))
-import tiny_llama  # noqa: E402
+TESTS = os.path.join(HERE, "..", "..", "tests", "vllm")
 
 SPECIAL = ["[UNK]", "<s>", "</s>"]
 
@@ -52,6 +51,8 @@ def write_tokenizer(d, vocab):
 
 
 def write(d, seed=0, **kw):
+    sys.path.insert(0, TESTS)
+    import tiny_llama  # torch: imported here, so that run.py --help needs none
     c = config_of(**kw)
     tiny_llama.write(d, seed, layers=c.pop("num_hidden_layers"), **c)
     c = json.load(open(os.path.join(d, "config.json")))

@@ -2,6 +2,7 @@
 """ctest bench.vllm_report: the folding and ratio logic of `make bench-vllm`
 (report.py) on hand-made runs, without vLLM or the peers' wheels."""
 import os
+import subprocess
 import sys
 import unittest
 import xml.dom.minidom
@@ -142,6 +143,14 @@ class Output(unittest.TestCase):
         doc = xml.dom.minidom.parseString(s)
         self.assertEqual(doc.documentElement.tagName, "svg")
         self.assertGreater(len(doc.getElementsByTagName("rect")), 10)
+
+
+class Cli(unittest.TestCase):
+    def test_help_without_vllm(self):
+        out = subprocess.run([sys.executable, os.path.join(HERE, "run.py"), "--help"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("--quick", out.stdout)
 
 
 if __name__ == "__main__":
