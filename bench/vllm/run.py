@@ -317,13 +317,18 @@ def main(argv=None):
     runs = []  # {"connector", "round", "case", figures or "error"}
     for rnd in range(a.rounds):
         for name in conns:
-            s = Setup(a, name, tmp)
             t0 = time.monotonic()
-            try:
-                s.start()
-                err = None
-            except Exception as e:  # noqa: BLE001 - its error is the row
-                err = f"did not start: {e}"
+            for attempt in (1, 2):  # a free port taken by another process before the engine binds it
+                s = Setup(a, name, tmp)
+                try:
+                    s.start()
+                    err = None
+                    break
+                except Exception as e:  # noqa: BLE001 - its error is the row
+                    err = f"did not start: {e}"
+                    if attempt == 1:
+                        print(f"bench-vllm: {name} {err[:300]}; once more on fresh ports", flush=True)
+                        s.stop()
             print(f"bench-vllm: {name} " + (err[:300] if err else f"up in {time.monotonic() - t0:.0f} s"),
                   flush=True)
             try:
