@@ -26,6 +26,7 @@ cannot run is a row with its error."""
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -81,7 +82,8 @@ def last_error(text):
     """The line of a log that says why it stopped (the last with "Error" in
     it, else its last line), at most 400 characters."""
     lines = [x.strip() for x in text.splitlines() if x.strip()]
-    errs = [x for x in lines if "Error" in x or "error:" in x]
+    errs = [x for x in lines if re.search(r"\w(Error|Exception): |error: ", x)
+            and "See root cause above" not in x]
     return ((errs or lines or ["(empty log)"])[-1])[-400:]
 
 
