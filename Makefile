@@ -5,7 +5,7 @@ JOBS      ?= $(shell nproc)
 CMAKE_OPTS ?=
 
 
-.PHONY: bench-peers bench-ucx
+.PHONY: bench-peers bench-ucx bench-vllm
 .PHONY: all build deps test test-wheel wheel test-bare-host bench-wheel test-asan test-tsan coverage valgrind demo demo-llm bench example-python bench-python fuzz soak clean install deb check-install test-vllm
 
 all: build
@@ -164,6 +164,20 @@ bench-peers: deps
 	@V=$$(scripts/peers-venv.sh) || { echo "bench-peers: FAILED: the peers' wheels could not be installed" \
 	  "(no network to PyPI, or a pin is gone; scripts/peers-venv.sh said why above)" >&2; exit 1; }; \
 	$(PYENV) $$V/bin/python bench/peers/run.py --out-dir $(BUILD) $(PEERS_ARGS)
+
+# layercake's vLLM connector against vLLM's own NIXL and Mooncake connectors
+# and one engine alone, in real `vllm serve` CPU engines, measured by vLLM's
+# serving benchmark (bench/vllm/): the pinned vLLM venv plus the peers' pinned
+# wheels in a venv layered over it (scripts/vllm-peers-venv.sh). Writes
+# build/bench-vllm-<ts>.json and .svg, prints the table (docs/bench.md).
+# Not part of `make test`: it takes many minutes. VLLM_BENCH_ARGS: see
+# bench/vllm/run.py --help (--quick, --inputs, --rate, --prompts, --connectors).
+VLLM_BENCH_ARGS ?=
+bench-vllm: deps
+	$(MAKE) build
+	@V=$$(scripts/vllm-peers-venv.sh) || { echo "bench-vllm: FAILED: the vLLM venv or the peers' wheels" \
+	  "could not be installed (scripts/vllm-peers-venv.sh said why above)" >&2; exit 1; }; \
+	$$V/bin/python bench/vllm/run.py --out-dir $(BUILD) --lib $(BUILD)/liblayercake.so $(VLLM_BENCH_ARGS)
 
 # ucx against ucx_perftest (bench/ucx_compare.sh), on three UCX builds in
 # turn: Debian's (1.13), RAPIDS' libucx-cu12 1.22 and the 1.23 the nixl

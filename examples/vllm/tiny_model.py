@@ -24,12 +24,13 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_
           "tie_word_embeddings": False}
 
 
-def write(d, seed=0, layers=None, sliding_window=None):
+def write(d, seed=0, layers=None, sliding_window=None, **config):
     """sliding_window: a hybrid model, every other layer (0, 2, ...) sliding
     window attention over that many tokens, the others full attention:
-    vLLM's hybrid KV cache manager makes one KV cache group of each."""
+    vLLM's hybrid KV cache manager makes one KV cache group of each. config
+    overrides CONFIG's keys (the bench's larger model, bench/vllm/model.py)."""
     os.makedirs(d, exist_ok=True)
-    c = dict(CONFIG, num_hidden_layers=layers or CONFIG["num_hidden_layers"])
+    c = dict(CONFIG, num_hidden_layers=layers or CONFIG["num_hidden_layers"], **config)
     if sliding_window:
         c["sliding_window"] = int(sliding_window)
         c["layer_types"] = ["sliding_attention" if L % 2 == 0 else "full_attention"
