@@ -63,7 +63,8 @@ def main():
     if bt:
         kw.update(max_num_batched_tokens=int(bt), enable_chunked_prefill=True)
     llm = LLM(model=a.model, skip_tokenizer_init=True, enforce_eager=True, dtype="float32",
-              block_size=32, max_model_len=int(os.environ.get("LC_VLLM_MAX_LEN", 512)), max_num_seqs=8, enable_prefix_caching=False,
+              block_size=32, max_model_len=int(os.environ.get("LC_VLLM_MAX_LEN", 512)), max_num_seqs=8,
+              enable_prefix_caching=os.environ.get("LC_VLLM_PREFIX_CACHING") == "1",
               seed=0, **kw)
     if os.environ.get("LC_VLLM_WARMUP") == "1":  # bench: one local request first (no connector)
         llm.generate([{"prompt_token_ids": prompts[0]}],
@@ -90,7 +91,14 @@ def main():
             if time.monotonic() - t0 > 300:
                 raise SystemExit("P: D never got ready")
             time.sleep(0.05)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sps, use_tqdm=False)
+    # LC_VLLM_WAVES=n: the prompts in n waves one after another (a later
+    # wave's prompts may hit the prefix cache of an earlier one's).
+    waves = max(1, int(os.environ.get("LC_VLLM_WAVES", "1")))
+    step = -(-len(prompts) // waves)
+    outs = []
+    for w in range(0, len(prompts), step):
+        outs += llm.generate([{"prompt_token_ids": p} for p in prompts[w:w + step]],
+                             sps[w:w + step], use_tqdm=False)
     res = {"tokens": [list(o.outputs[0].token_ids) for o in outs],
            "cached": [o.num_cached_tokens for o in outs], "kv_cache_groups": kv_cache_groups(llm)}
     with open(a.out, "w") as f:

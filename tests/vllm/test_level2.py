@@ -38,11 +38,12 @@ def tail(tmp, role):
     return (tmp / f"{role}.log").read_text()[-4000:]
 
 
-def run_pair(tmp_path, model, lengths, load_mode, env=None):
+def run_pair(tmp_path, model, lengths, load_mode, env=None, ps=None, extra=None):
     """One engine alone (the reference), then P and D through layercake, on
-    the same prompts; returns (reference's result, D's, P's)."""
+    the same prompts (ps, or made of lengths); returns (reference's result,
+    D's, P's)."""
     prompts = tmp_path / "prompts.json"
-    ps = [[(i * 37 + k * 11) % 500 + 3 for k in range(n)] for i, n in enumerate(lengths)]
+    ps = ps or [[(i * 37 + k * 11) % 500 + 3 for k in range(n)] for i, n in enumerate(lengths)]
     prompts.write_text(json.dumps(ps))
     env = dict(os.environ, **(env or {}))
 
@@ -51,7 +52,7 @@ def run_pair(tmp_path, model, lengths, load_mode, env=None):
     log.close()
 
     bs = tmp_path / "bootstrap"
-    env["LC_VLLM_EXTRA"] = json.dumps({"load_mode": load_mode})
+    env["LC_VLLM_EXTRA"] = json.dumps(dict(extra or {}, load_mode=load_mode))
     p, p_out, plog = engine(tmp_path, "P", model, prompts, bs, env)
     d, d_out, dlog = engine(tmp_path, "D", model, prompts, bs, env)
     try:
@@ -107,3 +108,35 @@ def test_hybrid_model(tmp_path):
         assert [g[:2] for g in groups] == [["SlidingWindowSpec", WINDOW],
                                            ["FullAttentionSpec", None]], groups
     check_tokens(ref, got, p, HYBRID_LENGTHS, load_mode)
+
+
+def test_prefix_caching(tmp_path):
+    """Prefix caching on at P and D, prefill chunked (64 tokens a step): a
+    second wave of prompts shares a 128-token prefix (4 blocks) with the
+    first wave's. D's tokens equal one engine's alone (prefix caching on
+    too), and D granted P only the blocks it did not hold: for each
+    second-wave prompt, a prefix of at least the 4 shared blocks and that
+    many fewer pages (D's own memory, as D's d_grant timing events say)."""
+    shared = [(k * 13) % 500 + 3 for k in range(128)]
+    first = [shared + [(k * 7 + i) % 500 + 3 for k in range(n)] for i, n in enumerate((90, 200))]
+    second = [shared + [(k * 5 + 9 * i) % 500 + 3 for k in range(n)] for i, n in enumerate((60, 170))]
+    ps = first + second
+    lengths = [len(p) for p in ps]
+    tf = tmp_path / "timing.jsonl"
+    env = {"LC_VLLM_PREFIX_CACHING": "1", "LC_VLLM_WAVES": "2", "LC_VLLM_BATCH_TOKENS": "64"}
+    ref, got, p = run_pair(tmp_path, tiny_llama.write(str(tmp_path / "model"), seed=0), lengths,
+                           "async", env, ps=ps, extra={"timing_file": str(tf)})
+    same = sum(a == b for a, b in zip(got["tokens"], ref["tokens"]))
+    print(f"tokens identical (prefix caching): {same} of {len(ps)}")
+    assert same == len(ps), (got["tokens"], ref["tokens"])
+    assert got["cached"] == lengths, got["cached"]  # D's own prefix + the connector's
+    grants = {e["room"]: e for e in map(json.loads, tf.read_text().splitlines())
+              if e["event"] == "d_grant"}
+    assert sorted(grants) == [5000 + i for i in range(len(ps))], grants
+    for i, n in enumerate(lengths):
+        g = grants[5000 + i]
+        print(f"prompt {i}: {n} tokens, D's prefix {g['prefix_tokens']}, {g['pages']} pages granted")
+        blocks = -(-n // 32)
+        assert g["prefix_tokens"] + 32 * g["pages"] >= n and g["pages"] <= blocks, g
+        if i >= len(first):  # the shared blocks came from D's own cache
+            assert g["prefix_tokens"] >= 128 and g["pages"] <= blocks - 4, g

@@ -332,6 +332,8 @@ class WorkerSide:
                 try:
                     r.send(np.asarray(blocks, dtype=np.int64), prefix_len=prefix)
                     ent[3], ent[4] = now, True
+                    self._timing("d_grant", r.room, time.monotonic_ns(), pages=len(blocks),
+                                 prefix_tokens=prefix)
                 except lc.LayercakeError as e:
                     ratelog.warning("room", "layercake: room %s grant: %s", r.room, e)
                     r.cancel(f"grant failed: {e}")
