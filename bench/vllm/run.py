@@ -120,6 +120,12 @@ class Setup:
                  VLLM_CPU_KVCACHE_SPACE=str(a.kv_gib), VLLM_CPU_OMP_THREADS_BIND=a.bind.get(who, "nobind"),
                  PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), HERE,
                                              os.environ.get("PYTHONPATH", "")]))
+        if not a.bind:
+            # Engines sharing cores: OpenMP threads that spin after each
+            # forward starve the other engine's forward (one request's TTFT
+            # went 80 ms -> 1.1 s at random); passive waits, for every
+            # engine and connector alike (docs/bench.md).
+            e.update(OMP_WAIT_POLICY="PASSIVE", KMP_BLOCKTIME="0")
         e.update(env or {})
         self.spawn(who, cmd, e)
 
@@ -298,7 +304,8 @@ def main(argv=None):
         a.bind = {}
     sharing = (f"P on cores {a.bind['P']}, D on {a.bind['D']}, alone on P's" if a.bind else
                f"{ncpu} cores: every engine unpinned (VLLM_CPU_OMP_THREADS_BIND=nobind), "
-               "P, D, the router and the benchmark client share them, alike for every connector")
+               "P, D, the router and the benchmark client share them, OpenMP waits passive "
+               "(OMP_WAIT_POLICY=PASSIVE, KMP_BLOCKTIME=0), alike for every connector")
     cases = [{"id": f"in{n}-serial", "input_len": n, "rate": "inf", "concurrency": 1,
               "prompts": a.prompts, "label": f"{n} in, 1 at a time"} for n in inputs]
     if a.rate > 0:
