@@ -127,3 +127,22 @@ def test_only_the_paired_receiver_gets_the_room(paired_p):
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "p":
     run_p(sys.argv[2])
+
+
+def test_prefill_engine_id_is_checked():
+    """The engine id P's bootstrap shows on GET /query comes from the caller:
+    one too long, or holding a control character, is refused naming the
+    field; a good one serves."""
+    mem, kv, args = peer.kv_args(fill=False)
+    ctx = lc.Context("p")
+    bs = lc.BootstrapServer()
+    try:
+        ctx.register(mem)
+        layout = lc.Layout.mha(peer.LAYERS, peer.PAGES, peer.ITEM, bases=args.kv_data_ptrs)
+        for bad in ("e" * 4096, "e\n1"):
+            with pytest.raises(lc.LayercakeError, match="engine_id"):
+                lc.Prefill(ctx, layout, bs, engine_id=bad)
+        lc.Prefill(ctx, layout, bs, engine_id="prefill-0").close()
+    finally:
+        bs.close()
+        ctx.close()
